@@ -1,0 +1,144 @@
+"""git, through its executable: the one place corral speaks to a repository.
+
+Every call runs with ``LC_ALL=C`` (messages corral can parse) and
+``GIT_TERMINAL_PROMPT=0`` (never hang on a credential prompt).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from corral.adapters.process import Completed, Runner, SubprocessRunner
+from corral.errors import GitError, UsageError
+
+GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
+
+
+class NotARepository(UsageError):
+    code = "not-a-repository"
+
+
+class Git:
+    """git commands against one repository (or any path, for discovery)."""
+
+    def __init__(self, runner: Runner | None = None, executable: str = "git") -> None:
+        self.runner = runner or SubprocessRunner()
+        self.executable = executable
+
+    def run(self, *args: str, cwd: str | Path, check: bool = True, input: str | None = None) -> Completed:
+        if shutil.which(self.executable) is None:
+            raise GitError(
+                "git is not installed or not on PATH.",
+                code="git-missing",
+                hint="Install git (2.38 or newer) and try again.",
+            )
+        result = self.runner.run([self.executable, *args], cwd=str(cwd), env=GIT_ENV, input=input)
+        if check and result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            raise GitError(
+                f"git {args[0]} failed: {detail[-1] if detail else f'exit {result.returncode}'}",
+                hint=f"Run `git {' '.join(args)}` in {cwd} to see the whole message.",
+            )
+        return result
+
+    def out(self, *args: str, cwd: str | Path) -> str:
+        return self.run(*args, cwd=cwd).stdout.strip()
+
+    def main_root(self, path: str | Path) -> Path:
+        """The main checkout of the repository containing ``path`` (a task worktree maps back)."""
+        where = Path(path)
+        if not where.is_dir():
+            raise NotARepository(f"{where} is not a directory.", hint="Pass --repo with a git checkout.")
+        result = self.run("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=where, check=False)
+        if result.returncode != 0:
+            raise NotARepository(
+                f"{where.resolve()} is not inside a git repository.",
+                hint="Run corral inside a git checkout, or pass --repo PATH.",
+            )
+        common = Path(result.stdout.strip())
+        if common.name != ".git":
+            raise NotARepository(
+                f"{common} is a bare repository; corral needs a checkout.",
+                hint="Clone it to a working directory and run corral there.",
+            )
+        return common.parent.resolve()
+
+    def current_branch(self, repo: str | Path) -> str | None:
+        """The branch checked out in ``repo``, or None on a detached HEAD."""
+        result = self.run("symbolic-ref", "--quiet", "--short", "HEAD", cwd=repo, check=False)
+        return result.stdout.strip() or None if result.returncode == 0 else None
+
+    def version(self) -> str:
+        return self.out("--version", cwd=".")
+
+    # -- refs and commits ------------------------------------------------------------
+    def rev_parse(self, rev: str, *, cwd: str | Path) -> str | None:
+        """The commit ``rev`` names, or None when it names nothing."""
+        result = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=cwd, check=False)
+        return result.stdout.strip() or None if result.returncode == 0 else None
+
+    def ref_exists(self, ref: str, *, cwd: str | Path) -> bool:
+        return self.run("show-ref", "--verify", "--quiet", ref, cwd=cwd, check=False).returncode == 0
+
+    def count_commits(self, base: str, tip: str, *, cwd: str | Path) -> int:
+        return int(self.out("rev-list", "--count", f"{base}..{tip}", cwd=cwd) or "0")
+
+    def is_ancestor(self, ancestor: str, descendant: str, *, cwd: str | Path) -> bool:
+        result = self.run("merge-base", "--is-ancestor", ancestor, descendant, cwd=cwd, check=False)
+        return result.returncode == 0
+
+    def update_ref(self, ref: str, new: str, *, cwd: str | Path, old: str | None = None) -> None:
+        args = ["update-ref", ref, new] + ([old] if old is not None else [])
+        self.run(*args, cwd=cwd)
+
+    def delete_ref(self, ref: str, *, cwd: str | Path) -> None:
+        self.run("update-ref", "-d", ref, cwd=cwd, check=False)
+
+    # -- worktrees ---------------------------------------------------------------------
+    def worktree_add(self, path: Path, branch: str, start: str, *, cwd: str | Path, new_branch: bool) -> None:
+        if new_branch:
+            self.run("worktree", "add", "--quiet", "-b", branch, str(path), start, cwd=cwd)
+        else:
+            self.run("worktree", "add", "--quiet", str(path), branch, cwd=cwd)
+
+    def worktree_remove(self, path: Path, *, cwd: str | Path) -> None:
+        self.run("worktree", "remove", "--force", str(path), cwd=cwd, check=False)
+        self.run("worktree", "prune", cwd=cwd, check=False)
+
+    def dirty_paths(self, worktree: str | Path) -> list[str]:
+        """Paths with uncommitted changes (staged, unstaged or untracked)."""
+        out = self.run("status", "--porcelain=v1", "-z", "--untracked-files=all", cwd=worktree).stdout
+        paths = []
+        entries = out.split("\0")
+        i = 0
+        while i < len(entries):
+            entry = entries[i]
+            if len(entry) > 3:
+                paths.append(entry[3:])
+                if entry[0] in "RC":  # a rename carries its source as the next entry
+                    i += 1
+            i += 1
+        return paths
+
+    def commit_all(self, worktree: str | Path, message: str) -> str | None:
+        """Commit every change in ``worktree``; returns the new commit, or None when clean."""
+        if not self.dirty_paths(worktree):
+            return None
+        self.run("add", "--all", cwd=worktree)
+        self.run(
+            "-c",
+            "user.name=corral",
+            "-c",
+            "user.email=corral@localhost",
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "-m",
+            message,
+            cwd=worktree,
+        )
+        return self.out("rev-parse", "HEAD", cwd=worktree)
+
+    def delete_branch(self, branch: str, *, cwd: str | Path) -> None:
+        self.run("branch", "-D", branch, cwd=cwd, check=False)

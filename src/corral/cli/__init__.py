@@ -1,0 +1,67 @@
+"""The ``corral`` command line: a thin surface over the engine's operations."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+import click
+
+from corral.errors import CorralError, UsageError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: every failure becomes a coded message and an exit code, never a traceback."""
+    from corral.cli.app import App
+    from corral.cli.root import cli
+
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    args = list(sys.argv[1:] if argv is None else argv)
+    app = App()
+    app.json = "--json" in args
+    code: int
+    try:
+        result = cli.main(args=args, prog_name="corral", standalone_mode=False, obj=app)
+        code = result if isinstance(result, int) else 0
+    except CorralError as exc:
+        code = app.fail(exc)
+    except click.exceptions.NoSuchOption as exc:
+        code = app.fail(UsageError(exc.format_message(), hint=_usage_hint(exc)))
+    except click.UsageError as exc:
+        code = app.fail(UsageError(exc.format_message(), hint=_usage_hint(exc)))
+    except click.exceptions.Abort:
+        code = 130
+    except KeyboardInterrupt:
+        code = 130
+    except BrokenPipeError:
+        code = 0
+    except Exception as exc:  # the last line of defence: explain, log, never dump a traceback
+        code = app.fail(_internal(exc))
+    finally:
+        app.close()
+    return code
+
+
+def _usage_hint(exc: click.UsageError) -> str:
+    ctx = exc.ctx
+    path = ctx.command_path if ctx is not None else "corral"
+    return f"See `{path} --help`."
+
+
+def _internal(exc: BaseException) -> CorralError:
+    if os.environ.get("CORRAL_DEBUG"):
+        traceback.print_exc()
+    return CorralError(
+        f"corral hit an internal error: {type(exc).__name__}: {exc}",
+        code="internal-error",
+        hint="Run again with CORRAL_DEBUG=1 to see where, and report it with that output.",
+    )
+
+
+def run() -> None:
+    sys.exit(main())

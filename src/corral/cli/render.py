@@ -1,0 +1,137 @@
+"""Human text for the shared projection: the ``show`` page and ``list`` lines."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from corral.cli.app import App
+from corral.domain.status import Status
+from corral.domain.substate import render_status
+
+_STATUS_COLOR = {
+    "working": "cyan",
+    "blocked": "yellow",
+    "conflict": "red",
+    "interrupted": "red",
+    "complete": "green",
+    "abandoned": "dim",
+    "merging": "magenta",
+    "submitted": "blue",
+}
+
+
+def width() -> int:
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return shutil.get_terminal_size((100, 24)).columns
+
+
+def clip(text: str, room: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= room else text[: max(0, room - 1)] + "…"
+
+
+def status_word(app: App, status: str, substate: str | None) -> str:
+    word = render_status(Status(status), substate)
+    return app.style(word, _STATUS_COLOR.get(status, "bold"))
+
+
+def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    ref_w = min(max(len(r["ref"]) for r in rows), 32)
+    words = [render_status_plain(r) for r in rows]
+    st_w = min(max(len(w) for w in words), 40)
+    total = width()
+    lines = []
+    for r, word in zip(rows, words, strict=True):
+        pad = " " * (st_w - len(word))
+        room = total - ref_w - st_w - 4
+        goal = r["goal"]
+        if r.get("reason"):
+            goal = f"{goal} — {r['reason']}"
+        lines.append(
+            f"{clip(r['ref'], ref_w):<{ref_w}}  {status_word(app, r['status'], r['substate'])}{pad}  {clip(goal, room)}"
+        )
+    return lines
+
+
+def render_status_plain(row: dict[str, Any]) -> str:
+    return render_status(Status(row["status"]), row["substate"])
+
+
+def _when(at: str | None) -> str:
+    if not at:
+        return "?"
+    return at[:19].replace("T", " ")
+
+
+def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(time, line) entries of status changes, turns and comments, in time order."""
+    entries: list[tuple[str, int, str]] = []
+    for i, c in enumerate(doc["status_changes"]):
+        src = c["from"] or "·"
+        reason = f" — {clip(c['reason'], 100)}" if c["reason"] and c["reason"] != "created" else ""
+        entries.append((c["at"], i, f"{src} → {c['to']} by {c['actor']}{reason}"))
+    for t in doc["turns"]:
+        who = t["actor"] or "agent"
+        line = f"turn {t['sequence']} · {t['kind']} · {who}"
+        if t["feedback_delivery"] == "pending":
+            line += " · feedback pending"
+        first = t["content"].strip().splitlines()[0] if t["content"].strip() else ""
+        if first:
+            line += f": {clip(first, 100)}"
+        entries.append((t["started_at"], 10_000 + t["sequence"], line))
+    for n in doc["comments"]:
+        entries.append((n["at"], 20_000, f"comment by {n['actor']}: {clip(n['body'], 100)}"))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    return [(_when(at), line) for at, _i, line in entries]
+
+
+def show_lines(app: App, doc: dict[str, Any], *, details: bool = False) -> list[str]:
+    t = doc["task"]
+    out = [
+        f"{app.style(t['ref'], 'bold')}  ({t['id']})  {status_word(app, t['status'], t['substate'])}",
+        f"Goal:     {t['goal']}",
+    ]
+    if t["parent"]:
+        out.append(f"Parent:   {t['parent']}")
+    target = t["target"] or (f"corral/{t['parent']}" if t["parent"] else "?")
+    out.append(f"Branch:   {t['branch'] or '(not started)'} → {target}")
+    if t["worktree"]:
+        out.append(f"Worktree: {t['worktree']}")
+    harness = t["harness"] or "?"
+    model = f" ({t['model']})" if t["model"] else ""
+    out.append(f"Harness:  {harness}{model}")
+    if t["protected"]:
+        out.append(f"Protects: {', '.join(t['protected'])}")
+    if t["prompt"]:
+        out.append("Prompt:")
+        out.extend(f"  {line}" for line in t["prompt"].splitlines())
+    if doc["violations"]:
+        out.append("Protected files changed:")
+        out.extend(f"  {v['decision']:<9} {v['path']}" for v in doc["violations"])
+    if doc["children"]:
+        out.append("Subtasks: " + ", ".join(f"{c['ref']} ({c['status']})" for c in doc["children"]))
+    out.append("")
+    out.append("Timeline:")
+    out.extend(f"  {when}  {line}" for when, line in timeline(doc))
+    if doc["journal"]:
+        out.append("")
+        out.append("Journal:")
+        out.extend(f"  {_when(n['at'])}  {n['actor']}: {n['body']}" for n in doc["journal"])
+    if details and doc["session"]:
+        s = doc["session"]
+        out.append("")
+        out.append("Session:")
+        out.append(f"  id {s['id']} · harness session {s['harness_session_id'] or '-'}")
+        out.append(f"  consecutive interruptions {s['consecutive_interruptions']} · auto-resumed {s['auto_resumed']}")
+    out.append("")
+    if doc["stopped_because"]:
+        out.append(f"{app.style('Stopped because:', 'bold')} {doc['stopped_because']}")
+    if doc["next"]:
+        out.append(f"{app.style('Next:', 'bold')} {doc['next']}")
+    return out

@@ -1,0 +1,1 @@
+"""corral's pure core: statuses, actors, text intake, violations, records. No I/O."""

@@ -1,0 +1,224 @@
+"""The records corral keeps (DESIGN.md "Domain model"), as plain immutable values.
+
+A store returns these; nothing here reads or writes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from corral.domain.actors import Actor, Role
+from corral.domain.clock import parse_time, rfc3339
+from corral.domain.status import Status
+from corral.domain.violations import Decision
+
+JSON = dict[str, Any]
+
+
+class FeedbackDelivery(StrEnum):
+    NONE = "none"
+    PENDING = "pending"
+    CONSUMED = "consumed"
+
+
+class AttemptOutcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INDETERMINATE = "indeterminate"
+    CANCELLED = "cancelled"
+
+
+class PossibleEffects(StrEnum):
+    NONE = "none"
+    PARTIAL = "partial"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class FailureEvidence:
+    """Seed 004 item 2: typed codes and small safe facts; wording is derived on read."""
+
+    source: str
+    code: str
+    phase: str | None = None
+    category: str | None = None
+    possible_effects: PossibleEffects = PossibleEffects.UNKNOWN
+    exit_code: int | None = None
+    errno: int | None = None
+    signal: int | None = None
+    details: JSON = field(default_factory=dict)
+    diagnostic: str | None = None
+
+    def to_json(self) -> JSON:
+        return {
+            "source": self.source,
+            "code": self.code,
+            "phase": self.phase,
+            "category": self.category,
+            "possible_effects": self.possible_effects.value,
+            "native": {"exit_code": self.exit_code, "errno": self.errno, "signal": self.signal},
+            "details": dict(self.details),
+            "diagnostic": self.diagnostic,
+        }
+
+    @classmethod
+    def from_json(cls, data: JSON) -> FailureEvidence:
+        native = data.get("native") or {}
+        effects = data.get("possible_effects", "unknown")
+        return cls(
+            source=str(data.get("source", "unknown")),
+            code=str(data.get("code", "unknown")),
+            phase=data.get("phase"),
+            category=data.get("category"),
+            possible_effects=PossibleEffects(effects)
+            if effects in PossibleEffects._value2member_map_
+            else PossibleEffects.UNKNOWN,
+            exit_code=native.get("exit_code"),
+            errno=native.get("errno"),
+            signal=native.get("signal"),
+            details=dict(data.get("details") or {}),
+            diagnostic=data.get("diagnostic"),
+        )
+
+
+@dataclass(frozen=True)
+class RestingCause:
+    """Why a task rests parked after a failure or a gate; written with the status change."""
+
+    code: str
+    at: datetime
+    actor: Actor | None = None
+    evidence: FailureEvidence | None = None
+    details: JSON = field(default_factory=dict)
+
+    def to_json(self) -> JSON:
+        return {
+            "code": self.code,
+            "at": rfc3339(self.at),
+            "actor": self.actor.value if self.actor else None,
+            "evidence": self.evidence.to_json() if self.evidence else None,
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, data: JSON) -> RestingCause:
+        actor = data.get("actor")
+        evidence = data.get("evidence")
+        return cls(
+            code=str(data.get("code", "unknown")),
+            at=parse_time(data.get("at")) or datetime.fromtimestamp(0, UTC),
+            actor=Actor(actor) if isinstance(actor, str) and actor in Actor._value2member_map_ else None,
+            evidence=FailureEvidence.from_json(evidence) if evidence else None,
+            details=dict(data.get("details") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    ref: str
+    goal: str
+    prompt: str
+    parent_id: str | None
+    status: Status
+    harness: str | None
+    model: str | None
+    target_branch: str | None
+    protected: tuple[str, ...]
+    metadata: JSON
+    resting_cause: RestingCause | None
+    session_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    last_interaction_at: datetime
+
+    @property
+    def branch(self) -> str:
+        return f"corral/{self.ref}"
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    task_id: str
+    worktree: str | None
+    branch: str | None
+    base_commit: str | None
+    git_start_sha: str | None
+    harness_session_id: str | None
+    interrupt_reason: str | None
+    interrupt_exit_code: int | None
+    interrupt_at: datetime | None
+    interrupt_logs: str | None
+    consecutive_interruptions: int
+    auto_resumed: bool
+    outcome: str | None
+    created_at: datetime
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    turn_id: str
+    number: int
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: AttemptOutcome
+    failure_class: str | None = None
+    failure: FailureEvidence | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: str
+    task_id: str
+    session_id: str | None
+    sequence: int
+    role: Role
+    actor: Actor | None
+    kind: str
+    content: str
+    feedback_delivery: FeedbackDelivery
+    delivered: tuple[str, ...]
+    started_at: datetime
+    ended_at: datetime | None
+    usage: JSON | None = None
+    failure: FailureEvidence | None = None
+    details: JSON = field(default_factory=dict)
+    attempts: tuple[Attempt, ...] = ()
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    task_id: str
+    from_status: Status | None
+    to_status: Status
+    actor: Actor
+    reason: str | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Violation:
+    task_id: str
+    session_id: str
+    path: str
+    turn_id: str | None
+    decision: Decision
+    decided_by: Actor | None
+    decided_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Note:
+    """A comment (a person's note on the timeline) or a decision-journal entry."""
+
+    id: str
+    task_id: str
+    actor: Actor
+    body: str
+    at: datetime

@@ -1,0 +1,50 @@
+"""Task refs: short unique slugs that name a task and its branch ``corral/<ref>``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from corral.errors import UsageError
+
+MAX_REF = 48
+_REF = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
+
+
+class InvalidRef(UsageError):
+    code = "invalid-ref"
+
+
+def validate_ref(ref: str) -> str:
+    """A ref is lowercase letters, digits and inner hyphens: safe as a branch and a path part."""
+    if not _REF.match(ref) or len(ref) > MAX_REF or "--" in ref:
+        raise InvalidRef(
+            f"'{ref}' is not a valid ref.",
+            hint=f"Use lowercase letters, digits and single hyphens, at most {MAX_REF} characters "
+            "(e.g. fix-login-timeout).",
+        )
+    return ref
+
+
+def slugify(goal: str, limit: int = 32) -> str:
+    words = re.findall(r"[a-z0-9]+", goal.lower())
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > limit:
+            break
+        slug = candidate
+    if not slug and words:
+        slug = words[0][:limit]
+    return slug or "task"
+
+
+def unique_ref(goal: str, taken: Callable[[str], bool]) -> str:
+    """A ref made from the goal, with -2, -3, … appended until it is free."""
+    base = slugify(goal)
+    if not taken(base):
+        return base
+    n = 2
+    while taken(f"{base}-{n}"):
+        n += 1
+    return f"{base}-{n}"

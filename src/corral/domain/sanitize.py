@@ -1,0 +1,83 @@
+"""Text intake, sanitized at the boundary (seed 002): sanitize and deliver, never reject.
+
+Every text a person or a builder hands corral passes through here before it is
+stored. Non-printable control characters (C0 except tab, LF and CR; DEL; C1) are
+replaced by their printable escapes, so a NUL becomes the six characters
+``\\u0000``. Bytes that were not valid UTF-8 (which Python hands us as lone
+surrogates) become ``\\xNN`` so nothing is dropped and SQLite can store them.
+
+Prose fields (feedback, a message, a prompt, a note, a reason, a question) get a
+short disclosure note appended when anything was replaced, so the substitution is
+visible rather than silent. Non-prose fields (a goal, a file path, each element
+of an array whose elements become git argv) are escaped without it: a note
+appended to a path would corrupt the path. Ordinary text passes byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from corral.errors import TextTooLarge
+
+#: Default cap on one text at intake (DESIGN.md "Size").
+DEFAULT_TEXT_CAP = 100 * 1024
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape'd byte from invalid UTF-8
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}"
+
+
+@dataclass(frozen=True)
+class Sanitized:
+    text: str
+    replaced: int
+
+
+def escape_controls(text: str) -> Sanitized:
+    """Replace every non-printable control character (and undecodable byte) by its escape."""
+    out, n = _CONTROL.subn(_escape, text)
+    return Sanitized(out, n)
+
+
+def disclosure_note(replaced: int) -> str:
+    plural = "s were" if replaced != 1 else " was"
+    return (
+        f"\n\n[corral: {replaced} non-printable character{plural} replaced with a "
+        "printable escape such as \\u0000; nothing else was changed.]"
+    )
+
+
+def sanitize_prose(text: str) -> str:
+    """A free-text field that becomes prose in a prompt: escaped, with a note when changed."""
+    result = escape_controls(text)
+    if not result.replaced:
+        return text
+    return result.text + disclosure_note(result.replaced)
+
+
+def sanitize_field(text: str) -> str:
+    """A short or structural field (a goal, a path, an array element): escaped, no note."""
+    return escape_controls(text).text
+
+
+def sanitize_goal(text: str) -> str:
+    """A goal is one line: line breaks fold to single spaces, then the field is escaped."""
+    one_line = " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+    return sanitize_field(one_line)
+
+
+def sanitize_paths(paths: list[str]) -> list[str]:
+    return [sanitize_field(p) for p in paths]
+
+
+def check_size(field: str, text: str, cap: int = DEFAULT_TEXT_CAP) -> None:
+    """Refuse, before anything is stored, a text whose UTF-8 size is over ``cap``."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > cap:
+        raise TextTooLarge(field, size, cap)

@@ -1,0 +1,130 @@
+"""Task statuses, their categories and the one transition table corral obeys.
+
+The table is DESIGN.md's "Lifecycle" table: seed 002's made consistent, with
+``submitted`` defined. Every status change anywhere in corral is validated here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from corral.domain.actors import Actor
+from corral.errors import IllegalTransition
+
+
+class Status(StrEnum):
+    BACKLOG = "backlog"
+    WORKING = "working"
+    BLOCKED = "blocked"
+    CONFLICT = "conflict"
+    PAIRING = "pairing"
+    INTERRUPTED = "interrupted"
+    MERGING = "merging"
+    SUBMITTED = "submitted"
+    ZOMBIE = "zombie"
+    COMPLETE = "complete"
+    ABANDONED = "abandoned"
+
+
+S = Status
+
+TERMINAL: frozenset[Status] = frozenset({S.COMPLETE, S.ABANDONED})
+BLOCKED: frozenset[Status] = frozenset({S.BLOCKED, S.CONFLICT})
+ACTIVE: frozenset[Status] = frozenset({S.WORKING, S.INTERRUPTED, S.PAIRING, S.MERGING})
+#: Statuses a task can rest in with no turn running and none starting by itself.
+RESTING: frozenset[Status] = frozenset({S.BACKLOG, S.BLOCKED, S.CONFLICT, S.INTERRUPTED, S.SUBMITTED})
+#: The two labels a paused task wears; which one is derived by the park function.
+PAUSED: frozenset[Status] = BLOCKED
+
+
+def is_terminal(status: Status) -> bool:
+    return status in TERMINAL
+
+
+def is_active(status: Status) -> bool:
+    return status in ACTIVE
+
+
+def is_blocked(status: Status) -> bool:
+    return status in BLOCKED
+
+
+# (from, to) -> what moves a task along that edge. The triggers are documentation
+# and the source of `corral help`-style explanations; legality is the key set.
+_EDGES: dict[tuple[Status, Status], str] = {
+    (S.BACKLOG, S.WORKING): "start",
+    (S.BACKLOG, S.ABANDONED): "close, reject",
+    (S.WORKING, S.BLOCKED): "the park after a turn ends",
+    (S.WORKING, S.CONFLICT): "the park after a turn ends, with violations pending",
+    (S.WORKING, S.INTERRUPTED): "the reconciler: the turn crashed",
+    (S.WORKING, S.SUBMITTED): "an accept's pre-accept turn ends on a submitted task",
+    (S.BLOCKED, S.WORKING): "unblock, ask, an accept's pre-accept turn",
+    (S.BLOCKED, S.CONFLICT): "a park re-derivation that finds pending violations",
+    (S.BLOCKED, S.PAIRING): "pair",
+    (S.BLOCKED, S.MERGING): "accept",
+    (S.BLOCKED, S.SUBMITTED): "submit",
+    (S.BLOCKED, S.ABANDONED): "reject, close",
+    (S.BLOCKED, S.BACKLOG): "the reconciler: blocked with no session",
+    (S.CONFLICT, S.WORKING): "unblock (deciding every pending file), ask",
+    (S.CONFLICT, S.BLOCKED): "a park after every violation is decided",
+    (S.CONFLICT, S.PAIRING): "pair",
+    (S.CONFLICT, S.ABANDONED): "reject, close",
+    (S.INTERRUPTED, S.WORKING): "auto-resume, resume, unblock, the stale-response sweep",
+    (S.INTERRUPTED, S.PAIRING): "pair",
+    (S.INTERRUPTED, S.ABANDONED): "reject, close",
+    (S.PAIRING, S.BLOCKED): "the pairing ends",
+    (S.PAIRING, S.CONFLICT): "the pairing ends, with violations pending",
+    (S.MERGING, S.COMPLETE): "accept",
+    (S.MERGING, S.BLOCKED): "an accept that aborts (task was blocked)",
+    (S.MERGING, S.SUBMITTED): "an accept that aborts (task was submitted)",
+    (S.SUBMITTED, S.MERGING): "accept",
+    (S.SUBMITTED, S.WORKING): "unblock",
+    (S.SUBMITTED, S.BLOCKED): "the reconciler: the remote branch was closed unmerged",
+    (S.SUBMITTED, S.ABANDONED): "reject, close",
+    (S.ZOMBIE, S.COMPLETE): "the reconciler",
+    (S.COMPLETE, S.BLOCKED): "reopen --reason",
+    (S.ABANDONED, S.BLOCKED): "reopen, when agent work exists",
+    (S.ABANDONED, S.BACKLOG): "reopen, when no agent work exists",
+}
+# Any non-terminal status may become zombie, and only the system actor may do it.
+for _s in Status:
+    if _s not in TERMINAL and _s is not S.ZOMBIE:
+        _EDGES[(_s, S.ZOMBIE)] = "the reconciler: the work is on its target"
+
+TRANSITIONS: dict[Status, tuple[Status, ...]] = {
+    src: tuple(dst for dst in Status if (src, dst) in _EDGES) for src in Status
+}
+
+
+def trigger(src: Status, dst: Status) -> str | None:
+    """What moves a task from ``src`` to ``dst``, or None when nothing may."""
+    return _EDGES.get((src, dst))
+
+
+def allowed_targets(src: Status, actor: Actor | None = None) -> tuple[Status, ...]:
+    """Where a task in ``src`` may go; with ``actor``, only the moves it may make."""
+    targets = TRANSITIONS[src]
+    if actor is not None and actor is not Actor.SYSTEM:
+        targets = tuple(t for t in targets if t is not S.ZOMBIE)
+    return targets
+
+
+def is_allowed(src: Status, dst: Status, actor: Actor) -> bool:
+    if dst is S.ZOMBIE and actor is not Actor.SYSTEM:
+        return False
+    return (src, dst) in _EDGES
+
+
+def check_transition(src: Status, dst: Status, actor: Actor, *, what: str | None = None) -> None:
+    """Raise :class:`IllegalTransition` naming the allowed targets unless src → dst is legal."""
+    if is_allowed(src, dst, actor):
+        return
+    hint = None
+    if dst is S.ZOMBIE and (src, dst) in _EDGES:
+        hint = "Only corral's reconciler (the system actor) marks a task zombie."
+    raise IllegalTransition(src.value, dst.value, [t.value for t in allowed_targets(src, actor)], what=what, hint=hint)
+
+
+def sources_for(dst: Status) -> tuple[Status, ...]:
+    """Every status from which ``dst`` is reachable in one step (reverse lookup)."""
+    return tuple(src for src in Status if (src, dst) in _EDGES)

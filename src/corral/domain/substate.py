@@ -1,0 +1,57 @@
+"""The substate a task shows beside its status, derived in one place for every surface.
+
+``working(agent)``, ``working(harness:<phase>)``, ``working(retrying: …)``, or
+``not-alive`` for a working task whose supervisor is gone. The live facts come
+from the supervisor's ``status.json``, read by the engine and passed in here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.domain.status import Status
+
+RETRY_SNIPPET = 80
+
+
+@dataclass(frozen=True)
+class Live:
+    """What is known right now about a task's running turn."""
+
+    alive: bool
+    phase: str | None = None  # the supervisor's phase: command, sync, work, check, response, retrying
+    kind: str | None = None  # the turn's kind: start, unblock, ask, pre-accept, …
+    retry_attempt: int | None = None
+    retry_class: str | None = None
+    retry_reason: str | None = None
+
+
+def retry_summary(attempt: int | None, failure_class: str | None, reason: str | None) -> str:
+    """One line for "what is being retried": ``attempt 7 (transient_overload): API Error: 529 …``."""
+    text = " ".join((reason or "").split())
+    if len(text) > RETRY_SNIPPET:
+        text = text[: RETRY_SNIPPET - 1] + "…"
+    head = f"attempt {attempt}" if attempt else "attempt"
+    if failure_class:
+        head += f" ({failure_class})"
+    return f"{head}: {text}" if text else head
+
+
+def substate(status: Status, live: Live | None) -> str | None:
+    if status is not Status.WORKING:
+        return None
+    if live is None or not live.alive:
+        return "not-alive"
+    if live.phase == "retrying":
+        return f"retrying: {retry_summary(live.retry_attempt, live.retry_class, live.retry_reason)}"
+    if live.phase in (None, "work"):
+        if live.kind == "ask":
+            return "agent:answering"
+        if live.kind == "pre-accept":
+            return "agent:pre-accept"
+        return "agent"
+    return f"harness:{live.phase}"
+
+
+def render_status(status: Status, sub: str | None) -> str:
+    return f"{status.value}({sub})" if sub else status.value

@@ -1,0 +1,86 @@
+"""File-permission violations: the park label they derive and the decisions on them.
+
+``conflict`` is derived, never asserted (seed 002): the pending violation set is
+the source of truth, and :func:`park_status` is the only rule that turns it into
+a status. Decisions are sticky: once a file is approved or reverted, a later
+decision names only what is still pending, silence never re-decides a file, and
+re-naming a decided file is accepted as a no-op.
+
+A decided file that the agent changes again: an approved file stays approved for
+the session (the approval covers the path); a reverted file becomes pending
+again, because the agent redid what a person undid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from corral.domain.status import Status
+
+
+class Decision(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REVERTED = "reverted"
+
+
+def park_status(pending: int) -> Status:
+    """The resting label of a paused task: conflict while any violation is pending."""
+    return Status.CONFLICT if pending > 0 else Status.BLOCKED
+
+
+def after_change(current: Decision | None) -> Decision | None:
+    """The decision a path gets when an agent turn changes it again (None: leave as is)."""
+    if current is None or current is Decision.REVERTED:
+        return Decision.PENDING
+    return None
+
+
+@dataclass
+class DecisionPlan:
+    """What an unblock's file decisions do to the violation set."""
+
+    decide: dict[str, Decision] = field(default_factory=dict)
+    already: dict[str, Decision] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
+    conflicting: list[str] = field(default_factory=list)
+
+
+def plan_decisions(
+    records: Mapping[str, Decision],
+    approve: Iterable[str] = (),
+    revert: Iterable[str] = (),
+    *,
+    revert_rest: bool = False,
+) -> DecisionPlan:
+    """Apply a person's file decisions to ``records`` (path -> current decision).
+
+    ``revert_rest`` is ``--no-approve-files``: every pending file not approved in the
+    same command is reverted. Files not in ``records`` are reported unknown; a file
+    both approved and reverted in one command is reported conflicting.
+    """
+    plan = DecisionPlan()
+    approve_set, revert_set = list(dict.fromkeys(approve)), list(dict.fromkeys(revert))
+    both = set(approve_set) & set(revert_set)
+    plan.conflicting = sorted(both)
+    for path, wanted in [(p, Decision.APPROVED) for p in approve_set] + [(p, Decision.REVERTED) for p in revert_set]:
+        if path in both:
+            continue
+        current = records.get(path)
+        if current is None:
+            plan.unknown.append(path)
+        elif current is Decision.PENDING:
+            plan.decide[path] = wanted
+        else:
+            plan.already[path] = current
+    for path, current in records.items():
+        if current is Decision.PENDING and path not in plan.decide:
+            if revert_rest and path not in both:
+                plan.decide[path] = Decision.REVERTED
+            else:
+                plan.undecided.append(path)
+    plan.undecided.sort()
+    return plan

@@ -1,0 +1,218 @@
+"""Lifecycle operations that need no agent: create, edit, close, reject, reopen, notes.
+
+Each takes the acting ``Actor`` from its surface (the channel), sanitizes text at
+intake, and writes the status, its status change and any turn in one transaction
+before it touches git (save first, act second).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from corral.domain.actors import Actor
+from corral.domain.records import Note, Task
+from corral.domain.refs import unique_ref, validate_ref
+from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
+from corral.domain.status import Status, allowed_targets, check_transition, is_terminal
+from corral.engine import workspace
+from corral.engine.project import Project
+from corral.engine.resolve import resolve_task
+from corral.errors import CorralError, RefusedError, UsageError
+from corral.store import UNSET, NewTask
+
+
+def _cap(project: Project) -> int:
+    return int(project.config["text_cap"])
+
+
+def _prose(project: Project, field: str, text: str) -> str:
+    clean = sanitize_prose(text)
+    check_size(field, clean, _cap(project))
+    return clean
+
+
+def _goal(project: Project, text: str) -> str:
+    clean = sanitize_goal(text)
+    if not clean:
+        raise UsageError(
+            "The goal is empty.", hint='Say what the task is for, e.g. corral create "Fix the login timeout"'
+        )
+    check_size("goal", clean, _cap(project))
+    return clean
+
+
+def _protect(patterns: Sequence[str]) -> tuple[str, ...]:
+    return tuple(p for p in sanitize_paths([p.strip() for p in patterns]) if p)
+
+
+def create(
+    project: Project,
+    goal: str,
+    *,
+    actor: Actor,
+    ref: str | None = None,
+    parent: str | None = None,
+    harness: str | None = None,
+    model: str | None = None,
+    protect: Sequence[str] = (),
+    prompt: str = "",
+    target: str | None = None,
+) -> Task:
+    clean_goal = _goal(project, goal)
+    clean_prompt = _prose(project, "prompt", prompt) if prompt else ""
+    if ref is not None:
+        validate_ref(ref)
+    with project.store.write() as tx:
+        parent_task = resolve_task(tx, parent) if parent else None
+        if parent_task is not None and is_terminal(parent_task.status):
+            raise RefusedError(
+                f"The parent {parent_task.ref} is {parent_task.status.value}; a subtask merges into "
+                "its parent's branch, which no longer takes work.",
+                code="parent-terminal",
+                hint=f"Reopen it first (corral reopen {parent_task.ref}) or create the task without --parent.",
+            )
+        target_branch = None
+        if parent_task is None:
+            target_branch = target or project.git.current_branch(project.repo)
+            if not target_branch:
+                raise UsageError(
+                    f"The repository at {project.repo} has a detached HEAD, so corral cannot tell which "
+                    "branch the task should merge into.",
+                    code="no-target",
+                    hint="Check out that branch, or pass --target BRANCH.",
+                )
+            target_branch = sanitize_field(target_branch)
+        new = NewTask(
+            ref=ref or unique_ref(clean_goal, lambda r: tx.task_by_ref(r) is not None),
+            goal=clean_goal,
+            prompt=clean_prompt,
+            parent_id=parent_task.id if parent_task else None,
+            harness=harness or project.config["harness"],
+            model=model or project.config["model"],
+            target_branch=target_branch,
+            protected=_protect(protect),
+        )
+        return tx.insert_task(new, actor)
+
+
+def edit(
+    project: Project,
+    given: str,
+    *,
+    goal: str | None = None,
+    prompt: str | None = None,
+    protect: Sequence[str] | None = None,
+    harness: str | None = None,
+    model: str | None = None,
+    target: str | None = None,
+) -> Task:
+    clean_goal = _goal(project, goal) if goal is not None else UNSET
+    clean_prompt = _prose(project, "prompt", prompt) if prompt is not None else UNSET
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        if is_terminal(task.status):
+            raise RefusedError(
+                f"Task {task.ref} is {task.status.value}: its goal, prompt, parent and harness are frozen.",
+                code="task-frozen",
+                hint=f"Reopen it first: corral reopen {task.ref}",
+            )
+        return tx.update_task(
+            task.id,
+            goal=clean_goal,
+            prompt=clean_prompt,
+            protected=_protect(protect) if protect is not None else UNSET,
+            harness=harness if harness is not None else UNSET,
+            model=model if model is not None else UNSET,
+            target_branch=sanitize_field(target) if target is not None else UNSET,
+        )
+
+
+@dataclass(frozen=True)
+class Ended:
+    task: Task
+    archived: str | None
+    warning: str | None = None
+
+
+def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str) -> Ended:
+    """``close`` and ``reject``: the task becomes abandoned, its work saved and archived."""
+    why = _prose(project, "reason", reason)
+    if not why.strip():
+        raise UsageError(f"{how.capitalize()} needs a reason.", hint=f"corral {how} TASK -m 'why'")
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        if task.status is Status.ABANDONED:
+            raise RefusedError(
+                f"Task {task.ref} is already abandoned.",
+                code="already-abandoned",
+                hint=f"Nothing to {how}. To bring it back: corral reopen {task.ref}",
+            )
+        check_transition(task.status, Status.ABANDONED, actor, what=f"{how} {task.ref}")
+        tx.set_status(task.id, Status.ABANDONED, actor, why, expected_from=task.status, resting_cause=None)
+        session = tx.get_session(task.session_id) if task.session_id else None
+        if session is not None and session.ended_at is None:
+            tx.update_session(session.id, outcome="closed" if how == "close" else "rejected", ended_at=tx.now())
+        task = tx.get_task(task.id) or task
+    archived = warning = None
+    if session is not None:
+        try:
+            archived = workspace.save_and_remove(project, task, session, how)
+        except CorralError as exc:
+            warning = f"The task is abandoned, but its worktree was kept: {exc.message}"
+    return Ended(task, archived, warning)
+
+
+def reopen(project: Project, given: str, *, reason: str | None, actor: Actor) -> Task:
+    why = _prose(project, "reason", reason) if reason else None
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        if task.status not in (Status.COMPLETE, Status.ABANDONED):
+            allowed = [s.value for s in allowed_targets(task.status, actor)]
+            raise RefusedError(
+                f"Cannot reopen {task.ref}: it is {task.status.value}, not complete or abandoned.",
+                code="illegal-transition",
+                hint=f"From {task.status.value} it can go to {', '.join(allowed) or 'nothing'}.",
+            )
+        if task.status is Status.COMPLETE and not (why and why.strip()):
+            raise UsageError(
+                f"Reopening the accepted task {task.ref} needs a reason.",
+                hint=f"corral reopen {task.ref} --reason 'what is wrong with the merged work'",
+            )
+        to_blocked = task.status is Status.COMPLETE or workspace.has_agent_work(project, tx, task)
+        last = tx.get_session(task.session_id) if task.session_id else None
+    if not to_blocked:
+        with project.store.write() as tx:
+            tx.set_status(task.id, Status.BACKLOG, actor, why or "reopened", expected_from=task.status)
+            return tx.get_task(task.id) or task
+    # Restore the work before the status says blocked, so a blocked task always has its worktree.
+    ws = workspace.restore(project, task, last.base_commit if last else None)
+    with project.store.write() as tx:
+        session = tx.insert_session(task.id, worktree=str(ws.worktree), branch=ws.branch, base_commit=ws.base_commit)
+        tx.update_session(session.id, git_start_sha=project.git.rev_parse(ws.branch, cwd=project.repo))
+        tx.park(task.id, actor, why or "reopened", expected_from=task.status)
+        return tx.get_task(task.id) or task
+
+
+def comment(project: Project, given: str, body: str, *, actor: Actor) -> Note:
+    text = _prose(project, "comment", body)
+    if not text.strip():
+        raise UsageError("The comment is empty.", hint="corral comment TASK -m 'your note'")
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        return tx.add_comment(task.id, actor, text)
+
+
+def journal_add(project: Project, given: str, body: str, *, actor: Actor) -> Note:
+    text = _prose(project, "journal entry", body)
+    if not text.strip():
+        raise UsageError("The journal entry is empty.", hint="corral journal TASK -m 'decision and why'")
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        return tx.add_journal_entry(task.id, actor, text)
+
+
+def journal(project: Project, given: str) -> tuple[Task, list[Note]]:
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        return task, tx.journal(task.id)

@@ -1,0 +1,144 @@
+"""A task's branch and worktree: made from its target, saved before removal, restored on reopen.
+
+Nothing is deleted unsaved: before a worktree is removed, uncommitted changes are
+committed to the task branch as a work-in-progress commit, and the branch tip is
+kept under ``refs/corral/archive/<ref>`` until the task is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.domain.records import Session, Task
+from corral.engine.project import Project
+from corral.errors import CorralError, GitError, RefusedError
+from corral.store import Tx
+
+ARCHIVE_PREFIX = "refs/corral/archive/"
+
+
+class PrepareFailed(CorralError):
+    """The branch or worktree of a task could not be made; nothing half-made is left."""
+
+    code = "prepare-failed"
+
+
+def archive_ref(task: Task) -> str:
+    return f"{ARCHIVE_PREFIX}{task.ref}"
+
+
+def target_branch(tx: Tx, task: Task) -> str:
+    """The branch a task merges into: its parent's branch, else the remote target, else its own."""
+    if task.parent_id:
+        parent = tx.get_task(task.parent_id)
+        if parent is not None:
+            return parent.branch
+    remote = task.metadata.get("remote_target_branch")
+    if isinstance(remote, str) and remote:
+        return remote
+    if not task.target_branch:
+        raise RefusedError(
+            f"Task {task.ref} has no target branch.",
+            code="no-target",
+            hint=f"Set one: corral edit {task.ref} --target BRANCH",
+        )
+    return task.target_branch
+
+
+@dataclass(frozen=True)
+class Workspace:
+    worktree: Path
+    branch: str
+    base_commit: str
+
+
+def prepare(project: Project, task: Task, target: str) -> Workspace:
+    """Create ``corral/<ref>`` from ``target`` and its worktree; undo both on any failure."""
+    git, repo = project.git, project.repo
+    base = git.rev_parse(f"refs/heads/{target}", cwd=repo) or git.rev_parse(target, cwd=repo)
+    if base is None:
+        raise PrepareFailed(
+            f"The target branch '{target}' of task {task.ref} has no commit.",
+            hint=f"Commit to {target} first, or set another target: corral edit {task.ref} --target BRANCH",
+        )
+    path = project.paths.worktree(task.ref)
+    if path.exists() or path.is_symlink():
+        raise PrepareFailed(
+            f"Something already exists at {path}, where task {task.ref}'s worktree goes.",
+            hint="Move it aside (or run `corral prune`), then start the task again.",
+        )
+    if git.ref_exists(f"refs/heads/{task.branch}", cwd=repo):
+        raise PrepareFailed(
+            f"The branch {task.branch} already exists.",
+            hint=f"Rename or delete it (git branch -m {task.branch} OTHER), then start the task again.",
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        git.worktree_add(path, task.branch, base, cwd=repo, new_branch=True)
+    except GitError as exc:
+        git.worktree_remove(path, cwd=repo)
+        git.delete_branch(task.branch, cwd=repo)
+        raise PrepareFailed(f"corral could not make the worktree of {task.ref}: {exc.message}", hint=exc.hint) from exc
+    return Workspace(path, task.branch, base)
+
+
+def save_and_remove(project: Project, task: Task, session: Session, why: str) -> str | None:
+    """Commit leftovers as work in progress, archive the branch tip, remove worktree and branch.
+
+    Returns the archived tip (None when the branch never existed).
+    """
+    git, repo = project.git, project.repo
+    branch = session.branch or task.branch
+    worktree = Path(session.worktree) if session.worktree else None
+    if worktree is not None and worktree.is_dir():
+        git.commit_all(worktree, f"corral: work in progress saved before {why}\n\nCorral-Task: {task.id}")
+    tip = git.rev_parse(f"refs/heads/{branch}", cwd=repo)
+    if tip is not None:
+        git.update_ref(archive_ref(task), tip, cwd=repo)
+    if worktree is not None:
+        git.worktree_remove(worktree, cwd=repo)
+    if tip is not None:
+        git.delete_branch(branch, cwd=repo)
+    return tip
+
+
+def has_agent_work(project: Project, tx: Tx, task: Task) -> bool:
+    """Whether any session's branch or the archive holds commits beyond that session's base."""
+    git, repo = project.git, project.repo
+    tips = [f"refs/heads/{task.branch}", archive_ref(task)]
+    for session in tx.sessions(task.id):
+        if not session.base_commit:
+            continue
+        for tip in tips:
+            if git.ref_exists(tip, cwd=repo) and git.count_commits(session.base_commit, tip, cwd=repo) > 0:
+                return True
+    return False
+
+
+def restore(project: Project, task: Task, base_commit: str | None) -> Workspace:
+    """Bring a task's branch and worktree back from its archive (or its surviving branch)."""
+    git, repo = project.git, project.repo
+    path = project.paths.worktree(task.ref)
+    if path.exists() or path.is_symlink():
+        raise PrepareFailed(
+            f"Something already exists at {path}, where task {task.ref}'s worktree goes.",
+            hint="Move it aside, then reopen the task again.",
+        )
+    branch_ref = f"refs/heads/{task.branch}"
+    new_branch = not git.ref_exists(branch_ref, cwd=repo)
+    tip = git.rev_parse(archive_ref(task), cwd=repo) if new_branch else git.rev_parse(branch_ref, cwd=repo)
+    if tip is None:
+        raise PrepareFailed(
+            f"Task {task.ref} has neither a branch nor an archived tip to restore.",
+            hint="Its work is gone from git; reopen cannot bring it back.",
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        git.worktree_add(path, task.branch, tip, cwd=repo, new_branch=new_branch)
+    except GitError as exc:
+        git.worktree_remove(path, cwd=repo)
+        if new_branch:
+            git.delete_branch(task.branch, cwd=repo)
+        raise PrepareFailed(f"corral could not restore {task.ref}'s worktree: {exc.message}") from exc
+    return Workspace(path, task.branch, base_commit or tip)

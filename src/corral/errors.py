@@ -1,0 +1,132 @@
+"""Every error corral shows a person: a kebab-case code, one plain message, a hint.
+
+The tree (each class fixes the exit code of the CLI contract)::
+
+    CorralError                      exit 1  the operation failed
+    ├── UsageError                   exit 2  the request itself is wrong
+    │   ├── AmbiguousTask                    a prefix matches several tasks
+    │   └── TextTooLarge                     text at intake over the cap
+    ├── RefusedError                 exit 3  the task's state does not allow it
+    │   └── IllegalTransition                the transition table says no
+    ├── NotFoundError                exit 4  no such task (or turn, or file)
+    │   └── TaskNotFound
+    ├── StoreError                   exit 1  the database cannot be used as it is
+    │   ├── StoreCorrupt
+    │   └── StoreTooNew
+    ├── GitError                     exit 1  a git command failed
+    └── Interrupted                  exit 130
+
+This module is pure (no I/O) so every layer may raise these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+class CorralError(Exception):
+    """An error with a stable code, a one-line message and a next step."""
+
+    exit_code = 1
+    code = "operation-failed"
+
+    def __init__(self, message: str, *, hint: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if code is not None:
+            self.code = code
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"code": self.code, "message": self.message, "hint": self.hint}
+
+
+class UsageError(CorralError):
+    exit_code = 2
+    code = "usage"
+
+
+class AmbiguousTask(UsageError):
+    code = "ambiguous-task"
+
+    def __init__(self, given: str, candidates: Sequence[str]) -> None:
+        shown = ", ".join(candidates[:10]) + (" …" if len(candidates) > 10 else "")
+        super().__init__(
+            f"'{given}' matches {len(candidates)} tasks: {shown}",
+            hint="Give more of the ref or id.",
+        )
+        self.candidates = list(candidates)
+
+
+class TextTooLarge(UsageError):
+    code = "text-too-large"
+
+    def __init__(self, field: str, size: int, cap: int) -> None:
+        super().__init__(
+            f"The {field} is {size:,} bytes; corral takes at most {cap:,} bytes. Nothing was saved.",
+            hint="Shorten it, or put the long part in a file in the repository and refer to it.",
+        )
+
+
+class RefusedError(CorralError):
+    exit_code = 3
+    code = "refused"
+
+
+class IllegalTransition(RefusedError):
+    code = "illegal-transition"
+
+    def __init__(
+        self,
+        current: str,
+        target: str,
+        allowed: Iterable[str],
+        *,
+        what: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        allowed = list(allowed)
+        doing = what or f"move to {target}"
+        can = ", ".join(allowed) if allowed else "nothing (it is final)"
+        super().__init__(
+            f"Cannot {doing}: the task is {current}, and from {current} it can go to {can}.",
+            hint=hint,
+        )
+        self.current = current
+        self.target = target
+        self.allowed = allowed
+
+
+class NotFoundError(CorralError):
+    exit_code = 4
+    code = "not-found"
+
+
+class TaskNotFound(NotFoundError):
+    code = "task-not-found"
+
+    def __init__(self, given: str, nearest: Sequence[str]) -> None:
+        hint = f"Did you mean: {', '.join(nearest)}?" if nearest else "List the tasks with `corral list --all`."
+        super().__init__(f"No task matches '{given}'.", hint=hint)
+        self.nearest = list(nearest)
+
+
+class StoreError(CorralError):
+    code = "store-error"
+
+
+class StoreCorrupt(StoreError):
+    code = "store-corrupt"
+
+
+class StoreTooNew(StoreError):
+    code = "store-too-new"
+
+
+class GitError(CorralError):
+    code = "git-failed"
+
+
+class Interrupted(CorralError):
+    exit_code = 130
+    code = "interrupted"

@@ -1,0 +1,159 @@
+"""Numbered, forward-only schema migrations for the SQLite store.
+
+Each migration is a plain function of a connection, applied in order inside the
+caller's write transaction and recorded in ``schema_migrations``. Never edit a
+migration that has shipped; add the next number.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+
+_STATUSES = (
+    "'backlog','working','blocked','conflict','pairing','interrupted',"
+    "'merging','submitted','zombie','complete','abandoned'"
+)
+_ACTORS = "'human','builder','agent','system','supervisor'"
+
+
+def run_script(db: sqlite3.Connection, script: str) -> None:
+    """Execute statements one by one: ``executescript`` would commit the open transaction."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            db.execute(pending)
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {pending.strip()[:80]}")
+
+
+def m001_initial(db: sqlite3.Connection) -> None:
+    run_script(
+        db,
+        f"""
+        CREATE TABLE tasks (
+            id TEXT PRIMARY KEY,
+            ref TEXT NOT NULL UNIQUE,
+            goal TEXT NOT NULL,
+            prompt TEXT NOT NULL DEFAULT '',
+            parent_id TEXT REFERENCES tasks(id),
+            status TEXT NOT NULL CHECK (status IN ({_STATUSES})),
+            harness TEXT,
+            model TEXT,
+            target_branch TEXT,
+            protected TEXT NOT NULL DEFAULT '[]',
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            resting_cause TEXT,
+            session_id TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            last_interaction_at TEXT NOT NULL
+        ) STRICT;
+        CREATE INDEX tasks_status ON tasks(status);
+        CREATE INDEX tasks_parent ON tasks(parent_id);
+
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            worktree TEXT,
+            branch TEXT,
+            base_commit TEXT,
+            git_start_sha TEXT,
+            harness_session_id TEXT,
+            interrupt_reason TEXT,
+            interrupt_exit_code INTEGER,
+            interrupt_at TEXT,
+            interrupt_logs TEXT,
+            consecutive_interruptions INTEGER NOT NULL DEFAULT 0,
+            auto_resumed INTEGER NOT NULL DEFAULT 0 CHECK (auto_resumed IN (0, 1)),
+            outcome TEXT,
+            created_at TEXT NOT NULL,
+            ended_at TEXT
+        ) STRICT;
+        CREATE INDEX sessions_task ON sessions(task_id);
+
+        CREATE TABLE turns (
+            id TEXT PRIMARY KEY,
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            session_id TEXT REFERENCES sessions(id),
+            sequence INTEGER NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('human', 'agent')),
+            actor TEXT CHECK (actor IN ({_ACTORS})),
+            kind TEXT NOT NULL,
+            content TEXT NOT NULL,
+            feedback_delivery TEXT NOT NULL DEFAULT 'none'
+                CHECK (feedback_delivery IN ('none', 'pending', 'consumed')),
+            delivered TEXT NOT NULL DEFAULT '[]',
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            usage TEXT,
+            failure TEXT,
+            details TEXT NOT NULL DEFAULT '{{}}',
+            UNIQUE (task_id, sequence),
+            CHECK ((role = 'agent' AND actor IS NULL) OR (role = 'human' AND actor IS NOT NULL))
+        ) STRICT;
+        CREATE INDEX turns_pending ON turns(session_id) WHERE feedback_delivery = 'pending';
+
+        CREATE TABLE attempts (
+            turn_id TEXT NOT NULL REFERENCES turns(id),
+            number INTEGER NOT NULL CHECK (number >= 1),
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            outcome TEXT NOT NULL
+                CHECK (outcome IN ('succeeded', 'failed', 'indeterminate', 'cancelled')),
+            failure_class TEXT,
+            failure TEXT,
+            PRIMARY KEY (turn_id, number)
+        ) STRICT;
+
+        CREATE TABLE status_changes (
+            id INTEGER PRIMARY KEY,
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            from_status TEXT CHECK (from_status IN ({_STATUSES})),
+            to_status TEXT NOT NULL CHECK (to_status IN ({_STATUSES})),
+            actor TEXT NOT NULL CHECK (actor IN ({_ACTORS})),
+            reason TEXT,
+            at TEXT NOT NULL
+        ) STRICT;
+        CREATE INDEX status_changes_task ON status_changes(task_id, id);
+
+        CREATE TABLE violations (
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            path TEXT NOT NULL,
+            turn_id TEXT REFERENCES turns(id),
+            decision TEXT NOT NULL CHECK (decision IN ('pending', 'approved', 'reverted')),
+            decided_by TEXT CHECK (decided_by IN ({_ACTORS})),
+            decided_at TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, path)
+        ) STRICT;
+
+        CREATE TABLE notes (
+            id TEXT PRIMARY KEY,
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            kind TEXT NOT NULL CHECK (kind IN ('comment', 'journal')),
+            actor TEXT NOT NULL CHECK (actor IN ({_ACTORS})),
+            body TEXT NOT NULL,
+            at TEXT NOT NULL
+        ) STRICT;
+        CREATE INDEX notes_task ON notes(task_id, kind, at);
+
+        -- The journal and the timeline are append-only: history is never rewritten.
+        CREATE TRIGGER notes_append_only_update BEFORE UPDATE ON notes
+        BEGIN SELECT RAISE(ABORT, 'notes are append-only'); END;
+        CREATE TRIGGER status_changes_append_only BEFORE UPDATE ON status_changes
+        BEGIN SELECT RAISE(ABORT, 'status changes are append-only'); END;
+        """,
+    )
+
+
+MIGRATIONS: list[tuple[int, str, Migration]] = [
+    (1, "initial", m001_initial),
+]
+
+LATEST = MIGRATIONS[-1][0]

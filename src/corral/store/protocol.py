@@ -1,0 +1,240 @@
+"""The ``Store`` protocol: the one interface between corral's engine and its records.
+
+Reads and writes happen inside a transaction (:meth:`Store.read` /
+:meth:`Store.write`), so a caller composes a status, its status change, a turn and
+its attempts into one atomic write. Any implementation (SQLite now, PostgreSQL
+later) must pass ``tests/store/conformance.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from corral.domain.actors import Actor, Role
+from corral.domain.records import (
+    Attempt,
+    AttemptOutcome,
+    FailureEvidence,
+    FeedbackDelivery,
+    Note,
+    RestingCause,
+    Session,
+    StatusChange,
+    Task,
+    Turn,
+    Violation,
+)
+from corral.domain.status import Status
+from corral.domain.violations import Decision
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: Marks "leave this field as it is" where None is a meaningful value.
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class NewTask:
+    ref: str
+    goal: str
+    prompt: str = ""
+    parent_id: str | None = None
+    harness: str | None = None
+    model: str | None = None
+    target_branch: str | None = None
+    protected: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Tx(Protocol):
+    """One transaction. Reads see one snapshot; writes commit together or not at all."""
+
+    def now(self) -> datetime:
+        """The transaction's one timestamp: everything it writes agrees on "when"."""
+        ...
+
+    # -- tasks -------------------------------------------------------------------
+    def get_task(self, task_id: str) -> Task | None: ...
+    def task_by_ref(self, ref: str) -> Task | None: ...
+    def tasks(self, statuses: Iterable[Status] | None = None) -> list[Task]: ...
+    def match_tasks(self, prefix: str) -> list[Task]: ...
+    def refs(self) -> list[str]: ...
+    def children(self, task_id: str) -> list[Task]: ...
+
+    def insert_task(self, new: NewTask, actor: Actor, *, task_id: str | None = None) -> Task:
+        """Create a task in backlog and its first status change (no ``from``)."""
+        ...
+
+    def update_task(
+        self,
+        task_id: str,
+        *,
+        goal: str = UNSET,
+        prompt: str = UNSET,
+        parent_id: str | None = UNSET,
+        harness: str | None = UNSET,
+        model: str | None = UNSET,
+        target_branch: str | None = UNSET,
+        protected: Sequence[str] = UNSET,
+        metadata: dict[str, Any] = UNSET,
+        touch: bool = True,
+    ) -> Task: ...
+
+    def set_status(
+        self,
+        task_id: str,
+        to: Status,
+        actor: Actor,
+        reason: str | None = None,
+        *,
+        expected_from: Status | Iterable[Status] | None = None,
+        resting_cause: RestingCause | None = UNSET,
+    ) -> StatusChange:
+        """Validate and write one transition with its status-change record.
+
+        ``blocked`` and ``conflict`` are refused here: they are derived by :meth:`park`.
+        ``resting_cause`` UNSET keeps the current cause when the task stays resting and
+        clears it otherwise.
+        """
+        ...
+
+    def park(
+        self,
+        task_id: str,
+        actor: Actor,
+        reason: str | None = None,
+        *,
+        expected_from: Status | Iterable[Status] | None = None,
+        resting_cause: RestingCause | None = None,
+    ) -> StatusChange | None:
+        """The one park function: blocked or conflict, derived from the pending set.
+
+        Returns None when the task already wears the derived label (no change made).
+        """
+        ...
+
+    def set_resting_cause(self, task_id: str, cause: RestingCause | None) -> None: ...
+
+    def status_changes(self, task_id: str) -> list[StatusChange]: ...
+
+    # -- sessions ----------------------------------------------------------------
+    def insert_session(
+        self,
+        task_id: str,
+        *,
+        worktree: str | None = None,
+        branch: str | None = None,
+        base_commit: str | None = None,
+    ) -> Session:
+        """Start a new session and make it the task's current one."""
+        ...
+
+    def get_session(self, session_id: str) -> Session | None: ...
+    def sessions(self, task_id: str) -> list[Session]: ...
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        worktree: str | None = UNSET,
+        branch: str | None = UNSET,
+        base_commit: str | None = UNSET,
+        git_start_sha: str | None = UNSET,
+        harness_session_id: str | None = UNSET,
+        interrupt_reason: str | None = UNSET,
+        interrupt_exit_code: int | None = UNSET,
+        interrupt_at: datetime | None = UNSET,
+        interrupt_logs: str | None = UNSET,
+        consecutive_interruptions: int = UNSET,
+        auto_resumed: bool = UNSET,
+        outcome: str | None = UNSET,
+        ended_at: datetime | None = UNSET,
+    ) -> Session: ...
+
+    # -- turns and attempts ------------------------------------------------------
+    def add_turn(
+        self,
+        task_id: str,
+        *,
+        role: Role,
+        kind: str,
+        content: str,
+        actor: Actor | None = None,
+        session_id: str | None = None,
+        feedback_delivery: FeedbackDelivery = FeedbackDelivery.NONE,
+        delivered: Sequence[str] = (),
+        started_at: datetime | None = None,
+        ended_at: datetime | None = None,
+        usage: dict[str, Any] | None = None,
+        failure: FailureEvidence | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> Turn:
+        """Append a turn with the task's next sequence number."""
+        ...
+
+    def get_turn(self, turn_id: str) -> Turn | None: ...
+    def turns(self, task_id: str) -> list[Turn]: ...
+    def pending_feedback(self, session_id: str) -> list[Turn]: ...
+
+    def mark_feedback_consumed(self, turn_ids: Iterable[str]) -> int:
+        """Flip exactly these pending turns to consumed; returns how many changed."""
+        ...
+
+    def add_attempt(
+        self,
+        turn_id: str,
+        *,
+        number: int,
+        started_at: datetime,
+        ended_at: datetime | None,
+        outcome: AttemptOutcome,
+        failure_class: str | None = None,
+        failure: FailureEvidence | None = None,
+    ) -> Attempt: ...
+
+    # -- violations --------------------------------------------------------------
+    def violations(self, task_id: str, *, session_id: str | None = None) -> list[Violation]:
+        """The violation records of the task's current session (or of ``session_id``)."""
+        ...
+
+    def pending_paths(self, task_id: str) -> list[str]: ...
+
+    def record_violations(self, task_id: str, paths: Iterable[str], *, turn_id: str | None = None) -> list[str]:
+        """Record changed protected paths on the current session; returns those now pending."""
+        ...
+
+    def decide_violations(self, task_id: str, decisions: dict[str, Decision], actor: Actor) -> None:
+        """Record decisions on pending files of the current session (sticky)."""
+        ...
+
+    # -- notes -------------------------------------------------------------------
+    def add_comment(self, task_id: str, actor: Actor, body: str) -> Note: ...
+    def comments(self, task_id: str) -> list[Note]: ...
+    def add_journal_entry(self, task_id: str, actor: Actor, body: str) -> Note: ...
+    def journal(self, task_id: str) -> list[Note]: ...
+
+
+class Store(Protocol):
+    """A durable home for tasks and their whole history."""
+
+    @property
+    def location(self) -> str:
+        """Where the records live, for messages (a file path, a DSN without secrets)."""
+        ...
+
+    def read(self) -> AbstractContextManager[Tx]: ...
+    def write(self) -> AbstractContextManager[Tx]: ...
+    def schema_version(self) -> int: ...
+    def check(self) -> list[str]:
+        """Integrity problems found, empty when healthy."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,825 @@
+"""The SQLite implementation of the ``Store`` protocol: one WAL file per repository.
+
+Durability settings: WAL journal, ``synchronous=FULL`` (every commit is fsynced),
+``BEGIN IMMEDIATE`` for writes (a writer takes the lock up front, so two writers
+never deadlock on an upgrade), and a busy timeout so concurrent CLIs and the
+daemon wait for each other instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from corral.domain.actors import Actor, Role, turn_actor
+from corral.domain.clock import Clock, new_id, parse_time, rfc3339, utcnow
+from corral.domain.records import (
+    Attempt,
+    AttemptOutcome,
+    FailureEvidence,
+    FeedbackDelivery,
+    Note,
+    RestingCause,
+    Session,
+    StatusChange,
+    Task,
+    Turn,
+    Violation,
+)
+from corral.domain.status import PAUSED, RESTING, Status, check_transition
+from corral.domain.violations import Decision, after_change, park_status
+from corral.errors import CorralError, RefusedError, StoreCorrupt, StoreError, StoreTooNew
+from corral.store.migrations import LATEST, MIGRATIONS
+from corral.store.protocol import UNSET, NewTask
+
+BUSY_TIMEOUT_MS = 10_000
+
+_TASK_COLUMNS = (
+    "id, ref, goal, prompt, parent_id, status, harness, model, target_branch, protected, "
+    "metadata, resting_cause, session_id, created_at, updated_at, last_interaction_at"
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _time(value: str | None) -> datetime | None:
+    return parse_time(value)
+
+
+def _req_time(value: str) -> datetime:
+    parsed = parse_time(value)
+    assert parsed is not None
+    return parsed
+
+
+def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, Status):
+        return (value,)
+    return tuple(value)
+
+
+class SQLiteTx:
+    """One transaction over an open connection; see ``corral.store.protocol.Tx``."""
+
+    def __init__(self, db: sqlite3.Connection, clock: Clock, *, writable: bool) -> None:
+        self._db = db
+        self._clock = clock
+        self._writable = writable
+        self._now: datetime | None = None
+
+    # One timestamp per transaction: a status and its status change agree on "when".
+    def now(self) -> datetime:
+        if self._now is None:
+            self._now = self._clock()
+        return self._now
+
+    def _write(self) -> None:
+        if not self._writable:
+            raise StoreError("internal: a write was attempted in a read transaction")
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
+        return row
+
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        return list(self._db.execute(sql, args).fetchall())
+
+    # -- tasks -------------------------------------------------------------------
+    @staticmethod
+    def _task(row: sqlite3.Row) -> Task:
+        cause = _loads(row["resting_cause"])
+        return Task(
+            id=row["id"],
+            ref=row["ref"],
+            goal=row["goal"],
+            prompt=row["prompt"],
+            parent_id=row["parent_id"],
+            status=Status(row["status"]),
+            harness=row["harness"],
+            model=row["model"],
+            target_branch=row["target_branch"],
+            protected=tuple(_loads(row["protected"]) or ()),
+            metadata=_loads(row["metadata"]) or {},
+            resting_cause=RestingCause.from_json(cause) if cause else None,
+            session_id=row["session_id"],
+            created_at=_req_time(row["created_at"]),
+            updated_at=_req_time(row["updated_at"]),
+            last_interaction_at=_req_time(row["last_interaction_at"]),
+        )
+
+    def get_task(self, task_id: str) -> Task | None:
+        row = self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
+        return self._task(row) if row else None
+
+    def _require_task(self, task_id: str) -> Task:
+        task = self.get_task(task_id)
+        if task is None:
+            from corral.errors import TaskNotFound
+
+            raise TaskNotFound(task_id, [])
+        return task
+
+    def task_by_ref(self, ref: str) -> Task | None:
+        row = self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE ref = ?", (ref,))
+        return self._task(row) if row else None
+
+    def tasks(self, statuses: Iterable[Status] | None = None) -> list[Task]:
+        if statuses is None:
+            rows = self._all(f"SELECT {_TASK_COLUMNS} FROM tasks ORDER BY created_at, id")
+        else:
+            wanted = [s.value for s in statuses]
+            marks = ",".join("?" * len(wanted))
+            rows = self._all(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY created_at, id",
+                wanted,
+            )
+        return [self._task(r) for r in rows]
+
+    def match_tasks(self, prefix: str) -> list[Task]:
+        # Escape LIKE wildcards so a prefix is taken literally.
+        esc = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._all(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE ref LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' "
+            "ORDER BY created_at, id",
+            (esc, esc),
+        )
+        # LIKE is case-insensitive for ASCII; refs and ids are lowercase, so keep exact case.
+        return [self._task(r) for r in rows if r["ref"].startswith(prefix) or r["id"].startswith(prefix)]
+
+    def refs(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT ref FROM tasks ORDER BY ref")]
+
+    def children(self, task_id: str) -> list[Task]:
+        rows = self._all(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE parent_id = ? ORDER BY created_at, id", (task_id,))
+        return [self._task(r) for r in rows]
+
+    def insert_task(self, new: NewTask, actor: Actor, *, task_id: str | None = None) -> Task:
+        self._write()
+        now = rfc3339(self.now())
+        tid = task_id or new_id()
+        try:
+            self._db.execute(
+                f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    tid,
+                    new.ref,
+                    new.goal,
+                    new.prompt,
+                    new.parent_id,
+                    Status.BACKLOG.value,
+                    new.harness,
+                    new.model,
+                    new.target_branch,
+                    _dumps(list(new.protected)),
+                    _dumps(new.metadata),
+                    None,
+                    None,
+                    now,
+                    now,
+                    now,
+                ),
+            )
+        except sqlite3.IntegrityError as exc:
+            if "tasks.ref" in str(exc):
+                raise RefusedError(
+                    f"A task with ref '{new.ref}' already exists.",
+                    code="ref-taken",
+                    hint="Pick another --ref, or omit it to have one made from the goal.",
+                ) from exc
+            raise
+        self._change(tid, None, Status.BACKLOG, actor, "created")
+        return self._require_task(tid)
+
+    def update_task(
+        self,
+        task_id: str,
+        *,
+        goal: str = UNSET,
+        prompt: str = UNSET,
+        parent_id: str | None = UNSET,
+        harness: str | None = UNSET,
+        model: str | None = UNSET,
+        target_branch: str | None = UNSET,
+        protected: Sequence[str] = UNSET,
+        metadata: dict[str, Any] = UNSET,
+        touch: bool = True,
+    ) -> Task:
+        self._write()
+        sets: dict[str, Any] = {}
+        for name, value in (
+            ("goal", goal),
+            ("prompt", prompt),
+            ("parent_id", parent_id),
+            ("harness", harness),
+            ("model", model),
+            ("target_branch", target_branch),
+        ):
+            if value is not UNSET:
+                sets[name] = value
+        if protected is not UNSET:
+            sets["protected"] = _dumps(list(protected))
+        if metadata is not UNSET:
+            sets["metadata"] = _dumps(metadata)
+        now = rfc3339(self.now())
+        sets["updated_at"] = now
+        if touch:
+            sets["last_interaction_at"] = now
+        self._require_task(task_id)
+        cols = ", ".join(f"{k} = ?" for k in sets)
+        self._db.execute(f"UPDATE tasks SET {cols} WHERE id = ?", (*sets.values(), task_id))
+        return self._require_task(task_id)
+
+    def _change(self, task_id: str, src: Status | None, dst: Status, actor: Actor, reason: str | None) -> StatusChange:
+        at = self.now()
+        self._db.execute(
+            "INSERT INTO status_changes (task_id, from_status, to_status, actor, reason, at) VALUES (?,?,?,?,?,?)",
+            (task_id, src.value if src else None, dst.value, actor.value, reason, rfc3339(at)),
+        )
+        return StatusChange(task_id, src, dst, actor, reason, at)
+
+    @staticmethod
+    def _expect(task: Task, expected_from: Status | Iterable[Status] | None) -> None:
+        """Compare-and-set: refuse when another process moved the task since it was read."""
+        expected = _statuses(expected_from)
+        if expected is not None and task.status not in expected:
+            raise RefusedError(
+                f"The task is {task.status.value} now, not {' or '.join(s.value for s in expected)}; "
+                "someone else changed it first.",
+                code="status-changed",
+                hint=f"Look at it with `corral show {task.ref}` and try again.",
+            )
+
+    def _transition(
+        self,
+        task_id: str,
+        to: Status,
+        actor: Actor,
+        reason: str | None,
+        expected_from: Status | Iterable[Status] | None,
+        resting_cause: RestingCause | None,
+    ) -> StatusChange:
+        self._write()
+        task = self._require_task(task_id)
+        self._expect(task, expected_from)
+        check_transition(task.status, to, actor)
+        if resting_cause is UNSET:
+            keep = to in RESTING and task.resting_cause is not None
+            cause_json = _dumps(task.resting_cause.to_json()) if keep and task.resting_cause else None
+        else:
+            cause_json = _dumps(resting_cause.to_json()) if resting_cause is not None else None
+        now = rfc3339(self.now())
+        self._db.execute(
+            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ? WHERE id = ?",
+            (to.value, cause_json, now, now, task_id),
+        )
+        return self._change(task_id, task.status, to, actor, reason)
+
+    def set_status(
+        self,
+        task_id: str,
+        to: Status,
+        actor: Actor,
+        reason: str | None = None,
+        *,
+        expected_from: Status | Iterable[Status] | None = None,
+        resting_cause: RestingCause | None = UNSET,
+    ) -> StatusChange:
+        if to in PAUSED:
+            raise StoreError(
+                f"internal: {to.value} is derived from the violation set; park the task instead",
+                code="internal-error",
+            )
+        return self._transition(task_id, to, actor, reason, expected_from, resting_cause)
+
+    def park(
+        self,
+        task_id: str,
+        actor: Actor,
+        reason: str | None = None,
+        *,
+        expected_from: Status | Iterable[Status] | None = None,
+        resting_cause: RestingCause | None = None,
+    ) -> StatusChange | None:
+        task = self._require_task(task_id)
+        target = park_status(len(self.pending_paths(task_id)))
+        if task.status is target:
+            self._expect(task, expected_from)
+            if resting_cause is not None:
+                self.set_resting_cause(task_id, resting_cause)
+            return None
+        return self._transition(task_id, target, actor, reason, expected_from, resting_cause)
+
+    def set_resting_cause(self, task_id: str, cause: RestingCause | None) -> None:
+        self._write()
+        self._require_task(task_id)
+        self._db.execute(
+            "UPDATE tasks SET resting_cause = ?, updated_at = ? WHERE id = ?",
+            (_dumps(cause.to_json()) if cause else None, rfc3339(self.now()), task_id),
+        )
+
+    def status_changes(self, task_id: str) -> list[StatusChange]:
+        rows = self._all(
+            "SELECT task_id, from_status, to_status, actor, reason, at FROM status_changes "
+            "WHERE task_id = ? ORDER BY id",
+            (task_id,),
+        )
+        return [
+            StatusChange(
+                r["task_id"],
+                Status(r["from_status"]) if r["from_status"] else None,
+                Status(r["to_status"]),
+                Actor(r["actor"]),
+                r["reason"],
+                _req_time(r["at"]),
+            )
+            for r in rows
+        ]
+
+    # -- sessions ----------------------------------------------------------------
+    @staticmethod
+    def _session(row: sqlite3.Row) -> Session:
+        return Session(
+            id=row["id"],
+            task_id=row["task_id"],
+            worktree=row["worktree"],
+            branch=row["branch"],
+            base_commit=row["base_commit"],
+            git_start_sha=row["git_start_sha"],
+            harness_session_id=row["harness_session_id"],
+            interrupt_reason=row["interrupt_reason"],
+            interrupt_exit_code=row["interrupt_exit_code"],
+            interrupt_at=_time(row["interrupt_at"]),
+            interrupt_logs=row["interrupt_logs"],
+            consecutive_interruptions=row["consecutive_interruptions"],
+            auto_resumed=bool(row["auto_resumed"]),
+            outcome=row["outcome"],
+            created_at=_req_time(row["created_at"]),
+            ended_at=_time(row["ended_at"]),
+        )
+
+    def insert_session(
+        self,
+        task_id: str,
+        *,
+        worktree: str | None = None,
+        branch: str | None = None,
+        base_commit: str | None = None,
+    ) -> Session:
+        self._write()
+        self._require_task(task_id)
+        sid = new_id()
+        now = rfc3339(self.now())
+        self._db.execute(
+            "INSERT INTO sessions (id, task_id, worktree, branch, base_commit, created_at) VALUES (?,?,?,?,?,?)",
+            (sid, task_id, worktree, branch, base_commit, now),
+        )
+        self._db.execute("UPDATE tasks SET session_id = ?, updated_at = ? WHERE id = ?", (sid, now, task_id))
+        session = self.get_session(sid)
+        assert session is not None
+        return session
+
+    def get_session(self, session_id: str) -> Session | None:
+        row = self._one("SELECT * FROM sessions WHERE id = ?", (session_id,))
+        return self._session(row) if row else None
+
+    def sessions(self, task_id: str) -> list[Session]:
+        rows = self._all("SELECT * FROM sessions WHERE task_id = ? ORDER BY created_at, rowid", (task_id,))
+        return [self._session(r) for r in rows]
+
+    def update_session(self, session_id: str, **fields: Any) -> Session:
+        self._write()
+        sets: dict[str, Any] = {}
+        for name, value in fields.items():
+            if value is UNSET:
+                continue
+            if name not in _SESSION_FIELDS:
+                raise TypeError(f"unknown session field {name!r}")
+            if isinstance(value, datetime):
+                value = rfc3339(value)
+            elif isinstance(value, bool):
+                value = int(value)
+            sets[name] = value
+        if sets:
+            cols = ", ".join(f"{k} = ?" for k in sets)
+            cur = self._db.execute(f"UPDATE sessions SET {cols} WHERE id = ?", (*sets.values(), session_id))
+            if cur.rowcount == 0:
+                raise StoreError(f"internal: no session {session_id}", code="internal-error")
+        session = self.get_session(session_id)
+        if session is None:
+            raise StoreError(f"internal: no session {session_id}", code="internal-error")
+        return session
+
+    # -- turns and attempts ------------------------------------------------------
+    def _turn(self, row: sqlite3.Row, attempts: tuple[Attempt, ...] = ()) -> Turn:
+        failure = _loads(row["failure"])
+        return Turn(
+            id=row["id"],
+            task_id=row["task_id"],
+            session_id=row["session_id"],
+            sequence=row["sequence"],
+            role=Role(row["role"]),
+            actor=Actor(row["actor"]) if row["actor"] else None,
+            kind=row["kind"],
+            content=row["content"],
+            feedback_delivery=FeedbackDelivery(row["feedback_delivery"]),
+            delivered=tuple(_loads(row["delivered"]) or ()),
+            started_at=_req_time(row["started_at"]),
+            ended_at=_time(row["ended_at"]),
+            usage=_loads(row["usage"]),
+            failure=FailureEvidence.from_json(failure) if failure else None,
+            details=_loads(row["details"]) or {},
+            attempts=attempts,
+        )
+
+    @staticmethod
+    def _attempt(row: sqlite3.Row) -> Attempt:
+        failure = _loads(row["failure"])
+        return Attempt(
+            turn_id=row["turn_id"],
+            number=row["number"],
+            started_at=_req_time(row["started_at"]),
+            ended_at=_time(row["ended_at"]),
+            outcome=AttemptOutcome(row["outcome"]),
+            failure_class=row["failure_class"],
+            failure=FailureEvidence.from_json(failure) if failure else None,
+        )
+
+    def add_turn(
+        self,
+        task_id: str,
+        *,
+        role: Role,
+        kind: str,
+        content: str,
+        actor: Actor | None = None,
+        session_id: str | None = None,
+        feedback_delivery: FeedbackDelivery = FeedbackDelivery.NONE,
+        delivered: Sequence[str] = (),
+        started_at: datetime | None = None,
+        ended_at: datetime | None = None,
+        usage: dict[str, Any] | None = None,
+        failure: FailureEvidence | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> Turn:
+        self._write()
+        turn_actor(role, actor)
+        self._require_task(task_id)
+        (seq,) = self._db.execute(
+            "SELECT COALESCE(MAX(sequence), 0) + 1 FROM turns WHERE task_id = ?", (task_id,)
+        ).fetchone()
+        tid = new_id()
+        self._db.execute(
+            "INSERT INTO turns (id, task_id, session_id, sequence, role, actor, kind, content, "
+            "feedback_delivery, delivered, started_at, ended_at, usage, failure, details) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                tid,
+                task_id,
+                session_id,
+                seq,
+                role.value,
+                actor.value if actor else None,
+                kind,
+                content,
+                feedback_delivery.value,
+                _dumps(list(delivered)),
+                rfc3339(started_at or self.now()),
+                rfc3339(ended_at),
+                _dumps(usage) if usage is not None else None,
+                _dumps(failure.to_json()) if failure else None,
+                _dumps(details or {}),
+            ),
+        )
+        now = rfc3339(self.now())
+        self._db.execute("UPDATE tasks SET last_interaction_at = ?, updated_at = ? WHERE id = ?", (now, now, task_id))
+        turn = self.get_turn(tid)
+        assert turn is not None
+        return turn
+
+    def get_turn(self, turn_id: str) -> Turn | None:
+        row = self._one("SELECT * FROM turns WHERE id = ?", (turn_id,))
+        if row is None:
+            return None
+        attempts = tuple(
+            self._attempt(a) for a in self._all("SELECT * FROM attempts WHERE turn_id = ? ORDER BY number", (turn_id,))
+        )
+        return self._turn(row, attempts)
+
+    def turns(self, task_id: str) -> list[Turn]:
+        by_turn: dict[str, list[Attempt]] = {}
+        for a in self._all(
+            "SELECT a.* FROM attempts a JOIN turns t ON t.id = a.turn_id WHERE t.task_id = ? "
+            "ORDER BY a.turn_id, a.number",
+            (task_id,),
+        ):
+            by_turn.setdefault(a["turn_id"], []).append(self._attempt(a))
+        rows = self._all("SELECT * FROM turns WHERE task_id = ? ORDER BY sequence", (task_id,))
+        return [self._turn(r, tuple(by_turn.get(r["id"], ()))) for r in rows]
+
+    def pending_feedback(self, session_id: str) -> list[Turn]:
+        rows = self._all(
+            "SELECT * FROM turns WHERE session_id = ? AND feedback_delivery = 'pending' ORDER BY sequence",
+            (session_id,),
+        )
+        return [self._turn(r) for r in rows]
+
+    def mark_feedback_consumed(self, turn_ids: Iterable[str]) -> int:
+        self._write()
+        changed = 0
+        for tid in turn_ids:
+            cur = self._db.execute(
+                "UPDATE turns SET feedback_delivery = 'consumed' WHERE id = ? AND feedback_delivery = 'pending'",
+                (tid,),
+            )
+            changed += cur.rowcount
+        return changed
+
+    def add_attempt(
+        self,
+        turn_id: str,
+        *,
+        number: int,
+        started_at: datetime,
+        ended_at: datetime | None,
+        outcome: AttemptOutcome,
+        failure_class: str | None = None,
+        failure: FailureEvidence | None = None,
+    ) -> Attempt:
+        self._write()
+        self._db.execute(
+            "INSERT INTO attempts (turn_id, number, started_at, ended_at, outcome, failure_class, failure) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (
+                turn_id,
+                number,
+                rfc3339(started_at),
+                rfc3339(ended_at),
+                outcome.value,
+                failure_class,
+                _dumps(failure.to_json()) if failure else None,
+            ),
+        )
+        return Attempt(turn_id, number, started_at, ended_at, outcome, failure_class, failure)
+
+    # -- violations --------------------------------------------------------------
+    @staticmethod
+    def _violation(row: sqlite3.Row) -> Violation:
+        return Violation(
+            task_id=row["task_id"],
+            session_id=row["session_id"],
+            path=row["path"],
+            turn_id=row["turn_id"],
+            decision=Decision(row["decision"]),
+            decided_by=Actor(row["decided_by"]) if row["decided_by"] else None,
+            decided_at=_time(row["decided_at"]),
+            created_at=_req_time(row["created_at"]),
+        )
+
+    def _current_session_id(self, task_id: str) -> str | None:
+        row = self._one("SELECT session_id FROM tasks WHERE id = ?", (task_id,))
+        return row["session_id"] if row else None
+
+    def violations(self, task_id: str, *, session_id: str | None = None) -> list[Violation]:
+        sid = session_id or self._current_session_id(task_id)
+        if sid is None:
+            return []
+        rows = self._all("SELECT * FROM violations WHERE task_id = ? AND session_id = ? ORDER BY path", (task_id, sid))
+        return [self._violation(r) for r in rows]
+
+    def pending_paths(self, task_id: str) -> list[str]:
+        return [v.path for v in self.violations(task_id) if v.decision is Decision.PENDING]
+
+    def record_violations(self, task_id: str, paths: Iterable[str], *, turn_id: str | None = None) -> list[str]:
+        self._write()
+        sid = self._current_session_id(task_id)
+        if sid is None:
+            raise StoreError("internal: violations need a session", code="internal-error")
+        current = {v.path: v.decision for v in self.violations(task_id)}
+        now = rfc3339(self.now())
+        for path in dict.fromkeys(paths):
+            if after_change(current.get(path)) is not Decision.PENDING:
+                continue
+            self._db.execute(
+                "INSERT INTO violations (task_id, session_id, path, turn_id, decision, created_at) "
+                "VALUES (?,?,?,?, 'pending', ?) ON CONFLICT (session_id, path) DO UPDATE SET "
+                "decision = 'pending', turn_id = excluded.turn_id, decided_by = NULL, decided_at = NULL",
+                (task_id, sid, path, turn_id, now),
+            )
+        return self.pending_paths(task_id)
+
+    def decide_violations(self, task_id: str, decisions: dict[str, Decision], actor: Actor) -> None:
+        self._write()
+        sid = self._current_session_id(task_id)
+        if sid is None:
+            return
+        now = rfc3339(self.now())
+        for path, decision in decisions.items():
+            if decision is Decision.PENDING:
+                raise ValueError("a decision is approved or reverted")
+            # Only pending rows change: decisions already made are sticky.
+            self._db.execute(
+                "UPDATE violations SET decision = ?, decided_by = ?, decided_at = ? "
+                "WHERE session_id = ? AND path = ? AND decision = 'pending'",
+                (decision.value, actor.value, now, sid, path),
+            )
+
+    # -- notes -------------------------------------------------------------------
+    def _add_note(self, kind: str, task_id: str, actor: Actor, body: str) -> Note:
+        self._write()
+        self._require_task(task_id)
+        nid = new_id()
+        at = self.now()
+        self._db.execute(
+            "INSERT INTO notes (id, task_id, kind, actor, body, at) VALUES (?,?,?,?,?,?)",
+            (nid, task_id, kind, actor.value, body, rfc3339(at)),
+        )
+        return Note(nid, task_id, actor, body, at)
+
+    def _notes(self, kind: str, task_id: str) -> list[Note]:
+        rows = self._all(
+            "SELECT id, task_id, actor, body, at FROM notes WHERE task_id = ? AND kind = ? ORDER BY at, rowid",
+            (task_id, kind),
+        )
+        return [Note(r["id"], r["task_id"], Actor(r["actor"]), r["body"], _req_time(r["at"])) for r in rows]
+
+    def add_comment(self, task_id: str, actor: Actor, body: str) -> Note:
+        return self._add_note("comment", task_id, actor, body)
+
+    def comments(self, task_id: str) -> list[Note]:
+        return self._notes("comment", task_id)
+
+    def add_journal_entry(self, task_id: str, actor: Actor, body: str) -> Note:
+        return self._add_note("journal", task_id, actor, body)
+
+    def journal(self, task_id: str) -> list[Note]:
+        return self._notes("journal", task_id)
+
+
+_SESSION_FIELDS = frozenset(
+    {
+        "worktree",
+        "branch",
+        "base_commit",
+        "git_start_sha",
+        "harness_session_id",
+        "interrupt_reason",
+        "interrupt_exit_code",
+        "interrupt_at",
+        "interrupt_logs",
+        "consecutive_interruptions",
+        "auto_resumed",
+        "outcome",
+        "ended_at",
+    }
+)
+
+
+class SQLiteStore:
+    """A ``Store`` over one SQLite file (or ``:memory:`` for tests of the store alone)."""
+
+    def __init__(self, path: str | Path, *, clock: Clock = utcnow) -> None:
+        self.path = str(path)
+        self._clock = clock
+        self._db = self._open()
+
+    @property
+    def location(self) -> str:
+        return self.path
+
+    def _corrupt(self, exc: BaseException) -> StoreCorrupt:
+        return StoreCorrupt(
+            f"The corral database {self.path} cannot be read ({exc}).",
+            hint=(
+                f"Nothing was changed. Move it aside (mv '{self.path}' '{self.path}.broken') and corral "
+                "starts a new one; `sqlite3 <file> .recover` may rescue the history from the moved file."
+            ),
+        )
+
+    def _open(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise self._corrupt(exc) from exc
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if self.path != ":memory:":
+                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(
+                        f"The corral database {self.path} could not switch to WAL mode (got {mode}).",
+                        hint="Put CORRAL_HOME on a local disk that supports shared memory files.",
+                    )
+            db.execute("PRAGMA synchronous = FULL")
+            db.execute("PRAGMA foreign_keys = ON")
+            self._migrate(db)
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise self._corrupt(exc) from exc
+        except CorralError:
+            db.close()
+            raise
+        return db
+
+    @staticmethod
+    def _version(db: sqlite3.Connection) -> int:
+        exists = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        ).fetchone()
+        if not exists:
+            return 0
+        (version,) = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+        return int(version)
+
+    def _too_new(self, version: int) -> StoreTooNew:
+        return StoreTooNew(
+            f"The corral database {self.path} has schema version {version}, newer than this corral "
+            f"understands (up to {LATEST}).",
+            hint="Upgrade corral (pip install -U corral) to the version that wrote it; nothing was changed.",
+        )
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        version = self._version(db)
+        if version > LATEST:
+            raise self._too_new(version)
+        if version == LATEST:
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
+            )
+            version = self._version(db)  # another process may have migrated meanwhile
+            if version > LATEST:
+                raise self._too_new(version)
+            for number, name, migration in MIGRATIONS:
+                if number <= version:
+                    continue
+                migration(db)
+                db.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?,?,?)",
+                    (number, name, rfc3339(self._clock())),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def schema_version(self) -> int:
+        return self._version(self._db)
+
+    @contextmanager
+    def _tx(self, begin: str, writable: bool) -> Iterator[SQLiteTx]:
+        try:
+            self._db.execute(begin)
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"The corral database {self.path} is busy or unavailable ({exc}).",
+                code="store-busy",
+                hint="Another corral process holds it; try again in a moment.",
+            ) from exc
+        tx = SQLiteTx(self._db, self._clock, writable=writable)
+        try:
+            yield tx
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def read(self) -> AbstractContextManager[SQLiteTx]:
+        return self._tx("BEGIN DEFERRED", writable=False)
+
+    def write(self) -> AbstractContextManager[SQLiteTx]:
+        return self._tx("BEGIN IMMEDIATE", writable=True)
+
+    def check(self) -> list[str]:
+        problems = [r[0] for r in self._db.execute("PRAGMA quick_check") if r[0] != "ok"]
+        problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}" for r in self._db.execute("PRAGMA foreign_key_check")]
+        return problems
+
+    def close(self) -> None:
+        self._db.close()
