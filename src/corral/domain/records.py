@@ -189,6 +189,7 @@ class Turn:
     failure: FailureEvidence | None = None
     details: JSON = field(default_factory=dict)
     attempts: tuple[Attempt, ...] = ()
+    command_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ SETTINGS: tuple[Setting, ...] = (
         trusted_only=True,
     ),
     Setting("is_sandbox", bool, False, "tell the harness it runs inside a real sandbox", trusted_only=True),
+    Setting("claude_bin", str, "claude", "the Claude Code executable", trusted_only=True),
+    Setting("pi_bin", str, "pi", "the Pi executable", trusted_only=True),
+    Setting("pi_provider", str, None, "the Pi provider (--provider)", optional=True),
+    Setting("codex_bin", str, "codex", "the Codex executable", trusted_only=True),
+    Setting("command", str, None, "the command run by the `command` harness", trusted_only=True, optional=True),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -1,36 +1,146 @@
 """The reconciler: sweeps that bring stored status in line with what is true on disk.
 
-It runs before read commands and on every daemon tick, and is idempotent.
+It runs before read commands (and on every daemon tick) and is idempotent: a
+receipt is claimed in a transaction, so two reconcilers never process it twice.
 """
 
 from __future__ import annotations
 
-from corral.domain.actors import Actor
+from datetime import timedelta
+
+from corral.domain.actors import Actor, Role
+from corral.domain.clock import parse_time
+from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
+from corral.engine import protocol as proto
+from corral.engine import receipts
 from corral.engine.project import Project
+from corral.engine.supervision import pid_alive
 
 
 def sweep_blocked_without_session(project: Project) -> int:
     """Seed 002 sweep 6: a blocked task with no session has nothing to review → backlog."""
     with project.store.read() as tx:
         stray = [t.id for t in tx.tasks([Status.BLOCKED]) if t.session_id is None]
-    if not stray:
-        return 0
     moved = 0
-    with project.store.write() as tx:
-        for task_id in stray:
-            task = tx.get_task(task_id)
-            if task is not None and task.status is Status.BLOCKED and task.session_id is None:
-                tx.set_status(
-                    task_id,
-                    Status.BACKLOG,
-                    Actor.SYSTEM,
-                    "blocked with no session",
-                    expected_from=Status.BLOCKED,
-                )
-                moved += 1
+    if stray:
+        with project.store.write() as tx:
+            for task_id in stray:
+                task = tx.get_task(task_id)
+                if task is not None and task.status is Status.BLOCKED and task.session_id is None:
+                    tx.set_status(
+                        task_id, Status.BACKLOG, Actor.SYSTEM, "blocked with no session", expected_from=Status.BLOCKED
+                    )
+                    moved += 1
     return moved
 
 
+def process_receipt(project: Project, task: Task) -> bool:
+    """A completed or failed receipt in the task's protocol dir becomes its turn. True if one was there."""
+    path = project.paths.protocol_dir(task.id) / proto.RESPONSE
+    receipt = proto.read_receipt(path)
+    if receipt.problem == "missing":
+        return False
+    command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
+    response = receipt.data
+    if response is None:
+        # A receipt that cannot be used is itself the evidence: the turn is lost, with why.
+        response = {
+            "command_id": command.get("command_id"),
+            "task_id": task.id,
+            "kind": command.get("kind", "work"),
+            "status": "error",
+            "error": {
+                "kind": "crash",
+                "phase": "response",
+                "reason": f"the receipt is unusable ({receipt.problem})",
+                "exit_code": None,
+                "signal": None,
+                "tail": "",
+                "receipt_problem": receipt.problem,
+            },
+        }
+    elif response.get("command_id") != command.get("command_id") and command:
+        # A receipt of an earlier command: keep it aside, never apply it to the current turn.
+        receipts.file_away(project, task, path, response)
+        return True
+    receipts.apply(project, task, response)
+    receipts.file_away(project, task, path, response)
+    return True
+
+
+def sweep_working(project: Project) -> None:
+    """Seed 002 sweep 1 (and 2): receipts become turns; a supervisor gone without one → interrupted."""
+    with project.store.read() as tx:
+        candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
+    grace = timedelta(seconds=float(project.config["grace_period"]))
+    for task in candidates:
+        if process_receipt(project, task):
+            continue
+        if task.status is not Status.WORKING:
+            continue
+        protocol_dir = project.paths.protocol_dir(task.id)
+        status = proto.read(protocol_dir / proto.STATUS)
+        pid = status.get("pid") if status else None
+        if isinstance(pid, int) and pid_alive(pid):
+            continue
+        if status is None:
+            # Never seen alive: only the grace period protects it.
+            command = proto.read(protocol_dir / proto.COMMAND) or {}
+            created = parse_time(command.get("created_at")) or task.last_interaction_at
+            if project.clock() - created < grace:
+                continue
+        if process_receipt(project, task):  # it may have finished between our two looks
+            continue
+        lost(project, task, status)
+
+
+def lost(project: Project, task: Task, status: dict[str, object] | None) -> None:
+    """The supervisor is gone and left no receipt: the turn is lost → interrupted, with what was seen."""
+    phase = status.get("phase") if status else None
+    reason = "the supervisor ended without a receipt" if status else "the supervisor never started"
+    evidence = FailureEvidence(
+        source="supervisor",
+        code="turn-lost",
+        phase=str(phase) if phase else None,
+        category="crash",
+        possible_effects=PossibleEffects.UNKNOWN,
+        details={"reason": reason, "last_heartbeat": status.get("heartbeat_at") if status else None},
+    )
+    cause = RestingCause("turn-lost", project.clock(), Actor.SYSTEM, evidence=evidence, details={"summary": reason})
+    command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
+    with project.store.write() as tx:
+        current = tx.get_task(task.id)
+        if current is None or current.status is not Status.WORKING:
+            return
+        if command.get("kind") == "ask":
+            # An ask is never resumed as a work turn: record it lost and restore the pre-ask status.
+            command_id = command.get("command_id")
+            if isinstance(command_id, str) and tx.turn_by_command(command_id, Role.AGENT) is None:
+                tx.add_turn(
+                    task.id,
+                    role=Role.AGENT,
+                    kind="error",
+                    content=f"The ask was lost: {reason}.",
+                    session_id=current.session_id,
+                    failure=evidence,
+                    command_id=command_id,
+                )
+            tx.park(task.id, Actor.SYSTEM, f"ask lost: {reason}", expected_from=Status.WORKING)
+            return
+        tx.set_status(
+            task.id, Status.INTERRUPTED, Actor.SYSTEM, reason, expected_from=Status.WORKING, resting_cause=cause
+        )
+        if current.session_id:
+            session = tx.get_session(current.session_id)
+            tx.update_session(
+                current.session_id,
+                interrupt_reason=reason,
+                interrupt_at=tx.now(),
+                consecutive_interruptions=(session.consecutive_interruptions if session else 0) + 1,
+            )
+
+
 def reconcile(project: Project) -> None:
+    sweep_working(project)
     sweep_blocked_without_session(project)

@@ -93,10 +93,13 @@ def m001_initial(db: sqlite3.Connection) -> None:
             usage TEXT,
             failure TEXT,
             details TEXT NOT NULL DEFAULT '{{}}',
+            command_id TEXT,
             UNIQUE (task_id, sequence),
             CHECK ((role = 'agent' AND actor IS NULL) OR (role = 'human' AND actor IS NOT NULL))
         ) STRICT;
         CREATE INDEX turns_pending ON turns(session_id) WHERE feedback_delivery = 'pending';
+        -- One human turn launches a command and one agent turn answers it: a receipt is claimed once.
+        CREATE UNIQUE INDEX turns_command ON turns(command_id, role) WHERE command_id IS NOT NULL;
 
         CREATE TABLE attempts (
             turn_id TEXT NOT NULL REFERENCES turns(id),

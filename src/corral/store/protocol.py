@@ -176,11 +176,17 @@ class Tx(Protocol):
         usage: dict[str, Any] | None = None,
         failure: FailureEvidence | None = None,
         details: dict[str, Any] | None = None,
+        command_id: str | None = None,
     ) -> Turn:
-        """Append a turn with the task's next sequence number."""
+        """Append a turn with the task's next sequence number.
+
+        ``command_id`` ties the human turn that launched a command to the agent turn that
+        answers it; a second agent turn for one command is refused (a receipt is claimed once).
+        """
         ...
 
     def get_turn(self, turn_id: str) -> Turn | None: ...
+    def turn_by_command(self, command_id: str, role: Role) -> Turn | None: ...
     def turns(self, task_id: str) -> list[Turn]: ...
     def pending_feedback(self, session_id: str) -> list[Turn]: ...
 

@@ -442,6 +442,7 @@ class SQLiteTx:
             failure=FailureEvidence.from_json(failure) if failure else None,
             details=_loads(row["details"]) or {},
             attempts=attempts,
+            command_id=row["command_id"],
         )
 
     @staticmethod
@@ -473,6 +474,7 @@ class SQLiteTx:
         usage: dict[str, Any] | None = None,
         failure: FailureEvidence | None = None,
         details: dict[str, Any] | None = None,
+        command_id: str | None = None,
     ) -> Turn:
         self._write()
         turn_actor(role, actor)
@@ -483,8 +485,8 @@ class SQLiteTx:
         tid = new_id()
         self._db.execute(
             "INSERT INTO turns (id, task_id, session_id, sequence, role, actor, kind, content, "
-            "feedback_delivery, delivered, started_at, ended_at, usage, failure, details) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "feedback_delivery, delivered, started_at, ended_at, usage, failure, details, command_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 tid,
                 task_id,
@@ -501,6 +503,7 @@ class SQLiteTx:
                 _dumps(usage) if usage is not None else None,
                 _dumps(failure.to_json()) if failure else None,
                 _dumps(details or {}),
+                command_id,
             ),
         )
         now = rfc3339(self.now())
@@ -517,6 +520,10 @@ class SQLiteTx:
             self._attempt(a) for a in self._all("SELECT * FROM attempts WHERE turn_id = ? ORDER BY number", (turn_id,))
         )
         return self._turn(row, attempts)
+
+    def turn_by_command(self, command_id: str, role: Role) -> Turn | None:
+        row = self._one("SELECT id FROM turns WHERE command_id = ? AND role = ?", (command_id, role.value))
+        return self.get_turn(row["id"]) if row else None
 
     def turns(self, task_id: str) -> list[Turn]:
         by_turn: dict[str, list[Attempt]] = {}

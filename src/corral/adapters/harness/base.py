@@ -1,0 +1,137 @@
+"""The harness contract: how to launch an agent CLI, read its stream, classify its failures.
+
+An adapter says how to launch a work turn (the prompt as one argv element, or on
+stdin past 96 KiB; the resume id), an ask (read-only) and an interactive pair or
+chat; how to turn each output line into :class:`Event` values; and how to map a
+failed attempt onto the shared taxonomy. Unknown stays unknown.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from corral.domain.failures import FailureClass
+
+#: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin.
+ARGV_PROMPT_LIMIT = 96 * 1024
+
+
+@dataclass(frozen=True)
+class Posture:
+    """What the agent may do: the permission mode and tool lists (trusted settings only)."""
+
+    permission_mode: str = "acceptEdits"
+    allowed_tools: tuple[str, ...] = ()
+    read_only: bool = False
+    is_sandbox: bool = False
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    prompt: str
+    cwd: str
+    system: str | None = None
+    resume_id: str | None = None
+    model: str | None = None
+    posture: Posture = Posture()
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing the harness reported. ``kind`` is one of:
+
+    session (session_id), text (text), tool_start (tool_id, name), tool_end (tool_id,
+    is_error, text), model_error (text, status), retry (text), usage (usage),
+    result (is_error, text, status, usage), keepalive.
+    """
+
+    kind: str
+    text: str | None = None
+    session_id: str | None = None
+    tool_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+    status: int | None = None
+    usage: dict[str, Any] | None = None
+
+    @property
+    def is_progress(self) -> bool:
+        """A completed step of the agent: what resets the watchdog. Keep-alives are not progress."""
+        return self.kind in ("text", "tool_end", "result")
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """What a supervisor saw of one attempt, for the harness to classify."""
+
+    exit_code: int | None
+    signal: int | None
+    events: Sequence[Event]
+    stderr_tail: str
+    spawn_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An attempt's outcome as the harness reads it."""
+
+    succeeded: bool
+    failure_class: FailureClass | None = None
+    code: str | None = None  # a typed evidence code, e.g. harness-not-authenticated
+    reason: str = ""
+    result_text: str | None = None
+
+    @classmethod
+    def ok(cls, text: str | None) -> Verdict:
+        return cls(True, result_text=text)
+
+
+class Harness(Protocol):
+    name: str
+    display: str
+    executable: str
+    install_hint: str
+
+    def work(self, req: TurnRequest) -> Launch: ...
+    def ask(self, req: TurnRequest) -> Launch: ...
+    def interactive(self, req: TurnRequest) -> Launch: ...
+    def parse(self, line: bytes) -> list[Event]: ...
+    def classify(self, facts: AttemptFacts) -> Verdict: ...
+
+
+def resolve_executable(executable: str) -> str | None:
+    return shutil.which(executable)
+
+
+def prompt_arg(prompt: str) -> tuple[list[str], bytes | None]:
+    """The prompt as one argv element, or on stdin (argv empty) when it is too long for argv."""
+    data = prompt.encode("utf-8", "surrogatepass")
+    if len(data) > ARGV_PROMPT_LIMIT:
+        return [], data
+    return [prompt], None
+
+
+def last_result(events: Sequence[Event]) -> Event | None:
+    for event in reversed(events):
+        if event.kind == "result":
+            return event
+    return None
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: stream lines are untrusted input."""
+    return value if isinstance(value, dict) else {}
+
+
+def tail(text: str, lines: int = 50) -> str:
+    return "\n".join(text.splitlines()[-lines:])

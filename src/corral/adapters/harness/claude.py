@@ -1,0 +1,196 @@
+"""Claude Code: ``claude -p <prompt> --output-format stream-json --verbose …``.
+
+Its stream-json lines: ``system``/``init`` (session id), ``assistant`` and ``user``
+messages carrying ``tool_use`` / ``tool_result`` (``is_error``), and a final
+``result`` (``is_error``, ``api_error_status``, ``result``). Verdicts seen with the
+real CLI: no credentials → "Not logged in · Please run /login"; HTTP 401 → "Invalid
+API key · Fix external API key"; HTTP 529 → the CLI retries by itself, then exit 1;
+``bypassPermissions`` as root → "cannot be used with root/sudo privileges".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from corral.adapters.harness.base import (
+    AttemptFacts,
+    Event,
+    Launch,
+    TurnRequest,
+    Verdict,
+    last_result,
+    prompt_arg,
+)
+from corral.domain.failures import FailureClass, classify_common, classify_http_status
+
+READ_ONLY_DENIED = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit")
+
+_CODES = {
+    FailureClass.FATAL_AUTH: "harness-not-authenticated",
+    FailureClass.FATAL_CONFIG: "harness-config",
+    FailureClass.TRANSIENT_OVERLOAD: "harness-overloaded",
+    FailureClass.TRANSIENT_NETWORK: "harness-network",
+    FailureClass.TRANSIENT_UNREACHABLE: "harness-unreachable",
+    FailureClass.UNKNOWN: "harness-error",
+}
+
+
+def code_for(failure_class: FailureClass) -> str:
+    return _CODES[failure_class]
+
+
+def _blocks(message: Any) -> list[dict[str, Any]]:
+    if not isinstance(message, dict):
+        return []
+    content = message.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+class ClaudeHarness:
+    name = "claude"
+    display = "Claude Code"
+    install_hint = "Install Claude Code: npm install -g @anthropic-ai/claude-code (or set claude_bin)."
+
+    def __init__(self, executable: str = "claude") -> None:
+        self.executable = executable
+
+    def _base(self, req: TurnRequest, mode: str) -> tuple[list[str], bytes | None]:
+        prompt, stdin = prompt_arg(req.prompt)
+        argv = [self.executable, "-p", *prompt, "--output-format", "stream-json", "--verbose"]
+        if req.resume_id:
+            argv += ["--resume", req.resume_id]
+        if req.model:
+            argv += ["--model", req.model]
+        if req.system:
+            argv += ["--append-system-prompt", req.system]
+        argv += ["--permission-mode", mode]
+        return argv, stdin
+
+    def _env(self, req: TurnRequest) -> dict[str, str]:
+        return {"IS_SANDBOX": "1"} if req.posture.is_sandbox else {}
+
+    def work(self, req: TurnRequest) -> Launch:
+        argv, stdin = self._base(req, req.posture.permission_mode)
+        if req.posture.allowed_tools:
+            argv += ["--allowedTools", " ".join(req.posture.allowed_tools)]
+        return Launch(argv, self._env(req), stdin)
+
+    def ask(self, req: TurnRequest) -> Launch:
+        argv, stdin = self._base(req, "plan")
+        argv += ["--disallowedTools", " ".join(READ_ONLY_DENIED)]
+        return Launch(argv, self._env(req), stdin)
+
+    def interactive(self, req: TurnRequest) -> Launch:
+        argv = [self.executable]
+        if req.resume_id:
+            argv += ["--resume", req.resume_id]
+        if req.model:
+            argv += ["--model", req.model]
+        if req.posture.read_only:
+            argv += ["--permission-mode", "plan", "--disallowedTools", " ".join(READ_ONLY_DENIED)]
+        else:
+            argv += ["--permission-mode", req.posture.permission_mode]
+        return Launch(argv, self._env(req))
+
+    def parse(self, line: bytes) -> list[Event]:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return []
+        if not isinstance(data, dict):
+            return []
+        kind = data.get("type")
+        if kind == "system":
+            if data.get("subtype") == "init" and isinstance(data.get("session_id"), str):
+                return [Event("session", session_id=data["session_id"])]
+            if data.get("subtype") == "api_retry" or "retry" in str(data.get("subtype", "")):
+                return [Event("retry", text=json.dumps(data)[:300])]
+            return [Event("keepalive")]
+        if kind == "assistant":
+            events = []
+            message = data.get("message")
+            for block in _blocks(message):
+                if block.get("type") == "text" and block.get("text"):
+                    events.append(Event("text", text=str(block["text"])))
+                elif block.get("type") == "tool_use":
+                    events.append(Event("tool_start", tool_id=block.get("id"), name=block.get("name")))
+            if isinstance(message, dict) and isinstance(message.get("usage"), dict):
+                events.append(Event("usage", usage=message["usage"]))
+            return events or [Event("keepalive")]
+        if kind == "user":
+            return [
+                Event(
+                    "tool_end",
+                    tool_id=block.get("tool_use_id"),
+                    is_error=block.get("is_error") is True,
+                    text=_text_of(block.get("content"))[:2000],
+                )
+                for block in _blocks(data.get("message"))
+                if block.get("type") == "tool_result"
+            ] or [Event("keepalive")]
+        if kind == "result":
+            status = data.get("api_error_status")
+            return [
+                Event(
+                    "result",
+                    is_error=data.get("is_error") is True or data.get("subtype", "success") != "success",
+                    text=str(data.get("result") or data.get("error") or ""),
+                    status=status if isinstance(status, int) else None,
+                    usage=_usage(data),
+                    session_id=data.get("session_id") if isinstance(data.get("session_id"), str) else None,
+                )
+            ]
+        return [Event("keepalive")]
+
+    def classify(self, facts: AttemptFacts) -> Verdict:
+        return classify_stream(self, facts)
+
+
+def _usage(data: dict[str, Any]) -> dict[str, Any] | None:
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+    if usage is None and "total_cost_usd" not in data:
+        return None
+    out = dict(usage or {})
+    if "total_cost_usd" in data:
+        out["total_cost_usd"] = data["total_cost_usd"]
+    if "num_turns" in data:
+        out["num_turns"] = data["num_turns"]
+    return out
+
+
+def classify_stream(harness: Any, facts: AttemptFacts) -> Verdict:
+    """Claude-style verdicts: the result event first, then known dialects, then shared signals."""
+    if facts.spawn_error:
+        return Verdict(False, FailureClass.FATAL_CONFIG, "harness-missing", facts.spawn_error)
+    result = last_result(facts.events)
+    if result is not None and not result.is_error and facts.exit_code == 0 and facts.signal is None:
+        return Verdict.ok(result.text)
+    errors = [e.text or "" for e in facts.events if e.kind == "model_error"]
+    text = "\n".join([result.text or "" if result else "", *errors, facts.stderr_tail])
+    reason = (
+        (result.text if result and result.text else "")
+        or (errors[-1] if errors else "")
+        or (facts.stderr_tail.strip().splitlines()[-1] if facts.stderr_tail.strip() else "")
+    )
+    if "root/sudo" in text or "cannot be used with root" in text:
+        return Verdict(
+            False,
+            FailureClass.FATAL_CONFIG,
+            "harness-permission-refused",
+            reason or "bypassPermissions cannot be used as root",
+        )
+    if "Not logged in" in text or "/login" in text or "Invalid API key" in text:
+        return Verdict(False, FailureClass.FATAL_AUTH, "harness-not-authenticated", reason)
+    cls = classify_http_status(result.status if result else None) or classify_common(text, facts.exit_code)
+    if result is None and cls is FailureClass.UNKNOWN:
+        return Verdict(False, cls, "harness-exited", reason or f"{harness.display} exited without a result")
+    return Verdict(False, cls, code_for(cls), reason or f"{harness.display} reported an error")

@@ -1,0 +1,277 @@
+"""``start``, ``unblock``, ``resume``, ``ask``, ``stop``, ``sync`` and ``wait``: running agent turns."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from corral.cli.app import App, json_option, pass_app
+from corral.cli.textinput import obtain
+from corral.engine import projection, turns
+from corral.errors import UsageError
+
+
+def _started(app: App, started: turns.Started, wait: bool, timeout: float | None) -> int:
+    task = started.task
+    if not wait:
+        if app.json:
+            app.emit(
+                {
+                    "task": {"id": task.id, "ref": task.ref, "status": task.status.value},
+                    "supervisor_pid": started.launched.supervisor_pid,
+                    "command_id": started.launched.command_id,
+                }
+            )
+        else:
+            app.say(f"{task.ref} is working (supervisor pid {started.launched.supervisor_pid}).")
+            app.say(f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}")
+        return 0
+    return _wait(app, task.ref, timeout)
+
+
+def _wait(app: App, ref: str, timeout: float | None) -> int:
+    project = app.project
+    try:
+        result = turns.wait(project, ref, timeout=timeout)
+    except KeyboardInterrupt:
+        app.note("Stopped waiting; the turn goes on.")
+        return 130
+    with project.store.read() as tx:
+        doc = projection.show(tx, result.task)
+    if app.json:
+        app.emit(
+            {
+                "task": doc["task"],
+                "timed_out": result.timed_out,
+                "resting_cause": doc["resting_cause"],
+                "stopped_because": doc["stopped_because"],
+                "next": doc["next"],
+                "exit_code": result.exit_code,
+            }
+        )
+    else:
+        if result.timed_out:
+            app.say(f"{result.task.ref} is still {result.task.status.value} after {timeout:g} s.")
+        else:
+            app.say(f"{result.task.ref} is {result.task.status.value}.")
+            last = next((t for t in reversed(doc["turns"]) if t["role"] == "agent"), None)
+            if last and last["content"]:
+                app.say("")
+                app.say(last["content"])
+                app.say("")
+        if doc["stopped_because"]:
+            app.say(f"Stopped because: {doc['stopped_because']}")
+        if doc["next"] and not result.timed_out:
+            app.say(f"Next: {doc['next']}")
+    return result.exit_code
+
+
+_wait_opts = [
+    click.option("--wait", "wait", is_flag=True, help="Block until the task rests (exit codes as `corral wait`)."),
+    click.option("--timeout", type=float, default=None, metavar="S", help="With --wait: give up after S seconds."),
+]
+
+
+def wait_options(f):  # type: ignore[no-untyped-def]
+    for opt in reversed(_wait_opts):
+        f = opt(f)
+    return f
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral start fix-login
+  corral start fix-login -m "Start with the failing test in tests/test_login.py" --wait
+"""
+)
+@click.argument("task")
+@click.option("-m", "--message", metavar="MSG", help="Said to the agent with the task's goal and prompt.")
+@wait_options
+@json_option
+@pass_app
+def start(app: App, task: str, message: str | None, wait: bool, timeout: float | None) -> int:
+    """Start a backlog task: its branch and worktree are made, and its agent runs (→ working)."""
+    return _started(app, turns.start(app.project, task, actor=app.actor, message=message), wait, timeout)
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral unblock fix-login -m "Good. Now cover the retry path too."
+  git diff | corral unblock fix-login            feedback from stdin
+  corral unblock fix-login                       feedback in $EDITOR
+  corral unblock fix-login -m "Keep the schema" --revert-file db/schema.sql --approve-file db/seed.sql
+"""
+)
+@click.argument("task")
+@click.option("-m", "--message", metavar="MSG", help="Your feedback (else stdin or $EDITOR).")
+@click.option("--approve-file", "approve", multiple=True, metavar="P", help="Keep the agent's change to protected P.")
+@click.option("--revert-file", "revert", multiple=True, metavar="P", help="Undo the agent's change to protected P.")
+@click.option("--no-approve-files", is_flag=True, help="Revert every pending protected file not approved here.")
+@wait_options
+@json_option
+@pass_app
+def unblock(
+    app: App,
+    task: str,
+    message: str | None,
+    approve: tuple[str, ...],
+    revert: tuple[str, ...],
+    no_approve_files: bool,
+    wait: bool,
+    timeout: float | None,
+) -> int:
+    """Give feedback and run the agent again; upstream is merged first (→ working)."""
+    feedback = obtain(message, "Your feedback for the agent. It is delivered verbatim.")
+    if feedback is None:
+        raise UsageError(
+            "unblock needs feedback.",
+            code="no-text",
+            hint=f"corral unblock {task} -m '…' (or `corral resume {task}` with none)",
+        )
+    started = turns.unblock(
+        app.project,
+        task,
+        actor=app.actor,
+        message=feedback,
+        approve=approve,
+        revert=revert,
+        revert_rest=no_approve_files,
+    )
+    return _started(app, started, wait, timeout)
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral resume fix-login
+  corral resume fix-login --wait
+"""
+)
+@click.argument("task")
+@wait_options
+@json_option
+@pass_app
+def resume(app: App, task: str, wait: bool, timeout: float | None) -> int:
+    """Continue an interrupted task without feedback (pending feedback is redelivered)."""
+    return _started(app, turns.resume(app.project, task, actor=app.actor), wait, timeout)
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral ask fix-login -m "Why did you change the retry limit?"
+"""
+)
+@click.argument("task")
+@click.option("-m", "--message", metavar="QUESTION", help="The question (else stdin or $EDITOR).")
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    metavar="S",
+    help="Give up waiting after S seconds (the answer still lands in `corral show`).",
+)
+@json_option
+@pass_app
+def ask(app: App, task: str, message: str | None, timeout: float) -> int:
+    """Ask the agent a question, read-only; the task's status is left as it was."""
+    question = obtain(message, "Your question for the agent (it will not change any files).")
+    if question is None:
+        raise UsageError("ask needs a question.", code="no-text", hint=f"corral ask {task} -m '…'")
+    project = app.project
+    started = turns.ask(project, task, actor=app.actor, question=question)
+    command_id = started.launched.command_id
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            from corral.engine.reconcile import reconcile
+
+            reconcile(project)
+            answer = turns.answer_of(project, started.task, command_id)
+            if answer is not None:
+                break
+            if time.monotonic() > deadline:
+                app.note(f"No answer after {timeout:g} s; it will appear in corral show {started.task.ref}.")
+                return 124
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        turns.stop(project, started.task.ref, actor=app.actor)
+        app.note("Stopped the ask; the task's status is restored.")
+        return 130
+    failed = answer.kind != "ask"
+    if app.json:
+        app.emit(
+            {
+                "answer": answer.content,
+                "kind": answer.kind,
+                "failure": answer.failure.to_json() if answer.failure else None,
+            }
+        )
+    else:
+        app.say(answer.content)
+    return 1 if failed else 0
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral stop fix-login
+"""
+)
+@click.argument("task")
+@json_option
+@pass_app
+def stop(app: App, task: str) -> None:
+    """End the running turn (SIGTERM, then SIGKILL after 5 s); its feedback stays pending."""
+    stopped = turns.stop(app.project, task, actor=app.actor)
+    if app.json:
+        app.emit({"task": {"id": stopped.id, "ref": stopped.ref, "status": stopped.status.value}})
+        return
+    app.say(f"{stopped.ref} is {stopped.status.value}; the turn was stopped.")
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral sync fix-login
+"""
+)
+@click.argument("task")
+@json_option
+@pass_app
+def sync(app: App, task: str) -> None:
+    """Merge the task's target into its branch while it rests; the status stays as it was."""
+    result = turns.sync(app.project, task, actor=app.actor)
+    if app.json:
+        app.emit(
+            {
+                "task": {"ref": result.task.ref, "status": result.task.status.value},
+                "state": result.state,
+                "head": result.head,
+            }
+        )
+        return
+    app.say(f"{result.task.ref}: {'merged the target' if result.state == 'merged' else 'already up to date'}.")
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral wait fix-login
+  corral wait fix-login --timeout 600 && corral accept fix-login
+"""
+)
+@click.argument("task")
+@click.option("--timeout", type=float, default=None, metavar="S", help="Give up after S seconds (exit 124).")
+@json_option
+@pass_app
+def wait(app: App, task: str, timeout: float | None) -> int:
+    """Block until the task rests: 0 with no resting cause, 1 with one (or abandoned), 124 timed out."""
+    return _wait(app, task, timeout)
+
+
+COMMANDS = [start, unblock, resume, ask, stop, sync, wait]

@@ -1,0 +1,174 @@
+"""Failure classes, the one retry policy, the crash-loop detector and the watchdog's rule.
+
+Seed 002 "Agent Failure Classification", "Retry pacing" and "Watchdog kills", with
+DESIGN.md's budgets. Each harness maps its own output onto :class:`FailureClass`;
+a classifier that is unsure says ``unknown``, because a wrong ``fatal_*`` blocks
+work that would have healed. :func:`decide` is a pure function of (class, attempt,
+elapsed) and is the only place cadence is decided.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FailureClass(StrEnum):
+    TRANSIENT_OVERLOAD = "transient_overload"
+    TRANSIENT_NETWORK = "transient_network"
+    TRANSIENT_UNREACHABLE = "transient_unreachable"
+    FATAL_AUTH = "fatal_auth"
+    FATAL_CONFIG = "fatal_config"
+    UNKNOWN = "unknown"
+
+
+TRANSIENT = frozenset(
+    {FailureClass.TRANSIENT_OVERLOAD, FailureClass.TRANSIENT_NETWORK, FailureClass.TRANSIENT_UNREACHABLE}
+)
+FATAL = frozenset({FailureClass.FATAL_AUTH, FailureClass.FATAL_CONFIG})
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """How long each class may keep retrying (DESIGN.md "Retry budgets"); all configurable."""
+
+    overload_seconds: float = 6 * 3600.0  # usage windows last 5 h
+    network_seconds: float = 3600.0
+    unreachable_attempts: int = 12
+    unknown_attempts: int = 6
+
+
+TRANSIENT_LADDER: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
+UNKNOWN_LADDER: tuple[float, ...] = (15.0, 30.0, 60.0)
+FAST_FAILURE_SECONDS = 10.0
+FAST_FAILURES_FOR_LOOP = 3
+
+
+@dataclass(frozen=True)
+class Retry:
+    delay: float
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str  # fatal | budget-exhausted | crash-loop
+
+
+Decision = Retry | Stop
+
+
+def _ladder(ladder: Sequence[float], attempt: int) -> float:
+    return ladder[min(attempt, len(ladder)) - 1]
+
+
+def decide(
+    failure_class: FailureClass,
+    attempt: int,
+    elapsed: float,
+    budgets: Budgets = Budgets(),
+    recent_durations: Sequence[float] = (),
+) -> Decision:
+    """What to do after attempt number ``attempt`` failed with ``failure_class``.
+
+    ``elapsed`` is the wall time since the turn's first attempt started;
+    ``recent_durations`` the run time of each failed attempt so far, newest last
+    (for the fast crash-loop detector, which applies to ``unknown`` only: a 429
+    comes back in milliseconds, so three fast transients are not a crash loop).
+    """
+    if failure_class in FATAL:
+        return Stop("fatal")
+    if failure_class is FailureClass.UNKNOWN:
+        recent = list(recent_durations)[-FAST_FAILURES_FOR_LOOP:]
+        if len(recent) == FAST_FAILURES_FOR_LOOP and all(d < FAST_FAILURE_SECONDS for d in recent):
+            return Stop("crash-loop")
+        if attempt >= budgets.unknown_attempts:
+            return Stop("budget-exhausted")
+        return Retry(_ladder(UNKNOWN_LADDER, attempt))
+    delay = _ladder(TRANSIENT_LADDER, attempt)
+    if failure_class is FailureClass.TRANSIENT_UNREACHABLE:
+        if attempt >= budgets.unreachable_attempts:
+            return Stop("budget-exhausted")
+        return Retry(delay)
+    limit = budgets.overload_seconds if failure_class is FailureClass.TRANSIENT_OVERLOAD else budgets.network_seconds
+    if elapsed + delay > limit:
+        return Stop("budget-exhausted")
+    return Retry(delay)
+
+
+# -- shared signals ------------------------------------------------------------------
+
+_AUTH = re.compile(r"\b(401|403)\b|credit balance|invalid api key|unauthori[sz]ed|authentication", re.I)
+_OVERLOAD = re.compile(r"\b(429|529|503)\b|overloaded|rate.?limit|usage limit|too many requests", re.I)
+_UNREACHABLE = re.compile(r"ECONNREFUSED|ENOTFOUND|EAI_AGAIN|connection refused|getaddrinfo", re.I)
+_NETWORK = re.compile(r"ECONNRESET|ETIMEDOUT|EPIPE|socket hang up|\b(500|502|504)\b|network error|fetch failed", re.I)
+
+
+def classify_common(text: str, exit_code: int | None = None) -> FailureClass:
+    """Shared HTTP/socket signals (the seed's classifyCommonFailureSignals); else unknown."""
+    if exit_code == 127:
+        return FailureClass.FATAL_CONFIG
+    if _AUTH.search(text):
+        return FailureClass.FATAL_AUTH
+    if _OVERLOAD.search(text):
+        return FailureClass.TRANSIENT_OVERLOAD
+    if _UNREACHABLE.search(text):
+        return FailureClass.TRANSIENT_UNREACHABLE
+    if _NETWORK.search(text):
+        return FailureClass.TRANSIENT_NETWORK
+    return FailureClass.UNKNOWN
+
+
+def classify_http_status(status: int | None) -> FailureClass | None:
+    if status is None:
+        return None
+    if status in (401, 403):
+        return FailureClass.FATAL_AUTH
+    if status in (429, 503, 529):
+        return FailureClass.TRANSIENT_OVERLOAD
+    if status in (500, 502, 504):
+        return FailureClass.TRANSIENT_NETWORK
+    return None
+
+
+# -- exits and signals ---------------------------------------------------------------
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return _signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def exit_reason(exit_code: int | None, signum: int | None = None) -> str:
+    """The plain reason for a process end, e.g. "OOM killed or SIGKILL (exit code 137)"."""
+    if signum is None and exit_code is not None and exit_code > 128:
+        signum = exit_code - 128
+    if signum is not None:
+        code = exit_code if exit_code is not None else 128 + signum
+        if signum == _signal.SIGKILL:
+            return f"OOM killed or SIGKILL (exit code {code})"
+        return f"killed by {signal_name(signum)} (exit code {code})"
+    if exit_code is None:
+        return "the process ended with no exit status"
+    if exit_code == 127:
+        return "command not found (exit code 127)"
+    return f"exited with code {exit_code}"
+
+
+# -- the watchdog --------------------------------------------------------------------
+
+WATCHDOG_RELAUNCHES = 3
+TERM_GRACE_SECONDS = 5.0
+
+
+def decide_watchdog_retry(work_captured: bool, relaunches: int) -> bool:
+    """After a no-progress kill: relaunch (True) only when nothing was captured, at most 3 times.
+
+    "Work captured" is a new commit or a dirty worktree. When the commit probe cannot
+    read git, the caller passes False (fail toward retrying).
+    """
+    return not work_captured and relaunches < WATCHDOG_RELAUNCHES

@@ -1,0 +1,127 @@
+"""Every prompt corral sends an agent, built in this one module.
+
+Tests import these functions rather than copy their text, so what a test expects
+is what the agent receives. The CLI writes a turn's body into ``command.json``;
+the supervisor adds the upstream-merge note with :func:`compose` once it knows how
+the merge went.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SYSTEM_TEXT = (
+    "You are an AI coding agent working on one task that corral manages. You work in a git "
+    "worktree of the repository, on the task's own branch: {worktree} (branch {branch}). Work only "
+    "inside it. Commit your work with git as you go, in small commits with clear messages: commits "
+    "are how your work is reviewed and merged. When you are done, or need a decision from a person, "
+    "end your turn with a short summary of what you did and what is left."
+)
+
+# Seed 002 §5 and §6, verbatim.
+CRASH_CLEAN = (
+    "You are being resumed after a crash. Upstream has been merged into your branch since your "
+    "last turn. Don't assume your previous state is intact — verify before continuing."
+)
+CRASH_DIRTY = (
+    "You are being resumed after a crash. There are uncommitted changes in your worktree from your "
+    "interrupted turn. Review them, decide what to keep, commit or discard, then continue your work."
+)
+CARRY_ON = "Carry on with the task where you left off."
+
+ASK_PREAMBLE = (
+    "A person has a question about your work on this task. Answer it from what you know and what "
+    "you can read; do not change any files, run no commands that modify anything, and make no commits."
+)
+
+
+def system_text(worktree: str, branch: str) -> str:
+    return SYSTEM_TEXT.format(worktree=worktree, branch=branch)
+
+
+def first_turn(goal: str, prompt: str, message: str | None = None) -> str:
+    """The first turn of a task: its goal, its prompt, and what the person said at start."""
+    parts = [f"Task: {goal}"]
+    if prompt.strip():
+        parts.append(prompt)
+    if message and message.strip():
+        parts.append(message)
+    return "\n\n".join(parts)
+
+
+def feedback_block(pending: Sequence[str]) -> str:
+    """Every pending feedback, older ones first and counted, then the newest verbatim."""
+    if not pending:
+        return ""
+    *older, newest = pending
+    if not older:
+        return newest
+    lines = [
+        f"There {'is' if len(older) == 1 else 'are'} {len(older)} earlier message"
+        f"{'' if len(older) == 1 else 's'} you have not acted on yet, oldest first:"
+    ]
+    for i, text in enumerate(older, 1):
+        lines.append(f"--- earlier message {i} of {len(older)} ---\n{text}")
+    lines.append(f"--- newest message ---\n{newest}")
+    return "\n\n".join(lines)
+
+
+def redelivery_block(pending: Sequence[str]) -> str:
+    """Seed 002 §7b: the newest pending feedback verbatim, and how many older ones exist."""
+    if not pending:
+        return ""
+    *older, newest = pending
+    head = "Before the crash you were given this feedback, which you have not acted on yet. It follows verbatim:"
+    block = f"{head}\n\n{newest}"
+    if older:
+        block += (
+            f"\n\n(There {'is' if len(older) == 1 else 'are'} also {len(older)} older message"
+            f"{'' if len(older) == 1 else 's'} you have not acted on yet; see the conversation above.)"
+        )
+    return block
+
+
+def resume_after_crash(dirty: bool, pending: Sequence[str]) -> str:
+    """The crash-context text (clean or dirty), then the redelivery block or the generic carry-on."""
+    context = CRASH_DIRTY if dirty else CRASH_CLEAN
+    return f"{context}\n\n{redelivery_block(pending) or CARRY_ON}"
+
+
+def ask(question: str) -> str:
+    return f"{ASK_PREAMBLE}\n\nThe question:\n\n{question}"
+
+
+@dataclass(frozen=True)
+class SyncOutcome:
+    """How the upstream merge before a turn went, as the supervisor saw it."""
+
+    state: str  # merged | up-to-date | skipped-dirty | conflict | none
+    target: str = ""
+    files: tuple[str, ...] = ()
+
+
+def sync_note(outcome: SyncOutcome) -> str:
+    match outcome.state:
+        case "merged":
+            return f"The latest {outcome.target} has been merged into your branch."
+        case "skipped-dirty":
+            return (
+                f"{outcome.target} was not merged into your branch, because your worktree has "
+                "uncommitted changes. Commit or discard them first."
+            )
+        case "conflict":
+            files = "\n".join(f"  {f}" for f in outcome.files)
+            return (
+                f"Merging the latest {outcome.target} into your branch stopped with conflicts in:\n{files}\n"
+                "The merge is in progress in your worktree. Resolve every conflict, commit the merge, "
+                "and only then continue with the rest of this message."
+            )
+        case _:
+            return ""
+
+
+def compose(body: str, outcome: SyncOutcome | None) -> str:
+    """The prompt as delivered: the merge note (if any), then the turn's body."""
+    note = sync_note(outcome) if outcome else ""
+    return f"{note}\n\n{body}" if note else body

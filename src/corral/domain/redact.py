@@ -1,0 +1,59 @@
+"""The safe cause translator's masking: secrets never reach a diagnostic, a tail or a log.
+
+Known token shapes (API keys, bearer tokens, private keys) and the values of
+environment variables named like ``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
+``*PASSWORD*`` are replaced by ``[redacted]``. Everything else stays exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+MASK = "[redacted]"
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|AUTH", re.I)
+MIN_SECRET_LEN = 6
+
+_SHAPES = [
+    re.compile(r"sk-[A-Za-z0-9_\-]{16,}"),  # Anthropic / OpenAI style keys
+    re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}"),  # GitHub tokens
+    re.compile(r"github_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}"),  # Slack
+    re.compile(r"AKIA[0-9A-Z]{16}"),  # AWS access key id
+    re.compile(r"AIza[0-9A-Za-z_\-]{35}"),  # Google API key
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-~+/]{12,}=*"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+    re.compile(r"(?i)((?:api[_-]?key|token|secret|password)\s*[=:]\s*)['\"]?[^\s'\"]{8,}"),
+]
+
+
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """Values of variables whose names say they hold a secret, longest first."""
+    values = {v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
+    return sorted(values, key=len, reverse=True)
+
+
+def _masker(keep_prefix: bool) -> Callable[[re.Match[str]], str]:
+    """A replacement that keeps a "key=" or "Bearer " prefix readable and masks the secret."""
+
+    def mask(match: re.Match[str]) -> str:
+        return (match.group(1) or "") + MASK if keep_prefix else MASK
+
+    return mask
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    for value in secrets:
+        if value:
+            text = text.replace(value, MASK)
+    for shape in _SHAPES:
+        text = shape.sub(_masker(bool(shape.groups)), text)
+    return text
+
+
+def bounded(text: str, max_bytes: int) -> str:
+    """The last ``max_bytes`` of ``text`` (a tail), cut on a character boundary."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= max_bytes:
+        return text
+    return data[-max_bytes:].decode("utf-8", "ignore")

@@ -1,0 +1,532 @@
+"""Lifecycle operations that run an agent: start, unblock, resume, ask, stop, sync, wait.
+
+Save first, act second: each writes the human turn (feedback ``pending`` where it
+carries feedback) and the move to ``working`` in one transaction, then launches the
+supervisor. They return once the supervisor runs; the turn goes on without the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.domain import prompts
+from corral.domain.actors import Actor, Role
+from corral.domain.clock import new_id
+from corral.domain.records import FeedbackDelivery, RestingCause, Session, Task, Turn
+from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
+from corral.domain.status import TERMINAL, Status, allowed_targets, check_transition
+from corral.domain.violations import Decision, plan_decisions
+from corral.engine import crashpoints, launch, workspace
+from corral.engine import protocol as proto
+from corral.engine.project import Project
+from corral.engine.reconcile import reconcile
+from corral.engine.resolve import resolve_task
+from corral.engine.supervision import pid_alive
+from corral.errors import CorralError, GitError, IllegalTransition, RefusedError, UsageError
+from corral.store import Tx
+
+UNBLOCKABLE = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
+SYNCABLE = UNBLOCKABLE
+STOP_WAIT_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class Started:
+    task: Task
+    launched: launch.Launched
+
+
+def _refuse(task: Task, what: str, allowed_from: Sequence[Status], hint: str | None = None) -> IllegalTransition:
+    return IllegalTransition(
+        task.status.value,
+        Status.WORKING.value,
+        [s.value for s in allowed_targets(task.status)],
+        what=f"{what} {task.ref} (it must be {', '.join(s.value for s in allowed_from)})",
+        hint=hint,
+    )
+
+
+def _feedback(project: Project, text: str, field: str = "feedback") -> str:
+    clean = sanitize_prose(text)
+    check_size(field, clean, int(project.config["text_cap"]))
+    if not clean.strip():
+        raise UsageError(f"The {field} is empty.", code="no-text", hint="Pass -m 'TEXT', pipe it, or use $EDITOR.")
+    return clean
+
+
+def _session(tx: Tx, task: Task) -> Session:
+    session = tx.get_session(task.session_id) if task.session_id else None
+    if session is None or not session.worktree:
+        raise RefusedError(
+            f"Task {task.ref} has no session to continue.", code="no-session", hint=f"Start it: corral start {task.ref}"
+        )
+    return session
+
+
+def _check_worktree(task: Task, session: Session) -> None:
+    if session.worktree and not Path(session.worktree).is_dir():
+        raise RefusedError(
+            f"The worktree of {task.ref} is missing ({session.worktree}).",
+            code="worktree-missing",
+            hint=f"Restore it with `git worktree add {session.worktree} {task.branch}`, or close the task.",
+        )
+
+
+def start(project: Project, given: str, *, actor: Actor, message: str | None = None) -> Started:
+    msg = _feedback(project, message, "message") if message else None
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        if task.status is not Status.BACKLOG:
+            raise _refuse(
+                task,
+                "start",
+                [Status.BACKLOG],
+                hint=f"To give feedback on a started task: corral unblock {task.ref} -m '…'",
+            )
+        check_transition(task.status, Status.WORKING, actor, what=f"start {task.ref}")
+        if task.parent_id:
+            parent = tx.get_task(task.parent_id)
+            if parent is None or parent.session_id is None or parent.status in TERMINAL:
+                raise RefusedError(
+                    f"The parent of {task.ref} has no branch yet.",
+                    code="parent-not-started",
+                    hint=f"Start the parent first: corral start {parent.ref if parent else '…'}",
+                )
+        target = workspace.target_branch(tx, task)
+    try:
+        ws = workspace.prepare(project, task, target)
+    except workspace.PrepareFailed as exc:
+        cause = RestingCause("prepare-failed", project.clock(), actor, details={"summary": exc.message})
+        with project.store.write() as tx:
+            tx.set_resting_cause(task.id, cause)
+        raise
+    crashpoints.hit("start.prepared")
+    content = prompts.first_turn(task.goal, task.prompt, msg)
+    command_id = new_id()
+    with project.store.write() as tx:
+        session = tx.insert_session(task.id, worktree=str(ws.worktree), branch=ws.branch, base_commit=ws.base_commit)
+        session = tx.update_session(session.id, git_start_sha=ws.base_commit)
+        turn = tx.add_turn(
+            task.id,
+            role=Role.HUMAN,
+            actor=actor,
+            kind="start",
+            content=content,
+            session_id=session.id,
+            feedback_delivery=FeedbackDelivery.PENDING,
+            delivered=(),
+            command_id=command_id,
+        )
+        tx.set_status(task.id, Status.WORKING, actor, "start", expected_from=Status.BACKLOG, resting_cause=None)
+        task = tx.get_task(task.id) or task
+    crashpoints.hit("start.committed")
+    command = launch.build_command(
+        project,
+        task,
+        session,
+        turn,
+        kind="start",
+        body=content,
+        delivered=[turn.id],
+        target=target,
+        sync_before_work=False,
+    )
+    return Started(task, launch.launch(project, task, command))
+
+
+def _decide_files(
+    project: Project,
+    tx: Tx,
+    task: Task,
+    approve: Sequence[str],
+    revert: Sequence[str],
+    revert_rest: bool,
+    actor: Actor,
+) -> list[str]:
+    """Record file decisions; returns the paths to revert. Refuses while any pending file is undecided."""
+    records = {v.path: v.decision for v in tx.violations(task.id)}
+    named = [*approve, *revert]
+    if named and not records:
+        raise UsageError(
+            f"Task {task.ref} has no protected-file violations to decide.",
+            code="no-violations",
+            hint="Drop --approve-file / --revert-file.",
+        )
+    plan = plan_decisions(records, sanitize_paths(list(approve)), sanitize_paths(list(revert)), revert_rest=revert_rest)
+    if plan.unknown:
+        raise UsageError(
+            f"Not a violation of {task.ref}: {', '.join(plan.unknown)}",
+            code="unknown-file",
+            hint="See the files with corral show " + task.ref,
+        )
+    if plan.conflicting:
+        raise UsageError(f"Both approved and reverted: {', '.join(plan.conflicting)}", code="conflicting-decision")
+    if plan.undecided:
+        raise RefusedError(
+            f"Task {task.ref} has protected files to decide first: {', '.join(plan.undecided)}",
+            code="undecided-files",
+            hint=f"corral unblock {task.ref} --approve-file PATH / --revert-file PATH (or --no-approve-files)",
+        )
+    if plan.decide:
+        tx.decide_violations(task.id, plan.decide, actor)
+    return sorted(p for p, d in plan.decide.items() if d is Decision.REVERTED)
+
+
+def revert_files(project: Project, session: Session, paths: Sequence[str]) -> None:
+    """Restore reverted files from the commit the check started from (DESIGN.md "Protected paths")."""
+    if not paths or not session.worktree:
+        return
+    source = session.git_start_sha or session.base_commit
+    git = project.git
+    for path in paths:
+        exists = git.run("cat-file", "-e", f"{source}:{path}", cwd=session.worktree, check=False).returncode == 0
+        if exists:
+            git.run("checkout", source or "HEAD", "--", path, cwd=session.worktree)
+        else:
+            git.run("rm", "-q", "-f", "--ignore-unmatch", "--", path, cwd=session.worktree)
+            target = Path(session.worktree) / path
+            if target.exists():
+                target.unlink()
+    git.commit_all(session.worktree, "corral: revert protected files\n\n" + "\n".join(paths))
+
+
+def unblock(
+    project: Project,
+    given: str,
+    *,
+    actor: Actor,
+    message: str,
+    approve: Sequence[str] = (),
+    revert: Sequence[str] = (),
+    revert_rest: bool = False,
+) -> Started:
+    feedback = _feedback(project, message)
+    command_id = new_id()
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        if task.status not in UNBLOCKABLE:
+            raise _refuse(task, "unblock", UNBLOCKABLE)
+        check_transition(task.status, Status.WORKING, actor, what=f"unblock {task.ref}")
+        session = _session(tx, task)
+        _check_worktree(task, session)
+        reverted = _decide_files(project, tx, task, approve, revert, revert_rest, actor)
+        turn = tx.add_turn(
+            task.id,
+            role=Role.HUMAN,
+            actor=actor,
+            kind="unblock",
+            content=feedback,
+            session_id=session.id,
+            feedback_delivery=FeedbackDelivery.PENDING,
+            command_id=command_id,
+        )
+        pending = tx.pending_feedback(session.id)
+        session = tx.update_session(session.id, consecutive_interruptions=0)
+        tx.set_status(task.id, Status.WORKING, actor, "unblock", expected_from=task.status, resting_cause=None)
+        target = workspace.target_branch(tx, task)
+        task = tx.get_task(task.id) or task
+    crashpoints.hit("unblock.committed")
+    try:
+        revert_files(project, session, reverted)
+    except CorralError as exc:
+        launch.internal_fault(project, task, exc)
+        raise
+    body = prompts.feedback_block([t.content for t in pending])
+    command = launch.build_command(
+        project,
+        task,
+        session,
+        turn,
+        kind="unblock",
+        body=body,
+        delivered=[t.id for t in pending],
+        target=target,
+        sync_before_work=True,
+    )
+    return Started(task, launch.launch(project, task, command))
+
+
+def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") -> Started:
+    command_id = new_id()
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        if task.status is not Status.INTERRUPTED:
+            raise _refuse(
+                task, "resume", [Status.INTERRUPTED], hint=f"To give feedback instead: corral unblock {task.ref} -m '…'"
+            )
+        pending_files = tx.pending_paths(task.id)
+        if pending_files:
+            raise RefusedError(
+                f"Task {task.ref} has protected files to decide first: {', '.join(pending_files)}",
+                code="undecided-files",
+                hint=f"Decide them as you continue: corral unblock {task.ref} -m '…' --approve-file PATH "
+                "(or --no-approve-files)",
+            )
+        session = _session(tx, task)
+        _check_worktree(task, session)
+        turn = tx.add_turn(
+            task.id,
+            role=Role.HUMAN,
+            actor=actor,
+            kind=kind,
+            content="[system] Session interrupted and auto-resumed"
+            if actor is Actor.SYSTEM
+            else "Resume after the interruption.",
+            session_id=session.id,
+            command_id=command_id,
+        )
+        pending = tx.pending_feedback(session.id)
+        session = (
+            tx.update_session(session.id, consecutive_interruptions=0)
+            if actor is not Actor.SYSTEM
+            else tx.update_session(session.id, auto_resumed=True)
+        )
+        tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=Status.INTERRUPTED, resting_cause=None)
+        target = workspace.target_branch(tx, task)
+        task = tx.get_task(task.id) or task
+    crashpoints.hit("resume.committed")
+    dirty = bool(project.git.dirty_paths(session.worktree or "."))
+    body = prompts.resume_after_crash(dirty, [t.content for t in pending])
+    command = launch.build_command(
+        project,
+        task,
+        session,
+        turn,
+        kind=kind,
+        body=body,
+        delivered=[t.id for t in pending],
+        target=target,
+        sync_before_work=not dirty,
+        announce_merge=False,
+    )
+    return Started(task, launch.launch(project, task, command))
+
+
+def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started:
+    text = _feedback(project, question, "question")
+    command_id = new_id()
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        if task.status not in (Status.BLOCKED, Status.CONFLICT):
+            raise _refuse(task, "ask", [Status.BLOCKED, Status.CONFLICT])
+        session = _session(tx, task)
+        _check_worktree(task, session)
+        turn = tx.add_turn(
+            task.id,
+            role=Role.HUMAN,
+            actor=actor,
+            kind="ask",
+            content=text,
+            session_id=session.id,
+            command_id=command_id,
+        )
+        tx.set_status(task.id, Status.WORKING, actor, "ask", expected_from=task.status)
+        target = workspace.target_branch(tx, task)
+        task = tx.get_task(task.id) or task
+    command = launch.build_command(
+        project,
+        task,
+        session,
+        turn,
+        kind="ask",
+        body=prompts.ask(text),
+        delivered=[],
+        target=target,
+        sync_before_work=False,
+        read_only=True,
+    )
+    return Started(task, launch.launch(project, task, command))
+
+
+def answer_of(project: Project, task: Task, command_id: str) -> Turn | None:
+    with project.store.read() as tx:
+        return tx.turn_by_command(command_id, Role.AGENT)
+
+
+def request_stop(project: Project, task: Task, actor: Actor) -> bool:
+    """Ask the supervisor to end the turn; False when no live supervisor was there to ask."""
+    protocol_dir = project.paths.protocol_dir(task.id)
+    proto.write_json(protocol_dir / proto.STOP, {"actor": actor.value})
+    status = proto.read(protocol_dir / proto.STATUS)
+    pid = status.get("pid") if status else None
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop(project: Project, given: str, *, actor: Actor) -> Task:
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    if task.status is not Status.WORKING:
+        raise RefusedError(
+            f"Task {task.ref} is {task.status.value}; no turn is running.",
+            code="not-running",
+            hint=f"See it: corral show {task.ref}",
+        )
+    asked = request_stop(project, task, actor)
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    while asked and time.monotonic() < deadline:
+        reconcile(project)
+        with project.store.read() as tx:
+            current = tx.get_task(task.id)
+        if current is None or current.status is not Status.WORKING:
+            return current or task
+        time.sleep(0.1)
+    # No supervisor answered: end the turn here, with the same record a supervisor would have written.
+    reconcile(project)
+    with project.store.write() as tx:
+        current = tx.get_task(task.id)
+        if current is None or current.status is not Status.WORKING:
+            return current or task
+        cause = RestingCause("stopped", tx.now(), actor, details={"summary": f"Stopped by {actor.value}."})
+        command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
+        command_id = command.get("command_id")
+        if isinstance(command_id, str) and tx.turn_by_command(command_id, Role.AGENT) is None:
+            tx.add_turn(
+                task.id,
+                role=Role.AGENT,
+                kind="stopped",
+                content=f"Stopped by {actor.value}.",
+                session_id=current.session_id,
+                command_id=command_id,
+            )
+        tx.park(task.id, actor, f"stopped by {actor.value}", expected_from=Status.WORKING, resting_cause=cause)
+        return tx.get_task(task.id) or current
+
+
+@dataclass(frozen=True)
+class Synced:
+    task: Task
+    state: str  # merged | up-to-date
+    head: str | None
+
+
+class MergeConflict(CorralError):
+    code = "merge-conflict"
+
+
+def sync(project: Project, given: str, *, actor: Actor) -> Synced:
+    """Merge upstream into a resting task's branch, in the CLI, leaving the status as it was."""
+    from corral.engine.locks import task_lock
+
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    with task_lock(project, task.id):
+        with project.store.read() as tx:
+            task = tx.get_task(task.id) or task
+            if task.status not in SYNCABLE:
+                raise RefusedError(
+                    f"Cannot sync {task.ref} while it is {task.status.value}.",
+                    code="not-resting",
+                    hint="sync runs only while the task rests (blocked, conflict, interrupted, submitted).",
+                )
+            session = _session(tx, task)
+            target = workspace.target_branch(tx, task)
+        _check_worktree(task, session)
+        git, wt = project.git, session.worktree or "."
+        before = git.rev_parse("HEAD", cwd=wt)
+        identity: list[str] = []
+        if not git.run("config", "user.email", cwd=wt, check=False).stdout.strip():
+            identity = ["-c", "user.name=corral", "-c", "user.email=corral@localhost"]
+        result = git.run(*identity, "merge", "--no-edit", "--no-verify", f"refs/heads/{target}", cwd=wt, check=False)
+        if result.returncode != 0:
+            files = [
+                p
+                for p in git.run("diff", "--name-only", "--diff-filter=U", cwd=wt, check=False).stdout.splitlines()
+                if p
+            ]
+            git.run("merge", "--abort", cwd=wt, check=False)
+            if files:
+                raise MergeConflict(
+                    f"Merging {target} into {task.branch} conflicts in: {', '.join(files)}. The merge was "
+                    "aborted; the worktree is as it was.",
+                    hint=f"Hand the conflict to the agent: corral unblock {task.ref} -m 'merge {target} and resolve'",
+                )
+            raise GitError(
+                f"Merging {target} failed: {(result.stderr or result.stdout).strip()[-300:]}",
+                hint="Commit or discard local changes in the worktree, then sync again.",
+            )
+        after = git.rev_parse("HEAD", cwd=wt)
+        state = "up-to-date" if after == before else "merged"
+        with project.store.write() as tx:
+            tx.add_turn(
+                task.id,
+                role=Role.HUMAN,
+                actor=actor,
+                kind="sync",
+                content=f"Merged {target} into {task.branch} ({state}).",
+                session_id=session.id,
+                ended_at=tx.now(),
+                details={"head": after, "before": before},
+            )
+            if state == "merged":
+                # Target changes the merge brought in are never the agent's: the check starts after them.
+                tx.update_session(session.id, git_start_sha=after)
+            task = tx.get_task(task.id) or task
+        return Synced(task, state, after)
+
+
+# -- waiting ---------------------------------------------------------------------------
+
+RESTING_WAIT = frozenset(
+    {
+        Status.BACKLOG,
+        Status.BLOCKED,
+        Status.CONFLICT,
+        Status.INTERRUPTED,
+        Status.SUBMITTED,
+        Status.COMPLETE,
+        Status.ABANDONED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    task: Task
+    timed_out: bool
+
+    @property
+    def exit_code(self) -> int:
+        if self.timed_out:
+            return 124
+        if self.task.resting_cause is not None or self.task.status is Status.ABANDONED:
+            return 1
+        return 0
+
+
+def rests(task: Task) -> bool:
+    return task.status in RESTING_WAIT
+
+
+def wait(
+    project: Project,
+    given: str,
+    *,
+    timeout: float | None = None,
+    on_tick: Callable[[Task], None] | None = None,
+    poll: float = 0.2,
+) -> WaitResult:
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        reconcile(project)
+        with project.store.read() as tx:
+            task = tx.get_task(task.id) or task
+        if on_tick is not None:
+            on_tick(task)
+        if rests(task):
+            return WaitResult(task, False)
+        if deadline is not None and time.monotonic() >= deadline:
+            return WaitResult(task, True)
+        time.sleep(poll)
