@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-DEFAULT = [
+DEFAULT: list[dict[str, Any]] = [
     {"init": True},
     {"text": "Looking at the task."},
     {"result": "Done."},

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -73,7 +75,10 @@ _wait_opts = [
 ]
 
 
-def wait_options(f):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def wait_options(f: F) -> F:
     for opt in reversed(_wait_opts):
         f = opt(f)
     return f
