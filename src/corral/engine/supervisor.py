@@ -92,6 +92,7 @@ class Supervisor:
         *,
         git: Git | None = None,
         sleep: Callable[[float], bool] | None = None,
+        ladder_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.dir = protocol_dir
         self.cmd = command
@@ -110,7 +111,10 @@ class Supervisor:
         self.agent_pgid: int | None = None
         self.session_id: str | None = command.get("resume_id")
         self.started_at = now()
+        # Retry pacing and attempt durations run on this clock; tests pass a virtual one.
+        # (The watchdog always measures real time: it guards a real process.)
         self._sleep = sleep
+        self.ladder_clock = ladder_clock
 
     # -- status.json -----------------------------------------------------------------
     def write_status(self) -> None:
@@ -353,7 +357,7 @@ class Supervisor:
         relaunches = 0
         streak_class: FailureClass | None = None
         streak = 0
-        streak_started = time.monotonic()
+        streak_started = self.ladder_clock()
         durations: list[float] = []
         while True:
             if self.stop_event.is_set():
@@ -377,10 +381,10 @@ class Supervisor:
                 return None
             failure_class = verdict.failure_class or FailureClass.UNKNOWN
             if failure_class is not streak_class:
-                streak_class, streak, streak_started, durations = failure_class, 0, time.monotonic(), []
+                streak_class, streak, streak_started, durations = failure_class, 0, self.ladder_clock(), []
             streak += 1
             durations.append(run.duration)
-            decision = decide(failure_class, streak, time.monotonic() - streak_started, budgets, durations)
+            decision = decide(failure_class, streak, self.ladder_clock() - streak_started, budgets, durations)
             if isinstance(decision, Retry):
                 self.retry = {
                     "attempt": self.attempt_no,
@@ -477,7 +481,7 @@ class Supervisor:
         out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         run.log_start = os.fstat(out_fd).st_size
-        started = time.monotonic()
+        started = self.ladder_clock()
         try:
             try:
                 proc = subprocess.Popen(
@@ -509,7 +513,7 @@ class Supervisor:
             os.close(out_fd)
             os.close(err_fd)
             self.agent_pid = None
-        run.duration = time.monotonic() - started
+        run.duration = self.ladder_clock() - started
         run.ended_at = now()
         return run
 

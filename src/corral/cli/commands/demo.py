@@ -1,0 +1,175 @@
+"""``demo``: the whole lifecycle on a scratch repository, with a scripted agent.
+
+No network and no agent CLI: the scripted agent is corral's own fake agent (test
+seam 1) standing in for Claude Code, so the real supervisor, receipts, reconciler
+and store all run exactly as they do for a real agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from corral.cli.app import App, json_option, pass_app
+from corral.cli.render import timeline
+from corral.domain.actors import Actor
+from corral.engine import projection, tasks, turns
+from corral.engine.project import Project
+from corral.engine.resolve import resolve_task
+from corral.testing.fake_agent import wrapper_script
+
+SCENARIO = {
+    "invocations": [
+        [
+            {"init": True},
+            {"text": "I'll add a greeting module with a function and commit it."},
+            {"tool": "Write", "input": {"file_path": "greet.py"}, "output": "File created"},
+            {"write": {"path": "greet.py", "content": 'def greet(name):\n    return f"Hello, {name}!"\n'}},
+            {"tool": "Bash", "input": {"command": "git commit -am 'Add greet()'"}, "output": "1 file changed"},
+            {"commit": "Add greet()"},
+            {"result": "Added greet.py with greet(name). No tests yet."},
+        ],
+        [
+            {"init": True},
+            {"text": "Adding the test you asked for."},
+            {"tool": "Write", "input": {"file_path": "test_greet.py"}, "output": "File created"},
+            {
+                "write": {
+                    "path": "test_greet.py",
+                    "content": (
+                        "from greet import greet\n\n\ndef test_greet():\n    assert greet('Ada') == 'Hello, Ada!'\n"
+                    ),
+                }
+            },
+            {"commit": "Test greet()"},
+            {"result": "Added test_greet.py covering greet(); both commits are on the branch."},
+        ],
+    ]
+}
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=corral demo", "-c", "user.email=demo@localhost", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral demo
+  corral demo --keep      keep the scratch repository and state to look around
+"""
+)
+@click.option("--keep", is_flag=True, help="Keep the scratch directory and print where it is.")
+@json_option
+@pass_app
+def demo(app: App, keep: bool) -> int:
+    """Run start → blocked → unblock with feedback → blocked on a scratch repo with a scripted agent."""
+    scratch = Path(tempfile.mkdtemp(prefix="corral-demo-"))
+    saved = {
+        k: os.environ.get(k)
+        for k in ("CORRAL_HOME", "CORRAL_CLAUDE_BIN", "CORRAL_FAKE_SCENARIO", "CORRAL_FAKE_RECORD", "CORRAL_HARNESS")
+    }
+    began = time.monotonic()
+    events: list[dict[str, object]] = []
+    shown = 0
+
+    def say(line: str) -> None:
+        events.append({"line": line})
+        app.say(line)
+
+    def show_new(project: Project, ref: str) -> None:
+        nonlocal shown
+        with project.store.read() as tx:
+            doc = projection.show(tx, resolve_task(tx, ref))
+        entries = timeline(doc)
+        for when, line in entries[shown:]:
+            say(f"  {when}  {line}")
+        shown = len(entries)
+
+    try:
+        repo = scratch / "repo"
+        repo.mkdir()
+        _git(repo, "init", "-q", "-b", "main")
+        (repo / "README.md").write_text("# demo\n")
+        _git(repo, "add", "README.md")
+        _git(repo, "commit", "-q", "-m", "initial")
+        scenario = scratch / "scenario.json"
+        scenario.write_text(json.dumps(SCENARIO))
+        os.environ.update(
+            {
+                "CORRAL_HOME": str(scratch / "home"),
+                "CORRAL_CLAUDE_BIN": str(wrapper_script(scratch / "bin")),
+                "CORRAL_FAKE_SCENARIO": str(scenario),
+                "CORRAL_FAKE_RECORD": str(scratch / "record"),
+                "CORRAL_HARNESS": "claude",
+            }
+        )
+        project = Project.open(repo)
+        try:
+            say(f"Scratch repository: {repo}")
+            task = tasks.create(
+                project,
+                "Add a greeting function",
+                actor=Actor.HUMAN,
+                ref="greet",
+                prompt="Put it in greet.py and commit it.",
+            )
+            say("$ corral create 'Add a greeting function' --ref greet -m 'Put it in greet.py and commit it.'")
+            show_new(project, task.ref)
+            say("$ corral start greet --wait")
+            turns.start(project, task.ref, actor=Actor.HUMAN)
+            first = turns.wait(project, task.ref, timeout=60)
+            show_new(project, task.ref)
+            say("$ corral unblock greet -m 'Please add a test for greet().' --wait")
+            turns.unblock(project, task.ref, actor=Actor.HUMAN, message="Please add a test for greet().")
+            second = turns.wait(project, task.ref, timeout=60)
+            show_new(project, task.ref)
+            log = (
+                subprocess.run(
+                    ["git", "log", "--oneline", "main..corral/greet"],
+                    cwd=repo,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                .stdout.strip()
+                .splitlines()
+            )
+            say(f"The branch corral/greet has {len(log)} commits beyond main:")
+            for line in log:
+                say(f"  {line}")
+            ok = not first.timed_out and not second.timed_out and second.task.status.value == "blocked"
+            say(
+                f"Done in {time.monotonic() - began:.1f} s: the task is {second.task.status.value}, "
+                "ready for review (corral diff / accept)."
+            )
+        finally:
+            project.close()
+        if app.json:
+            app.emit({"ok": ok, "repository": str(repo) if keep else None, "events": events})
+        return 0 if ok else 1
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if keep:
+            app.note(f"Kept {scratch} (CORRAL_HOME={scratch / 'home'}).")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+COMMANDS = [demo]
