@@ -54,7 +54,7 @@ def test_ask_answers_read_only_and_restores_the_status(proj, agent):
         history = tx.turns(task.id)
         changes = [(c.from_status, c.to_status) for c in tx.status_changes(task.id)]
     assert after.status is Status.BLOCKED and after.resting_cause is None
-    question = [t for t in history if t.kind == "ask" and t.role is Role.HUMAN][0]
+    question = next(t for t in history if t.kind == "ask" and t.role is Role.HUMAN)
     assert question.actor is Actor.HUMAN and question.feedback_delivery is FeedbackDelivery.NONE
     assert changes[-2:] == [(Status.BLOCKED, Status.WORKING), (Status.WORKING, Status.BLOCKED)]
 
@@ -131,7 +131,7 @@ def test_stop_parks_with_the_actor_and_leaves_the_feedback_pending(proj, agent):
     assert stopped.resting_cause.code == "stopped" and stopped.resting_cause.actor is Actor.HUMAN
     with proj.store.read() as tx:
         history = tx.turns(task.id)
-        feedback = [t for t in history if t.kind == "unblock"][0]
+        feedback = next(t for t in history if t.kind == "unblock")
     assert feedback.feedback_delivery is FeedbackDelivery.PENDING
     assert history[-1].kind == "stopped" and history[-1].role is Role.AGENT
     pid = agent.calls()[-1]["pid"]

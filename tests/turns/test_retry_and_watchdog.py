@@ -79,7 +79,7 @@ def overloaded():
 def test_overload_retries_on_the_transient_ladder_then_completes(proj, agent):
     agent.script(overloaded(), overloaded(), overloaded(), ok("finally"))
     vt = VirtualTime()
-    task, response, (turn,) = run_virtual(proj, vt)
+    task, _response, (turn,) = run_virtual(proj, vt)
     assert vt.sleeps == [5.0, 10.0, 20.0]
     assert task.status is Status.BLOCKED and task.resting_cause is None
     assert [a.outcome.value for a in turn.attempts] == ["failed", "failed", "failed", "succeeded"]
@@ -93,7 +93,7 @@ def test_overload_budget_is_wall_time_then_blocked_as_exhausted(proj, agent, mon
     proj = reopen(proj)
     agent.script(default=overloaded())
     vt = VirtualTime()
-    task, response, (turn,) = run_virtual(proj, vt)
+    task, response, (_turn,) = run_virtual(proj, vt)
     # 5 + 10 + 20 + 40 = 75 s; the next 60 s would pass the 100 s budget.
     assert vt.sleeps == [5.0, 10.0, 20.0, 40.0]
     assert response["status"] == "failed" and response["failure_code"] == "retry-budget-exhausted"
@@ -148,7 +148,7 @@ def test_fatal_auth_stops_at_once(proj, agent):
 
 def test_retry_state_is_projected_into_status_json_while_waiting(proj, agent):
     agent.script(overloaded(), ok())
-    task, protocol_dir, command = prepare(proj)
+    _task, protocol_dir, command = prepare(proj)
     seen = {}
 
     def sleep(seconds):

@@ -85,7 +85,7 @@ def test_second_turn_resumes_the_session_and_delivers_feedback_with_nul_escaped(
     del sid
     with proj.store.read() as tx:
         session = tx.get_session(result.task.session_id)
-        stored = [t for t in tx.turns(task.id) if t.kind == "unblock" and t.role is Role.HUMAN][0]
+        stored = next(t for t in tx.turns(task.id) if t.kind == "unblock" and t.role is Role.HUMAN)
     assert second["argv"][second["argv"].index("--resume") + 1] == session.harness_session_id
     escaped = sanitize_prose(feedback)
     assert "\\u0000" in escaped and "\x00" not in escaped
@@ -132,7 +132,7 @@ def test_feedback_is_consumed_only_by_a_turn_that_delivered_it_and_completed(pro
     crashed = turns.wait(proj, task.ref, timeout=30)
     assert crashed.task.status is Status.INTERRUPTED
     with proj.store.read() as tx:
-        unblock_turn = [t for t in tx.turns(task.id) if t.kind == "unblock"][0]
+        unblock_turn = next(t for t in tx.turns(task.id) if t.kind == "unblock")
     assert unblock_turn.feedback_delivery is FeedbackDelivery.PENDING
     turns.resume(proj, task.ref, actor=Actor.HUMAN)
     done = turns.wait(proj, task.ref, timeout=30)
@@ -152,7 +152,7 @@ def test_agent_killed_by_sigkill_under_a_living_supervisor_is_interrupted_with_d
     assert result.exit_code == 1
     with proj.store.read() as tx:
         session = tx.get_session(result.task.session_id)
-        error = [t for t in tx.turns(task.id) if t.role is Role.AGENT][0]
+        error = next(t for t in tx.turns(task.id) if t.role is Role.AGENT)
     assert session.interrupt_exit_code == 137
     assert session.interrupt_reason == "OOM killed or SIGKILL (exit code 137)"
     assert "boom" in (session.interrupt_logs or "")
