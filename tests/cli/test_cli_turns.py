@@ -1,0 +1,127 @@
+"""Turn commands through the real entry point: start/unblock/wait/ask/logs/demo, --json and exit codes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from corral.domain.sanitize import sanitize_prose
+from corral.testing.fake_agent import wrapper_script
+
+
+def fake_env(tmp_path, *invocations):
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"invocations": [list(i) for i in invocations]}))
+    return {
+        "CORRAL_CLAUDE_BIN": str(wrapper_script(tmp_path / "bin")),
+        "CORRAL_FAKE_SCENARIO": str(scenario),
+        "CORRAL_FAKE_RECORD": str(tmp_path / "record"),
+    }
+
+
+def calls(tmp_path):
+    path = tmp_path / "record" / "invocations.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+OK = [
+    {"init": True},
+    {"text": "hi"},
+    {"tool": "Bash", "input": {"command": "ls"}, "output": "README.md"},
+    {"result": "All done."},
+]
+
+
+def test_start_returns_once_the_supervisor_runs_then_wait_reports(corral, tmp_path):
+    env = fake_env(tmp_path, [{"init": True}, {"sleep": 1.5}, {"result": "slow done"}])
+    corral.ok("create", "Slow task", "--ref", "slow", env=env)
+    began = time.monotonic()
+    started = corral.json("start", "slow", env=env)
+    assert time.monotonic() - began < 1.5  # it did not wait for the agent
+    assert started["task"]["status"] == "working" and started["supervisor_pid"] > 0
+    listed = corral.json("list", "--active", env=env)["tasks"]
+    assert [(r["ref"], r["status"]) for r in listed] == [("slow", "working")]
+    assert listed[0]["substate"] in ("agent", "harness:work")
+    waited = corral("wait", "slow", "--json", env=env)
+    assert waited.returncode == 0, waited.stderr
+    doc = waited.json()
+    assert doc["task"]["status"] == "blocked" and doc["exit_code"] == 0
+
+
+def test_unblock_from_stdin_with_nul_is_escaped_and_delivered(corral, tmp_path):
+    env = fake_env(tmp_path, OK, OK)
+    corral.ok("create", "Task", "--ref", "t", env=env)
+    corral.ok("start", "t", "--wait", env=env)
+    feedback = "line one\x00 and \x07 bell\nline two"
+    result = corral("unblock", "t", "--wait", input=feedback, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    second = calls(tmp_path)[1]
+    assert sanitize_prose(feedback) in second["prompt"]
+    assert "\x00" not in second["prompt"]
+    shown = corral.json("show", "t", env=env)
+    human = next(t for t in shown["turns"] if t["kind"] == "unblock" and t["role"] == "human")
+    assert human["content"] == sanitize_prose(feedback)
+    assert human["actor"] == "human" and human["feedback_delivery"] == "consumed"
+
+
+def test_wait_exit_codes_and_timeout(corral, tmp_path):
+    env = fake_env(
+        tmp_path,
+        [{"init": True}, {"result": "Invalid API key · Fix external API key", "is_error": True}, {"exit": 1}],
+        [{"init": True}, {"sleep": 20}],
+    )
+    corral.ok("create", "Will fail", "--ref", "bad", env=env)
+    assert corral("start", "bad", "--wait", env=env).returncode == 1  # rests with a cause
+    shown = corral("show", "bad", env=env)
+    assert "Stopped because:" in shown.stdout and "Next:" in shown.stdout
+    corral.ok("create", "Will hang", "--ref", "hang", env=env)
+    corral.ok("start", "hang", env=env)
+    timed = corral("wait", "hang", "--timeout", "0.5", "--json", env=env)
+    assert timed.returncode == 124 and timed.json()["timed_out"] is True
+    corral.ok("stop", "hang", env=env)
+
+
+def test_ask_prints_the_answer_and_leaves_the_status(corral, tmp_path):
+    env = fake_env(tmp_path, OK, [{"init": True}, {"result": "Forty-two."}])
+    corral.ok("create", "Question time", "--ref", "q", env=env)
+    corral.ok("start", "q", "--wait", env=env)
+    answered = corral("ask", "q", "-m", "What is the answer?", env=env)
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.strip() == "Forty-two."
+    assert corral.json("show", "q", env=env)["task"]["status"] == "blocked"
+
+
+def test_illegal_turn_commands_exit_3_and_unknown_tasks_exit_4(corral, tmp_path):
+    env = fake_env(tmp_path, OK)
+    corral.ok("create", "Never started", "--ref", "idle", env=env)
+    refused = corral("unblock", "idle", "-m", "x", "--json", env=env)
+    assert refused.returncode == 3
+    error = refused.json()["error"]
+    assert error["code"] == "illegal-transition" and "backlog" in error["message"]
+    assert corral("resume", "idle", env=env).returncode == 3
+    missing = corral("start", "nope", "--json", env=env)
+    assert missing.returncode == 4 and missing.json()["error"]["code"] == "task-not-found"
+
+
+def test_logs_render_and_raw(corral, tmp_path):
+    env = fake_env(tmp_path, OK)
+    corral.ok("create", "Logged", "--ref", "lg", env=env)
+    corral.ok("start", "lg", "--wait", env=env)
+    rendered = corral.ok("logs", "lg", env=env).stdout
+    assert "› hi" in rendered and "⚙ Bash" in rendered and "= All done." in rendered
+    raw = corral.ok("logs", "lg", "--raw", env=env).stdout
+    assert json.loads(raw.splitlines()[-1])["type"] == "result"
+    assert corral("logs", "lg", "--turn", "9", env=env).returncode == 4
+
+
+def test_demo_runs_the_lifecycle_quickly(corral):
+    began = time.monotonic()
+    result = corral("demo", "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - began < 30
+    doc = result.json()
+    assert doc["ok"] is True
+    lines = [e["line"] for e in doc["events"]]
+    assert any("working → blocked" in line for line in lines)
+    assert any("2 commits beyond main" in line for line in lines)

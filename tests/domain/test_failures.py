@@ -1,0 +1,71 @@
+"""The pure retry policy, crash-loop detector, watchdog rule and exit reasons."""
+
+from __future__ import annotations
+
+from corral.domain.failures import (
+    Budgets,
+    FailureClass,
+    Retry,
+    Stop,
+    classify_common,
+    decide,
+    decide_watchdog_retry,
+    exit_reason,
+)
+
+O, N, U, K = (
+    FailureClass.TRANSIENT_OVERLOAD,
+    FailureClass.TRANSIENT_NETWORK,
+    FailureClass.TRANSIENT_UNREACHABLE,
+    FailureClass.UNKNOWN,
+)
+
+
+def test_transient_ladder_is_5_10_20_40_then_60_capped():
+    assert [decide(O, n, 0.0) for n in range(1, 8)] == [Retry(d) for d in (5, 10, 20, 40, 60, 60, 60)]
+
+
+def test_budgets():
+    assert decide(O, 50, 6 * 3600 - 61) == Retry(60.0)
+    assert decide(O, 50, 6 * 3600 - 59) == Stop("budget-exhausted")
+    assert decide(N, 3, 3600.0 - 10) == Stop("budget-exhausted")
+    assert decide(U, 11, 0.0) == Retry(60.0) and decide(U, 12, 0.0) == Stop("budget-exhausted")
+    assert decide(K, 5, 0.0, recent_durations=[20] * 5) == Retry(60.0)
+    assert decide(K, 6, 0.0, recent_durations=[20] * 6) == Stop("budget-exhausted")
+    assert decide(U, 2, 0.0, Budgets(unreachable_attempts=2)) == Stop("budget-exhausted")
+
+
+def test_fatal_classes_stop_at_once():
+    assert decide(FailureClass.FATAL_AUTH, 1, 0.0) == Stop("fatal")
+    assert decide(FailureClass.FATAL_CONFIG, 1, 0.0) == Stop("fatal")
+
+
+def test_crash_loop_only_for_unknown_and_only_three_fast_in_a_row():
+    fast = [0.1, 0.2, 0.3]
+    assert decide(K, 3, 1.0, recent_durations=fast) == Stop("crash-loop")
+    assert decide(K, 3, 1.0, recent_durations=[0.1, 12.0, 0.3]) == Retry(60.0)
+    assert decide(K, 2, 1.0, recent_durations=fast[:2]) == Retry(30.0)
+    assert decide(O, 3, 1.0, recent_durations=fast) == Retry(20.0)  # a 429 comes back in milliseconds
+
+
+def test_watchdog_rule():
+    assert decide_watchdog_retry(False, 0) and decide_watchdog_retry(False, 2)
+    assert not decide_watchdog_retry(False, 3)
+    assert not decide_watchdog_retry(True, 0)
+
+
+def test_exit_reasons():
+    assert exit_reason(137) == "OOM killed or SIGKILL (exit code 137)"
+    assert exit_reason(None, 9) == "OOM killed or SIGKILL (exit code 137)"
+    assert exit_reason(143) == "killed by SIGTERM (exit code 143)"
+    assert exit_reason(127) == "command not found (exit code 127)"
+    assert exit_reason(2) == "exited with code 2"
+
+
+def test_common_signals():
+    assert classify_common("HTTP 403 Forbidden") is FailureClass.FATAL_AUTH
+    assert classify_common("Your credit balance is too low") is FailureClass.FATAL_AUTH
+    assert classify_common("getaddrinfo ENOTFOUND api.example") is FailureClass.TRANSIENT_UNREACHABLE
+    assert classify_common("read ECONNRESET") is FailureClass.TRANSIENT_NETWORK
+    assert classify_common("", 127) is FailureClass.FATAL_CONFIG
+    assert classify_common("nothing recognisable") is FailureClass.UNKNOWN
