@@ -13,7 +13,7 @@ from corral.domain.failures import (
     exit_reason,
 )
 
-O, N, U, K = (
+OVER, N, U, K = (
     FailureClass.TRANSIENT_OVERLOAD,
     FailureClass.TRANSIENT_NETWORK,
     FailureClass.TRANSIENT_UNREACHABLE,
@@ -22,12 +22,12 @@ O, N, U, K = (
 
 
 def test_transient_ladder_is_5_10_20_40_then_60_capped():
-    assert [decide(O, n, 0.0) for n in range(1, 8)] == [Retry(d) for d in (5, 10, 20, 40, 60, 60, 60)]
+    assert [decide(OVER, n, 0.0) for n in range(1, 8)] == [Retry(d) for d in (5, 10, 20, 40, 60, 60, 60)]
 
 
 def test_budgets():
-    assert decide(O, 50, 6 * 3600 - 61) == Retry(60.0)
-    assert decide(O, 50, 6 * 3600 - 59) == Stop("budget-exhausted")
+    assert decide(OVER, 50, 6 * 3600 - 61) == Retry(60.0)
+    assert decide(OVER, 50, 6 * 3600 - 59) == Stop("budget-exhausted")
     assert decide(N, 3, 3600.0 - 10) == Stop("budget-exhausted")
     assert decide(U, 11, 0.0) == Retry(60.0) and decide(U, 12, 0.0) == Stop("budget-exhausted")
     assert decide(K, 5, 0.0, recent_durations=[20] * 5) == Retry(60.0)
@@ -45,7 +45,7 @@ def test_crash_loop_only_for_unknown_and_only_three_fast_in_a_row():
     assert decide(K, 3, 1.0, recent_durations=fast) == Stop("crash-loop")
     assert decide(K, 3, 1.0, recent_durations=[0.1, 12.0, 0.3]) == Retry(60.0)
     assert decide(K, 2, 1.0, recent_durations=fast[:2]) == Retry(30.0)
-    assert decide(O, 3, 1.0, recent_durations=fast) == Retry(20.0)  # a 429 comes back in milliseconds
+    assert decide(OVER, 3, 1.0, recent_durations=fast) == Retry(20.0)  # a 429 comes back in milliseconds
 
 
 def test_watchdog_rule():
