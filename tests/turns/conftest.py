@@ -55,6 +55,8 @@ def proj(agent: FakeAgent, repo: Path, monkeypatch: pytest.MonkeyPatch):  # type
     from corral.engine.project import Project
 
     monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "30")
+    # Crash recovery has its own tests; here an interrupted task stays interrupted.
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
     p = Project.open(repo)
     yield p
     p.close()

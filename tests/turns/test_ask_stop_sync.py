@@ -12,8 +12,8 @@ from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
+from corral.engine import control, tasks, turns
 from corral.engine import protocol as proto
-from corral.engine import tasks, turns
 from corral.engine.reconcile import reconcile
 from corral.errors import RefusedError
 from tests.conftest import git
@@ -24,7 +24,7 @@ def blocked_task(proj, agent, *more):
     agent.script(ok("first"), *more)
     task = tasks.create(proj, "Something to ask about", actor=Actor.HUMAN)
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    assert turns.wait(proj, task.ref, timeout=30).task.status is Status.BLOCKED
+    assert control.wait(proj, task.ref, timeout=30).task.status is Status.BLOCKED
     return task
 
 
@@ -60,13 +60,12 @@ def test_ask_answers_read_only_and_restores_the_status(proj, agent):
 
 
 def test_ask_consumes_no_pending_feedback(proj, agent):
-    task = blocked_task(proj, agent, [{"init": True}, {"kill": "KILL"}], ok("answer"))
+    task = blocked_task(proj, agent, [{"init": True}, {"sleep": 60}], ok("an answer"))
     turns.unblock(proj, task.ref, actor=Actor.HUMAN, message="pending feedback")
-    assert turns.wait(proj, task.ref, timeout=30).task.status is Status.INTERRUPTED
-    # An interrupted task cannot be asked; resume it into blocked first would consume it, so
-    # instead check the ask refusal and that the feedback stays pending.
-    with pytest.raises(RefusedError):
-        turns.ask(proj, task.ref, actor=Actor.HUMAN, question="?")
+    time.sleep(0.3)
+    assert control.stop(proj, task.ref, actor=Actor.HUMAN).status is Status.BLOCKED
+    started = turns.ask(proj, task.ref, actor=Actor.HUMAN, question="What now?")
+    assert wait_answer(proj, started).content == "an answer"
     with proj.store.read() as tx:
         pending = tx.pending_feedback(tx.get_task(task.id).session_id)
     assert [t.content for t in pending] == ["pending feedback"]
@@ -125,7 +124,7 @@ def test_stop_parks_with_the_actor_and_leaves_the_feedback_pending(proj, agent):
     turns.unblock(proj, task.ref, actor=Actor.HUMAN, message="go slowly")
     time.sleep(0.5)
     began = time.monotonic()
-    stopped = turns.stop(proj, task.ref, actor=Actor.HUMAN)
+    stopped = control.stop(proj, task.ref, actor=Actor.HUMAN)
     assert time.monotonic() - began < 10
     assert stopped.status is Status.BLOCKED
     assert stopped.resting_cause.code == "stopped" and stopped.resting_cause.actor is Actor.HUMAN
@@ -137,13 +136,13 @@ def test_stop_parks_with_the_actor_and_leaves_the_feedback_pending(proj, agent):
     pid = agent.calls()[-1]["pid"]
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert turns.wait(proj, task.ref, timeout=1).exit_code == 1  # it rests with a cause
+    assert control.wait(proj, task.ref, timeout=1).exit_code == 1  # it rests with a cause
 
 
 def test_stop_refuses_when_nothing_runs(proj, agent):
     task = blocked_task(proj, agent)
     with pytest.raises(RefusedError):
-        turns.stop(proj, task.ref, actor=Actor.HUMAN)
+        control.stop(proj, task.ref, actor=Actor.HUMAN)
 
 
 def test_sync_merges_upstream_and_keeps_the_status(proj, agent, repo):
@@ -171,7 +170,7 @@ def test_sync_conflict_is_aborted_and_names_the_files(proj, agent, repo):
     )
     task = tasks.create(proj, "Edit the readme", actor=Actor.HUMAN)
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    turns.wait(proj, task.ref, timeout=30)
+    control.wait(proj, task.ref, timeout=30)
     (repo / "README.md").write_text("upstream's\n")
     git(repo, "commit", "-q", "-am", "upstream edit")
     before = git(repo, "rev-parse", f"corral/{task.ref}")
@@ -197,11 +196,11 @@ def test_unblock_with_a_conflicting_upstream_runs_merge_and_fix(proj, agent, rep
     )
     task = tasks.create(proj, "Edit the readme", actor=Actor.HUMAN)
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    turns.wait(proj, task.ref, timeout=30)
+    control.wait(proj, task.ref, timeout=30)
     (repo / "README.md").write_text("upstream's\n")
     git(repo, "commit", "-q", "-am", "upstream edit")
     turns.unblock(proj, task.ref, actor=Actor.HUMAN, message="continue")
-    result = turns.wait(proj, task.ref, timeout=30)
+    result = control.wait(proj, task.ref, timeout=30)
     second = agent.calls()[1]
     outcome = prompts.SyncOutcome("conflict", "main", ("README.md",))
     assert second["prompt"] == prompts.compose(prompts.feedback_block(["continue"]), outcome)

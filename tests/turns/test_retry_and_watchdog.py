@@ -10,7 +10,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
-from corral.engine import launch, tasks, turns, workspace
+from corral.engine import control, launch, tasks, turns, workspace
 from corral.engine import protocol as proto
 from corral.engine.reconcile import reconcile
 from corral.engine.supervisor import Supervisor
@@ -183,7 +183,7 @@ def test_watchdog_kills_an_agent_that_ignores_sigterm_after_work_and_interrupts(
     task = tasks.create(proj, "Hang after writing", actor=Actor.HUMAN)
     began = time.monotonic()
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    result = turns.wait(proj, task.ref, timeout=40)
+    result = control.wait(proj, task.ref, timeout=40)
     elapsed = time.monotonic() - began
     assert result.task.status is Status.INTERRUPTED
     assert result.task.resting_cause.code == "watchdog-no-progress"
@@ -206,7 +206,7 @@ def test_watchdog_relaunches_a_zero_work_hang_at_most_three_times(proj, agent, m
     agent.script(default=[{"init": True}, {"keepalive": 30}])
     task = tasks.create(proj, "Hang with no work", actor=Actor.HUMAN)
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    result = turns.wait(proj, task.ref, timeout=60)
+    result = control.wait(proj, task.ref, timeout=60)
     assert len(agent.calls()) == 4  # the first launch and three relaunches
     assert result.task.status is Status.INTERRUPTED
     with proj.store.read() as tx:
@@ -222,7 +222,7 @@ def test_watchdog_then_a_healthy_relaunch_completes_the_turn(proj, agent, monkey
     agent.script([{"init": True}, {"keepalive": 30}], ok("recovered"))
     task = tasks.create(proj, "Hang once", actor=Actor.HUMAN)
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    result = turns.wait(proj, task.ref, timeout=40)
+    result = control.wait(proj, task.ref, timeout=40)
     assert result.task.status is Status.BLOCKED
     assert len(agent.calls()) == 2
     proj.close()

@@ -11,7 +11,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.sanitize import sanitize_prose
 from corral.domain.status import Status
-from corral.engine import tasks, turns
+from corral.engine import control, tasks, turns
 from corral.engine.launch import harness_settings
 from corral.engine.projection import show
 from tests.conftest import git
@@ -24,7 +24,7 @@ def new_task(proj, goal="Add a greeting", **kw):
 
 def run_start(proj, ref, **kw):
     turns.start(proj, ref, actor=Actor.HUMAN, **kw)
-    result = turns.wait(proj, ref, timeout=30)
+    result = control.wait(proj, ref, timeout=30)
     assert not result.timed_out
     return result
 
@@ -78,7 +78,7 @@ def test_second_turn_resumes_the_session_and_delivers_feedback_with_nul_escaped(
     run_start(proj, task.ref)
     feedback = "Please fix\x00 this \x1b[31m now"
     turns.unblock(proj, task.ref, actor=Actor.HUMAN, message=feedback)
-    result = turns.wait(proj, task.ref, timeout=30)
+    result = control.wait(proj, task.ref, timeout=30)
     assert result.task.status is Status.BLOCKED
     first, second = agent.calls()
     sid = first["argv"]  # the fake agent makes up a session id and reports it in init
@@ -103,7 +103,7 @@ def test_unblock_merges_upstream_first_and_says_so(proj, agent, repo):
     git(repo, "add", "upstream.txt")
     git(repo, "commit", "-q", "-m", "upstream change")
     turns.unblock(proj, task.ref, actor=Actor.HUMAN, message="carry on")
-    turns.wait(proj, task.ref, timeout=30)
+    control.wait(proj, task.ref, timeout=30)
     second = agent.calls()[1]
     outcome = prompts.SyncOutcome("merged", "main")
     assert second["prompt"] == prompts.compose(prompts.feedback_block(["carry on"]), outcome)
@@ -129,13 +129,13 @@ def test_feedback_is_consumed_only_by_a_turn_that_delivered_it_and_completed(pro
     task = new_task(proj)
     run_start(proj, task.ref)
     turns.unblock(proj, task.ref, actor=Actor.HUMAN, message="do the thing")
-    crashed = turns.wait(proj, task.ref, timeout=30)
+    crashed = control.wait(proj, task.ref, timeout=30)
     assert crashed.task.status is Status.INTERRUPTED
     with proj.store.read() as tx:
         unblock_turn = next(t for t in tx.turns(task.id) if t.kind == "unblock")
     assert unblock_turn.feedback_delivery is FeedbackDelivery.PENDING
     turns.resume(proj, task.ref, actor=Actor.HUMAN)
-    done = turns.wait(proj, task.ref, timeout=30)
+    done = control.wait(proj, task.ref, timeout=30)
     assert done.task.status is Status.BLOCKED
     third = agent.calls()[2]
     assert third["prompt"] == prompts.resume_after_crash(False, ["do the thing"])

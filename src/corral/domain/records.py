@@ -215,6 +215,17 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class ProcessRecord:
+    """A process corral started for a task, kept until it is known to be gone."""
+
+    task_id: str
+    kind: str  # supervisor | pair | chat | accept
+    pid: int
+    command_id: str | None
+    started_at: datetime
+
+
+@dataclass(frozen=True)
 class Note:
     """A comment (a person's note on the timeline) or a decision-journal entry."""
 

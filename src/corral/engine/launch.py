@@ -22,6 +22,7 @@ from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.status import Status
 from corral.engine import crashpoints
 from corral.engine import protocol as proto
+from corral.engine.processes import reap_turn
 from corral.engine.project import Project
 from corral.engine.supervision import pid_alive
 from corral.errors import CorralError
@@ -157,11 +158,16 @@ def launch(project: Project, task: Task, command: dict[str, Any]) -> Launched:
     protocol_dir = project.paths.protocol_dir(task.id)
     log_dir = Path(command["log_dir"])
     try:
+        # Never two live agents for one task: whatever the previous command left alive goes first.
+        reap_turn(project, task.id)
         clear_protocol(protocol_dir, keep_into=log_dir)
         proto.write_json(protocol_dir / proto.COMMAND, command)
         crashpoints.hit("launch.command-written")
         pid = spawn_supervisor(protocol_dir, project.paths.logs / "supervisor.log")
         crashpoints.hit("launch.supervisor-spawned")
+        with project.store.write() as tx:
+            tx.register_process(task.id, "supervisor", pid, command["command_id"])
+        crashpoints.hit("launch.supervisor-registered")
         if not wait_alive(protocol_dir, pid):
             raise LaunchFailed(
                 f"The supervisor of {task.ref} did not start within {int(SUPERVISOR_START_TIMEOUT)} s.",

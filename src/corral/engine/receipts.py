@@ -135,6 +135,9 @@ def _record(tx: Tx, task: Task, response: dict[str, Any], human_seq: int | None)
         command_id=response["command_id"],
     )
     _record_attempts(tx, turn.id, response)
+    for record in tx.processes(task.id):
+        if record.kind == "supervisor" and record.command_id == response["command_id"]:
+            tx.unregister_process(task.id, "supervisor", pid=record.pid)
     session_updates: dict[str, Any] = {}
     if response.get("harness_session_id"):
         session_updates["harness_session_id"] = response["harness_session_id"]

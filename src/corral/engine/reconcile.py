@@ -7,14 +7,18 @@ receipt is claimed in a transaction, so two reconcilers never process it twice.
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
+from corral.domain.redact import redact
 from corral.domain.status import Status
 from corral.engine import protocol as proto
 from corral.engine import receipts
+from corral.engine.processes import reap_turn, stop_group
 from corral.engine.project import Project
+from corral.engine.recovery import maybe_auto_resume
 from corral.engine.supervision import pid_alive
 
 
@@ -70,12 +74,16 @@ def process_receipt(project: Project, task: Task) -> bool:
 
 
 def sweep_working(project: Project) -> None:
-    """Seed 002 sweep 1 (and 2): receipts become turns; a supervisor gone without one → interrupted."""
+    """Seed 002 sweeps 1 and 2: receipts become turns; a supervisor gone without one → interrupted.
+
+    A task that lands in interrupted is auto-resumed at once when that is safe.
+    """
     with project.store.read() as tx:
         candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
     grace = timedelta(seconds=float(project.config["grace_period"]))
     for task in candidates:
         if process_receipt(project, task):
+            maybe_auto_resume(project, task.id)
             continue
         if task.status is not Status.WORKING:
             continue
@@ -90,13 +98,14 @@ def sweep_working(project: Project) -> None:
             created = parse_time(command.get("created_at")) or task.last_interaction_at
             if project.clock() - created < grace:
                 continue
-        if process_receipt(project, task):  # it may have finished between our two looks
-            continue
-        lost(project, task, status)
+        if not process_receipt(project, task):  # it may have finished between our two looks
+            lost(project, task, status)
+        maybe_auto_resume(project, task.id)
 
 
 def lost(project: Project, task: Task, status: dict[str, object] | None) -> None:
     """The supervisor is gone and left no receipt: the turn is lost → interrupted, with what was seen."""
+    reap_turn(project, task.id)  # an orphaned agent must not work on beside the next turn
     phase = status.get("phase") if status else None
     reason = "the supervisor ended without a receipt" if status else "the supervisor never started"
     evidence = FailureEvidence(
@@ -131,16 +140,54 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
         tx.set_status(
             task.id, Status.INTERRUPTED, Actor.SYSTEM, reason, expected_from=Status.WORKING, resting_cause=cause
         )
+        tx.unregister_process(task.id, "supervisor")
         if current.session_id:
             session = tx.get_session(current.session_id)
             tx.update_session(
                 current.session_id,
                 interrupt_reason=reason,
                 interrupt_at=tx.now(),
+                interrupt_logs=log_tail(command),
                 consecutive_interruptions=(session.consecutive_interruptions if session else 0) + 1,
             )
 
 
+def log_tail(command: dict[str, object], lines: int = 50) -> str | None:
+    """The last lines of the lost turn's output, masked, for the interrupt record."""
+    log_dir = command.get("log_dir")
+    if not isinstance(log_dir, str):
+        return None
+    text = ""
+    for name in ("output.log", "stderr.log"):
+        path = Path(log_dir) / name
+        try:
+            with path.open("rb") as fh:
+                fh.seek(max(0, path.stat().st_size - 64 * 1024))
+                text += fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+    return redact("\n".join(text.splitlines()[-lines:])) or None
+
+
+def sweep_terminal(project: Project) -> int:
+    """Seed 002 sweep 3: processes still alive for complete/abandoned tasks are stopped, records cleared."""
+    with project.store.read() as tx:
+        records = [(p, tx.get_task(p.task_id)) for p in tx.processes()]
+    stopped = 0
+    for record, task in records:
+        if task is None or task.status not in (Status.COMPLETE, Status.ABANDONED):
+            continue
+        if record.kind == "supervisor":
+            stopped += len(reap_turn(project, task.id))
+        if pid_alive(record.pid):
+            stop_group(record.pid, 1.0)
+            stopped += 1
+        with project.store.write() as tx:
+            tx.unregister_process(task.id, record.kind, pid=record.pid)
+    return stopped
+
+
 def reconcile(project: Project) -> None:
     sweep_working(project)
+    sweep_terminal(project)
     sweep_blocked_without_session(project)

@@ -7,10 +7,7 @@ supervisor. They return once the supervisor runs; the turn goes on without the C
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,17 +19,13 @@ from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
 from corral.domain.status import TERMINAL, Status, allowed_targets, check_transition
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import crashpoints, launch, workspace
-from corral.engine import protocol as proto
 from corral.engine.project import Project
-from corral.engine.reconcile import reconcile
 from corral.engine.resolve import resolve_task
-from corral.engine.supervision import pid_alive
 from corral.errors import CorralError, GitError, IllegalTransition, RefusedError, UsageError
 from corral.store import Tx
 
 UNBLOCKABLE = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
 SYNCABLE = UNBLOCKABLE
-STOP_WAIT_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -348,61 +341,6 @@ def answer_of(project: Project, task: Task, command_id: str) -> Turn | None:
         return tx.turn_by_command(command_id, Role.AGENT)
 
 
-def request_stop(project: Project, task: Task, actor: Actor) -> bool:
-    """Ask the supervisor to end the turn; False when no live supervisor was there to ask."""
-    protocol_dir = project.paths.protocol_dir(task.id)
-    proto.write_json(protocol_dir / proto.STOP, {"actor": actor.value})
-    status = proto.read(protocol_dir / proto.STATUS)
-    pid = status.get("pid") if status else None
-    if not isinstance(pid, int) or not pid_alive(pid):
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def stop(project: Project, given: str, *, actor: Actor) -> Task:
-    with project.store.read() as tx:
-        task = resolve_task(tx, given)
-    if task.status is not Status.WORKING:
-        raise RefusedError(
-            f"Task {task.ref} is {task.status.value}; no turn is running.",
-            code="not-running",
-            hint=f"See it: corral show {task.ref}",
-        )
-    asked = request_stop(project, task, actor)
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
-    while asked and time.monotonic() < deadline:
-        reconcile(project)
-        with project.store.read() as tx:
-            current = tx.get_task(task.id)
-        if current is None or current.status is not Status.WORKING:
-            return current or task
-        time.sleep(0.1)
-    # No supervisor answered: end the turn here, with the same record a supervisor would have written.
-    reconcile(project)
-    with project.store.write() as tx:
-        current = tx.get_task(task.id)
-        if current is None or current.status is not Status.WORKING:
-            return current or task
-        cause = RestingCause("stopped", tx.now(), actor, details={"summary": f"Stopped by {actor.value}."})
-        command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
-        command_id = command.get("command_id")
-        if isinstance(command_id, str) and tx.turn_by_command(command_id, Role.AGENT) is None:
-            tx.add_turn(
-                task.id,
-                role=Role.AGENT,
-                kind="stopped",
-                content=f"Stopped by {actor.value}.",
-                session_id=current.session_id,
-                command_id=command_id,
-            )
-        tx.park(task.id, actor, f"stopped by {actor.value}", expected_from=Status.WORKING, resting_cause=cause)
-        return tx.get_task(task.id) or current
-
-
 @dataclass(frozen=True)
 class Synced:
     task: Task
@@ -473,60 +411,3 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
                 tx.update_session(session.id, git_start_sha=after)
             task = tx.get_task(task.id) or task
         return Synced(task, state, after)
-
-
-# -- waiting ---------------------------------------------------------------------------
-
-RESTING_WAIT = frozenset(
-    {
-        Status.BACKLOG,
-        Status.BLOCKED,
-        Status.CONFLICT,
-        Status.INTERRUPTED,
-        Status.SUBMITTED,
-        Status.COMPLETE,
-        Status.ABANDONED,
-    }
-)
-
-
-@dataclass(frozen=True)
-class WaitResult:
-    task: Task
-    timed_out: bool
-
-    @property
-    def exit_code(self) -> int:
-        if self.timed_out:
-            return 124
-        if self.task.resting_cause is not None or self.task.status is Status.ABANDONED:
-            return 1
-        return 0
-
-
-def rests(task: Task) -> bool:
-    return task.status in RESTING_WAIT
-
-
-def wait(
-    project: Project,
-    given: str,
-    *,
-    timeout: float | None = None,
-    on_tick: Callable[[Task], None] | None = None,
-    poll: float = 0.2,
-) -> WaitResult:
-    with project.store.read() as tx:
-        task = resolve_task(tx, given)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        reconcile(project)
-        with project.store.read() as tx:
-            task = tx.get_task(task.id) or task
-        if on_tick is not None:
-            on_tick(task)
-        if rests(task):
-            return WaitResult(task, False)
-        if deadline is not None and time.monotonic() >= deadline:
-            return WaitResult(task, True)
-        time.sleep(poll)

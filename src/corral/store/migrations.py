@@ -146,6 +146,17 @@ def m001_initial(db: sqlite3.Connection) -> None:
         ) STRICT;
         CREATE INDEX notes_task ON notes(task_id, kind, at);
 
+        -- Processes corral started for a task (supervisors, pair sessions): what the terminal
+        -- sweep must stop, found without scanning every finished task.
+        CREATE TABLE processes (
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            kind TEXT NOT NULL CHECK (kind IN ('supervisor', 'pair', 'chat', 'accept')),
+            pid INTEGER NOT NULL CHECK (pid > 0),
+            command_id TEXT,
+            started_at TEXT NOT NULL,
+            PRIMARY KEY (task_id, kind)
+        ) STRICT;
+
         -- The journal and the timeline are append-only: history is never rewritten.
         CREATE TRIGGER notes_append_only_update BEFORE UPDATE ON notes
         BEGIN SELECT RAISE(ABORT, 'notes are append-only'); END;

@@ -21,6 +21,7 @@ from corral.domain.records import (
     FailureEvidence,
     FeedbackDelivery,
     Note,
+    ProcessRecord,
     RestingCause,
     Session,
     StatusChange,
@@ -220,6 +221,17 @@ class Tx(Protocol):
     def decide_violations(self, task_id: str, decisions: dict[str, Decision], actor: Actor) -> None:
         """Record decisions on pending files of the current session (sticky)."""
         ...
+
+    # -- processes ---------------------------------------------------------------
+    def register_process(self, task_id: str, kind: str, pid: int, command_id: str | None = None) -> None:
+        """Record (or replace) the task's process of ``kind``."""
+        ...
+
+    def unregister_process(self, task_id: str, kind: str, *, pid: int | None = None) -> None:
+        """Forget it (only when it is still ``pid``, if given)."""
+        ...
+
+    def processes(self, task_id: str | None = None) -> list[ProcessRecord]: ...
 
     # -- notes -------------------------------------------------------------------
     def add_comment(self, task_id: str, actor: Actor, body: str) -> Note: ...

@@ -24,6 +24,7 @@ from corral.domain.records import (
     FailureEvidence,
     FeedbackDelivery,
     Note,
+    ProcessRecord,
     RestingCause,
     Session,
     StatusChange,
@@ -642,6 +643,32 @@ class SQLiteTx:
                 "WHERE session_id = ? AND path = ? AND decision = 'pending'",
                 (decision.value, actor.value, now, sid, path),
             )
+
+    # -- processes ---------------------------------------------------------------
+    def register_process(self, task_id: str, kind: str, pid: int, command_id: str | None = None) -> None:
+        self._write()
+        self._db.execute(
+            "INSERT INTO processes (task_id, kind, pid, command_id, started_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT (task_id, kind) DO UPDATE SET pid = excluded.pid, command_id = excluded.command_id, "
+            "started_at = excluded.started_at",
+            (task_id, kind, pid, command_id, rfc3339(self.now())),
+        )
+
+    def unregister_process(self, task_id: str, kind: str, *, pid: int | None = None) -> None:
+        self._write()
+        if pid is None:
+            self._db.execute("DELETE FROM processes WHERE task_id = ? AND kind = ?", (task_id, kind))
+        else:
+            self._db.execute("DELETE FROM processes WHERE task_id = ? AND kind = ? AND pid = ?", (task_id, kind, pid))
+
+    def processes(self, task_id: str | None = None) -> list[ProcessRecord]:
+        if task_id is None:
+            rows = self._all("SELECT * FROM processes ORDER BY started_at")
+        else:
+            rows = self._all("SELECT * FROM processes WHERE task_id = ? ORDER BY started_at", (task_id,))
+        return [
+            ProcessRecord(r["task_id"], r["kind"], r["pid"], r["command_id"], _req_time(r["started_at"])) for r in rows
+        ]
 
     # -- notes -------------------------------------------------------------------
     def _add_note(self, kind: str, task_id: str, actor: Actor, body: str) -> Note:

@@ -20,7 +20,7 @@ import click
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
-from corral.engine import projection, tasks, turns
+from corral.engine import control, projection, tasks, turns
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.testing.fake_agent import wrapper_script
@@ -130,11 +130,11 @@ def demo(app: App, keep: bool) -> int:
             show_new(project, task.ref)
             say("$ corral start greet --wait")
             turns.start(project, task.ref, actor=Actor.HUMAN)
-            first = turns.wait(project, task.ref, timeout=60)
+            first = control.wait(project, task.ref, timeout=60)
             show_new(project, task.ref)
             say("$ corral unblock greet -m 'Please add a test for greet().' --wait")
             turns.unblock(project, task.ref, actor=Actor.HUMAN, message="Please add a test for greet().")
-            second = turns.wait(project, task.ref, timeout=60)
+            second = control.wait(project, task.ref, timeout=60)
             show_new(project, task.ref)
             log = (
                 subprocess.run(

@@ -10,7 +10,7 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
-from corral.engine import projection, turns
+from corral.engine import control, projection, turns
 from corral.errors import UsageError
 
 
@@ -35,7 +35,7 @@ def _started(app: App, started: turns.Started, wait: bool, timeout: float | None
 def _wait(app: App, ref: str, timeout: float | None) -> int:
     project = app.project
     try:
-        result = turns.wait(project, ref, timeout=timeout)
+        result = control.wait(project, ref, timeout=timeout)
     except KeyboardInterrupt:
         app.note("Stopped waiting; the turn goes on.")
         return 130
@@ -204,7 +204,7 @@ def ask(app: App, task: str, message: str | None, timeout: float) -> int:
                 return 124
             time.sleep(0.2)
     except KeyboardInterrupt:
-        turns.stop(project, started.task.ref, actor=app.actor)
+        control.stop(project, started.task.ref, actor=app.actor)
         app.note("Stopped the ask; the task's status is restored.")
         return 130
     failed = answer.kind != "ask"
@@ -232,7 +232,7 @@ Examples:
 @pass_app
 def stop(app: App, task: str) -> None:
     """End the running turn (SIGTERM, then SIGKILL after 5 s); its feedback stays pending."""
-    stopped = turns.stop(app.project, task, actor=app.actor)
+    stopped = control.stop(app.project, task, actor=app.actor)
     if app.json:
         app.emit({"task": {"id": stopped.id, "ref": stopped.ref, "status": stopped.status.value}})
         return
