@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from corral.cli.app import App
-from corral.cli.commands import demo, info, logs, notes, review, tasks, turns
+from corral.cli.commands import daemon, demo, info, logs, notes, review, tasks, turns
 
 
 @click.group(
@@ -32,6 +32,6 @@ def cli(ctx: click.Context, repo: str | None) -> None:
     app.repo = repo
 
 
-for module in (tasks, turns, logs, review, notes, info, demo):
+for module in (tasks, turns, logs, review, notes, info, daemon, demo):
     for command in module.COMMANDS:
         cli.add_command(command)

@@ -1,0 +1,247 @@
+"""The daemon: reconcile ticks, and supervisors watched so a death is reconciled within a second.
+
+Optional: everything works without it (the CLI reconciles before reads); with it,
+auto-resume happens without anyone typing a command. One per state directory,
+held by an flock that the kernel releases when the daemon dies, so a stale lock
+or pid file from a killed daemon is simply replaced.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import logging.handlers
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from corral.domain.clock import rfc3339
+from corral.domain.status import Status
+from corral.engine import protocol as proto
+from corral.engine.project import Project
+from corral.engine.reconcile import reconcile
+from corral.engine.supervision import pid_alive
+from corral.errors import CorralError, RefusedError
+
+TICK_SECONDS = 2.0
+STATE_FILE = "daemon.json"
+
+
+class DaemonRunning(RefusedError):
+    code = "daemon-running"
+
+
+@dataclass(frozen=True)
+class DaemonState:
+    running: bool
+    pid: int | None
+    started_at: str | None
+    last_tick: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"running": self.running, "pid": self.pid, "started_at": self.started_at, "last_tick": self.last_tick}
+
+
+def state(project: Project) -> DaemonState:
+    """Whether a daemon holds this state directory's lock, and what it last wrote."""
+    info = proto.read(project.paths.root / STATE_FILE) or {}
+    lock = project.paths.daemon_lock
+    running = False
+    if lock.exists():
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            running = True
+        finally:
+            os.close(fd)
+    pid = info.get("pid") if isinstance(info.get("pid"), int) else None
+    return DaemonState(running, pid if running else None, info.get("started_at"), info.get("last_tick"))
+
+
+def _logger(project: Project) -> logging.Logger:
+    project.paths.logs.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger(f"corral.daemon.{project.paths.root.name}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    if not logger.handlers:
+        handler = logging.handlers.RotatingFileHandler(
+            project.paths.logs / "daemon.log", maxBytes=1_000_000, backupCount=3, encoding="utf-8"
+        )
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    return logger
+
+
+class Daemon:
+    def __init__(
+        self, project: Project, *, tick: float = TICK_SECONDS, on_event: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        self.project = project
+        self.tick = tick
+        self.stop_event = threading.Event()
+        self.on_event = on_event
+        self.log = _logger(project)
+        self.watched: dict[int, int] = {}  # supervisor pid -> pidfd
+        self._wake_r, self._wake_w = os.pipe()
+
+    def request_stop(self, *_: Any) -> None:
+        self.stop_event.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def event(self, kind: str, **fields: Any) -> None:
+        doc = {"event": kind, "at": rfc3339(self.project.clock()), **fields}
+        self.log.info("%s %s", kind, {k: v for k, v in fields.items()})
+        if self.on_event is not None:
+            self.on_event(doc)
+
+    def acquire(self) -> int:
+        lock = self.project.paths.daemon_lock
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            current = state(self.project)
+            raise DaemonRunning(
+                f"A corral daemon already runs for this repository (pid {current.pid}).",
+                hint="See it with `corral daemon status`; stop it with `corral daemon stop`.",
+            ) from None
+        return fd
+
+    def write_state(self, started: str) -> None:
+        proto.write_json(
+            self.project.paths.root / STATE_FILE,
+            {"pid": os.getpid(), "started_at": started, "last_tick": rfc3339(self.project.clock())},
+            durable=False,
+        )
+
+    def supervisor_pids(self) -> set[int]:
+        pids: set[int] = set()
+        with self.project.store.read() as tx:
+            working = tx.tasks([Status.WORKING])
+            for record in tx.processes():
+                if record.kind == "supervisor":
+                    pids.add(record.pid)
+        for task in working:
+            status = proto.read(self.project.paths.protocol_dir(task.id) / proto.STATUS) or {}
+            pid = status.get("pid")
+            if isinstance(pid, int) and pid > 1:
+                pids.add(pid)
+        return {p for p in pids if pid_alive(p)}
+
+    def refresh_watch(self) -> None:
+        pids = self.supervisor_pids()
+        for pid in list(self.watched):
+            if pid not in pids:
+                os.close(self.watched.pop(pid))
+        for pid in pids - set(self.watched):
+            try:
+                self.watched[pid] = os.pidfd_open(pid)
+            except (ProcessLookupError, OSError):
+                continue
+
+    def reconcile_once(self, why: str) -> None:
+        try:
+            reconcile(self.project)
+        except CorralError as exc:
+            self.event("reconcile-error", why=why, code=exc.code, message=exc.message)
+        except Exception as exc:  # a tick that fails must not end the daemon
+            self.log.exception("reconcile failed")
+            self.event("reconcile-error", why=why, code="internal-error", message=f"{type(exc).__name__}: {exc}")
+
+    def run(self) -> None:
+        fd = self.acquire()
+        started = rfc3339(self.project.clock()) or ""
+        self.event("started", pid=os.getpid())
+        try:
+            next_tick = 0.0
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                if now >= next_tick:
+                    self.reconcile_once("tick")
+                    self.write_state(started)
+                    next_tick = now + self.tick
+                self.refresh_watch()
+                timeout = max(0.0, min(next_tick - time.monotonic(), 1.0))
+                ready, _, _ = select.select([*self.watched.values(), self._wake_r], [], [], timeout)
+                gone = [pid for pid, pfd in self.watched.items() if pfd in ready]
+                if gone:
+                    for pid in gone:
+                        os.close(self.watched.pop(pid))
+                    self.event("supervisor-exited", pids=gone)
+                    self.reconcile_once("supervisor-exited")
+        finally:
+            for pfd in self.watched.values():
+                os.close(pfd)
+            self.watched.clear()
+            self.event("stopped", pid=os.getpid())
+            os.close(fd)
+
+
+def serve(
+    project: Project, *, tick: float = TICK_SECONDS, on_event: Callable[[dict[str, Any]], None] | None = None
+) -> None:
+    daemon = Daemon(project, tick=tick, on_event=on_event)
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    daemon.run()
+
+
+def start_detached(project: Project, timeout: float = 10.0) -> DaemonState:
+    current = state(project)
+    if current.running:
+        raise DaemonRunning(
+            f"A corral daemon already runs for this repository (pid {current.pid}).",
+            hint="`corral daemon stop` stops it.",
+        )
+    project.paths.logs.mkdir(parents=True, exist_ok=True)
+    with open(project.paths.logs / "daemon.out", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "--repo", str(project.repo), "daemon", "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = state(project)
+        if current.running and current.pid == proc.pid:
+            return current
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise CorralError(
+        "The daemon did not start.",
+        code="daemon-failed",
+        hint=f"See {project.paths.logs / 'daemon.out'} and {project.paths.logs / 'daemon.log'}.",
+    )
+
+
+def stop_running(project: Project, timeout: float = 10.0) -> DaemonState:
+    current = state(project)
+    if not current.running or current.pid is None:
+        return current
+    os.kill(current.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and state(project).running:
+        time.sleep(0.05)
+    if state(project).running:
+        os.kill(current.pid, signal.SIGKILL)
+        time.sleep(0.2)
+    return state(project)
