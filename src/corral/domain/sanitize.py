@@ -68,7 +68,10 @@ def sanitize_field(text: str) -> str:
 
 def sanitize_goal(text: str) -> str:
     """A goal is one line: line breaks fold to single spaces, then the field is escaped."""
-    one_line = " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+    # Only CR and LF break a goal's line: str.splitlines would also eat VT, FF, FS, GS, RS, US
+    # and NEL, which must survive as printable escapes like every other control character.
+    parts = (part.strip(" \t") for part in re.split(r"\r\n|\r|\n", text))
+    one_line = " ".join(part for part in parts if part)
     return sanitize_field(one_line)
 
 

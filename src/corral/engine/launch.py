@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral import crashpoints
 from corral.domain.actors import Actor
 from corral.domain.clock import new_id, rfc3339
 from corral.domain.prompts import system_text
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Session, Task, Turn
 from corral.domain.status import Status
-from corral.engine import crashpoints
 from corral.engine import protocol as proto
 from corral.engine.processes import reap_turn
 from corral.engine.project import Project

@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from corral import crashpoints
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time
 from corral.domain.records import AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
-from corral.engine import crashpoints
 from corral.engine import protocol as proto
 from corral.engine.project import Project
 from corral.store import Tx

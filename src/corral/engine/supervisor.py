@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from corral import crashpoints
 from corral.adapters.git import Git
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import AttemptFacts, Event, Harness, Launch, Posture, TurnRequest, Verdict
@@ -42,7 +43,6 @@ from corral.domain.failures import (
     exit_reason,
 )
 from corral.domain.redact import bounded, redact, secret_values
-from corral.engine import crashpoints
 from corral.engine import protocol as proto
 from corral.errors import GitError
 

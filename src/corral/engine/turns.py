@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral import crashpoints
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
@@ -18,7 +19,7 @@ from corral.domain.records import FeedbackDelivery, RestingCause, Session, Task,
 from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
 from corral.domain.status import TERMINAL, Status, allowed_targets, check_transition
 from corral.domain.violations import Decision, plan_decisions
-from corral.engine import crashpoints, launch, workspace
+from corral.engine import launch, workspace
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError, GitError, IllegalTransition, RefusedError, UsageError

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from corral import crashpoints
 from corral.domain.actors import Actor, Role, turn_actor
 from corral.domain.clock import Clock, new_id, parse_time, rfc3339, utcnow
 from corral.domain.records import (
@@ -837,12 +838,16 @@ class SQLiteStore:
             self._db.execute("ROLLBACK")
             raise
         else:
+            if writable:
+                crashpoints.hit("store.before-commit")
             try:
                 self._db.execute("COMMIT")
             except sqlite3.Error:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+            if writable:
+                crashpoints.hit("store.after-commit")
 
     def read(self) -> AbstractContextManager[SQLiteTx]:
         return self._tx("BEGIN DEFERRED", writable=False)

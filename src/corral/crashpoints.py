@@ -1,0 +1,36 @@
+"""Named durability points where tests make a process die, to prove recovery.
+
+A test sets ``CORRAL_CRASH_AT=<name>`` or ``<name>#<n>`` (the n-th time this process
+reaches it), and optionally ``CORRAL_CRASH_HOW=kill`` (SIGKILL instead of
+``os._exit``); the process dies there at once, with no cleanup. Nothing but tests
+sets the variable. ``CORRAL_CRASH_TRACE=<file>`` appends every point reached, so a
+test can enumerate the points an operation passes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+ENV = "CORRAL_CRASH_AT"
+_seen: Counter[str] = Counter()
+
+
+def hit(name: str) -> None:
+    trace = os.environ.get("CORRAL_CRASH_TRACE")
+    wanted = os.environ.get(ENV)
+    if not wanted and not trace:
+        return
+    _seen[name] += 1
+    if trace:
+        with open(trace, "a", encoding="utf-8") as fh:
+            fh.write(f"{name}#{_seen[name]}\n")
+    if not wanted:
+        return
+    point, _, nth = wanted.partition("#")
+    if point != name or (nth and int(nth) != _seen[name]):
+        return
+    if os.environ.get("CORRAL_CRASH_HOW") == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(137)
