@@ -1,0 +1,159 @@
+"""Shared fixtures: a hermetic environment, temporary git repositories, the real CLI.
+
+Every test runs with its own ``CORRAL_HOME``, no user config, no colour, a fixed
+terminal width and a git identity, so nothing on the machine leaks in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+
+settings.register_profile("ci", deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, max_examples=50)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+_ISOLATED = {
+    "NO_COLOR": "1",
+    "COLUMNS": "120",
+    "LC_ALL": "C.UTF-8",
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+_DROPPED = ("CORRAL_ACTOR", "CORRAL_DEBUG", "VISUAL", "EDITOR", "GIT_DIR", "GIT_WORK_TREE")
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own corral home, user config, git config and HOME."""
+    base = tmp_path_factory.mktemp("env")
+    home = base / "home"
+    home.mkdir()
+    gitconfig = base / "gitconfig"
+    gitconfig.write_text("[init]\n\tdefaultBranch = main\n[user]\n\tname = Test\n\temail = test@example.com\n")
+    for key, value in _ISOLATED.items():
+        monkeypatch.setenv(key, value)
+    for key in list(os.environ):
+        if key.startswith("CORRAL_") or key in _DROPPED:
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CORRAL_HOME", str(base / "corral-home"))
+    monkeypatch.setenv("CORRAL_CONFIG_FILE", str(base / "user-config.toml"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(base / "xdg-data"))
+    return base
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository on ``main`` with one commit."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# demo\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+class CLI:
+    """The real ``corral`` entry point, run as a process in ``cwd``."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def __call__(
+        self,
+        *args: str,
+        input: str | bytes | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 60,
+    ) -> Result:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
+        proc = subprocess.run(
+            [sys.executable, "-m", "corral", *args],
+            cwd=cwd or self.cwd,
+            env=full_env,
+            input=data if data is not None else b"",
+            capture_output=True,
+            timeout=timeout,
+        )
+        return Result(
+            proc.returncode,
+            proc.stdout.decode("utf-8", "replace"),
+            proc.stderr.decode("utf-8", "replace"),
+        )
+
+    def ok(self, *args: str, **kw: Any) -> Result:
+        result = self(*args, **kw)
+        assert result.returncode == 0, f"corral {' '.join(args)} -> {result.returncode}\n{result.stderr}"
+        return result
+
+    def json(self, *args: str, **kw: Any) -> Any:
+        return self.ok(*args, "--json", **kw).json()
+
+
+@pytest.fixture
+def corral(repo: Path) -> CLI:
+    return CLI(repo)
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def project(repo: Path, clock: FakeClock) -> Iterator[Any]:
+    """An opened ``Project`` on ``repo`` with a fake clock."""
+    from corral.engine.project import Project
+
+    proj = Project.open(repo, clock=clock)
+    yield proj
+    proj.close()
