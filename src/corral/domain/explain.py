@@ -2,39 +2,179 @@
 
 Only typed codes are stored (seed 004 item 6); wording is made here, when read,
 so every surface (CLI text, ``--json``, MCP, dashboard) says the same thing. No
-code or id appears on the everyday line.
+code or id appears on the everyday line. An unknown code reads as unknown
+reasons; a known category gets generic wording by category.
 """
 
 from __future__ import annotations
 
-from corral.domain.records import RestingCause, Task
+from dataclasses import dataclass
+
+from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 
 UNKNOWN_REASON = "This turn failed for unknown reasons."
+MAY_HAVE_CHANGED = "It may have changed files before it stopped."
 
-# code -> plain line. Details a cause carries may be folded in by `stopped_because`.
-_CAUSES: dict[str, str] = {
-    "prepare-failed": "corral could not prepare the task's branch or worktree.",
-    "internal-fault": "corral hit an internal fault while running the task.",
-    "stopped": "The turn was stopped.",
-    "unknown": UNKNOWN_REASON,
+HARNESS_NAMES = {"claude": "Claude Code", "pi": "Pi", "codex": "Codex", "command": "The agent command"}
+
+
+def harness_name(harness: str | None) -> str:
+    return HARNESS_NAMES.get(harness or "", "The agent")
+
+
+@dataclass(frozen=True)
+class Wording:
+    line: str
+    next: str | None = None
+
+
+def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wording | None:
+    """The tailored cases of seed 004 item 7; None when the code has no tailored wording."""
+    evidence = cause.evidence if cause else None
+    reason = _detail(cause, evidence)
+    table: dict[str, Wording] = {
+        "harness-missing": Wording(
+            f"{agent} couldn't start: its program was not found.",
+            f"Install it (or set its path with corral config), then: corral resume {ref} — or unblock it.",
+        ),
+        "prompt-unrenderable": Wording(
+            f"{agent} couldn't start: the prompt could not be passed to it.",
+            f"Edit the text that holds the odd characters, then: corral unblock {ref} -m '…'",
+        ),
+        "harness-permission-refused": Wording(
+            f"{agent} refused the permission mode corral asked for.",
+            "Change permission_mode in your user config (corral config show), then unblock the task.",
+        ),
+        "harness-config": Wording(
+            f"{agent} couldn't run with this configuration.",
+            f"Open the details (corral show {ref} --details), fix the setting, then unblock the task.",
+        ),
+        "harness-not-authenticated": Wording(
+            f"{agent} is not authenticated — log in through the harness.",
+            f"Log in (for Claude Code: run `claude` and /login), then: corral unblock {ref} -m 'continue'",
+        ),
+        "retry-budget-exhausted": Wording(
+            f"{agent} kept failing and corral's retry budget ran out" + (f" ({reason})." if reason else "."),
+            f"When the service is healthy again: corral unblock {ref} -m 'continue'",
+        ),
+        "harness-exited": Wording(
+            f"{agent} exited without finishing its turn" + (f": {reason}" if reason else "."),
+            f"Look at its output (corral logs {ref}), then resume or unblock it.",
+        ),
+        "harness-killed": Wording(f"{agent} was killed before it finished.", f"corral resume {ref}"),
+        "turn-crashed": Wording(
+            f"{agent} stopped unexpectedly" + (f" ({reason})." if reason else "."),
+            f"corral resume {ref} — or look first: corral logs {ref}",
+        ),
+        "crash-loop": Wording(
+            f"{agent} failed several times within seconds (a crash loop).",
+            f"Look at its output (corral logs {ref}), then: corral resume {ref}",
+        ),
+        "turn-lost": Wording(
+            "The turn was lost: corral's supervisor ended without a receipt, so whether the agent finished is unknown.",
+            f"corral resume {ref} (pending feedback is delivered again)",
+        ),
+        "watchdog-no-progress": Wording(
+            f"{agent} made no progress for too long, so the watchdog stopped it.",
+            f"Look at its output (corral logs {ref}), then: corral resume {ref}",
+        ),
+        "merge-and-fix-failed": Wording(
+            "Merging the target into the task's branch conflicted, and the agent could not resolve it.",
+            f"Resolve it in the worktree, or: corral unblock {ref} -m 'resolve the merge conflict'",
+        ),
+        "prepare-failed": Wording(
+            "corral could not prepare the task's branch or worktree" + (f": {reason}" if reason else "."),
+            f"Fix that, then: corral start {ref}",
+        ),
+        "internal-fault": Wording(
+            "corral hit an internal fault while running the task" + (f" ({reason})." if reason else "."),
+            f"corral resume {ref}; if it happens again, report it with corral doctor's output.",
+        ),
+        "receipt-invalid": Wording(
+            "The turn's receipt could not be read" + (f" ({reason})." if reason else "."),
+            f"corral resume {ref}",
+        ),
+    }
+    if code == "stopped":
+        who = cause.actor.value if cause and cause.actor else "someone"
+        return Wording(
+            f"The turn was stopped by {'you' if who == 'human' else who}.",
+            f"corral unblock {ref} -m '…' (pending feedback goes with it)",
+        )
+    return table.get(code)
+
+
+_CATEGORY = {
+    "transient_overload": "{agent} was overloaded or rate-limited.",
+    "transient_network": "{agent} lost its network connection.",
+    "transient_unreachable": "{agent} could not reach its service.",
+    "fatal_auth": "{agent} is not authenticated — log in through the harness.",
+    "fatal_config": "{agent} couldn't run with this configuration.",
 }
 
 
-def stopped_because(cause: RestingCause | None) -> str | None:
+def _detail(cause: RestingCause | None, evidence: FailureEvidence | None) -> str:
+    for source in (cause.details if cause else {}, evidence.details if evidence else {}):
+        for key in ("summary", "reason"):
+            value = source.get(key)
+            if isinstance(value, str) and value.strip():
+                text = " ".join(value.split())
+                return text if len(text) <= 160 else text[:159] + "…"
+    return ""
+
+
+def explain_failure(evidence: FailureEvidence | None, harness: str | None, ref: str) -> Wording:
+    """The plain line for one failed turn or attempt."""
+    agent = harness_name(harness)
+    if evidence is None:
+        return Wording(UNKNOWN_REASON)
+    cause = RestingCause(evidence.code, at=_EPOCH, evidence=evidence)
+    tailored = _tailored(evidence.code, agent, ref, cause)
+    if tailored is not None:
+        return tailored
+    if evidence.category in _CATEGORY:
+        return Wording(_CATEGORY[evidence.category].format(agent=agent))
+    if evidence.code.startswith("harness-"):
+        return Wording(f"{agent} reported an error. Open the details for the cause.")
+    return Wording(UNKNOWN_REASON)
+
+
+def stopped_because(cause: RestingCause | None, task: Task | None = None) -> str | None:
     """One plain line on why a task rests, or None when it rests without a cause."""
     if cause is None:
         return None
-    line = _CAUSES.get(cause.code, UNKNOWN_REASON)
-    detail = cause.details.get("summary")
-    if isinstance(detail, str) and detail:
-        line = f"{line} {detail}"
+    agent = harness_name(task.harness if task else None)
+    ref = task.ref if task else "TASK"
+    wording = _tailored(cause.code, agent, ref, cause)
+    if wording is None and cause.evidence is not None:
+        wording = explain_failure(cause.evidence, task.harness if task else None, ref)
+    line = wording.line if wording else UNKNOWN_REASON
+    evidence = cause.evidence
+    if (
+        evidence is not None
+        and evidence.possible_effects in (PossibleEffects.PARTIAL, PossibleEffects.UNKNOWN)
+        and cause.code not in ("prepare-failed", "stopped", "harness-missing", "harness-not-authenticated")
+    ):
+        line = f"{line} {MAY_HAVE_CHANGED}"
     return line
 
 
-def next_step(task: Task, *, pending_violations: int = 0) -> str | None:
+def breaker_line(consecutive: int) -> str:
+    return (
+        f"The agent was interrupted {consecutive} times in a row, so corral stopped resuming it "
+        "automatically (the circuit breaker)."
+    )
+
+
+def next_step(task: Task, *, pending_violations: int = 0, breaker: bool = False) -> str | None:
     """What a person does next with the task, as a command they can type."""
     ref = task.ref
+    cause = task.resting_cause
+    if cause is not None and task.status in (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.BACKLOG):
+        tailored = _tailored(cause.code, harness_name(task.harness), ref, cause)
+        if tailored is not None and tailored.next and not pending_violations:
+            return tailored.next
     match task.status:
         case Status.BACKLOG:
             return f"Start it: corral start {ref}"
@@ -43,13 +183,12 @@ def next_step(task: Task, *, pending_violations: int = 0) -> str | None:
         case Status.BLOCKED:
             return f"Review the turn (corral diff {ref}), then corral unblock {ref} -m '…' or corral accept {ref}"
         case Status.CONFLICT:
-            return (
-                f"Decide the {pending_violations or ''} protected file(s): "
-                f"corral unblock {ref} --approve-file PATH / --revert-file PATH"
-            ).replace("  ", " ")
+            return f"Decide the protected files: corral unblock {ref} -m '…' --approve-file PATH / --revert-file PATH"
         case Status.INTERRUPTED:
             if pending_violations:
-                return f"Decide the protected files and continue: corral unblock {ref} --approve-file PATH"
+                return f"Decide the protected files and continue: corral unblock {ref} -m '…' --approve-file PATH"
+            if breaker:
+                return f"Look at what failed (corral logs {ref}), then: corral resume {ref}"
             return f"Resume it: corral resume {ref} (or give feedback: corral unblock {ref} -m '…')"
         case Status.PAIRING:
             return "A pair session is open in the worktree; end it to continue."
@@ -63,3 +202,8 @@ def next_step(task: Task, *, pending_violations: int = 0) -> str | None:
             return f"Nothing; if that was a mistake: corral reopen {ref}"
         case Status.COMPLETE:
             return None
+
+
+from datetime import UTC, datetime  # noqa: E402  (kept beside its one use)
+
+_EPOCH = datetime.fromtimestamp(0, UTC)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.domain.clock import rfc3339
-from corral.domain.explain import next_step, stopped_because
+from corral.domain.explain import breaker_line, next_step, stopped_because
 from corral.domain.records import Attempt, Note, Session, StatusChange, Task, Turn, Violation
 from corral.domain.status import Status
 from corral.domain.substate import Live, substate
@@ -128,23 +128,35 @@ class TaskView:
         }
 
 
-def view(tx: Tx, task: Task, live: Live | None = None) -> TaskView:
+def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = 3) -> TaskView:
     session = tx.get_session(task.session_id) if task.session_id else None
     pending = len(tx.pending_paths(task.id)) if task.status in (Status.CONFLICT, Status.INTERRUPTED) else 0
     parent = tx.get_task(task.parent_id) if task.parent_id else None
+    tripped = (
+        task.status is Status.INTERRUPTED
+        and session is not None
+        and session.consecutive_interruptions >= breaker_threshold
+    )
+    because = stopped_because(task.resting_cause, task)
+    if tripped and session is not None:
+        because = (
+            f"{because} {breaker_line(session.consecutive_interruptions)}"
+            if because
+            else breaker_line(session.consecutive_interruptions)
+        )
     return TaskView(
         task=task,
         parent_ref=parent.ref if parent else None,
         substate=substate(task.status, live),
         session=session,
         pending=pending,
-        stopped_because=stopped_because(task.resting_cause),
-        next=next_step(task, pending_violations=pending),
+        stopped_because=because,
+        next=next_step(task, pending_violations=pending, breaker=tripped),
     )
 
 
-def show(tx: Tx, task: Task, live: Live | None = None) -> dict[str, Any]:
-    v = view(tx, task, live)
+def show(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = 3) -> dict[str, Any]:
+    v = view(tx, task, live, breaker_threshold=breaker_threshold)
     return {
         "schema_version": SCHEMA_VERSION,
         "task": v.task_json(),

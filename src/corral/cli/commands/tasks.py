@@ -149,7 +149,12 @@ def list_(app: App, which: str | None) -> None:
     reconcile(project)
     with project.store.read() as tx:
         found = tx.tasks(sorted(wanted) if wanted is not None else None)
-        rows = [projection.list_row(projection.view(tx, t, live_facts(project, t))) for t in found]
+        rows = [
+            projection.list_row(
+                projection.view(tx, t, live_facts(project, t), breaker_threshold=project.config["breaker_threshold"])
+            )
+            for t in found
+        ]
     if app.json:
         app.emit({"tasks": rows})
         return
@@ -180,7 +185,9 @@ def show(app: App, task: str, details: bool) -> None:
     reconcile(project)
     with project.store.read() as tx:
         found = resolve_task(tx, task)
-        doc = projection.show(tx, found, live_facts(project, found))
+        doc = projection.show(
+            tx, found, live_facts(project, found), breaker_threshold=project.config["breaker_threshold"]
+        )
     if app.json:
         app.emit({k: v for k, v in doc.items() if k != "schema_version"})
         return

@@ -40,7 +40,7 @@ def _wait(app: App, ref: str, timeout: float | None) -> int:
         app.note("Stopped waiting; the turn goes on.")
         return 130
     with project.store.read() as tx:
-        doc = projection.show(tx, result.task)
+        doc = projection.show(tx, result.task, breaker_threshold=project.config["breaker_threshold"])
     if app.json:
         app.emit(
             {
