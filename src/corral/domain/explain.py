@@ -97,11 +97,11 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
         ),
     }
     if code == "stopped":
-        who = cause.actor.value if cause and cause.actor else "someone"
-        return Wording(
-            f"The turn was stopped by {'you' if who == 'human' else who}.",
-            f"corral unblock {ref} -m '…' (pending feedback goes with it)",
+        who = cause.actor.value if cause and cause.actor else None
+        line = (
+            f"The turn was stopped by {'you' if who == 'human' else 'the ' + who}." if who else "The turn was stopped."
         )
+        return Wording(line, f"corral unblock {ref} -m '…' (pending feedback goes with it)")
     return table.get(code)
 
 
