@@ -171,6 +171,8 @@ def next_step(task: Task, *, pending_violations: int = 0, breaker: bool = False)
     """What a person does next with the task, as a command they can type."""
     ref = task.ref
     cause = task.resting_cause
+    if breaker and task.status is Status.INTERRUPTED and not pending_violations:
+        return f"Look at what failed (corral logs {ref}), then: corral resume {ref}"
     if cause is not None and task.status in (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.BACKLOG):
         tailored = _tailored(cause.code, harness_name(task.harness), ref, cause)
         if tailored is not None and tailored.next and not pending_violations:
