@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from corral.testing.fake_agent import wrapper_script
+
 settings.register_profile("ci", deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, max_examples=50)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
@@ -157,3 +159,37 @@ def project(repo: Path, clock: FakeClock) -> Iterator[Any]:
     proj = Project.open(repo, clock=clock)
     yield proj
     proj.close()
+
+
+class FakeAgent:
+    """Scripts the fake agent's invocations and reads back what each one received."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.root = root
+        self.record = root / "record"
+        self.scenario = root / "scenario.json"
+        self.bin = wrapper_script(root / "bin")
+        monkeypatch.setenv("CORRAL_CLAUDE_BIN", str(self.bin))
+        monkeypatch.setenv("CORRAL_FAKE_SCENARIO", str(self.scenario))
+        monkeypatch.setenv("CORRAL_FAKE_RECORD", str(self.record))
+        self.script()
+
+    def script(self, *invocations: list[dict[str, Any]], default: list[dict[str, Any]] | None = None) -> None:
+        doc: dict[str, Any] = {"invocations": [list(i) for i in invocations]}
+        if default is not None:
+            doc["default"] = default
+        self.scenario.write_text(json.dumps(doc))
+        counter = self.record / "fake-agent.count"
+        if counter.exists():
+            counter.unlink()
+
+    def calls(self) -> list[dict[str, Any]]:
+        path = self.record / "invocations.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeAgent:
+    return FakeAgent(tmp_path / "agent", monkeypatch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -14,7 +15,7 @@ from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status, is_allowed
 from corral.engine import protocol as proto
 from corral.engine.supervision import pid_alive
-from tests.turns.conftest import FakeAgent, agent  # noqa: F401  (re-exported fixture)
+from tests.conftest import FakeAgent
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def check_invariants(project: Any, agent: FakeAgent, submitted: list[str], *, se
             changes = tx.status_changes(task.id)
             # every status has its status-change record, each with its actor, each legal
             assert changes and changes[0].from_status is None and changes[0].to_status is Status.BACKLOG
-            for prev, change in zip(changes, changes[1:], strict=False):
+            for prev, change in itertools.pairwise(changes):
                 assert change.from_status is prev.to_status, (prev, change)
                 assert is_allowed(change.from_status, change.to_status, change.actor), change
             assert changes[-1].to_status is task.status
