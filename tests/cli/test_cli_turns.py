@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from corral.domain.sanitize import sanitize_prose
@@ -33,19 +34,33 @@ OK = [
 
 
 def test_start_returns_once_the_supervisor_runs_then_wait_reports(corral, tmp_path):
-    env = fake_env(tmp_path, [{"init": True}, {"sleep": 1.5}, {"result": "slow done"}])
+    env = fake_env(tmp_path, [{"init": True}, {"text": "waiting"}, {"sleep": 60}, {"result": "never"}])
     corral.ok("create", "Slow task", "--ref", "slow", env=env)
-    began = time.monotonic()
     started = corral.json("start", "slow", env=env)
-    assert time.monotonic() - began < 1.5  # it did not wait for the agent
     assert started["task"]["status"] == "working" and started["supervisor_pid"] > 0
+    os.kill(started["supervisor_pid"], 0)  # the supervisor runs on after the CLI returned
+    deadline = time.monotonic() + 10
+    while not calls(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(calls(tmp_path)[0]["pid"], 0)  # and so does its agent
     listed = corral.json("list", "--active", env=env)["tasks"]
     assert [(r["ref"], r["status"]) for r in listed] == [("slow", "working")]
     assert listed[0]["substate"] in ("agent", "harness:work")
+    corral.ok("stop", "slow", env=env)
     waited = corral("wait", "slow", "--json", env=env)
+    assert waited.returncode == 1  # it rests, with a cause: stopped
+    doc = waited.json()
+    assert doc["task"]["status"] == "blocked" and doc["resting_cause"]["code"] == "stopped"
+
+
+def test_a_turn_runs_to_the_end_and_wait_exits_0(corral, tmp_path):
+    env = fake_env(tmp_path, OK)
+    corral.ok("create", "Quick task", "--ref", "quick", env=env)
+    corral.ok("start", "quick", env=env)
+    waited = corral("wait", "quick", "--json", env=env)
     assert waited.returncode == 0, waited.stderr
     doc = waited.json()
-    assert doc["task"]["status"] == "blocked" and doc["exit_code"] == 0
+    assert doc["task"]["status"] == "blocked" and doc["exit_code"] == 0 and doc["resting_cause"] is None
 
 
 def test_unblock_from_stdin_with_nul_is_escaped_and_delivered(corral, tmp_path):

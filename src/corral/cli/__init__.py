@@ -6,10 +6,14 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from corral.errors import CorralError, UsageError
+
+if TYPE_CHECKING:
+    from corral.cli.app import App
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,11 +33,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = cli.main(args=args, prog_name="corral", standalone_mode=False, obj=app)
         code = result if isinstance(result, int) else 0
     except CorralError as exc:
-        code = app.fail(exc)
+        code = _fail(app, exc)
     except click.exceptions.NoSuchOption as exc:
-        code = app.fail(UsageError(exc.format_message(), hint=_usage_hint(exc)))
+        code = _fail(app, UsageError(exc.format_message(), hint=_usage_hint(exc)))
     except click.UsageError as exc:
-        code = app.fail(UsageError(exc.format_message(), hint=_usage_hint(exc)))
+        code = _fail(app, UsageError(exc.format_message(), hint=_usage_hint(exc)))
     except click.exceptions.Abort:
         code = 130
     except KeyboardInterrupt:
@@ -41,10 +45,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         code = 0
     except Exception as exc:  # the last line of defence: explain, log, never dump a traceback
-        code = app.fail(_internal(exc))
+        code = _fail(app, _internal(exc))
     finally:
         app.close()
     return code
+
+
+def _fail(app: App, error: CorralError) -> int:
+    """Render an error; a reader that went away (``| head``) gets no traceback either."""
+    try:
+        return app.fail(error)
+    except BrokenPipeError:
+        return error.exit_code
 
 
 def _usage_hint(exc: click.UsageError) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
-from corral.domain.actors import Actor
+from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id, rfc3339
 from corral.domain.prompts import system_text
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Session, Task, Turn
@@ -125,6 +125,20 @@ def clear_protocol(protocol_dir: Path, keep_into: Path | None = None) -> None:
             pass
 
 
+def file_claimed_receipt(project: Project, task: Task) -> None:
+    """A receipt already recorded (a reconciler died before filing it) goes to its own turn."""
+    from corral.engine import receipts  # receipts sit beside launch; imported here to keep launch light
+
+    path = project.paths.protocol_dir(task.id) / proto.RESPONSE
+    data = proto.read(path)
+    if data is None or not isinstance(data.get("command_id"), str):
+        return
+    with project.store.read() as tx:
+        claimed = tx.turn_by_command(data["command_id"], Role.AGENT) is not None
+    if claimed:
+        receipts.file_away(project, task, path, data)
+
+
 def spawn_supervisor(protocol_dir: Path, log_path: Path) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -160,6 +174,7 @@ def launch(project: Project, task: Task, command: dict[str, Any]) -> Launched:
     try:
         # Never two live agents for one task: whatever the previous command left alive goes first.
         reap_turn(project, task.id)
+        file_claimed_receipt(project, task)
         clear_protocol(protocol_dir, keep_into=log_dir)
         proto.write_json(protocol_dir / proto.COMMAND, command)
         crashpoints.hit("launch.command-written")

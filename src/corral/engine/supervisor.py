@@ -374,8 +374,8 @@ class Supervisor:
                     relaunches += 1
                     continue
                 return self.error_fields(run, "watchdog", self.watchdog_reason(watchdog_timeout, relaunches))
-            if run.signal is not None and not run.we_signalled:
-                return self.error_fields(run, "crash", exit_reason(None, run.signal))
+            if not run.we_signalled and (run.signal is not None or killed_by_exit(run)):
+                return self.error_fields(run, "crash", exit_reason(run.exit_code, run.signal))
             verdict = run.verdict = self.harness.classify(run.facts())
             if verdict.succeeded:
                 return None
@@ -666,6 +666,17 @@ class Supervisor:
             "failure": failure,
             "log": [a.log_start, a.log_end],
         }
+
+
+def killed_by_exit(run: AttemptRun) -> bool:
+    """An agent that caught a signal corral did not send and exited 128+n with no result.
+
+    Claude Code, for one, handles SIGTERM and exits 143 instead of dying by the signal.
+    """
+    code = run.exit_code
+    signals = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)
+    has_result = any(e.kind == "result" for e in run.events)
+    return code is not None and code - 128 in signals and not has_result
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

@@ -170,9 +170,10 @@ def reopen(project: Project, given: str, *, reason: str | None, actor: Actor) ->
         if task.status not in (Status.COMPLETE, Status.ABANDONED):
             allowed = [s.value for s in allowed_targets(task.status, actor)]
             raise RefusedError(
-                f"Cannot reopen {task.ref}: it is {task.status.value}, not complete or abandoned.",
+                f"Cannot reopen {task.ref}: it is {task.status.value}, not complete or abandoned; from "
+                f"{task.status.value} it can go to {', '.join(allowed) or 'nothing'}.",
                 code="illegal-transition",
-                hint=f"From {task.status.value} it can go to {', '.join(allowed) or 'nothing'}.",
+                hint=f"See it with corral show {task.ref}.",
             )
         if task.status is Status.COMPLETE and not (why and why.strip()):
             raise UsageError(

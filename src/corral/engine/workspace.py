@@ -63,6 +63,7 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
             hint=f"Commit to {target} first, or set another target: corral edit {task.ref} --target BRANCH",
         )
     path = project.paths.worktree(task.ref)
+    reclaim_orphan(project, task, path, base)
     if path.exists() or path.is_symlink():
         raise PrepareFailed(
             f"Something already exists at {path}, where task {task.ref}'s worktree goes.",
@@ -81,6 +82,27 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
         git.delete_branch(task.branch, cwd=repo)
         raise PrepareFailed(f"corral could not make the worktree of {task.ref}: {exc.message}", hint=exc.hint) from exc
     return Workspace(path, task.branch, base)
+
+
+def reclaim_orphan(project: Project, task: Task, path: Path, base: str) -> None:
+    """Undo a start that died after making the worktree but before recording the session.
+
+    Only an untouched leftover is removed: the worktree is on the task's branch, clean,
+    and the branch has no commit beyond the target. Anything else is left for a person.
+    """
+    git, repo = project.git, project.repo
+    tip = git.rev_parse(f"refs/heads/{task.branch}", cwd=repo)
+    if tip is None or not (tip == base or git.is_ancestor(tip, base, cwd=repo)):
+        return
+    if path.is_dir() and not path.is_symlink():
+        on_branch = git.run("symbolic-ref", "--quiet", "--short", "HEAD", cwd=path, check=False).stdout.strip()
+        if on_branch != task.branch or git.dirty_paths(path):
+            return
+        git.worktree_remove(path, cwd=repo)
+    elif path.exists() or path.is_symlink():
+        return
+    git.run("worktree", "prune", cwd=repo, check=False)
+    git.delete_branch(task.branch, cwd=repo)
 
 
 def save_and_remove(project: Project, task: Task, session: Session, why: str) -> str | None:

@@ -745,7 +745,15 @@ class SQLiteStore:
 
     def _open(self) -> sqlite3.Connection:
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            parent = Path(self.path).parent
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"corral cannot create its state directory {parent}: {exc.strerror}.",
+                    code="state-dir-unusable",
+                    hint="Point CORRAL_HOME at a writable local directory.",
+                ) from exc
         try:
             db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
@@ -755,6 +763,10 @@ class SQLiteStore:
         db.row_factory = sqlite3.Row
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # Refuse a newer schema before anything (even the journal mode) touches the file.
+            version = self._version(db)
+            if version > LATEST:
+                raise self._too_new(version)
             if self.path != ":memory:":
                 mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":

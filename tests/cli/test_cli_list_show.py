@@ -1,0 +1,234 @@
+"""`corral list` and `corral show`: one projection, rendered as text and as JSON."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from corral.domain.actors import Actor, Role
+from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, RestingCause
+from tests.cli.helpers import RFC3339_Z, create, json_error, no_traceback, park, store_of, times_in, to_working
+
+# DESIGN.md "CLI contract": what `corral show T --json` holds at least.
+SHOW_KEYS = {
+    "schema_version",
+    "task",
+    "session",
+    "turns",
+    "status_changes",
+    "violations",
+    "resting_cause",
+    "stopped_because",
+    "next",
+}
+TASK_KEYS = {
+    "id",
+    "ref",
+    "goal",
+    "status",
+    "substate",
+    "parent",
+    "harness",
+    "branch",
+    "worktree",
+    "created_at",
+    "updated_at",
+}
+SESSION_KEYS = {"id", "harness_session_id", "consecutive_interruptions", "auto_resumed", "interrupt"}
+INTERRUPT_KEYS = {"reason", "exit_code", "at", "logs"}
+TURN_KEYS = {
+    "sequence",
+    "role",
+    "actor",
+    "kind",
+    "content",
+    "feedback_delivery",
+    "started_at",
+    "ended_at",
+    "attempts",
+    "failure",
+}
+ATTEMPT_KEYS = {"number", "outcome", "failure_class", "failure"}
+CHANGE_KEYS = {"from", "to", "actor", "reason", "at"}
+VIOLATION_KEYS = {"path", "decision"}
+
+
+def _refs(doc: dict) -> list[str]:
+    return [row["ref"] for row in doc["tasks"]]
+
+
+def test_list_hides_finished_tasks_unless_all(corral) -> None:
+    create(corral, "Open one", "--ref", "open-one")
+    create(corral, "Closed one", "--ref", "closed-one")
+    corral.ok("close", "closed-one", "-m", "won't do")
+    assert _refs(corral.json("list")) == ["open-one"]
+    assert sorted(_refs(corral.json("list", "--all"))) == ["closed-one", "open-one"]
+    text = corral.ok("list").stdout
+    assert "open-one" in text and "backlog" in text and "Open one" in text
+    assert "closed-one" not in text
+    assert "closed-one" in corral.ok("list", "--all").stdout
+
+
+def test_list_filters_active_and_blocked(corral) -> None:
+    create(corral, "Waiting", "--ref", "waiting")
+    create(corral, "Running", "--ref", "running")
+    create(corral, "Reviewed", "--ref", "reviewed")
+    create(corral, "Clashing", "--ref", "clashing")
+    to_working(corral, "running")
+    to_working(corral, "reviewed")
+    assert park(corral, "reviewed") == "blocked"
+    to_working(corral, "clashing")
+    assert park(corral, "clashing", violations=["migrations/001.sql"]) == "conflict"
+    active = corral.json("list", "--active")["tasks"]
+    assert [(r["ref"], r["status"]) for r in active] == [("running", "working")]
+    assert active[0]["substate"] == "not-alive"  # no supervisor ever ran
+    blocked = corral.json("list", "--blocked")["tasks"]
+    assert sorted((r["ref"], r["status"]) for r in blocked) == [("clashing", "conflict"), ("reviewed", "blocked")]
+    assert sorted(_refs(corral.json("list"))) == ["clashing", "reviewed", "running", "waiting"]
+    text = corral.ok("list", "--blocked").stdout
+    assert "conflict" in text and "reviewed" in text and "waiting" not in text
+
+
+def test_list_of_nothing(corral) -> None:
+    assert corral.json("list")["tasks"] == []
+    assert "No tasks." in corral.ok("list").stdout
+    assert "No active tasks." in corral.ok("list", "--active").stdout
+
+
+def test_show_text_has_the_timeline_and_next(corral) -> None:
+    create(corral, "Fix the login timeout", "--ref", "fix-login", "-m", "Keep it small.")
+    result = corral.ok("show", "fix-login")
+    no_traceback(result)
+    out = result.stdout
+    assert "fix-login" in out
+    assert "Goal:     Fix the login timeout" in out
+    assert "Timeline:" in out
+    assert "→ backlog by human" in out
+    assert "Next: Start it: corral start fix-login" in out
+    assert "Keep it small." in out
+
+
+def _seed_a_rich_task(corral) -> str:
+    """A task with a session (interrupted once), turns with attempts, a violation and a cause."""
+    create(corral, "Rich task", "--ref", "rich")
+    task_id = to_working(corral, "rich")
+    at = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    evidence = FailureEvidence(source="harness", code="transient_overload", exit_code=1, details={"status": 529})
+    with store_of(corral) as store, store.write() as tx:
+        task = tx.get_task(task_id)
+        assert task is not None and task.session_id is not None
+        tx.update_session(
+            task.session_id,
+            harness_session_id="sess-1",
+            interrupt_reason="agent died",
+            interrupt_exit_code=137,
+            interrupt_at=at,
+            interrupt_logs="tail",
+            consecutive_interruptions=1,
+        )
+        tx.add_turn(
+            task_id,
+            role=Role.HUMAN,
+            actor=Actor.HUMAN,
+            kind="start",
+            content="Go.",
+            session_id=task.session_id,
+            feedback_delivery=FeedbackDelivery.PENDING,
+        )
+        turn = tx.add_turn(
+            task_id, role=Role.AGENT, kind="start", content="Done.", session_id=task.session_id, failure=evidence
+        )
+        tx.add_attempt(
+            turn.id,
+            number=1,
+            started_at=at,
+            ended_at=at,
+            outcome=AttemptOutcome.FAILED,
+            failure_class="transient_overload",
+            failure=evidence,
+        )
+        tx.add_attempt(turn.id, number=2, started_at=at, ended_at=at, outcome=AttemptOutcome.SUCCEEDED)
+        tx.record_violations(task_id, ["secrets.env"])
+        tx.park(task_id, Actor.HUMAN, "stopped by human", resting_cause=RestingCause(code="stopped", at=at))
+    return task_id
+
+
+def test_show_json_holds_the_documented_shape(corral) -> None:
+    task_id = _seed_a_rich_task(corral)
+    doc = corral.json("show", "rich")
+    assert doc["schema_version"] == 1
+    assert set(doc) >= SHOW_KEYS, SHOW_KEYS - set(doc)
+    assert set(doc["task"]) >= TASK_KEYS, TASK_KEYS - set(doc["task"])
+    assert doc["task"]["id"] == task_id
+    assert doc["task"]["status"] == "conflict"
+    assert doc["task"]["branch"] == "corral/rich"
+    assert set(doc["session"]) >= SESSION_KEYS
+    assert set(doc["session"]["interrupt"]) >= INTERRUPT_KEYS
+    assert doc["session"]["interrupt"]["exit_code"] == 137
+    assert doc["session"]["harness_session_id"] == "sess-1"
+    assert len(doc["turns"]) == 2
+    for turn in doc["turns"]:
+        assert set(turn) >= TURN_KEYS, TURN_KEYS - set(turn)
+    human, agent = doc["turns"]
+    assert (human["role"], human["actor"], human["feedback_delivery"]) == ("human", "human", "pending")
+    assert (agent["role"], agent["actor"]) == ("agent", None)
+    assert [a["number"] for a in agent["attempts"]] == [1, 2]
+    for attempt in agent["attempts"]:
+        assert set(attempt) >= ATTEMPT_KEYS
+    assert agent["attempts"][0]["failure_class"] == "transient_overload"
+    assert agent["attempts"][0]["failure"]["code"] == "transient_overload"
+    assert agent["failure"]["code"] == "transient_overload"
+    for change in doc["status_changes"]:
+        assert set(change) >= CHANGE_KEYS
+    assert [(c["from"], c["to"]) for c in doc["status_changes"]] == [
+        (None, "backlog"),
+        ("backlog", "working"),
+        ("working", "conflict"),
+    ]
+    assert doc["violations"] and set(doc["violations"][0]) >= VIOLATION_KEYS
+    assert doc["violations"][0] == {**doc["violations"][0], "path": "secrets.env", "decision": "pending"}
+    assert doc["resting_cause"]["code"] == "stopped"
+    assert doc["stopped_because"] == "The turn was stopped."
+    assert doc["next"] and "--approve-file" in doc["next"]
+    times = list(times_in(doc))
+    assert len(times) >= 10
+    for key, value in times:
+        assert value is None or RFC3339_Z.match(value), (key, value)
+    text = corral.ok("show", "rich", "--details").stdout
+    assert "Stopped because: The turn was stopped." in text
+    assert "Next:" in text
+    assert "secrets.env" in text
+    assert "sess-1" in text
+
+
+def test_show_json_of_a_new_task(corral) -> None:
+    create(corral, "Fresh", "--ref", "fresh")
+    doc = corral.json("show", "fresh")
+    assert set(doc) >= SHOW_KEYS
+    assert doc["session"] is None
+    assert doc["turns"] == [] and doc["violations"] == []
+    assert doc["resting_cause"] is None and doc["stopped_because"] is None
+    assert doc["next"] == "Start it: corral start fresh"
+    assert doc["task"]["branch"] is None and doc["task"]["worktree"] is None
+    assert RFC3339_Z.match(doc["task"]["created_at"]) and RFC3339_Z.match(doc["task"]["updated_at"])
+    assert RFC3339_Z.match(doc["status_changes"][0]["at"])
+
+
+def test_show_by_id_and_by_prefix(corral) -> None:
+    task = create(corral, "Find me", "--ref", "find-me")
+    assert corral.json("show", task["id"])["task"]["ref"] == "find-me"
+    assert corral.json("show", task["id"][:6])["task"]["ref"] == "find-me"
+    assert corral.json("show", "find")["task"]["id"] == task["id"]
+
+
+def test_show_of_an_abandoned_task_says_how_to_bring_it_back(corral) -> None:
+    create(corral, "Short lived", "--ref", "short")
+    corral.ok("close", "short", "-m", "dup")
+    doc = corral.json("show", "short")
+    assert doc["task"]["status"] == "abandoned"
+    assert "corral reopen short" in doc["next"]
+    assert doc["status_changes"][-1] == {**doc["status_changes"][-1], "from": "backlog", "to": "abandoned"}
+    assert "Next:" in corral.ok("show", "short").stdout
+
+
+def test_show_unknown_is_not_found(corral) -> None:
+    json_error(corral("show", "nothing-here", "--json"), 4, "task-not-found")

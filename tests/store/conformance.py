@@ -1,0 +1,822 @@
+"""The ``Store`` conformance suite: what every implementation of ``corral.store.protocol.Store`` does.
+
+Plain test functions over two fixtures the implementation's test module provides:
+
+* ``store`` — a fresh, empty store built with the ``clock`` below as its clock;
+* ``clock`` — the shared ``FakeClock`` (tests/conftest.py) the store reads its time from.
+
+An implementation's module runs the suite with ``from tests.store.conformance import *``
+(only the ``test_*`` functions are exported, so pytest collects each exactly once, in
+that module). Nothing here touches SQLite directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from corral.domain.actors import Actor, Role
+from corral.domain.records import (
+    AttemptOutcome,
+    FailureEvidence,
+    FeedbackDelivery,
+    PossibleEffects,
+    RestingCause,
+    Task,
+)
+from corral.domain.status import Status
+from corral.domain.violations import Decision
+from corral.errors import CorralError, IllegalTransition, RefusedError
+from corral.store import NewTask, Store, Tx
+
+S = Status
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _create(store: Store, ref: str = "fix-login", actor: Actor = Actor.HUMAN, **kw: Any) -> Task:
+    task_id = kw.pop("task_id", None)
+    with store.write() as tx:
+        return tx.insert_task(NewTask(ref=ref, goal=kw.pop("goal", f"Goal of {ref}"), **kw), actor, task_id=task_id)
+
+
+def _task(store: Store, task_id: str) -> Task:
+    with store.read() as tx:
+        task = tx.get_task(task_id)
+    assert task is not None
+    return task
+
+
+def _changes(store: Store, task_id: str) -> list[tuple[str | None, str, str, str | None]]:
+    with store.read() as tx:
+        return [
+            (c.from_status.value if c.from_status else None, c.to_status.value, c.actor.value, c.reason)
+            for c in tx.status_changes(task_id)
+        ]
+
+
+def _working(store: Store, ref: str = "fix-login", *, session: bool = True) -> Task:
+    """A task moved backlog → working by the human, with a session when asked."""
+    task = _create(store, ref)
+    with store.write() as tx:
+        if session:
+            tx.insert_session(task.id, worktree=f"/wt/{ref}", branch=f"corral/{ref}", base_commit="0" * 40)
+        tx.set_status(task.id, S.WORKING, Actor.HUMAN, "start")
+    return _task(store, task.id)
+
+
+def _cause(code: str = "stopped", at: datetime | None = None) -> RestingCause:
+    return RestingCause(
+        code=code,
+        at=at or datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+        actor=Actor.HUMAN,
+        evidence=FailureEvidence(source="supervisor", code="stopped", phase="work", exit_code=143, signal=15),
+        details={"summary": "stopped by human"},
+    )
+
+
+def _evidence() -> FailureEvidence:
+    return FailureEvidence(
+        source="harness",
+        code="transient_overload",
+        phase="work",
+        category="transient",
+        possible_effects=PossibleEffects.PARTIAL,
+        exit_code=1,
+        errno=None,
+        signal=9,
+        details={"status": 529, "message": "Overloaded"},
+        diagnostic="diagnostics/2026-01-01/abc.json",
+    )
+
+
+# -- tasks and their first status change ----------------------------------------------
+
+
+def test_insert_task_writes_backlog_and_the_first_status_change(store: Store) -> None:
+    with store.write() as tx:
+        task = tx.insert_task(
+            NewTask(
+                ref="fix-login",
+                goal="Fix the login timeout",
+                prompt="Keep it under 30 s.",
+                harness="claude",
+                model="opus",
+                target_branch="main",
+                protected=("migrations/*", "secrets.env"),
+                metadata={"remote_target_branch": "release"},
+            ),
+            Actor.BUILDER,
+        )
+        inside = tx.status_changes(task.id)
+    assert task.status is S.BACKLOG
+    assert (task.ref, task.goal, task.prompt) == ("fix-login", "Fix the login timeout", "Keep it under 30 s.")
+    assert (task.harness, task.model, task.target_branch) == ("claude", "opus", "main")
+    assert task.protected == ("migrations/*", "secrets.env")
+    assert task.metadata == {"remote_target_branch": "release"}
+    assert task.parent_id is None and task.session_id is None and task.resting_cause is None
+    assert len(inside) == 1
+    first = inside[0]
+    assert first.from_status is None
+    assert first.to_status is S.BACKLOG
+    assert first.actor is Actor.BUILDER
+    assert first.at == task.created_at
+    # committed: a new transaction sees the same
+    assert _task(store, task.id) == task
+    assert [c.to_status for c in _read(store, lambda tx: tx.status_changes(task.id))] == [S.BACKLOG]
+
+
+def _read(store: Store, fn: Callable[[Tx], Any]) -> Any:
+    with store.read() as tx:
+        return fn(tx)
+
+
+def test_insert_task_with_a_given_id_and_lookups(store: Store) -> None:
+    task = _create(store, "docs", task_id="0123456789abcdef")
+    assert task.id == "0123456789abcdef"
+    with store.read() as tx:
+        assert tx.get_task("0123456789abcdef") == task
+        assert tx.task_by_ref("docs") == task
+        assert tx.get_task("nope") is None
+        assert tx.task_by_ref("nope") is None
+
+
+def test_a_taken_ref_is_refused_with_ref_taken_and_nothing_is_written(store: Store) -> None:
+    first = _create(store, "fix-login")
+    with pytest.raises(RefusedError) as info, store.write() as tx:
+        tx.insert_task(NewTask(ref="fix-login", goal="again"), Actor.HUMAN)
+    assert info.value.code == "ref-taken"
+    assert info.value.exit_code == 3
+    with store.read() as tx:
+        assert [t.id for t in tx.tasks()] == [first.id]
+        assert len(tx.status_changes(first.id)) == 1
+
+
+def test_insert_task_is_rolled_back_with_its_transaction(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.write() as tx:
+        task = tx.insert_task(NewTask(ref="gone", goal="never"), Actor.HUMAN)
+        raise RuntimeError("boom")
+    with store.read() as tx:
+        assert tx.get_task(task.id) is None
+        assert tx.task_by_ref("gone") is None
+        assert tx.status_changes(task.id) == []
+
+
+def test_update_task_changes_only_the_named_fields(store: Store, clock: Any) -> None:
+    task = _create(store, "fix-login", prompt="old", harness="claude", protected=("a/*",))
+    clock.advance(60)
+    with store.write() as tx:
+        updated = tx.update_task(task.id, goal="New goal", protected=["b/*", "c/*"], metadata={"k": [1, 2]})
+    assert updated.goal == "New goal"
+    assert updated.prompt == "old"
+    assert updated.harness == "claude"
+    assert updated.protected == ("b/*", "c/*")
+    assert updated.metadata == {"k": [1, 2]}
+    assert updated.updated_at == task.created_at + timedelta(seconds=60)
+    assert updated.last_interaction_at == updated.updated_at
+    assert updated.status is S.BACKLOG
+    clock.advance(60)
+    with store.write() as tx:
+        quiet = tx.update_task(task.id, model=None, touch=False)
+    assert quiet.updated_at == task.created_at + timedelta(seconds=120)
+    assert quiet.last_interaction_at == updated.last_interaction_at
+    assert _task(store, task.id) == quiet
+
+
+def test_tasks_filters_by_status_and_children_by_parent(store: Store) -> None:
+    parent = _create(store, "parent")
+    child = _create(store, "child", parent_id=parent.id)
+    working = _working(store, "busy")
+    with store.read() as tx:
+        assert {t.id for t in tx.tasks()} == {parent.id, child.id, working.id}
+        assert {t.id for t in tx.tasks([S.BACKLOG])} == {parent.id, child.id}
+        assert [t.id for t in tx.tasks([S.WORKING, S.BLOCKED])] == [working.id]
+        assert tx.tasks([S.COMPLETE]) == []
+        assert [t.id for t in tx.children(parent.id)] == [child.id]
+        assert tx.children(child.id) == []
+        assert tx.refs() == ["busy", "child", "parent"]
+
+
+# -- status changes -------------------------------------------------------------------
+
+
+def test_set_status_writes_the_status_and_its_change_in_one_transaction(store: Store, clock: Any) -> None:
+    task = _create(store)
+    clock.advance(5)
+    with store.write() as tx:
+        change = tx.set_status(task.id, S.WORKING, Actor.HUMAN, "start")
+        assert tx.get_task(task.id).status is S.WORKING  # type: ignore[union-attr]
+    assert (change.task_id, change.from_status, change.to_status) == (task.id, S.BACKLOG, S.WORKING)
+    assert (change.actor, change.reason) == (Actor.HUMAN, "start")
+    after = _task(store, task.id)
+    assert after.status is S.WORKING
+    assert after.updated_at == change.at == task.created_at + timedelta(seconds=5)
+    with store.read() as tx:
+        stored = tx.status_changes(task.id)
+    assert stored[-1] == change
+    assert _changes(store, task.id) == [(None, "backlog", "human", "created"), ("backlog", "working", "human", "start")]
+
+
+def test_an_exception_inside_write_leaves_neither_status_nor_change(store: Store) -> None:
+    task = _create(store)
+    with pytest.raises(RuntimeError), store.write() as tx:
+        tx.set_status(task.id, S.WORKING, Actor.HUMAN, "start")
+        raise RuntimeError("the operation failed after the status was set")
+    assert _task(store, task.id).status is S.BACKLOG
+    assert _changes(store, task.id) == [(None, "backlog", "human", "created")]
+
+
+def test_an_illegal_transition_is_refused_and_writes_nothing(store: Store) -> None:
+    task = _create(store)
+    with pytest.raises(IllegalTransition) as info, store.write() as tx:
+        tx.set_status(task.id, S.COMPLETE, Actor.HUMAN, "accept")
+    assert set(info.value.allowed) == {"working", "abandoned"}
+    assert _task(store, task.id).status is S.BACKLOG
+    assert len(_changes(store, task.id)) == 1
+
+
+@pytest.mark.parametrize("paused", [S.BLOCKED, S.CONFLICT])
+def test_set_status_refuses_the_paused_labels(store: Store, paused: Status) -> None:
+    task = _working(store)
+    with pytest.raises(CorralError), store.write() as tx:
+        tx.set_status(task.id, paused, Actor.SYSTEM, "turn ended")
+    assert _task(store, task.id).status is S.WORKING
+    assert [c[1] for c in _changes(store, task.id)] == ["backlog", "working"]
+
+
+def test_zombie_is_set_only_by_the_system(store: Store) -> None:
+    task = _working(store)
+    for actor in (Actor.HUMAN, Actor.BUILDER, Actor.AGENT, Actor.SUPERVISOR):
+        with pytest.raises(IllegalTransition), store.write() as tx:
+            tx.set_status(task.id, S.ZOMBIE, actor)
+    with store.write() as tx:
+        tx.set_status(task.id, S.ZOMBIE, Actor.SYSTEM, "work is on the target")
+        tx.set_status(task.id, S.COMPLETE, Actor.SYSTEM, "merged-branch sweep")
+    assert _changes(store, task.id)[-2:] == [
+        ("working", "zombie", "system", "work is on the target"),
+        ("zombie", "complete", "system", "merged-branch sweep"),
+    ]
+
+
+def test_expected_from_is_a_compare_and_set(store: Store) -> None:
+    task = _create(store)
+    with pytest.raises(RefusedError) as info, store.write() as tx:
+        tx.set_status(task.id, S.WORKING, Actor.HUMAN, expected_from=S.BLOCKED)
+    assert info.value.code == "status-changed"
+    assert info.value.exit_code == 3
+    assert _task(store, task.id).status is S.BACKLOG
+    with pytest.raises(RefusedError) as info, store.write() as tx:
+        tx.set_status(task.id, S.WORKING, Actor.HUMAN, expected_from=[S.BLOCKED, S.INTERRUPTED])
+    assert info.value.code == "status-changed"
+    with store.write() as tx:
+        tx.set_status(task.id, S.WORKING, Actor.HUMAN, expected_from=[S.BLOCKED, S.BACKLOG])
+    assert _task(store, task.id).status is S.WORKING
+    with pytest.raises(RefusedError) as info, store.write() as tx:
+        tx.park(task.id, Actor.SYSTEM, expected_from=S.INTERRUPTED)
+    assert info.value.code == "status-changed"
+    assert _task(store, task.id).status is S.WORKING
+    assert len(_changes(store, task.id)) == 2
+
+
+def test_one_timestamp_per_transaction(store: Store, clock: Any) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        first = tx.set_status(task.id, S.WORKING, Actor.HUMAN)
+        clock.advance(30)
+        turn = tx.add_turn(task.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go")
+        note = tx.add_comment(task.id, Actor.HUMAN, "hi")
+    assert first.at == turn.started_at == note.at
+    assert clock.now - first.at == timedelta(seconds=30)  # the clock moved; the transaction's "when" did not
+
+
+# -- park: the one function that derives blocked or conflict ------------------------------
+
+
+def test_park_without_pending_violations_is_blocked(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        change = tx.park(task.id, Actor.SYSTEM, "turn ended")
+    assert change is not None
+    assert (change.from_status, change.to_status, change.actor) == (S.WORKING, S.BLOCKED, Actor.SYSTEM)
+    assert _task(store, task.id).status is S.BLOCKED
+
+
+def test_park_with_pending_violations_is_conflict_and_back_to_blocked_once_decided(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        assert tx.record_violations(task.id, ["migrations/001.sql"]) == ["migrations/001.sql"]
+        change = tx.park(task.id, Actor.SYSTEM, "turn ended")
+    assert change is not None and change.to_status is S.CONFLICT
+    assert _task(store, task.id).status is S.CONFLICT
+    with store.write() as tx:
+        tx.decide_violations(task.id, {"migrations/001.sql": Decision.APPROVED}, Actor.HUMAN)
+        again = tx.park(task.id, Actor.HUMAN, "decided")
+    assert again is not None
+    assert (again.from_status, again.to_status) == (S.CONFLICT, S.BLOCKED)
+    assert _changes(store, task.id)[-2:] == [
+        ("working", "conflict", "system", "turn ended"),
+        ("conflict", "blocked", "human", "decided"),
+    ]
+
+
+def test_park_rederives_blocked_into_conflict(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.park(task.id, Actor.SYSTEM)
+        tx.record_violations(task.id, ["secrets.env"])
+    assert _task(store, task.id).status is S.BLOCKED  # recording alone does not relabel
+    with store.write() as tx:
+        change = tx.park(task.id, Actor.SYSTEM, "doctor")
+    assert change is not None and (change.from_status, change.to_status) == (S.BLOCKED, S.CONFLICT)
+
+
+def test_park_on_the_derived_label_changes_nothing(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.park(task.id, Actor.SYSTEM)
+    before = _changes(store, task.id)
+    with store.write() as tx:
+        assert tx.park(task.id, Actor.SYSTEM, "again") is None
+    assert _changes(store, task.id) == before
+    assert _task(store, task.id).status is S.BLOCKED
+
+
+def test_park_follows_the_transition_table(store: Store) -> None:
+    task = _create(store)
+    with pytest.raises(IllegalTransition), store.write() as tx:
+        tx.park(task.id, Actor.SYSTEM)
+    assert _task(store, task.id).status is S.BACKLOG
+    assert len(_changes(store, task.id)) == 1
+
+
+# -- violations: sticky decisions ----------------------------------------------------------
+
+
+def _decisions(store: Store, task_id: str) -> dict[str, str]:
+    with store.read() as tx:
+        return {v.path: v.decision.value for v in tx.violations(task_id)}
+
+
+def test_record_violations_returns_the_pending_paths(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        pending = tx.record_violations(task.id, ["b.sql", "a.sql", "b.sql"])
+        assert sorted(tx.pending_paths(task.id)) == ["a.sql", "b.sql"]
+    assert sorted(pending) == ["a.sql", "b.sql"]
+    with store.read() as tx:
+        records = tx.violations(task.id)
+    assert sorted(v.path for v in records) == ["a.sql", "b.sql"]
+    for v in records:
+        assert v.decision is Decision.PENDING
+        assert v.decided_by is None and v.decided_at is None
+        assert v.session_id == task.session_id and v.task_id == task.id
+
+
+def test_record_violations_needs_a_session(store: Store) -> None:
+    task = _working(store, session=False)
+    with pytest.raises(CorralError), store.write() as tx:
+        tx.record_violations(task.id, ["a.sql"])
+
+
+def test_decisions_change_only_pending_files(store: Store, clock: Any) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.record_violations(task.id, ["a.sql", "b.sql"])
+    clock.advance(10)
+    with store.write() as tx:
+        tx.decide_violations(task.id, {"a.sql": Decision.APPROVED}, Actor.BUILDER)
+    assert _decisions(store, task.id) == {"a.sql": "approved", "b.sql": "pending"}
+    with store.read() as tx:
+        a = next(v for v in tx.violations(task.id) if v.path == "a.sql")
+        assert tx.pending_paths(task.id) == ["b.sql"]
+    assert a.decided_by is Actor.BUILDER
+    assert a.decided_at == clock.now
+    # re-naming a decided file is accepted and changes nothing; the pending one is decided
+    with store.write() as tx:
+        tx.decide_violations(task.id, {"a.sql": Decision.REVERTED, "b.sql": Decision.REVERTED}, Actor.HUMAN)
+    assert _decisions(store, task.id) == {"a.sql": "approved", "b.sql": "reverted"}
+    with store.read() as tx:
+        a2 = next(v for v in tx.violations(task.id) if v.path == "a.sql")
+    assert a2.decided_by is Actor.BUILDER
+
+
+def test_a_decision_cannot_be_pending(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.record_violations(task.id, ["a.sql"])
+    with pytest.raises(ValueError), store.write() as tx:
+        tx.decide_violations(task.id, {"a.sql": Decision.PENDING}, Actor.HUMAN)
+
+
+def test_a_changed_again_approved_file_stays_approved_and_a_reverted_one_is_pending_again(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.record_violations(task.id, ["approved.sql", "reverted.sql"])
+        tx.decide_violations(
+            task.id, {"approved.sql": Decision.APPROVED, "reverted.sql": Decision.REVERTED}, Actor.HUMAN
+        )
+    with store.write() as tx:
+        pending = tx.record_violations(task.id, ["approved.sql", "reverted.sql", "new.sql"])
+    assert sorted(pending) == ["new.sql", "reverted.sql"]
+    assert _decisions(store, task.id) == {"approved.sql": "approved", "reverted.sql": "pending", "new.sql": "pending"}
+    with store.read() as tx:
+        again = next(v for v in tx.violations(task.id) if v.path == "reverted.sql")
+    assert again.decided_by is None and again.decided_at is None
+
+
+def test_violations_belong_to_the_current_session(store: Store) -> None:
+    task = _working(store)
+    old_session = task.session_id
+    assert old_session is not None
+    with store.write() as tx:
+        tx.record_violations(task.id, ["a.sql"])
+        new = tx.insert_session(task.id)
+    with store.read() as tx:
+        assert tx.violations(task.id) == []
+        assert tx.pending_paths(task.id) == []
+        assert [v.path for v in tx.violations(task.id, session_id=old_session)] == ["a.sql"]
+    with store.write() as tx:
+        # the park of the new session derives blocked: the old session's pending file is not its concern
+        change = tx.park(task.id, Actor.SYSTEM)
+    assert change is not None and change.to_status is S.BLOCKED
+    assert _task(store, task.id).session_id == new.id
+
+
+# -- resting cause ---------------------------------------------------------------------------
+
+
+def test_park_writes_the_resting_cause_with_the_status_change(store: Store) -> None:
+    task = _working(store)
+    cause = _cause()
+    with store.write() as tx:
+        tx.park(task.id, Actor.HUMAN, "stopped by human", resting_cause=cause)
+    parked = _task(store, task.id)
+    assert parked.status is S.BLOCKED
+    assert parked.resting_cause == cause
+
+
+def test_a_rolled_back_park_leaves_no_cause(store: Store) -> None:
+    task = _working(store)
+    with pytest.raises(RuntimeError), store.write() as tx:
+        tx.park(task.id, Actor.HUMAN, resting_cause=_cause())
+        raise RuntimeError("boom")
+    after = _task(store, task.id)
+    assert after.status is S.WORKING
+    assert after.resting_cause is None
+
+
+def test_park_on_the_derived_label_still_records_a_new_cause(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.park(task.id, Actor.SYSTEM)
+        assert tx.park(task.id, Actor.SYSTEM, resting_cause=_cause("internal-fault")) is None
+    cause = _task(store, task.id).resting_cause
+    assert cause is not None and cause.code == "internal-fault"
+
+
+def test_set_status_keeps_the_cause_while_the_task_rests_and_clears_it_otherwise(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.park(task.id, Actor.SYSTEM, resting_cause=_cause("stopped"))
+        tx.set_status(task.id, S.SUBMITTED, Actor.HUMAN, "submit")  # UNSET, still resting: kept
+    kept = _task(store, task.id)
+    assert kept.status is S.SUBMITTED
+    assert kept.resting_cause is not None and kept.resting_cause.code == "stopped"
+    with store.write() as tx:
+        tx.set_status(task.id, S.WORKING, Actor.HUMAN, "unblock")  # UNSET, no longer resting: cleared
+    assert _task(store, task.id).resting_cause is None
+
+
+def test_set_status_with_an_explicit_cause_writes_it_and_none_clears_it(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.set_status(task.id, S.INTERRUPTED, Actor.SYSTEM, "crashed", resting_cause=_cause("internal-fault"))
+    interrupted = _task(store, task.id)
+    assert interrupted.resting_cause is not None and interrupted.resting_cause.code == "internal-fault"
+    with store.write() as tx:
+        tx.set_status(task.id, S.PAIRING, Actor.HUMAN, "pair")
+        tx.park(task.id, Actor.HUMAN, "pair ended", resting_cause=_cause("stopped"))
+        tx.set_status(task.id, S.SUBMITTED, Actor.HUMAN, "submit", resting_cause=None)
+    assert _task(store, task.id).resting_cause is None
+
+
+def test_set_resting_cause_on_its_own(store: Store) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        tx.set_resting_cause(task.id, _cause("prepare-failed"))
+    stored = _task(store, task.id)
+    assert stored.status is S.BACKLOG
+    assert stored.resting_cause is not None and stored.resting_cause.code == "prepare-failed"
+    assert stored.resting_cause.evidence == _cause().evidence
+    with store.write() as tx:
+        tx.set_resting_cause(task.id, None)
+    assert _task(store, task.id).resting_cause is None
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+def test_insert_session_becomes_current_and_update_session_round_trips(store: Store, clock: Any) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        first = tx.insert_session(task.id, worktree="/wt/a", branch="corral/fix-login", base_commit="a" * 40)
+    assert _task(store, task.id).session_id == first.id
+    assert (first.task_id, first.worktree, first.branch, first.base_commit) == (
+        task.id,
+        "/wt/a",
+        "corral/fix-login",
+        "a" * 40,
+    )
+    assert first.consecutive_interruptions == 0 and first.auto_resumed is False
+    assert first.harness_session_id is None and first.ended_at is None and first.interrupt_at is None
+    when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    with store.write() as tx:
+        updated = tx.update_session(
+            first.id,
+            git_start_sha="b" * 40,
+            harness_session_id="sess-123",
+            interrupt_reason="agent died",
+            interrupt_exit_code=137,
+            interrupt_at=when,
+            interrupt_logs="last lines\nof output",
+            consecutive_interruptions=2,
+            auto_resumed=True,
+            outcome="interrupted",
+        )
+    assert updated.git_start_sha == "b" * 40
+    assert updated.harness_session_id == "sess-123"
+    assert (updated.interrupt_reason, updated.interrupt_exit_code) == ("agent died", 137)
+    assert updated.interrupt_at == when
+    assert updated.interrupt_logs == "last lines\nof output"
+    assert updated.consecutive_interruptions == 2 and updated.auto_resumed is True
+    assert updated.outcome == "interrupted"
+    assert updated.worktree == "/wt/a"  # untouched fields stay
+    with store.write() as tx:
+        cleared = tx.update_session(first.id, interrupt_reason=None, auto_resumed=False, ended_at=when)
+    assert cleared.interrupt_reason is None and cleared.auto_resumed is False and cleared.ended_at == when
+    assert cleared.interrupt_exit_code == 137
+    clock.advance(1)
+    with store.write() as tx:
+        second = tx.insert_session(task.id)
+    assert _task(store, task.id).session_id == second.id
+    with store.read() as tx:
+        assert [s.id for s in tx.sessions(task.id)] == [first.id, second.id]
+        assert tx.get_session(first.id) == cleared
+        assert tx.get_session("nope") is None
+
+
+# -- turns, feedback and attempts -----------------------------------------------------------
+
+
+def test_turn_sequences_count_per_task(store: Store) -> None:
+    a = _create(store, "task-a")
+    b = _create(store, "task-b")
+    with store.write() as tx:
+        t1 = tx.add_turn(a.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go")
+        t2 = tx.add_turn(a.id, role=Role.AGENT, kind="start", content="done")
+        u1 = tx.add_turn(b.id, role=Role.HUMAN, actor=Actor.BUILDER, kind="start", content="go b")
+    with store.write() as tx:
+        t3 = tx.add_turn(a.id, role=Role.HUMAN, actor=Actor.SUPERVISOR, kind="unblock", content="more")
+    assert [t1.sequence, t2.sequence, t3.sequence] == [1, 2, 3]
+    assert u1.sequence == 1
+    with store.read() as tx:
+        turns = tx.turns(a.id)
+        assert tx.get_turn(t2.id) == t2
+    assert [t.id for t in turns] == [t1.id, t2.id, t3.id]
+    assert [(t.role, t.actor, t.kind, t.content) for t in turns] == [
+        (Role.HUMAN, Actor.HUMAN, "start", "go"),
+        (Role.AGENT, None, "start", "done"),
+        (Role.HUMAN, Actor.SUPERVISOR, "unblock", "more"),
+    ]
+
+
+def test_a_human_role_turn_needs_an_actor_and_an_agent_role_turn_refuses_one(store: Store) -> None:
+    task = _create(store)
+    with pytest.raises(ValueError), store.write() as tx:
+        tx.add_turn(task.id, role=Role.HUMAN, kind="unblock", content="feedback")
+    with pytest.raises(ValueError), store.write() as tx:
+        tx.add_turn(task.id, role=Role.AGENT, actor=Actor.AGENT, kind="start", content="reply")
+    with store.read() as tx:
+        assert tx.turns(task.id) == []
+
+
+def test_turn_fields_round_trip(store: Store) -> None:
+    task = _create(store)
+    start = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)
+    end = start + timedelta(minutes=3)
+    with store.write() as tx:
+        session = tx.insert_session(task.id)
+        turn = tx.add_turn(
+            task.id,
+            role=Role.AGENT,
+            kind="start",
+            content="I changed the timeout.\n\nDone.",
+            session_id=session.id,
+            delivered=["t-1", "t-2"],
+            started_at=start,
+            ended_at=end,
+            usage={"input_tokens": 10, "output_tokens": 20},
+            failure=_evidence(),
+            details={"result": "ok"},
+        )
+    with store.read() as tx:
+        again = tx.get_turn(turn.id)
+    assert again == turn
+    assert again is not None
+    assert again.session_id == session.id
+    assert again.delivered == ("t-1", "t-2")
+    assert (again.started_at, again.ended_at) == (start, end)
+    assert again.usage == {"input_tokens": 10, "output_tokens": 20}
+    assert again.failure == _evidence()
+    assert again.details == {"result": "ok"}
+    assert again.feedback_delivery is FeedbackDelivery.NONE
+
+
+def test_pending_feedback_and_consuming_exactly_the_named_turns(store: Store) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        s1 = tx.insert_session(task.id)
+        f1, f2, f3 = (
+            tx.add_turn(
+                task.id,
+                role=Role.HUMAN,
+                actor=Actor.HUMAN,
+                kind="unblock",
+                content=f"feedback {n}",
+                session_id=s1.id,
+                feedback_delivery=FeedbackDelivery.PENDING,
+            )
+            for n in (1, 2, 3)
+        )
+        plain = tx.add_turn(task.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="ask", content="?", session_id=s1.id)
+        s2 = tx.insert_session(task.id)
+        other = tx.add_turn(
+            task.id,
+            role=Role.HUMAN,
+            actor=Actor.BUILDER,
+            kind="unblock",
+            content="other session",
+            session_id=s2.id,
+            feedback_delivery=FeedbackDelivery.PENDING,
+        )
+    with store.read() as tx:
+        assert [t.id for t in tx.pending_feedback(s1.id)] == [f1.id, f2.id, f3.id]
+        assert [t.id for t in tx.pending_feedback(s2.id)] == [other.id]
+    with store.write() as tx:
+        assert tx.mark_feedback_consumed([f1.id, f3.id]) == 2
+    with store.read() as tx:
+        assert [t.id for t in tx.pending_feedback(s1.id)] == [f2.id]
+        states = {t.id: t.feedback_delivery for t in tx.turns(task.id)}
+    assert states == {
+        f1.id: FeedbackDelivery.CONSUMED,
+        f2.id: FeedbackDelivery.PENDING,
+        f3.id: FeedbackDelivery.CONSUMED,
+        plain.id: FeedbackDelivery.NONE,
+        other.id: FeedbackDelivery.PENDING,
+    }
+    with store.write() as tx:
+        # already consumed, or never feedback: nothing changes
+        assert tx.mark_feedback_consumed([f1.id, plain.id, "no-such-turn"]) == 0
+        assert tx.mark_feedback_consumed([]) == 0
+    with store.read() as tx:
+        assert tx.get_turn(plain.id).feedback_delivery is FeedbackDelivery.NONE  # type: ignore[union-attr]
+
+
+def test_attempts_round_trip_with_their_failure_evidence(store: Store) -> None:
+    task = _create(store)
+    t0 = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
+    with store.write() as tx:
+        turn = tx.add_turn(task.id, role=Role.AGENT, kind="start", content="")
+        a1 = tx.add_attempt(
+            turn.id,
+            number=1,
+            started_at=t0,
+            ended_at=t0 + timedelta(seconds=9),
+            outcome=AttemptOutcome.FAILED,
+            failure_class="transient_overload",
+            failure=_evidence(),
+        )
+        a2 = tx.add_attempt(
+            turn.id,
+            number=2,
+            started_at=t0 + timedelta(seconds=24),
+            ended_at=None,
+            outcome=AttemptOutcome.INDETERMINATE,
+        )
+    with store.read() as tx:
+        via_get = tx.get_turn(turn.id)
+        via_list = tx.turns(task.id)
+    assert via_get is not None
+    assert via_get.attempts == (a1, a2)
+    assert via_list[0].attempts == (a1, a2)
+    got = via_get.attempts[0]
+    assert got.failure == _evidence()
+    assert got.failure is not None and got.failure.possible_effects is PossibleEffects.PARTIAL
+    assert (got.failure.exit_code, got.failure.errno, got.failure.signal) == (1, None, 9)
+    assert got.failure_class == "transient_overload"
+    assert via_get.attempts[1].failure is None and via_get.attempts[1].ended_at is None
+
+
+# -- notes --------------------------------------------------------------------------------------
+
+
+def test_comments_and_journal_append_in_order(store: Store, clock: Any) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        c1 = tx.add_comment(task.id, Actor.HUMAN, "first")
+        j1 = tx.add_journal_entry(task.id, Actor.BUILDER, "decided A")
+        c2 = tx.add_comment(task.id, Actor.BUILDER, "second, same instant")
+    clock.advance(1)
+    with store.write() as tx:
+        c3 = tx.add_comment(task.id, Actor.AGENT, "third")
+        j2 = tx.add_journal_entry(task.id, Actor.HUMAN, "deferred B")
+    with store.read() as tx:
+        comments = tx.comments(task.id)
+        journal = tx.journal(task.id)
+    assert comments == [c1, c2, c3]
+    assert [(n.actor, n.body) for n in comments] == [
+        (Actor.HUMAN, "first"),
+        (Actor.BUILDER, "second, same instant"),
+        (Actor.AGENT, "third"),
+    ]
+    assert journal == [j1, j2]
+    assert all(n.task_id == task.id for n in comments + journal)
+
+
+def test_notes_keep_text_exactly(store: Store) -> None:
+    task = _create(store)
+    body = "line one\n\tindented — ünïcödé \\u0000 'quotes' \"double\" %_ wildcards"
+    with store.write() as tx:
+        tx.add_comment(task.id, Actor.HUMAN, body)
+    with store.read() as tx:
+        assert tx.comments(task.id)[0].body == body
+
+
+# -- finding tasks ---------------------------------------------------------------------------
+
+
+def test_match_tasks_by_prefix_of_ref_or_id(store: Store) -> None:
+    login = _create(store, "fix-login", task_id="aaaa000000000001")
+    logout = _create(store, "fix-logout", task_id="bbbb000000000002")
+    docs = _create(store, "docs", task_id="fix0000000000003")  # an id that looks like a ref prefix
+    with store.read() as tx:
+        assert {t.id for t in tx.match_tasks("fix-log")} == {login.id, logout.id}
+        assert [t.id for t in tx.match_tasks("fix-logi")] == [login.id]
+        assert [t.id for t in tx.match_tasks("bbbb")] == [logout.id]
+        assert {t.id for t in tx.match_tasks("fix")} == {login.id, logout.id, docs.id}
+        assert [t.id for t in tx.match_tasks("docs")] == [docs.id]
+        assert tx.match_tasks("zzz") == []
+        assert tx.match_tasks("ix-log") == []  # a prefix, not a substring
+
+
+@pytest.mark.parametrize("pattern", ["%", "_", "fix%", "fix_login", "%login", "f_x", "_ix", "\\", "fix\\"])
+def test_match_tasks_takes_like_wildcards_literally(store: Store, pattern: str) -> None:
+    _create(store, "fix-login", task_id="aaaa000000000001")
+    _create(store, "fixalogin", task_id="aaaa000000000002")
+    with store.read() as tx:
+        assert tx.match_tasks(pattern) == []
+
+
+# -- a read transaction refuses writes ----------------------------------------------------------
+
+_WRITES: dict[str, Callable[[Tx, Task], Any]] = {
+    "insert_task": lambda tx, t: tx.insert_task(NewTask(ref="other", goal="g"), Actor.HUMAN),
+    "update_task": lambda tx, t: tx.update_task(t.id, goal="changed"),
+    "set_status": lambda tx, t: tx.set_status(t.id, S.WORKING, Actor.HUMAN),
+    "park": lambda tx, t: tx.park(t.id, Actor.SYSTEM),
+    "set_resting_cause": lambda tx, t: tx.set_resting_cause(t.id, _cause()),
+    "insert_session": lambda tx, t: tx.insert_session(t.id),
+    "update_session": lambda tx, t: tx.update_session(t.session_id or "", outcome="x"),
+    "add_turn": lambda tx, t: tx.add_turn(t.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="ask", content="?"),
+    "mark_feedback_consumed": lambda tx, t: tx.mark_feedback_consumed(["x"]),
+    "add_attempt": lambda tx, t: tx.add_attempt(
+        "x", number=1, started_at=datetime(2026, 1, 1, tzinfo=UTC), ended_at=None, outcome=AttemptOutcome.FAILED
+    ),
+    "record_violations": lambda tx, t: tx.record_violations(t.id, ["a.sql"]),
+    "decide_violations": lambda tx, t: tx.decide_violations(t.id, {"a.sql": Decision.APPROVED}, Actor.HUMAN),
+    "add_comment": lambda tx, t: tx.add_comment(t.id, Actor.HUMAN, "note"),
+    "add_journal_entry": lambda tx, t: tx.add_journal_entry(t.id, Actor.HUMAN, "entry"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_WRITES))
+def test_a_read_transaction_refuses_writes(store: Store, name: str) -> None:
+    task = _working(store)  # working with a session: park would move it, record_violations has a session
+    with store.write() as tx:
+        tx.record_violations(task.id, ["a.sql"])
+    with store.read() as tx:
+        before = (tx.get_task(task.id), tx.status_changes(task.id), tx.violations(task.id), tx.turns(task.id))
+    with pytest.raises(CorralError), store.read() as tx:
+        _WRITES[name](tx, task)
+    with store.read() as tx:
+        after = (tx.get_task(task.id), tx.status_changes(task.id), tx.violations(task.id), tx.turns(task.id))
+        assert tx.task_by_ref("other") is None
+        assert tx.comments(task.id) == [] and tx.journal(task.id) == []
+    assert after == before
+
+
+__all__ = [name for name in dict(globals()) if name.startswith("test_")]
