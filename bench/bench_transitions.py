@@ -1,0 +1,316 @@
+#!/usr/bin/env python
+"""Durable status transitions per second on one SQLite file, beside the disk's raw fsync rate.
+
+The store commits every write transaction durably (WAL, ``synchronous=FULL``): one
+status transition is one ``BEGIN IMMEDIATE … COMMIT`` and at least one sync of the
+WAL. So the ceiling is the disk's sync rate, and the question is how close the store
+gets to it.
+
+1. Seeds a store (10,000 tasks / 100,000 turns by default; ``--seed-tasks 0`` for an
+   empty one) in a scratch directory, and opens it with ``SQLiteStore``.
+2. Measures, interleaved in short slices (``--slice``, default 0.25 s) so that all see
+   the same disk (a shared disk's sync latency drifts by 10x within seconds), for
+   ``--seconds`` (default 6 s) in total:
+
+   * fsync: write a 4 KiB block at offset 0 of a preallocated file in the same
+     directory, then ``os.fsync`` — the raw rate the target refers to;
+   * fdatasync: the same with ``os.fdatasync`` (what SQLite calls on Linux), for information;
+   * transitions: each its own write transaction through the store, alternating
+     legally (domain/status.py): working → blocked via ``tx.park`` and
+     blocked → working via ``tx.set_status``, with ``expected_from`` as corral's
+     engine passes it.
+
+   Each stream's rate is its count over its own time; the ratio is also given per
+   round (median of the per-slice ratios), which is robust to drift.
+3. Diagnostics: the same loop on tmpfs (``/dev/shm``), where syncs cost nothing, gives
+   the store's CPU cost per transition; with ``strace`` installed, the number of
+   fsync/fdatasync calls per transition (1 is the minimum for a durable commit).
+
+Target: transitions/s ≥ 0.5 × fsync/s. Also reported: per-transition latency
+(median, p99) and a check that every transition left its status-change record.
+
+Usage::
+
+    .venv/bin/python bench/bench_transitions.py
+    .venv/bin/python bench/bench_transitions.py --dir ~/.local/share/corral   # the disk you use
+    .venv/bin/python bench/bench_transitions.py --seed-tasks 0 --seconds 10
+
+Results are printed and written to bench/results/bench_transitions.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import machine, median, percentile, verdict, write_results
+from corral.domain.actors import Actor
+from corral.domain.status import Status
+from corral.store import NewTask, SQLiteStore
+from seed_store import Shape, seed
+
+RATIO_TARGET = 0.5
+BLOCK = 4096
+
+
+class Stream:
+    """Something done repeatedly; it keeps its own count, time and latencies across slices."""
+
+    def __init__(self) -> None:
+        self.lat: list[float] = []
+        self.elapsed = 0.0
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        n0 = len(self.lat)
+        start = now = time.perf_counter()
+        end = start + seconds
+        while now < end:
+            self.step()
+            after = time.perf_counter()
+            self.lat.append(after - now)
+            now = after
+        self.elapsed += now - start
+        return len(self.lat) - n0, now - start
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "count": len(self.lat),
+            "seconds": round(self.elapsed, 3),
+            "per_second": round(len(self.lat) / self.elapsed, 1),
+            "median_ms": round(median(self.lat) * 1000, 3),
+            "p99_ms": round(percentile(self.lat, 99) * 1000, 3),
+        }
+
+
+class SyncProbe(Stream):
+    """Overwrite one 4 KiB block of a preallocated file and sync it."""
+
+    def __init__(self, path: Path, sync: Callable[[int], None]) -> None:
+        super().__init__()
+        self.path = path
+        self.sync = sync
+        self.block = os.urandom(BLOCK)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.pwrite(self.fd, self.block, 0)
+        os.fsync(self.fd)  # the file exists and has its size before timing starts
+
+    def step(self) -> None:
+        os.pwrite(self.fd, self.block, 0)
+        self.sync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.path.unlink()
+
+
+class Transitions(Stream):
+    """One task alternating working ⇄ blocked, one durable write transaction per transition."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        super().__init__()
+        self.store = store
+        with store.write() as tx:
+            task = tx.insert_task(NewTask(ref="bench-transitions", goal="Benchmark transitions"), Actor.HUMAN)
+            tx.insert_session(task.id, branch="corral/bench-transitions")
+        with store.write() as tx:
+            tx.set_status(task.id, Status.WORKING, Actor.HUMAN, "start", expected_from=Status.BACKLOG)
+        with store.read() as tx:
+            self.before = len(tx.status_changes(task.id))
+        self.task_id = task.id
+        self.status = Status.WORKING
+
+    def step(self) -> None:
+        if self.status is Status.WORKING:
+            with self.store.write() as tx:
+                change = tx.park(self.task_id, Actor.SYSTEM, None, expected_from=Status.WORKING)
+            assert change is not None and change.to_status is Status.BLOCKED
+            self.status = Status.BLOCKED
+        else:
+            with self.store.write() as tx:
+                tx.set_status(self.task_id, Status.WORKING, Actor.HUMAN, "unblock", expected_from=Status.BLOCKED)
+            self.status = Status.WORKING
+
+    def verify(self) -> int:
+        """Every transition made left exactly one status-change record."""
+        with self.store.read() as tx:
+            recorded = len(tx.status_changes(self.task_id)) - self.before
+            final = tx.get_task(self.task_id)
+        assert final is not None
+        if recorded != len(self.lat) or final.status is not self.status:
+            raise SystemExit(f"{len(self.lat)} transitions made but {recorded} recorded (task is {final.status})")
+        return recorded
+
+
+def transitions(store: SQLiteStore, seconds: float) -> dict[str, Any]:
+    """The transition loop alone for ``seconds`` (used by the diagnostics)."""
+    t = Transitions(store)
+    t.run(seconds)
+    return {**t.summary(), "recorded": t.verify()}
+
+
+_PROBE = """
+import json, sys
+sys.path.insert(0, {bench!r})
+from bench_transitions import transitions
+from corral.store import SQLiteStore
+store = SQLiteStore({db!r})
+print(json.dumps(transitions(store, {seconds!r})))
+store.close()
+"""
+
+
+def count_syncs(directory: Path, seconds: float = 1.0) -> dict[str, Any] | None:
+    """Run the transition loop under ``strace -c`` on a fresh store and count sync calls per transition."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None
+    out = directory / "strace.txt"
+    db = directory / "probe" / "corral.db"
+    code = _PROBE.format(bench=str(Path(__file__).resolve().parent), db=str(db), seconds=seconds)
+    cmd = [strace, "-f", "-qq", "-c", "-e", "trace=fsync,fdatasync,sync_file_range", "-o", str(out)]
+    proc = subprocess.run([*cmd, sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr or "strace failed").strip()[-300:]}
+    made = json.loads(proc.stdout.strip().splitlines()[-1])["count"]
+    calls: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-1] in ("fsync", "fdatasync", "sync_file_range"):
+            calls[parts[-1]] = int(parts[3])
+    total = sum(calls.values())
+    return {"transitions": made, "calls": calls, "per_transition": round(total / made, 3) if made else None}
+
+
+def cpu_ceiling(seconds: float) -> dict[str, Any] | None:
+    """The same loop on tmpfs, where a sync costs nothing: the store's CPU cost per transition."""
+    if not Path("/dev/shm").is_dir():
+        return None
+    tmp = Path(tempfile.mkdtemp(prefix="corral-bench-cpu-", dir="/dev/shm"))
+    try:
+        store = SQLiteStore(tmp / "corral.db")
+        try:
+            return transitions(store, seconds)
+        finally:
+            store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dir", default=None, help="where to put the scratch store (default: the system temp dir)")
+    p.add_argument("--seconds", type=float, default=6.0, help="total measuring time, all streams (default 6 s)")
+    p.add_argument("--slice", type=float, default=0.25, help="length of one stream's turn (default 0.25 s)")
+    p.add_argument("--seed-tasks", type=int, default=10_000, help="tasks to seed first (default 10,000; 0: none)")
+    p.add_argument("--seed-turns", type=int, default=None, help="turns to seed (default 10 per task)")
+    p.add_argument("--no-diagnostics", action="store_true", help="skip the tmpfs and strace runs")
+    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    args = p.parse_args(argv)
+
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="corral-bench-transitions-", dir=args.dir))
+    result: dict[str, Any] = {"benchmark": "bench_transitions", "machine": machine(), "directory": str(scratch)}
+    try:
+        db = scratch / "corral.db"
+        if args.seed_tasks:
+            shape = Shape(tasks=args.seed_tasks, turns=args.seed_turns or 10 * args.seed_tasks)
+            if shape.tasks < shape.nonterminal + 1000:
+                shape = Shape(tasks=args.seed_tasks, turns=shape.turns, working=1, interrupted=1, blocked=2,
+                              conflict=0, submitted=0, backlog=1, big_turns=10)  # fmt: skip
+            print(f"Seeding {shape.tasks:,} tasks / {shape.turns:,} turns …", flush=True)
+            m = seed(db, shape)
+            result["store"] = {k: m[k] for k in ("tasks", "turns", "status_changes", "db_bytes", "seconds")}
+            print(f"  seeded in {m['seconds']} s, {m['db_bytes'] / 1e6:.0f} MB")
+            os.sync()  # let the seed's writeback finish before timing any sync
+        store = SQLiteStore(db)
+        journal = store._db.execute("PRAGMA journal_mode").fetchone()[0]  # a read-only look at its settings
+        level = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[store._db.execute("PRAGMA synchronous").fetchone()[0]]
+        result["store_settings"] = {"journal_mode": journal, "synchronous": level}
+        print(f"Store: {db} (journal_mode={journal}, synchronous={level})")
+
+        fs = SyncProbe(scratch / "fsync-probe.bin", os.fsync)
+        fds = SyncProbe(scratch / "fdatasync-probe.bin", os.fdatasync)
+        tr = Transitions(store)
+        rounds = max(1, round(args.seconds / (3 * args.slice)))
+        print(f"\nInterleaving fsync, fdatasync and transitions: {rounds} rounds of {args.slice:g} s each …")
+        per_round = []
+        for _ in range(rounds):
+            n_f, t_f = fs.run(args.slice)
+            fds.run(args.slice)
+            n_t, t_t = tr.run(args.slice)
+            per_round.append((n_t / t_t) / (n_f / t_f))
+        recorded = tr.verify()
+        fs.close()
+        fds.close()
+        store.close()
+
+        f, d, t = fs.summary(), fds.summary(), {**tr.summary(), "recorded": recorded}
+        ratio = t["per_second"] / f["per_second"]
+        round_ratio = median(per_round)
+        ok = ratio >= RATIO_TARGET
+        print(f"  4 KiB pwrite + fsync      {f['per_second']:9.1f} /s   median {f['median_ms']:.3f} ms   "
+              f"p99 {f['p99_ms']:.3f} ms")  # fmt: skip
+        print(f"  4 KiB pwrite + fdatasync  {d['per_second']:9.1f} /s   median {d['median_ms']:.3f} ms   "
+              f"p99 {d['p99_ms']:.3f} ms")  # fmt: skip
+        print(f"  transition (working ⇄ blocked) {t['per_second']:9.1f} /s   median {t['median_ms']:.3f} ms   "
+              f"p99 {t['p99_ms']:.3f} ms   ({t['count']} made, {recorded} recorded)")  # fmt: skip
+        print(
+            f"\ntransitions/s {t['per_second']:.1f}  vs  fsync/s {f['per_second']:.1f}: ratio {ratio:.3f} "
+            f"(median per-round ratio {round_ratio:.3f}; target ≥ {RATIO_TARGET})   {verdict(ok)}"
+        )
+        result.update(
+            {
+                "fsync": f,
+                "fdatasync": d,
+                "transitions": t,
+                "ratio": round(ratio, 3),
+                "median_round_ratio": round(round_ratio, 3),
+                "round_ratios": [round(r, 3) for r in per_round],
+                "target_ratio": RATIO_TARGET,
+                "pass": ok,
+            }
+        )
+
+        if not args.no_diagnostics:
+            print("\nDiagnostics (no targets):")
+            ceiling = cpu_ceiling(2.0)
+            if ceiling:
+                print(
+                    f"  same loop on tmpfs (empty store, syncs free): {ceiling['per_second']:.1f} /s, "
+                    f"median {ceiling['median_ms']:.3f} ms = the store's CPU cost per transition"
+                )
+            syncs = count_syncs(scratch)
+            if syncs and "error" not in syncs:
+                print(
+                    f"  sync calls per transition (strace, empty store): {syncs['per_transition']} "
+                    f"{syncs['calls']} over {syncs['transitions']} transitions"
+                )
+            elif syncs:
+                print(f"  sync count unavailable: {syncs['error']}")
+            result["cpu_ceiling_tmpfs"] = ceiling
+            result["syncs"] = syncs
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    path = write_results("bench_transitions", result)
+    print(f"(results: {path})")
+    return 0 if result.get("pass") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run every corral benchmark; results are printed and written to bench/results/*.json.
+# Usage: bench/run_all.sh            (from anywhere; uses the project's .venv)
+#        PYTHON=/path/to/python bench/run_all.sh
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+py="${PYTHON:-$root/.venv/bin/python}"
+cd "$root"
+status=0
+run() {
+    echo
+    echo "=== $* ==="
+    "$py" "$@" || status=1
+}
+run bench/seed_store.py --compare-api
+run bench/bench_transitions.py
+run bench/bench_cli.py
+echo
+if [ "$status" -eq 0 ]; then echo "run_all: every benchmark met its targets"; else echo "run_all: some target missed (see FAIL above)"; fi
+exit "$status"
