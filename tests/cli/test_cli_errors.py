@@ -241,7 +241,10 @@ def _leaf_commands() -> list[tuple[str, ...]]:
 
     def walk(group: click.Group, path: tuple[str, ...]) -> list[tuple[str, ...]]:
         found: list[tuple[str, ...]] = []
-        for name, command in sorted(group.commands.items()):
+        ctx = click.Context(group)
+        for name in sorted(group.list_commands(ctx)):
+            command = group.get_command(ctx, name)
+            assert command is not None, name
             if isinstance(command, click.Group):
                 found += walk(command, (*path, name))
             else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -67,6 +66,8 @@ def _usage_hint(exc: click.UsageError) -> str:
 
 def _internal(exc: BaseException) -> CorralError:
     if os.environ.get("CORRAL_DEBUG"):
+        import traceback
+
         traceback.print_exc()
     return CorralError(
         f"corral hit an internal error: {type(exc).__name__}: {exc}",

@@ -5,7 +5,6 @@ Tests pass a fake clock to control time; production uses :func:`utcnow`.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -31,4 +30,6 @@ def parse_time(value: str | None) -> datetime | None:
 
 def new_id() -> str:
     """A 16-hex-digit random id: short enough to type a prefix of, wide enough not to collide."""
+    import secrets  # imported on first use: read-only commands never need it
+
     return secrets.token_hex(8)

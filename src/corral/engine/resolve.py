@@ -21,5 +21,5 @@ def resolve_task(tx: Tx, given: str) -> Task:
         return matches[0]
     if matches:
         raise AmbiguousTask(name, [f"{m.ref} ({m.id[:8]}, {m.status.value})" for m in matches])
-    nearest = difflib.get_close_matches(name, tx.refs(), n=3, cutoff=0.5)
+    nearest = difflib.get_close_matches(name, tx.refs(near=name), n=3, cutoff=0.5)
     raise TaskNotFound(name, nearest)

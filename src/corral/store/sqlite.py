@@ -151,17 +151,26 @@ class SQLiteTx:
         return [self._task(r) for r in rows]
 
     def match_tasks(self, prefix: str) -> list[Task]:
-        # Escape LIKE wildcards so a prefix is taken literally.
-        esc = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        # A prefix is a range on the unique indexes (ref and id): [prefix, prefix + U+10FFFF).
+        # Taken literally, so "%" and "_" match only themselves.
+        upper = prefix + "\U0010ffff"
         rows = self._all(
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE ref LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' "
-            "ORDER BY created_at, id",
-            (esc, esc),
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE ref >= ? AND ref < ? "
+            f"UNION SELECT {_TASK_COLUMNS} FROM tasks WHERE id >= ? AND id < ? ORDER BY created_at, id",
+            (prefix, upper, prefix, upper),
         )
-        # LIKE is case-insensitive for ASCII; refs and ids are lowercase, so keep exact case.
         return [self._task(r) for r in rows if r["ref"].startswith(prefix) or r["id"].startswith(prefix)]
 
-    def refs(self) -> list[str]:
+    def refs(self, near: str | None = None, limit: int = 2000) -> list[str]:
+        if near:
+            # Candidates for "did you mean": refs that share the first letter, and unfinished ones.
+            first = near[:1]
+            rows = self._db.execute(
+                "SELECT ref FROM (SELECT ref FROM tasks WHERE ref >= ? AND ref < ? LIMIT ?) "
+                "UNION SELECT ref FROM tasks WHERE status NOT IN ('complete', 'abandoned')",
+                (first, first + "\U0010ffff", limit),
+            )
+            return sorted(r[0] for r in rows)
         return [r[0] for r in self._db.execute("SELECT ref FROM tasks ORDER BY ref")]
 
     def children(self, task_id: str) -> list[Task]:

@@ -82,6 +82,3 @@ def status(app: App) -> int:
     else:
         app.say("not running")
     return 0 if current.running else 1
-
-
-COMMANDS = [daemon]

@@ -170,6 +170,3 @@ def demo(app: App, keep: bool) -> int:
             app.note(f"Kept {scratch} (CORRAL_HOME={scratch / 'home'}).")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-COMMANDS = [demo]

@@ -103,6 +103,3 @@ def doctor(app: App, task: str | None) -> int:
             if c.hint and c.status != "ok":
                 app.say(f"       {'':<9} hint: {c.hint}")
     return 1 if failed else 0
-
-
-COMMANDS = [paths, config, doctor]

@@ -72,6 +72,3 @@ def logs(app: App, task: str, follow: bool, turn: int | None, raw: bool) -> None
             app.emit_line({"line": text})
         else:
             print(text, file=app.stdout, flush=True)
-
-
-COMMANDS = [logs]

@@ -63,6 +63,3 @@ def journal(app: App, task: str, message: str | None) -> None:
         return
     for n in entries:
         app.say(f"{(rfc3339(n.at) or '')[:19].replace('T', ' ')}  {n.actor.value}: {n.body}")
-
-
-COMMANDS = [comment, journal]

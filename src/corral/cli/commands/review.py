@@ -83,6 +83,3 @@ def reopen(app: App, task: str, reason: str | None) -> None:
     app.say(f"{reopened.ref} is {reopened.status.value} again.")
     if v.next:
         app.say(f"Next: {v.next}")
-
-
-COMMANDS = [close, reject, reopen]

@@ -193,6 +193,3 @@ def show(app: App, task: str, details: bool) -> None:
         return
     for line in show_lines(app, doc, details=details):
         app.say(line)
-
-
-COMMANDS = [create, edit, list_, show]

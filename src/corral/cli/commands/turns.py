@@ -277,6 +277,3 @@ Examples:
 def wait(app: App, task: str, timeout: float | None) -> int:
     """Block until the task rests: 0 with no resting cause, 1 with one (or abandoned), 124 timed out."""
     return _wait(app, task, timeout)
-
-
-COMMANDS = [start, unblock, resume, ask, stop, sync, wait]
