@@ -193,3 +193,16 @@ class FakeAgent:
 @pytest.fixture
 def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeAgent:
     return FakeAgent(tmp_path / "agent", monkeypatch)
+
+
+@pytest.fixture
+def proj(agent: FakeAgent, repo: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A project on ``repo`` with the real clock, whose claude is the fake agent."""
+    from corral.engine.project import Project
+
+    monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "30")
+    # Crash recovery has its own tests; here an interrupted task stays interrupted.
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    p = Project.open(repo)
+    yield p
+    p.close()

@@ -142,3 +142,65 @@ class Git:
 
     def delete_branch(self, branch: str, *, cwd: str | Path) -> None:
         self.run("branch", "-D", branch, cwd=cwd, check=False)
+
+    # -- merging without a working tree ---------------------------------------------
+    def merge_tree(self, ours: str, theirs: str, *, cwd: str | Path) -> tuple[str | None, list[str]]:
+        """The tree of merging ``theirs`` into ``ours`` (None and the conflicted paths on conflict)."""
+        result = self.run(
+            "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs, cwd=cwd, check=False
+        )
+        lines = result.stdout.splitlines()
+        if result.returncode == 0 and lines:
+            return lines[0].strip(), []
+        if result.returncode == 1 and lines:
+            return None, [line for line in lines[1:] if line.strip()]
+        raise GitError(f"git merge-tree failed: {(result.stderr or result.stdout).strip()[-300:]}")
+
+    def commit_tree(self, tree: str, parents: list[str], message: str, *, cwd: str | Path) -> str:
+        args = ["commit-tree", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        identity = self.identity_args(cwd)
+        return self.run(*identity, *args, cwd=cwd, input=message).stdout.strip()
+
+    def identity_args(self, cwd: str | Path) -> list[str]:
+        """``-c`` options naming corral when the repository has no identity of its own."""
+        if self.run("config", "user.email", cwd=cwd, check=False).stdout.strip():
+            return []
+        return ["-c", "user.name=corral", "-c", "user.email=corral@localhost"]
+
+    def tree_of(self, commit: str, *, cwd: str | Path) -> str:
+        return self.out("rev-parse", f"{commit}^{{tree}}", cwd=cwd)
+
+    def changed_between(self, a: str, b: str, *, cwd: str | Path) -> list[str]:
+        out = self.run("diff", "--name-only", "--no-renames", a, b, cwd=cwd).stdout
+        return [p for p in out.splitlines() if p]
+
+    def worktrees(self, *, cwd: str | Path) -> list[dict[str, str]]:
+        """Every worktree of the repository: path, head, and branch (refs/heads/…) when not detached."""
+        out = self.run("worktree", "list", "--porcelain", cwd=cwd).stdout
+        found: list[dict[str, str]] = []
+        current: dict[str, str] = {}
+        for line in [*out.splitlines(), ""]:
+            if not line.strip():
+                if current:
+                    found.append(current)
+                current = {}
+                continue
+            key, _, value = line.partition(" ")
+            current[key] = value
+        return found
+
+    def trailers(self, rev_range: str, *, cwd: str | Path, limit: int = 5000) -> list[dict[str, str]]:
+        """The Corral-Task / Corral-Session trailers of the commits in ``rev_range``."""
+        fmt = (
+            "%H%x1f%(trailers:key=Corral-Task,valueonly,separator=%x1e)%x1f"
+            "%(trailers:key=Corral-Session,valueonly,separator=%x1e)%x1d"
+        )
+        out = self.run("log", f"-n{limit}", f"--format={fmt}", rev_range, cwd=cwd, check=False).stdout
+        found = []
+        for record in out.split("\x1d"):
+            parts = record.strip("\n").split("\x1f")
+            if len(parts) == 3 and parts[1].strip():
+                found.append({"commit": parts[0], "task": parts[1].strip(), "session": parts[2].strip()})
+        return found

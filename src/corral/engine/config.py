@@ -54,6 +54,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("budget_unknown", int, 6, "attempts for an unclassified failure"),
     Setting("text_cap", int, 100 * 1024, "largest text (bytes) corral takes at intake"),
     Setting("remote", str, "origin", "remote that `corral submit` pushes to"),
+    Setting("forge", str, None, "forge CLI for pull requests on submit (gh)", optional=True),
+    Setting("pre_accept_prompt", str, None, "a last turn run before every accept's merge", optional=True),
     Setting(
         "permission_mode",
         str,

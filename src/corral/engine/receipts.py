@@ -103,7 +103,7 @@ def apply(project: Project, task: Task, response: dict[str, Any]) -> bool:
 def _record(tx: Tx, task: Task, response: dict[str, Any], human_seq: int | None) -> None:
     status = response.get("status")
     kind = str(response.get("kind") or "work")
-    is_ask = kind == "ask"
+    is_ask = kind in ("ask", "pre-accept")  # status-neutral turns: they restore, and consume no feedback
     failure = failure_of(response)
     session_id = task.session_id
     if status == "completed":
@@ -169,6 +169,17 @@ def _record(tx: Tx, task: Task, response: dict[str, Any], human_seq: int | None)
             )
         elif status == "failed" and not is_ask:
             cause = RestingCause(failure.code if failure else "harness-error", tx.now(), Actor.SYSTEM, evidence=failure)
+        if kind == "pre-accept" and task.metadata.get("accept_in_flight_from") == Status.SUBMITTED.value:
+            # The pre-accept turn of a submitted task restores submitted, not a park label.
+            tx.set_status(
+                task.id,
+                Status.SUBMITTED,
+                Actor.SYSTEM,
+                f"{kind} turn {status}",
+                expected_from=Status.WORKING,
+                resting_cause=cause,
+            )
+            return
         tx.park(task.id, Actor.SYSTEM, f"{kind} turn {status}", expected_from=Status.WORKING, resting_cause=cause)
         return
     # An error receipt: a crash, a crash loop, a watchdog kill after work, a failed merge-and-fix, a fault.

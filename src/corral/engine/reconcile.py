@@ -187,7 +187,69 @@ def sweep_terminal(project: Project) -> int:
     return stopped
 
 
+def sweep_stranded_merges(project: Project) -> int:
+    """A task in merging with no live accept holding its lock: completed if the merge landed, else restored."""
+    from corral.engine.accept import recover_stranded
+
+    with project.store.read() as tx:
+        merging = tx.tasks([Status.MERGING])
+    return sum(recover_stranded(project, task) != "left" for task in merging)
+
+
+def sweep_merged_branches(project: Project) -> int:
+    """Seed 002 sweep 4: a resting task whose work is already on its target → zombie → complete.
+
+    Merged means: the branch has commits beyond its session's base and the target contains
+    the tip, or the target carries a commit whose trailers name this task and its current
+    session. Only resting tasks are looked at, and only when their branch or target moved
+    since the last look (remembered in the state directory), so a pass stays cheap.
+    """
+    from corral.engine.accept import complete_merged
+    from corral.engine.workspace import target_branch
+
+    resting = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
+    with project.store.read() as tx:
+        candidates = [(t, tx.get_session(t.session_id)) for t in tx.tasks(resting) if t.session_id]
+        targets = {t.id: target_branch(tx, t) for t, _ in candidates}
+    if not candidates:
+        return 0
+    git, repo = project.git, project.repo
+    tips: dict[str, str] = {}
+    out = git.run("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", cwd=repo, check=False).stdout
+    for line in out.splitlines():
+        name, _, sha = line.partition(" ")
+        tips[name.removeprefix("refs/heads/")] = sha
+    seen_path = project.paths.root / "merged-sweep.json"
+    seen = proto.read(seen_path) or {}
+    trailers: dict[str, set[tuple[str, str]]] = {}
+    completed = 0
+    for task, session in candidates:
+        if session is None or not session.base_commit:
+            continue
+        target, tip = targets[task.id], tips.get(task.branch)
+        target_tip = tips.get(target)
+        if target_tip is None:
+            continue
+        key = f"{target_tip}:{tip}"
+        if seen.get(task.id) == key:
+            continue
+        merged = tip is not None and tip != session.base_commit and git.is_ancestor(tip, target_tip, cwd=repo)
+        if not merged:
+            if target not in trailers:
+                trailers[target] = {(t["task"], t["session"]) for t in git.trailers(target_tip, cwd=repo, limit=500)}
+            merged = (task.id, session.id) in trailers[target]
+        if merged:
+            complete_merged(project, task, session, "its work is on its target")
+            completed += 1
+        else:
+            seen[task.id] = key
+    proto.write_json(seen_path, {k: v for k, v in seen.items() if k != "protocol_version"}, durable=False)
+    return completed
+
+
 def reconcile(project: Project) -> None:
     sweep_working(project)
+    sweep_stranded_merges(project)
+    sweep_merged_branches(project)
     sweep_terminal(project)
     sweep_blocked_without_session(project)

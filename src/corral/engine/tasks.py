@@ -7,8 +7,10 @@ before it touches git (save first, act second).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from corral.domain.actors import Actor
 from corral.domain.records import Note, Task
@@ -18,7 +20,7 @@ from corral.domain.status import Status, allowed_targets, check_transition, is_t
 from corral.engine import workspace
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
-from corral.errors import CorralError, RefusedError, UsageError
+from corral.errors import CorralError, NotFoundError, RefusedError, UsageError
 from corral.store import UNSET, NewTask
 
 
@@ -217,3 +219,75 @@ def journal(project: Project, given: str) -> tuple[Task, list[Note]]:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         return task, tx.journal(task.id)
+
+
+@dataclass(frozen=True)
+class Diff:
+    task: Task
+    base: str
+    tip: str
+    commits: list[str]
+    text: str
+
+
+def diff(project: Project, given: str, *, stat: bool = False) -> Diff:
+    """What the task changed against its target (uncommitted work included), and its commits."""
+    git, repo = project.git, project.repo
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        session = tx.get_session(task.session_id) if task.session_id else None
+        target = workspace.target_branch(tx, task)
+    tip_ref = f"refs/heads/{task.branch}"
+    if git.rev_parse(tip_ref, cwd=repo) is None:
+        tip_ref = workspace.archive_ref(task)
+    tip = git.rev_parse(tip_ref, cwd=repo)
+    if session is None or tip is None:
+        raise NotFoundError(f"Task {task.ref} has no work yet.", code="no-work", hint=f"corral start {task.ref}")
+    base = (
+        git.out("merge-base", f"refs/heads/{target}", tip, cwd=repo)
+        if git.rev_parse(f"refs/heads/{target}", cwd=repo)
+        else (session.base_commit or tip)
+    )
+    commits = git.out("log", "--oneline", "--no-decorate", f"{base}..{tip}", cwd=repo).splitlines()
+    fmt = ["--stat"] if stat else []
+    worktree = session.worktree if session.worktree and Path(session.worktree).is_dir() else None
+    if worktree is not None:  # the worktree's state: committed and uncommitted work alike
+        text = git.run("diff", *fmt, base, cwd=worktree).stdout
+        # New files the agent has not added yet; read without touching its index.
+        untracked = git.run("ls-files", "--others", "--exclude-standard", "-z", cwd=worktree).stdout
+        for path in (p for p in untracked.split("\0") if p):
+            extra = git.run("diff", *fmt, "--no-index", "--", "/dev/null", path, cwd=worktree, check=False)
+            text += extra.stdout
+    else:
+        text = git.run("diff", *fmt, base, tip, cwd=repo).stdout
+    return Diff(task, base, tip, commits, text)
+
+
+def delete(project: Project, given: str, *, actor: Actor) -> Task:
+    """A terminal task and everything kept for it: archive ref, branch, worktree, logs, evidence, rows."""
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        if not is_terminal(task.status):
+            raise RefusedError(
+                f"Cannot delete {task.ref} while it is {task.status.value}; only a finished task can be deleted.",
+                code="not-terminal",
+                hint=f"Close it first: corral close {task.ref} -m 'why'",
+            )
+        children = tx.children(task.id)
+        if children:
+            raise RefusedError(
+                f"{task.ref} has subtasks: {', '.join(c.ref for c in children)}.",
+                code="has-subtasks",
+                hint="Delete them first.",
+            )
+        sessions = tx.sessions(task.id)
+    git, repo = project.git, project.repo
+    for session in sessions:
+        if session.worktree and Path(session.worktree).exists():
+            git.worktree_remove(Path(session.worktree), cwd=repo)
+    git.delete_branch(task.branch, cwd=repo)
+    git.delete_ref(workspace.archive_ref(task), cwd=repo)
+    with project.store.write() as tx:
+        tx.delete_task(task.id)
+    shutil.rmtree(project.paths.task_dir(task.id), ignore_errors=True)
+    return task

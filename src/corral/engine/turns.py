@@ -412,3 +412,38 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
                 tx.update_session(session.id, git_start_sha=after)
             task = tx.get_task(task.id) or task
         return Synced(task, state, after)
+
+
+def pre_accept(project: Project, given: str, *, actor: Actor, prompt: str) -> Started:
+    """An accept's last turn: blocked or submitted → working; its receipt restores the status."""
+    command_id = new_id()
+    with project.store.write() as tx:
+        task = resolve_task(tx, given)
+        if task.status not in (Status.BLOCKED, Status.SUBMITTED):
+            raise _refuse(task, "run the pre-accept turn of", [Status.BLOCKED, Status.SUBMITTED])
+        session = _session(tx, task)
+        _check_worktree(task, session)
+        turn = tx.add_turn(
+            task.id,
+            role=Role.HUMAN,
+            actor=actor,
+            kind="pre-accept",
+            content=prompt,
+            session_id=session.id,
+            command_id=command_id,
+        )
+        tx.set_status(task.id, Status.WORKING, actor, "pre-accept turn", expected_from=task.status)
+        target = workspace.target_branch(tx, task)
+        task = tx.get_task(task.id) or task
+    command = launch.build_command(
+        project,
+        task,
+        session,
+        turn,
+        kind="pre-accept",
+        body=prompt,
+        delivered=[],
+        target=target,
+        sync_before_work=False,
+    )
+    return Started(task, launch.launch(project, task, command))

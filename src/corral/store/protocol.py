@@ -129,6 +129,10 @@ class Tx(Protocol):
 
     def status_changes(self, task_id: str) -> list[StatusChange]: ...
 
+    def delete_task(self, task_id: str) -> None:
+        """Remove a task and every record kept for it (its history included)."""
+        ...
+
     # -- sessions ----------------------------------------------------------------
     def insert_session(
         self,

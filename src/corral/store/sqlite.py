@@ -341,6 +341,17 @@ class SQLiteTx:
             (_dumps(cause.to_json()) if cause else None, rfc3339(self.now()), task_id),
         )
 
+    def delete_task(self, task_id: str) -> None:
+        self._write()
+        self._require_task(task_id)
+        db = self._db
+        db.execute("DELETE FROM attempts WHERE turn_id IN (SELECT id FROM turns WHERE task_id = ?)", (task_id,))
+        for table in ("violations", "turns", "notes", "processes", "status_changes"):
+            db.execute(f"DELETE FROM {table} WHERE task_id = ?", (task_id,))
+        db.execute("UPDATE tasks SET session_id = NULL WHERE id = ?", (task_id,))
+        db.execute("DELETE FROM sessions WHERE task_id = ?", (task_id,))
+        db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+
     def status_changes(self, task_id: str) -> list[StatusChange]:
         rows = self._all(
             "SELECT task_id, from_status, to_status, actor, reason, at FROM status_changes "

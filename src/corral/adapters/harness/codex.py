@@ -9,6 +9,7 @@ Its JSON lines: ``thread.started`` (``thread_id``), ``turn.started``,
 from __future__ import annotations
 
 import json
+import re
 
 from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, obj, prompt_arg
 from corral.adapters.harness.claude import code_for
@@ -26,12 +27,12 @@ class CodexHarness:
 
     def _argv(self, req: TurnRequest, sandbox: str) -> Launch:
         prompt, stdin = prompt_arg(req.prompt)
-        argv = [self.executable, "exec"]
-        if req.resume_id:
-            argv += ["resume", req.resume_id]
-        argv += ["--json", "-s", sandbox, "--skip-git-repo-check", *self.extra]
+        # exec's options go before `resume`: the resume subcommand takes no -s of its own.
+        argv = [self.executable, "exec", "--json", "-s", sandbox, "--skip-git-repo-check", *self.extra]
         if req.model:
             argv += ["-m", req.model]
+        if req.resume_id:
+            argv += ["resume", req.resume_id]
         argv += prompt if prompt else ["-"]
         return Launch(argv, {}, stdin)
 
@@ -69,7 +70,8 @@ class CodexHarness:
             if item.get("type") == "agent_message":
                 return [Event("text", text=str(item.get("text", "")))]
             if item.get("type") == "error":
-                return [Event("model_error", text=str(item.get("message", "")))]
+                # An error *item* is a non-fatal warning (e.g. missing model metadata); turn.failed is the failure.
+                return [Event("keepalive", text=str(item.get("message", "")))]
             return [Event("keepalive")]
         if kind == "turn.completed":
             usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
@@ -78,7 +80,10 @@ class CodexHarness:
             error = obj(data.get("error"))
             return [Event("model_error", text=str(error.get("message", "turn failed")))]
         if kind == "error":
-            return [Event("model_error", text=str(data.get("message", "")))]
+            message = str(data.get("message", ""))
+            if message.startswith("Reconnecting"):
+                return [Event("retry", text=message)]
+            return [Event("model_error", text=message)]
         return [Event("keepalive")]
 
     def classify(self, facts: AttemptFacts) -> Verdict:
@@ -92,6 +97,23 @@ class CodexHarness:
         text = "\n".join([*errors, facts.stderr_tail])
         reason = (errors[-1] if errors else "") or facts.stderr_tail.strip()[-300:] or "Codex ended without a result"
         cls = classify_common(text, facts.exit_code)
+        if cls is FailureClass.UNKNOWN:
+            cls = _codex_dialect(text)
         if not errors and cls is FailureClass.UNKNOWN:
             return Verdict(False, cls, "harness-exited", reason)
         return Verdict(False, cls, code_for(cls), reason)
+
+
+def _codex_dialect(text: str) -> FailureClass:
+    """Codex's own wording for failures the shared signals do not catch (seen with 0.171.0)."""
+    if re.search(r"experiencing high demand", text, re.I):
+        return FailureClass.TRANSIENT_OVERLOAD  # how Codex reports an HTTP 500 from its service
+    if re.search(r"stream disconnected before completion", text, re.I):
+        return FailureClass.TRANSIENT_NETWORK
+    if re.search(r"Missing environment variable", text):
+        return FailureClass.FATAL_CONFIG
+    if re.search(r"Quota exceeded", text, re.I):
+        return FailureClass.FATAL_AUTH
+    if re.search(r"Connection failed", text):
+        return FailureClass.TRANSIENT_UNREACHABLE
+    return FailureClass.UNKNOWN

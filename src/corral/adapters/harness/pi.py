@@ -114,6 +114,8 @@ class PiHarness:
         text = "\n".join([last.text or "" if last else "", facts.stderr_tail])
         reason = (last.text if last else None) or facts.stderr_tail.strip()[-300:] or "Pi ended without a result"
         cls = classify_common(text, facts.exit_code)
+        if cls is FailureClass.UNKNOWN and "Connection error" in text:
+            cls = FailureClass.TRANSIENT_UNREACHABLE  # Pi's word for a server it cannot reach
         if last is None and cls is FailureClass.UNKNOWN:
             return Verdict(False, cls, "harness-exited", reason)
         return Verdict(False, cls, code_for(cls), reason)

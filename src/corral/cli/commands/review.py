@@ -7,7 +7,7 @@ import click
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.engine import projection, tasks
-from corral.errors import UsageError
+from corral.errors import CorralError, UsageError
 
 
 def _abandon(app: App, task: str, message: str | None, how: str) -> None:
@@ -83,3 +83,131 @@ def reopen(app: App, task: str, reason: str | None) -> None:
     app.say(f"{reopened.ref} is {reopened.status.value} again.")
     if v.next:
         app.say(f"Next: {v.next}")
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral accept fix-login
+  corral accept fix-login --json      progress as JSON Lines, then the result
+"""
+)
+@click.argument("task")
+@json_option
+@pass_app
+def accept(app: App, task: str) -> int:
+    """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete)."""
+    from corral.engine import accept as accepting
+
+    def report(event: dict[str, object]) -> None:
+        if app.json:
+            app.emit_line(event)
+        elif event["event"] == "plan":
+            phases = event["phases"]
+            assert isinstance(phases, list)
+            app.note("Plan: " + " → ".join(str(p["label"]) for p in phases))
+        else:
+            where = f"[{event['position']}/{event['of']}] " if event.get("position") else ""
+            detail = f" — {event['detail']}" if event.get("detail") else ""
+            app.note(f"{where}{event['label']}: {event['state']}{detail}")
+
+    try:
+        result = accepting.accept(app.project, task, actor=app.actor, report=report)
+    except CorralError as exc:
+        if app.json:
+            app.emit_line({"event": "error", "error": exc.to_json()})
+            return exc.exit_code
+        raise
+    if result.warning:
+        app.note(f"warning: {result.warning}")
+    if app.json:
+        app.emit_line(
+            {
+                "event": "result",
+                "task": {"ref": result.task.ref, "status": result.task.status.value},
+                "commit": result.commit,
+                "already_accepted": result.already,
+                "warning": result.warning,
+            }
+        )
+        return 0
+    if result.already:
+        app.say(f"{result.task.ref} was already accepted.")
+    else:
+        app.say(f"{result.task.ref} is complete: merged as {result.commit[:12] if result.commit else '?'}.")
+    return 0
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral submit fix-login          push corral/fix-login to the remote (and open a PR with forge = "gh")
+"""
+)
+@click.argument("task")
+@json_option
+@pass_app
+def submit(app: App, task: str) -> None:
+    """Push the task's branch to the configured remote for review there (→ submitted)."""
+    from corral.engine.submit import submit as submitting
+
+    result = submitting(app.project, task, actor=app.actor)
+    if app.json:
+        app.emit(
+            {"task": result.ref, "remote": result.remote, "branch": result.branch, "pull_request": result.pull_request}
+        )
+        return
+    app.say(
+        f"Pushed {result.branch} to {result.remote}."
+        + (f" Pull request: {result.pull_request}" if result.pull_request else "")
+    )
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral diff fix-login
+  corral diff fix-login --stat
+"""
+)
+@click.argument("task")
+@click.option("--stat", is_flag=True, help="A summary of changed files instead of the patch.")
+@json_option
+@pass_app
+def diff(app: App, task: str, stat: bool) -> None:
+    """What the task changed against its target (uncommitted work too), and its commits."""
+    result = tasks.diff(app.project, task, stat=stat)
+    if app.json:
+        app.emit(
+            {
+                "task": result.task.ref,
+                "base": result.base,
+                "tip": result.tip,
+                "commits": result.commits,
+                "diff": result.text,
+            }
+        )
+        return
+    app.say(f"{len(result.commits)} commit(s) on {result.task.branch} beyond its target:")
+    for line in result.commits:
+        app.say(f"  {line}")
+    app.say("")
+    app.stdout.write(result.text)
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral delete old-experiment
+"""
+)
+@click.argument("task")
+@json_option
+@pass_app
+def delete(app: App, task: str) -> None:
+    """Delete a finished task and everything kept for it (archive ref, logs, evidence)."""
+    gone = tasks.delete(app.project, task, actor=app.actor)
+    if app.json:
+        app.emit({"deleted": {"id": gone.id, "ref": gone.ref}})
+        return
+    app.say(f"Deleted {gone.ref} and everything kept for it.")

@@ -1,0 +1,442 @@
+"""accept: merge a task's work into its target exactly once, narrated, verified before deleting.
+
+The phase table below is the single source of the plan and of its narration:
+pre-flight is a prelude without a position; then ``[n/m]`` phases run in order.
+The squash is made with git's plumbing (``merge-tree --write-tree``,
+``commit-tree``, a compare-and-swap ``update-ref``), so no working tree is touched
+to merge. A worktree that has the target checked out is brought along with a
+two-tree ``read-tree -m -u``, its overlapping local changes stashed first and
+popped after. The task reads ``merging`` for the whole merge phase, and
+``accept_in_flight_from`` (recorded when the accept starts) restores the true
+prior status on every abort. The whole accept holds the task's lifecycle lock, so
+two accepts merge once and the second reports "already accepted".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral import crashpoints
+from corral.domain.actors import Actor, Role
+from corral.domain.records import Session, Task
+from corral.domain.status import ACTIVE, Status
+from corral.engine import workspace
+from corral.engine.locks import task_lock
+from corral.engine.project import Project
+from corral.engine.resolve import resolve_task
+from corral.errors import CorralError, RefusedError
+
+MARKER = "accept_in_flight_from"
+ACCEPTABLE = (Status.BLOCKED, Status.SUBMITTED)
+
+
+@dataclass(frozen=True)
+class Phase:
+    id: str
+    label: str
+    optional: bool = False
+
+
+PREFLIGHT = Phase("preflight", "Pre-flight checks")
+PHASES: tuple[Phase, ...] = (
+    Phase("pre-accept", "Pre-accept turn", optional=True),
+    Phase("merge", "Squash-merge into the target"),
+    Phase("verify", "Verify the merge"),
+    Phase("destination", "Bring the target's worktree up to date", optional=True),
+    Phase("cleanup", "Archive the branch, remove the worktree"),
+)
+
+
+def plan(*, pre_accept: bool, destination: bool) -> list[Phase]:
+    """The phases this accept will run, from the one table."""
+    wanted = {"pre-accept": pre_accept, "destination": destination}
+    return [p for p in PHASES if not p.optional or wanted.get(p.id, True)]
+
+
+Reporter = Callable[[dict[str, Any]], None]
+
+
+class Narrator:
+    """Announces phases as they run; a failing listener never changes the accept's outcome."""
+
+    def __init__(self, report: Reporter | None) -> None:
+        self.report = report
+        self.plan: list[Phase] = []
+
+    def emit(self, doc: dict[str, Any]) -> None:
+        if self.report is None:
+            return
+        try:
+            self.report(doc)
+        except Exception:
+            self.report = None  # narration is observational; a broken listener is dropped
+
+    def announce(self, phases: list[Phase]) -> None:
+        self.plan = phases
+        self.emit({"event": "plan", "phases": [{"id": p.id, "label": p.label} for p in phases]})
+
+    def phase(self, phase: Phase, state: str, detail: str | None = None) -> None:
+        position = self.plan.index(phase) + 1 if phase in self.plan else None
+        self.emit(
+            {
+                "event": "phase",
+                "id": phase.id,
+                "label": phase.label,
+                "state": state,
+                "position": position,
+                "of": len(self.plan) if position else None,
+                "detail": detail,
+            }
+        )
+
+
+class AcceptRefused(RefusedError):
+    code = "accept-refused"
+
+
+class MergeConflictOnAccept(CorralError):
+    code = "merge-conflict"
+
+
+class DestinationRestoreConflict(CorralError):
+    """The merge stands, but local changes in the target's worktree could not be put back."""
+
+    code = "destination-restore-conflict"
+
+
+@dataclass(frozen=True)
+class Accepted:
+    task: Task
+    commit: str | None
+    already: bool = False
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class _Ready:
+    task: Task
+    session: Session
+    target: str
+    tip: str
+    prior: Status
+
+
+def _worktree_on(project: Project, branch: str) -> Path | None:
+    for wt in project.git.worktrees(cwd=project.repo):
+        if wt.get("branch") == f"refs/heads/{branch}" and "bare" not in wt:
+            return Path(wt["worktree"])
+    return None
+
+
+def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        session = tx.get_session(task.session_id) if task.session_id else None
+        if task.status is Status.COMPLETE and session is not None and session.outcome == "accepted":
+            return Accepted(task, None, already=True)
+        pending = tx.pending_paths(task.id)
+        if pending:
+            raise AcceptRefused(
+                f"Cannot accept {task.ref}: protected files await a decision: {', '.join(pending)}",
+                hint=f"corral unblock {task.ref} -m '…' --approve-file PATH / --revert-file PATH",
+            )
+        if task.status not in ACCEPTABLE:
+            raise AcceptRefused(
+                f"Cannot accept {task.ref}: it is {task.status.value}; accept takes a blocked or submitted task.",
+                hint=f"See what it needs: corral show {task.ref}",
+            )
+        if session is None or not session.worktree:
+            raise AcceptRefused(f"Task {task.ref} has no work to accept.", hint=f"corral start {task.ref}")
+        if task.parent_id:
+            parent = tx.get_task(task.parent_id)
+            if parent is not None and parent.status in ACTIVE:
+                raise AcceptRefused(
+                    f"Cannot accept {task.ref} into {parent.ref} while {parent.ref} is {parent.status.value}: "
+                    "merging into a live worktree would corrupt what runs in it.",
+                    hint=f"Wait for {parent.ref} to rest (corral wait {parent.ref}), then accept again.",
+                )
+        target = workspace.target_branch(tx, task)
+    git = project.git
+    dirty = git.dirty_paths(session.worktree)
+    if dirty:
+        raise AcceptRefused(
+            f"Cannot accept {task.ref}: its worktree has uncommitted changes: {', '.join(dirty[:10])}"
+            + (" …" if len(dirty) > 10 else ""),
+            hint=f"Have the agent commit them (corral unblock {task.ref} -m 'commit your changes'), or commit "
+            f"them yourself in {session.worktree}.",
+        )
+    tip = git.rev_parse(f"refs/heads/{session.branch or task.branch}", cwd=project.repo)
+    if tip is None:
+        raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
+    if git.rev_parse(f"refs/heads/{target}", cwd=project.repo) is None:
+        raise AcceptRefused(
+            f"The target branch {target} of {task.ref} does not exist.",
+            hint=f"Create it, or: corral edit {task.ref} --target BRANCH",
+        )
+    return _Ready(task, session, target, tip, task.status)
+
+
+def _message(tx: Any, task: Task, session: Session) -> str:
+    answers = [t for t in tx.turns(task.id) if t.role is Role.AGENT and t.kind not in ("error", "stopped", "ask")]
+    summary = answers[-1].content.strip() if answers else ""
+    body = f"{task.goal}\n"
+    if summary:
+        body += f"\n{summary}\n"
+    return f"{body}\nCorral-Task: {task.id}\nCorral-Session: {session.id}\n"
+
+
+def _restore(project: Project, task_id: str, actor: Actor, why: str) -> None:
+    """Put an aborted accept's task back to the status it had, and drop the marker."""
+    with project.store.write() as tx:
+        task = tx.get_task(task_id)
+        if task is None:
+            return
+        prior = task.metadata.get(MARKER)
+        meta = {k: v for k, v in task.metadata.items() if k != MARKER}
+        tx.update_task(task_id, metadata=meta, touch=False)
+        if task.status is Status.MERGING:
+            if prior == Status.SUBMITTED.value:
+                tx.set_status(task_id, Status.SUBMITTED, actor, why, expected_from=Status.MERGING)
+            else:
+                tx.park(task_id, actor, why, expected_from=Status.MERGING)
+
+
+def accept(project: Project, given: str, *, actor: Actor, report: Reporter | None = None) -> Accepted:
+    narrator = Narrator(report)
+    with project.store.read() as tx:
+        first = resolve_task(tx, given)
+    with task_lock(project, first.id, what=f"accept by {actor.value}", timeout=600):
+        narrator.phase(PREFLIGHT, "start")
+        ready = preflight(project, first.id, actor)
+        if isinstance(ready, Accepted):
+            narrator.phase(PREFLIGHT, "done", "already accepted")
+            return ready
+        narrator.phase(PREFLIGHT, "done")
+        task, _session, target = ready.task, ready.session, ready.target
+        destination = _worktree_on(project, target)
+        pre_prompt = project.config["pre_accept_prompt"]
+        narrator.announce(plan(pre_accept=bool(pre_prompt), destination=destination is not None))
+        with project.store.write() as tx:
+            tx.update_task(task.id, metadata={**task.metadata, MARKER: ready.prior.value}, touch=False)
+        crashpoints.hit("accept.marked")
+        if pre_prompt:
+            ready = _pre_accept(project, ready, actor, narrator, str(pre_prompt))
+        return _merge(project, ready, actor, narrator, destination)
+
+
+def _pre_accept(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, prompt: str) -> _Ready:
+    """The optional pre-accept turn; its receipt restores the prior status, then the merge goes on."""
+    from corral.engine import control, turns
+
+    phase = next(p for p in PHASES if p.id == "pre-accept")
+    narrator.phase(phase, "start")
+    started = turns.pre_accept(project, ready.task.id, actor=actor, prompt=prompt)
+    result = control.wait(project, ready.task.id)
+    answer = turns.answer_of(project, result.task, started.launched.command_id)
+    if answer is None or answer.kind != "pre-accept" or result.task.status is not ready.prior:
+        narrator.phase(phase, "failed", answer.content[:200] if answer else "no answer")
+        _restore(project, ready.task.id, actor, "accept aborted: the pre-accept turn did not complete")
+        raise AcceptRefused(
+            f"The pre-accept turn of {ready.task.ref} did not complete; nothing was merged.",
+            hint=f"See why: corral show {ready.task.ref}",
+        )
+    narrator.phase(phase, "done")
+    again = preflight(project, ready.task.id, actor)
+    if isinstance(again, Accepted):
+        raise AcceptRefused(f"{ready.task.ref} was accepted meanwhile.")
+    return again
+
+
+def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, destination: Path | None) -> Accepted:
+    task, session, target = ready.task, ready.session, ready.target
+    git, repo = project.git, project.repo
+    merge_phase = next(p for p in PHASES if p.id == "merge")
+    narrator.phase(merge_phase, "start")
+    with project.store.write() as tx:
+        tx.set_status(
+            task.id, Status.MERGING, actor, f"accept into {target}", expected_from=ready.prior, resting_cause=None
+        )
+        message = _message(tx, task, session)
+    crashpoints.hit("accept.merging")
+    try:
+        old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
+        assert old is not None
+        tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)
+        if tree is None:
+            raise MergeConflictOnAccept(
+                f"{task.branch} conflicts with {target} in: {', '.join(conflicts)}. Nothing was merged.",
+                hint=f"Merge {target} into the task first: corral sync {task.ref} (or unblock it for the agent).",
+            )
+        if tree == git.tree_of(old, cwd=repo):
+            raise AcceptRefused(
+                f"{task.branch} changes nothing on {target}; there is nothing to merge.",
+                hint=f"Close it instead: corral close {task.ref} -m 'nothing to do'",
+            )
+        commit = git.commit_tree(tree, [old], message, cwd=repo)
+        stash = _stash_overlap(project, destination, old, commit) if destination else None
+        crashpoints.hit("accept.before-update-ref")
+        git.update_ref(f"refs/heads/{target}", commit, cwd=repo, old=old)
+        crashpoints.hit("accept.after-update-ref")
+    except CorralError as exc:
+        narrator.phase(merge_phase, "failed", exc.message)
+        _restore(project, task.id, actor, f"accept aborted: {exc.message}"[:300])
+        raise
+    except Exception as exc:
+        narrator.phase(merge_phase, "failed", str(exc))
+        _restore(project, task.id, actor, "accept aborted by an internal fault")
+        raise
+    narrator.phase(merge_phase, "done", commit[:12])
+
+    verify_phase = next(p for p in PHASES if p.id == "verify")
+    narrator.phase(verify_phase, "start")
+    problem = verify(project, target, commit, tree, task, session)
+    if problem:
+        narrator.phase(verify_phase, "failed", problem)
+        # The ref may have moved; nothing is deleted. The merged-branch sweep settles it if it landed.
+        raise CorralError(
+            f"The merge of {task.ref} could not be verified: {problem}. Nothing was deleted.",
+            code="merge-unverified",
+            hint=f"Look at {target} (git log -1 {target}) and corral doctor.",
+        )
+    narrator.phase(verify_phase, "done")
+
+    warning = None
+    if destination is not None:
+        dest_phase = next(p for p in PHASES if p.id == "destination")
+        narrator.phase(dest_phase, "start")
+        try:
+            _bring_along(project, destination, old, commit, stash)
+            narrator.phase(dest_phase, "done", str(destination))
+        except DestinationRestoreConflict as exc:
+            warning = f"{exc.message} {exc.hint or ''}".strip()
+            narrator.phase(dest_phase, "failed", exc.message)
+
+    with project.store.write() as tx:
+        meta = {k: v for k, v in task.metadata.items() if k != MARKER}
+        tx.update_task(task.id, metadata=meta, touch=False)
+        tx.update_session(session.id, outcome="accepted", ended_at=tx.now())
+        tx.set_status(
+            task.id, Status.COMPLETE, actor, f"accepted into {target} as {commit[:12]}", expected_from=Status.MERGING
+        )
+        done = tx.get_task(task.id) or task
+    crashpoints.hit("accept.completed")
+    cleanup_phase = next(p for p in PHASES if p.id == "cleanup")
+    narrator.phase(cleanup_phase, "start")
+    try:
+        workspace.save_and_remove(project, done, session, "accept")
+        narrator.phase(cleanup_phase, "done")
+    except CorralError as exc:
+        warning = (warning + " " if warning else "") + f"The worktree was kept: {exc.message}"
+        narrator.phase(cleanup_phase, "failed", exc.message)
+    return Accepted(done, commit, warning=warning)
+
+
+def verify(project: Project, target: str, commit: str, tree: str, task: Task, session: Session) -> str | None:
+    """The target's new commit exists, carries the trailers, and its tree is the merge result."""
+    git, repo = project.git, project.repo
+    if git.rev_parse(f"refs/heads/{target}", cwd=repo) != commit:
+        return f"{target} does not point at the merge commit"
+    if git.tree_of(commit, cwd=repo) != tree:
+        return "the merge commit's tree is not the merge result"
+    found = git.trailers(f"{commit}^!", cwd=repo)
+    if not any(t["task"] == task.id and t["session"] == session.id for t in found):
+        return "the merge commit does not carry the Corral-Task trailer"
+    return None
+
+
+def _stash_overlap(project: Project, worktree: Path, old: str, new: str) -> str | None:
+    """Stash (against the old tip) local changes in ``worktree`` that touch paths the merge changes."""
+    git = project.git
+    changed = set(git.changed_between(old, new, cwd=worktree))
+    local = [p for p in git.dirty_paths(worktree) if p in changed]
+    if not local:
+        return None
+    git.run(
+        *git.identity_args(worktree),
+        "stash",
+        "push",
+        "--include-untracked",
+        "-m",
+        "corral accept: local changes",
+        "--",
+        *local,
+        cwd=worktree,
+    )
+    return git.out("rev-parse", "refs/stash", cwd=worktree)
+
+
+def _bring_along(project: Project, worktree: Path, old: str, new: str, stash: str | None) -> None:
+    git = project.git
+    result = git.run("read-tree", "-m", "-u", old, new, cwd=worktree, check=False)
+    if result.returncode != 0:
+        raise DestinationRestoreConflict(
+            f"The merge stands, but {worktree} could not be brought up to date: "
+            f"{(result.stderr or result.stdout).strip()[-200:]}",
+            hint=f"In {worktree}: git status, then git reset --keep HEAD to match the new tip.",
+        )
+    if stash is None:
+        return
+    pop = git.run("stash", "pop", "--index", cwd=worktree, check=False)
+    if pop.returncode != 0:
+        git.run("reset", "--merge", cwd=worktree, check=False)
+        raise DestinationRestoreConflict(
+            f"The merge stands, but your local changes in {worktree} conflict with it; they are kept in "
+            f"the stash {stash}.",
+            hint=f"In {worktree}: git stash list, then git stash apply {stash} and resolve the conflicts.",
+        )
+
+
+def recover_stranded(project: Project, task: Task) -> str:
+    """A task left in merging by an accept that died: completed if the merge landed, else restored.
+
+    Returns what was done: "completed", "restored" or "left" (a forge-pending merge, or an
+    accept still holding the lock).
+    """
+    from corral.engine.locks import TaskBusy
+
+    if MARKER not in task.metadata:
+        return "left"  # the merge lives on a forge; a later accept asks it what happened
+    try:
+        with task_lock(project, task.id, what="stranded-merge sweep", timeout=0):
+            with project.store.read() as tx:
+                task = tx.get_task(task.id) or task
+                session = tx.get_session(task.session_id) if task.session_id else None
+                if task.status is not Status.MERGING:
+                    return "left"
+                target = workspace.target_branch(tx, task)
+            landed = session is not None and any(
+                t["task"] == task.id and t["session"] == session.id
+                for t in project.git.trailers(f"refs/heads/{target}", cwd=project.repo, limit=200)
+            )
+            if landed and session is not None:
+                complete_merged(project, task, session, "the stranded merge had landed")
+                return "completed"
+            _restore(project, task.id, Actor.SYSTEM, "restored after an accept died mid-merge")
+            return "restored"
+    except TaskBusy:
+        return "left"
+
+
+def complete_merged(project: Project, task: Task, session: Session, why: str) -> str | None:
+    """The work is on its target but the status was not updated: outcome accepted → zombie → complete.
+
+    Returns a warning when the worktree could not be removed (it is kept, never lost).
+    """
+    with project.store.write() as tx:
+        current = tx.get_task(task.id)
+        if current is None or current.status in (Status.COMPLETE, Status.ABANDONED):
+            return None
+        meta = {k: v for k, v in current.metadata.items() if k != MARKER}
+        tx.update_task(task.id, metadata=meta, touch=False)
+        tx.update_session(session.id, outcome="accepted", ended_at=tx.now())
+        tx.set_status(task.id, Status.ZOMBIE, Actor.SYSTEM, why, resting_cause=None)
+        tx.set_status(task.id, Status.COMPLETE, Actor.SYSTEM, "merged into its target")
+        current = tx.get_task(task.id) or current
+    try:
+        workspace.save_and_remove(project, current, session, "completion")
+    except CorralError as exc:
+        return f"{current.ref} is complete, but its worktree was kept: {exc.message}"
+    return None

@@ -1,0 +1,488 @@
+"""Test seam 2 for Codex: the real ``codex`` binary against the scripted Responses API server.
+
+Each real-binary test runs the argv :class:`CodexHarness` builds (``work()``, with the ``-c``
+options of :func:`codex_config_args` as ``extra``) in a temporary git repository, with HOME and
+CODEX_HOME at temporary directories, against a loopback :class:`ResponsesServer`; its stdout is
+read with ``CodexHarness.parse`` and judged with ``CodexHarness.classify``. The server is also
+checked on its own, and the parse tests at the end read outputs recorded from the real runs
+(``tests/fixtures/codex/*.jsonl``; re-record with ``CORRAL_RECORD_FIXTURES=1``) — those two
+groups run without the binary.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.adapters.harness.base import AttemptFacts, Launch, TurnRequest, Verdict
+from corral.adapters.harness.codex import CodexHarness
+from corral.domain.failures import TRANSIENT, FailureClass
+from tests.support.codex import (
+    CODEX_VERSION,
+    COMMAND_FORMAT,
+    ERROR_401,
+    ERROR_429,
+    ERROR_500,
+    ERROR_503,
+    ERROR_MISSING_KEY,
+    ERROR_QUOTA,
+    ERROR_STREAM_PREFIX,
+    EXIT_USAGE,
+    KEY_VARIABLE,
+    MODEL,
+    MODEL_METADATA_WARNING,
+    RECONNECTING_PREFIX,
+    RESUME_SANDBOX_ERROR,
+    TEST_API_KEY,
+    VERSION_LINE,
+    codex_bin_or_skip,
+    codex_config_args,
+    codex_env,
+    codex_version,
+)
+from tests.support.pi import HarnessRun, fixture_lines, parse_all, record_fixture, run_launch, run_turn
+from tests.support.responses_server import (
+    USAGE,
+    Error,
+    ExecCommand,
+    Failed,
+    Message,
+    ResponsesServer,
+    Step,
+    error_body,
+    responses_server,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+#: How corral's CodexHarness should build a resumed work turn: `exec`'s options before `resume`.
+RESUME_FIX = (
+    "CodexHarness._argv (src/corral/adapters/harness/codex.py:29-35) puts -s after `exec resume <id>`, which "
+    "`codex exec resume` rejects (exit 2); build [codex, exec, --json, -s, SANDBOX, --skip-git-repo-check, "
+    "*extra, -m MODEL, resume, ID, PROMPT|-] instead"
+)
+
+
+@pytest.fixture
+def codex() -> Path:
+    """The pinned Codex binary; fails under CI when missing, skips with the reason locally."""
+    return codex_bin_or_skip()
+
+
+@pytest.fixture
+def codex_homes(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "home", tmp_path / "codex-home"
+
+
+def harness_for(codex: Path, server: ResponsesServer, **options: Any) -> CodexHarness:
+    return CodexHarness(executable=str(codex), extra=codex_config_args(server, **options))
+
+
+def request(repo: Path, prompt: str, **kw: Any) -> TurnRequest:
+    return TurnRequest(prompt=prompt, cwd=str(repo), model=MODEL, **kw)
+
+
+def env_for(homes: tuple[Path, Path], **kw: Any) -> dict[str, str]:
+    return codex_env(*homes, **kw)
+
+
+def metadata(req: Any) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(req.headers["x-codex-turn-metadata"])
+    return value
+
+
+def assert_succeeded(run: HarnessRun) -> Verdict:
+    assert run.returncode == 0, run.describe()
+    verdict = run.verdict()
+    assert verdict.succeeded, (verdict, run.describe())
+    return verdict
+
+
+def line_types(run: HarnessRun) -> list[str]:
+    return [e["type"] for e in run.lines]
+
+
+# ---------------------------------------------------------------------------------------------
+# The real binary
+
+
+def test_pinned_version(codex: Path) -> None:
+    assert codex_version(codex) == VERSION_LINE == f"codex-cli {CODEX_VERSION}"
+
+
+def test_exec_command_runs_in_the_workspace_and_the_turn_succeeds(
+    codex: Path, repo: Path, codex_homes: tuple[Path, Path]
+) -> None:
+    with responses_server([ExecCommand("echo hi > made.txt && pwd"), Message("all done")]) as server:
+        harness = harness_for(codex, server)
+        launch = harness.work(request(repo, "make a file"))
+        assert launch.argv[:6] == [str(codex), "exec", "--json", "-s", "workspace-write", "--skip-git-repo-check"]
+        run = run_launch(harness, launch, cwd=repo, env=env_for(codex_homes))
+    record_fixture("codex", "exec_command_turn.jsonl", run.stdout)
+    verdict = assert_succeeded(run)
+    assert verdict.result_text == "all done"
+    assert (repo / "made.txt").read_text() == "hi\n"
+    # The raw stream.
+    assert line_types(run) == [
+        "thread.started", "item.completed", "turn.started", "item.started", "item.completed", "item.completed",
+        "turn.completed",
+    ]  # fmt: skip
+    thread_id = run.lines[0]["thread_id"]
+    warning, started, done, message = (e["item"] for e in run.lines[1:6] if "item" in e)
+    assert warning == {"id": "item_0", "type": "error", "message": MODEL_METADATA_WARNING.format(model=MODEL)}
+    command = COMMAND_FORMAT.format(cmd="echo hi > made.txt && pwd")
+    assert started == {
+        "id": "item_1", "type": "command_execution", "command": command, "aggregated_output": "",
+        "exit_code": None, "status": "in_progress",
+    }  # fmt: skip
+    assert done == {**started, "aggregated_output": f"{repo}\n", "exit_code": 0, "status": "completed"}
+    assert message == {"id": "item_2", "type": "agent_message", "text": "all done"}
+    assert run.lines[-1]["usage"]["input_tokens"] == 2 * USAGE["input_tokens"]
+    # Corral's view of it.
+    assert run.session_id == thread_id
+    [start] = run.of("tool_start")
+    [end] = run.of("tool_end")
+    assert (start.tool_id, start.name) == ("item_1", command) and end.tool_id == "item_1" and not end.is_error
+    [result] = run.of("result")
+    assert result.usage == run.lines[-1]["usage"]
+    # What the server saw.
+    assert server.remaining == []
+    first, second = server.script_requests
+    assert first.path == "/v1/responses" and first.model == MODEL and first.body["stream"] is True
+    assert first.headers["authorization"] == f"Bearer {TEST_API_KEY}"
+    assert first.headers["originator"] == "codex_exec"
+    assert first.headers["user-agent"].startswith(f"codex_exec/{CODEX_VERSION} ")
+    assert first.headers["session-id"] == first.headers["thread-id"] == thread_id
+    assert metadata(first)["sandbox_mode"] == "workspace-write"
+    exec_tool = first.tool("exec_command")
+    assert exec_tool is not None and exec_tool["type"] == "function"
+    assert exec_tool["parameters"]["required"] == ["cmd"]
+    assert first.texts(role="user")[-1] == "make a file"
+    [call] = second.items("function_call")
+    [output] = second.function_call_outputs()
+    assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {"cmd": "echo hi > made.txt && pwd"}
+    assert output["call_id"] == call["call_id"]
+    assert "Process exited with code 0" in output["output"] and output["output"].endswith(f"Output:\n{repo}\n")
+
+
+def test_failing_command_is_a_tool_error(codex: Path, repo: Path, codex_homes: tuple[Path, Path]) -> None:
+    with responses_server([ExecCommand("echo oops >&2; exit 3"), Message("saw it")]) as server:
+        harness = harness_for(codex, server)
+        run = run_turn(harness, request(repo, "fail"), env=env_for(codex_homes))
+    record_fixture("codex", "command_error.jsonl", run.stdout)
+    assert assert_succeeded(run).result_text == "saw it"
+    done = [e["item"] for e in run.lines if e["type"] == "item.completed" and e["item"]["type"] == "command_execution"]
+    assert [(i["exit_code"], i["status"], i["aggregated_output"]) for i in done] == [(3, "failed", "oops\n")]
+    [end] = run.of("tool_end")
+    assert end.is_error is True
+    assert "Process exited with code 3" in server.script_requests[1].function_call_outputs()[0]["output"]
+
+
+def _error_cases() -> list[Any]:
+    return [
+        pytest.param(Error(401), FailureClass.FATAL_AUTH, "error_401.jsonl", id="401"),
+        pytest.param(Error(503), FailureClass.TRANSIENT_OVERLOAD, "error_503.jsonl", id="503"),
+        pytest.param(Error(429), FailureClass.TRANSIENT_OVERLOAD, "error_429.jsonl", id="429"),
+        # Codex hides the status of a 500 behind its own "high demand" text: corral must still call it
+        # transient. FAILS with CodexHarness as it is (unknown): see the report.
+        pytest.param(Error(500), TRANSIENT, "error_500.jsonl", id="500"),
+        # A stream that fails after it began. FAILS with CodexHarness as it is (unknown).
+        pytest.param(Failed(), FailureClass.TRANSIENT_NETWORK, "response_failed.jsonl", id="response.failed"),
+    ]
+
+
+def _expected_message(step: Error | Failed, server: ResponsesServer) -> str:
+    request_id = "req_000000000000000000000001"
+    if isinstance(step, Failed):
+        return ERROR_STREAM_PREFIX + step.message
+    message = error_body(step.status)["error"]["message"]
+    return {
+        401: ERROR_401.format(message=message, base_url=server.base_url, request_id=request_id),
+        503: ERROR_503.format(message=message, base_url=server.base_url, request_id=request_id),
+        429: ERROR_429.format(request_id=request_id),
+        500: ERROR_500,
+    }[step.status]
+
+
+@pytest.mark.parametrize(("step", "expected", "fixture"), _error_cases())
+def test_error_reply_fails_the_turn_with_a_class(
+    codex: Path, repo: Path, codex_homes: tuple[Path, Path], step: Error | Failed, expected: Any, fixture: str
+) -> None:
+    with responses_server([step] * 3) as server:
+        harness = harness_for(codex, server)
+        run = run_turn(harness, request(repo, "hi"), env=env_for(codex_homes))
+        message = _expected_message(step, server)
+    record_fixture("codex", fixture, run.stdout)
+    assert run.returncode == 1, run.describe()
+    assert len(server.script_requests) == 1  # retries are off (codex_config_args)
+    assert line_types(run) == ["thread.started", "item.completed", "turn.started", "error", "turn.failed"]
+    assert run.lines[-2] == {"type": "error", "message": message}
+    assert run.lines[-1] == {"type": "turn.failed", "error": {"message": message}}
+    verdict = run.verdict()
+    assert not verdict.succeeded
+    assert verdict.reason == message
+    if isinstance(expected, FailureClass):
+        assert verdict.failure_class is expected, f"{verdict}"
+    else:
+        assert verdict.failure_class in expected, f"{verdict}"
+
+
+def test_insufficient_quota_fails(codex: Path, repo: Path, codex_homes: tuple[Path, Path]) -> None:
+    quota = Error(
+        429, "You exceeded your current quota, please check your plan.", "insufficient_quota", "insufficient_quota"
+    )
+    with responses_server([quota] * 3) as server:
+        run = run_turn(harness_for(codex, server), request(repo, "hi"), env=env_for(codex_homes))
+    record_fixture("codex", "error_quota.jsonl", run.stdout)
+    assert run.returncode == 1, run.describe()
+    assert run.lines[-1] == {"type": "turn.failed", "error": {"message": ERROR_QUOTA}}
+    assert not run.verdict().succeeded
+
+
+def test_reconnect_then_success_is_a_success(codex: Path, repo: Path, codex_homes: tuple[Path, Path]) -> None:
+    with responses_server([Failed(), Message("recovered")]) as server:
+        harness = harness_for(codex, server, stream_max_retries=2)
+        run = run_turn(harness, request(repo, "hi"), env=env_for(codex_homes))
+    record_fixture("codex", "reconnect_recovered.jsonl", run.stdout)
+    assert assert_succeeded(run).result_text == "recovered"
+    retry = ERROR_STREAM_PREFIX + Failed().message
+    assert {"type": "error", "message": f"{RECONNECTING_PREFIX}1/2 ({retry})"} in run.lines
+    assert len(server.script_requests) == 2
+
+
+def _first_turn(codex: Path, repo: Path, env: dict[str, str], server: ResponsesServer) -> HarnessRun:
+    first = run_turn(harness_for(codex, server), request(repo, "first prompt"), env=env)
+    assert assert_succeeded(first).result_text == "first answer"
+    assert first.session_id
+    return first
+
+
+def test_resume_as_the_harness_builds_it(codex: Path, repo: Path, codex_homes: tuple[Path, Path]) -> None:
+    env = env_for(codex_homes)
+    with responses_server([Message("first answer"), Message("second answer")]) as server:
+        first = _first_turn(codex, repo, env, server)
+        harness = harness_for(codex, server)
+        second = run_turn(harness, request(repo, "second prompt", resume_id=first.session_id), env=env)
+    assert RESUME_SANDBOX_ERROR not in second.stderr, RESUME_FIX
+    assert second.returncode == 0, f"{RESUME_FIX}\n{second.describe()}"
+    assert second.session_id == first.session_id
+    assert second.verdict().result_text == "second answer"
+
+
+def test_resume_with_exec_options_before_the_subcommand(
+    codex: Path, repo: Path, codex_homes: tuple[Path, Path]
+) -> None:
+    env = env_for(codex_homes)
+    steps: list[Step] = [Message("first answer"), ExecCommand("touch resumed.txt"), Message("second answer")]
+    with responses_server(steps) as server:
+        first = _first_turn(codex, repo, env, server)
+        thread = first.session_id
+        assert thread
+        extra = codex_config_args(server)
+        # Options after `resume <id>`: rejected by clap, nothing runs.
+        wrong = [str(codex), "exec", "resume", thread, "--json", "-s", "workspace-write", "hi"]
+        rejected = run_launch(CodexHarness(str(codex)), Launch(wrong), cwd=repo, env=env)
+        assert rejected.returncode == EXIT_USAGE and RESUME_SANDBOX_ERROR in rejected.stderr
+        assert rejected.stdout == ""
+        # The same options before the subcommand: accepted, and they apply to the resumed turn.
+        argv = [str(codex), "exec", "--json", "-s", "workspace-write", "--skip-git-repo-check", *extra]
+        argv += ["-m", MODEL, "resume", thread, "second prompt"]
+        harness = CodexHarness(str(codex))
+        second = run_launch(harness, Launch(argv), cwd=repo, env=env)
+    record_fixture("codex", "resume_first.jsonl", first.stdout)
+    record_fixture("codex", "resume_second.jsonl", second.stdout)
+    assert assert_succeeded(second).result_text == "second answer"
+    assert second.session_id == thread  # thread.started repeats the resumed thread's id
+    assert (repo / "resumed.txt").exists()  # workspace-write applied
+    assert len(server.script_requests) == 3
+    resumed = server.script_requests[1]
+    assert metadata(resumed)["sandbox_mode"] == "workspace-write"
+    assert metadata(resumed)["history_initialization"] == "cold_resume"
+    assert metadata(resumed)["thread_id"] == thread
+    assert [t for t in resumed.texts(role="user") if "prompt" in t] == ["first prompt", "second prompt"]
+    assert resumed.texts(role="assistant") == ["first answer"]
+
+
+def test_long_prompt_goes_on_stdin(codex: Path, repo: Path, codex_homes: tuple[Path, Path]) -> None:
+    prompt = "x" * (100 * 1024)
+    with responses_server([Message("read it")]) as server:
+        harness = harness_for(codex, server)
+        launch = harness.work(request(repo, prompt))
+        assert launch.argv[-1] == "-" and launch.stdin == prompt.encode()
+        run = run_launch(harness, launch, cwd=repo, env=env_for(codex_homes))
+    assert assert_succeeded(run).result_text == "read it"
+    assert server.script_requests[0].texts(role="user")[-1] == prompt
+
+
+def test_missing_api_key_fails_before_any_request(codex: Path, repo: Path, codex_homes: tuple[Path, Path]) -> None:
+    with responses_server([Message("unused")]) as server:
+        harness = harness_for(codex, server)
+        run = run_turn(harness, request(repo, "hi"), env=env_for(codex_homes, api_key=None))
+    assert run.returncode == 1, run.describe()
+    assert server.requests == []
+    assert run.lines[-1] == {
+        "type": "turn.failed",
+        "error": {"message": ERROR_MISSING_KEY.format(variable=KEY_VARIABLE)},
+    }
+    assert not run.verdict().succeeded
+
+
+# ---------------------------------------------------------------------------------------------
+# The server on its own (no binary)
+
+
+def post(server: ResponsesServer, body: Any, path: str = "/v1/responses") -> tuple[int, dict[str, str], bytes]:
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers={"content-type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def sse(data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for record in data.decode().split("\n\n"):
+        if not record.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in record.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+def test_server_streams_a_message_then_a_function_call() -> None:
+    with responses_server([Message("hello"), ExecCommand("ls", call_id="call_x", workdir="/w")]) as server:
+        status, headers, data = post(server, {"model": "m", "input": [{"role": "user", "content": "hi"}]})
+        assert status == 200 and headers["content-type"].startswith("text/event-stream")
+        events = sse(data)
+        assert [name for name, _ in events] == [
+            "response.created", "response.output_item.added", "response.output_text.delta",
+            "response.output_item.done", "response.completed",
+        ]  # fmt: skip
+        assert all(name == payload["type"] for name, payload in events)
+        assert [payload["sequence_number"] for _, payload in events] == list(range(5))
+        assert events[2][1]["delta"] == "hello"
+        item = events[3][1]["item"]
+        assert item["role"] == "assistant" and item["content"][0] == {
+            "type": "output_text",
+            "text": "hello",
+            "annotations": [],
+        }
+        done = events[-1][1]["response"]
+        assert done["status"] == "completed" and done["usage"] == USAGE and done["output"] == [item]
+        assert done["id"] == events[0][1]["response"]["id"]
+
+        status, _, data = post(server, {"model": "m", "input": []})
+        call = sse(data)[2][1]["item"]
+        assert call["type"] == "function_call" and call["call_id"] == "call_x" and call["name"] == "exec_command"
+        assert json.loads(call["arguments"]) == {"cmd": "ls", "workdir": "/w"}
+        # Exhausted: a placeholder message rather than a hang.
+        _, _, data = post(server, {"model": "m", "input": []})
+        assert sse(data)[2][1]["delta"] == "(script exhausted)"
+    assert [r.kind for r in server.requests] == ["script"] * 3
+    assert [r.step for r in server.requests] == [0, 1, None]
+    assert server.requests[0].texts(role="user") == ["hi"]
+
+
+def test_server_error_replies_and_failed_streams() -> None:
+    with responses_server(
+        [Error(401), Error(503, headers={"retry-after": "1"}), Failed("rate_limit_exceeded", "slow")]
+    ) as server:
+        status, _, data = post(server, {"model": "m"})
+        assert status == 401
+        assert json.loads(data) == error_body(401)
+        assert json.loads(data)["error"]["code"] == "invalid_api_key"
+        status, headers, data = post(server, {"model": "m"})
+        assert status == 503 and headers["retry-after"] == "1" and headers["x-request-id"]
+        status, _, data = post(server, {"model": "m"})
+        events = sse(data)
+        assert [name for name, _ in events] == ["response.created", "response.failed"]
+        assert events[1][1]["response"]["error"] == {"code": "rate_limit_exceeded", "message": "slow"}
+        # Other paths are not model calls.
+        status, _, _ = post(server, {"model": "m"}, path="/v1/chat/completions")
+        assert status == 404
+    assert [r.kind for r in server.requests] == ["script", "script", "script", "other"]
+    assert server.remaining == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Recorded outputs (no binary needed)
+
+HARNESS = CodexHarness(executable="codex")
+
+
+def judge(name: str, exit_code: int) -> tuple[list[Any], Verdict]:
+    events = parse_all(HARNESS, fixture_lines("codex", name))
+    return events, HARNESS.classify(AttemptFacts(exit_code, None, events, ""))
+
+
+def test_recorded_exec_turn_parses_to_a_success() -> None:
+    lines = fixture_lines("codex", "exec_command_turn.jsonl")
+    events, verdict = judge("exec_command_turn.jsonl", 0)
+    assert verdict.succeeded and verdict.result_text == "all done"
+    kinds = [e.kind for e in events if e.kind != "keepalive"]
+    # The "model metadata not found" warning item parses as a model_error (see the report).
+    assert kinds == ["session", "model_error", "tool_start", "tool_end", "text", "result"]
+    assert events[0].session_id == json.loads(lines[0])["thread_id"]
+    start = next(e for e in events if e.kind == "tool_start")
+    assert start.name == COMMAND_FORMAT.format(cmd="echo hi > made.txt && pwd")
+    assert next(e for e in events if e.kind == "result").usage["output_tokens"] == 2 * USAGE["output_tokens"]
+    # The same output with a non-zero exit is not a success.
+    assert not HARNESS.classify(AttemptFacts(1, None, events, "")).succeeded
+
+
+def test_recorded_failing_command_is_flagged() -> None:
+    events, verdict = judge("command_error.jsonl", 0)
+    [end] = [e for e in events if e.kind == "tool_end"]
+    assert end.is_error is True
+    assert verdict.succeeded and verdict.result_text == "saw it"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("error_401.jsonl", FailureClass.FATAL_AUTH, id="401"),
+        pytest.param("error_503.jsonl", FailureClass.TRANSIENT_OVERLOAD, id="503"),
+        pytest.param("error_429.jsonl", FailureClass.TRANSIENT_OVERLOAD, id="429"),
+        # FAIL with CodexHarness as it is (classified unknown): see the report.
+        pytest.param("error_500.jsonl", TRANSIENT, id="500"),
+        pytest.param("response_failed.jsonl", FailureClass.TRANSIENT_NETWORK, id="response.failed"),
+    ],
+)
+def test_recorded_error_turns_classify(name: str, expected: Any) -> None:
+    events, verdict = judge(name, 1)
+    assert not verdict.succeeded
+    assert not any(e.kind == "result" for e in events)
+    final = json.loads(fixture_lines("codex", name)[-1])
+    assert final["type"] == "turn.failed" and verdict.reason == final["error"]["message"]
+    if isinstance(expected, FailureClass):
+        assert verdict.failure_class is expected, f"{verdict}"
+    else:
+        assert verdict.failure_class in expected, f"{verdict}"
+
+
+def test_recorded_quota_turn_fails() -> None:
+    _, verdict = judge("error_quota.jsonl", 1)
+    assert not verdict.succeeded and verdict.reason == ERROR_QUOTA
+
+
+def test_recorded_reconnect_then_success_is_a_success() -> None:
+    events, verdict = judge("reconnect_recovered.jsonl", 0)
+    assert verdict.succeeded and verdict.result_text == "recovered"
+    assert any((e.text or "").startswith(RECONNECTING_PREFIX) for e in events)
+
+
+def test_recorded_resume_keeps_the_thread() -> None:
+    first, _ = judge("resume_first.jsonl", 0)
+    second, verdict = judge("resume_second.jsonl", 0)
+    [a] = [e.session_id for e in first if e.kind == "session"]
+    [b] = [e.session_id for e in second if e.kind == "session"]
+    assert a == b
+    assert verdict.succeeded and verdict.result_text == "second answer"
+    assert [e.kind for e in second if e.kind in ("tool_start", "tool_end")] == ["tool_start", "tool_end"]
