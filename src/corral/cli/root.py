@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sync": ("turns", "sync"),
     "wait": ("turns", "wait"),
     "logs": ("logs", "logs"),
+    "pair": ("review", "pair"),
+    "chat": ("review", "chat"),
     "diff": ("review", "diff"),
     "accept": ("review", "accept"),
     "submit": ("review", "submit"),

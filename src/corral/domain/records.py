@@ -212,6 +212,7 @@ class Violation:
     decided_by: Actor | None
     decided_at: datetime | None
     created_at: datetime
+    check_from: str | None = None  # the commit a revert restores the file from
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,9 @@ def _record(tx: Tx, task: Task, response: dict[str, Any], human_seq: int | None)
         if response.get("head"):
             session_updates["git_start_sha"] = response["head"]
         if response.get("protected_changes"):
-            tx.record_violations(task.id, response["protected_changes"], turn_id=turn.id)
+            tx.record_violations(
+                task.id, response["protected_changes"], turn_id=turn.id, check_from=response.get("check_from")
+            )
     if session_id and session_updates:
         tx.update_session(session_id, **session_updates)
     if task.status is not Status.WORKING and not (task.status is Status.INTERRUPTED and status == "completed"):

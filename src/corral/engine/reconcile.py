@@ -16,6 +16,7 @@ from corral.domain.redact import redact
 from corral.domain.status import Status
 from corral.engine import protocol as proto
 from corral.engine import receipts
+from corral.engine.pairing import sweep_stale_pairs
 from corral.engine.processes import reap_turn, stop_group
 from corral.engine.project import Project
 from corral.engine.recovery import maybe_auto_resume
@@ -252,4 +253,5 @@ def reconcile(project: Project) -> None:
     sweep_stranded_merges(project)
     sweep_merged_branches(project)
     sweep_terminal(project)
+    sweep_stale_pairs(project)
     sweep_blocked_without_session(project)

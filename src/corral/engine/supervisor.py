@@ -272,6 +272,7 @@ class Supervisor:
                 commits = [c for c in out.stdout.split() if c]
             response["head"] = head
             response["commits"] = commits
+            response["check_from"] = start
             changed = self.changed_paths()
             patterns = self.cmd.get("protected") or []
             response["changed_paths"] = changed

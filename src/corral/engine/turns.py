@@ -20,6 +20,7 @@ from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
 from corral.domain.status import TERMINAL, Status, allowed_targets, check_transition
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import launch, workspace
+from corral.engine.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError, GitError, IllegalTransition, RefusedError, UsageError
@@ -141,7 +142,7 @@ def _decide_files(
     revert: Sequence[str],
     revert_rest: bool,
     actor: Actor,
-) -> list[str]:
+) -> list[tuple[str, str | None]]:
     """Record file decisions; returns the paths to revert. Refuses while any pending file is undecided."""
     records = {v.path: v.decision for v in tx.violations(task.id)}
     named = [*approve, *revert]
@@ -168,25 +169,31 @@ def _decide_files(
         )
     if plan.decide:
         tx.decide_violations(task.id, plan.decide, actor)
-    return sorted(p for p, d in plan.decide.items() if d is Decision.REVERTED)
+    sources = {v.path: v.check_from for v in tx.violations(task.id)}
+    return [(p, sources.get(p)) for p, d in sorted(plan.decide.items()) if d is Decision.REVERTED]
 
 
-def revert_files(project: Project, session: Session, paths: Sequence[str]) -> None:
-    """Restore reverted files from the commit the check started from (DESIGN.md "Protected paths")."""
-    if not paths or not session.worktree:
-        return
-    source = session.git_start_sha or session.base_commit
-    git = project.git
-    for path in paths:
-        exists = git.run("cat-file", "-e", f"{source}:{path}", cwd=session.worktree, check=False).returncode == 0
+def revert_files(project: Project, session: Session, reverts: Sequence[tuple[str, str | None]]) -> str | None:
+    """Restore reverted files from the commit the check started from (DESIGN.md "Protected paths").
+
+    A file that did not exist there is removed. The revert is committed, so the next
+    turn starts from it.
+    """
+    if not reverts or not session.worktree:
+        return None
+    git, worktree = project.git, session.worktree
+    for path, check_from in reverts:
+        source = check_from or session.base_commit or "HEAD"
+        exists = git.run("cat-file", "-e", f"{source}:{path}", cwd=worktree, check=False).returncode == 0
         if exists:
-            git.run("checkout", source or "HEAD", "--", path, cwd=session.worktree)
+            git.run("checkout", source, "--", path, cwd=worktree)
         else:
-            git.run("rm", "-q", "-f", "--ignore-unmatch", "--", path, cwd=session.worktree)
-            target = Path(session.worktree) / path
-            if target.exists():
+            git.run("rm", "-q", "-f", "--ignore-unmatch", "--", path, cwd=worktree)
+            target = Path(worktree) / path
+            if target.exists() or target.is_symlink():
                 target.unlink()
-    git.commit_all(session.worktree, "corral: revert protected files\n\n" + "\n".join(paths))
+    git.commit_all(worktree, "corral: revert protected files\n\n" + "\n".join(p for p, _ in reverts))
+    return git.rev_parse("HEAD", cwd=worktree)
 
 
 def unblock(
@@ -208,6 +215,7 @@ def unblock(
         check_transition(task.status, Status.WORKING, actor, what=f"unblock {task.ref}")
         session = _session(tx, task)
         _check_worktree(task, session)
+        refuse_while_chat(project, task, "unblock")
         reverted = _decide_files(project, tx, task, approve, revert, revert_rest, actor)
         turn = tx.add_turn(
             task.id,
@@ -226,10 +234,14 @@ def unblock(
         task = tx.get_task(task.id) or task
     crashpoints.hit("unblock.committed")
     try:
-        revert_files(project, session, reverted)
+        head = revert_files(project, session, reverted)
     except CorralError as exc:
         launch.internal_fault(project, task, exc)
         raise
+    if head is not None:
+        # corral's own revert commit is not the agent's change: the next check starts after it.
+        with project.store.write() as tx:
+            session = tx.update_session(session.id, git_start_sha=head)
     body = prompts.feedback_block([t.content for t in pending])
     command = launch.build_command(
         project,
@@ -263,6 +275,7 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
             )
         session = _session(tx, task)
         _check_worktree(task, session)
+        refuse_while_chat(project, task, "resume")
         turn = tx.add_turn(
             task.id,
             role=Role.HUMAN,
@@ -371,6 +384,7 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
             session = _session(tx, task)
             target = workspace.target_branch(tx, task)
         _check_worktree(task, session)
+        refuse_while_chat(project, task, "sync")
         git, wt = project.git, session.worktree or "."
         before = git.rev_parse("HEAD", cwd=wt)
         identity: list[str] = []

@@ -133,6 +133,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
             decided_by TEXT CHECK (decided_by IN ({_ACTORS})),
             decided_at TEXT,
             created_at TEXT NOT NULL,
+            check_from TEXT,
             PRIMARY KEY (session_id, path)
         ) STRICT;
 

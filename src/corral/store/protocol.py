@@ -221,7 +221,9 @@ class Tx(Protocol):
 
     def pending_paths(self, task_id: str) -> list[str]: ...
 
-    def record_violations(self, task_id: str, paths: Iterable[str], *, turn_id: str | None = None) -> list[str]:
+    def record_violations(
+        self, task_id: str, paths: Iterable[str], *, turn_id: str | None = None, check_from: str | None = None
+    ) -> list[str]:
         """Record changed protected paths on the current session; returns those now pending."""
         ...
 

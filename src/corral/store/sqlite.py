@@ -615,6 +615,7 @@ class SQLiteTx:
             decided_by=Actor(row["decided_by"]) if row["decided_by"] else None,
             decided_at=_time(row["decided_at"]),
             created_at=_req_time(row["created_at"]),
+            check_from=row["check_from"],
         )
 
     def _current_session_id(self, task_id: str) -> str | None:
@@ -631,7 +632,9 @@ class SQLiteTx:
     def pending_paths(self, task_id: str) -> list[str]:
         return [v.path for v in self.violations(task_id) if v.decision is Decision.PENDING]
 
-    def record_violations(self, task_id: str, paths: Iterable[str], *, turn_id: str | None = None) -> list[str]:
+    def record_violations(
+        self, task_id: str, paths: Iterable[str], *, turn_id: str | None = None, check_from: str | None = None
+    ) -> list[str]:
         self._write()
         sid = self._current_session_id(task_id)
         if sid is None:
@@ -642,10 +645,11 @@ class SQLiteTx:
             if after_change(current.get(path)) is not Decision.PENDING:
                 continue
             self._db.execute(
-                "INSERT INTO violations (task_id, session_id, path, turn_id, decision, created_at) "
-                "VALUES (?,?,?,?, 'pending', ?) ON CONFLICT (session_id, path) DO UPDATE SET "
-                "decision = 'pending', turn_id = excluded.turn_id, decided_by = NULL, decided_at = NULL",
-                (task_id, sid, path, turn_id, now),
+                "INSERT INTO violations (task_id, session_id, path, turn_id, decision, created_at, check_from) "
+                "VALUES (?,?,?,?, 'pending', ?, ?) ON CONFLICT (session_id, path) DO UPDATE SET "
+                "decision = 'pending', turn_id = excluded.turn_id, decided_by = NULL, decided_at = NULL, "
+                "check_from = excluded.check_from",
+                (task_id, sid, path, turn_id, now, check_from),
             )
         return self.pending_paths(task_id)
 

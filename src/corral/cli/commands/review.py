@@ -211,3 +211,52 @@ def delete(app: App, task: str) -> None:
         app.emit({"deleted": {"id": gone.id, "ref": gone.ref}})
         return
     app.say(f"Deleted {gone.ref} and everything kept for it.")
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral pair fix-login      work with the agent in its worktree; exit the agent to end the pair
+"""
+)
+@click.argument("task")
+@json_option
+@pass_app
+def pair(app: App, task: str) -> int:
+    """Work interactively with the agent in the task's worktree (→ pairing, then back to review)."""
+    from corral.engine.pairing import pair as pairing
+
+    result = pairing(app.project, task, actor=app.actor)
+    if app.json:
+        app.emit(
+            {
+                "task": {"ref": result.task.ref, "status": result.task.status.value},
+                "commits": result.commits,
+                "dirty": result.dirty,
+                "exit_code": result.exit_code,
+            }
+        )
+    else:
+        app.say(
+            f"The pair ended; {result.task.ref} is {result.task.status.value} ({len(result.commits)} commit(s) made)."
+        )
+    return 0
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral chat fix-login      ask the agent things interactively; nothing changes
+"""
+)
+@click.argument("task")
+@json_option
+@pass_app
+def chat(app: App, task: str) -> int:
+    """Talk with the agent interactively, read-only; the task's status does not change."""
+    from corral.engine.pairing import chat as chatting
+
+    code = chatting(app.project, task)
+    if app.json:
+        app.emit({"exit_code": code})
+    return 0 if code == 0 else 1

@@ -1,0 +1,230 @@
+"""pair and chat: a person works with the agent interactively in the task's worktree.
+
+pair: blocked / conflict / interrupted → pairing; the harness runs interactively with
+its session resumed; a pairing lock names the pid; on exit a summary turn is
+synthesized and the task parks (blocked, or conflict while violations are pending).
+A pair whose process died is recovered by the stale-pairing sweep.
+
+chat: status-neutral and read-only; it holds the worktree's chat lock for its whole
+duration, so start, unblock, sync and resume refuse while it is open.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.adapters.harness import make_harness
+from corral.adapters.harness.base import Posture, TurnRequest
+from corral.adapters.process import check_argv
+from corral.domain.actors import Actor, Role
+from corral.domain.records import Task
+from corral.domain.status import Status, check_transition
+from corral.engine.launch import harness_settings
+from corral.engine.locks import task_lock
+from corral.engine.project import Project
+from corral.engine.resolve import resolve_task
+from corral.engine.supervision import pid_alive
+from corral.errors import CorralError, RefusedError
+
+PAIRABLE = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED)
+
+
+class ChatOpen(RefusedError):
+    code = "chat-open"
+
+
+def pairing_lock(project: Project, task_id: str) -> Path:
+    return project.paths.task_dir(task_id) / "pairing.lock"
+
+
+def chat_lock(project: Project, task_id: str) -> Path:
+    return project.paths.task_dir(task_id) / "chat.lock"
+
+
+def chat_is_open(project: Project, task_id: str) -> bool:
+    path = chat_lock(project, task_id)
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def refuse_while_chat(project: Project, task: Task, what: str) -> None:
+    if chat_is_open(project, task.id):
+        raise ChatOpen(
+            f"A chat is open in {task.ref}'s worktree; {what} would start a turn underneath it.",
+            hint="End the chat first, then try again.",
+        )
+
+
+@dataclass(frozen=True)
+class Paired:
+    task: Task
+    exit_code: int
+    commits: list[str]
+    dirty: list[str]
+
+
+def _interactive(project: Project, task: Task, resume_id: str | None, worktree: str, read_only: bool) -> int:
+    cfg = project.config
+    harness = make_harness(task.harness or cfg["harness"], harness_settings(project))
+    launch = harness.interactive(
+        TurnRequest(
+            prompt="",
+            cwd=worktree,
+            resume_id=resume_id,
+            model=task.model or cfg["model"],
+            posture=Posture(
+                permission_mode=cfg["permission_mode"],
+                allowed_tools=tuple(cfg["allowed_tools"]),
+                read_only=read_only,
+                is_sandbox=cfg["is_sandbox"],
+            ),
+        )
+    )
+    check_argv(launch.argv)
+    env = {**os.environ, **launch.env}
+    try:
+        return subprocess.run(launch.argv, cwd=worktree, env=env, check=False).returncode
+    except FileNotFoundError as exc:
+        raise CorralError(
+            f"{harness.display} could not start: {exc.strerror} ({launch.argv[0]}).",
+            code="harness-missing",
+            hint=harness.install_hint,
+        ) from exc
+
+
+def pair(project: Project, given: str, *, actor: Actor) -> Paired:
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    with task_lock(project, task.id, what="pair"):
+        with project.store.write() as tx:
+            task = tx.get_task(task.id) or task
+            check_transition(task.status, Status.PAIRING, actor, what=f"pair on {task.ref}")
+            session = tx.get_session(task.session_id) if task.session_id else None
+            if session is None or not session.worktree or not Path(session.worktree).is_dir():
+                raise RefusedError(f"Task {task.ref} has no worktree to pair in.", code="no-session")
+            tx.set_status(task.id, Status.PAIRING, actor, "pair", expected_from=task.status)
+            tx.register_process(task.id, "pair", os.getpid())
+        lock = pairing_lock(project, task.id)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(json.dumps({"pid": os.getpid(), "actor": actor.value, "at": time.time()}))
+    git = project.git
+    before = git.rev_parse("HEAD", cwd=session.worktree)
+    began = time.monotonic()
+    code = 1
+    try:
+        code = _interactive(project, task, session.harness_session_id, session.worktree, read_only=False)
+    finally:
+        after = git.rev_parse("HEAD", cwd=session.worktree)
+        commits = (
+            git.out("rev-list", "--reverse", f"{before}..{after}", cwd=session.worktree).split()
+            if before and after and before != after
+            else []
+        )
+        dirty = git.dirty_paths(session.worktree)
+        task = end_pair(project, task.id, actor, summary(time.monotonic() - began, commits, dirty, code))
+    return Paired(task, code, commits, dirty)
+
+
+def summary(seconds: float, commits: list[str], dirty: list[str], code: int | None) -> str:
+    minutes = max(1, round(seconds / 60))
+    parts = [f"Paired for about {minutes} minute{'s' if minutes != 1 else ''}."]
+    parts.append(
+        f"{len(commits)} commit{'s' if len(commits) != 1 else ''} made"
+        + (f": {', '.join(c[:10] for c in commits)}." if commits else ".")
+    )
+    if dirty:
+        parts.append(f"Uncommitted changes: {', '.join(dirty[:10])}" + (" …" if len(dirty) > 10 else "") + ".")
+    if code not in (0, None):
+        parts.append(f"The session exited with code {code}.")
+    return " ".join(parts)
+
+
+def end_pair(project: Project, task_id: str, actor: Actor, content: str) -> Task:
+    """The pair is over: a summary turn, back to blocked or conflict, the lock removed."""
+    with project.store.write() as tx:
+        task = tx.get_task(task_id)
+        assert task is not None
+        if task.status is Status.PAIRING:
+            tx.add_turn(
+                task.id,
+                role=Role.HUMAN,
+                actor=actor,
+                kind="pair summary",
+                content=content,
+                session_id=task.session_id,
+                ended_at=tx.now(),
+            )
+            tx.park(task.id, actor, "the pair session ended", expected_from=Status.PAIRING)
+        tx.unregister_process(task.id, "pair")
+        task = tx.get_task(task_id) or task
+    try:
+        pairing_lock(project, task_id).unlink()
+    except FileNotFoundError:
+        pass
+    return task
+
+
+def sweep_stale_pairs(project: Project) -> int:
+    """Seed 002 sweep 5: a pairing task whose pair process is gone → blocked or conflict, lock removed."""
+    with project.store.read() as tx:
+        pairing = tx.tasks([Status.PAIRING])
+    ended = 0
+    for task in pairing:
+        try:
+            data = json.loads(pairing_lock(project, task.id).read_text())
+            pid = int(data.get("pid", 0))
+        except (OSError, ValueError):
+            pid = 0
+        if pid > 1 and pid_alive(pid):
+            continue
+        end_pair(project, task.id, Actor.SYSTEM, "The pair session ended without corral (its process is gone).")
+        ended += 1
+    return ended
+
+
+@contextmanager
+def holding_chat(project: Project, task: Task) -> Iterator[None]:
+    path = chat_lock(project, task.id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ChatOpen(f"A chat is already open in {task.ref}'s worktree.") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def chat(project: Project, given: str) -> int:
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        session = tx.get_session(task.session_id) if task.session_id else None
+    if task.status not in (Status.BLOCKED, Status.CONFLICT):
+        raise RefusedError(
+            f"Cannot chat with {task.ref} while it is {task.status.value}.",
+            code="not-resting",
+            hint="chat opens on a blocked or conflict task.",
+        )
+    if session is None or not session.worktree or not Path(session.worktree).is_dir():
+        raise RefusedError(f"Task {task.ref} has no worktree to chat in.", code="no-session")
+    with holding_chat(project, task):
+        return _interactive(project, task, session.harness_session_id, session.worktree, read_only=True)
