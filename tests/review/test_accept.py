@@ -267,3 +267,35 @@ def test_reject_then_reopen_restores_the_work_uncommitted_changes_included(proj,
     wt = proj.paths.worktree("rr")
     assert (wt / "done.txt").read_text() == "c" and (wt / "wip.txt").read_text() == "w"
     threading.enumerate()  # keep threading imported for readers of concurrent tests
+
+
+def test_the_optional_pre_accept_turn_runs_first_and_the_merge_follows(proj, agent, repo, monkeypatch):
+    monkeypatch.setenv("CORRAL_PRE_ACCEPT_PROMPT", "Last look: run the tests and commit any fix.")
+    from tests.turns.conftest import reopen
+
+    proj = reopen(proj)
+    blocked_with(
+        proj,
+        agent,
+        "pre",
+        work("p.py", "p = 1\n"),
+        [
+            {"init": True},
+            {"write": {"path": "p.py", "content": "p = 2\n"}},
+            {"commit": "last fix"},
+            {"result": "Tests pass."},
+        ],
+    )
+    events: list[dict] = []
+    result = accepting.accept(proj, "pre", actor=Actor.HUMAN, report=events.append)
+    assert result.task.status is Status.COMPLETE
+    assert agent.calls()[-1]["prompt"] == "Last look: run the tests and commit any fix."
+    assert git(repo, "show", "main:p.py") == "p = 2"  # the pre-accept turn's commit was merged
+    plan = next(e for e in events if e["event"] == "plan")
+    assert [p["id"] for p in plan["phases"]][0] == "pre-accept"
+    with proj.store.read() as tx:
+        history = tx.turns(result.task.id)
+        changes = [(c.from_status, c.to_status) for c in tx.status_changes(result.task.id)]
+    assert [t.kind for t in history][-2:] == ["pre-accept", "pre-accept"]
+    assert (Status.WORKING, Status.BLOCKED) in changes and changes[-1] == (Status.MERGING, Status.COMPLETE)
+    proj.close()
