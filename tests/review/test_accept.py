@@ -292,7 +292,7 @@ def test_the_optional_pre_accept_turn_runs_first_and_the_merge_follows(proj, age
     assert agent.calls()[-1]["prompt"] == "Last look: run the tests and commit any fix."
     assert git(repo, "show", "main:p.py") == "p = 2"  # the pre-accept turn's commit was merged
     plan = next(e for e in events if e["event"] == "plan")
-    assert [p["id"] for p in plan["phases"]][0] == "pre-accept"
+    assert plan["phases"][0]["id"] == "pre-accept"
     with proj.store.read() as tx:
         history = tx.turns(result.task.id)
         changes = [(c.from_status, c.to_status) for c in tx.status_changes(result.task.id)]
