@@ -314,25 +314,37 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
     return Started(task, launch.launch(project, task, command))
 
 
-def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started:
-    text = _feedback(project, question, "question")
+def _status_neutral_turn(
+    project: Project,
+    given: str,
+    *,
+    actor: Actor,
+    kind: str,
+    content: str,
+    body: str,
+    allowed_from: tuple[Status, ...],
+    what: str,
+    read_only: bool,
+) -> Started:
+    """A turn that carries no feedback and whose receipt restores the status it started from
+    (an ask, an accept's pre-accept turn)."""
     command_id = new_id()
     with project.store.write() as tx:
         task = resolve_task(tx, given)
-        if task.status not in (Status.BLOCKED, Status.CONFLICT):
-            raise _refuse(task, "ask", [Status.BLOCKED, Status.CONFLICT])
+        if task.status not in allowed_from:
+            raise _refuse(task, what, allowed_from)
         session = _session(tx, task)
         _check_worktree(task, session)
         turn = tx.add_turn(
             task.id,
             role=Role.HUMAN,
             actor=actor,
-            kind="ask",
-            content=text,
+            kind=kind,
+            content=content,
             session_id=session.id,
             command_id=command_id,
         )
-        tx.set_status(task.id, Status.WORKING, actor, "ask", expected_from=task.status)
+        tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=task.status)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
     command = launch.build_command(
@@ -340,14 +352,30 @@ def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started
         task,
         session,
         turn,
-        kind="ask",
-        body=prompts.ask(text),
+        kind=kind,
+        body=body,
         delivered=[],
         target=target,
         sync_before_work=False,
-        read_only=True,
+        read_only=read_only,
     )
     return Started(task, launch.launch(project, task, command))
+
+
+def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started:
+    """A read-only question; the status is restored on every ending."""
+    text = _feedback(project, question, "question")
+    return _status_neutral_turn(
+        project,
+        given,
+        actor=actor,
+        kind="ask",
+        content=text,
+        body=prompts.ask(text),
+        allowed_from=(Status.BLOCKED, Status.CONFLICT),
+        what="ask",
+        read_only=True,
+    )
 
 
 def answer_of(project: Project, task: Task, command_id: str) -> Turn | None:
@@ -430,34 +458,14 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
 
 def pre_accept(project: Project, given: str, *, actor: Actor, prompt: str) -> Started:
     """An accept's last turn: blocked or submitted → working; its receipt restores the status."""
-    command_id = new_id()
-    with project.store.write() as tx:
-        task = resolve_task(tx, given)
-        if task.status not in (Status.BLOCKED, Status.SUBMITTED):
-            raise _refuse(task, "run the pre-accept turn of", [Status.BLOCKED, Status.SUBMITTED])
-        session = _session(tx, task)
-        _check_worktree(task, session)
-        turn = tx.add_turn(
-            task.id,
-            role=Role.HUMAN,
-            actor=actor,
-            kind="pre-accept",
-            content=prompt,
-            session_id=session.id,
-            command_id=command_id,
-        )
-        tx.set_status(task.id, Status.WORKING, actor, "pre-accept turn", expected_from=task.status)
-        target = workspace.target_branch(tx, task)
-        task = tx.get_task(task.id) or task
-    command = launch.build_command(
+    return _status_neutral_turn(
         project,
-        task,
-        session,
-        turn,
+        given,
+        actor=actor,
         kind="pre-accept",
+        content=prompt,
         body=prompt,
-        delivered=[],
-        target=target,
-        sync_before_work=False,
+        allowed_from=(Status.BLOCKED, Status.SUBMITTED),
+        what="run the pre-accept turn of",
+        read_only=False,
     )
-    return Started(task, launch.launch(project, task, command))

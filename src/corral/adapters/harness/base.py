@@ -8,6 +8,7 @@ failed attempt onto the shared taxonomy. Unknown stays unknown.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -126,6 +127,15 @@ def last_result(events: Sequence[Event]) -> Event | None:
         if event.kind == "result":
             return event
     return None
+
+
+def json_line(line: bytes) -> dict[str, Any] | None:
+    """One JSON-object line of a harness stream, or None for anything else (text, arrays, junk)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def obj(value: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from corral.adapters.harness.base import (
     Launch,
     TurnRequest,
     Verdict,
+    json_line,
     last_result,
     prompt_arg,
 )
@@ -102,11 +103,8 @@ class ClaudeHarness:
         return Launch(argv, self._env(req))
 
     def parse(self, line: bytes) -> list[Event]:
-        try:
-            data = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(data, dict):
+        data = json_line(line)
+        if data is None:
             return []
         kind = data.get("type")
         if kind == "system":

@@ -8,10 +8,9 @@ Its JSON lines: ``thread.started`` (``thread_id``), ``turn.started``,
 
 from __future__ import annotations
 
-import json
 import re
 
-from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, obj, prompt_arg
+from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, json_line, obj, prompt_arg
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common
 
@@ -51,11 +50,8 @@ class CodexHarness:
         return Launch(argv)
 
     def parse(self, line: bytes) -> list[Event]:
-        try:
-            data = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(data, dict):
+        data = json_line(line)
+        if data is None:
             return []
         kind = data.get("type")
         item = obj(data.get("item"))

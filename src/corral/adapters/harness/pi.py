@@ -12,10 +12,9 @@ Pi has no read-only permission mode; an ask relies on its prompt (documented lim
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, obj, prompt_arg
+from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, json_line, obj, prompt_arg
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common
 
@@ -68,11 +67,8 @@ class PiHarness:
         return Launch(argv)
 
     def parse(self, line: bytes) -> list[Event]:
-        try:
-            data = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(data, dict):
+        data = json_line(line)
+        if data is None:
             return []
         kind = data.get("type")
         if kind == "session" and isinstance(data.get("id"), str):
