@@ -11,6 +11,7 @@ API key · Fix external API key"; HTTP 529 → the CLI retries by itself, then e
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from corral.adapters.harness.base import (
@@ -25,6 +26,8 @@ from corral.adapters.harness.base import (
 )
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
 
+_SYSTEM = re.compile(rb'\s*\{\s*"type"\s*:\s*"system"')
+KEEPALIVE = Event("keepalive")
 READ_ONLY_DENIED = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit")
 
 _CODES = {
@@ -103,6 +106,9 @@ class ClaudeHarness:
         return Launch(argv, self._env(req))
 
     def parse(self, line: bytes) -> list[Event]:
+        # Most bytes of a busy stream can be system keep-alives: skip decoding those (type comes first).
+        if _SYSTEM.match(line) and b'"init"' not in line[:300] and b"retry" not in line[:300]:
+            return [KEEPALIVE]
         data = json_line(line)
         if data is None:
             return []

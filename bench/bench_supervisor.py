@@ -1,0 +1,211 @@
+"""Supervisor overhead and turn-launch latency.
+
+* peak RSS of the supervisor process while its agent streams 100 MB (target < 40 MB);
+* CPU the supervisor uses while its agent is idle for a minute (target < 1 % of a core);
+* copy rate while the agent streams 100 MB of stream-json (target ≥ 100 MB/s);
+* latency from the CLI's start to the agent process receiving its argv: ``unblock``
+  (target < 300 ms median) and ``start``, which makes a worktree (target < 500 ms median).
+
+The agent is corral's scripted fake agent behind a tiny shell wrapper that stamps the
+time the instant it is exec'd with its argv, before any Python starts.
+
+    .venv/bin/python bench/bench_supervisor.py [--idle 60] [--mb 100] [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import corral_command, hermetic_env, machine, make_repo, median, percentile, verdict, write_results
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def stamping_agent(directory: Path) -> Path:
+    """A `claude` that records the exec time (ns) with its argv, then runs the fake agent."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "claude"
+    path.write_text(
+        "#!/bin/sh\n"
+        'date +%s%N >> "$CORRAL_FAKE_RECORD/exec-times"\n'
+        f'exec "{sys.executable}" -m corral.testing.fake_agent "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+class Setup:
+    def __init__(self, root: Path, invocations: list[list[dict[str, object]]]) -> None:
+        self.root = root
+        self.repo = make_repo(root / "repo")
+        self.record = root / "record"
+        self.record.mkdir(parents=True)
+        scenario = root / "scenario.json"
+        scenario.write_text(json.dumps({"invocations": invocations, "default": [{"init": True}, {"result": "ok"}]}))
+        self.env = hermetic_env(root / "home", pycache=root.parent / "pycache")
+        self.env.update(
+            {
+                "CORRAL_CLAUDE_BIN": str(stamping_agent(root / "bin")),
+                "CORRAL_FAKE_SCENARIO": str(scenario),
+                "CORRAL_FAKE_RECORD": str(self.record),
+                "CORRAL_WATCHDOG_TIMEOUT": "600",
+            }
+        )
+        self.cmd = corral_command()
+
+    def corral(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.cmd, *args], cwd=self.repo, env=self.env, capture_output=True, text=True, check=True
+        )
+
+    def exec_times(self) -> list[int]:
+        path = self.record / "exec-times"
+        return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+    def state(self) -> Path:
+        return Path(json.loads(self.corral("paths", "--json").stdout)["paths"]["state"])
+
+
+def proc_stat(pid: int) -> tuple[float, int] | None:
+    """(cpu seconds, peak RSS bytes) of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (OSError, IndexError):
+        return None
+    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return cpu, hwm
+
+
+def supervisor_pid(setup: Setup, ref: str) -> int:
+    task_id = json.loads(setup.corral("show", ref, "--json").stdout)["task"]["id"]
+    status = setup.state() / "tasks" / task_id / "protocol" / "status.json"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            return int(json.loads(status.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.01)
+    raise RuntimeError("no supervisor")
+
+
+def bench_stream(tmp: Path, megabytes: int) -> dict[str, float]:
+    setup = Setup(tmp / "stream", [[{"init": True}, {"bytes": megabytes * 1_000_000}, {"result": "done"}]])
+    setup.corral("create", "Stream a lot", "--ref", "stream")
+    setup.corral("start", "stream")
+    pid = supervisor_pid(setup, "stream")
+    peak = 0
+    while (sample := proc_stat(pid)) is not None:
+        peak = max(peak, sample[1])
+        time.sleep(0.02)
+    setup.corral("wait", "stream")
+    task_id = json.loads(setup.corral("show", "stream", "--json").stdout)["task"]["id"]
+    turn_dir = setup.state() / "tasks" / task_id / "turns" / "1"
+    response = json.loads((turn_dir / "response.json").read_text())
+    attempt = response["attempts"][0]
+    from datetime import datetime
+
+    seconds = (
+        datetime.fromisoformat(attempt["ended_at"].replace("Z", "+00:00"))
+        - datetime.fromisoformat(attempt["started_at"].replace("Z", "+00:00"))
+    ).total_seconds()
+    size = (turn_dir / "output.log").stat().st_size
+    return {"peak_rss_mb": peak / 1e6, "bytes": size, "seconds": seconds, "mb_per_s": size / 1e6 / seconds}
+
+
+def bench_idle(tmp: Path, idle: float) -> dict[str, float]:
+    setup = Setup(tmp / "idle", [[{"init": True}, {"sleep": idle + 5}, {"result": "done"}]])
+    setup.corral("create", "Sit idle", "--ref", "idle")
+    setup.corral("start", "idle")
+    pid = supervisor_pid(setup, "idle")
+    time.sleep(1.0)
+    before = proc_stat(pid)
+    time.sleep(idle)
+    after = proc_stat(pid)
+    assert before is not None and after is not None
+    setup.corral("stop", "idle")
+    cpu = after[0] - before[0]
+    return {
+        "idle_seconds": idle,
+        "cpu_seconds": cpu,
+        "percent_of_a_core": 100 * cpu / idle,
+        "peak_rss_mb": after[1] / 1e6,
+    }
+
+
+def bench_latency(tmp: Path, runs: int) -> dict[str, list[float]]:
+    quick = [{"init": True}, {"result": "ok"}]
+    setup = Setup(tmp / "latency", [quick] * (2 * runs + 2))
+    start_ms, unblock_ms = [], []
+    for i in range(runs):
+        ref = f"t{i}"
+        setup.corral("create", f"Task {i}", "--ref", ref)
+        seen = len(setup.exec_times())
+        t0 = time.time_ns()
+        setup.corral("start", ref)
+        while len(setup.exec_times()) == seen:
+            time.sleep(0.001)
+        start_ms.append((setup.exec_times()[-1] - t0) / 1e6)
+        setup.corral("wait", ref)
+        seen = len(setup.exec_times())
+        t0 = time.time_ns()
+        setup.corral("unblock", ref, "-m", "again")
+        while len(setup.exec_times()) == seen:
+            time.sleep(0.001)
+        unblock_ms.append((setup.exec_times()[-1] - t0) / 1e6)
+        setup.corral("wait", ref)
+    return {"start_ms": start_ms, "unblock_ms": unblock_ms}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds of agent idleness to measure")
+    parser.add_argument("--mb", type=int, default=100, help="megabytes the agent streams")
+    parser.add_argument("--runs", type=int, default=10, help="launches for the latency figures")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="corral-bench-sup-") as tmp:
+        root = Path(tmp)
+        stream = bench_stream(root, args.mb)
+        idle = bench_idle(root, args.idle)
+        latency = bench_latency(root, args.runs)
+    rss_ok = max(stream["peak_rss_mb"], idle["peak_rss_mb"]) < 40
+    idle_ok = idle["percent_of_a_core"] < 1.0
+    copy_ok = stream["mb_per_s"] >= 100
+    s_med, u_med = median(latency["start_ms"]), median(latency["unblock_ms"])
+    print(
+        f"supervisor peak RSS: {stream['peak_rss_mb']:.1f} MB streaming, {idle['peak_rss_mb']:.1f} MB idle "
+        f"(target < 40 MB) {verdict(rss_ok)}"
+    )
+    print(
+        f"supervisor CPU while the agent idles {idle['idle_seconds']:.0f} s: {idle['cpu_seconds']:.3f} s = "
+        f"{idle['percent_of_a_core']:.2f} % of a core (target < 1 %) {verdict(idle_ok)}"
+    )
+    print(
+        f"copy rate: {stream['bytes'] / 1e6:.0f} MB in {stream['seconds']:.2f} s = {stream['mb_per_s']:.0f} MB/s "
+        f"(target ≥ 100 MB/s) {verdict(copy_ok)}"
+    )
+    print(
+        f"CLI → agent argv, start: median {s_med:.0f} ms, p90 {percentile(latency['start_ms'], 90):.0f} ms "
+        f"(target < 500 ms) {verdict(s_med < 500)}"
+    )
+    print(
+        f"CLI → agent argv, unblock: median {u_med:.0f} ms, p90 {percentile(latency['unblock_ms'], 90):.0f} ms "
+        f"(target < 300 ms) {verdict(u_med < 300)}"
+    )
+    ok = rss_ok and idle_ok and copy_ok and s_med < 500 and u_med < 300
+    write_results("supervisor", {"machine": machine(), "stream": stream, "idle": idle, "latency": latency, "pass": ok})
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
