@@ -226,3 +226,16 @@ def test_watchdog_then_a_healthy_relaunch_completes_the_turn(proj, agent, monkey
     assert result.task.status is Status.BLOCKED
     assert len(agent.calls()) == 2
     proj.close()
+
+
+def test_a_long_stream_keeps_a_bounded_event_window_and_still_reads_the_result(proj, agent):
+    from corral.engine.supervisor import EVENTS_KEPT
+
+    agent.script([{"init": True}, *[{"text": f"line {i}"} for i in range(EVENTS_KEPT * 3)], {"result": "the end"}])
+    task, protocol_dir, command = prepare(proj)
+    sup = Supervisor(protocol_dir, command)
+    response = sup.run()
+    assert response["status"] == "completed" and response["result"] == "the end"
+    assert len(sup.attempts[0].events) == EVENTS_KEPT
+    log = (proj.paths.turn_dir(task.id, 1) / "output.log").read_text()
+    assert log.count('"type": "assistant"') == EVENTS_KEPT * 3  # the verbatim log keeps everything

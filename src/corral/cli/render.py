@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from typing import Any
@@ -70,7 +71,11 @@ def _when(at: str | None) -> str:
 
 
 def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """(time, line) entries of status changes, turns and comments, in time order."""
+    """(time, line) entries of status changes, turns and comments, in time order.
+
+    A failed turn carries its reason; the failed attempts of a turn that had several
+    follow it as indented lines ("Attempt 1 of 3 failed: … · retrying").
+    """
     entries: list[tuple[str, int, str]] = []
     for i, c in enumerate(doc["status_changes"]):
         src = c["from"] or "·"
@@ -81,14 +86,91 @@ def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
         line = f"turn {t['sequence']} · {t['kind']} · {who}"
         if t["feedback_delivery"] == "pending":
             line += " · feedback pending"
-        first = t["content"].strip().splitlines()[0] if t["content"].strip() else ""
-        if first:
-            line += f": {clip(first, 100)}"
+        if t.get("reason"):
+            line += f" — {t['reason']}"
+        else:
+            content = t["content"].strip()
+            first = content.splitlines()[0] if content else ""
+            if first:
+                line += f": {clip(first, 100)}"
+        for a in t["attempts"]:
+            if a.get("summary"):
+                line += f"\n    {a['summary']}"
         entries.append((t["started_at"], 10_000 + t["sequence"], line))
     for n in doc["comments"]:
         entries.append((n["at"], 20_000, f"comment by {n['actor']}: {clip(n['body'], 100)}"))
     entries.sort(key=lambda e: (e[0], e[1]))
     return [(_when(at), line) for at, _i, line in entries]
+
+
+def _native(native: dict[str, Any]) -> str:
+    parts = []
+    if native.get("exit_code") is not None:
+        parts.append(f"exit code {native['exit_code']}")
+    if native.get("signal") is not None:
+        from corral.domain.failures import signal_name  # only the details view needs it
+
+        parts.append(f"signal {native['signal']} ({signal_name(native['signal'])})")
+    if native.get("errno") is not None:
+        parts.append(f"errno {native['errno']} ({errno.errorcode.get(native['errno'], '?')})")
+    return ", ".join(parts) or "-"
+
+
+def failure_section(title: str, failure: dict[str, Any] | None, code: str | None = None) -> list[str]:
+    """The details view's Failure section: code, phase, category, possible effects, native code, diagnostic."""
+    out = [f"{title}:"]
+    if failure is None:
+        out.append(f"  code              {code or '-'}")
+        return out
+    if failure.get("diagnostic"):
+        diagnostic = failure.get("diagnostic_note") or failure.get("diagnostic_path") or failure["diagnostic"]
+    else:
+        diagnostic = "-"
+    also = f" (evidence: {failure['code']})" if code and code != failure["code"] else ""
+    out += [
+        f"  code              {code or failure['code']}{also}",
+        f"  phase             {failure.get('phase') or '-'}",
+        f"  category          {failure.get('category') or '-'}",
+        f"  possible effects  {failure.get('possible_effects') or '-'}",
+        f"  native code       {_native(failure.get('native') or {})}",
+        f"  diagnostic        {diagnostic}",
+    ]
+    return out
+
+
+def failure_details(doc: dict[str, Any]) -> list[str]:
+    """Every failure of the task, newest stop first: the resting cause, then each failed turn."""
+    out: list[str] = []
+    cause = doc.get("resting_cause")
+    evidence = cause.get("evidence") if cause else None
+    same_turn = next(
+        (
+            t["sequence"]
+            for t in doc["turns"]
+            if evidence
+            and evidence.get("diagnostic")
+            and (t.get("failure") or {}).get("diagnostic") == evidence["diagnostic"]
+        ),
+        None,
+    )
+    if cause:
+        where = f"turn {same_turn}, why it rests" if same_turn is not None else "why it rests"
+        out.append("")
+        out += failure_section(f"Failure ({where})", evidence, cause["code"])
+    for t in doc["turns"]:
+        if t.get("failure") and t["sequence"] != same_turn:
+            out.append("")
+            out += failure_section(f"Failure (turn {t['sequence']})", t["failure"])
+        failed = [a for a in t["attempts"] if a.get("failure") and a["outcome"] != "succeeded"]
+        if len(t["attempts"]) > 1 and failed:
+            out.append("")
+            out.append(f"Failed attempts (turn {t['sequence']}):")
+            for a in failed:
+                f = a["failure"]
+                out.append(
+                    f"  {a['number']}. {f['code']} · {f.get('category') or '-'} · {_native(f.get('native') or {})}"
+                )
+    return out
 
 
 def show_lines(app: App, doc: dict[str, Any], *, details: bool = False) -> list[str]:
@@ -118,7 +200,10 @@ def show_lines(app: App, doc: dict[str, Any], *, details: bool = False) -> list[
         out.append("Subtasks: " + ", ".join(f"{c['ref']} ({c['status']})" for c in doc["children"]))
     out.append("")
     out.append("Timeline:")
-    out.extend(f"  {when}  {line}" for when, line in timeline(doc))
+    for when, line in timeline(doc):
+        first, *more = line.split("\n")
+        out.append(f"  {when}  {first}")
+        out.extend(f"  {' ' * len(when)}  {extra}" for extra in more)
     if doc["journal"]:
         out.append("")
         out.append("Journal:")
@@ -129,6 +214,8 @@ def show_lines(app: App, doc: dict[str, Any], *, details: bool = False) -> list[
         out.append("Session:")
         out.append(f"  id {s['id']} · harness session {s['harness_session_id'] or '-'}")
         out.append(f"  consecutive interruptions {s['consecutive_interruptions']} · auto-resumed {s['auto_resumed']}")
+    if details:
+        out.extend(failure_details(doc))
     out.append("")
     if doc["stopped_because"]:
         out.append(f"{app.style('Stopped because:', 'bold')} {doc['stopped_because']}")

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "paths": ("info", "paths"),
     "config": ("info", "config"),
     "doctor": ("info", "doctor"),
+    "prune": ("prune", "prune"),
     "daemon": ("daemon", "daemon"),
     "demo": ("demo", "demo"),
 }

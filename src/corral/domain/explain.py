@@ -29,80 +29,172 @@ class Wording:
     next: str | None = None
 
 
+#: A receipt problem (``protocol.Receipt.problem``) in plain words.
+RECEIPT_PROBLEMS = {
+    "missing": "it was missing",
+    "not-regular": "it was not a regular file",
+    "symlink": "it was a symbolic link",
+    "too-large": "it was too large to read",
+    "invalid-utf8": "it was not valid UTF-8",
+    "blank": "it was blank",
+    "invalid-json": "it was not a JSON object",
+}
+
+#: Codes of failures where the harness never ran: no "may have changed files" line.
+NOTHING_RAN = frozenset({"harness-missing", "prompt-unrenderable", "harness-unknown"})
+#: Codes whose line never carries the "may have changed files" sentence.
+_NO_EFFECTS_LINE = NOTHING_RAN | {"prepare-failed", "stopped", "harness-not-authenticated"}
+
+
+def _lost_half(evidence: FailureEvidence | None) -> str:
+    """What is unknown about a lost turn, in plain words, from the phase it was last seen in."""
+    phase = evidence.phase if evidence else None
+    if phase is None and evidence is not None and evidence.possible_effects is PossibleEffects.NONE:
+        return "corral's supervisor never started, so the agent never ran."
+    match phase:
+        case "command":
+            return "corral's supervisor ended before it started the agent, so the agent never ran."
+        case "sync":
+            return (
+                "corral's supervisor ended while merging the target into the task's branch, "
+                "so whether that merge finished is unknown."
+            )
+        case "check":
+            return (
+                "the agent finished its work, but corral's supervisor ended during the post-turn check, "
+                "so the check's result is unknown."
+            )
+        case _:
+            return (
+                "corral's supervisor ended without a receipt while the agent was working, "
+                "so whether the agent finished — and what it did after its last reported step — is unknown."
+            )
+
+
+def _receipt_problem(evidence: FailureEvidence | None) -> str:
+    problem = evidence.details.get("problem") if evidence else None
+    return RECEIPT_PROBLEMS.get(problem, "") if isinstance(problem, str) else ""
+
+
+def _seconds(evidence: FailureEvidence | None) -> str:
+    value = evidence.details.get("timeout_seconds") if evidence else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return f" for {int(value)} s" if value < 120 else f" for {int(value // 60)} min"
+    return " for too long"
+
+
 def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wording | None:
     """The tailored cases of seed 004 item 7; None when the code has no tailored wording."""
     evidence = cause.evidence if cause else None
-    reason = _detail(cause, evidence)
-    table: dict[str, Wording] = {
-        "harness-missing": Wording(
-            f"{agent} couldn't start: its program was not found.",
-            f"Install it (or set its path with corral config), then: corral resume {ref} — or unblock it.",
-        ),
-        "prompt-unrenderable": Wording(
-            f"{agent} couldn't start: the prompt could not be passed to it.",
-            f"Edit the text that holds the odd characters, then: corral unblock {ref} -m '…'",
-        ),
-        "harness-permission-refused": Wording(
-            f"{agent} refused the permission mode corral asked for.",
-            "Change permission_mode in your user config (corral config show), then unblock the task.",
-        ),
-        "harness-config": Wording(
-            f"{agent} couldn't run with this configuration.",
-            f"Open the details (corral show {ref} --details), fix the setting, then unblock the task.",
-        ),
-        "harness-not-authenticated": Wording(
-            f"{agent} is not authenticated — log in through the harness.",
-            f"Log in (for Claude Code: run `claude` and /login), then: corral unblock {ref} -m 'continue'",
-        ),
-        "retry-budget-exhausted": Wording(
-            f"{agent} kept failing and corral's retry budget ran out" + (f" ({reason})." if reason else "."),
-            f"When the service is healthy again: corral unblock {ref} -m 'continue'",
-        ),
-        "harness-exited": Wording(
-            f"{agent} exited without finishing its turn" + (f": {reason}" if reason else "."),
-            f"Look at its output (corral logs {ref}), then resume or unblock it.",
-        ),
-        "harness-killed": Wording(f"{agent} was killed before it finished.", f"corral resume {ref}"),
-        "turn-crashed": Wording(
-            f"{agent} stopped unexpectedly" + (f" ({reason})." if reason else "."),
-            f"corral resume {ref} — or look first: corral logs {ref}",
-        ),
-        "crash-loop": Wording(
-            f"{agent} failed several times within seconds (a crash loop).",
-            f"Look at its output (corral logs {ref}), then: corral resume {ref}",
-        ),
-        "turn-lost": Wording(
-            "The turn was lost: corral's supervisor ended without a receipt, so whether the agent finished is unknown.",
-            f"corral resume {ref} (pending feedback is delivered again)",
-        ),
-        "watchdog-no-progress": Wording(
-            f"{agent} made no progress for too long, so the watchdog stopped it.",
-            f"Look at its output (corral logs {ref}), then: corral resume {ref}",
-        ),
-        "merge-and-fix-failed": Wording(
-            "Merging the target into the task's branch conflicted, and the agent could not resolve it.",
-            f"Resolve it in the worktree, or: corral unblock {ref} -m 'resolve the merge conflict'",
-        ),
-        "prepare-failed": Wording(
-            "corral could not prepare the task's branch or worktree" + (f": {reason}" if reason else "."),
-            f"Fix that, then: corral start {ref}",
-        ),
-        "internal-fault": Wording(
-            "corral hit an internal fault while running the task" + (f" ({reason})." if reason else "."),
-            f"corral resume {ref}; if it happens again, report it with corral doctor's output.",
-        ),
-        "receipt-invalid": Wording(
-            "The turn's receipt could not be read" + (f" ({reason})." if reason else "."),
-            f"corral resume {ref}",
-        ),
-    }
-    if code == "stopped":
-        who = cause.actor.value if cause and cause.actor else None
-        line = (
-            f"The turn was stopped by {'you' if who == 'human' else 'the ' + who}." if who else "The turn was stopped."
-        )
-        return Wording(line, f"corral unblock {ref} -m '…' (pending feedback goes with it)")
-    return table.get(code)
+    match code:
+        case "harness-missing":
+            return Wording(
+                f"{agent} couldn't start: its program was not found.",
+                f"Install it (or set its path with corral config), then: corral unblock {ref} -m 'continue'",
+            )
+        case "harness-unknown":
+            return Wording(
+                "The task's harness is not one corral knows, so no agent could start.",
+                f"Pick one (corral edit {ref} --harness claude|pi|codex|command), then: corral unblock {ref} -m '…'",
+            )
+        case "prompt-unrenderable":
+            return Wording(
+                f"{agent} couldn't start: the prompt could not be passed to it.",
+                f"Edit the text that holds the odd characters, then: corral unblock {ref} -m '…'",
+            )
+        case "harness-permission-refused":
+            return Wording(
+                f"{agent} refused the permission mode corral asked for.",
+                "Change permission_mode in your user config (corral config show), then unblock the task.",
+            )
+        case "harness-config":
+            return Wording(
+                f"{agent} couldn't run with this configuration.",
+                f"Open the details (corral show {ref} --details), fix the setting, then unblock the task.",
+            )
+        case "harness-not-authenticated":
+            return Wording(
+                f"{agent} is not authenticated — log in through the harness.",
+                f"Log in (for Claude Code: run `claude` and /login), then: corral unblock {ref} -m 'continue'",
+            )
+        case "retry-budget-exhausted":
+            reason = _detail(cause, evidence)
+            return Wording(
+                f"{agent} kept failing and corral's retry budget ran out" + (f" ({reason})." if reason else "."),
+                f"When the service is healthy again: corral unblock {ref} -m 'continue'",
+            )
+        case "harness-exited":
+            reason = _detail(cause, evidence)
+            return Wording(
+                f"{agent} exited without finishing its turn" + (f": {reason}" if reason else "."),
+                f"Look at its output (corral logs {ref}), then resume or unblock it.",
+            )
+        case "harness-killed":
+            return Wording(f"{agent} was killed before it finished.", f"corral resume {ref}")
+        case "turn-crashed":
+            reason = _detail(cause, evidence)
+            return Wording(
+                f"{agent} stopped unexpectedly" + (f" ({reason})." if reason else "."),
+                f"corral resume {ref} — or look first: corral logs {ref}",
+            )
+        case "crash-loop":
+            return Wording(
+                f"{agent} failed several times within seconds (a crash loop).",
+                f"Look at its output (corral logs {ref}), then: corral resume {ref}",
+            )
+        case "turn-lost":
+            return Wording(
+                f"The turn was lost: {_lost_half(evidence)}",
+                f"corral resume {ref} (pending feedback is delivered again)",
+            )
+        case "receipt-missing":
+            return Wording(
+                "The turn's receipt is missing: the agent's turn ended, but its result never reached corral, "
+                "so the result is unknown.",
+                f"Look at its output (corral logs {ref}), then: corral resume {ref}",
+            )
+        case "receipt-too-large":
+            return Wording(
+                "The turn's receipt was too large to read, so its result is unknown.",
+                f"Look at its output (corral logs {ref}), then: corral resume {ref}",
+            )
+        case "receipt-invalid":
+            problem = _receipt_problem(evidence)
+            return Wording(
+                "The turn's receipt was invalid" + (f" ({problem})" if problem else "") + ", so its result is unknown.",
+                f"Look at its output (corral logs {ref}), then: corral resume {ref}",
+            )
+        case "watchdog-no-progress":
+            return Wording(
+                f"{agent} made no progress{_seconds(evidence)}, so the watchdog stopped it.",
+                f"Look at its output (corral logs {ref}), then: corral resume {ref}",
+            )
+        case "merge-and-fix-failed":
+            return Wording(
+                "Merging the target into the task's branch conflicted, and the agent could not resolve it.",
+                f"Resolve it in the worktree, or: corral unblock {ref} -m 'resolve the merge conflict'",
+            )
+        case "prepare-failed":
+            reason = _detail(cause, evidence)
+            return Wording(
+                "corral could not prepare the task's branch or worktree" + (f": {reason}" if reason else "."),
+                f"Fix that, then: corral start {ref}",
+            )
+        case "internal-fault":
+            reason = _detail(cause, evidence)
+            return Wording(
+                "corral hit an internal fault while running the task" + (f" ({reason})." if reason else "."),
+                f"corral resume {ref}; if it happens again, report it with corral doctor's output.",
+            )
+        case "stopped":
+            who = cause.actor.value if cause and cause.actor else None
+            line = (
+                f"The turn was stopped by {'you' if who == 'human' else 'the ' + who}."
+                if who
+                else "The turn was stopped."
+            )
+            return Wording(line, f"corral unblock {ref} -m '…' (pending feedback goes with it)")
+    return None
 
 
 _CATEGORY = {
@@ -111,6 +203,10 @@ _CATEGORY = {
     "transient_unreachable": "{agent} could not reach its service.",
     "fatal_auth": "{agent} is not authenticated — log in through the harness.",
     "fatal_config": "{agent} couldn't run with this configuration.",
+    "crash": "{agent} stopped unexpectedly.",
+    "receipt": "The turn's receipt could not be used, so its result is unknown.",
+    "internal": "corral hit an internal fault while running the task.",
+    "unknown": "{agent} reported an error. Open the details for the cause.",
 }
 
 
@@ -125,7 +221,7 @@ def _detail(cause: RestingCause | None, evidence: FailureEvidence | None) -> str
 
 
 def explain_failure(evidence: FailureEvidence | None, harness: str | None, ref: str) -> Wording:
-    """The plain line for one failed turn or attempt."""
+    """The plain line (and next step) for one failed turn or attempt; unknown codes narrow tolerantly."""
     agent = harness_name(harness)
     if evidence is None:
         return Wording(UNKNOWN_REASON)
@@ -140,6 +236,28 @@ def explain_failure(evidence: FailureEvidence | None, harness: str | None, ref: 
     return Wording(UNKNOWN_REASON)
 
 
+def may_have_changed(code: str, evidence: FailureEvidence | None) -> bool:
+    """Seed 004 item 21: partial or unknown possible effects add the "may have changed files" line."""
+    return (
+        evidence is not None
+        and evidence.possible_effects in (PossibleEffects.PARTIAL, PossibleEffects.UNKNOWN)
+        and code not in _NO_EFFECTS_LINE
+    )
+
+
+def failure_line(evidence: FailureEvidence | None, harness: str | None, ref: str) -> str:
+    """The reason shown on a failed timeline entry."""
+    line = explain_failure(evidence, harness, ref).line
+    if evidence is not None and may_have_changed(evidence.code, evidence):
+        line = f"{line} {MAY_HAVE_CHANGED}"
+    return line
+
+
+def attempt_line(number: int, total: int, reason: str, *, retried: bool) -> str:
+    """One failed attempt of a turn that had several: "Attempt 1 of 3 failed: … · retrying"."""
+    return f"Attempt {number} of {total} failed: {reason}" + (" · retrying" if retried else "")
+
+
 def stopped_because(cause: RestingCause | None, task: Task | None = None) -> str | None:
     """One plain line on why a task rests, or None when it rests without a cause."""
     if cause is None:
@@ -150,12 +268,7 @@ def stopped_because(cause: RestingCause | None, task: Task | None = None) -> str
     if wording is None and cause.evidence is not None:
         wording = explain_failure(cause.evidence, task.harness if task else None, ref)
     line = wording.line if wording else UNKNOWN_REASON
-    evidence = cause.evidence
-    if (
-        evidence is not None
-        and evidence.possible_effects in (PossibleEffects.PARTIAL, PossibleEffects.UNKNOWN)
-        and cause.code not in ("prepare-failed", "stopped", "harness-missing", "harness-not-authenticated")
-    ):
+    if may_have_changed(cause.code, cause.evidence):
         line = f"{line} {MAY_HAVE_CHANGED}"
     return line
 

@@ -31,6 +31,7 @@ from corral.engine.supervision import pid_alive
 from corral.errors import CorralError, RefusedError
 
 TICK_SECONDS = 2.0
+PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when the daemon starts)
 STATE_FILE = "daemon.json"
 
 
@@ -91,6 +92,7 @@ class Daemon:
         self.on_event = on_event
         self.log = _logger(project)
         self.watched: dict[int, int] = {}  # supervisor pid -> pidfd
+        self.prune_every = PRUNE_SECONDS
         self._wake_r, self._wake_w = os.pipe()
 
     def request_stop(self, *_: Any) -> None:
@@ -162,14 +164,31 @@ class Daemon:
             self.log.exception("reconcile failed")
             self.event("reconcile-error", why=why, code="internal-error", message=f"{type(exc).__name__}: {exc}")
 
+    def prune_once(self) -> None:
+        """Remove diagnostics past 90 days (never worktrees: that is `corral prune`'s, run by a person)."""
+        from corral.engine.prune import prune_diagnostics
+
+        try:
+            report = prune_diagnostics(self.project)
+        except Exception as exc:  # a prune that fails must not end the daemon
+            self.log.exception("prune failed")
+            self.event("prune-error", message=f"{type(exc).__name__}: {exc}")
+            return
+        if report.removed or report.orphaned:
+            self.event("pruned", diagnostics=len(report.removed), orphaned_tasks=len(report.orphaned))
+
     def run(self) -> None:
         fd = self.acquire()
         started = rfc3339(self.project.clock()) or ""
         self.event("started", pid=os.getpid())
         try:
             next_tick = 0.0
+            next_prune = 0.0
             while not self.stop_event.is_set():
                 now = time.monotonic()
+                if now >= next_prune:
+                    self.prune_once()
+                    next_prune = now + self.prune_every
                 if now >= next_tick:
                     self.reconcile_once("tick")
                     self.write_state(started)

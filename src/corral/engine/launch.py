@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -196,34 +196,71 @@ def launch(project: Project, task: Task, command: dict[str, Any]) -> Launched:
     return Launched(command["command_id"], pid, protocol_dir, log_dir)
 
 
-def internal_fault(project: Project, task: Task, exc: BaseException) -> None:
-    """Rest a task that went working but whose turn could not run: interrupted, never auto-resumed."""
+def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: str = "launch") -> None:
+    """Rest a task that went working but whose turn could not run: interrupted, never auto-resumed.
+
+    The fault is recorded as the turn's failure (an agent turn of kind ``error`` that does
+    not claim the command, so a receipt that still arrives is recorded too), with its
+    detailed diagnostic — the translated cause and stack — written first.
+    """
+    import traceback
+
+    from corral.engine import diagnostics
+
+    t = diagnostics.Translator()
+    error = t.text(f"{type(exc).__name__}: {exc}", 500)
+    evidence = FailureEvidence(
+        source="corral",
+        code="internal-fault",
+        phase=phase,
+        category="internal",
+        possible_effects=PossibleEffects.NONE,
+        details={"error": error},
+    )
+    stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    ref = diagnostics.try_write(
+        project.paths,
+        task.id,
+        f"{new_id()}-fault",
+        {
+            "kind": "internal-fault",
+            "task_id": task.id,
+            "cause": diagnostics.cause_json(evidence, t),
+            "stack": t.tail(stack, diagnostics.STACK_BYTES),
+        },
+        project.clock(),
+    )
+    evidence = replace(evidence, diagnostic=ref)
     cause = RestingCause(
         code="internal-fault",
         at=project.clock(),
         actor=Actor.SYSTEM,
-        evidence=FailureEvidence(
-            source="corral",
-            code="internal-fault",
-            phase="launch",
-            category="internal",
-            possible_effects=PossibleEffects.NONE,
-            details={"error": f"{type(exc).__name__}: {exc}"[:500]},
-        ),
-        details={"summary": f"{type(exc).__name__}: {exc}"[:300]},
+        evidence=evidence,
+        details={"summary": t.text(error, 300)},
     )
     with project.store.write() as tx:
         current = tx.get_task(task.id)
-        if current is not None and current.status is Status.WORKING:
-            tx.set_status(
-                task.id,
-                Status.INTERRUPTED,
-                Actor.SYSTEM,
-                "internal fault while launching",
-                expected_from=Status.WORKING,
-                resting_cause=cause,
+        if current is None or current.status is not Status.WORKING:
+            if ref is not None:
+                diagnostics.discard(project.paths, ref)
+            return
+        tx.add_turn(
+            task.id,
+            role=Role.AGENT,
+            kind="error",
+            content=f"The turn could not run: internal fault: {error}",
+            session_id=current.session_id,
+            failure=evidence,
+        )
+        tx.set_status(
+            task.id,
+            Status.INTERRUPTED,
+            Actor.SYSTEM,
+            f"internal fault while {'launching' if phase == 'launch' else phase}",
+            expected_from=Status.WORKING,
+            resting_cause=cause,
+        )
+        if current.session_id:
+            tx.update_session(
+                current.session_id, interrupt_reason=f"internal fault: {error}"[:500], interrupt_at=tx.now()
             )
-            if current.session_id:
-                tx.update_session(
-                    current.session_id, interrupt_reason=f"internal fault: {exc}"[:500], interrupt_at=tx.now()
-                )

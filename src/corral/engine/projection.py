@@ -7,47 +7,157 @@ a substate, a reason or a next step on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from corral.domain.clock import rfc3339
-from corral.domain.explain import breaker_line, next_step, stopped_because
-from corral.domain.records import Attempt, Note, Session, StatusChange, Task, Turn, Violation
+from corral.domain.explain import (
+    attempt_line,
+    breaker_line,
+    explain_failure,
+    failure_line,
+    next_step,
+    stopped_because,
+)
+from corral.domain.records import (
+    Attempt,
+    AttemptOutcome,
+    FailureEvidence,
+    Note,
+    RestingCause,
+    Session,
+    StatusChange,
+    Task,
+    Turn,
+    Violation,
+)
 from corral.domain.status import Status
 from corral.domain.substate import Live, substate
+from corral.engine.diagnostics import EXPIRED, present
 from corral.store import Tx
 
 SCHEMA_VERSION = 1
 
 
-def _failure(evidence: Any) -> dict[str, Any] | None:
+class _Failures:
+    """Renders failure evidence for one task: its JSON, its plain reason, where its diagnostic is.
+
+    The diagnostics directory is listed once per task, so resolving a thousand references
+    costs one ``listdir``; without a directory the diagnostic's state is not reported.
+    Evidence the store decoded once (a turn's failure is often its last attempt's too) is
+    rendered once: the JSON and the wording are kept per evidence object for this read.
+    """
+
+    def __init__(self, task: Task, diagnostics_dir: Path | None) -> None:
+        self.task = task
+        self.dir = str(diagnostics_dir) if diagnostics_dir is not None else None
+        self._kept: set[str] | None = None
+        self._json: dict[int, tuple[FailureEvidence, dict[str, Any]]] = {}
+        self._lines: dict[tuple[Any, ...], str] = {}
+
+    def kept(self) -> set[str]:
+        if self._kept is None:
+            self._kept = present(Path(self.dir), self.task.id) if self.dir is not None else set()
+        return self._kept
+
+    def json(self, evidence: FailureEvidence | None) -> dict[str, Any] | None:
+        if evidence is None:
+            return None
+        seen = self._json.get(id(evidence))
+        if seen is not None:
+            return seen[1]
+        doc = evidence.to_json()
+        if self.dir is not None and evidence.diagnostic:
+            kept = evidence.diagnostic in self.kept()
+            doc["diagnostic_path"] = f"{self.dir}/{evidence.diagnostic}" if kept else None
+            doc["diagnostic_status"] = "kept" if kept else "expired"
+            doc["diagnostic_note"] = None if kept else EXPIRED
+        self._json[id(evidence)] = (evidence, doc)
+        return doc
+
+    def line(self, evidence: FailureEvidence | None, *, with_effects: bool) -> str:
+        # The wording depends on these fields only (never on the diagnostic reference), so
+        # a hundred turns that failed alike are worded once.
+        key: tuple[Any, ...] = (with_effects,)
+        if evidence is not None:
+            d = evidence.details
+            key = (
+                with_effects,
+                evidence.code,
+                evidence.category,
+                evidence.phase,
+                evidence.possible_effects,
+                d.get("summary"),
+                d.get("reason"),
+                d.get("problem"),
+                d.get("timeout_seconds"),
+            )
+        text = self._lines.get(key)
+        if text is None:
+            harness, ref = self.task.harness, self.task.ref
+            text = (
+                failure_line(evidence, harness, ref) if with_effects else explain_failure(evidence, harness, ref).line
+            )
+            self._lines[key] = text
+        return text
+
+    def attempts(self, attempts: tuple[Attempt, ...]) -> list[dict[str, Any]]:
+        total = len(attempts)
+        out = []
+        for i, a in enumerate(attempts):
+            doc = attempt_json(a, self.json(a.failure))
+            if a.outcome is AttemptOutcome.FAILED:
+                reason = self.line(a.failure, with_effects=False)
+                doc["reason"] = reason
+                if total > 1:  # a lone failed attempt is the turn's own failure: its reason is on the turn
+                    doc["summary"] = attempt_line(a.number, total, reason, retried=i + 1 < total)
+            out.append(doc)
+        return out
+
+    def turn(self, t: Turn) -> dict[str, Any]:
+        failed = t.failure is not None
+        return {
+            "sequence": t.sequence,
+            "role": t.role.value,
+            "actor": t.actor.value if t.actor else None,
+            "kind": t.kind,
+            "content": t.content,
+            "feedback_delivery": t.feedback_delivery.value,
+            "started_at": rfc3339(t.started_at),
+            "ended_at": rfc3339(t.ended_at),
+            "usage": t.usage,
+            "attempts": self.attempts(t.attempts) if t.attempts else [],
+            "failure": self.json(t.failure),
+            "reason": self.line(t.failure, with_effects=True) if failed else None,
+        }
+
+    def cause(self, cause: RestingCause | None) -> dict[str, Any] | None:
+        if cause is None:
+            return None
+        doc = cause.to_json()
+        doc["evidence"] = self.json(cause.evidence)
+        return doc
+
+
+def _failure(evidence: FailureEvidence | None) -> dict[str, Any] | None:
     return evidence.to_json() if evidence is not None else None
 
 
-def attempt_json(a: Attempt) -> dict[str, Any]:
+def attempt_json(a: Attempt, failure: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "number": a.number,
         "outcome": a.outcome.value,
         "failure_class": a.failure_class,
-        "failure": _failure(a.failure),
+        "failure": failure if failure is not None else _failure(a.failure),
         "started_at": rfc3339(a.started_at),
         "ended_at": rfc3339(a.ended_at),
+        "reason": None,
+        "summary": None,
     }
 
 
-def turn_json(t: Turn) -> dict[str, Any]:
-    return {
-        "sequence": t.sequence,
-        "role": t.role.value,
-        "actor": t.actor.value if t.actor else None,
-        "kind": t.kind,
-        "content": t.content,
-        "feedback_delivery": t.feedback_delivery.value,
-        "started_at": rfc3339(t.started_at),
-        "ended_at": rfc3339(t.ended_at),
-        "usage": t.usage,
-        "attempts": [attempt_json(a) for a in t.attempts],
-        "failure": _failure(t.failure),
-    }
+def turn_json(t: Turn, task: Task) -> dict[str, Any]:
+    return _Failures(task, None).turn(t)
 
 
 def change_json(c: StatusChange) -> dict[str, Any]:
@@ -155,19 +265,30 @@ def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int
     )
 
 
-def show(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = 3) -> dict[str, Any]:
+def show(
+    tx: Tx,
+    task: Task,
+    live: Live | None = None,
+    *,
+    breaker_threshold: int = 3,
+    diagnostics: Path | None = None,
+) -> dict[str, Any]:
+    """The whole read model of one task. With ``diagnostics`` (the state's diagnostics
+    directory), each failure's diagnostic reference is resolved: its path, or
+    "Expired after 90 days" once pruned."""
     v = view(tx, task, live, breaker_threshold=breaker_threshold)
+    failures = _Failures(task, diagnostics)
     return {
         "schema_version": SCHEMA_VERSION,
         "task": v.task_json(),
         "session": session_json(v.session),
-        "turns": [turn_json(t) for t in tx.turns(task.id)],
+        "turns": [failures.turn(t) for t in tx.turns(task.id)],
         "status_changes": [change_json(c) for c in tx.status_changes(task.id)],
         "violations": [violation_json(x) for x in tx.violations(task.id)],
         "comments": [note_json(n) for n in tx.comments(task.id)],
         "journal": [note_json(n) for n in tx.journal(task.id)],
         "children": [{"ref": c.ref, "status": c.status.value} for c in tx.children(task.id)],
-        "resting_cause": task.resting_cause.to_json() if task.resting_cause else None,
+        "resting_cause": failures.cause(task.resting_cause),
         "stopped_because": v.stopped_because,
         "next": v.next,
     }

@@ -2,19 +2,28 @@
 
 The claim is the agent turn's unique ``command_id``: two reconcilers racing on one
 ``response.json`` insert one agent turn; the loser sees it and only tidies up.
+
+A failed turn (or one whose attempts failed on the way) gets its detailed diagnostic
+written first (``corral.engine.diagnostics``), then the row that references it. Every
+piece of evidence taken from a receipt passes the safe translator: allowlisted detail
+fields, masked secrets, bounded sizes.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time
+from corral.domain.explain import NOTHING_RAN
 from corral.domain.records import AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
+from corral.engine import diagnostics
 from corral.engine import protocol as proto
 from corral.engine.project import Project
 from corral.store import Tx
@@ -30,81 +39,231 @@ ERROR_CAUSES = {
 #: Causes after which auto-resume must never fire.
 NO_AUTO_RESUME = frozenset({"merge-and-fix-failed", "internal-fault"})
 
+#: Why a receipt could not be used (``protocol.Receipt.problem``) -> its evidence code.
+RECEIPT_CODES = {
+    "missing": "receipt-missing",
+    "too-large": "receipt-too-large",
+    "not-regular": "receipt-invalid",
+    "symlink": "receipt-invalid",
+    "invalid-utf8": "receipt-invalid",
+    "blank": "receipt-invalid",
+    "invalid-json": "receipt-invalid",
+}
 
-def _evidence(data: dict[str, Any] | None) -> FailureEvidence | None:
-    return FailureEvidence.from_json(data) if isinstance(data, dict) else None
+
+def _obj(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: receipts are read defensively."""
+    return value if isinstance(value, dict) else {}
 
 
-def _record_attempts(tx: Tx, turn_id: str, response: dict[str, Any]) -> None:
+def receipt_code(problem: str | None) -> str:
+    return RECEIPT_CODES.get(problem or "", "receipt-invalid")
+
+
+def _evidence(data: Any, t: diagnostics.Translator, ref: str | None = None) -> FailureEvidence | None:
+    if not isinstance(data, dict):
+        return None
+    evidence = t.evidence(FailureEvidence.from_json(data))
+    if evidence is not None and ref is not None:
+        evidence = replace(evidence, diagnostic=ref)
+    return evidence
+
+
+def _record_attempts(
+    tx: Tx, turn_id: str, response: dict[str, Any], t: diagnostics.Translator, ref: str | None
+) -> None:
     for a in response.get("attempts") or []:
+        if not isinstance(a, dict):
+            continue
         started = parse_time(a.get("started_at")) or tx.now()
         outcome = a.get("outcome", "indeterminate")
+        number = a.get("number")
         tx.add_attempt(
             turn_id,
-            number=int(a.get("number", 1)),
+            number=number if isinstance(number, int) else 1,
             started_at=started,
             ended_at=parse_time(a.get("ended_at")),
             outcome=AttemptOutcome(outcome)
             if outcome in AttemptOutcome._value2member_map_
             else AttemptOutcome.INDETERMINATE,
-            failure_class=a.get("failure_class"),
-            failure=_evidence(a.get("failure")),
+            failure_class=a.get("failure_class") if isinstance(a.get("failure_class"), str) else None,
+            failure=_evidence(a.get("failure"), t, ref),
         )
 
 
-def failure_of(response: dict[str, Any]) -> FailureEvidence | None:
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _native(response: Mapping[str, Any]) -> dict[str, int | None]:
+    """The native codes of the last attempt (the one that ended the turn)."""
+    attempts = response.get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+    failure = _obj(last.get("failure"))
+    native = _obj(failure.get("native"))
+    return {k: _int(native.get(k)) for k in ("exit_code", "errno", "signal")}
+
+
+def possible_effects(response: Mapping[str, Any], code: str) -> PossibleEffects:
+    """none when the harness never ran or git shows nothing changed; partial when it shows changes."""
+    attempts = response.get("attempts")
+    if code in NOTHING_RAN and (not isinstance(attempts, list) or len(attempts) <= 1):
+        return PossibleEffects.NONE
+    if "changed_paths" not in response and "commits" not in response:
+        return PossibleEffects.UNKNOWN
+    changed = bool(response.get("changed_paths")) or bool(response.get("commits")) or bool(response.get("dirty"))
+    return PossibleEffects.PARTIAL if changed else PossibleEffects.NONE
+
+
+def failure_of(
+    response: dict[str, Any],
+    command: Mapping[str, Any] | None = None,
+    t: diagnostics.Translator | None = None,
+) -> FailureEvidence | None:
+    """The turn's failure evidence, from its receipt, through the safe translator."""
+    t = t or diagnostics.Translator()
+    command = command or {}
     status = response.get("status")
     if status == "failed":
-        return FailureEvidence(
-            source="harness",
-            code=str(response.get("failure_code") or "harness-error"),
-            phase="work",
-            category=response.get("failure_class"),
-            possible_effects=PossibleEffects.UNKNOWN,
-            details={
-                "reason": str(response.get("failure_reason") or "")[:1000],
-                "attempts": response.get("failure_attempts"),
-                "stop": response.get("stop_reason"),
-            },
+        code = str(response.get("failure_code") or "harness-error")
+        native = _native(response)
+        details: dict[str, Any] = {
+            "reason": str(response.get("failure_reason") or ""),
+            "attempts": _int(response.get("failure_attempts")),
+            "stop": response.get("stop_reason"),
+        }
+        if code == "harness-missing":
+            harness = diagnostics.harness_for(command)
+            if harness is not None and getattr(harness, "executable", None):
+                details["executable"] = str(harness.executable)
+        return t.evidence(
+            FailureEvidence(
+                source="harness",
+                code=code,
+                phase="work",
+                category=response.get("failure_class") if isinstance(response.get("failure_class"), str) else None,
+                possible_effects=possible_effects(response, code),
+                exit_code=native["exit_code"],
+                errno=native["errno"],
+                signal=native["signal"],
+                details=details,
+            )
         )
     if status == "error":
-        err = response.get("error") or {}
+        err = _obj(response.get("error"))
         kind = str(err.get("kind") or "crash")
-        return FailureEvidence(
-            source="supervisor" if kind == "internal" else "harness",
-            code=ERROR_CAUSES.get(kind, "turn-crashed"),
-            phase=err.get("phase"),
-            category="crash" if kind in ("crash", "crash_loop") else kind,
-            possible_effects=PossibleEffects.UNKNOWN,
-            exit_code=err.get("exit_code"),
-            signal=err.get("signal"),
-            details={"reason": str(err.get("reason") or "")[:1000]},
+        problem = err.get("receipt_problem")
+        if isinstance(problem, str):
+            code = receipt_code(problem)
+            details = {"reason": str(err.get("reason") or ""), "receipt": "response.json", "problem": problem}
+            if _int(err.get("receipt_size")) is not None:
+                details["size"] = err["receipt_size"]
+            return t.evidence(
+                FailureEvidence(
+                    source="corral",
+                    code=code,
+                    phase="response",
+                    category="receipt",
+                    possible_effects=PossibleEffects.UNKNOWN,
+                    details=details,
+                )
+            )
+        code = ERROR_CAUSES.get(kind, "turn-crashed")
+        details = {"reason": str(err.get("reason") or "")}
+        if kind == "watchdog" and isinstance(command.get("watchdog_timeout"), int | float):
+            details["timeout_seconds"] = command["watchdog_timeout"]
+        effects = possible_effects(response, code)
+        if kind == "merge_and_fix":
+            effects = PossibleEffects.PARTIAL  # the merge stands half done in the worktree
+        signal = _int(err.get("signal"))
+        exit_code = _int(err.get("exit_code"))
+        if signal is None and exit_code is not None and exit_code > 128 and kind == "crash":
+            signal = exit_code - 128
+        return t.evidence(
+            FailureEvidence(
+                source="supervisor" if kind == "internal" else "harness",
+                code=code,
+                phase=err.get("phase") if isinstance(err.get("phase"), str) else None,
+                category="crash" if kind in ("crash", "crash_loop") else kind,
+                possible_effects=effects,
+                exit_code=exit_code,
+                errno=_native(response)["errno"],
+                signal=signal,
+                details=details,
+            )
         )
     return None
 
 
-def apply(project: Project, task: Task, response: dict[str, Any]) -> bool:
-    """Record one receipt; True when this call claimed it, False when it was already claimed."""
+def _failed_attempts(response: Mapping[str, Any]) -> bool:
+    attempts = response.get("attempts")
+    return isinstance(attempts, list) and any(isinstance(a, dict) and a.get("outcome") == "failed" for a in attempts)
+
+
+def write_diagnostic(
+    project: Project,
+    task: Task,
+    response: dict[str, Any],
+    command: Mapping[str, Any],
+    failure: FailureEvidence | None,
+    log_seq: int | None,
+    t: diagnostics.Translator,
+) -> str | None:
+    """The turn's detailed diagnostic, written before its row; None when nothing failed."""
+    if failure is None and not _failed_attempts(response):
+        return None
+    command_id = response.get("command_id")
+    log_dir = project.paths.turn_dir(task.id, log_seq) if log_seq is not None else None
+    content = diagnostics.for_receipt(
+        task_id=task.id, response=response, command=command, log_dir=log_dir, failure=failure, t=t
+    )
+    return diagnostics.try_write(project.paths, task.id, f"{command_id}", content, project.clock())
+
+
+def apply(project: Project, task: Task, response: dict[str, Any], command: Mapping[str, Any] | None = None) -> bool:
+    """Record one receipt; True when this call claimed it, False when it was already claimed.
+
+    ``command`` is the turn's ``command.json`` when the caller has it (for the watchdog's
+    bound and the harness that reads the output); the diagnostic of a failed turn is
+    written before the transaction that records the turn.
+    """
     command_id = response.get("command_id")
     if not isinstance(command_id, str):
         return False
-    with project.store.write() as tx:
+    with project.store.read() as tx:
         if tx.turn_by_command(command_id, Role.AGENT) is not None:
             return False
+        human = tx.turn_by_command(command_id, Role.HUMAN)
+    t = diagnostics.Translator()
+    failure = failure_of(response, command, t)
+    ref = write_diagnostic(project, task, response, command or {}, failure, human.sequence if human else None, t)
+    if failure is not None and ref is not None:
+        failure = replace(failure, diagnostic=ref)
+    with project.store.write() as tx:
+        if tx.turn_by_command(command_id, Role.AGENT) is not None:
+            return False  # another reconciler claimed it meanwhile; its row references the same file
         current = tx.get_task(task.id)
         if current is None:
+            if ref is not None:
+                diagnostics.discard(project.paths, ref)
             return False
-        human = tx.turn_by_command(command_id, Role.HUMAN)
-        _record(tx, current, response, human.sequence if human else None)
+        _record(tx, current, response, human.sequence if human else None, failure, ref, t)
     crashpoints.hit("reconcile.after-claim")
     return True
 
 
-def _record(tx: Tx, task: Task, response: dict[str, Any], human_seq: int | None) -> None:
+def _record(
+    tx: Tx,
+    task: Task,
+    response: dict[str, Any],
+    human_seq: int | None,
+    failure: FailureEvidence | None,
+    diagnostic: str | None,
+    t: diagnostics.Translator,
+) -> None:
     status = response.get("status")
     kind = str(response.get("kind") or "work")
     is_ask = kind in ("ask", "pre-accept")  # status-neutral turns: they restore, and consume no feedback
-    failure = failure_of(response)
     session_id = task.session_id
     if status == "completed":
         turn_kind, content = kind, str(response.get("result") or "")
@@ -134,7 +293,7 @@ def _record(tx: Tx, task: Task, response: dict[str, Any], human_seq: int | None)
         details=details,
         command_id=response["command_id"],
     )
-    _record_attempts(tx, turn.id, response)
+    _record_attempts(tx, turn.id, response, t, diagnostic)
     for record in tx.processes(task.id):
         if record.kind == "supervisor" and record.command_id == response["command_id"]:
             tx.unregister_process(task.id, "supervisor", pid=record.pid)
@@ -185,27 +344,27 @@ def _record(tx: Tx, task: Task, response: dict[str, Any], human_seq: int | None)
         tx.park(task.id, Actor.SYSTEM, f"{kind} turn {status}", expected_from=Status.WORKING, resting_cause=cause)
         return
     # An error receipt: a crash, a crash loop, a watchdog kill after work, a failed merge-and-fix, a fault.
-    err = response.get("error") or {}
-    code = ERROR_CAUSES.get(str(err.get("kind")), "turn-crashed")
-    cause = RestingCause(
-        code, tx.now(), Actor.SYSTEM, evidence=failure, details={"summary": str(err.get("reason") or "")[:300]}
-    )
+    err = _obj(response.get("error"))
+    code = failure.code if failure is not None else ERROR_CAUSES.get(str(err.get("kind")), "turn-crashed")
+    reason = t.text(err.get("reason") or "the turn crashed", 500)
+    cause = RestingCause(code, tx.now(), Actor.SYSTEM, evidence=failure, details={"summary": t.text(reason, 300)})
     tx.set_status(
         task.id,
         Status.INTERRUPTED,
         Actor.SYSTEM,
-        str(err.get("reason") or "the turn crashed")[:300],
+        t.text(reason, 300),
         expected_from=Status.WORKING,
         resting_cause=cause,
     )
     if session_id:
         session = tx.get_session(session_id)
+        tail = err.get("tail")
         tx.update_session(
             session_id,
-            interrupt_reason=str(err.get("reason") or "the turn crashed")[:500],
-            interrupt_exit_code=err.get("exit_code"),
+            interrupt_reason=reason,
+            interrupt_exit_code=_int(err.get("exit_code")),
             interrupt_at=tx.now(),
-            interrupt_logs=err.get("tail"),
+            interrupt_logs=t.tail(tail, diagnostics.TAIL_BYTES) if isinstance(tail, str) and tail else None,
             consecutive_interruptions=(session.consecutive_interruptions if session else 0) + 1,
         )
 

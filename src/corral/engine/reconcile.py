@@ -6,21 +6,27 @@ receipt is claimed in a transaction, so two reconcilers never process it twice.
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import traceback
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 from corral.domain.actors import Actor, Role
-from corral.domain.clock import parse_time
+from corral.domain.clock import new_id, parse_time
+from corral.domain.explain import RECEIPT_PROBLEMS
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.redact import redact
 from corral.domain.status import Status
+from corral.engine import diagnostics, receipts
 from corral.engine import protocol as proto
-from corral.engine import receipts
 from corral.engine.pairing import sweep_stale_pairs
 from corral.engine.processes import reap_turn, stop_group
 from corral.engine.project import Project
 from corral.engine.recovery import maybe_auto_resume
 from corral.engine.supervision import pid_alive
+from corral.errors import CorralError
 
 
 def sweep_blocked_without_session(project: Project) -> int:
@@ -41,35 +47,73 @@ def sweep_blocked_without_session(project: Project) -> int:
 
 
 def process_receipt(project: Project, task: Task) -> bool:
-    """A completed or failed receipt in the task's protocol dir becomes its turn. True if one was there."""
-    path = project.paths.protocol_dir(task.id) / proto.RESPONSE
+    """A completed or failed receipt in the task's protocol dir becomes its turn. True if one was there.
+
+    A receipt that cannot be used (not a regular file, a symlink, too large, invalid
+    UTF-8, blank, not a JSON object) is itself the evidence: once its supervisor is gone,
+    the turn is recorded as failed with that receipt problem as a durable code. An
+    exception while recording a receipt is an execution fault: the task rests
+    interrupted with the cause "internal fault", never working with no owner.
+    """
+    protocol_dir = project.paths.protocol_dir(task.id)
+    path = protocol_dir / proto.RESPONSE
     receipt = proto.read_receipt(path)
     if receipt.problem == "missing":
         return False
-    command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
+    command = proto.read(protocol_dir / proto.COMMAND) or {}
     response = receipt.data
     if response is None:
-        # A receipt that cannot be used is itself the evidence: the turn is lost, with why.
+        status = proto.read(protocol_dir / proto.STATUS) or {}
+        pid = status.get("pid")
+        if isinstance(pid, int) and status.get("phase") != "done" and pid_alive(pid):
+            return False  # its supervisor still runs and will write the real receipt over it
+        reap_turn(project, task.id)  # its supervisor is gone: an orphaned agent must not work on
+        try:
+            size: int | None = os.lstat(path).st_size
+        except OSError:
+            size = None
         response = {
             "command_id": command.get("command_id"),
             "task_id": task.id,
             "kind": command.get("kind", "work"),
             "status": "error",
             "error": {
-                "kind": "crash",
+                "kind": "receipt",
                 "phase": "response",
-                "reason": f"the receipt is unusable ({receipt.problem})",
+                "reason": "the receipt response.json is unusable: "
+                + RECEIPT_PROBLEMS.get(receipt.problem or "", str(receipt.problem)),
                 "exit_code": None,
                 "signal": None,
                 "tail": "",
                 "receipt_problem": receipt.problem,
+                "receipt_size": size,
             },
         }
     elif response.get("command_id") != command.get("command_id") and command:
         # A receipt of an earlier command: keep it aside, never apply it to the current turn.
         receipts.file_away(project, task, path, response)
         return True
-    receipts.apply(project, task, response)
+    try:
+        receipts.apply(project, task, response, command)
+    except (CorralError, OSError, sqlite3.Error):
+        raise  # the store or the disk: the next pass tries again
+    except Exception as exc:  # the receipt's content broke corral's own code: an execution fault
+        fault = {
+            "command_id": response.get("command_id") if isinstance(response.get("command_id"), str) else None,
+            "task_id": task.id,
+            "kind": command.get("kind", "work"),
+            "status": "error",
+            "error": {
+                "kind": "internal",
+                "phase": "reconcile",
+                "reason": f"internal fault: corral could not record the turn's receipt: {type(exc).__name__}: {exc}",
+                "exit_code": None,
+                "signal": None,
+                "tail": traceback.format_exc(),
+            },
+        }
+        if fault["command_id"] is None or not receipts.apply(project, task, fault, command):
+            raise
     receipts.file_away(project, task, path, response)
     return True
 
@@ -104,29 +148,58 @@ def sweep_working(project: Project) -> None:
         maybe_auto_resume(project, task.id)
 
 
+#: What is unknown about a lost turn, by the phase its supervisor was last seen in.
+LOST_PHASES_DONE = frozenset({"response", "done"})
+
+
 def lost(project: Project, task: Task, status: dict[str, object] | None) -> None:
-    """The supervisor is gone and left no receipt: the turn is lost → interrupted, with what was seen."""
+    """The supervisor is gone and left no receipt: the turn is lost → interrupted, with what was seen.
+
+    The lost turn is recorded as an agent turn of kind ``error`` carrying the evidence
+    (its diagnostic — the last observation of the supervisor and the output so far — is
+    written first). It does not claim the command, so a completed receipt that still
+    arrives later is recorded too.
+    """
     reap_turn(project, task.id)  # an orphaned agent must not work on beside the next turn
     phase = status.get("phase") if status else None
     reason = "the supervisor ended without a receipt" if status else "the supervisor never started"
+    command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
+    command_id = command.get("command_id") if isinstance(command.get("command_id"), str) else None
+    code = "receipt-missing" if phase in LOST_PHASES_DONE else "turn-lost"
+    t = diagnostics.Translator()
     evidence = FailureEvidence(
         source="supervisor",
-        code="turn-lost",
+        code=code,
         phase=str(phase) if phase else None,
-        category="crash",
-        possible_effects=PossibleEffects.UNKNOWN,
-        details={"reason": reason, "last_heartbeat": status.get("heartbeat_at") if status else None},
+        category="receipt" if code == "receipt-missing" else "crash",
+        # No status.json: the supervisor died before it could start the agent.
+        possible_effects=PossibleEffects.UNKNOWN if status else PossibleEffects.NONE,
+        details=t.details(
+            {
+                "reason": "the supervisor finished the turn, but its receipt response.json is missing"
+                if code == "receipt-missing"
+                else reason,
+                "receipt": "response.json" if code == "receipt-missing" else None,
+                "problem": "missing" if code == "receipt-missing" else None,
+                "last_phase": str(phase) if phase else None,
+                "last_heartbeat": status.get("heartbeat_at") if status else None,
+                "lost_command": command_id,
+            }
+        ),
     )
-    cause = RestingCause("turn-lost", project.clock(), Actor.SYSTEM, evidence=evidence, details={"summary": reason})
-    command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
+    content = diagnostics.for_lost(task_id=task.id, status=status, command=command, evidence=evidence, t=t)
+    ref = diagnostics.try_write(project.paths, task.id, f"{command_id or new_id()}-lost", content, project.clock())
+    evidence = replace(evidence, diagnostic=ref)
+    cause = RestingCause(code, project.clock(), Actor.SYSTEM, evidence=evidence, details={"summary": reason})
     with project.store.write() as tx:
         current = tx.get_task(task.id)
         if current is None or current.status is not Status.WORKING:
+            if ref is not None:
+                diagnostics.discard(project.paths, ref)
             return
         if command.get("kind") == "ask":
             # An ask is never resumed as a work turn: record it lost and restore the pre-ask status.
-            command_id = command.get("command_id")
-            if isinstance(command_id, str) and tx.turn_by_command(command_id, Role.AGENT) is None:
+            if command_id is not None and tx.turn_by_command(command_id, Role.AGENT) is None:
                 tx.add_turn(
                     task.id,
                     role=Role.AGENT,
@@ -138,6 +211,20 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
                 )
             tx.park(task.id, Actor.SYSTEM, f"ask lost: {reason}", expected_from=Status.WORKING)
             return
+        if command_id is None or tx.turn_by_command(command_id, Role.AGENT) is None:
+            human = tx.turn_by_command(command_id, Role.HUMAN) if command_id else None
+            details: dict[str, object] = {"lost_command": command_id}
+            if human is not None:
+                details["log_turn"] = human.sequence
+            tx.add_turn(
+                task.id,
+                role=Role.AGENT,
+                kind="error",
+                content=f"The turn was lost: {reason}.",
+                session_id=current.session_id,
+                failure=evidence,
+                details=details,
+            )
         tx.set_status(
             task.id, Status.INTERRUPTED, Actor.SYSTEM, reason, expected_from=Status.WORKING, resting_cause=cause
         )
@@ -148,7 +235,7 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
                 current.session_id,
                 interrupt_reason=reason,
                 interrupt_at=tx.now(),
-                interrupt_logs=log_tail(command),
+                interrupt_logs=t.mask(tail) if (tail := log_tail(command)) else None,
                 consecutive_interruptions=(session.consecutive_interruptions if session else 0) + 1,
             )
 
@@ -202,8 +289,10 @@ def sweep_merged_branches(project: Project) -> int:
 
     Merged means: the branch has commits beyond its session's base and the target contains
     the tip, or the target carries a commit whose trailers name this task and its current
-    session. Only resting tasks are looked at, and only when their branch or target moved
-    since the last look (remembered in the state directory), so a pass stays cheap.
+    session. (Upstream is merged into a task branch with ``--no-ff``, so a branch that
+    only took in its target never looks merged: its merge commit is not on the target.)
+    Only resting tasks are looked at, and only when their branch or target moved since the
+    last look (remembered in the state directory), so a pass stays cheap.
     """
     from corral.engine.accept import complete_merged
     from corral.engine.workspace import target_branch

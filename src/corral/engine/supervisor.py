@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,9 +45,10 @@ from corral.domain.failures import (
 )
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine import protocol as proto
-from corral.errors import GitError
+from corral.errors import GitError, UsageError
 
 HEARTBEAT_SECONDS = 2.0
+EVENTS_KEPT = 500
 TAIL_BYTES = 64 * 1024
 CHUNK = 256 * 1024
 CHECK_TAIL_LINES = 200
@@ -64,10 +66,13 @@ class AttemptRun:
     ended_at: datetime | None = None
     exit_code: int | None = None
     signal: int | None = None
-    events: list[Event] = field(default_factory=list)
+    # Bounded: classification needs only the last events (the result, the last errors), and a
+    # 100 MB stream must not grow the supervisor. Counts and the verbatim log keep the rest.
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     stderr_tail: str = ""
     spawn_error: str | None = None
     spawn_errno: int | None = None
+    argv_error: bool = False  # the prompt could not be passed (e.g. a NUL byte): nothing was spawned
     watchdog: bool = False
     stopped: bool = False
     we_signalled: bool = False
@@ -308,12 +313,8 @@ class Supervisor:
             return prompts.SyncOutcome("skipped-dirty", target)
         if self.git.rev_parse(f"refs/heads/{target}", cwd=self.worktree) is None:
             return prompts.SyncOutcome("none", target)
-        identity: list[str] = []
-        if not self.git.run("config", "user.email", cwd=self.worktree, check=False).stdout.strip():
-            identity = ["-c", "user.name=corral", "-c", "user.email=corral@localhost"]
-        result = self.git.run(
-            *identity, "merge", "--no-edit", "--no-verify", f"refs/heads/{target}", cwd=self.worktree, check=False
-        )
+        merge = ["merge", "--no-ff", "--no-edit", "--no-verify", f"refs/heads/{target}"]
+        result = self.git.run(*self.git.identity_args(self.worktree), *merge, cwd=self.worktree, check=False)
         if result.returncode == 0:
             up_to_date = "Already up to date" in result.stdout
             return prompts.SyncOutcome("up-to-date" if up_to_date else "merged", target)
@@ -378,6 +379,8 @@ class Supervisor:
             if not run.we_signalled and (run.signal is not None or killed_by_exit(run)):
                 return self.error_fields(run, "crash", exit_reason(run.exit_code, run.signal))
             verdict = run.verdict = self.harness.classify(run.facts())
+            if run.argv_error:  # not a missing program: the prompt itself could not be passed
+                verdict = run.verdict = Verdict(False, FailureClass.FATAL_CONFIG, "prompt-unrenderable", verdict.reason)
             if verdict.succeeded:
                 return None
             failure_class = verdict.failure_class or FailureClass.UNKNOWN
@@ -472,6 +475,7 @@ class Supervisor:
             check_argv(launch.argv)
         except ArgvError as exc:
             run.spawn_error = exc.message
+            run.argv_error = True
             run.ended_at = now()
             return run
         env = dict(os.environ)
@@ -638,7 +642,7 @@ class Supervisor:
             outcome, cls, code = (
                 "failed",
                 FailureClass.FATAL_CONFIG.value,
-                ("prompt-unrenderable" if "NUL" in a.spawn_error else "harness-missing"),
+                ("prompt-unrenderable" if a.argv_error else "harness-missing"),
             )
         elif verdict is not None and verdict.succeeded:
             outcome, cls, code = "succeeded", None, None
@@ -655,7 +659,11 @@ class Supervisor:
                 "category": cls or "process",
                 "possible_effects": "unknown" if outcome != "cancelled" else "partial",
                 "native": {"exit_code": a.exit_code, "errno": a.spawn_errno, "signal": a.signal},
-                "details": {"reason": (verdict.reason if verdict else a.spawn_error or "")[:500]},
+                "details": {
+                    "reason": redact(verdict.reason if verdict else a.spawn_error or "", secret_values(os.environ))[
+                        :500
+                    ]
+                },
                 "diagnostic": None,
             }
         return {
@@ -705,6 +713,47 @@ def _terminate_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
+def refused_receipt(command: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """The receipt of a turn whose harness could not even be set up: one failed attempt, no process."""
+    at = rfc3339(now())
+    message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+    reason = redact(str(message), secret_values(os.environ))[:500]
+    return {
+        "command_id": command.get("command_id"),
+        "task_id": command.get("task_id"),
+        "kind": command.get("kind", "work"),
+        "status": "failed",
+        "started_at": at,
+        "ended_at": at,
+        "delivered": command.get("delivered", []),
+        "failure_class": FailureClass.FATAL_CONFIG.value,
+        "failure_code": "harness-unknown",
+        "failure_reason": reason,
+        "failure_attempts": 1,
+        "stop_reason": "fatal",
+        "attempts": [
+            {
+                "number": 1,
+                "started_at": at,
+                "ended_at": at,
+                "outcome": "failed",
+                "failure_class": FailureClass.FATAL_CONFIG.value,
+                "failure": {
+                    "source": "corral",
+                    "code": "harness-unknown",
+                    "phase": "command",
+                    "category": FailureClass.FATAL_CONFIG.value,
+                    "possible_effects": "none",
+                    "native": {"exit_code": None, "errno": None, "signal": None},
+                    "details": {"reason": reason},
+                    "diagnostic": None,
+                },
+                "log": [0, 0],
+            }
+        ],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -729,7 +778,30 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         return 1
-    sup = Supervisor(protocol_dir, receipt.data)
+    try:
+        sup = Supervisor(protocol_dir, receipt.data)
+    except UsageError as exc:  # a refused start (a harness corral does not know): the turn's first attempt
+        proto.write_json(protocol_dir / proto.RESPONSE, refused_receipt(receipt.data, exc))
+        return 1
+    except Exception as exc:  # an internal fault before the run: explained, never silent
+        proto.write_json(
+            protocol_dir / proto.RESPONSE,
+            {
+                "command_id": receipt.data.get("command_id"),
+                "task_id": receipt.data.get("task_id"),
+                "kind": receipt.data.get("kind", "work"),
+                "status": "error",
+                "error": {
+                    "kind": "internal",
+                    "phase": "command",
+                    "reason": f"internal fault: {type(exc).__name__}: {exc}"[:500],
+                    "exit_code": None,
+                    "signal": None,
+                    "tail": redact(bounded(traceback.format_exc(), 8000), secret_values(os.environ)),
+                },
+            },
+        )
+        return 1
     signal.signal(signal.SIGTERM, sup.on_sigterm)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

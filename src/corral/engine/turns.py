@@ -7,7 +7,8 @@ supervisor. They return once the supervisor runs; the turn goes on without the C
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,11 +16,20 @@ from corral import crashpoints
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
-from corral.domain.records import FeedbackDelivery, RestingCause, Session, Task, Turn
+from corral.domain.records import (
+    FailureEvidence,
+    FeedbackDelivery,
+    PossibleEffects,
+    RestingCause,
+    Session,
+    Task,
+    Turn,
+)
 from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
 from corral.domain.status import TERMINAL, Status, allowed_targets, check_transition
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import launch, workspace
+from corral.engine.diagnostics import Translator
 from corral.engine.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
@@ -34,6 +44,27 @@ SYNCABLE = UNBLOCKABLE
 class Started:
     task: Task
     launched: launch.Launched
+
+
+@contextmanager
+def owned(project: Project, task: Task) -> Iterator[None]:
+    """After an operation moved the task to working: any exception rests it instead of leaving it working.
+
+    An execution fault (DESIGN.md "How a turn's end is read" (e)): the task goes interrupted
+    with the cause "internal fault", never auto-resumed, and the error reaches the caller
+    as a ``CorralError``. A fault inside ``launch.launch`` was rested there already; the
+    second look finds the task no longer working and does nothing.
+    """
+    try:
+        yield
+    except Exception as exc:
+        launch.internal_fault(project, task, exc)
+        if isinstance(exc, CorralError):
+            raise
+        raise launch.LaunchFailed(
+            f"corral could not run the turn of {task.ref}: {type(exc).__name__}: {exc}",
+            hint=f"The task rests interrupted with the cause; see corral show {task.ref}.",
+        ) from exc
 
 
 def _refuse(task: Task, what: str, allowed_from: Sequence[Status], hint: str | None = None) -> IllegalTransition:
@@ -96,7 +127,17 @@ def start(project: Project, given: str, *, actor: Actor, message: str | None = N
     try:
         ws = workspace.prepare(project, task, target)
     except workspace.PrepareFailed as exc:
-        cause = RestingCause("prepare-failed", project.clock(), actor, details={"summary": exc.message})
+        evidence = FailureEvidence(
+            source="corral",
+            code="prepare-failed",
+            phase="prepare",
+            category="prepare",
+            possible_effects=PossibleEffects.NONE,
+            details=Translator().details({"reason": exc.message}),
+        )
+        cause = RestingCause(
+            "prepare-failed", project.clock(), actor, evidence=evidence, details={"summary": exc.message}
+        )
         with project.store.write() as tx:
             tx.set_resting_cause(task.id, cause)
         raise
@@ -119,19 +160,20 @@ def start(project: Project, given: str, *, actor: Actor, message: str | None = N
         )
         tx.set_status(task.id, Status.WORKING, actor, "start", expected_from=Status.BACKLOG, resting_cause=None)
         task = tx.get_task(task.id) or task
-    crashpoints.hit("start.committed")
-    command = launch.build_command(
-        project,
-        task,
-        session,
-        turn,
-        kind="start",
-        body=content,
-        delivered=[turn.id],
-        target=target,
-        sync_before_work=False,
-    )
-    return Started(task, launch.launch(project, task, command))
+    with owned(project, task):
+        crashpoints.hit("start.committed")
+        command = launch.build_command(
+            project,
+            task,
+            session,
+            turn,
+            kind="start",
+            body=content,
+            delivered=[turn.id],
+            target=target,
+            sync_before_work=False,
+        )
+        return Started(task, launch.launch(project, task, command))
 
 
 def _decide_files(
@@ -232,29 +274,26 @@ def unblock(
         tx.set_status(task.id, Status.WORKING, actor, "unblock", expected_from=task.status, resting_cause=None)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
-    crashpoints.hit("unblock.committed")
-    try:
+    with owned(project, task):
+        crashpoints.hit("unblock.committed")
         head = revert_files(project, session, reverted)
-    except CorralError as exc:
-        launch.internal_fault(project, task, exc)
-        raise
-    if head is not None:
-        # corral's own revert commit is not the agent's change: the next check starts after it.
-        with project.store.write() as tx:
-            session = tx.update_session(session.id, git_start_sha=head)
-    body = prompts.feedback_block([t.content for t in pending])
-    command = launch.build_command(
-        project,
-        task,
-        session,
-        turn,
-        kind="unblock",
-        body=body,
-        delivered=[t.id for t in pending],
-        target=target,
-        sync_before_work=True,
-    )
-    return Started(task, launch.launch(project, task, command))
+        if head is not None:
+            # corral's own revert commit is not the agent's change: the next check starts after it.
+            with project.store.write() as tx:
+                session = tx.update_session(session.id, git_start_sha=head)
+        body = prompts.feedback_block([t.content for t in pending])
+        command = launch.build_command(
+            project,
+            task,
+            session,
+            turn,
+            kind="unblock",
+            body=body,
+            delivered=[t.id for t in pending],
+            target=target,
+            sync_before_work=True,
+        )
+        return Started(task, launch.launch(project, task, command))
 
 
 def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") -> Started:
@@ -296,22 +335,23 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
         tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=Status.INTERRUPTED, resting_cause=None)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
-    crashpoints.hit("resume.committed")
-    dirty = bool(project.git.dirty_paths(session.worktree or "."))
-    body = prompts.resume_after_crash(dirty, [t.content for t in pending])
-    command = launch.build_command(
-        project,
-        task,
-        session,
-        turn,
-        kind=kind,
-        body=body,
-        delivered=[t.id for t in pending],
-        target=target,
-        sync_before_work=not dirty,
-        announce_merge=False,
-    )
-    return Started(task, launch.launch(project, task, command))
+    with owned(project, task):
+        crashpoints.hit("resume.committed")
+        dirty = bool(project.git.dirty_paths(session.worktree or "."))
+        body = prompts.resume_after_crash(dirty, [t.content for t in pending])
+        command = launch.build_command(
+            project,
+            task,
+            session,
+            turn,
+            kind=kind,
+            body=body,
+            delivered=[t.id for t in pending],
+            target=target,
+            sync_before_work=not dirty,
+            announce_merge=False,
+        )
+        return Started(task, launch.launch(project, task, command))
 
 
 def _status_neutral_turn(
@@ -347,19 +387,20 @@ def _status_neutral_turn(
         tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=task.status)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
-    command = launch.build_command(
-        project,
-        task,
-        session,
-        turn,
-        kind=kind,
-        body=body,
-        delivered=[],
-        target=target,
-        sync_before_work=False,
-        read_only=read_only,
-    )
-    return Started(task, launch.launch(project, task, command))
+    with owned(project, task):
+        command = launch.build_command(
+            project,
+            task,
+            session,
+            turn,
+            kind=kind,
+            body=body,
+            delivered=[],
+            target=target,
+            sync_before_work=False,
+            read_only=read_only,
+        )
+        return Started(task, launch.launch(project, task, command))
 
 
 def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started:
@@ -415,10 +456,8 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
         refuse_while_chat(project, task, "sync")
         git, wt = project.git, session.worktree or "."
         before = git.rev_parse("HEAD", cwd=wt)
-        identity: list[str] = []
-        if not git.run("config", "user.email", cwd=wt, check=False).stdout.strip():
-            identity = ["-c", "user.name=corral", "-c", "user.email=corral@localhost"]
-        result = git.run(*identity, "merge", "--no-edit", "--no-verify", f"refs/heads/{target}", cwd=wt, check=False)
+        merge = ["merge", "--no-ff", "--no-edit", "--no-verify", f"refs/heads/{target}"]
+        result = git.run(*git.identity_args(wt), *merge, cwd=wt, check=False)
         if result.returncode != 0:
             files = [
                 p

@@ -65,6 +65,12 @@ def _req_time(value: str) -> datetime:
     return parsed
 
 
+_ROLES = {r.value: r for r in Role}
+_ACTORS = {a.value: a for a in Actor}
+_DELIVERIES = {d.value: d for d in FeedbackDelivery}
+_OUTCOMES = {o.value: o for o in AttemptOutcome}
+
+
 def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | None:
     if value is None:
         return None
@@ -548,15 +554,88 @@ class SQLiteTx:
         return self.get_turn(row["id"]) if row else None
 
     def turns(self, task_id: str) -> list[Turn]:
+        """Every turn of a task with its attempts, oldest first.
+
+        The show path reads a whole history at once, so this decodes by column position,
+        maps enums through dicts, skips the JSON parser for the common ``[]``/``{}``, and
+        decodes each distinct failure-evidence text once (a turn's failure, its last
+        attempt's and its retried attempts' often repeat one another).
+        """
+        evidence: dict[str, FailureEvidence] = {}
+
+        def failure(raw: str | None) -> FailureEvidence | None:
+            if raw is None:
+                return None
+            found = evidence.get(raw)
+            if found is None:
+                data = json.loads(raw)
+                if not data:
+                    return None
+                found = evidence[raw] = FailureEvidence.from_json(data)
+            return found
+
         by_turn: dict[str, list[Attempt]] = {}
-        for a in self._all(
-            "SELECT a.* FROM attempts a JOIN turns t ON t.id = a.turn_id WHERE t.task_id = ? "
-            "ORDER BY a.turn_id, a.number",
+        for turn_id, number, started, ended, outcome, failure_class, failure_raw in self._db.execute(
+            "SELECT a.turn_id, a.number, a.started_at, a.ended_at, a.outcome, a.failure_class, a.failure "
+            "FROM attempts a JOIN turns t ON t.id = a.turn_id WHERE t.task_id = ? ORDER BY a.turn_id, a.number",
             (task_id,),
         ):
-            by_turn.setdefault(a["turn_id"], []).append(self._attempt(a))
-        rows = self._all("SELECT * FROM turns WHERE task_id = ? ORDER BY sequence", (task_id,))
-        return [self._turn(r, tuple(by_turn.get(r["id"], ()))) for r in rows]
+            by_turn.setdefault(turn_id, []).append(
+                Attempt(
+                    turn_id,
+                    number,
+                    _req_time(started),
+                    _time(ended),
+                    _OUTCOMES[outcome],
+                    failure_class,
+                    failure(failure_raw),
+                )
+            )
+        out = []
+        for (
+            tid,
+            task,
+            session_id,
+            sequence,
+            role,
+            actor,
+            kind,
+            content,
+            delivery,
+            delivered,
+            started,
+            ended,
+            usage,
+            failure_raw,
+            details,
+            command_id,
+        ) in self._db.execute(
+            "SELECT id, task_id, session_id, sequence, role, actor, kind, content, feedback_delivery, delivered, "
+            "started_at, ended_at, usage, failure, details, command_id FROM turns WHERE task_id = ? ORDER BY sequence",
+            (task_id,),
+        ):
+            out.append(
+                Turn(
+                    id=tid,
+                    task_id=task,
+                    session_id=session_id,
+                    sequence=sequence,
+                    role=_ROLES[role],
+                    actor=_ACTORS[actor] if actor else None,
+                    kind=kind,
+                    content=content,
+                    feedback_delivery=_DELIVERIES[delivery],
+                    delivered=() if delivered == "[]" else tuple(_loads(delivered) or ()),
+                    started_at=_req_time(started),
+                    ended_at=_time(ended),
+                    usage=_loads(usage),
+                    failure=failure(failure_raw),
+                    details={} if details == "{}" else (_loads(details) or {}),
+                    attempts=tuple(by_turn.get(tid, ())),
+                    command_id=command_id,
+                )
+            )
+        return out
 
     def pending_feedback(self, session_id: str) -> list[Turn]:
         rows = self._all(

@@ -186,10 +186,13 @@ def show(app: App, task: str, details: bool) -> None:
     with project.store.read() as tx:
         found = resolve_task(tx, task)
         doc = projection.show(
-            tx, found, live_facts(project, found), breaker_threshold=project.config["breaker_threshold"]
+            tx,
+            found,
+            live_facts(project, found),
+            breaker_threshold=project.config["breaker_threshold"],
+            diagnostics=project.paths.diagnostics,
         )
     if app.json:
         app.emit({k: v for k, v in doc.items() if k != "schema_version"})
         return
-    for line in show_lines(app, doc, details=details):
-        app.say(line)
+    app.say("\n".join(show_lines(app, doc, details=details)))  # one write: a long history prints at once

@@ -1,0 +1,126 @@
+"""``corral prune`` and the daemon's daily prune: expired diagnostics, stale worktrees.
+
+* **Diagnostics** 90 days old or older are removed (``corral.engine.diagnostics.prune``),
+  and those of tasks that no longer exist. Failure evidence and resting causes stay in
+  the database until the task is deleted; a pruned reference reads "Expired after 90
+  days". The daemon does this once a day.
+* **Stale worktrees** — a directory under the state's ``worktrees/`` that no live task
+  owns (no task has that ref, or the task is complete or abandoned, or no session of
+  the task points at it and it is older than an hour, so a ``start`` that is making it
+  right now is left alone). Nothing is deleted unsaved: a worktree with uncommitted
+  changes, a detached HEAD, or anything that is not a git worktree is kept and reported
+  with the reason; only clean worktrees on a branch are removed (the branch stays).
+  Only ``corral prune`` removes worktrees; the daemon never does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from corral.domain.status import TERMINAL
+from corral.engine import diagnostics
+from corral.engine.project import Project
+from corral.errors import GitError
+
+#: A worktree without a session younger than this may be one a ``start`` is making now.
+ORPHAN_GRACE = timedelta(hours=1)
+
+
+@dataclass
+class PruneResult:
+    diagnostics: diagnostics.PruneReport
+    worktrees_removed: list[str] = field(default_factory=list)
+    worktrees_kept: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "diagnostics": self.diagnostics.to_json(),
+            "worktrees": {"removed": self.worktrees_removed, "kept": self.worktrees_kept},
+        }
+
+
+def prune_diagnostics(project: Project, now: datetime | None = None) -> diagnostics.PruneReport:
+    with project.store.read() as tx:
+        live = {t.id for t in tx.tasks()}
+    return diagnostics.prune(project.paths, now or project.clock(), live)
+
+
+def prune(project: Project, *, now: datetime | None = None, worktrees: bool = True) -> PruneResult:
+    when = now or project.clock()
+    result = PruneResult(prune_diagnostics(project, when))
+    if worktrees:
+        prune_worktrees(project, when, result)
+    return result
+
+
+def _owned_paths(project: Project) -> tuple[set[str], dict[str, bool]]:
+    """Worktree paths a live task's session points at, and each ref's liveness (True: a live task)."""
+    owned: set[str] = set()
+    refs: dict[str, bool] = {}
+    with project.store.read() as tx:
+        for task in tx.tasks():
+            live = task.status not in TERMINAL
+            refs[task.ref] = live
+            if not live:
+                continue
+            for session in tx.sessions(task.id):
+                if session.worktree:
+                    owned.add(os.path.realpath(session.worktree))
+    return owned, refs
+
+
+def prune_worktrees(project: Project, now: datetime, result: PruneResult) -> None:
+    root = project.paths.worktrees
+    if not root.is_dir():
+        return
+    owned, refs = _owned_paths(project)
+    git, repo = project.git, project.repo
+    for entry in sorted(root.iterdir()):
+        path = str(entry)
+        if os.path.realpath(entry) in owned:
+            continue
+        live = refs.get(entry.name)
+        if live:
+            try:
+                age = now.timestamp() - entry.lstat().st_mtime
+            except OSError:
+                continue
+            if age < ORPHAN_GRACE.total_seconds():
+                result.worktrees_kept.append({"path": path, "reason": "too new to be stale (a start may be making it)"})
+                continue
+        why = _why_keep(project, entry)
+        if why is not None:
+            result.worktrees_kept.append({"path": path, "reason": why})
+            continue
+        if entry.is_dir() and not any(entry.iterdir()):
+            entry.rmdir()
+        else:
+            git.worktree_remove(entry, cwd=repo)
+        if entry.exists():
+            result.worktrees_kept.append({"path": path, "reason": "git could not remove it"})
+        else:
+            result.worktrees_removed.append(path)
+    git.run("worktree", "prune", cwd=repo, check=False)
+
+
+def _why_keep(project: Project, entry: Path) -> str | None:
+    """Why a stale worktree must stay (it holds something unsaved, or is not corral's), or None."""
+    if entry.is_symlink() or not entry.is_dir():
+        return "not a directory corral made; move it aside yourself"
+    if not any(entry.iterdir()):
+        return None  # an empty directory
+    if not (entry / ".git").exists():
+        return "not a git worktree; move it aside yourself"
+    git = project.git
+    try:
+        if git.dirty_paths(entry):
+            return "it has uncommitted changes; commit or discard them, then prune again"
+    except GitError:
+        return "git cannot read it"
+    if git.run("symbolic-ref", "-q", "HEAD", cwd=entry, check=False).returncode != 0:
+        return "its HEAD is detached, so its commit may be on no branch"
+    return None
