@@ -157,7 +157,8 @@ class Daemon:
 
     def reconcile_once(self, why: str) -> None:
         try:
-            reconcile(self.project)
+            for problem in reconcile(self.project):
+                self.event("reconcile-error", why=why, code="task-unreconciled", message=problem)
         except CorralError as exc:
             self.event("reconcile-error", why=why, code=exc.code, message=exc.message)
         except Exception as exc:  # a tick that fails must not end the daemon

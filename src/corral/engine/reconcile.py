@@ -10,7 +10,7 @@ import os
 import sqlite3
 import traceback
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from corral.domain.actors import Actor, Role
@@ -118,34 +118,51 @@ def process_receipt(project: Project, task: Task) -> bool:
     return True
 
 
-def sweep_working(project: Project) -> None:
+def sweep_working(project: Project, problems: list[str] | None = None) -> None:
     """Seed 002 sweeps 1 and 2: receipts become turns; a supervisor gone without one → interrupted.
 
-    A task that lands in interrupted is auto-resumed at once when that is safe.
+    A task that lands in interrupted is auto-resumed at once when that is safe. One task
+    that cannot be reconciled is reported in ``problems`` and never stops the others.
     """
     with project.store.read() as tx:
         candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
     grace = timedelta(seconds=float(project.config["grace_period"]))
     for task in candidates:
-        if process_receipt(project, task):
-            maybe_auto_resume(project, task.id)
-            continue
-        if task.status is not Status.WORKING:
-            continue
-        protocol_dir = project.paths.protocol_dir(task.id)
-        status = proto.read(protocol_dir / proto.STATUS)
-        pid = status.get("pid") if status else None
-        if isinstance(pid, int) and pid_alive(pid):
-            continue
-        if status is None:
-            # Never seen alive: only the grace period protects it.
-            command = proto.read(protocol_dir / proto.COMMAND) or {}
-            created = parse_time(command.get("created_at")) or task.last_interaction_at
-            if project.clock() - created < grace:
-                continue
-        if not process_receipt(project, task):  # it may have finished between our two looks
-            lost(project, task, status)
+        try:
+            _reconcile_working(project, task, grace)
+        except Exception as exc:  # isolated per task; reported, not swallowed
+            if problems is None:
+                raise
+            problems.append(f"{task.ref}: {type(exc).__name__}: {exc}")
+
+
+def _created_at(command: dict[str, object], fallback: datetime) -> datetime:
+    try:
+        created = command.get("created_at")
+        return parse_time(created if isinstance(created, str) else None) or fallback
+    except ValueError:
+        return fallback  # a damaged command.json cannot stretch the grace period
+
+
+def _reconcile_working(project: Project, task: Task, grace: timedelta) -> None:
+    if process_receipt(project, task):
         maybe_auto_resume(project, task.id)
+        return
+    if task.status is not Status.WORKING:
+        return
+    protocol_dir = project.paths.protocol_dir(task.id)
+    status = proto.read(protocol_dir / proto.STATUS)
+    pid = status.get("pid") if status else None
+    if isinstance(pid, int) and pid_alive(pid):
+        return
+    if status is None:
+        # Never seen alive: only the grace period protects it.
+        command = proto.read(protocol_dir / proto.COMMAND) or {}
+        if project.clock() - _created_at(command, task.last_interaction_at) < grace:
+            return
+    if not process_receipt(project, task):  # it may have finished between our two looks
+        lost(project, task, status)
+    maybe_auto_resume(project, task.id)
 
 
 #: What is unknown about a lost turn, by the phase its supervisor was last seen in.
@@ -337,10 +354,19 @@ def sweep_merged_branches(project: Project) -> int:
     return completed
 
 
-def reconcile(project: Project) -> None:
-    sweep_working(project)
-    sweep_stranded_merges(project)
-    sweep_merged_branches(project)
-    sweep_terminal(project)
-    sweep_stale_pairs(project)
-    sweep_blocked_without_session(project)
+def reconcile(project: Project) -> list[str]:
+    """Run every sweep; returns the problems met (one line each), which never stop the others."""
+    problems: list[str] = []
+    sweep_working(project, problems)
+    for sweep in (
+        sweep_stranded_merges,
+        sweep_merged_branches,
+        sweep_terminal,
+        sweep_stale_pairs,
+        sweep_blocked_without_session,
+    ):
+        try:
+            sweep(project)
+        except Exception as exc:  # one broken sweep must not hide the state the others repair
+            problems.append(f"{sweep.__name__}: {type(exc).__name__}: {exc}")
+    return problems

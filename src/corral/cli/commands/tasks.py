@@ -146,7 +146,8 @@ def list_(app: App, which: str | None) -> None:
     project = app.project
     from corral.engine.reconcile import reconcile
 
-    reconcile(project)
+    for problem in reconcile(project):
+        app.note(f"warning: could not reconcile {problem} (see corral doctor)")
     with project.store.read() as tx:
         found = tx.tasks(sorted(wanted) if wanted is not None else None)
         rows = [
@@ -182,7 +183,8 @@ def show(app: App, task: str, details: bool) -> None:
     project = app.project
     from corral.engine.reconcile import reconcile
 
-    reconcile(project)
+    for problem in reconcile(project):
+        app.note(f"warning: could not reconcile {problem} (see corral doctor)")
     with project.store.read() as tx:
         found = resolve_task(tx, task)
         doc = projection.show(
