@@ -31,8 +31,9 @@ SLOW_OK = [{"init": True}, {"text": "working"}, {"sleep": 0.3}, {"result": "done
 def cli(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = dict(os.environ)
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "corral", *args], cwd=repo, env=full, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "corral", *args], cwd=repo, env=full, capture_output=True, text=True, timeout=60
+    )
 
 
 def trace(repo: Path, tmp: Path, *args: str) -> list[str]:
@@ -154,8 +155,10 @@ def test_every_crash_point_of_the_reconciler(env_for_crashes, agent, repo, tmp_p
         check_invariants(proj, agent, [])
 
 
-@pytest.mark.parametrize("point", ["supervisor.started", "supervisor.agent-spawned",
-                                   "supervisor.before-response", "supervisor.after-response"])
+@pytest.mark.parametrize(
+    "point",
+    ["supervisor.started", "supervisor.agent-spawned", "supervisor.before-response", "supervisor.after-response"],
+)
 def test_supervisor_dies_at_each_point(env_for_crashes, agent, repo, point):
     proj = env_for_crashes
     agent.script([{"init": True}, {"sleep": 0.5}, {"result": "first try"}], default=ok("after recovery"))
@@ -182,9 +185,21 @@ def test_trace_names_are_stable(tmp_path):
     """The points tests rely on exist in the code (a rename must update the tests)."""
     source = Path(__file__).resolve().parents[2] / "src" / "corral"
     text = "".join(p.read_text() for p in source.rglob("*.py"))
-    for name in ("start.prepared", "start.committed", "unblock.committed", "resume.committed",
-                 "launch.command-written", "launch.supervisor-spawned", "launch.supervisor-registered",
-                 "supervisor.started", "supervisor.agent-spawned", "supervisor.before-response",
-                 "supervisor.after-response", "reconcile.after-claim", "store.before-commit", "store.after-commit"):
+    for name in (
+        "start.prepared",
+        "start.committed",
+        "unblock.committed",
+        "resume.committed",
+        "launch.command-written",
+        "launch.supervisor-spawned",
+        "launch.supervisor-registered",
+        "supervisor.started",
+        "supervisor.agent-spawned",
+        "supervisor.before-response",
+        "supervisor.after-response",
+        "reconcile.after-claim",
+        "store.before-commit",
+        "store.after-commit",
+    ):
         assert f'"{name}"' in text, name
     json.dumps({})  # keep json imported for readers of recorded receipts

@@ -155,6 +155,14 @@ class Daemon:
             except (ProcessLookupError, OSError):
                 continue
 
+    def guarded(self, what: str, step: Callable[[], None]) -> None:
+        """Run one housekeeping step; a failure is logged and the daemon goes on."""
+        try:
+            step()
+        except Exception as exc:
+            self.log.exception("%s failed", what)
+            self.event("daemon-error", step=what, message=f"{type(exc).__name__}: {exc}")
+
     def reconcile_once(self, why: str) -> None:
         try:
             for problem in reconcile(self.project):
@@ -192,9 +200,9 @@ class Daemon:
                     next_prune = now + self.prune_every
                 if now >= next_tick:
                     self.reconcile_once("tick")
-                    self.write_state(started)
+                    self.guarded("write-state", lambda: self.write_state(started))
                     next_tick = now + self.tick
-                self.refresh_watch()
+                self.guarded("watch", self.refresh_watch)
                 timeout = max(0.0, min(next_tick - time.monotonic(), 1.0))
                 ready, _, _ = select.select([*self.watched.values(), self._wake_r], [], [], timeout)
                 gone = [pid for pid, pfd in self.watched.items() if pfd in ready]

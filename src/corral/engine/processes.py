@@ -49,12 +49,37 @@ def stop_group(pid: int, grace: float = TERM_GRACE_SECONDS) -> None:
         _signal_group(pid, signal.SIGKILL)
 
 
+def tagged(command_id: str) -> list[int]:
+    """Live processes whose environment carries ``CORRAL_COMMAND_ID=<command_id>`` (Linux /proc)."""
+    needle = f"CORRAL_COMMAND_ID={command_id}".encode() + b"\0"
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if needle in fh.read() + b"\0":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
 def reap_turn(project: Project, task_id: str, *, grace: float = 1.0) -> list[int]:
-    """Stop the supervisor and agent the task's ``status.json`` names; returns the pids stopped."""
-    status = proto.read(project.paths.protocol_dir(task_id) / proto.STATUS) or {}
+    """Stop the supervisor and agent of the task's last command; returns the pids stopped.
+
+    They are found by the pids in ``status.json`` and, for an agent whose supervisor died
+    before naming it, by the command tag in its environment.
+    """
+    protocol_dir = project.paths.protocol_dir(task_id)
+    status = proto.read(protocol_dir / proto.STATUS) or {}
+    command = proto.read(protocol_dir / proto.COMMAND) or {}
+    pids = [status.get(key) for key in ("agent_pid", "pid")]
+    for command_id in {status.get("command_id"), command.get("command_id")}:
+        if isinstance(command_id, str) and command_id:
+            pids.extend(tagged(command_id))
     stopped = []
-    for key in ("agent_pid", "pid"):
-        pid = status.get(key)
+    for pid in dict.fromkeys(pids):
         if isinstance(pid, int) and pid > 1 and pid_alive(pid):
             stop_group(pid, grace)
             stopped.append(pid)

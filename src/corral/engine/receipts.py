@@ -265,6 +265,10 @@ def _record(
     kind = str(response.get("kind") or "work")
     is_ask = kind in ("ask", "pre-accept")  # status-neutral turns: they restore, and consume no feedback
     session_id = task.session_id
+    latest = tx.current_command(task.id)
+    # A receipt of an earlier command (a newer one was launched meanwhile) is recorded as its
+    # turn, but it moves nothing: the status and the session belong to the newer command.
+    stale = latest is not None and latest.command_id != response["command_id"]
     if status == "completed":
         turn_kind, content = kind, str(response.get("result") or "")
     elif status == "stopped":
@@ -302,6 +306,9 @@ def _record(
         session_updates["harness_session_id"] = response["harness_session_id"]
     if status == "completed" and not is_ask:
         tx.mark_feedback_consumed(response.get("delivered") or [])
+    if stale:
+        return
+    if status == "completed" and not is_ask:
         session_updates["consecutive_interruptions"] = 0
         if response.get("head"):
             session_updates["git_start_sha"] = response["head"]

@@ -10,11 +10,11 @@ import os
 import sqlite3
 import traceback
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from corral.domain.actors import Actor, Role
-from corral.domain.clock import new_id, parse_time
+from corral.domain.clock import new_id
 from corral.domain.explain import RECEIPT_PROBLEMS
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.redact import redact
@@ -90,7 +90,9 @@ def process_receipt(project: Project, task: Task) -> bool:
             },
         }
     elif response.get("command_id") != command.get("command_id") and command:
-        # A receipt of an earlier command: keep it aside, never apply it to the current turn.
+        # A receipt of an earlier command: recorded as its own turn if it never was (nothing is
+        # lost), but it never moves the current turn's status (receipts recognise it as stale).
+        receipts.apply(project, task, response, None)
         receipts.file_away(project, task, path, response)
         return True
     try:
@@ -136,14 +138,6 @@ def sweep_working(project: Project, problems: list[str] | None = None) -> None:
             problems.append(f"{task.ref}: {type(exc).__name__}: {exc}")
 
 
-def _created_at(command: dict[str, object], fallback: datetime) -> datetime:
-    try:
-        created = command.get("created_at")
-        return parse_time(created if isinstance(created, str) else None) or fallback
-    except ValueError:
-        return fallback  # a damaged command.json cannot stretch the grace period
-
-
 def _reconcile_working(project: Project, task: Task, grace: timedelta) -> None:
     if process_receipt(project, task):
         maybe_auto_resume(project, task.id)
@@ -151,14 +145,20 @@ def _reconcile_working(project: Project, task: Task, grace: timedelta) -> None:
     if task.status is not Status.WORKING:
         return
     protocol_dir = project.paths.protocol_dir(task.id)
+    with project.store.read() as tx:
+        current = tx.current_command(task.id)
     status = proto.read(protocol_dir / proto.STATUS)
+    if status is not None and current is not None and status.get("command_id") != current.command_id:
+        # The previous turn's supervisor: the current one has not been seen alive yet (a launch
+        # may be between its commit and its spawn), so only the grace period applies.
+        status = None
     pid = status.get("pid") if status else None
     if isinstance(pid, int) and pid_alive(pid):
         return
     if status is None:
-        # Never seen alive: only the grace period protects it.
-        command = proto.read(protocol_dir / proto.COMMAND) or {}
-        if project.clock() - _created_at(command, task.last_interaction_at) < grace:
+        # Never seen alive: only the grace period protects it, counted from the launching turn.
+        since = current.started_at if current is not None else task.last_interaction_at
+        if project.clock() - since < grace:
             return
     if not process_receipt(project, task):  # it may have finished between our two looks
         lost(project, task, status)

@@ -11,9 +11,11 @@ from corral.domain.status import Status
 from corral.domain.substate import Live
 from corral.engine.project import Project
 
+MAX_PID = 2**22  # Linux's pid_max ceiling; anything larger is not a process
+
 
 def pid_alive(pid: int) -> bool:
-    if pid <= 0:
+    if pid <= 0 or pid > MAX_PID:
         return False
     try:
         os.kill(pid, 0)

@@ -482,6 +482,9 @@ class Supervisor:
         env.update(launch.env)
         for var in ("CORRAL_CRASH_AT", "CORRAL_CRASH_HOW"):
             env.pop(var, None)
+        # A tag that outlives this process: a reaper finds the agent by it even if the
+        # supervisor dies before it could write the agent's pid down.
+        env["CORRAL_COMMAND_ID"] = str(self.cmd["command_id"])
         out_path, err_path = self.log_dir / "output.log", self.log_dir / "stderr.log"
         out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -549,6 +549,14 @@ class SQLiteTx:
         )
         return self._turn(row, attempts)
 
+    def current_command(self, task_id: str) -> Turn | None:
+        row = self._one(
+            "SELECT id FROM turns WHERE task_id = ? AND role = 'human' AND command_id IS NOT NULL "
+            "ORDER BY sequence DESC LIMIT 1",
+            (task_id,),
+        )
+        return self.get_turn(row[0]) if row else None
+
     def turn_by_command(self, command_id: str, role: Role) -> Turn | None:
         row = self._one("SELECT id FROM turns WHERE command_id = ? AND role = ?", (command_id, role.value))
         return self.get_turn(row["id"]) if row else None
