@@ -17,6 +17,9 @@ run bench/seed_store.py --compare-api
 run bench/bench_transitions.py
 run bench/bench_cli.py
 run bench/bench_show_failures.py
+run bench/bench_accept.py
+run bench/bench_supervisor.py
+run bench/bench_recovery.py
 echo
 if [ "$status" -eq 0 ]; then echo "run_all: every benchmark met its targets"; else echo "run_all: some target missed (see FAIL above)"; fi
 exit "$status"
