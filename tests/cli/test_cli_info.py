@@ -14,7 +14,8 @@ PATH_KEYS = {
     "tasks",
     "worktrees",
     "diagnostics",
-    "log",
+    "daemon_log",
+    "supervisor_log",
     "project_config",
     "user_config",
 }

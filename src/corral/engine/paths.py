@@ -103,7 +103,8 @@ class ProjectPaths:
             "tasks": str(self.tasks),
             "worktrees": str(self.worktrees),
             "diagnostics": str(self.diagnostics),
-            "log": str(self.log_file),
+            "daemon_log": str(self.logs / "daemon.log"),
+            "supervisor_log": str(self.logs / "supervisor.log"),
             "project_config": str(self.project_config),
             "user_config": str(user_config_file()),
         }
