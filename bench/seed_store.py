@@ -737,7 +737,15 @@ def write_live_status(state_dir: Path, task: TaskPlan, pid: int) -> None:
     proto.mkdir(parents=True, exist_ok=True)
     at = ts(task.events[-1][1])
     command = {"protocol_version": 1, "command_id": command_id, "task_id": task.id, "kind": kind, "created_at": at}
-    status = {"protocol_version": 1, "pid": pid, "phase": "work", "kind": kind, "heartbeat_at": at, "retry": None}
+    status = {
+        "protocol_version": 1,
+        "command_id": command_id,
+        "pid": pid,
+        "phase": "work",
+        "kind": kind,
+        "heartbeat_at": at,
+        "retry": None,
+    }
     (proto / "command.json").write_text(json.dumps(command, indent=1))
     (proto / "status.json").write_text(json.dumps(status, indent=1))
 

@@ -17,9 +17,14 @@ ENV = "CORRAL_CRASH_AT"
 _seen: Counter[str] = Counter()
 
 
+# Read once: a process's crash point is fixed when it starts (tests set it for a fresh process),
+# and hit() sits on the hot path of every commit.
+_WANTED = os.environ.get(ENV)
+_TRACE = os.environ.get("CORRAL_CRASH_TRACE")
+
+
 def hit(name: str) -> None:
-    trace = os.environ.get("CORRAL_CRASH_TRACE")
-    wanted = os.environ.get(ENV)
+    trace, wanted = _TRACE, _WANTED
     if not wanted and not trace:
         return
     _seen[name] += 1

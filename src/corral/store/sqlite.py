@@ -289,12 +289,17 @@ class SQLiteTx:
         resting_cause: RestingCause | None,
     ) -> StatusChange:
         self._write()
-        task = self._require_task(task_id)
-        self._expect(task, expected_from)
-        check_transition(task.status, to, actor)
+        # Only the two columns a transition needs: this is the hot path of every status change.
+        row = self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
+        if row is None:
+            self._require_task(task_id)  # raises the not-found error
+        assert row is not None
+        current = Status(row[0])
+        if expected_from is not None and current not in (_statuses(expected_from) or ()):
+            self._expect(self._require_task(task_id), expected_from)
+        check_transition(current, to, actor)
         if resting_cause is UNSET:
-            keep = to in RESTING and task.resting_cause is not None
-            cause_json = _dumps(task.resting_cause.to_json()) if keep and task.resting_cause else None
+            cause_json = row[1] if to in RESTING else None
         else:
             cause_json = _dumps(resting_cause.to_json()) if resting_cause is not None else None
         now = rfc3339(self.now())
@@ -302,7 +307,7 @@ class SQLiteTx:
             "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ? WHERE id = ?",
             (to.value, cause_json, now, now, task_id),
         )
-        return self._change(task_id, task.status, to, actor, reason)
+        return self._change(task_id, current, to, actor, reason)
 
     def set_status(
         self,
@@ -330,10 +335,17 @@ class SQLiteTx:
         expected_from: Status | Iterable[Status] | None = None,
         resting_cause: RestingCause | None = None,
     ) -> StatusChange | None:
-        task = self._require_task(task_id)
-        target = park_status(len(self.pending_paths(task_id)))
-        if task.status is target:
-            self._expect(task, expected_from)
+        row = self._one(
+            "SELECT t.status, (SELECT COUNT(*) FROM violations v WHERE v.session_id = t.session_id "
+            "AND v.task_id = t.id AND v.decision = 'pending') FROM tasks t WHERE t.id = ?",
+            (task_id,),
+        )
+        if row is None:
+            self._require_task(task_id)  # raises the not-found error
+        assert row is not None
+        target = park_status(int(row[1]))
+        if Status(row[0]) is target:
+            self._expect(self._require_task(task_id), expected_from)
             if resting_cause is not None:
                 self.set_resting_cause(task_id, resting_cause)
             return None
