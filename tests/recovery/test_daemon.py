@@ -394,8 +394,8 @@ def test_the_daemon_survives_a_status_file_with_an_impossible_pid(dproj, agent, 
 
 def test_the_daemon_log_rotates(dproj, corral):
     paths = corral.json("paths")["paths"]
-    logs = Path(paths["log"]).parent
-    log = logs / "daemon.log"
+    log = Path(paths["daemon_log"])
+    logs = log.parent
     assert log == daemon_log(dproj)
     logs.mkdir(parents=True, exist_ok=True)
     filler = "x" * 99 + "\n"

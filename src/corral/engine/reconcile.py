@@ -328,6 +328,7 @@ def sweep_merged_branches(project: Project) -> int:
         tips[name.removeprefix("refs/heads/")] = sha
     seen_path = project.paths.root / "merged-sweep.json"
     seen = proto.read(seen_path) or {}
+    before = dict(seen)
     trailers: dict[str, set[tuple[str, str]]] = {}
     completed = 0
     for task, session in candidates:
@@ -350,7 +351,8 @@ def sweep_merged_branches(project: Project) -> int:
             completed += 1
         else:
             seen[task.id] = key
-    proto.write_json(seen_path, {k: v for k, v in seen.items() if k != "protocol_version"}, durable=False)
+    if seen != before:  # an unchanged pass writes nothing
+        proto.write_json(seen_path, {k: v for k, v in seen.items() if k != "protocol_version"}, durable=False)
     return completed
 
 
