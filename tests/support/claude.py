@@ -174,7 +174,7 @@ def claude_bin_or_skip() -> Path:
             raise
         import pytest
 
-        pytest.skip(str(exc))
+        pytest.skip(reason=str(exc))
 
 
 def claude_version(path: Path | None = None) -> str:

@@ -170,7 +170,7 @@ def bin_or_skip(find: Callable[[], Path]) -> Path:
             raise
         import pytest
 
-        pytest.skip(str(exc))
+        pytest.skip(reason=str(exc))
 
 
 def pi_bin() -> Path:
