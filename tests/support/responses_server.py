@@ -75,9 +75,11 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.scripted_http import ScriptLoop
 
 # ---------------------------------------------------------------------------------------------
 # Script steps
@@ -244,85 +246,16 @@ class Request:
         return found
 
 
-class ResponsesServer:
+class ResponsesServer(ScriptLoop[Step]):
     """The server; use :func:`responses_server` to get one that is closed for you."""
 
     def __init__(self, steps: Sequence[Step], *, exhausted_text: str = "(script exhausted)") -> None:
-        self.steps: list[Step] = list(steps)
         self.exhausted_text = exhausted_text
-        self.requests: list[Request] = []
-        self.stopped = threading.Event()
-        self._lock = threading.Lock()
-        self._next_step = 0
-        self._ids = itertools.count(1)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, args=(0.05,), name="responses-server", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        """The origin, e.g. ``http://127.0.0.1:PORT`` (Codex's ``base_url`` is ``url + "/v1"``)."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__(steps, _handler_for(self), "responses-server")
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
-
-    @property
-    def consumed(self) -> int:
-        return self._next_step
-
-    @property
-    def remaining(self) -> list[Step]:
-        return self.steps[self._next_step :]
-
-    @property
-    def script_requests(self) -> list[Request]:
-        """The ``POST /v1/responses`` requests, in order."""
-        with self._lock:
-            return [r for r in self.requests if r.kind == "script"]
-
-    def wait_for_requests(self, count: int, timeout: float = 10.0) -> bool:
-        """Wait until ``count`` script requests have arrived; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(self.script_requests) >= count:
-                return True
-            time.sleep(0.02)
-        return len(self.script_requests) >= count
-
-    def new_id(self, prefix: str) -> str:
-        return f"{prefix}_{next(self._ids):024d}"
-
-    def _take_step(self) -> tuple[int | None, Step | None]:
-        # Called with self._lock held.
-        if self._next_step >= len(self.steps):
-            return None, None
-        index = self._next_step
-        self._next_step += 1
-        return index, self.steps[index]
-
-    def close(self) -> None:
-        """Stop serving; hung requests are released. Safe to call twice."""
-        if self.stopped.is_set():
-            return
-        self.stopped.set()
-        for step in self.steps:
-            if isinstance(step, Hang):
-                step.release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> ResponsesServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _handler_for(server: ResponsesServer) -> type[BaseHTTPRequestHandler]:
