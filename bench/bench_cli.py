@@ -60,6 +60,7 @@ from benchlib import (
     Spawner,
     corral_command,
     hermetic_env,
+    load,
     machine,
     make_repo,
     median,
@@ -169,10 +170,6 @@ def row(label: str, s: dict[str, Any], targets: bool = True) -> str:
         line += f"  time {verdict(t_ok)}  memory {verdict(m_ok)}"
         s["time_pass"], s["memory_pass"] = t_ok, m_ok
     return line
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main(argv: list[str] | None = None) -> int:

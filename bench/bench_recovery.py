@@ -64,6 +64,7 @@ from benchlib import (
     Spawner,
     corral_command,
     hermetic_env,
+    load,
     machine,
     make_repo,
     median,
@@ -80,10 +81,6 @@ GROWTH_TARGET = 1.25
 
 LONG = [{"init": True}, {"text": "working until killed"}, {"sleep": 600}, {"result": "never"}]
 RESUMED = [{"init": True}, {"text": "resumed"}, {"result": "resumed"}]
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.005) -> Any:

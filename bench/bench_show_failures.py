@@ -55,8 +55,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cli import Command, expect_text, load, measure, row
-from benchlib import corral_command, hermetic_env, machine, make_repo, verdict, write_results
+from bench_cli import Command, expect_text, measure, row
+from benchlib import corral_command, hermetic_env, load, machine, make_repo, verdict, write_results
 from corral.domain.actors import Actor, Role
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, PossibleEffects, RestingCause
 from corral.domain.status import Status
