@@ -252,15 +252,14 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
             session_id=current.session_id,
             failure=evidence,
         )
-        tx.set_status(
-            task.id,
-            Status.INTERRUPTED,
-            Actor.SYSTEM,
-            f"internal fault while {'launching' if phase == 'launch' else phase}",
-            expected_from=Status.WORKING,
-            resting_cause=cause,
+        from corral.engine.receipts import interrupt
+
+        # Never auto-resumed (its cause says so), so the breaker does not count it.
+        interrupt(
+            tx,
+            current,
+            f"internal fault: {error}",
+            cause,
+            status_reason=f"internal fault while {'launching' if phase == 'launch' else phase}",
+            counts=False,
         )
-        if current.session_id:
-            tx.update_session(
-                current.session_id, interrupt_reason=f"internal fault: {error}"[:500], interrupt_at=tx.now()
-            )

@@ -355,24 +355,50 @@ def _record(
     code = failure.code if failure is not None else ERROR_CAUSES.get(str(err.get("kind")), "turn-crashed")
     reason = t.text(err.get("reason") or "the turn crashed", 500)
     cause = RestingCause(code, tx.now(), Actor.SYSTEM, evidence=failure, details={"summary": t.text(reason, 300)})
+    tail = err.get("tail")
+    interrupt(
+        tx,
+        task,
+        reason,
+        cause,
+        status_reason=t.text(reason, 300),
+        exit_code=_int(err.get("exit_code")),
+        logs=t.tail(tail, diagnostics.TAIL_BYTES) if isinstance(tail, str) and tail else None,
+    )
+
+
+def interrupt(
+    tx: Tx,
+    task: Task,
+    reason: str,
+    cause: RestingCause,
+    *,
+    status_reason: str | None = None,
+    exit_code: int | None = None,
+    logs: str | None = None,
+    counts: bool = True,
+) -> None:
+    """The one way a working task becomes interrupted: the status, its cause and the session's
+    interrupt record (reason, exit code, time, log tail, and — for a crash the breaker counts —
+    one more consecutive interruption), in the caller's transaction."""
     tx.set_status(
         task.id,
         Status.INTERRUPTED,
         Actor.SYSTEM,
-        t.text(reason, 300),
+        status_reason or reason[:300],
         expected_from=Status.WORKING,
         resting_cause=cause,
     )
-    if session_id:
-        session = tx.get_session(session_id)
-        tail = err.get("tail")
+    if task.session_id:
+        session = tx.get_session(task.session_id)
+        previous = session.consecutive_interruptions if session else 0
         tx.update_session(
-            session_id,
-            interrupt_reason=reason,
-            interrupt_exit_code=_int(err.get("exit_code")),
+            task.session_id,
+            interrupt_reason=reason[:500],
+            interrupt_exit_code=exit_code,
             interrupt_at=tx.now(),
-            interrupt_logs=t.tail(tail, diagnostics.TAIL_BYTES) if isinstance(tail, str) and tail else None,
-            consecutive_interruptions=(session.consecutive_interruptions if session else 0) + 1,
+            interrupt_logs=logs,
+            consecutive_interruptions=previous + 1 if counts else previous,
         )
 
 

@@ -242,19 +242,9 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
                 failure=evidence,
                 details=details,
             )
-        tx.set_status(
-            task.id, Status.INTERRUPTED, Actor.SYSTEM, reason, expected_from=Status.WORKING, resting_cause=cause
-        )
+        tail = log_tail(command)
+        receipts.interrupt(tx, current, reason, cause, logs=t.mask(tail) if tail else None)
         tx.unregister_process(task.id, "supervisor")
-        if current.session_id:
-            session = tx.get_session(current.session_id)
-            tx.update_session(
-                current.session_id,
-                interrupt_reason=reason,
-                interrupt_at=tx.now(),
-                interrupt_logs=t.mask(tail) if (tail := log_tail(command)) else None,
-                consecutive_interruptions=(session.consecutive_interruptions if session else 0) + 1,
-            )
 
 
 def log_tail(command: dict[str, object], lines: int = 50) -> str | None:
