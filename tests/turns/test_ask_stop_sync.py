@@ -29,14 +29,9 @@ def blocked_task(proj, agent, *more):
 
 
 def wait_answer(proj, started, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reconcile(proj)
-        answer = turns.answer_of(proj, started.task, started.launched.command_id)
-        if answer is not None:
-            return answer
-        time.sleep(0.1)
-    raise AssertionError("no answer")
+    answer = control.wait_answer(proj, started, timeout=timeout)
+    assert answer is not None, "no answer"
+    return answer
 
 
 def test_ask_answers_read_only_and_restores_the_status(proj, agent):

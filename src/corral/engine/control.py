@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral.domain.actors import Actor, Role
-from corral.domain.records import RestingCause, Task
+from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import Status
 from corral.engine import protocol as proto
 from corral.engine.project import Project
 from corral.engine.reconcile import reconcile
 from corral.engine.resolve import resolve_task
 from corral.engine.supervision import pid_alive
+from corral.engine.turns import Started
 from corral.errors import RefusedError
 
 STOP_WAIT_SECONDS = 15.0
@@ -133,4 +134,16 @@ def wait(
             return WaitResult(task, False)
         if deadline is not None and time.monotonic() >= deadline:
             return WaitResult(task, True)
+        time.sleep(poll)
+
+
+def wait_answer(project: Project, started: Started, *, timeout: float, poll: float = 0.2) -> Turn | None:
+    """The agent turn that answers a launched command (an ask), reconciling as it waits; None on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reconcile(project)
+        with project.store.read() as tx:
+            answer = tx.turn_by_command(started.launched.command_id, Role.AGENT)
+        if answer is not None or time.monotonic() > deadline:
+            return answer
         time.sleep(poll)

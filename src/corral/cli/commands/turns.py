@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -189,20 +188,11 @@ def ask(app: App, task: str, message: str | None, timeout: float) -> int:
         raise UsageError("ask needs a question.", code="no-text", hint=f"corral ask {task} -m '…'")
     project = app.project
     started = turns.ask(project, task, actor=app.actor, question=question)
-    command_id = started.launched.command_id
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            from corral.engine.reconcile import reconcile
-
-            reconcile(project)
-            answer = turns.answer_of(project, started.task, command_id)
-            if answer is not None:
-                break
-            if time.monotonic() > deadline:
-                app.note(f"No answer after {timeout:g} s; it will appear in corral show {started.task.ref}.")
-                return 124
-            time.sleep(0.2)
+        answer = control.wait_answer(project, started, timeout=timeout)
+        if answer is None:
+            app.note(f"No answer after {timeout:g} s; it will appear in corral show {started.task.ref}.")
+            return 124
     except KeyboardInterrupt:
         control.stop(project, started.task.ref, actor=app.actor)
         app.note("Stopped the ask; the task's status is restored.")
