@@ -13,7 +13,7 @@
    warm-up. Target: median under 2 s. (Seed 002's design waits for a reconcile tick and a
    30 s grace period.)
 
-2. One reconcile pass (``corral.engine.reconcile.reconcile(project)``, in-process) over a
+2. One reconcile pass (``corral.engine.recovery.reconcile.reconcile(project)``, in-process) over a
    seeded store of 10,000 tasks of which 100 are working (seed_store.py; each working task
    has ``protocol/command.json`` and a ``status.json`` naming a live helper process, so the
    sweep takes the "supervisor alive" path and changes nothing). ``--passes`` timed passes
@@ -174,8 +174,8 @@ class LatencyRig:
 
     def running_agent(self, task_id: str) -> tuple[int, int]:
         """(supervisor pid, agent pid) of the running turn, once the agent has taken its scenario."""
-        from corral.engine import protocol as proto
-        from corral.engine.supervision import pid_alive
+        from corral.engine.runtime import protocol as proto
+        from corral.engine.runtime.liveness import pid_alive
 
         def ready() -> tuple[int, int] | None:
             status = proto.read(self.project.paths.protocol_dir(task_id) / proto.STATUS) or {}
@@ -195,7 +195,7 @@ class LatencyRig:
 def crash_latency(base: Path, samples: int, warmup: int = 1) -> dict[str, Any]:
     from corral.domain.actors import Actor
     from corral.domain.status import Status
-    from corral.engine import tasks, turns
+    from corral.engine.operations import tasks, turns
 
     rig = LatencyRig(base / "latency", base / "pycache", samples + warmup)
     state = rig.daemon("start")["daemon"]
@@ -254,7 +254,7 @@ def crash_latency(base: Path, samples: int, warmup: int = 1) -> dict[str, Any]:
         watched = log.count("supervisor-exited")
     finally:
         rig.daemon("stop")
-        from corral.engine.processes import reap_turn
+        from corral.engine.runtime.processes import reap_turn
 
         with rig.project.store.read() as tx:
             ids = [t.id for t in tx.tasks()]
@@ -302,10 +302,10 @@ class Store:
             return out
 
     def one_pass(self) -> float:
-        from corral.engine.reconcile import reconcile
+        from corral.engine.operations.refresh import settle
 
         started = time.perf_counter()
-        reconcile(self.project)
+        settle(self.project)
         return (time.perf_counter() - started) * 1000
 
 
@@ -317,12 +317,12 @@ def shape_for(terminal: int | None, tasks: int, turns_per_task: float, working: 
 
 
 def profile_passes(store: Store, passes: int) -> dict[str, Any]:
-    from corral.engine.reconcile import reconcile
+    from corral.engine.operations.refresh import settle
 
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(passes):
-        reconcile(store.project)
+        settle(store.project)
     prof.disable()
     st = pstats.Stats(prof)
     total = sum(v[2] for v in st.stats.values())  # type: ignore[attr-defined]
@@ -366,7 +366,7 @@ def reconcile_bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
         s["pass"] = s["median"] < PASS_TARGET_MS
         ok &= s["pass"]
         print(
-            f"  reconcile(project), in-process: median {s['median']:.1f} ms  p90 {s['p90']:.1f} ms  "
+            f"  settle(project), in-process: median {s['median']:.1f} ms  p90 {s['p90']:.1f} ms  "
             f"(min {s['min']:.1f}, max {s['max']:.1f}; target < {PASS_TARGET_MS:.0f} ms)  {verdict(s['pass'])}"
         )
         result["store"] = {k: main.manifest[k] for k in ("tasks", "by_status", "turns", "db_bytes", "seconds")}

@@ -9,7 +9,7 @@
      turn failed (so half the turns are failed turns), each with three attempts (two
      overloaded attempts retried, then a crash), typed failure evidence on the turn and on
      each attempt, and a detailed diagnostic file under ``diagnostics/`` written by
-     ``corral.engine.diagnostics.write`` (a few KB each: the translated cause, the attempts,
+     ``corral.engine.read.diagnostics.write`` (a few KB each: the translated cause, the attempts,
      the retry evidence, an output tail, partial output); the task rests interrupted with
      its resting cause. A tenth of the diagnostics are made 91 days old and pruned, so
      ``show`` resolves both kept and expired references.
@@ -60,8 +60,8 @@ from benchlib import corral_command, hermetic_env, load, machine, make_repo, ver
 from corral.domain.actors import Actor, Role
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, PossibleEffects, RestingCause
 from corral.domain.status import Status
-from corral.engine import diagnostics
 from corral.engine.paths import ProjectPaths
+from corral.engine.read import diagnostics
 from corral.store import NewTask, SQLiteStore
 from seed_store import Shape, seed
 

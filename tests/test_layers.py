@@ -1,8 +1,10 @@
-"""Imports point downward only (DESIGN.md "Architecture"), and the domain is pure.
+"""Imports point downward only (docs/architecture.md), the domain is pure, and nothing imports in a cycle.
 
-Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < cli (5).
-A module may import its own layer or a lower one. Every import counts, including
-those inside functions and under ``TYPE_CHECKING``.
+Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < surfaces: cli, daemon (5).
+Inside the engine, rooms: the house (project, paths, config, …) < runtime < read < recovery <
+operations. A module may import its own layer or room, or a lower one. Every import counts,
+including those inside functions and under ``TYPE_CHECKING``; and no module reaches itself
+again through any chain of imports (no cycle anywhere, inside a layer or a room included).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ LAYERS = {
     "testing": 3,
     "engine": 4,
     "cli": 5,
+    "daemon": 5,
 }
+#: The engine's rooms, lowest first; modules at the engine's root are the house (room 0).
+ROOMS = {"runtime": 1, "read": 2, "recovery": 3, "operations": 4}
 # Modules at the package root that are not a layer of their own.
 ROOT_MODULES = {"__init__": 0, "__main__": 5}
 
@@ -162,6 +167,102 @@ def test_layer_zero_imports_nothing_from_corral(path: Path) -> None:
 
 def test_the_checker_sees_a_violation() -> None:
     """The rule itself: an engine import from the store would be reported."""
-    assert _layer_of_module("corral.engine.tasks") > _layer_of_module("corral.store.sqlite")
+    assert _layer_of_module("corral.engine.operations.tasks") > _layer_of_module("corral.store.sqlite")
     assert _layer_of_module("corral.cli.app") == 5
     assert _layer_of_module("corral.errors") == 0
+
+
+def _room_of(dotted: str) -> int | None:
+    parts = dotted.split(".")
+    if parts[:2] != ["corral", "engine"]:
+        return None
+    if len(parts) == 2:
+        return 0
+    return ROOMS.get(parts[2], 0)
+
+
+ENGINE = [p for p in MODULES if _dotted(p).startswith("corral.engine")]
+
+
+@pytest.mark.parametrize("path", ENGINE, ids=[_dotted(p) for p in ENGINE])
+def test_engine_rooms_point_downward(path: Path) -> None:
+    here = _dotted(path)
+    mine = _room_of(here)
+    assert mine is not None
+    upward = []
+    for line, module in _imports(path):
+        theirs = _room_of(module)
+        if theirs is not None and theirs > mine:
+            upward.append(f"{path.relative_to(SRC.parent)}:{line} imports {module} (room {theirs} > {mine})")
+    assert not upward, "\n".join(upward)
+
+
+def _resolve(module: str, known: set[str]) -> str | None:
+    """The source module an import names: itself, or the package a ``from pkg import name`` reads."""
+    while module and module not in known:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def _graph() -> dict[str, set[str]]:
+    known = {_dotted(p) for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for path in MODULES:
+        here = _dotted(path)
+        edges = graph.setdefault(here, set())
+        for _line, module in _imports(path):
+            if not module.startswith("corral"):
+                continue
+            target = _resolve(module, known)
+            # A package's __init__ is not a dependency of its own submodules' siblings unless named.
+            if target is not None and target != here:
+                edges.add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_anywhere() -> None:
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles: " + "; ".join(" ↔ ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_a_cycle() -> None:
+    """The rule itself: two modules importing each other (even inside functions) are a cycle."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

@@ -1,20 +1,34 @@
 """Every error corral shows a person: a kebab-case code, one plain message, a hint.
 
-The tree (each class fixes the exit code of the CLI contract)::
+The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing is it
+(each class fixes the exit code of the CLI contract; every code is unique)::
 
-    CorralError                      exit 1  the operation failed
-    ├── UsageError                   exit 2  the request itself is wrong
-    │   ├── AmbiguousTask                    a prefix matches several tasks
-    │   └── TextTooLarge                     text at intake over the cap
-    ├── RefusedError                 exit 3  the task's state does not allow it
-    │   └── IllegalTransition                the transition table says no
-    ├── NotFoundError                exit 4  no such task (or turn, or file)
+    CorralError                          exit 1   the operation failed
+    ├── UsageError                       exit 2   the request itself is wrong
+    │   ├── AmbiguousTask                         a prefix matches several tasks
+    │   ├── TextTooLarge                          text at intake over the cap
+    │   ├── InvalidRef                            a ref that cannot name a branch
+    │   ├── ConfigError                           a setting or a settings file is wrong
+    │   └── NotARepository                        no git checkout where corral was pointed
+    ├── RefusedError                     exit 3   the task's state does not allow it
+    │   ├── IllegalTransition                     the transition table says no
+    │   ├── TaskBusy                              another corral command holds the task
+    │   ├── ChatOpen                              a chat holds the task's worktree
+    │   ├── AcceptRefused                         accept's pre-flight says no
+    │   └── DaemonRunning                         a daemon already runs
+    ├── NotFoundError                    exit 4   no such task (or turn, or file)
     │   └── TaskNotFound
-    ├── StoreError                   exit 1  the database cannot be used as it is
+    ├── StoreError                       exit 1   the database cannot be used as it is
     │   ├── StoreCorrupt
     │   └── StoreTooNew
-    ├── GitError                     exit 1  a git command failed
-    └── Interrupted                  exit 130
+    ├── GitError                         exit 1   a git command failed
+    │   ├── MergeConflict                         merging the target into a task's branch conflicts
+    │   └── MergeConflictOnAccept                 the task's branch conflicts with its target
+    ├── PrepareFailed                    exit 1   a task's branch or worktree could not be made
+    ├── LaunchFailed                     exit 1   a turn's supervisor could not be started
+    ├── ArgvError                        exit 1   an argument no program can receive
+    ├── DestinationRestoreConflict       exit 1   the merge stands; local changes kept aside
+    └── Interrupted                      exit 130 the person pressed Ctrl-C
 
 This module is pure (no I/O) so every layer may raise these.
 """
@@ -125,6 +139,64 @@ class StoreTooNew(StoreError):
 
 class GitError(CorralError):
     code = "git-failed"
+
+
+class MergeConflict(GitError):
+    """Merging the target into a resting task's branch (``sync``) conflicts; the merge was aborted."""
+
+    code = "sync-conflict"
+
+
+class MergeConflictOnAccept(GitError):
+    code = "merge-conflict"
+
+
+class InvalidRef(UsageError):
+    code = "invalid-ref"
+
+
+class ConfigError(UsageError):
+    code = "config-invalid"
+
+
+class NotARepository(UsageError):
+    code = "not-a-repository"
+
+
+class TaskBusy(RefusedError):
+    code = "task-busy"
+
+
+class ChatOpen(RefusedError):
+    code = "chat-open"
+
+
+class AcceptRefused(RefusedError):
+    code = "accept-refused"
+
+
+class DaemonRunning(RefusedError):
+    code = "daemon-running"
+
+
+class PrepareFailed(CorralError):
+    """The branch or worktree of a task could not be made; nothing half-made is left."""
+
+    code = "prepare-failed"
+
+
+class LaunchFailed(CorralError):
+    code = "launch-failed"
+
+
+class ArgvError(CorralError):
+    code = "argv-invalid"
+
+
+class DestinationRestoreConflict(CorralError):
+    """The merge stands, but local changes in the target's worktree could not be put back."""
+
+    code = "destination-restore-conflict"
 
 
 class Interrupted(CorralError):

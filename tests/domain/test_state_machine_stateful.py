@@ -36,10 +36,11 @@ from corral.domain.clock import utcnow
 from corral.domain.records import FeedbackDelivery, RestingCause
 from corral.domain.status import Status
 from corral.domain.violations import Decision
-from corral.engine import doctor, reconcile, tasks
 from corral.engine.config import load_config
+from corral.engine.operations import doctor, tasks
 from corral.engine.paths import ProjectPaths
 from corral.engine.project import Project
+from corral.engine.recovery import reconcile
 from corral.errors import CorralError, IllegalTransition, RefusedError
 from corral.store import NewTask, SQLiteStore
 from tests.conftest import FakeClock

@@ -13,11 +13,11 @@ import pytest
 
 from corral.domain.actors import Actor
 from corral.domain.records import Task
-from corral.engine import control, tasks, turns
-from corral.engine import protocol as proto
-from corral.engine.processes import reap_turn
+from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
-from corral.engine.supervision import pid_alive
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
+from corral.engine.runtime.processes import reap_turn
 from tests.conftest import CLI, FakeAgent
 
 

@@ -9,11 +9,12 @@ import subprocess
 from datetime import timedelta
 from pathlib import Path
 
+from corral.daemon.service import PRUNE_SECONDS, Daemon
 from corral.domain.actors import Actor
-from corral.engine import diagnostics, tasks
-from corral.engine.daemon import PRUNE_SECONDS, Daemon
+from corral.engine.operations import tasks
+from corral.engine.operations.prune import prune
 from corral.engine.project import Project
-from corral.engine.prune import prune
+from corral.engine.read import diagnostics
 from tests.conftest import FakeClock, git
 from tests.failures.conftest import diagnostic_files, line_after, new_task, run_start, show_json, show_text
 

@@ -17,8 +17,8 @@ import pytest
 
 from corral.domain.actors import Actor
 from corral.domain.redact import MASK
-from corral.engine import turns
-from corral.engine.reconcile import reconcile
+from corral.engine.operations import turns
+from corral.engine.operations.refresh import settle
 from tests.failures.conftest import (
     diagnostic_files,
     kill_supervisor,
@@ -111,7 +111,7 @@ def test_a_lost_turn_shows_no_secret(secret_env, agent, corral):
     log = secret_env.paths.turn_dir(task.id, 1) / "output.log"
     wait_for(lambda: log.exists() and "tool_result" in log.read_text(), 20, "the agent's output")
     kill_supervisor(secret_env, task)
-    reconcile(secret_env)
+    settle(secret_env)
     with secret_env.store.read() as tx:
         assert tx.get_task(task.id).resting_cause.code == "turn-lost"
     assert_no_secrets(secret_env, corral, task)

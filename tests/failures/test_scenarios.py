@@ -20,10 +20,10 @@ import pytest
 from corral.domain.actors import Actor, Role
 from corral.domain.explain import MAY_HAVE_CHANGED, UNKNOWN_REASON
 from corral.domain.status import Status
-from corral.engine import control, launch, turns
-from corral.engine import protocol as proto
-from corral.engine.reconcile import reconcile
-from corral.engine.recovery import resumable
+from corral.engine.operations import control, launch, turns
+from corral.engine.operations.auto_resume import resumable
+from corral.engine.operations.refresh import settle
+from corral.engine.runtime import protocol as proto
 from tests.conftest import git
 from tests.failures.conftest import (
     kill_supervisor,
@@ -232,7 +232,7 @@ def test_a_receipt_that_cannot_be_used(fproj, agent, corral, how):
     kill_supervisor(fproj, task)
     response = fproj.paths.protocol_dir(task.id) / proto.RESPONSE
     plant(response, how)
-    reconcile(fproj)
+    settle(fproj)
 
     code, line = RECEIPT_CASES[how]
     with fproj.store.read() as tx:
@@ -269,7 +269,7 @@ def test_a_receipt_that_went_missing_after_the_supervisor_finished(fproj, agent,
     wait_for(finished, 20, "the supervisor to finish")
     response.unlink()  # the receipt vanished before any reconciler read it
     time.sleep(0.2)
-    reconcile(fproj)
+    settle(fproj)
     with fproj.store.read() as tx:
         rested = tx.get_task(task.id)
     assert rested.status is Status.INTERRUPTED and rested.resting_cause.code == "receipt-missing"
@@ -287,7 +287,7 @@ def test_a_turn_lost_when_its_supervisor_dies_names_the_unknown_half(fproj, agen
     log = fproj.paths.turn_dir(task.id, 1) / "output.log"
     wait_for(lambda: log.exists() and "step one done" in log.read_text(), 20, "the agent's first step")
     kill_supervisor(fproj, task)
-    reconcile(fproj)
+    settle(fproj)
     with fproj.store.read() as tx:
         rested = tx.get_task(task.id)
     assert rested.status is Status.INTERRUPTED and rested.resting_cause.code == "turn-lost"
@@ -498,13 +498,13 @@ def test_a_receipt_that_breaks_corral_while_recording_is_an_internal_fault_not_a
         {"command_id": command["command_id"], "status": "completed", "kind": "start",
          "attempts": [{"number": 1, "outcome": "succeeded", "started_at": 12345}]},
     )  # fmt: skip
-    reconcile(fproj)
+    settle(fproj)
     with fproj.store.read() as tx:
         after = tx.get_task(task.id)
     assert after.status is Status.INTERRUPTED and after.resting_cause.code == "internal-fault"
     text = show_text(corral, task.ref)
     assert "corral could not record the turn's receipt" in line_after(text, "Stopped because:")
-    reconcile(fproj)  # and the next pass is quiet
+    settle(fproj)  # and the next pass is quiet
 
 
 # -- an old task with no evidence ----------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from corral.domain.explain import (
 )
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.redact import MASK
-from corral.engine import diagnostics
-from corral.engine.diagnostics import Translator, translate_output
 from corral.engine.paths import ProjectPaths
+from corral.engine.read import diagnostics
+from corral.engine.read.diagnostics import Translator, translate_output
 
 SECRET = "hunter2-but-longer"
 COMMAND = {"harness": "claude", "harness_settings": {}}

@@ -13,8 +13,8 @@ import pytest
 from corral.domain.actors import Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status, is_allowed
-from corral.engine import protocol as proto
-from corral.engine.supervision import pid_alive
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
 from tests.conftest import FakeAgent
 
 

@@ -9,8 +9,8 @@ from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
-from corral.engine import control, tasks, turns
-from corral.engine.projection import show
+from corral.engine.operations import control, tasks, turns
+from corral.engine.read.projection import show
 from tests.conftest import git
 from tests.recovery.conftest import check_invariants
 from tests.turns.conftest import ok

@@ -20,8 +20,9 @@ import pytest
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
-from corral.engine import control, protocol, tasks, turns
+from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
+from corral.engine.runtime import protocol
 from tests.recovery.conftest import check_invariants
 from tests.turns.conftest import ok
 

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
+from corral.daemon import service as daemons
 from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
-from corral.engine import daemon as daemons
-from corral.engine import protocol as proto
-from corral.engine import tasks, turns
-from corral.engine.processes import reap_turn
+from corral.engine.operations import tasks, turns
 from corral.engine.project import Project
-from corral.engine.supervision import pid_alive
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
+from corral.engine.runtime.processes import reap_turn
 from tests.conftest import CLI, FakeAgent
 from tests.recovery.conftest import check_invariants, kill_leftovers
 from tests.turns.conftest import ok

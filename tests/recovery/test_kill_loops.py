@@ -28,17 +28,17 @@ from typing import Any
 
 import pytest
 
+from corral.daemon import service as daemons
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
-from corral.engine import control, tasks, turns
-from corral.engine import daemon as daemons
-from corral.engine import protocol as proto
-from corral.engine.processes import reap_turn
+from corral.engine.operations import control, tasks, turns
+from corral.engine.operations.auto_resume import resumable
+from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
-from corral.engine.reconcile import reconcile
-from corral.engine.recovery import resumable
-from corral.engine.supervision import pid_alive
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
+from corral.engine.runtime.processes import reap_turn
 from corral.errors import CorralError
 from tests.conftest import FakeAgent
 from tests.recovery.conftest import check_invariants, kill_leftovers
@@ -113,7 +113,7 @@ def is_ours(pid: int, key: str, proj: Project, task_id: str) -> bool:
         return False
     line = cmdline(pid)
     if key == "pid":
-        return "corral.engine.supervisor" in line and task_id in line
+        return "corral.engine.runtime.supervisor" in line and task_id in line
     return "corral.testing.fake_agent" in line
 
 
@@ -142,7 +142,7 @@ def running_target(proj: Project, task_id: str, key: str, timeout: float = 30) -
             return pid, command_id
         sup = status.get("pid")
         if not (isinstance(sup, int) and pid_alive(sup)):
-            reconcile(proj)  # the turn may have ended: let its receipt move the task on
+            settle(proj)  # the turn may have ended: let its receipt move the task on
             if current(proj, task_id).status is not Status.WORKING:
                 return None
         time.sleep(0.01)
@@ -153,7 +153,7 @@ def absorb(proj: Project, task_id: str, killed_command: str, timeout: float = 30
     """Reconcile until the killed turn is recorded: the task rests, or a new turn runs with a live owner."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        reconcile(proj)
+        settle(proj)
         task = current(proj, task_id)
         if task.status is not Status.WORKING:
             return
@@ -230,7 +230,7 @@ def kill_loop(proj: Project, agent: FakeAgent, rng: Seeded, *, key: str, kills: 
         assert time.monotonic() < deadline, f"the loop ran out of time after {done} kills (seed {seed})"
         if current(proj, task.id).status is not Status.WORKING:
             nudge(proj, task.id, submitted, seed)
-            reconcile(proj)  # an interrupted task that may auto-resume does so here
+            settle(proj)  # an interrupted task that may auto-resume does so here
             continue
         target = running_target(proj, task.id, key)
         if target is None:
@@ -363,7 +363,7 @@ def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path):
 #: before its status.json names that agent: a window of microseconds the random loops may hit.
 DIES_BEFORE_NAMING_ITS_AGENT = r"""
 import os, sys
-from corral.engine import supervisor as s
+from corral.engine.runtime import supervisor as s
 original = s.Supervisor.write_status
 def write_status(self):
     if self.agent_pid is not None:
@@ -380,7 +380,7 @@ def test_a_supervisor_killed_before_it_names_its_agent_leaves_no_second_agent(kp
     agent nobody knows of. ``lost()``/``reap_turn`` stop only the pids status.json names, so the
     auto-resumed turn's agent runs beside the orphan in the same worktree (until the orphan next
     writes to its dead stdout pipe)."""
-    from corral.engine import launch
+    from corral.engine.operations import launch
 
     # The orphan is busy without output (a long tool run, say): its first write would hit a
     # closed pipe and end it, so it is the silent stretch that overlaps the next turn.
@@ -412,7 +412,7 @@ def test_a_supervisor_killed_before_it_names_its_agent_leaves_no_second_agent(kp
         time.sleep(0.02)
     orphan = agent.calls()[0]["pid"]
     assert pid_alive(orphan) and status_json(kproj, task.id).get("agent_pid") is None
-    reconcile(kproj)  # the turn is lost → interrupted → auto-resumed
+    settle(kproj)  # the turn is lost → interrupted → auto-resumed
     deadline = time.monotonic() + 20
     while len(agent.calls()) < 2:
         assert time.monotonic() < deadline, "the task was not auto-resumed"
@@ -428,7 +428,7 @@ def test_a_reconcile_between_an_unblock_and_its_launch_leaves_the_new_turn_alone
     apply: the new turn is declared lost before it started ("the supervisor ended without a
     receipt"), the task is interrupted and auto-resumed, and that resumed turn races the unblock's
     own launch — two supervisors, two agents, or one killing the other."""
-    from corral.engine import launch
+    from corral.engine.operations import launch
 
     agent.script(default=WORK)
     task = tasks.create(kproj, "Unblocked under a busy reconciler", actor=Actor.HUMAN)

@@ -11,9 +11,9 @@ import pytest
 
 from corral.domain.actors import Actor
 from corral.domain.status import Status
-from corral.engine import accept as accepting
-from corral.engine import control, tasks, turns
-from corral.engine.reconcile import reconcile
+from corral.engine.operations import accept as accepting
+from corral.engine.operations import control, tasks, turns
+from corral.engine.operations.refresh import settle
 from tests.conftest import git
 
 Writes = list
@@ -120,7 +120,7 @@ def test_an_aborted_accept_of_a_submitted_task_restores_submitted(proj, agent, r
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
     git(repo, "remote", "add", "origin", str(remote))
     blocked_with(proj, agent, "sub", work("README.md", "agent's\n"))
-    from corral.engine.submit import submit
+    from corral.engine.operations.submit import submit
 
     submit(proj, "sub", actor=Actor.HUMAN)
     assert status_of(proj, "sub") is Status.SUBMITTED
@@ -218,7 +218,7 @@ def test_sigkill_during_the_merge_phase_is_recovered_by_the_stranded_merge_sweep
             env={**__import__("os").environ, **env},
         )
         assert died.returncode == -9, died.stderr
-        reconcile(proj)
+        settle(proj)
         with proj.store.read() as tx:
             task = tx.task_by_ref(ref)
         # nothing is deleted unsaved: the tip is still on its branch or under the archive ref

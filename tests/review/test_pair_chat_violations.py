@@ -15,8 +15,8 @@ import pytest
 from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.domain.violations import Decision
-from corral.engine import control, pairing, tasks, turns
-from corral.engine.reconcile import reconcile
+from corral.engine.operations import control, pairing, tasks, turns
+from corral.engine.operations.refresh import settle
 from corral.errors import RefusedError
 from tests.conftest import git
 from tests.turns.conftest import ok, reopen
@@ -98,7 +98,7 @@ def test_a_killed_pair_is_recovered_by_the_stale_pairing_sweep(proj, agent, repo
         time.sleep(0.1)
     os.killpg(proc.pid, 9)
     proc.wait()
-    reconcile(proj)
+    settle(proj)
     with proj.store.read() as tx:
         task = tx.task_by_ref("kp")
         last = tx.turns(task.id)[-1]
@@ -201,7 +201,7 @@ def test_submit_pushes_to_a_bare_remote_and_opens_a_pr_through_gh(proj, agent, r
         "sb",
         [{"init": True}, {"write": {"path": "s.txt", "content": "s"}}, {"commit": "s"}, {"result": "ready"}],
     )
-    from corral.engine.submit import submit
+    from corral.engine.operations.submit import submit
 
     result = submit(proj, "sb", actor=Actor.HUMAN)
     assert result.pull_request == "https://forge.example/pr/7"

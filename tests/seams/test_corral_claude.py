@@ -44,11 +44,11 @@ from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery, Session, Task, Turn
 from corral.domain.status import Status
-from corral.engine import control, tasks, turns
-from corral.engine import protocol as proto
-from corral.engine.processes import reap_turn
+from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
-from corral.engine.projection import show
+from corral.engine.read.projection import show
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.processes import reap_turn
 from tests.conftest import git
 from tests.support.claude import EXIT_ON_SIGTERM, claude_env, parse_stream
 from tests.support.model_server import Error, Hang, ScriptedServer, Step, Text, ToolUse

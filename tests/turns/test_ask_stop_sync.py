@@ -12,9 +12,9 @@ from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
-from corral.engine import control, tasks, turns
-from corral.engine import protocol as proto
-from corral.engine.reconcile import reconcile
+from corral.engine.operations import control, tasks, turns
+from corral.engine.operations.refresh import settle
+from corral.engine.runtime import protocol as proto
 from corral.errors import RefusedError
 from tests.conftest import git
 from tests.turns.conftest import ok
@@ -103,7 +103,7 @@ def test_ask_restores_the_status_when_its_supervisor_dies(proj, agent):
                 os.kill(agent_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        reconcile(proj)
+        settle(proj)
         with proj.store.read() as tx:
             after = tx.get_task(task.id)
         if after.status is not Status.WORKING:

@@ -10,10 +10,11 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
-from corral.engine import control, launch, tasks, turns, workspace
-from corral.engine import protocol as proto
-from corral.engine.reconcile import reconcile
-from corral.engine.supervisor import Supervisor
+from corral.engine import workspace
+from corral.engine.operations import control, launch, tasks, turns
+from corral.engine.operations.refresh import settle
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.supervisor import Supervisor
 from tests.turns.conftest import ok, reopen
 
 
@@ -67,7 +68,7 @@ def prepare(proj, goal="Retry me"):
 def run_virtual(proj, vt, goal="Retry me"):
     task, protocol_dir, command = prepare(proj, goal)
     response = Supervisor(protocol_dir, command, sleep=vt.sleep, ladder_clock=vt.clock).run()
-    reconcile(proj)
+    settle(proj)
     with proj.store.read() as tx:
         return tx.get_task(task.id), response, [t for t in tx.turns(task.id) if t.role is Role.AGENT]
 
@@ -229,7 +230,7 @@ def test_watchdog_then_a_healthy_relaunch_completes_the_turn(proj, agent, monkey
 
 
 def test_a_long_stream_keeps_a_bounded_event_window_and_still_reads_the_result(proj, agent):
-    from corral.engine.supervisor import EVENTS_KEPT
+    from corral.engine.runtime.supervisor import EVENTS_KEPT
 
     agent.script([{"init": True}, *[{"text": f"line {i}"} for i in range(EVENTS_KEPT * 3)], {"result": "the end"}])
     task, protocol_dir, command = prepare(proj)

@@ -10,13 +10,9 @@ import shutil
 from pathlib import Path
 
 from corral.adapters.process import Completed, Runner, SubprocessRunner
-from corral.errors import GitError, UsageError
+from corral.errors import GitError, NotARepository
 
 GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
-
-
-class NotARepository(UsageError):
-    code = "not-a-repository"
 
 
 class Git:

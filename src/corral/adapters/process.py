@@ -13,11 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from corral.errors import CorralError
-
-
-class ArgvError(CorralError):
-    code = "argv-invalid"
+from corral.errors import ArgvError
 
 
 def check_argv(argv: Sequence[str]) -> None:

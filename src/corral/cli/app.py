@@ -17,7 +17,7 @@ import click
 
 from corral.domain.actors import Actor
 from corral.engine.project import Project, default_actor
-from corral.engine.projection import SCHEMA_VERSION
+from corral.engine.read.projection import SCHEMA_VERSION
 from corral.errors import CorralError
 
 _COLORS = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "dim": 2, "bold": 1}

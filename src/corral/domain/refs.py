@@ -5,14 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from corral.errors import UsageError
+from corral.errors import InvalidRef
 
 MAX_REF = 48
 _REF = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
-
-
-class InvalidRef(UsageError):
-    code = "invalid-ref"
 
 
 def validate_ref(ref: str) -> str:

@@ -19,11 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.errors import UsageError
-
-
-class ConfigError(UsageError):
-    code = "config-invalid"
+from corral.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -202,3 +198,8 @@ def load_config(
         if raw is not None:
             values[name] = Value(_coerce(BY_NAME[name], raw, f"--{name}"), "flag", f"--{name}")
     return config
+
+
+def harness_settings(config: Config) -> dict[str, Any]:
+    """The settings a harness adapter is made from (its executables and provider)."""
+    return {k: config[k] for k in ("claude_bin", "pi_bin", "pi_provider", "codex_bin", "command")}

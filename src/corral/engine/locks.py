@@ -14,11 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from corral.engine.project import Project
-from corral.errors import RefusedError
-
-
-class TaskBusy(RefusedError):
-    code = "task-busy"
+from corral.errors import TaskBusy
 
 
 @contextmanager

@@ -12,16 +12,10 @@ from pathlib import Path
 
 from corral.domain.records import Session, Task
 from corral.engine.project import Project
-from corral.errors import CorralError, GitError, RefusedError
+from corral.errors import GitError, PrepareFailed, RefusedError
 from corral.store import Tx
 
 ARCHIVE_PREFIX = "refs/corral/archive/"
-
-
-class PrepareFailed(CorralError):
-    """The branch or worktree of a task could not be made; nothing half-made is left."""
-
-    code = "prepare-failed"
 
 
 def archive_ref(task: Task) -> str:

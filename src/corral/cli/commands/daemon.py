@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from corral.cli.app import App, json_option, pass_app
-from corral.engine import daemon as daemons
+from corral.daemon import service as daemons
 
 
 @click.group(

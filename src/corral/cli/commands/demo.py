@@ -20,8 +20,9 @@ import click
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
-from corral.engine import control, projection, tasks, turns
+from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
+from corral.engine.read import projection
 from corral.engine.resolve import resolve_task
 from corral.testing.fake_agent import wrapper_script
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from corral.cli.app import App, json_option, pass_app
-from corral.engine import doctor as doctor_checks
 from corral.engine.config import BY_NAME
+from corral.engine.operations import doctor as doctor_checks
 
 
 @click.command(

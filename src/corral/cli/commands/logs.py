@@ -11,8 +11,8 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.domain.status import Status
-from corral.engine import logs as turn_logs
-from corral.engine.reconcile import reconcile
+from corral.engine.operations.refresh import settle
+from corral.engine.read import logs as turn_logs
 from corral.engine.resolve import resolve_task
 
 
@@ -55,7 +55,7 @@ def logs(app: App, task: str, follow: bool, turn: int | None, raw: bool) -> None
     path = turn_logs.log_path(project, found, turn)
 
     def running() -> bool:
-        reconcile(project)
+        settle(project)
         with project.store.read() as tx:
             current = tx.get_task(found.id)
         return current is not None and current.status is Status.WORKING

@@ -7,8 +7,8 @@ import click
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.domain.clock import rfc3339
-from corral.engine import tasks
-from corral.engine.projection import note_json
+from corral.engine.operations import tasks
+from corral.engine.read.projection import note_json
 from corral.errors import UsageError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from corral.cli.app import App, json_option, pass_app
-from corral.engine import prune as pruning
+from corral.engine.operations import prune as pruning
 
 
 @click.command(

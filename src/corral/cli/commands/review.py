@@ -6,7 +6,8 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
-from corral.engine import projection, tasks
+from corral.engine.operations import tasks
+from corral.engine.read import projection
 from corral.errors import CorralError, UsageError
 
 
@@ -97,7 +98,7 @@ Examples:
 @pass_app
 def accept(app: App, task: str) -> int:
     """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete)."""
-    from corral.engine import accept as accepting
+    from corral.engine.operations import accept as accepting
 
     def report(event: dict[str, object]) -> None:
         if app.json:
@@ -149,7 +150,7 @@ Examples:
 @pass_app
 def submit(app: App, task: str) -> None:
     """Push the task's branch to the configured remote for review there (→ submitted)."""
-    from corral.engine.submit import submit as submitting
+    from corral.engine.operations.submit import submit as submitting
 
     result = submitting(app.project, task, actor=app.actor)
     if app.json:
@@ -224,7 +225,7 @@ Examples:
 @pass_app
 def pair(app: App, task: str) -> int:
     """Work interactively with the agent in the task's worktree (→ pairing, then back to review)."""
-    from corral.engine.pairing import pair as pairing
+    from corral.engine.operations.pairing import pair as pairing
 
     result = pairing(app.project, task, actor=app.actor)
     if app.json:
@@ -254,7 +255,7 @@ Examples:
 @pass_app
 def chat(app: App, task: str) -> int:
     """Talk with the agent interactively, read-only; the task's status does not change."""
-    from corral.engine.pairing import chat as chatting
+    from corral.engine.operations.pairing import chat as chatting
 
     code = chatting(app.project, task)
     if app.json:

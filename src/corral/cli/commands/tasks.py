@@ -7,9 +7,10 @@ import click
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import list_lines, show_lines
 from corral.domain.status import ACTIVE, BLOCKED, TERMINAL, Status
-from corral.engine import projection, tasks
+from corral.engine.operations import tasks
+from corral.engine.read import projection
 from corral.engine.resolve import resolve_task
-from corral.engine.supervision import live_facts
+from corral.engine.runtime.liveness import live_facts
 
 
 @click.command(
@@ -144,9 +145,9 @@ def list_(app: App, which: str | None) -> None:
     else:
         wanted = frozenset(Status) - TERMINAL
     project = app.project
-    from corral.engine.reconcile import reconcile
+    from corral.engine.operations.refresh import settle
 
-    for problem in reconcile(project):
+    for problem in settle(project):
         app.note(f"warning: could not reconcile {problem} (see corral doctor)")
     with project.store.read() as tx:
         found = tx.tasks(sorted(wanted) if wanted is not None else None)
@@ -181,9 +182,9 @@ Examples:
 def show(app: App, task: str, details: bool) -> None:
     """The task, its timeline, why it stopped and what to do next."""
     project = app.project
-    from corral.engine.reconcile import reconcile
+    from corral.engine.operations.refresh import settle
 
-    for problem in reconcile(project):
+    for problem in settle(project):
         app.note(f"warning: could not reconcile {problem} (see corral doctor)")
     with project.store.read() as tx:
         found = resolve_task(tx, task)

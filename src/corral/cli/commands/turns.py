@@ -9,7 +9,8 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
-from corral.engine import control, projection, turns
+from corral.engine.operations import control, turns
+from corral.engine.read import projection
 from corral.errors import UsageError
 
 

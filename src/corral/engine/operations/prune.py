@@ -1,6 +1,6 @@
 """``corral prune`` and the daemon's daily prune: expired diagnostics, stale worktrees.
 
-* **Diagnostics** 90 days old or older are removed (``corral.engine.diagnostics.prune``),
+* **Diagnostics** 90 days old or older are removed (``corral.engine.read.diagnostics.prune``),
   and those of tasks that no longer exist. Failure evidence and resting causes stay in
   the database until the task is deleted; a pruned reference reads "Expired after 90
   days". The daemon does this once a day.
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.status import TERMINAL
-from corral.engine import diagnostics
 from corral.engine.project import Project
+from corral.engine.read import diagnostics
 from corral.errors import GitError
 
 #: A worktree without a session younger than this may be one a ``start`` is making now.

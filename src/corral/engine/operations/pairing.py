@@ -24,25 +24,17 @@ from pathlib import Path
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Posture, TurnRequest
 from corral.adapters.process import check_argv
-from corral.domain.actors import Actor, Role
+from corral.domain.actors import Actor
 from corral.domain.records import Task
 from corral.domain.status import Status, check_transition
-from corral.engine.launch import harness_settings
+from corral.engine.config import harness_settings
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
+from corral.engine.recovery.pairs import end_pair, pairing_lock
 from corral.engine.resolve import resolve_task
-from corral.engine.supervision import pid_alive
-from corral.errors import CorralError, RefusedError
+from corral.errors import ChatOpen, CorralError, RefusedError
 
 PAIRABLE = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED)
-
-
-class ChatOpen(RefusedError):
-    code = "chat-open"
-
-
-def pairing_lock(project: Project, task_id: str) -> Path:
-    return project.paths.task_dir(task_id) / "pairing.lock"
 
 
 def chat_lock(project: Project, task_id: str) -> Path:
@@ -82,7 +74,7 @@ class Paired:
 
 def _interactive(project: Project, task: Task, resume_id: str | None, worktree: str, read_only: bool) -> int:
     cfg = project.config
-    harness = make_harness(task.harness or cfg["harness"], harness_settings(project))
+    harness = make_harness(task.harness or cfg["harness"], harness_settings(project.config))
     launch = harness.interactive(
         TurnRequest(
             prompt="",
@@ -154,49 +146,6 @@ def summary(seconds: float, commits: list[str], dirty: list[str], code: int | No
     if code not in (0, None):
         parts.append(f"The session exited with code {code}.")
     return " ".join(parts)
-
-
-def end_pair(project: Project, task_id: str, actor: Actor, content: str) -> Task:
-    """The pair is over: a summary turn, back to blocked or conflict, the lock removed."""
-    with project.store.write() as tx:
-        task = tx.get_task(task_id)
-        assert task is not None
-        if task.status is Status.PAIRING:
-            tx.add_turn(
-                task.id,
-                role=Role.HUMAN,
-                actor=actor,
-                kind="pair summary",
-                content=content,
-                session_id=task.session_id,
-                ended_at=tx.now(),
-            )
-            tx.park(task.id, actor, "the pair session ended", expected_from=Status.PAIRING)
-        tx.unregister_process(task.id, "pair")
-        task = tx.get_task(task_id) or task
-    try:
-        pairing_lock(project, task_id).unlink()
-    except FileNotFoundError:
-        pass
-    return task
-
-
-def sweep_stale_pairs(project: Project) -> int:
-    """Seed 002 sweep 5: a pairing task whose pair process is gone → blocked or conflict, lock removed."""
-    with project.store.read() as tx:
-        pairing = tx.tasks([Status.PAIRING])
-    ended = 0
-    for task in pairing:
-        try:
-            data = json.loads(pairing_lock(project, task.id).read_text())
-            pid = int(data.get("pid", 0))
-        except (OSError, ValueError):
-            pid = 0
-        if pid > 1 and pid_alive(pid):
-            continue
-        end_pair(project, task.id, Actor.SYSTEM, "The pair session ended without corral (its process is gone).")
-        ended += 1
-    return ended
 
 
 @contextmanager

@@ -12,9 +12,9 @@ import signal
 import time
 
 from corral.domain.failures import TERM_GRACE_SECONDS
-from corral.engine import protocol as proto
 from corral.engine.project import Project
-from corral.engine.supervision import pid_alive
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
 
 
 def _signal_group(pid: int, signum: int) -> None:

@@ -21,17 +21,14 @@ from corral.domain.clock import new_id, rfc3339
 from corral.domain.prompts import system_text
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Session, Task, Turn
 from corral.domain.status import Status
-from corral.engine import protocol as proto
-from corral.engine.processes import reap_turn
+from corral.engine.config import harness_settings
 from corral.engine.project import Project
-from corral.engine.supervision import pid_alive
-from corral.errors import CorralError
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
+from corral.engine.runtime.processes import reap_turn
+from corral.errors import CorralError, LaunchFailed
 
 SUPERVISOR_START_TIMEOUT = 15.0
-
-
-class LaunchFailed(CorralError):
-    code = "launch-failed"
 
 
 @dataclass(frozen=True)
@@ -40,11 +37,6 @@ class Launched:
     supervisor_pid: int
     protocol_dir: Path
     log_dir: Path
-
-
-def harness_settings(project: Project) -> dict[str, Any]:
-    cfg = project.config
-    return {k: cfg[k] for k in ("claude_bin", "pi_bin", "pi_provider", "codex_bin", "command")}
 
 
 def budgets(project: Project) -> dict[str, Any]:
@@ -83,7 +75,7 @@ def build_command(
         "sequence": human_turn.sequence,
         "log_dir": str(project.paths.turn_dir(task.id, human_turn.sequence)),
         "harness": task.harness or cfg["harness"],
-        "harness_settings": harness_settings(project),
+        "harness_settings": harness_settings(project.config),
         "model": task.model or cfg["model"],
         "posture": {
             "permission_mode": cfg["permission_mode"],
@@ -127,7 +119,7 @@ def clear_protocol(protocol_dir: Path, keep_into: Path | None = None) -> None:
 
 def file_claimed_receipt(project: Project, task: Task) -> None:
     """A receipt already recorded (a reconciler died before filing it) goes to its own turn."""
-    from corral.engine import receipts  # receipts sit beside launch; imported here to keep launch light
+    from corral.engine.recovery import receipts
 
     path = project.paths.protocol_dir(task.id) / proto.RESPONSE
     data = proto.read(path)
@@ -143,7 +135,7 @@ def spawn_supervisor(protocol_dir: Path, log_path: Path) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "corral.engine.supervisor", str(protocol_dir)],
+            [sys.executable, "-m", "corral.engine.runtime.supervisor", str(protocol_dir)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -205,7 +197,7 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
     """
     import traceback
 
-    from corral.engine import diagnostics
+    from corral.engine.read import diagnostics
 
     t = diagnostics.Translator()
     error = t.text(f"{type(exc).__name__}: {exc}", 500)
@@ -252,7 +244,7 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
             session_id=current.session_id,
             failure=evidence,
         )
-        from corral.engine.receipts import interrupt
+        from corral.engine.recovery.receipts import interrupt
 
         # Never auto-resumed (its cause says so), so the breaker does not count it.
         interrupt(

@@ -290,7 +290,7 @@ def delete(project: Project, given: str, *, actor: Actor) -> Task:
     with project.store.write() as tx:
         tx.delete_task(task.id)
     shutil.rmtree(project.paths.task_dir(task.id), ignore_errors=True)
-    from corral.engine.diagnostics import remove_for_task
+    from corral.engine.read.diagnostics import remove_for_task
 
     remove_for_task(project.paths, task.id)
     return task

@@ -24,19 +24,15 @@ from typing import Any
 
 from corral.domain.clock import rfc3339
 from corral.domain.status import Status
-from corral.engine import protocol as proto
+from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
-from corral.engine.reconcile import reconcile
-from corral.engine.supervision import pid_alive
-from corral.errors import CorralError, RefusedError
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
+from corral.errors import CorralError, DaemonRunning
 
 TICK_SECONDS = 2.0
 PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when the daemon starts)
 STATE_FILE = "daemon.json"
-
-
-class DaemonRunning(RefusedError):
-    code = "daemon-running"
 
 
 @dataclass(frozen=True)
@@ -165,7 +161,7 @@ class Daemon:
 
     def reconcile_once(self, why: str) -> None:
         try:
-            for problem in reconcile(self.project):
+            for problem in settle(self.project):
                 self.event("reconcile-error", why=why, code="task-unreconciled", message=problem)
         except CorralError as exc:
             self.event("reconcile-error", why=why, code=exc.code, message=exc.message)
@@ -175,7 +171,7 @@ class Daemon:
 
     def prune_once(self) -> None:
         """Remove diagnostics past 90 days (never worktrees: that is `corral prune`'s, run by a person)."""
-        from corral.engine.prune import prune_diagnostics
+        from corral.engine.operations.prune import prune_diagnostics
 
         try:
             report = prune_diagnostics(self.project)

@@ -26,10 +26,10 @@ from corral.domain.status import ACTIVE, Status
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
+from corral.engine.recovery.merges import MARKER, restore_prior
 from corral.engine.resolve import resolve_task
-from corral.errors import CorralError, RefusedError
+from corral.errors import AcceptRefused, CorralError, DestinationRestoreConflict, MergeConflictOnAccept
 
-MARKER = "accept_in_flight_from"
 ACCEPTABLE = (Status.BLOCKED, Status.SUBMITTED)
 
 
@@ -91,20 +91,6 @@ class Narrator:
                 "detail": detail,
             }
         )
-
-
-class AcceptRefused(RefusedError):
-    code = "accept-refused"
-
-
-class MergeConflictOnAccept(CorralError):
-    code = "merge-conflict"
-
-
-class DestinationRestoreConflict(CorralError):
-    """The merge stands, but local changes in the target's worktree could not be put back."""
-
-    code = "destination-restore-conflict"
 
 
 @dataclass(frozen=True)
@@ -188,22 +174,6 @@ def _message(tx: Any, task: Task, session: Session) -> str:
     return f"{body}\nCorral-Task: {task.id}\nCorral-Session: {session.id}\n"
 
 
-def _restore(project: Project, task_id: str, actor: Actor, why: str) -> None:
-    """Put an aborted accept's task back to the status it had, and drop the marker."""
-    with project.store.write() as tx:
-        task = tx.get_task(task_id)
-        if task is None:
-            return
-        prior = task.metadata.get(MARKER)
-        meta = {k: v for k, v in task.metadata.items() if k != MARKER}
-        tx.update_task(task_id, metadata=meta, touch=False)
-        if task.status is Status.MERGING:
-            if prior == Status.SUBMITTED.value:
-                tx.set_status(task_id, Status.SUBMITTED, actor, why, expected_from=Status.MERGING)
-            else:
-                tx.park(task_id, actor, why, expected_from=Status.MERGING)
-
-
 def accept(project: Project, given: str, *, actor: Actor, report: Reporter | None = None) -> Accepted:
     narrator = Narrator(report)
     with project.store.read() as tx:
@@ -229,7 +199,7 @@ def accept(project: Project, given: str, *, actor: Actor, report: Reporter | Non
 
 def _pre_accept(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, prompt: str) -> _Ready:
     """The optional pre-accept turn; its receipt restores the prior status, then the merge goes on."""
-    from corral.engine import control, turns
+    from corral.engine.operations import control, turns
 
     phase = next(p for p in PHASES if p.id == "pre-accept")
     narrator.phase(phase, "start")
@@ -238,7 +208,7 @@ def _pre_accept(project: Project, ready: _Ready, actor: Actor, narrator: Narrato
     answer = turns.answer_of(project, result.task, started.launched.command_id)
     if answer is None or answer.kind != "pre-accept" or result.task.status is not ready.prior:
         narrator.phase(phase, "failed", answer.content[:200] if answer else "no answer")
-        _restore(project, ready.task.id, actor, "accept aborted: the pre-accept turn did not complete")
+        restore_prior(project, ready.task.id, actor, "accept aborted: the pre-accept turn did not complete")
         raise AcceptRefused(
             f"The pre-accept turn of {ready.task.ref} did not complete; nothing was merged.",
             hint=f"See why: corral show {ready.task.ref}",
@@ -282,11 +252,11 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
         crashpoints.hit("accept.after-update-ref")
     except CorralError as exc:
         narrator.phase(merge_phase, "failed", exc.message)
-        _restore(project, task.id, actor, f"accept aborted: {exc.message}"[:300])
+        restore_prior(project, task.id, actor, f"accept aborted: {exc.message}"[:300])
         raise
     except Exception as exc:
         narrator.phase(merge_phase, "failed", str(exc))
-        _restore(project, task.id, actor, "accept aborted by an internal fault")
+        restore_prior(project, task.id, actor, "accept aborted by an internal fault")
         raise
     narrator.phase(merge_phase, "done", commit[:12])
 
@@ -387,56 +357,3 @@ def _bring_along(project: Project, worktree: Path, old: str, new: str, stash: st
             f"the stash {stash}.",
             hint=f"In {worktree}: git stash list, then git stash apply {stash} and resolve the conflicts.",
         )
-
-
-def recover_stranded(project: Project, task: Task) -> str:
-    """A task left in merging by an accept that died: completed if the merge landed, else restored.
-
-    Returns what was done: "completed", "restored" or "left" (a forge-pending merge, or an
-    accept still holding the lock).
-    """
-    from corral.engine.locks import TaskBusy
-
-    if MARKER not in task.metadata:
-        return "left"  # the merge lives on a forge; a later accept asks it what happened
-    try:
-        with task_lock(project, task.id, what="stranded-merge sweep", timeout=0):
-            with project.store.read() as tx:
-                task = tx.get_task(task.id) or task
-                session = tx.get_session(task.session_id) if task.session_id else None
-                if task.status is not Status.MERGING:
-                    return "left"
-                target = workspace.target_branch(tx, task)
-            landed = session is not None and any(
-                t["task"] == task.id and t["session"] == session.id
-                for t in project.git.trailers(f"refs/heads/{target}", cwd=project.repo, limit=200)
-            )
-            if landed and session is not None:
-                complete_merged(project, task, session, "the stranded merge had landed")
-                return "completed"
-            _restore(project, task.id, Actor.SYSTEM, "restored after an accept died mid-merge")
-            return "restored"
-    except TaskBusy:
-        return "left"
-
-
-def complete_merged(project: Project, task: Task, session: Session, why: str) -> str | None:
-    """The work is on its target but the status was not updated: outcome accepted → zombie → complete.
-
-    Returns a warning when the worktree could not be removed (it is kept, never lost).
-    """
-    with project.store.write() as tx:
-        current = tx.get_task(task.id)
-        if current is None or current.status in (Status.COMPLETE, Status.ABANDONED):
-            return None
-        meta = {k: v for k, v in current.metadata.items() if k != MARKER}
-        tx.update_task(task.id, metadata=meta, touch=False)
-        tx.update_session(session.id, outcome="accepted", ended_at=tx.now())
-        tx.set_status(task.id, Status.ZOMBIE, Actor.SYSTEM, why, resting_cause=None)
-        tx.set_status(task.id, Status.COMPLETE, Actor.SYSTEM, "merged into its target")
-        current = tx.get_task(task.id) or current
-    try:
-        workspace.save_and_remove(project, current, session, "completion")
-    except CorralError as exc:
-        return f"{current.ref} is complete, but its worktree was kept: {exc.message}"
-    return None

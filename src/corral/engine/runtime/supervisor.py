@@ -1,6 +1,6 @@
 """The per-turn supervisor: a detached process that owns the agent and writes the receipt.
 
-Run as ``python -m corral.engine.supervisor <protocol dir>``, in its own session
+Run as ``python -m corral.engine.runtime.supervisor <protocol dir>``, in its own session
 and process group, so it outlives the CLI that started it. Phases: reading the
 command → sync (merge upstream) → work (attempts, retry ladder, watchdog) →
 post-turn check → writing the response. It writes files only — ``status.json`` as
@@ -44,7 +44,7 @@ from corral.domain.failures import (
     exit_reason,
 )
 from corral.domain.redact import bounded, redact, secret_values
-from corral.engine import protocol as proto
+from corral.engine.runtime import protocol as proto
 from corral.errors import GitError, UsageError
 
 HEARTBEAT_SECONDS = 2.0
@@ -760,7 +760,7 @@ def refused_receipt(command: dict[str, Any], exc: Exception) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m corral.engine.supervisor PROTOCOL_DIR", file=sys.stderr)
+        print("usage: python -m corral.engine.runtime.supervisor PROTOCOL_DIR", file=sys.stderr)
         return 2
     protocol_dir = Path(args[0])
     receipt = proto.read_receipt(protocol_dir / proto.COMMAND)

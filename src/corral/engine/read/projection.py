@@ -33,7 +33,7 @@ from corral.domain.records import (
 )
 from corral.domain.status import Status
 from corral.domain.substate import Live, substate
-from corral.engine.diagnostics import EXPIRED, present
+from corral.engine.read.diagnostics import EXPIRED, present
 from corral.store import Tx
 
 SCHEMA_VERSION = 1

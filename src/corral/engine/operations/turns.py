@@ -28,12 +28,13 @@ from corral.domain.records import (
 from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
 from corral.domain.status import TERMINAL, Status, allowed_targets, check_transition
 from corral.domain.violations import Decision, plan_decisions
-from corral.engine import launch, workspace
-from corral.engine.diagnostics import Translator
-from corral.engine.pairing import refuse_while_chat
+from corral.engine import workspace
+from corral.engine.operations import launch
+from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
+from corral.engine.read.diagnostics import Translator
 from corral.engine.resolve import resolve_task
-from corral.errors import CorralError, GitError, IllegalTransition, RefusedError, UsageError
+from corral.errors import CorralError, GitError, IllegalTransition, MergeConflict, RefusedError, UsageError
 from corral.store import Tx
 
 UNBLOCKABLE = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
@@ -429,10 +430,6 @@ class Synced:
     task: Task
     state: str  # merged | up-to-date
     head: str | None
-
-
-class MergeConflict(CorralError):
-    code = "merge-conflict"
 
 
 def sync(project: Project, given: str, *, actor: Actor) -> Synced:

@@ -13,7 +13,7 @@ from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.engine.locks import TaskBusy, task_lock
 from corral.engine.project import Project
-from corral.engine.receipts import NO_AUTO_RESUME
+from corral.engine.recovery.receipts import NO_AUTO_RESUME
 from corral.errors import CorralError
 
 
@@ -38,7 +38,7 @@ def maybe_auto_resume(project: Project, task_id: str) -> bool:
     """Resume an interrupted task as the system, if that is safe; True when a turn was launched."""
     if not project.config["auto_resume"] or not resumable(project, task_id):
         return False
-    from corral.engine import turns  # a turn launcher, one layer of operations up
+    from corral.engine.operations import turns  # imported when a resume is due: reconcile passes rarely need it
 
     try:
         with task_lock(project, task_id, what="auto-resume", timeout=0):

@@ -218,7 +218,7 @@ def write(paths: ProjectPaths, task_id: str, key: str, content: dict[str, Any], 
     The file's mtime is set to ``now`` (the project clock), which is what retention
     measures. Mode 0600, like the output log.
     """
-    from corral.engine import protocol as proto
+    from corral.engine.runtime import protocol as proto
 
     ref = reference(task_id, key)
     path = path_of(paths, ref)

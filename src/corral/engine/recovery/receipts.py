@@ -4,7 +4,7 @@ The claim is the agent turn's unique ``command_id``: two reconcilers racing on o
 ``response.json`` insert one agent turn; the loser sees it and only tidies up.
 
 A failed turn (or one whose attempts failed on the way) gets its detailed diagnostic
-written first (``corral.engine.diagnostics``), then the row that references it. Every
+written first (``corral.engine.read.diagnostics``), then the row that references it. Every
 piece of evidence taken from a receipt passes the safe translator: allowlisted detail
 fields, masked secrets, bounded sizes.
 """
@@ -23,9 +23,9 @@ from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
 from corral.domain.records import AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
-from corral.engine import diagnostics
-from corral.engine import protocol as proto
 from corral.engine.project import Project
+from corral.engine.read import diagnostics
+from corral.engine.runtime import protocol as proto
 from corral.store import Tx
 
 #: error kinds of a receipt -> the resting cause code of the interrupted task.

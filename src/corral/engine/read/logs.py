@@ -9,7 +9,7 @@ from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Event
 from corral.domain.actors import Role
 from corral.domain.records import Task
-from corral.engine.launch import harness_settings
+from corral.engine.config import harness_settings
 from corral.engine.project import Project
 from corral.errors import NotFoundError
 
@@ -68,7 +68,7 @@ def render_event(event: Event) -> str | None:
 
 
 def render_lines(project: Project, task: Task, lines: Iterator[bytes]) -> Iterator[str]:
-    harness = make_harness(task.harness or project.config["harness"], harness_settings(project))
+    harness = make_harness(task.harness or project.config["harness"], harness_settings(project.config))
     for line in lines:
         events = harness.parse(line)
         if not events and line.strip():

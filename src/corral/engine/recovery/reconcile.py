@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,13 +19,15 @@ from corral.domain.explain import RECEIPT_PROBLEMS
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.redact import redact
 from corral.domain.status import Status
-from corral.engine import diagnostics, receipts
-from corral.engine import protocol as proto
-from corral.engine.pairing import sweep_stale_pairs
-from corral.engine.processes import reap_turn, stop_group
 from corral.engine.project import Project
-from corral.engine.recovery import maybe_auto_resume
-from corral.engine.supervision import pid_alive
+from corral.engine.read import diagnostics
+from corral.engine.recovery import receipts
+from corral.engine.recovery.merged import sweep_merged_branches
+from corral.engine.recovery.merges import recover_stranded
+from corral.engine.recovery.pairs import sweep_stale_pairs
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
+from corral.engine.runtime.processes import reap_turn, stop_group
 from corral.errors import CorralError
 
 
@@ -120,30 +122,34 @@ def process_receipt(project: Project, task: Task) -> bool:
     return True
 
 
-def sweep_working(project: Project, problems: list[str] | None = None) -> None:
+def sweep_working(project: Project, problems: list[str] | None = None) -> list[str]:
     """Seed 002 sweeps 1 and 2: receipts become turns; a supervisor gone without one → interrupted.
 
-    A task that lands in interrupted is auto-resumed at once when that is safe. One task
-    that cannot be reconciled is reported in ``problems`` and never stops the others.
+    Returns the ids of the tasks whose turn ended in this pass (a receipt recorded or a
+    turn found lost): the candidates for auto-resume. One task that cannot be reconciled
+    is reported in ``problems`` and never stops the others.
     """
     with project.store.read() as tx:
         candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
     grace = timedelta(seconds=float(project.config["grace_period"]))
+    ended: list[str] = []
     for task in candidates:
         try:
-            _reconcile_working(project, task, grace)
+            if _reconcile_working(project, task, grace):
+                ended.append(task.id)
         except Exception as exc:  # isolated per task; reported, not swallowed
             if problems is None:
                 raise
             problems.append(f"{task.ref}: {type(exc).__name__}: {exc}")
+    return ended
 
 
-def _reconcile_working(project: Project, task: Task, grace: timedelta) -> None:
+def _reconcile_working(project: Project, task: Task, grace: timedelta) -> bool:
+    """True when the task's turn ended in this pass."""
     if process_receipt(project, task):
-        maybe_auto_resume(project, task.id)
-        return
+        return True
     if task.status is not Status.WORKING:
-        return
+        return False
     protocol_dir = project.paths.protocol_dir(task.id)
     with project.store.read() as tx:
         current = tx.current_command(task.id)
@@ -154,15 +160,15 @@ def _reconcile_working(project: Project, task: Task, grace: timedelta) -> None:
         status = None
     pid = status.get("pid") if status else None
     if isinstance(pid, int) and pid_alive(pid):
-        return
+        return False
     if status is None:
         # Never seen alive: only the grace period protects it, counted from the launching turn.
         since = current.started_at if current is not None else task.last_interaction_at
         if project.clock() - since < grace:
-            return
+            return False
     if not process_receipt(project, task):  # it may have finished between our two looks
         lost(project, task, status)
-    maybe_auto_resume(project, task.id)
+    return True
 
 
 #: What is unknown about a lost turn, by the phase its supervisor was last seen in.
@@ -284,72 +290,23 @@ def sweep_terminal(project: Project) -> int:
 
 def sweep_stranded_merges(project: Project) -> int:
     """A task in merging with no live accept holding its lock: completed if the merge landed, else restored."""
-    from corral.engine.accept import recover_stranded
-
     with project.store.read() as tx:
         merging = tx.tasks([Status.MERGING])
     return sum(recover_stranded(project, task) != "left" for task in merging)
 
 
-def sweep_merged_branches(project: Project) -> int:
-    """Seed 002 sweep 4: a resting task whose work is already on its target → zombie → complete.
+@dataclass(frozen=True)
+class Reconciled:
+    """What one pass found: the problems met (one line each) and the tasks whose turn ended."""
 
-    Merged means: the branch has commits beyond its session's base and the target contains
-    the tip, or the target carries a commit whose trailers name this task and its current
-    session. (Upstream is merged into a task branch with ``--no-ff``, so a branch that
-    only took in its target never looks merged: its merge commit is not on the target.)
-    Only resting tasks are looked at, and only when their branch or target moved since the
-    last look (remembered in the state directory), so a pass stays cheap.
-    """
-    from corral.engine.accept import complete_merged
-    from corral.engine.workspace import target_branch
-
-    resting = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
-    with project.store.read() as tx:
-        candidates = [(t, tx.get_session(t.session_id)) for t in tx.tasks(resting) if t.session_id]
-        targets = {t.id: target_branch(tx, t) for t, _ in candidates}
-    if not candidates:
-        return 0
-    git, repo = project.git, project.repo
-    tips: dict[str, str] = {}
-    out = git.run("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", cwd=repo, check=False).stdout
-    for line in out.splitlines():
-        name, _, sha = line.partition(" ")
-        tips[name.removeprefix("refs/heads/")] = sha
-    seen_path = project.paths.root / "merged-sweep.json"
-    seen = proto.read(seen_path) or {}
-    before = dict(seen)
-    trailers: dict[str, set[tuple[str, str]]] = {}
-    completed = 0
-    for task, session in candidates:
-        if session is None or not session.base_commit:
-            continue
-        target, tip = targets[task.id], tips.get(task.branch)
-        target_tip = tips.get(target)
-        if target_tip is None:
-            continue
-        key = f"{target_tip}:{tip}"
-        if seen.get(task.id) == key:
-            continue
-        merged = tip is not None and tip != session.base_commit and git.is_ancestor(tip, target_tip, cwd=repo)
-        if not merged:
-            if target not in trailers:
-                trailers[target] = {(t["task"], t["session"]) for t in git.trailers(target_tip, cwd=repo, limit=500)}
-            merged = (task.id, session.id) in trailers[target]
-        if merged:
-            complete_merged(project, task, session, "its work is on its target")
-            completed += 1
-        else:
-            seen[task.id] = key
-    if seen != before:  # an unchanged pass writes nothing
-        proto.write_json(seen_path, {k: v for k, v in seen.items() if k != "protocol_version"}, durable=False)
-    return completed
+    problems: list[str]
+    ended: list[str]
 
 
-def reconcile(project: Project) -> list[str]:
-    """Run every sweep; returns the problems met (one line each), which never stop the others."""
+def reconcile(project: Project) -> Reconciled:
+    """Run every sweep; problems never stop the others. Auto-resume is the caller's (``settle``)."""
     problems: list[str] = []
-    sweep_working(project, problems)
+    ended = sweep_working(project, problems)
     for sweep in (
         sweep_stranded_merges,
         sweep_merged_branches,
@@ -361,4 +318,4 @@ def reconcile(project: Project) -> list[str]:
             sweep(project)
         except Exception as exc:  # one broken sweep must not hide the state the others repair
             problems.append(f"{sweep.__name__}: {type(exc).__name__}: {exc}")
-    return problems
+    return Reconciled(problems, ended)

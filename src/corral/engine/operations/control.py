@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from corral.domain.actors import Actor, Role
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import Status
-from corral.engine import protocol as proto
+from corral.engine.operations.refresh import settle
+from corral.engine.operations.turns import Started
 from corral.engine.project import Project
-from corral.engine.reconcile import reconcile
 from corral.engine.resolve import resolve_task
-from corral.engine.supervision import pid_alive
-from corral.engine.turns import Started
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import pid_alive
 from corral.errors import RefusedError
 
 STOP_WAIT_SECONDS = 15.0
@@ -52,14 +52,14 @@ def stop(project: Project, given: str, *, actor: Actor) -> Task:
     asked = request_stop(project, task, actor)
     deadline = time.monotonic() + STOP_WAIT_SECONDS
     while asked and time.monotonic() < deadline:
-        reconcile(project)
+        settle(project)
         with project.store.read() as tx:
             current = tx.get_task(task.id)
         if current is None or current.status is not Status.WORKING:
             return current or task
         time.sleep(0.1)
     # No supervisor answered: end the turn here, with the same record a supervisor would have written.
-    reconcile(project)
+    settle(project)
     with project.store.write() as tx:
         current = tx.get_task(task.id)
         if current is None or current.status is not Status.WORKING:
@@ -125,7 +125,7 @@ def wait(
         task = resolve_task(tx, given)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        reconcile(project)
+        settle(project)
         with project.store.read() as tx:
             task = tx.get_task(task.id) or task
         if on_tick is not None:
@@ -141,7 +141,7 @@ def wait_answer(project: Project, started: Started, *, timeout: float, poll: flo
     """The agent turn that answers a launched command (an ask), reconciling as it waits; None on timeout."""
     deadline = time.monotonic() + timeout
     while True:
-        reconcile(project)
+        settle(project)
         with project.store.read() as tx:
             answer = tx.turn_by_command(started.launched.command_id, Role.AGENT)
         if answer is not None or time.monotonic() > deadline:

@@ -1,0 +1,23 @@
+"""Settling a project before it is read or waited on: one reconcile pass, then auto-resume.
+
+The reconcile-before-read policy lives here, so every surface (the CLI's read commands,
+``wait``, the daemon's ticks) settles the same way.
+"""
+
+from __future__ import annotations
+
+from corral.engine.operations.auto_resume import maybe_auto_resume
+from corral.engine.project import Project
+from corral.engine.recovery.reconcile import reconcile
+
+
+def settle(project: Project) -> list[str]:
+    """Reconcile, then auto-resume each task whose turn ended in this pass; returns the problems met."""
+    report = reconcile(project)
+    problems = list(report.problems)
+    for task_id in report.ended:
+        try:
+            maybe_auto_resume(project, task_id)
+        except Exception as exc:  # one task's resume must not stop the others'
+            problems.append(f"{task_id}: auto-resume: {type(exc).__name__}: {exc}")
+    return problems
