@@ -174,11 +174,11 @@ class LatencyRig:
 
     def running_agent(self, task_id: str) -> tuple[int, int]:
         """(supervisor pid, agent pid) of the running turn, once the agent has taken its scenario."""
+        from corral.adapters.process import pid_alive
         from corral.engine.runtime import protocol as proto
-        from corral.engine.runtime.liveness import pid_alive
 
         def ready() -> tuple[int, int] | None:
-            status = proto.read(self.project.paths.protocol_dir(task_id) / proto.STATUS) or {}
+            status = proto.read_raw(self.project.paths.protocol_dir(task_id) / proto.STATUS) or {}
             sup, agent = status.get("pid"), status.get("agent_pid")
             if not (isinstance(sup, int) and isinstance(agent, int) and pid_alive(sup) and pid_alive(agent)):
                 return None

@@ -97,15 +97,20 @@ class IllegalTransition(RefusedError):
         allowed: Iterable[str],
         *,
         what: str | None = None,
+        takes: Sequence[str] | None = None,
         hint: str | None = None,
     ) -> None:
         allowed = list(allowed)
         doing = what or f"move to {target}"
-        can = ", ".join(allowed) if allowed else "nothing (it is final)"
-        super().__init__(
-            f"Cannot {doing}: the task is {current}, and from {current} it can go to {can}.",
-            hint=hint,
-        )
+        if takes is not None:
+            # An operation's refusal names the statuses it takes (from the operations table).
+            verb = doing.split(" ", 1)[0]
+            which = ", ".join(takes[:-1]) + f" or {takes[-1]}" if len(takes) > 1 else "".join(takes)
+            message = f"Cannot {doing}: it is {current}; {verb} takes a task that is {which}."
+        else:
+            can = ", ".join(allowed) if allowed else "nothing (it is final)"
+            message = f"Cannot {doing}: the task is {current}, and from {current} it can go to {can}."
+        super().__init__(message, hint=hint)
         self.current = current
         self.target = target
         self.allowed = allowed

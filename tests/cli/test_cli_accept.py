@@ -53,3 +53,17 @@ def test_diff_accept_reopen_delete(corral, tmp_path, repo):
     assert corral("show", "feat", env=env).returncode == 4
     assert git(repo, "for-each-ref", "refs/corral/") == ""
     assert calls(tmp_path)
+
+
+def test_accept_json_errors_are_one_more_json_line(corral):
+    """accept streams JSON Lines, so its failure is an event line, not a separate document."""
+    refused = corral("accept", "nope", "--json")
+    assert refused.returncode == 4
+    assert refused.stdout.count("\n") == 1
+    doc = json.loads(refused.stdout)
+    assert set(doc) == {"event", "error"} and doc["event"] == "error"
+    assert doc["error"]["code"] == "task-not-found"
+    corral.ok("create", "Never started", "--ref", "idle")
+    refused = corral("accept", "idle", "--json")
+    assert refused.returncode == 3
+    assert json.loads(refused.stdout.splitlines()[-1])["event"] == "error"

@@ -3,6 +3,7 @@ store, running from a task's worktree, and help that shows examples."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -321,3 +322,31 @@ def test_corral_home_that_is_a_file_is_explained_not_an_internal_error(corral, t
     assert "error" not in doc, doc
     assert doc["ok"] is False
     assert any(c["name"] == "state" and c["status"] == "fail" for c in doc["checks"])
+
+
+# -- Ctrl-C -----------------------------------------------------------------------------------------
+
+
+def _interrupt(*_args: object, **_kw: object) -> None:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_is_the_interrupted_error_document_exit_130(
+    corral, repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The entry point in this process, with Ctrl-C arriving while the command reads."""
+    from corral.cli import main
+    from corral.engine.operations import queries
+
+    create(corral, "Waiting", "--ref", "waiting")
+    monkeypatch.setattr(queries, "list_tasks", _interrupt)
+    assert main(["--repo", str(repo), "list", "--json"]) == 130
+    out, _err = capsys.readouterr()
+    assert out.count("\n") == 1  # one document, nothing else
+    doc = json.loads(out)
+    assert set(doc) == {"schema_version", "error"}
+    assert doc["error"]["code"] == "interrupted" and doc["error"]["hint"]
+    assert main(["--repo", str(repo), "list"]) == 130
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "error: Interrupted." in err and "hint:" in err and "Traceback" not in err

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
+from typing import Any
 
+from corral.domain.settings import SETTINGS, toml_value
 from tests.cli.helpers import create, json_error, no_traceback, park, state_paths, store_of, to_working
 
 PATH_KEYS = {
@@ -132,6 +135,124 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
     assert "watchdog_timeout" in err["message"]
     bad_env = corral("config", "show", "--json", env={"CORRAL_BREAKER_THRESHOLD": "many"})
     json_error(bad_env, 2, "config-invalid")
+
+
+USER_ONLY = {"permission_mode", "allowed_tools", "is_sandbox", "claude_bin", "pi_bin", "codex_bin", "command"}
+
+
+def _another_value(kind: type, default: Any, name: str) -> Any:
+    """A value of the setting's type that is not its default."""
+    if kind is bool:
+        return not default
+    if kind is int:
+        return default + 1
+    if kind is float:
+        return default + 0.5
+    if kind is list:
+        return [f"{name}-1", f"{name} 2"]
+    return f"{name} value"
+
+
+def _every_setting_changed() -> tuple[str, dict[str, Any]]:
+    values = {s.name: _another_value(s.kind, s.default_value(), s.name) for s in SETTINGS}
+    return "".join(f"{name} = {toml_value(value)}\n" for name, value in values.items()), values
+
+
+def test_config_show_is_toml_that_reads_back_as_the_values(corral, repo: Path, isolated_env: Path) -> None:
+    (isolated_env / "user-config.toml").write_text('model = "from-user"\nallowed_tools = ["Read", "Grep"]\n')
+    (repo / "corral.toml").write_text('watchdog_timeout = 42\nprotected = ["secrets/*", "a \\"quoted\\" path"]\n')
+    env = {"CORRAL_AUTO_RESUME": "off", "CORRAL_REMOTE": "up\tstream"}
+    doc = _settings(corral, env=env)["settings"]
+    shown = corral.ok("config", "show", env=env).stdout
+    assert tomllib.loads(shown) == {name: s["value"] for name, s in doc.items() if s["value"] is not None}
+    assert tomllib.loads(shown)["protected"] == ["secrets/*", 'a "quoted" path']
+    lines = shown.splitlines()
+    for s in SETTINGS:
+        value = doc[s.name]
+        at = next(i for i, line in enumerate(lines) if line.startswith((f"{s.name} = ", f"# {s.name} = ")))
+        assert lines[at - 1].startswith(f"# {s.help}"), s.name
+        assert lines[at - 1].endswith("(corral.toml may not set this)") is (s.name in USER_ONLY), s.name
+        assert lines[at].startswith("#") is (value["value"] is None), s.name
+        assert lines[at].endswith("# default") is (value["source"] == "default"), s.name
+        if value["origin"] is not None:
+            assert f"# from {value['origin']} (" in lines[at], s.name
+    line = next(line for line in lines if line.startswith("auto_resume"))
+    assert line == "auto_resume = false  # from CORRAL_AUTO_RESUME (environment)"
+    assert next(line for line in lines if line.startswith("model")).endswith(
+        f"# from {isolated_env / 'user-config.toml'} (user file)"
+    )
+    # the document is a settings file: as the user's file it gives every shown value back
+    (repo / "corral.toml").unlink()
+    (isolated_env / "user-config.toml").write_text(shown)
+    again = _settings(corral)
+    assert {n: s["value"] for n, s in again["settings"].items()} == {n: s["value"] for n, s in doc.items()}
+    assert again["ignored"] == [] and again["unknown"] == []
+    assert {n for n, s in again["settings"].items() if s["source"] == "user"} == {
+        n for n, s in doc.items() if s["value"] is not None
+    }
+
+
+def test_config_show_json_carries_each_settings_help_default_and_trust(corral) -> None:
+    doc = _settings(corral)["settings"]
+    assert list(doc) == [s.name for s in SETTINGS]
+    watchdog = doc["watchdog_timeout"]
+    assert (watchdog["default"], watchdog["value"], watchdog["trust"]) == (1800.0, 1800.0, "anywhere")
+    assert watchdog["help"] == "seconds without progress before the watchdog kills a turn"
+    assert {n for n, s in doc.items() if s["trusted_only"]} == USER_ONLY
+    assert {n for n, s in doc.items() if s["trust"] == "user_only"} == USER_ONLY
+    assert doc["model"]["default"] is None and doc["text_cap"]["default"] == 100 * 1024
+
+
+def test_corral_toml_sets_only_what_a_repository_may(corral, repo: Path, isolated_env: Path) -> None:
+    text, values = _every_setting_changed()
+    (repo / "corral.toml").write_text(text)
+    doc = _settings(corral)
+    project = str(repo.resolve() / "corral.toml")
+    for s in SETTINGS:
+        got = doc["settings"][s.name]
+        if s.name in USER_ONLY:
+            assert (got["value"], got["source"], got["origin"]) == (s.default_value(), "default", None), s.name
+        else:
+            assert (got["value"], got["source"], got["origin"]) == (values[s.name], "project", project), s.name
+    assert sorted(item.split(" ", 1)[0] for item in doc["ignored"]) == sorted(USER_ONLY)
+    assert all(f"in {project} " in item for item in doc["ignored"])
+    assert doc["unknown"] == []
+    # the same file as the user's own is taken whole
+    (repo / "corral.toml").unlink()
+    (isolated_env / "user-config.toml").write_text(text)
+    mine = _settings(corral)
+    assert {n: (s["value"], s["source"]) for n, s in mine["settings"].items()} == {
+        n: (v, "user") for n, v in values.items()
+    }
+    assert mine["ignored"] == []
+
+
+def test_the_environment_sets_every_setting_as_its_type(corral, repo: Path, isolated_env: Path) -> None:
+    text, _ = _every_setting_changed()
+    (repo / "corral.toml").write_text(text)
+    (isolated_env / "user-config.toml").write_text(text)
+    env = {
+        "CORRAL_AUTO_RESUME": "no",
+        "CORRAL_IS_SANDBOX": "yes",
+        "CORRAL_BREAKER_THRESHOLD": "9",
+        "CORRAL_WATCHDOG_TIMEOUT": "60",
+        "CORRAL_GRACE_PERIOD": "1.5",
+        "CORRAL_ALLOWED_TOOLS": "Read, Grep",
+        "CORRAL_PROTECTED": "",
+        "CORRAL_PERMISSION_MODE": "plan",
+        "CORRAL_MODEL": "opus",
+    }
+    doc = _settings(corral, env=env)["settings"]
+    got = {n: doc[n]["value"] for n in ("auto_resume", "is_sandbox", "breaker_threshold", "watchdog_timeout")}
+    assert got == {"auto_resume": False, "is_sandbox": True, "breaker_threshold": 9, "watchdog_timeout": 60.0}
+    assert type(doc["breaker_threshold"]["value"]) is int and type(doc["watchdog_timeout"]["value"]) is float
+    assert doc["grace_period"]["value"] == 1.5
+    assert doc["allowed_tools"]["value"] == ["Read", "Grep"] and doc["protected"]["value"] == []
+    assert (doc["permission_mode"]["value"], doc["model"]["value"]) == ("plan", "opus")
+    for var, name in ((v, v.removeprefix("CORRAL_").lower()) for v in env):
+        assert (doc[name]["source"], doc[name]["origin"]) == ("env", var), name
+    err = json_error(corral("config", "show", "--json", env={"CORRAL_IS_SANDBOX": "perhaps"}), 2, "config-invalid")
+    assert "CORRAL_IS_SANDBOX" in err["message"] and "is_sandbox" in err["message"]
 
 
 # -- doctor ------------------------------------------------------------------------------------

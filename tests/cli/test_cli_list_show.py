@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 from corral.domain.actors import Actor, Role
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, RestingCause
@@ -232,3 +233,71 @@ def test_show_of_an_abandoned_task_says_how_to_bring_it_back(corral) -> None:
 
 def test_show_unknown_is_not_found(corral) -> None:
     json_error(corral("show", "nothing-here", "--json"), 4, "task-not-found")
+
+
+# -- a long history: the text view pages, --all and --json do not -----------------------------------
+
+
+def _with_turns(corral, ref: str, count: int) -> None:
+    """A task with ``count`` agent turns, dated after its creation (one second apart)."""
+    create(corral, f"Long history {ref}", "--ref", ref)
+    first = datetime.now(UTC) + timedelta(seconds=1)
+    with store_of(corral) as store, store.write() as tx:
+        task = tx.task_by_ref(ref)
+        assert task is not None
+        for i in range(count):
+            at = first + timedelta(seconds=i)
+            tx.add_turn(task.id, role=Role.AGENT, kind="start", content=f"Step {i + 1}.", started_at=at, ended_at=at)
+
+
+def _turn_numbers(text: str) -> list[int]:
+    return [int(m) for m in re.findall(r"turn (\d+) · ", text)]
+
+
+def test_show_pages_a_long_history_to_the_last_50_turns(corral) -> None:
+    _with_turns(corral, "long", 60)
+    out = corral.ok("show", "long").stdout
+    assert _turn_numbers(out) == list(range(11, 61))
+    assert "… 10 earlier turns not shown; corral show long --all shows every turn" in out
+    assert "→ backlog by human" not in out  # what happened before the first shown turn is paged out with it
+    assert "Next: Start it: corral start long" in out  # the rest of the page is whole
+
+
+def test_show_all_shows_every_turn(corral) -> None:
+    _with_turns(corral, "long", 60)
+    out = corral.ok("show", "long", "--all").stdout
+    assert _turn_numbers(out) == list(range(1, 61))
+    assert "earlier turn" not in out
+    assert "→ backlog by human" in out
+
+
+def test_show_json_never_pages(corral) -> None:
+    _with_turns(corral, "long", 60)
+    for args in ((), ("--all",)):
+        doc = corral.json("show", "long", *args)
+        assert [t["sequence"] for t in doc["turns"]] == list(range(1, 61))
+        assert [c["to"] for c in doc["status_changes"]] == ["backlog"]
+
+
+def test_show_pages_only_past_50_and_counts_one_turn_as_one(corral) -> None:
+    _with_turns(corral, "fifty", 50)
+    out = corral.ok("show", "fifty").stdout
+    assert _turn_numbers(out) == list(range(1, 51))
+    assert "earlier turn" not in out and "→ backlog by human" in out
+    _with_turns(corral, "fifty-one", 51)
+    out = corral.ok("show", "fifty-one").stdout
+    assert _turn_numbers(out) == list(range(2, 52))
+    assert "… 1 earlier turn not shown; corral show fifty-one --all shows every turn" in out
+
+
+# -- where the work merges ----------------------------------------------------------------------
+
+
+def test_show_names_the_branch_a_task_merges_into(corral) -> None:
+    create(corral, "Parent", "--ref", "parent")
+    create(corral, "Child", "--ref", "child", "--parent", "parent")
+    create(corral, "Elsewhere", "--ref", "elsewhere", "--target", "release")
+    assert "Branch:   (not started) → main" in corral.ok("show", "parent").stdout
+    assert "Branch:   (not started) → corral/parent" in corral.ok("show", "child").stdout
+    assert "Branch:   (not started) → release" in corral.ok("show", "elsewhere").stdout
+    assert corral.json("show", "child")["task"]["target"] is None  # the JSON keeps the stored field

@@ -155,3 +155,26 @@ def test_close_saves_and_archives_the_work_and_reopen_restores_it(corral, repo: 
         ("blocked", "abandoned"),
         ("abandoned", "blocked"),
     ]
+
+
+def test_closing_work_in_text_says_where_it_is_kept(corral, repo: Path) -> None:
+    create(corral, "Kept work", "--ref", "kept")
+    worktree = Path(state_paths(corral)["worktrees"]) / "kept"
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "worktree", "add", "-q", "-b", "corral/kept", str(worktree), base)
+    (worktree / "done.txt").write_text("committed\n")
+    git(worktree, "add", "done.txt")
+    git(worktree, "commit", "-q", "-m", "agent work")
+    with store_of(corral) as store, store.write() as tx:
+        task = tx.task_by_ref("kept")
+        assert task is not None
+        tx.insert_session(task.id, worktree=str(worktree), branch="corral/kept", base_commit=base)
+        tx.set_status(task.id, Status.WORKING, Actor.HUMAN, "start")
+        tx.park(task.id, Actor.SYSTEM, "turn ended")
+    out = corral.ok("reject", "kept", "-m", "wrong approach").stdout
+    assert out.splitlines() == [
+        "kept is abandoned (rejected).",
+        "Its work is kept under refs/corral/archive/kept; corral reopen kept brings it back.",
+    ]
+    assert git(repo, "rev-parse", "refs/corral/archive/kept")
+    assert "kept is blocked again." in corral.ok("reopen", "kept").stdout

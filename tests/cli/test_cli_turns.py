@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
+import subprocess
+import sys
 import time
+
+import pytest
 
 from corral.domain.sanitize import sanitize_prose
 from corral.testing.fake_agent import wrapper_script
@@ -80,6 +86,7 @@ def test_unblock_from_stdin_with_nul_is_escaped_and_delivered(corral, tmp_path):
     assert human["actor"] == "human" and human["feedback_delivery"] == "consumed"
 
 
+@pytest.mark.slow
 def test_wait_exit_codes_and_timeout(corral, tmp_path):
     env = fake_env(
         tmp_path,
@@ -140,3 +147,77 @@ def test_demo_runs_the_lifecycle_quickly(corral):
     lines = [e["line"] for e in doc["events"]]
     assert any("working → blocked" in line for line in lines)
     assert any("2 commits beyond main" in line for line in lines)
+
+
+# -- Ctrl-C in a real process ---------------------------------------------------------------------
+
+SLOW = [{"init": True}, {"text": "waiting"}, {"sleep": 60}, {"result": "never"}]
+
+
+def _spawn(corral, *args, env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "corral", *args],
+        cwd=corral.cwd,
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _first_line(proc, within=30.0):
+    ready, _, _ = select.select([proc.stdout], [], [], within)
+    assert ready, "no output"
+    return proc.stdout.readline()
+
+
+def _has_open(pid, name):
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            if os.readlink(f"{fd_dir}/{fd}").endswith(name):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_ctrl_c_while_following_logs_is_the_interrupted_error(corral, tmp_path):
+    env = fake_env(tmp_path, SLOW)
+    corral.ok("create", "Slow task", "--ref", "slow", env=env)
+    corral.ok("start", "slow", env=env)
+    proc = _spawn(corral, "logs", "-f", "slow", "--json", env=env)
+    try:
+        first = json.loads(_first_line(proc))
+        assert set(first) == {"line"}
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err
+    last = json.loads(rest.splitlines()[-1])
+    assert set(last) == {"schema_version", "error"} and last["error"]["code"] == "interrupted"
+    corral.ok("stop", "slow", env=env)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_waiting_leaves_the_turn_running(corral, tmp_path):
+    env = fake_env(tmp_path, SLOW)
+    corral.ok("create", "Slow task", "--ref", "slow", env=env)
+    corral.ok("start", "slow", env=env)
+    proc = _spawn(corral, "wait", "slow", env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not _has_open(proc.pid, "corral.db") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # well inside the wait loop, which polls until the turn ends
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert out == b""
+    assert b"Stopped waiting; the turn goes on." in err and b"error:" not in err and b"Traceback" not in err
+    assert corral.json("show", "slow", env=env)["task"]["status"] == "working"
+    corral.ok("stop", "slow", env=env)

@@ -105,7 +105,7 @@ def test_categories(value: str) -> None:
 
 def test_category_sets() -> None:
     assert {s.value for s in st.TERMINAL} == design.TERMINAL
-    assert {s.value for s in st.BLOCKED} == design.BLOCKED
+    assert {s.value for s in st.PAUSED} == design.BLOCKED
     assert {s.value for s in st.ACTIVE} == design.ACTIVE
     # submitted and backlog are resting, not active.
     for value in design.RESTING_NOT_ACTIVE:

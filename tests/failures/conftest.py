@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor
 from corral.domain.records import Task
 from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
 from corral.engine.runtime.processes import reap_turn
 from tests.conftest import CLI, FakeAgent
 
@@ -72,7 +72,7 @@ def live_supervisor(proj: Project, task: Task) -> tuple[int, int]:
     """The running turn's supervisor and agent pids, once both are alive."""
 
     def both() -> tuple[int, int] | None:
-        status = proto.read(proj.paths.protocol_dir(task.id) / proto.STATUS) or {}
+        status = proto.read_raw(proj.paths.protocol_dir(task.id) / proto.STATUS) or {}
         sup, agent = status.get("pid"), status.get("agent_pid")
         if isinstance(sup, int) and isinstance(agent, int) and pid_alive(sup) and pid_alive(agent):
             return sup, agent

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor, Role
 from corral.domain.explain import MAY_HAVE_CHANGED, UNKNOWN_REASON
 from corral.domain.status import Status
@@ -203,7 +205,7 @@ def plant(path: Path, how: str) -> None:
         path.symlink_to(target)
     elif how == "too-large":
         with path.open("wb") as fh:
-            fh.truncate(proto.RECEIPT_MAX_BYTES + 1)
+            fh.truncate(proto.MAX_BYTES + 1)
     elif how == "invalid-utf8":
         path.write_bytes(b'{"status": "completed", "result": "\xff\xfe"}')
     elif how == "blank":
@@ -263,7 +265,7 @@ def test_a_receipt_that_went_missing_after_the_supervisor_finished(fproj, agent,
     response = protocol_dir / proto.RESPONSE
 
     def finished():
-        status = proto.read(protocol_dir / proto.STATUS) or {}
+        status = proto.read_raw(protocol_dir / proto.STATUS) or {}
         return status.get("phase") == "done" and response.exists()
 
     wait_for(finished, 20, "the supervisor to finish")
@@ -487,17 +489,31 @@ def test_an_exception_inside_an_operation_after_working_rests_the_task_with_inte
     assert "RuntimeError: injected fault" in diag["stack"] and "build_command" not in diag.get("prompt", "")
 
 
-def test_a_receipt_that_breaks_corral_while_recording_is_an_internal_fault_not_a_stuck_task(fproj, agent, corral):
+def test_a_receipt_that_breaks_corral_while_recording_is_an_internal_fault_not_a_stuck_task(
+    fproj, agent, corral, monkeypatch
+):
     agent.script([{"init": True}, {"sleep": 60}])
     task = new_task(fproj)
     turns.start(fproj, task.ref, actor=Actor.HUMAN)
     kill_supervisor(fproj, task)
-    command = proto.read(fproj.paths.protocol_dir(task.id) / proto.COMMAND)
+    command = proto.read_raw(fproj.paths.protocol_dir(task.id) / proto.COMMAND)
     proto.write_json(
         fproj.paths.protocol_dir(task.id) / proto.RESPONSE,
         {"command_id": command["command_id"], "status": "completed", "kind": "start",
-         "attempts": [{"number": 1, "outcome": "succeeded", "started_at": 12345}]},
+         "attempts": [{"number": 1, "outcome": "succeeded", "started_at": "2025-01-01T00:00:00Z"}]},
     )  # fmt: skip
+    from corral.engine.recovery import receipts
+
+    real = receipts._details
+    calls: list[int] = []
+
+    def breaks_once(*args, **kwargs):  # corral's own code fails on this receipt (once: the fault is recorded)
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("injected: a receipt field corral mishandles")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(receipts, "_details", breaks_once)
     settle(fproj)
     with fproj.store.read() as tx:
         after = tx.get_task(task.id)
@@ -505,6 +521,33 @@ def test_a_receipt_that_breaks_corral_while_recording_is_an_internal_fault_not_a
     text = show_text(corral, task.ref)
     assert "corral could not record the turn's receipt" in line_after(text, "Stopped because:")
     settle(fproj)  # and the next pass is quiet
+
+
+def test_a_receipt_of_the_wrong_shape_is_refused_with_its_cause_and_the_agent_reaped(fproj, agent, corral):
+    """Valid JSON whose fields have the wrong types never leaves the task working: the typed
+    protocol refuses it as the receipt's own problem, and the turn's agent is stopped."""
+    agent.script([{"init": True}, {"sleep": 60}])
+    task = new_task(fproj)
+    turns.start(fproj, task.ref, actor=Actor.HUMAN)
+    sup, agent_pid = live_supervisor(fproj, task)
+    os.kill(sup, signal.SIGKILL)  # the supervisor dies; its agent lives on, orphaned
+    wait_for(lambda: not pid_alive(sup), 10, "the supervisor to die")
+    command = proto.read_raw(fproj.paths.protocol_dir(task.id) / proto.COMMAND)
+    proto.write_json(
+        fproj.paths.protocol_dir(task.id) / proto.RESPONSE,
+        {"command_id": command["command_id"], "status": "completed", "kind": "start",
+         "attempts": [{"number": "one", "outcome": "succeeded", "started_at": 12345}]},
+    )  # fmt: skip
+    settle(fproj)
+    with fproj.store.read() as tx:
+        after = tx.get_task(task.id)
+    assert after.status is Status.INTERRUPTED and after.resting_cause.code == "receipt-invalid"
+    assert after.resting_cause.evidence.details["problem"] == "wrong-shape"
+    deadline = time.monotonic() + 10
+    while pid_alive(agent_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(agent_pid)
+    assert "wrong shape" in line_after(show_text(corral, task.ref), "Stopped because:")
 
 
 # -- an old task with no evidence ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from corral.adapters.harness import make_harness
 from corral.domain.explain import (
     MAY_HAVE_CHANGED,
     UNKNOWN_REASON,
@@ -21,7 +22,7 @@ from corral.engine.read import diagnostics
 from corral.engine.read.diagnostics import Translator, translate_output
 
 SECRET = "hunter2-but-longer"
-COMMAND = {"harness": "claude", "harness_settings": {}}
+CLAUDE = make_harness("claude", {})
 
 
 def test_details_keep_only_allowlisted_scalar_fields_masked_and_bounded():
@@ -73,7 +74,7 @@ def test_output_is_read_through_the_harness_parser_never_copied_raw(tmp_path):
         {"type": "result", "is_error": True, "result": "API Error: 500", "api_error_status": 500},
     ]  # fmt: skip
     log_dir = write_log(tmp_path, [json.dumps(e) for e in events] + ["a plain line the harness printed"])
-    out = translate_output(log_dir, COMMAND, Translator([SECRET]))
+    out = translate_output(log_dir, CLAUDE, Translator([SECRET]))
     dumped = json.dumps(out.to_json())
     for never in ("THE PROMPT TEXT", "PRIVATE REASONING", "cat ~/.netrc", "/secret/path", SECRET, '"type"'):
         assert never not in dumped, never
@@ -90,7 +91,7 @@ def test_output_is_read_through_the_harness_parser_never_copied_raw(tmp_path):
 
 def test_a_command_harness_output_tail_stays_exact(tmp_path):
     log_dir = write_log(tmp_path, ["step 1 ok", "  indented output", "FAILED: exit 3"])
-    out = translate_output(log_dir, {"harness": "command", "harness_settings": {"command": "x"}}, Translator([]))
+    out = translate_output(log_dir, make_harness("command", {"command": "x"}), Translator([]))
     assert out.tail == "step 1 ok\n  indented output\nFAILED: exit 3"
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from corral.adapters.process import pid_alive
 from corral.domain.actors import Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status, is_allowed
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
 from tests.conftest import FakeAgent
 
 
@@ -51,11 +51,11 @@ def check_invariants(project: Any, agent: FakeAgent, submitted: list[str], *, se
                 data = json.loads(receipt.read_text())
                 assert data.get("command_id") in answered, receipt
             if settled:
-                live_receipt = proto.read_receipt(project.paths.protocol_dir(task.id) / proto.RESPONSE)
+                live_receipt = proto.read_document(project.paths.protocol_dir(task.id) / proto.RESPONSE)
                 if live_receipt.data is not None:  # claimed already, only not yet filed away
                     assert live_receipt.data.get("command_id") in answered, "a receipt was left unprocessed"
                 if task.status is Status.WORKING:
-                    status = proto.read(project.paths.protocol_dir(task.id) / proto.STATUS) or {}
+                    status = proto.read_raw(project.paths.protocol_dir(task.id) / proto.STATUS) or {}
                     assert isinstance(status.get("pid"), int) and pid_alive(status["pid"]), "working without owner"
         # no human feedback lost: each one submitted is stored, pending or consumed
         stored = [t for task in tx.tasks() for t in tx.turns(task.id) if t.kind == "unblock"]

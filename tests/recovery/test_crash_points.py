@@ -73,6 +73,7 @@ def fresh(project: Project) -> Project:
     return Project.open(project.repo)
 
 
+@pytest.mark.slow
 def test_every_crash_point_of_start(env_for_crashes, agent, repo, tmp_path):
     proj = env_for_crashes
     agent.script(default=SLOW_OK)
@@ -94,6 +95,7 @@ def test_every_crash_point_of_start(env_for_crashes, agent, repo, tmp_path):
         assert [t.feedback_delivery for t in start_turns] == [FeedbackDelivery.CONSUMED], point
 
 
+@pytest.mark.slow
 def test_every_crash_point_of_unblock(env_for_crashes, agent, repo, tmp_path):
     proj = env_for_crashes
     agent.script(default=SLOW_OK)
@@ -126,6 +128,7 @@ def test_every_crash_point_of_unblock(env_for_crashes, agent, repo, tmp_path):
         check_invariants(proj, agent, submitted)
 
 
+@pytest.mark.slow
 def test_every_crash_point_of_the_reconciler(env_for_crashes, agent, repo, tmp_path):
     proj = env_for_crashes
     agent.script(default=ok("finished"))

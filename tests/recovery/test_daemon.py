@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
+from corral.adapters.process import pid_alive
 from corral.daemon import service as daemons
 from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.engine.operations import tasks, turns
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
 from corral.engine.runtime.processes import reap_turn
 from tests.conftest import CLI, FakeAgent
 from tests.recovery.conftest import check_invariants, kill_leftovers
@@ -65,7 +65,7 @@ def wait_for(
 
 
 def status_json(proj: Project, task_id: str) -> dict[str, Any]:
-    return proto.read(proj.paths.protocol_dir(task_id) / proto.STATUS) or {}
+    return proto.read_raw(proj.paths.protocol_dir(task_id) / proto.STATUS) or {}
 
 
 def current(proj: Project, task_id: str) -> Any:
@@ -287,6 +287,7 @@ def ticks(proj: Project) -> str | None:
     return daemons.state(proj).last_tick
 
 
+@pytest.mark.slow
 def test_the_daemon_survives_a_reconcile_that_raises_logs_it_and_keeps_ticking(dproj, agent, corral):
     """The database is unusable for a while (another process holds its write lock past the busy
     timeout): the reconcile that has to record a crash raises. The daemon logs it, keeps ticking
@@ -368,6 +369,7 @@ def test_a_corrupt_protocol_file_stops_neither_the_daemon_nor_the_other_tasks(dp
     check_invariants(dproj, agent, [])
 
 
+@pytest.mark.slow
 def test_the_daemon_survives_a_status_file_with_an_impossible_pid(dproj, agent, corral):
     """BUG: ``Daemon.run`` calls ``refresh_watch()`` outside its exception guard, and
     ``pid_alive()`` lets ``os.kill``'s OverflowError out: a status.json whose pid does not fit a

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from corral.adapters.process import pid_alive
 from corral.daemon import service as daemons
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
@@ -37,7 +38,6 @@ from corral.engine.operations.auto_resume import resumable
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
 from corral.engine.runtime.processes import reap_turn
 from corral.errors import CorralError
 from tests.conftest import FakeAgent
@@ -96,7 +96,7 @@ def current(proj: Project, task_id: str) -> Any:
 
 
 def status_json(proj: Project, task_id: str) -> dict[str, Any]:
-    return proto.read(proj.paths.protocol_dir(task_id) / proto.STATUS) or {}
+    return proto.read_raw(proj.paths.protocol_dir(task_id) / proto.STATUS) or {}
 
 
 def cmdline(pid: int) -> str:
@@ -363,13 +363,14 @@ def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path):
 #: before its status.json names that agent: a window of microseconds the random loops may hit.
 DIES_BEFORE_NAMING_ITS_AGENT = r"""
 import os, sys
+from corral.engine.runtime import heartbeat as h
 from corral.engine.runtime import supervisor as s
-original = s.Supervisor.write_status
-def write_status(self):
-    if self.agent_pid is not None:
+original = h.StatusReporter.update
+def update(self, **changes):
+    if changes.get("agent_pid") is not None:
         os._exit(137)
-    original(self)
-s.Supervisor.write_status = write_status
+    original(self, **changes)
+h.StatusReporter.update = update
 sys.exit(s.main(sys.argv[1:]))
 """
 

@@ -204,6 +204,7 @@ def test_accept_refuses_while_the_destination_task_is_active(proj, agent, repo):
     assert status_of(proj, "kid") is Status.BLOCKED
 
 
+@pytest.mark.slow
 def test_sigkill_during_the_merge_phase_is_recovered_by_the_stranded_merge_sweep(proj, agent, repo):
     for i, point in enumerate(["accept.merging", "accept.after-update-ref", "accept.completed"]):
         ref = f"strand-{i}"

@@ -16,6 +16,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.domain.violations import Decision
 from corral.engine.operations import control, pairing, tasks, turns
+from corral.engine.operations import sync as syncing
 from corral.engine.operations.refresh import settle
 from corral.errors import RefusedError
 from tests.conftest import git
@@ -114,11 +115,11 @@ def test_an_open_chat_blocks_unblock_sync_and_resume(proj, agent):
     with pairing.holding_chat(proj, task):
         for attempt in (
             lambda: turns.unblock(proj, "ch", actor=Actor.HUMAN, message="x"),
-            lambda: turns.sync(proj, "ch", actor=Actor.HUMAN),
+            lambda: syncing.sync(proj, "ch", actor=Actor.HUMAN),
         ):
             with pytest.raises(pairing.ChatOpen):
                 attempt()
-    assert turns.sync(proj, "ch", actor=Actor.HUMAN).state == "up-to-date"  # free again once it closed
+    assert syncing.sync(proj, "ch", actor=Actor.HUMAN).state == "up-to-date"  # free again once it closed
 
 
 def test_chat_is_read_only_and_status_neutral(proj, agent, repo):

@@ -135,6 +135,7 @@ def test_stream_json_init_and_result_events(claude: Path, repo: Path, claude_hom
     assert server.script_requests[0].headers["x-api-key"] == claude_env(server, claude_home)["ANTHROPIC_API_KEY"]
 
 
+@pytest.mark.slow
 def test_resume_sends_the_earlier_conversation(claude: Path, repo: Path, claude_home: Path) -> None:
     with scripted_server([Text("first answer"), Text("second answer")]) as server:
         env = claude_env(server, claude_home)
@@ -227,6 +228,7 @@ def test_429_exhausted_fails_with_rate_limit(claude: Path, repo: Path, claude_ho
     assert run.of("assistant")[-1]["error"] == "rate_limit"
 
 
+@pytest.mark.slow
 def test_hung_stream_keeps_the_cli_running(claude: Path, repo: Path, claude_home: Path) -> None:
     hang = Hang()
     with scripted_server([hang, Text("never reached")]) as server:

@@ -128,7 +128,7 @@ class Rig:
         return parse_stream(log.read_text(encoding="utf-8", errors="replace"))
 
     def status_json(self, task: Task) -> dict[str, Any]:
-        return proto.read(self.proj.paths.protocol_dir(task.id) / proto.STATUS) or {}
+        return proto.read_raw(self.proj.paths.protocol_dir(task.id) / proto.STATUS) or {}
 
 
 @pytest.fixture

@@ -77,6 +77,7 @@ def assert_clean_exit(run: HarnessRun) -> None:
 # The real binary
 
 
+@pytest.mark.slow
 def test_pinned_version(pi: Path) -> None:
     assert pi_version(pi) == VERSION_LINE == PI_VERSION
 
@@ -181,6 +182,7 @@ def test_every_model_call_failing_exits_0_but_is_classified(
     assert verdict.reason == message
 
 
+@pytest.mark.slow
 def test_401_is_not_retried_and_is_fatal_auth(pi: Path, repo: Path, pi_home: Path) -> None:
     harness = harness_for(pi)
     with scripted_server([Error(401)] * 3) as server:
@@ -195,6 +197,7 @@ def test_401_is_not_retried_and_is_fatal_auth(pi: Path, repo: Path, pi_home: Pat
     assert verdict.reason == ERROR_MESSAGE_401
 
 
+@pytest.mark.slow
 def test_session_flag_resumes_the_session(pi: Path, repo: Path, pi_home: Path) -> None:
     harness = harness_for(pi)
     with scripted_server([Text("first answer"), Text("second answer")]) as server:
@@ -234,6 +237,7 @@ def test_unknown_session_fails_on_stderr(pi: Path, repo: Path, pi_home: Path) ->
     assert not verdict.succeeded and verdict.failure_class is FailureClass.UNKNOWN
 
 
+@pytest.mark.slow
 def test_session_from_another_directory_asks_and_does_nothing(
     pi: Path, repo: Path, pi_home: Path, tmp_path: Path
 ) -> None:

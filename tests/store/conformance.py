@@ -721,6 +721,74 @@ def test_attempts_round_trip_with_their_failure_evidence(store: Store) -> None:
     assert via_get.attempts[1].failure is None and via_get.attempts[1].ended_at is None
 
 
+def test_the_latest_turns_come_oldest_first_with_their_attempts_and_the_count_is_all_of_them(store: Store) -> None:
+    task = _create(store)
+    other = _create(store, "other")
+    t0 = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
+    with store.write() as tx:
+        made = []
+        for n in range(7):
+            turn = tx.add_turn(task.id, role=Role.AGENT, kind="unblock", content=f"turn {n + 1}")
+            for number in (1, 2) if n % 2 else (1,):
+                tx.add_attempt(
+                    turn.id,
+                    number=number,
+                    started_at=t0 + timedelta(minutes=n, seconds=number),
+                    ended_at=None,
+                    outcome=AttemptOutcome.SUCCEEDED,
+                )
+            made.append(turn.id)
+        tx.add_turn(other.id, role=Role.AGENT, kind="start", content="elsewhere")
+    with store.read() as tx:
+        every = tx.turns(task.id)
+        latest = tx.turns(task.id, last=3)
+        assert tx.turns(task.id, last=1) == every[-1:]
+        assert tx.turns(task.id, last=7) == every
+        assert tx.turns(task.id, last=50) == every  # more than there are: all of them
+        assert tx.turns(task.id, last=0) == []
+        assert (tx.turn_count(task.id), tx.turn_count(other.id), tx.turn_count("no-such-task")) == (7, 1, 0)
+    assert [t.id for t in every] == made
+    assert latest == every[-3:]
+    assert [t.sequence for t in latest] == [5, 6, 7]
+    assert [len(t.attempts) for t in latest] == [1, 2, 1]
+    assert [a.number for a in latest[1].attempts] == [1, 2]
+
+
+def test_status_changes_since_a_time_are_the_ones_at_or_after_it(store: Store, clock: Any) -> None:
+    task = _create(store)
+    clock.advance(60)
+    with store.write() as tx:
+        tx.set_status(task.id, S.WORKING, Actor.HUMAN, "start")
+    middle = clock.now
+    clock.advance(60)
+    with store.write() as tx:
+        tx.park(task.id, Actor.SYSTEM, "turn ended")
+    with store.read() as tx:
+        every = tx.status_changes(task.id)
+        assert tx.status_changes(task.id, since=middle) == every[1:]
+        assert tx.status_changes(task.id, since=middle + timedelta(microseconds=1)) == every[2:]
+        assert tx.status_changes(task.id, since=every[0].at) == every
+        assert tx.status_changes(task.id, since=clock.now + timedelta(days=1)) == []
+    assert [c.reason for c in every] == ["created", "start", "turn ended"]
+
+
+def test_sessions_and_refs_by_id_read_a_whole_list_at_once(store: Store) -> None:
+    # More ids than one query's parameter list should hold: the reads batch them.
+    a = _create(store, "task-a")
+    with store.write() as tx:
+        sessions = [tx.insert_session(a.id, worktree=f"/wt/{n}") for n in range(1_100)]
+        tasks = [tx.insert_task(NewTask(ref=f"task-{n}", goal="g", parent_id=a.id), Actor.HUMAN) for n in range(1_100)]
+    asked = [s.id for s in sessions] + ["no-such-session", sessions[0].id]
+    with store.read() as tx:
+        found = tx.sessions_by_id(asked)
+        assert found[sessions[700].id] == tx.get_session(sessions[700].id)
+        refs = tx.refs_by_id([t.id for t in tasks] + [a.id, "no-such-task", a.id])
+        assert tx.sessions_by_id([]) == {} and tx.refs_by_id([]) == {}
+    assert set(found) == {s.id for s in sessions}
+    assert found[sessions[3].id].worktree == "/wt/3"
+    assert refs == {a.id: "task-a"} | {t.id: f"task-{n}" for n, t in enumerate(tasks)}
+
+
 # -- notes --------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from corral.domain.status import Status
 from corral.errors import CorralError, StoreCorrupt, StoreError, StoreTooNew
 from corral.store import NewTask, SQLiteStore
 from corral.store.migrations import LATEST, MIGRATIONS
+from corral.store.sqlite import BUSY_TIMEOUT
 from tests.conftest import FakeClock
 
 
@@ -331,18 +332,52 @@ def test_notes_are_append_only(store: SQLiteStore) -> None:
         db.execute("UPDATE notes SET body = 'rewritten'")
 
 
-def test_a_transaction_that_fails_to_begin_is_a_store_error(db_path: Path, store: SQLiteStore) -> None:
-    """A writer that cannot get the lock within the busy timeout reports store-busy, not a traceback."""
+def test_a_transaction_that_fails_to_begin_is_a_store_error(db_path: Path, clock: FakeClock) -> None:
+    """A writer that cannot get the lock within its busy timeout reports store-busy, not a traceback."""
+    store = SQLiteStore(db_path, clock=clock, busy_timeout=0.05)
     blocker = sqlite3.connect(db_path, isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")
-        _conn(store).execute("PRAGMA busy_timeout = 50")
         with pytest.raises(StoreError) as info, store.write():
             pass
         assert info.value.code == "store-busy"
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
+        store.close()
+
+
+def test_the_busy_timeout_is_the_stores_argument_with_one_default(db_path: Path, clock: FakeClock) -> None:
+    default = SQLiteStore(db_path, clock=clock)
+    short = SQLiteStore(db_path, clock=clock, busy_timeout=0.25)
+    try:
+        assert default.busy_timeout == BUSY_TIMEOUT == 10.0
+        assert _conn(default).execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
+        assert _conn(short).execute("PRAGMA busy_timeout").fetchone()[0] == 250
+    finally:
+        default.close()
+        short.close()
+    with pytest.raises(ValueError):
+        SQLiteStore(db_path, clock=clock, busy_timeout=-1)
+
+
+def test_a_writer_waits_for_a_lock_released_within_its_busy_timeout(db_path: Path, clock: FakeClock) -> None:
+    store = SQLiteStore(db_path, clock=clock, busy_timeout=30)
+    blocker = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    holding = threading.Event()
+    release = threading.Timer(0.3, lambda: (blocker.execute("ROLLBACK"), holding.set()))
+    release.start()
+    try:
+        with store.write() as tx:  # waits for the blocker instead of failing
+            assert holding.is_set()
+            tx.insert_task(NewTask(ref="after-the-lock", goal="g"), Actor.HUMAN)
+        with store.read() as tx:
+            assert tx.task_by_ref("after-the-lock") is not None
+    finally:
+        release.join()
+        blocker.close()
+        store.close()
 
 
 def test_a_file_where_the_state_directory_must_go_is_a_store_error(tmp_path: Path) -> None:

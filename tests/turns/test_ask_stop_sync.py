@@ -13,6 +13,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
 from corral.engine.operations import control, tasks, turns
+from corral.engine.operations import sync as syncing
 from corral.engine.operations.refresh import settle
 from corral.engine.runtime import protocol as proto
 from corral.errors import RefusedError
@@ -96,7 +97,7 @@ def test_ask_restores_the_status_when_its_supervisor_dies(proj, agent):
     os.killpg(started.launched.supervisor_pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        status = proto.read(started.launched.protocol_dir / proto.STATUS) or {}
+        status = proto.read_raw(started.launched.protocol_dir / proto.STATUS) or {}
         agent_pid = status.get("agent_pid")
         if isinstance(agent_pid, int) and agent_pid > 0:  # never kill(0): that is our own group
             try:
@@ -145,13 +146,13 @@ def test_sync_merges_upstream_and_keeps_the_status(proj, agent, repo):
     (repo / "new.txt").write_text("upstream\n")
     git(repo, "add", "new.txt")
     git(repo, "commit", "-q", "-m", "upstream")
-    result = turns.sync(proj, task.ref, actor=Actor.HUMAN)
+    result = syncing.sync(proj, task.ref, actor=Actor.HUMAN)
     assert result.state == "merged" and result.task.status is Status.BLOCKED
     assert git(repo, "merge-base", "--is-ancestor", "main", f"corral/{task.ref}") == ""
     with proj.store.read() as tx:
         last = tx.turns(task.id)[-1]
     assert last.kind == "sync" and last.actor is Actor.HUMAN
-    assert turns.sync(proj, task.ref, actor=Actor.HUMAN).state == "up-to-date"
+    assert syncing.sync(proj, task.ref, actor=Actor.HUMAN).state == "up-to-date"
 
 
 def test_sync_conflict_is_aborted_and_names_the_files(proj, agent, repo):
@@ -169,8 +170,8 @@ def test_sync_conflict_is_aborted_and_names_the_files(proj, agent, repo):
     (repo / "README.md").write_text("upstream's\n")
     git(repo, "commit", "-q", "-am", "upstream edit")
     before = git(repo, "rev-parse", f"corral/{task.ref}")
-    with pytest.raises(turns.MergeConflict) as caught:
-        turns.sync(proj, task.ref, actor=Actor.HUMAN)
+    with pytest.raises(syncing.MergeConflict) as caught:
+        syncing.sync(proj, task.ref, actor=Actor.HUMAN)
     assert "README.md" in caught.value.message
     assert "unblock" in (caught.value.hint or "")
     assert git(repo, "rev-parse", f"corral/{task.ref}") == before

@@ -61,13 +61,13 @@ def prepare(proj, goal="Retry me"):
     )
     protocol_dir = proj.paths.protocol_dir(task.id)
     launch.clear_protocol(protocol_dir)
-    proto.write_json(protocol_dir / proto.COMMAND, command)
+    proto.write(protocol_dir, command)
     return task, protocol_dir, command
 
 
 def run_virtual(proj, vt, goal="Retry me"):
     task, protocol_dir, command = prepare(proj, goal)
-    response = Supervisor(protocol_dir, command, sleep=vt.sleep, ladder_clock=vt.clock).run()
+    response = Supervisor(protocol_dir, command, sleep=vt.sleep, ladder_clock=vt.clock).run().to_json()
     settle(proj)
     with proj.store.read() as tx:
         return tx.get_task(task.id), response, [t for t in tx.turns(task.id) if t.role is Role.AGENT]
@@ -153,7 +153,7 @@ def test_retry_state_is_projected_into_status_json_while_waiting(proj, agent):
     seen = {}
 
     def sleep(seconds):
-        seen.update(proto.read(protocol_dir / proto.STATUS) or {})
+        seen.update(proto.read_raw(protocol_dir / proto.STATUS) or {})
         return False
 
     Supervisor(protocol_dir, command, sleep=sleep).run()
@@ -171,6 +171,7 @@ def watchdog_project(proj, monkeypatch, seconds="1"):
     return reopen(proj)
 
 
+@pytest.mark.slow
 def test_watchdog_kills_an_agent_that_ignores_sigterm_after_work_and_interrupts(proj, agent, monkeypatch):
     proj = watchdog_project(proj, monkeypatch)
     agent.script(
@@ -202,6 +203,7 @@ def test_watchdog_kills_an_agent_that_ignores_sigterm_after_work_and_interrupts(
     proj.close()
 
 
+@pytest.mark.slow
 def test_watchdog_relaunches_a_zero_work_hang_at_most_three_times(proj, agent, monkeypatch):
     proj = watchdog_project(proj, monkeypatch)
     agent.script(default=[{"init": True}, {"keepalive": 30}])
@@ -230,13 +232,13 @@ def test_watchdog_then_a_healthy_relaunch_completes_the_turn(proj, agent, monkey
 
 
 def test_a_long_stream_keeps_a_bounded_event_window_and_still_reads_the_result(proj, agent):
-    from corral.engine.runtime.supervisor import EVENTS_KEPT
+    from corral.engine.runtime.output import EVENTS_KEPT
 
     agent.script([{"init": True}, *[{"text": f"line {i}"} for i in range(EVENTS_KEPT * 3)], {"result": "the end"}])
     task, protocol_dir, command = prepare(proj)
     sup = Supervisor(protocol_dir, command)
-    response = sup.run()
+    response = sup.run().to_json()
     assert response["status"] == "completed" and response["result"] == "the end"
-    assert len(sup.attempts[0].events) == EVENTS_KEPT
+    assert len(sup.work.outcome.attempts[0].events) == EVENTS_KEPT
     log = (proj.paths.turn_dir(task.id, 1) / "output.log").read_text()
     assert log.count('"type": "assistant"') == EVENTS_KEPT * 3  # the verbatim log keeps everything

@@ -12,7 +12,7 @@ from corral.domain.records import FeedbackDelivery
 from corral.domain.sanitize import sanitize_prose
 from corral.domain.status import Status
 from corral.engine.operations import control, tasks, turns
-from corral.engine.operations.launch import harness_settings
+from corral.engine.config import harness_settings
 from corral.engine.read.projection import show
 from tests.conftest import git
 from tests.turns.conftest import ok
@@ -244,4 +244,4 @@ def test_start_that_cannot_make_its_worktree_leaves_backlog_with_the_reason(proj
 
 
 def test_harness_settings_come_from_config(proj):
-    assert harness_settings(proj)["claude_bin"].endswith("/claude")
+    assert harness_settings(proj.config)["claude_bin"].endswith("/claude")

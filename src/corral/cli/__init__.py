@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from corral.errors import CorralError, UsageError
+from corral.errors import CorralError, Interrupted, UsageError
 
 if TYPE_CHECKING:
     from corral.cli.app import App
@@ -37,10 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _fail(app, UsageError(exc.format_message(), hint=_usage_hint(exc)))
     except click.UsageError as exc:
         code = _fail(app, UsageError(exc.format_message(), hint=_usage_hint(exc)))
-    except click.exceptions.Abort:
-        code = 130
-    except KeyboardInterrupt:
-        code = 130
+    except (KeyboardInterrupt, click.exceptions.Abort):  # click turns a Ctrl-C inside a command into Abort
+        code = _fail(app, _interrupted())
     except BrokenPipeError:
         code = 0
     except Exception as exc:  # the last line of defence: explain, log, never dump a traceback
@@ -62,6 +60,13 @@ def _usage_hint(exc: click.UsageError) -> str:
     ctx = exc.ctx
     path = ctx.command_path if ctx is not None else "corral"
     return f"See `{path} --help`."
+
+
+def _interrupted() -> CorralError:
+    return Interrupted(
+        "Interrupted.",
+        hint="See where things stand with `corral list`; `corral doctor` checks the state.",
+    )
 
 
 def _internal(exc: BaseException) -> CorralError:

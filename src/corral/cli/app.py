@@ -3,6 +3,11 @@
 Human text goes to stdout, or to stderr in ``--json`` mode, where stdout carries
 exactly one JSON document (or JSON Lines for streaming commands). Colour only on a
 terminal and never with ``NO_COLOR``.
+
+A command answers once, through ``answer``: the JSON document and the human text of
+the same result, and the mode picks one. A streaming command (``logs``, ``accept``'s
+progress, ``daemon run``) sends each event through ``event`` instead: a JSON Line, or
+its line of text.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,6 +25,8 @@ from corral.domain.actors import Actor
 from corral.engine.project import Project, default_actor
 from corral.engine.read.projection import SCHEMA_VERSION
 from corral.errors import CorralError
+
+Text = str | Iterable[str]  # one string, or lines
 
 _COLORS = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "dim": 2, "bold": 1}
 
@@ -33,6 +41,9 @@ class App:
     def __init__(self, repo: str | None = None) -> None:
         self.repo = repo
         self.json = False
+        # A streaming command's --json errors are one more JSON Line (``{"event": "error", …}``),
+        # not a document after the lines a reader is already parsing.
+        self.streaming = False
         self._project: Project | None = None
         self.stdout: TextIO = sys.stdout
         self.stderr: TextIO = sys.stderr
@@ -71,6 +82,30 @@ class App:
         """A side remark: always stderr, so stdout stays the command's answer."""
         print(text, file=self.stderr)
 
+    def answer(self, doc: dict[str, Any], human: Text | Callable[[], Text] = ()) -> None:
+        """The command's answer: ``doc`` as the one JSON document with --json, else ``human`` on stdout.
+
+        ``human`` may be a function, so text that takes work to build is built only when shown;
+        it is written at once, so a long page is one write.
+        """
+        if self.json:
+            self.emit(doc)
+            return
+        text = human() if callable(human) else human
+        lines = [text] if isinstance(text, str) else list(text)
+        if lines:
+            print("\n".join(lines), file=self.stdout)
+
+    def event(self, doc: dict[str, Any], human: str | Callable[[], str] | None = None, *, aside: bool = False) -> None:
+        """One event of a streaming command: a JSON Line with --json, else its text, flushed.
+
+        ``aside`` sends the text to stderr (progress beside the answer); ``None`` shows nothing.
+        """
+        if self.json:
+            self.emit_line(doc)
+        elif human is not None:
+            print(human() if callable(human) else human, file=self.stderr if aside else self.stdout, flush=True)
+
     def emit(self, doc: dict[str, Any]) -> None:
         """The one JSON document of a --json command."""
         print(dumps({"schema_version": SCHEMA_VERSION, **doc}), file=self.stdout)
@@ -80,7 +115,9 @@ class App:
         print(dumps(doc), file=self.stdout, flush=True)
 
     def fail(self, error: CorralError) -> int:
-        if self.json:
+        if self.json and self.streaming:
+            self.emit_line({"event": "error", "error": error.to_json()})
+        elif self.json:
             self.emit({"error": error.to_json()})
         else:
             print(f"{self.style('error:', 'red', self.stderr)} {error.message}", file=self.stderr)

@@ -173,7 +173,15 @@ def failure_details(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def show_lines(app: App, doc: dict[str, Any], *, details: bool = False) -> list[str]:
+def show_lines(
+    app: App,
+    doc: dict[str, Any],
+    *,
+    details: bool = False,
+    merges_into: str | None = None,
+    earlier_turns: int = 0,
+) -> list[str]:
+    """The ``show`` page; ``earlier_turns`` is how many older turns the read paged out."""
     t = doc["task"]
     out = [
         f"{app.style(t['ref'], 'bold')}  ({t['id']})  {status_word(app, t['status'], t['substate'])}",
@@ -181,8 +189,7 @@ def show_lines(app: App, doc: dict[str, Any], *, details: bool = False) -> list[
     ]
     if t["parent"]:
         out.append(f"Parent:   {t['parent']}")
-    target = t["target"] or (f"corral/{t['parent']}" if t["parent"] else "?")
-    out.append(f"Branch:   {t['branch'] or '(not started)'} → {target}")
+    out.append(f"Branch:   {t['branch'] or '(not started)'} → {merges_into or '?'}")
     if t["worktree"]:
         out.append(f"Worktree: {t['worktree']}")
     harness = t["harness"] or "?"
@@ -200,6 +207,9 @@ def show_lines(app: App, doc: dict[str, Any], *, details: bool = False) -> list[
         out.append("Subtasks: " + ", ".join(f"{c['ref']} ({c['status']})" for c in doc["children"]))
     out.append("")
     out.append("Timeline:")
+    if earlier_turns:
+        turns = f"{earlier_turns:,} earlier turn{'' if earlier_turns == 1 else 's'}"
+        out.append(f"  … {turns} not shown; corral show {t['ref']} --all shows every turn")
     for when, line in timeline(doc):
         first, *more = line.split("\n")
         out.append(f"  {when}  {first}")

@@ -8,13 +8,11 @@ or pid file from a killed daemon is simply replaced.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import logging.handlers
 import os
 import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -22,12 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from corral.adapters.locks import is_locked, try_lock
+from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import rfc3339
 from corral.domain.status import Status
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
 from corral.errors import CorralError, DaemonRunning
 
 TICK_SECONDS = 2.0
@@ -48,18 +47,8 @@ class DaemonState:
 
 def state(project: Project) -> DaemonState:
     """Whether a daemon holds this state directory's lock, and what it last wrote."""
-    info = proto.read(project.paths.root / STATE_FILE) or {}
-    lock = project.paths.daemon_lock
-    running = False
-    if lock.exists():
-        fd = os.open(lock, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        except BlockingIOError:
-            running = True
-        finally:
-            os.close(fd)
+    info = proto.read_raw(project.paths.root / STATE_FILE) or {}
+    running = is_locked(project.paths.daemon_lock)
     pid = info.get("pid") if isinstance(info.get("pid"), int) else None
     return DaemonState(running, pid if running else None, info.get("started_at"), info.get("last_tick"))
 
@@ -105,18 +94,13 @@ class Daemon:
             self.on_event(doc)
 
     def acquire(self) -> int:
-        lock = self.project.paths.daemon_lock
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(self.project.paths.daemon_lock)
+        if fd is None:
             current = state(self.project)
             raise DaemonRunning(
                 f"A corral daemon already runs for this repository (pid {current.pid}).",
                 hint="See it with `corral daemon status`; stop it with `corral daemon stop`.",
-            ) from None
+            )
         return fd
 
     def write_state(self, started: str) -> None:
@@ -134,10 +118,9 @@ class Daemon:
                 if record.kind == "supervisor":
                     pids.add(record.pid)
         for task in working:
-            status = proto.read(self.project.paths.protocol_dir(task.id) / proto.STATUS) or {}
-            pid = status.get("pid")
-            if isinstance(pid, int) and pid > 1:
-                pids.add(pid)
+            status = proto.read_record(self.project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
+            if status is not None and status.pid > 1:
+                pids.add(status.pid)
         return {p for p in pids if pid_alive(p)}
 
     def refresh_watch(self) -> None:
@@ -232,22 +215,16 @@ def start_detached(project: Project, timeout: float = 10.0) -> DaemonState:
             f"A corral daemon already runs for this repository (pid {current.pid}).",
             hint="`corral daemon stop` stops it.",
         )
-    project.paths.logs.mkdir(parents=True, exist_ok=True)
-    with open(project.paths.logs / "daemon.out", "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "corral", "--repo", str(project.repo), "daemon", "run"],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            close_fds=True,
-        )
+    pid = spawn_detached(
+        [sys.executable, "-m", "corral", "--repo", str(project.repo), "daemon", "run"],
+        log=project.paths.logs / "daemon.out",
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         current = state(project)
-        if current.running and current.pid == proc.pid:
+        if current.running and current.pid == pid:
             return current
-        if proc.poll() is not None:
+        if not pid_alive(pid):
             break
         time.sleep(0.05)
     raise CorralError(

@@ -29,7 +29,7 @@ class Wording:
     next: str | None = None
 
 
-#: A receipt problem (``protocol.Receipt.problem``) in plain words.
+#: A receipt problem (``corral.engine.runtime.protocol.Problem``) in plain words.
 RECEIPT_PROBLEMS = {
     "missing": "it was missing",
     "not-regular": "it was not a regular file",
@@ -38,6 +38,8 @@ RECEIPT_PROBLEMS = {
     "invalid-utf8": "it was not valid UTF-8",
     "blank": "it was blank",
     "invalid-json": "it was not a JSON object",
+    "wrong-shape": "it had the wrong shape",
+    "too-new": "it was written by a newer corral",
 }
 
 #: Codes of failures where the harness never ran: no "may have changed files" line.

@@ -1,10 +1,10 @@
 """Failure classes, the one retry policy, the crash-loop detector and the watchdog's rule.
 
-Seed 002 "Agent Failure Classification", "Retry pacing" and "Watchdog kills", with
-DESIGN.md's budgets. Each harness maps its own output onto :class:`FailureClass`;
-a classifier that is unsure says ``unknown``, because a wrong ``fatal_*`` blocks
-work that would have healed. :func:`decide` is a pure function of (class, attempt,
-elapsed) and is the only place cadence is decided.
+Each harness maps its own output onto :class:`FailureClass`; a classifier that is
+unsure says ``unknown``, because a wrong ``fatal_*`` blocks work that would have
+healed. :func:`decide` is a pure function of (class, attempt, elapsed) and is the
+only place cadence is decided; the budgets' defaults are settings
+(``corral.domain.settings``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import signal as _signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from corral.domain.settings import default
 
 
 class FailureClass(StrEnum):
@@ -33,12 +35,12 @@ FATAL = frozenset({FailureClass.FATAL_AUTH, FailureClass.FATAL_CONFIG})
 
 @dataclass(frozen=True)
 class Budgets:
-    """How long each class may keep retrying (DESIGN.md "Retry budgets"); all configurable."""
+    """How long each class may keep retrying; the defaults are the ``budget_*`` settings."""
 
-    overload_seconds: float = 6 * 3600.0  # usage windows last 5 h
-    network_seconds: float = 3600.0
-    unreachable_attempts: int = 12
-    unknown_attempts: int = 6
+    overload_seconds: float = default("budget_overload", float)
+    network_seconds: float = default("budget_network", float)
+    unreachable_attempts: int = default("budget_unreachable", int)
+    unknown_attempts: int = default("budget_unknown", int)
 
 
 TRANSIENT_LADDER: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
@@ -107,7 +109,7 @@ _NETWORK = re.compile(r"ECONNRESET|ETIMEDOUT|EPIPE|socket hang up|\b(500|502|504
 
 
 def classify_common(text: str, exit_code: int | None = None) -> FailureClass:
-    """Shared HTTP/socket signals (the seed's classifyCommonFailureSignals); else unknown."""
+    """Shared HTTP/socket signals (auth, overload, unreachable, network); else unknown."""
     if exit_code == 127:
         return FailureClass.FATAL_CONFIG
     if _AUTH.search(text):

@@ -1,4 +1,4 @@
-"""Text intake, sanitized at the boundary (seed 002): sanitize and deliver, never reject.
+"""Text intake, sanitized at the boundary: sanitize and deliver, never reject.
 
 Every text a person or a builder hands corral passes through here before it is
 stored. Non-printable control characters (C0 except tab, LF and CR; DEL; C1) are
@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from corral.domain.settings import default
 from corral.errors import TextTooLarge
 
-#: Default cap on one text at intake (DESIGN.md "Size").
-DEFAULT_TEXT_CAP = 100 * 1024
+#: Default cap on one text at intake: the ``text_cap`` setting's default.
+DEFAULT_TEXT_CAP = default("text_cap", int)
 
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 

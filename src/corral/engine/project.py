@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from corral.adapters.git import Git
 from corral.domain.actors import Actor
@@ -49,12 +48,11 @@ class Project:
         *,
         git: Git | None = None,
         clock: Clock = utcnow,
-        flags: dict[str, Any] | None = None,
     ) -> Project:
         git = git or Git()
         root = git.main_root(Path(repo) if repo else Path.cwd())
         paths = ProjectPaths.for_repo(root)
-        config = load_config(user_file=user_config_file(), project_file=paths.project_config, flags=flags)
+        config = load_config(user_file=user_config_file(), project_file=paths.project_config)
         return cls(paths=paths, config=config, git=git, clock=clock)
 
     @property

@@ -39,7 +39,12 @@ from corral.errors import CorralError, RefusedError, StoreCorrupt, StoreError, S
 from corral.store.migrations import LATEST, MIGRATIONS
 from corral.store.protocol import UNSET, NewTask
 
-BUSY_TIMEOUT_MS = 10_000
+#: How long (seconds) a connection waits for another process's lock before a transaction
+#: fails as ``store-busy``: concurrent CLIs and the daemon wait for each other this long.
+BUSY_TIMEOUT = 10.0
+
+#: Ids per ``IN (...)`` list in the batch reads: well under SQLite's bound on parameters.
+_BATCH = 500
 
 _TASK_COLUMNS = (
     "id, ref, goal, prompt, parent_id, status, harness, model, target_branch, protected, "
@@ -69,6 +74,7 @@ _ROLES = {r.value: r for r in Role}
 _ACTORS = {a.value: a for a in Actor}
 _DELIVERIES = {d.value: d for d in FeedbackDelivery}
 _OUTCOMES = {o.value: o for o in AttemptOutcome}
+_STATUSES = {s.value: s for s in Status}
 
 
 def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | None:
@@ -105,27 +111,35 @@ class SQLiteTx:
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         return list(self._db.execute(sql, args).fetchall())
 
+    def _each_in(self, sql: str, ids: Iterable[str]) -> Iterator[sqlite3.Row]:
+        """The rows of ``sql`` (with one ``{marks}`` placeholder list) for every id, a batch at a time."""
+        wanted = list(dict.fromkeys(ids))
+        for i in range(0, len(wanted), _BATCH):
+            part = wanted[i : i + _BATCH]
+            yield from self._db.execute(sql.format(marks=",".join("?" * len(part))), part)
+
     # -- tasks -------------------------------------------------------------------
     @staticmethod
     def _task(row: sqlite3.Row) -> Task:
-        cause = _loads(row["resting_cause"])
+        # By position (the order of _TASK_COLUMNS): ``list`` decodes thousands of these.
+        protected, metadata, cause = row[9], row[10], _loads(row[11])
         return Task(
-            id=row["id"],
-            ref=row["ref"],
-            goal=row["goal"],
-            prompt=row["prompt"],
-            parent_id=row["parent_id"],
-            status=Status(row["status"]),
-            harness=row["harness"],
-            model=row["model"],
-            target_branch=row["target_branch"],
-            protected=tuple(_loads(row["protected"]) or ()),
-            metadata=_loads(row["metadata"]) or {},
+            id=row[0],
+            ref=row[1],
+            goal=row[2],
+            prompt=row[3],
+            parent_id=row[4],
+            status=_STATUSES[row[5]],
+            harness=row[6],
+            model=row[7],
+            target_branch=row[8],
+            protected=() if protected == "[]" else tuple(_loads(protected) or ()),
+            metadata={} if metadata == "{}" else (_loads(metadata) or {}),
             resting_cause=RestingCause.from_json(cause) if cause else None,
-            session_id=row["session_id"],
-            created_at=_req_time(row["created_at"]),
-            updated_at=_req_time(row["updated_at"]),
-            last_interaction_at=_req_time(row["last_interaction_at"]),
+            session_id=row[12],
+            created_at=_req_time(row[13]),
+            updated_at=_req_time(row[14]),
+            last_interaction_at=_req_time(row[15]),
         )
 
     def get_task(self, task_id: str) -> Task | None:
@@ -178,6 +192,9 @@ class SQLiteTx:
             )
             return sorted(r[0] for r in rows)
         return [r[0] for r in self._db.execute("SELECT ref FROM tasks ORDER BY ref")]
+
+    def refs_by_id(self, task_ids: Iterable[str]) -> dict[str, str]:
+        return {r[0]: r[1] for r in self._each_in("SELECT id, ref FROM tasks WHERE id IN ({marks})", task_ids)}
 
     def children(self, task_id: str) -> list[Task]:
         rows = self._all(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE parent_id = ? ORDER BY created_at, id", (task_id,))
@@ -370,22 +387,24 @@ class SQLiteTx:
         db.execute("DELETE FROM sessions WHERE task_id = ?", (task_id,))
         db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
 
-    def status_changes(self, task_id: str) -> list[StatusChange]:
-        rows = self._all(
-            "SELECT task_id, from_status, to_status, actor, reason, at FROM status_changes "
-            "WHERE task_id = ? ORDER BY id",
-            (task_id,),
-        )
+    def status_changes(self, task_id: str, *, since: datetime | None = None) -> list[StatusChange]:
+        # By position, enums through dicts: ``show`` of a long history decodes thousands.
+        sql = "SELECT from_status, to_status, actor, reason, at FROM status_changes WHERE task_id = ?"
+        args: tuple[Any, ...] = (task_id,)
+        if since is not None:
+            sql += " AND at >= ?"  # fixed-width RFC 3339 text sorts as time
+            args += (rfc3339(since),)
+        statuses, actors = _STATUSES, _ACTORS
         return [
             StatusChange(
-                r["task_id"],
-                Status(r["from_status"]) if r["from_status"] else None,
-                Status(r["to_status"]),
-                Actor(r["actor"]),
-                r["reason"],
-                _req_time(r["at"]),
+                task_id,
+                statuses[src] if src else None,
+                statuses[dst],
+                actors[actor],
+                reason,
+                _req_time(at),
             )
-            for r in rows
+            for src, dst, actor, reason, at in self._db.execute(sql + " ORDER BY id", args)
         ]
 
     # -- sessions ----------------------------------------------------------------
@@ -438,6 +457,12 @@ class SQLiteTx:
     def sessions(self, task_id: str) -> list[Session]:
         rows = self._all("SELECT * FROM sessions WHERE task_id = ? ORDER BY created_at, rowid", (task_id,))
         return [self._session(r) for r in rows]
+
+    def sessions_by_id(self, session_ids: Iterable[str]) -> dict[str, Session]:
+        return {
+            r["id"]: self._session(r)
+            for r in self._each_in("SELECT * FROM sessions WHERE id IN ({marks})", session_ids)
+        }
 
     def update_session(self, session_id: str, **fields: Any) -> Session:
         self._write()
@@ -573,14 +598,28 @@ class SQLiteTx:
         row = self._one("SELECT id FROM turns WHERE command_id = ? AND role = ?", (command_id, role.value))
         return self.get_turn(row["id"]) if row else None
 
-    def turns(self, task_id: str) -> list[Turn]:
-        """Every turn of a task with its attempts, oldest first.
+    def turn_count(self, task_id: str) -> int:
+        (count,) = self._db.execute("SELECT COUNT(*) FROM turns WHERE task_id = ?", (task_id,)).fetchone()
+        return int(count)
 
-        The show path reads a whole history at once, so this decodes by column position,
-        maps enums through dicts, skips the JSON parser for the common ``[]``/``{}``, and
-        decodes each distinct failure-evidence text once (a turn's failure, its last
-        attempt's and its retried attempts' often repeat one another).
+    def turns(self, task_id: str, *, last: int | None = None) -> list[Turn]:
+        """Every turn of a task with its attempts, oldest first; with ``last``, only the latest ``last``.
+
+        The show path reads a whole history at once, so this reads every attempt of the
+        task in one query, decodes by column position, maps enums through dicts, skips the
+        JSON parser for the common ``[]``/``{}``, and decodes each distinct failure-evidence
+        text once (a turn's failure, its last attempt's and its retried attempts' often
+        repeat one another).
         """
+        first = 0
+        if last is not None:
+            if last <= 0:
+                return []
+            row = self._one(
+                "SELECT sequence FROM turns WHERE task_id = ? ORDER BY sequence DESC LIMIT 1 OFFSET ?",
+                (task_id, last - 1),
+            )
+            first = row[0] if row is not None else 0
         evidence: dict[str, FailureEvidence] = {}
 
         def failure(raw: str | None) -> FailureEvidence | None:
@@ -597,8 +636,9 @@ class SQLiteTx:
         by_turn: dict[str, list[Attempt]] = {}
         for turn_id, number, started, ended, outcome, failure_class, failure_raw in self._db.execute(
             "SELECT a.turn_id, a.number, a.started_at, a.ended_at, a.outcome, a.failure_class, a.failure "
-            "FROM attempts a JOIN turns t ON t.id = a.turn_id WHERE t.task_id = ? ORDER BY a.turn_id, a.number",
-            (task_id,),
+            "FROM attempts a JOIN turns t ON t.id = a.turn_id WHERE t.task_id = ? AND t.sequence >= ? "
+            "ORDER BY a.turn_id, a.number",
+            (task_id, first),
         ):
             by_turn.setdefault(turn_id, []).append(
                 Attempt(
@@ -631,8 +671,9 @@ class SQLiteTx:
             command_id,
         ) in self._db.execute(
             "SELECT id, task_id, session_id, sequence, role, actor, kind, content, feedback_delivery, delivered, "
-            "started_at, ended_at, usage, failure, details, command_id FROM turns WHERE task_id = ? ORDER BY sequence",
-            (task_id,),
+            "started_at, ended_at, usage, failure, details, command_id FROM turns "
+            "WHERE task_id = ? AND sequence >= ? ORDER BY sequence",
+            (task_id, first),
         ):
             out.append(
                 Turn(
@@ -848,9 +889,13 @@ _SESSION_FIELDS = frozenset(
 class SQLiteStore:
     """A ``Store`` over one SQLite file (or ``:memory:`` for tests of the store alone)."""
 
-    def __init__(self, path: str | Path, *, clock: Clock = utcnow) -> None:
+    def __init__(self, path: str | Path, *, clock: Clock = utcnow, busy_timeout: float = BUSY_TIMEOUT) -> None:
+        """``busy_timeout``: seconds to wait for another process's lock before ``store-busy``."""
+        if busy_timeout < 0:
+            raise ValueError("busy_timeout is a number of seconds, zero or more")
         self.path = str(path)
         self._clock = clock
+        self.busy_timeout = busy_timeout
         self._db = self._open()
 
     @property
@@ -878,14 +923,12 @@ class SQLiteStore:
                     hint="Point CORRAL_HOME at a writable local directory.",
                 ) from exc
         try:
-            db = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-            )
+            db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise self._corrupt(exc) from exc
         db.row_factory = sqlite3.Row
         try:
-            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
             # Refuse a newer schema before anything (even the journal mode) touches the file.
             version = self._version(db)
             if version > LATEST:

@@ -35,13 +35,9 @@ def daemon() -> None:
 def run(app: App, tick: float) -> None:
     """Run in the foreground until SIGTERM or Ctrl-C."""
 
-    def on_event(doc: dict[str, object]) -> None:
-        if app.json:
-            app.emit_line(doc)
-        else:
-            app.note(f"{doc['at']} {doc['event']}")
-
-    daemons.serve(app.project, tick=tick, on_event=on_event)
+    daemons.serve(
+        app.project, tick=tick, on_event=lambda doc: app.event(doc, lambda: f"{doc['at']} {doc['event']}", aside=True)
+    )
 
 
 @daemon.command("start")
@@ -50,10 +46,10 @@ def run(app: App, tick: float) -> None:
 def start(app: App) -> None:
     """Start it in the background."""
     current = daemons.start_detached(app.project)
-    if app.json:
-        app.emit({"daemon": current.to_json()})
-        return
-    app.say(f"The daemon runs (pid {current.pid}); its log is {app.project.paths.logs / 'daemon.log'}.")
+    app.answer(
+        {"daemon": current.to_json()},
+        f"The daemon runs (pid {current.pid}); its log is {app.project.paths.logs / 'daemon.log'}.",
+    )
 
 
 @daemon.command("stop")
@@ -63,10 +59,10 @@ def stop(app: App) -> None:
     """Stop it (SIGTERM, then SIGKILL after 10 s)."""
     was = daemons.state(app.project)
     current = daemons.stop_running(app.project)
-    if app.json:
-        app.emit({"daemon": current.to_json(), "was_running": was.running})
-        return
-    app.say("The daemon stopped." if was.running else "No daemon was running.")
+    app.answer(
+        {"daemon": current.to_json(), "was_running": was.running},
+        "The daemon stopped." if was.running else "No daemon was running.",
+    )
 
 
 @daemon.command("status")
@@ -75,10 +71,10 @@ def stop(app: App) -> None:
 def status(app: App) -> int:
     """Whether it runs; exit 0 when it does, 1 when it does not."""
     current = daemons.state(app.project)
-    if app.json:
-        app.emit({"daemon": current.to_json()})
-    elif current.running:
-        app.say(f"running (pid {current.pid}, since {current.started_at}, last tick {current.last_tick})")
-    else:
-        app.say("not running")
+    app.answer(
+        {"daemon": current.to_json()},
+        f"running (pid {current.pid}, since {current.started_at}, last tick {current.last_tick})"
+        if current.running
+        else "not running",
+    )
     return 0 if current.running else 1

@@ -20,10 +20,8 @@ import click
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
-from corral.engine.operations import control, tasks, turns
+from corral.engine.operations import control, queries, tasks, turns
 from corral.engine.project import Project
-from corral.engine.read import projection
-from corral.engine.resolve import resolve_task
 from corral.testing.fake_agent import wrapper_script
 
 SCENARIO = {
@@ -92,9 +90,7 @@ def demo(app: App, keep: bool) -> int:
 
     def show_new(project: Project, ref: str) -> None:
         nonlocal shown
-        with project.store.read() as tx:
-            doc = projection.show(tx, resolve_task(tx, ref))
-        entries = timeline(doc)
+        entries = timeline(queries.task_doc(project, ref))
         for when, line in entries[shown:]:
             say(f"  {when}  {line}")
         shown = len(entries)
@@ -158,8 +154,7 @@ def demo(app: App, keep: bool) -> int:
             )
         finally:
             project.close()
-        if app.json:
-            app.emit({"ok": ok, "repository": str(repo) if keep else None, "events": events})
+        app.answer({"ok": ok, "repository": str(repo) if keep else None, "events": events})  # the lines were said
         return 0 if ok else 1
     finally:
         for key, value in saved.items():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from corral.cli.app import App, json_option, pass_app
-from corral.engine.config import BY_NAME
+from corral.domain.settings import SETTINGS, toml_comment, toml_value
+from corral.engine.config import Config
 from corral.engine.operations import doctor as doctor_checks
 
 
@@ -31,7 +32,7 @@ def paths(app: App) -> None:
 
 @click.group()
 def config() -> None:
-    """Settings: flags beat environment beat corral.toml beat your user file beat defaults."""
+    """Settings: the environment beats corral.toml beats your user file beats defaults."""
 
 
 @config.command(
@@ -39,39 +40,68 @@ def config() -> None:
     epilog="""\b
 Examples:
   corral config show
+  corral config show > my-settings.toml      the output is TOML, with each setting's help
   CORRAL_WATCHDOG_TIMEOUT=600 corral config show --json
 """,
 )
 @json_option
 @pass_app
 def config_show(app: App) -> None:
-    """Each setting, its value, and where the value came from."""
+    """Each setting as TOML, with its help and where its value came from."""
     cfg = app.project.config
     if app.json:
         app.emit(
             {
                 "settings": {
-                    name: {
-                        "value": v.value,
-                        "source": v.source,
-                        "origin": v.origin,
-                        "trusted_only": BY_NAME[name].trusted_only,
+                    s.name: {
+                        "value": cfg.values[s.name].value,
+                        "source": cfg.values[s.name].source,
+                        "origin": cfg.values[s.name].origin,
+                        "trusted_only": not s.repository_may_set,
+                        "trust": s.trust.value,
+                        "default": s.default_value(),
+                        "help": s.help,
                     }
-                    for name, v in cfg.values.items()
+                    for s in SETTINGS
                 },
                 "ignored": cfg.ignored,
                 "unknown": cfg.unknown,
             }
         )
         return
-    wide = max(len(n) for n in cfg.values)
-    for name, v in cfg.values.items():
-        origin = f" ({v.origin})" if v.origin else ""
-        app.say(f"{name:<{wide}}  {v.value!r:<28}  {v.source}{origin}")
+    for line in settings_toml(cfg):
+        app.say(line)
     for item in cfg.ignored:
         app.note(f"ignored: {item}")
     for item in cfg.unknown:
         app.note(f"unknown setting: {item}")
+
+
+_SOURCE_WORDS = {"env": "environment", "project": "project file", "user": "user file"}
+
+
+def settings_toml(cfg: Config) -> list[str]:
+    """The settings as a TOML document: each one's help, then ``name = value  # where it came from``.
+
+    A setting that is not set is written commented out, so the document reads back
+    (``tomllib``) as exactly the values that are set.
+    """
+    lines = [
+        "# corral settings, as TOML. The environment (CORRAL_<NAME>) beats corral.toml beats your",
+        "# user file beats the defaults. A setting marked (corral.toml may not set this) is taken",
+        "# only from your user file or the environment.",
+    ]
+    for s in SETTINGS:
+        v = cfg.values[s.name]
+        trust = "" if s.repository_may_set else " (corral.toml may not set this)"
+        where = "default" if v.origin is None else f"from {v.origin} ({_SOURCE_WORDS.get(v.source, v.source)})"
+        lines.append("")
+        lines.append(f"# {toml_comment(s.help)}{trust}")
+        if v.value is None:
+            lines.append(f"# {s.name} = (not set)  # {toml_comment(where)}")
+        else:
+            lines.append(f"{s.name} = {toml_value(v.value)}  # {toml_comment(where)}")
+    return lines
 
 
 @click.command(

@@ -10,10 +10,8 @@ from pathlib import Path
 import click
 
 from corral.cli.app import App, json_option, pass_app
-from corral.domain.status import Status
-from corral.engine.operations.refresh import settle
+from corral.engine.operations import queries
 from corral.engine.read import logs as turn_logs
-from corral.engine.resolve import resolve_task
 
 
 def _read_lines(path: Path, follow: bool, still_running: Callable[[], bool]) -> Iterator[bytes]:
@@ -50,17 +48,9 @@ Examples:
 def logs(app: App, task: str, follow: bool, turn: int | None, raw: bool) -> None:
     """The harness output of a turn."""
     project = app.project
-    with project.store.read() as tx:
-        found = resolve_task(tx, task)
+    found = queries.find_task(project, task)
     path = turn_logs.log_path(project, found, turn)
-
-    def running() -> bool:
-        settle(project)
-        with project.store.read() as tx:
-            current = tx.get_task(found.id)
-        return current is not None and current.status is Status.WORKING
-
-    lines = _read_lines(path, follow, running)
+    lines = _read_lines(path, follow, lambda: queries.turn_running(project, found.id))
     if raw:
         out = sys.stdout.buffer
         for line in lines:
@@ -68,7 +58,4 @@ def logs(app: App, task: str, follow: bool, turn: int | None, raw: bool) -> None
             out.flush()
         return
     for text in turn_logs.render_lines(project, found, lines):
-        if app.json:
-            app.emit_line({"line": text})
-        else:
-            print(text, file=app.stdout, flush=True)
+        app.event({"line": text}, text)

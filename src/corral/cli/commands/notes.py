@@ -28,10 +28,7 @@ def comment(app: App, task: str, message: str | None) -> None:
     if text is None:
         raise UsageError("The comment is empty.", hint=f"corral comment {task} -m 'your note'")
     note = tasks.comment(app.project, task, text, actor=app.actor)
-    if app.json:
-        app.emit({"comment": note_json(note)})
-        return
-    app.say(f"Comment added at {rfc3339(note.at)}.")
+    app.answer({"comment": note_json(note)}, f"Comment added at {rfc3339(note.at)}.")
 
 
 @click.command(
@@ -49,17 +46,11 @@ def journal(app: App, task: str, message: str | None) -> None:
     """Read the task's decision journal, or append to it with -m."""
     if message is not None:
         note = tasks.journal_add(app.project, task, message, actor=app.actor)
-        if app.json:
-            app.emit({"entry": note_json(note)})
-            return
-        app.say("Journal entry added.")
+        app.answer({"entry": note_json(note)}, "Journal entry added.")
         return
     found, entries = tasks.journal(app.project, task)
-    if app.json:
-        app.emit({"task": found.ref, "journal": [note_json(n) for n in entries]})
-        return
-    if not entries:
-        app.say(f"The journal of {found.ref} is empty.")
-        return
-    for n in entries:
-        app.say(f"{(rfc3339(n.at) or '')[:19].replace('T', ' ')}  {n.actor.value}: {n.body}")
+    app.answer(
+        {"task": found.ref, "journal": [note_json(n) for n in entries]},
+        [f"{(rfc3339(n.at) or '')[:19].replace('T', ' ')}  {n.actor.value}: {n.body}" for n in entries]
+        or f"The journal of {found.ref} is empty.",
+    )

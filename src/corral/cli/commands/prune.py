@@ -24,17 +24,16 @@ uncommitted changes is never removed: it is listed with what to do.
 def prune(app: App) -> None:
     """Remove detailed diagnostics past 90 days and stale worktrees (never unsaved work)."""
     result = pruning.prune(app.project)
-    if app.json:
-        app.emit({"pruned": result.to_json()})
-        return
+    app.answer({"pruned": result.to_json()}, lambda: _said(result))
+
+
+def _said(result: pruning.PruneResult) -> list[str]:
     d = result.diagnostics
-    app.say(
+    return [
         f"Diagnostics: removed {len(d.removed)} past 90 days"
         + (f" and those of {len(d.orphaned)} deleted task(s)" if d.orphaned else "")
-        + f"; {d.kept} kept."
-    )
-    app.say(f"Worktrees: removed {len(result.worktrees_removed)}.")
-    for path in result.worktrees_removed:
-        app.say(f"  removed  {path}")
-    for kept in result.worktrees_kept:
-        app.say(f"  kept     {kept['path']} — {kept['reason']}")
+        + f"; {d.kept} kept.",
+        f"Worktrees: removed {len(result.worktrees_removed)}.",
+        *(f"  removed  {path}" for path in result.worktrees_removed),
+        *(f"  kept     {kept['path']} — {kept['reason']}" for kept in result.worktrees_kept),
+    ]

@@ -1,4 +1,5 @@
-"""``close``, ``reject`` and ``reopen``: ending a task's work, or bringing it back."""
+"""Reviewing a task's work and ending it: ``diff``, ``pair``, ``chat``, ``accept``, ``submit``,
+``close``, ``reject``, ``reopen`` and ``delete``."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
-from corral.engine.operations import tasks
-from corral.engine.read import projection
-from corral.errors import CorralError, UsageError
+from corral.engine import workspace
+from corral.engine.operations import queries, tasks
+from corral.errors import UsageError
 
 
 def _abandon(app: App, task: str, message: str | None, how: str) -> None:
@@ -18,17 +19,11 @@ def _abandon(app: App, task: str, message: str | None, how: str) -> None:
     ended = tasks.abandon(app.project, task, reason=reason, actor=app.actor, how=how)
     if ended.warning:
         app.note(ended.warning)
-    if app.json:
-        with app.project.store.read() as tx:
-            v = projection.view(tx, ended.task)
-        app.emit({"task": v.task_json(), "archived": ended.archived})
-        return
-    app.say(f"{ended.task.ref} is abandoned ({'closed' if how == 'close' else 'rejected'}).")
+    ref = ended.task.ref
+    said = [f"{ref} is abandoned ({'closed' if how == 'close' else 'rejected'})."]
     if ended.archived:
-        app.say(
-            f"Its work is kept under refs/corral/archive/{ended.task.ref}; "
-            f"corral reopen {ended.task.ref} brings it back."
-        )
+        said.append(f"Its work is kept under {workspace.archive_ref(ended.task)}; corral reopen {ref} brings it back.")
+    app.answer({"task": queries.task_view(app.project, ended.task).task_json(), "archived": ended.archived}, said)
 
 
 @click.command(
@@ -76,14 +71,11 @@ Examples:
 def reopen(app: App, task: str, reason: str | None) -> None:
     """Bring back a complete or abandoned task (→ blocked with its work, or backlog)."""
     reopened = tasks.reopen(app.project, task, reason=reason, actor=app.actor)
-    with app.project.store.read() as tx:
-        v = projection.view(tx, reopened)
-    if app.json:
-        app.emit({"task": v.task_json(), "next": v.next})
-        return
-    app.say(f"{reopened.ref} is {reopened.status.value} again.")
+    v = queries.task_view(app.project, reopened)
+    said = [f"{reopened.ref} is {reopened.status.value} again."]
     if v.next:
-        app.say(f"Next: {v.next}")
+        said.append(f"Next: {v.next}")
+    app.answer({"task": v.task_json(), "next": v.next}, said)
 
 
 @click.command(
@@ -100,43 +92,37 @@ def accept(app: App, task: str) -> int:
     """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete)."""
     from corral.engine.operations import accept as accepting
 
-    def report(event: dict[str, object]) -> None:
-        if app.json:
-            app.emit_line(event)
-        elif event["event"] == "plan":
-            phases = event["phases"]
-            assert isinstance(phases, list)
-            app.note("Plan: " + " → ".join(str(p["label"]) for p in phases))
-        else:
-            where = f"[{event['position']}/{event['of']}] " if event.get("position") else ""
-            detail = f" — {event['detail']}" if event.get("detail") else ""
-            app.note(f"{where}{event['label']}: {event['state']}{detail}")
-
-    try:
-        result = accepting.accept(app.project, task, actor=app.actor, report=report)
-    except CorralError as exc:
-        if app.json:
-            app.emit_line({"event": "error", "error": exc.to_json()})
-            return exc.exit_code
-        raise
+    app.streaming = True
+    result = accepting.accept(
+        app.project, task, actor=app.actor, report=lambda event: app.event(event, lambda: _progress(event), aside=True)
+    )
     if result.warning:
         app.note(f"warning: {result.warning}")
-    if app.json:
-        app.emit_line(
-            {
-                "event": "result",
-                "task": {"ref": result.task.ref, "status": result.task.status.value},
-                "commit": result.commit,
-                "already_accepted": result.already,
-                "warning": result.warning,
-            }
-        )
-        return 0
     if result.already:
-        app.say(f"{result.task.ref} was already accepted.")
+        said = f"{result.task.ref} was already accepted."
     else:
-        app.say(f"{result.task.ref} is complete: merged as {result.commit[:12] if result.commit else '?'}.")
+        said = f"{result.task.ref} is complete: merged as {result.commit[:12] if result.commit else '?'}."
+    app.event(
+        {
+            "event": "result",
+            "task": {"ref": result.task.ref, "status": result.task.status.value},
+            "commit": result.commit,
+            "already_accepted": result.already,
+            "warning": result.warning,
+        },
+        said,
+    )
     return 0
+
+
+def _progress(event: dict[str, object]) -> str:
+    if event["event"] == "plan":
+        phases = event["phases"]
+        assert isinstance(phases, list)
+        return "Plan: " + " → ".join(str(p["label"]) for p in phases)
+    where = f"[{event['position']}/{event['of']}] " if event.get("position") else ""
+    detail = f" — {event['detail']}" if event.get("detail") else ""
+    return f"{where}{event['label']}: {event['state']}{detail}"
 
 
 @click.command(
@@ -153,14 +139,10 @@ def submit(app: App, task: str) -> None:
     from corral.engine.operations.submit import submit as submitting
 
     result = submitting(app.project, task, actor=app.actor)
-    if app.json:
-        app.emit(
-            {"task": result.ref, "remote": result.remote, "branch": result.branch, "pull_request": result.pull_request}
-        )
-        return
-    app.say(
+    app.answer(
+        {"task": result.ref, "remote": result.remote, "branch": result.branch, "pull_request": result.pull_request},
         f"Pushed {result.branch} to {result.remote}."
-        + (f" Pull request: {result.pull_request}" if result.pull_request else "")
+        + (f" Pull request: {result.pull_request}" if result.pull_request else ""),
     )
 
 
@@ -178,22 +160,21 @@ Examples:
 def diff(app: App, task: str, stat: bool) -> None:
     """What the task changed against its target (uncommitted work too), and its commits."""
     result = tasks.diff(app.project, task, stat=stat)
-    if app.json:
-        app.emit(
-            {
-                "task": result.task.ref,
-                "base": result.base,
-                "tip": result.tip,
-                "commits": result.commits,
-                "diff": result.text,
-            }
-        )
-        return
-    app.say(f"{len(result.commits)} commit(s) on {result.task.branch} beyond its target:")
-    for line in result.commits:
-        app.say(f"  {line}")
-    app.say("")
-    app.stdout.write(result.text)
+    said = [f"{len(result.commits)} commit(s) on {result.task.branch} beyond its target:"]
+    said += [f"  {line}" for line in result.commits]
+    said.append("")
+    if result.text:
+        said.append(result.text.removesuffix("\n"))  # the patch verbatim: its own last newline, no extra one
+    app.answer(
+        {
+            "task": result.task.ref,
+            "base": result.base,
+            "tip": result.tip,
+            "commits": result.commits,
+            "diff": result.text,
+        },
+        said,
+    )
 
 
 @click.command(
@@ -208,10 +189,7 @@ Examples:
 def delete(app: App, task: str) -> None:
     """Delete a finished task and everything kept for it (archive ref, logs, evidence)."""
     gone = tasks.delete(app.project, task, actor=app.actor)
-    if app.json:
-        app.emit({"deleted": {"id": gone.id, "ref": gone.ref}})
-        return
-    app.say(f"Deleted {gone.ref} and everything kept for it.")
+    app.answer({"deleted": {"id": gone.id, "ref": gone.ref}}, f"Deleted {gone.ref} and everything kept for it.")
 
 
 @click.command(
@@ -228,19 +206,15 @@ def pair(app: App, task: str) -> int:
     from corral.engine.operations.pairing import pair as pairing
 
     result = pairing(app.project, task, actor=app.actor)
-    if app.json:
-        app.emit(
-            {
-                "task": {"ref": result.task.ref, "status": result.task.status.value},
-                "commits": result.commits,
-                "dirty": result.dirty,
-                "exit_code": result.exit_code,
-            }
-        )
-    else:
-        app.say(
-            f"The pair ended; {result.task.ref} is {result.task.status.value} ({len(result.commits)} commit(s) made)."
-        )
+    app.answer(
+        {
+            "task": {"ref": result.task.ref, "status": result.task.status.value},
+            "commits": result.commits,
+            "dirty": result.dirty,
+            "exit_code": result.exit_code,
+        },
+        f"The pair ended; {result.task.ref} is {result.task.status.value} ({len(result.commits)} commit(s) made).",
+    )
     return 0
 
 
@@ -258,6 +232,5 @@ def chat(app: App, task: str) -> int:
     from corral.engine.operations.pairing import chat as chatting
 
     code = chatting(app.project, task)
-    if app.json:
-        app.emit({"exit_code": code})
+    app.answer({"exit_code": code})  # the conversation was the text
     return 0 if code == 0 else 1

@@ -6,11 +6,7 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import list_lines, show_lines
-from corral.domain.status import ACTIVE, BLOCKED, TERMINAL, Status
-from corral.engine.operations import tasks
-from corral.engine.read import projection
-from corral.engine.resolve import resolve_task
-from corral.engine.runtime.liveness import live_facts
+from corral.engine.operations import queries
 
 
 @click.command(
@@ -49,6 +45,8 @@ def create(
     target: str | None,
 ) -> None:
     """Create a task in backlog."""
+    from corral.engine.operations import tasks  # not needed by list and show
+
     task = tasks.create(
         app.project,
         goal,
@@ -61,13 +59,11 @@ def create(
         prompt=prompt or "",
         target=target,
     )
-    with app.project.store.read() as tx:
-        v = projection.view(tx, task)
-    if app.json:
-        app.emit({"task": v.task_json(), "next": v.next})
-        return
-    app.say(f"Created {app.style(task.ref, 'bold')} ({task.id}) in backlog.")
-    app.say(f"Next: {v.next}")
+    v = queries.task_view(app.project, task)
+    app.answer(
+        {"task": v.task_json(), "next": v.next},
+        [f"Created {app.style(task.ref, 'bold')} ({task.id}) in backlog.", f"Next: {v.next}"],
+    )
 
 
 @click.command(
@@ -99,6 +95,8 @@ def edit(
     target: str | None,
 ) -> None:
     """Change a task that is not terminal (a finished task's fields are frozen)."""
+    from corral.engine.operations import tasks  # not needed by list and show
+
     patterns: tuple[str, ...] | None = () if no_protect else (protect or None)
     updated = tasks.edit(
         app.project,
@@ -110,12 +108,12 @@ def edit(
         model=model,
         target=target,
     )
-    with app.project.store.read() as tx:
-        v = projection.view(tx, updated)
-    if app.json:
-        app.emit({"task": v.task_json()})
-        return
-    app.say(f"Updated {updated.ref}.")
+    app.answer({"task": queries.task_view(app.project, updated).task_json()}, f"Updated {updated.ref}.")
+
+
+def _either(which: str) -> str:
+    *most, last = queries.list_statuses(which)
+    return f"{', '.join(most)} or {last}" if most else last
 
 
 @click.command(
@@ -128,74 +126,50 @@ Examples:
   corral list --all --json
 """,
 )
-@click.option("--active", "which", flag_value="active", help="Only working, interrupted, pairing and merging tasks.")
-@click.option("--blocked", "which", flag_value="blocked", help="Only tasks waiting for review (blocked, conflict).")
+@click.option("--active", "which", flag_value="active", help=f"Only {_either('active')} tasks.")
+@click.option("--blocked", "which", flag_value="blocked", help=f"Only tasks waiting for review ({_either('blocked')}).")
 @click.option("--all", "which", flag_value="all", help="Every task, finished ones included.")
 @json_option
 @pass_app
 def list_(app: App, which: str | None) -> None:
     """One line per task: ref, status with substate, goal, and why it rests."""
-    wanted: frozenset[Status] | None
-    if which == "active":
-        wanted = ACTIVE
-    elif which == "blocked":
-        wanted = BLOCKED
-    elif which == "all":
-        wanted = None
-    else:
-        wanted = frozenset(Status) - TERMINAL
-    project = app.project
-    from corral.engine.operations.refresh import settle
-
-    for problem in settle(project):
-        app.note(f"warning: could not reconcile {problem} (see corral doctor)")
-    with project.store.read() as tx:
-        found = tx.tasks(sorted(wanted) if wanted is not None else None)
-        rows = [
-            projection.list_row(
-                projection.view(tx, t, live_facts(project, t), breaker_threshold=project.config["breaker_threshold"])
-            )
-            for t in found
-        ]
-    if app.json:
-        app.emit({"tasks": rows})
-        return
-    if not rows:
-        app.say("No tasks." if which in (None, "all") else f"No {which} tasks.")
-        return
-    for line in list_lines(app, rows):
-        app.say(line)
+    listing = queries.list_tasks(app.project, which)
+    _warn(app, listing.problems)
+    empty = "No tasks." if which in (None, "all") else f"No {which} tasks."
+    app.answer({"tasks": listing.rows}, lambda: list_lines(app, listing.rows) or empty)
 
 
 @click.command(
-    epilog="""\b
+    epilog=f"""\b
 Examples:
   corral show fix-login
   corral show fix --details      (a unique prefix is enough)
+  corral show fix-login --all    every turn, not just the last {queries.PAGE_TURNS}
   corral show 3f9a2c1e --json
 """
 )
 @click.argument("task")
 @click.option("--details", is_flag=True, help="Add the technical detail: session, failures, diagnostics.")
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help=f"Every turn in the timeline (it shows the last {queries.PAGE_TURNS}; --json always has every turn).",
+)
 @json_option
 @pass_app
-def show(app: App, task: str, details: bool) -> None:
+def show(app: App, task: str, details: bool, every: bool) -> None:
     """The task, its timeline, why it stopped and what to do next."""
-    project = app.project
-    from corral.engine.operations.refresh import settle
+    shown = queries.show_task(app.project, task, last_turns=None if every or app.json else queries.PAGE_TURNS)
+    _warn(app, shown.problems)
+    app.answer(
+        {k: v for k, v in shown.doc.items() if k != "schema_version"},
+        lambda: show_lines(
+            app, shown.doc, details=details, merges_into=shown.merges_into, earlier_turns=shown.earlier_turns
+        ),
+    )
 
-    for problem in settle(project):
+
+def _warn(app: App, problems: list[str]) -> None:
+    for problem in problems:
         app.note(f"warning: could not reconcile {problem} (see corral doctor)")
-    with project.store.read() as tx:
-        found = resolve_task(tx, task)
-        doc = projection.show(
-            tx,
-            found,
-            live_facts(project, found),
-            breaker_threshold=project.config["breaker_threshold"],
-            diagnostics=project.paths.diagnostics,
-        )
-    if app.json:
-        app.emit({k: v for k, v in doc.items() if k != "schema_version"})
-        return
-    app.say("\n".join(show_lines(app, doc, details=details)))  # one write: a long history prints at once

@@ -9,27 +9,26 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
-from corral.engine.operations import control, turns
-from corral.engine.read import projection
+from corral.engine.operations import control, queries, turns
 from corral.errors import UsageError
 
 
 def _started(app: App, started: turns.Started, wait: bool, timeout: float | None) -> int:
     task = started.task
-    if not wait:
-        if app.json:
-            app.emit(
-                {
-                    "task": {"id": task.id, "ref": task.ref, "status": task.status.value},
-                    "supervisor_pid": started.launched.supervisor_pid,
-                    "command_id": started.launched.command_id,
-                }
-            )
-        else:
-            app.say(f"{task.ref} is working (supervisor pid {started.launched.supervisor_pid}).")
-            app.say(f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}")
-        return 0
-    return _wait(app, task.ref, timeout)
+    if wait:
+        return _wait(app, task.ref, timeout)
+    app.answer(
+        {
+            "task": {"id": task.id, "ref": task.ref, "status": task.status.value},
+            "supervisor_pid": started.launched.supervisor_pid,
+            "command_id": started.launched.command_id,
+        },
+        [
+            f"{task.ref} is working (supervisor pid {started.launched.supervisor_pid}).",
+            f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}",
+        ],
+    )
+    return 0
 
 
 def _wait(app: App, ref: str, timeout: float | None) -> int:
@@ -39,34 +38,35 @@ def _wait(app: App, ref: str, timeout: float | None) -> int:
     except KeyboardInterrupt:
         app.note("Stopped waiting; the turn goes on.")
         return 130
-    with project.store.read() as tx:
-        doc = projection.show(tx, result.task, breaker_threshold=project.config["breaker_threshold"])
-    if app.json:
-        app.emit(
-            {
-                "task": doc["task"],
-                "timed_out": result.timed_out,
-                "resting_cause": doc["resting_cause"],
-                "stopped_because": doc["stopped_because"],
-                "next": doc["next"],
-                "exit_code": result.exit_code,
-            }
-        )
-    else:
-        if result.timed_out:
-            app.say(f"{result.task.ref} is still {result.task.status.value} after {timeout:g} s.")
-        else:
-            app.say(f"{result.task.ref} is {result.task.status.value}.")
-            last = next((t for t in reversed(doc["turns"]) if t["role"] == "agent"), None)
-            if last and last["content"]:
-                app.say("")
-                app.say(last["content"])
-                app.say("")
-        if doc["stopped_because"]:
-            app.say(f"Stopped because: {doc['stopped_because']}")
-        if doc["next"] and not result.timed_out:
-            app.say(f"Next: {doc['next']}")
+    doc = queries.task_doc(project, result.task)
+    app.answer(
+        {
+            "task": doc["task"],
+            "timed_out": result.timed_out,
+            "resting_cause": doc["resting_cause"],
+            "stopped_because": doc["stopped_because"],
+            "next": doc["next"],
+            "exit_code": result.exit_code,
+        },
+        lambda: _waited(result, doc, timeout),
+    )
     return result.exit_code
+
+
+def _waited(result: control.WaitResult, doc: dict[str, Any], timeout: float | None) -> list[str]:
+    task = result.task
+    if result.timed_out:
+        out = [f"{task.ref} is still {task.status.value} after {timeout:g} s."]
+    else:
+        out = [f"{task.ref} is {task.status.value}."]
+        last = next((t for t in reversed(doc["turns"]) if t["role"] == "agent"), None)
+        if last and last["content"]:
+            out += ["", last["content"], ""]
+    if doc["stopped_because"]:
+        out.append(f"Stopped because: {doc['stopped_because']}")
+    if doc["next"] and not result.timed_out:
+        out.append(f"Next: {doc['next']}")
+    return out
 
 
 _wait_opts = [
@@ -198,18 +198,15 @@ def ask(app: App, task: str, message: str | None, timeout: float) -> int:
         control.stop(project, started.task.ref, actor=app.actor)
         app.note("Stopped the ask; the task's status is restored.")
         return 130
-    failed = answer.kind != "ask"
-    if app.json:
-        app.emit(
-            {
-                "answer": answer.content,
-                "kind": answer.kind,
-                "failure": answer.failure.to_json() if answer.failure else None,
-            }
-        )
-    else:
-        app.say(answer.content)
-    return 1 if failed else 0
+    app.answer(
+        {
+            "answer": answer.content,
+            "kind": answer.kind,
+            "failure": answer.failure.to_json() if answer.failure else None,
+        },
+        answer.content,
+    )
+    return 0 if answer.kind == "ask" else 1
 
 
 @click.command(
@@ -224,10 +221,10 @@ Examples:
 def stop(app: App, task: str) -> None:
     """End the running turn (SIGTERM, then SIGKILL after 5 s); its feedback stays pending."""
     stopped = control.stop(app.project, task, actor=app.actor)
-    if app.json:
-        app.emit({"task": {"id": stopped.id, "ref": stopped.ref, "status": stopped.status.value}})
-        return
-    app.say(f"{stopped.ref} is {stopped.status.value}; the turn was stopped.")
+    app.answer(
+        {"task": {"id": stopped.id, "ref": stopped.ref, "status": stopped.status.value}},
+        f"{stopped.ref} is {stopped.status.value}; the turn was stopped.",
+    )
 
 
 @click.command(
@@ -241,17 +238,17 @@ Examples:
 @pass_app
 def sync(app: App, task: str) -> None:
     """Merge the task's target into its branch while it rests; the status stays as it was."""
-    result = turns.sync(app.project, task, actor=app.actor)
-    if app.json:
-        app.emit(
-            {
-                "task": {"ref": result.task.ref, "status": result.task.status.value},
-                "state": result.state,
-                "head": result.head,
-            }
-        )
-        return
-    app.say(f"{result.task.ref}: {'merged the target' if result.state == 'merged' else 'already up to date'}.")
+    from corral.engine.operations.sync import sync as syncing
+
+    result = syncing(app.project, task, actor=app.actor)
+    app.answer(
+        {
+            "task": {"ref": result.task.ref, "status": result.task.status.value},
+            "state": result.state,
+            "head": result.head,
+        },
+        f"{result.task.ref}: {'merged the target' if result.state == 'merged' else 'already up to date'}.",
+    )
 
 
 @click.command(

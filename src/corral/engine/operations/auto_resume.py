@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from corral.domain.actors import Actor
 from corral.domain.status import Status
-from corral.engine.locks import TaskBusy, task_lock
+from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.recovery.receipts import NO_AUTO_RESUME
-from corral.errors import CorralError
+from corral.errors import CorralError, TaskBusy
 
 
 def breaker_tripped(project: Project, consecutive: int) -> bool:

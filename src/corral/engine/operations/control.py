@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor, Role
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import Status
@@ -19,7 +20,6 @@ from corral.engine.operations.turns import Started
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
 from corral.errors import RefusedError
 
 STOP_WAIT_SECONDS = 15.0
@@ -28,13 +28,12 @@ STOP_WAIT_SECONDS = 15.0
 def request_stop(project: Project, task: Task, actor: Actor) -> bool:
     """Ask the supervisor to end the turn; False when no live supervisor was there to ask."""
     protocol_dir = project.paths.protocol_dir(task.id)
-    proto.write_json(protocol_dir / proto.STOP, {"actor": actor.value})
-    status = proto.read(protocol_dir / proto.STATUS)
-    pid = status.get("pid") if status else None
-    if not isinstance(pid, int) or not pid_alive(pid):
+    proto.write(protocol_dir, proto.StopRequest(actor.value))
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    if status is None or not pid_alive(status.pid):
         return False
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(status.pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     return True
@@ -65,9 +64,9 @@ def stop(project: Project, given: str, *, actor: Actor) -> Task:
         if current is None or current.status is not Status.WORKING:
             return current or task
         cause = RestingCause("stopped", tx.now(), actor, details={"summary": f"Stopped by {actor.value}."})
-        command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
-        command_id = command.get("command_id")
-        if isinstance(command_id, str) and tx.turn_by_command(command_id, Role.AGENT) is None:
+        command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
+        command_id = command.command_id if command else None
+        if command_id is not None and tx.turn_by_command(command_id, Role.AGENT) is None:
             tx.add_turn(
                 task.id,
                 role=Role.AGENT,

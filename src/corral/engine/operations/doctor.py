@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from corral.domain.actors import Actor
-from corral.domain.status import BLOCKED, Status
+from corral.domain.status import PAUSED, Status
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError
@@ -103,7 +103,7 @@ def check_tasks(project: Project) -> list[Check]:
     out = []
     with project.store.read() as tx:
         merging = tx.tasks([Status.MERGING])
-        paused = tx.tasks(sorted(BLOCKED))
+        paused = tx.tasks(sorted(PAUSED))
         mislabelled = [t for t in paused if (t.status is Status.CONFLICT) != bool(tx.pending_paths(t.id))]
     for task in merging:
         out.append(
@@ -123,7 +123,7 @@ def repark(project: Project, given: str) -> Check:
     """Re-derive a paused task's label from its pending violations (blocked ⇄ conflict)."""
     with project.store.write() as tx:
         task = resolve_task(tx, given)
-        if task.status not in BLOCKED:
+        if task.status not in PAUSED:
             return Check("park", "ok", f"{task.ref} is {task.status.value}; nothing to re-derive.")
         change = tx.park(task.id, Actor.SYSTEM, "doctor re-derived the label", expected_from=task.status)
     if change is None:

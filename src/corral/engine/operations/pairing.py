@@ -11,10 +11,8 @@ duration, so start, unblock, sync and resume refuse while it is open.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +21,8 @@ from pathlib import Path
 
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Posture, TurnRequest
-from corral.adapters.process import check_argv
+from corral.adapters.locks import is_locked, try_lock
+from corral.adapters.process import run_foreground
 from corral.domain.actors import Actor
 from corral.domain.records import Task
 from corral.domain.status import Status, check_transition
@@ -42,18 +41,7 @@ def chat_lock(project: Project, task_id: str) -> Path:
 
 
 def chat_is_open(project: Project, task_id: str) -> bool:
-    path = chat_lock(project, task_id)
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return is_locked(chat_lock(project, task_id))
 
 
 def refuse_while_chat(project: Project, task: Task, what: str) -> None:
@@ -89,10 +77,9 @@ def _interactive(project: Project, task: Task, resume_id: str | None, worktree: 
             ),
         )
     )
-    check_argv(launch.argv)
     env = {**os.environ, **launch.env}
     try:
-        return subprocess.run(launch.argv, cwd=worktree, env=env, check=False).returncode
+        return run_foreground(launch.argv, cwd=worktree, env=env)
     except FileNotFoundError as exc:
         raise CorralError(
             f"{harness.display} could not start: {exc.strerror} ({launch.argv[0]}).",
@@ -150,14 +137,10 @@ def summary(seconds: float, commits: list[str], dirty: list[str], code: int | No
 
 @contextmanager
 def holding_chat(project: Project, task: Task) -> Iterator[None]:
-    path = chat_lock(project, task.id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = try_lock(chat_lock(project, task.id))
+    if fd is None:
+        raise ChatOpen(f"A chat is already open in {task.ref}'s worktree.")
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ChatOpen(f"A chat is already open in {task.ref}'s worktree.") from None
         yield
     finally:
         os.close(fd)

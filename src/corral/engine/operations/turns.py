@@ -1,13 +1,14 @@
-"""Lifecycle operations that run an agent: start, unblock, resume, ask, stop, sync, wait.
+"""Lifecycle operations that launch an agent turn: start, unblock, resume, ask and an accept's pre-accept turn.
 
 Save first, act second: each writes the human turn (feedback ``pending`` where it
 carries feedback) and the move to ``working`` in one transaction, then launches the
-supervisor. They return once the supervisor runs; the turn goes on without the CLI.
+supervisor through one skeleton (:func:`_launch`). They return once the supervisor runs;
+the turn goes on without the CLI.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,19 +27,23 @@ from corral.domain.records import (
     Turn,
 )
 from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
-from corral.domain.status import TERMINAL, Status, allowed_targets, check_transition
+from corral.domain.status import TERMINAL, Op, Status, check_operation, check_transition
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import workspace
 from corral.engine.operations import launch
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.read.diagnostics import Translator
+from corral.engine.recovery.faults import internal_fault
 from corral.engine.resolve import resolve_task
-from corral.errors import CorralError, GitError, IllegalTransition, MergeConflict, RefusedError, UsageError
+from corral.errors import (
+    CorralError,
+    LaunchFailed,
+    PrepareFailed,
+    RefusedError,
+    UsageError,
+)
 from corral.store import Tx
-
-UNBLOCKABLE = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
-SYNCABLE = UNBLOCKABLE
 
 
 @dataclass(frozen=True)
@@ -59,23 +64,62 @@ def owned(project: Project, task: Task) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        launch.internal_fault(project, task, exc)
+        internal_fault(project, task, exc)
         if isinstance(exc, CorralError):
             raise
-        raise launch.LaunchFailed(
+        raise LaunchFailed(
             f"corral could not run the turn of {task.ref}: {type(exc).__name__}: {exc}",
             hint=f"The task rests interrupted with the cause; see corral show {task.ref}.",
         ) from exc
 
 
-def _refuse(task: Task, what: str, allowed_from: Sequence[Status], hint: str | None = None) -> IllegalTransition:
-    return IllegalTransition(
-        task.status.value,
-        Status.WORKING.value,
-        [s.value for s in allowed_targets(task.status)],
-        what=f"{what} {task.ref} (it must be {', '.join(s.value for s in allowed_from)})",
-        hint=hint,
-    )
+@dataclass(frozen=True)
+class TurnSpec:
+    """What one launched turn is: its kind, its prompt's body, the feedback it delivers, its merge."""
+
+    kind: str
+    body: str
+    delivered: tuple[str, ...] = ()
+    sync_before_work: bool = False
+    announce_merge: bool = True
+    read_only: bool = False
+
+
+def _launch(
+    project: Project,
+    task: Task,
+    session: Session,
+    turn: Turn,
+    target: str,
+    spec: TurnSpec | Callable[[Session], TurnSpec],
+    *,
+    committed: str,
+    prepare: Callable[[Session], Session] | None = None,
+) -> Started:
+    """The one launch skeleton every turn kind uses, once its human turn and ``working`` are committed.
+
+    Inside :func:`owned`: any fault rests the task. ``prepare`` does the work that must follow the
+    commit (reverting files, reading the worktree); ``spec`` may be computed from its result.
+    """
+    with owned(project, task):
+        crashpoints.hit(committed)
+        if prepare is not None:
+            session = prepare(session)
+        plan = spec(session) if callable(spec) else spec
+        command = launch.build_command(
+            project,
+            task,
+            session,
+            turn,
+            kind=plan.kind,
+            body=plan.body,
+            delivered=list(plan.delivered),
+            target=target,
+            sync_before_work=plan.sync_before_work,
+            announce_merge=plan.announce_merge,
+            read_only=plan.read_only,
+        )
+        return Started(task, launch.launch(project, task, command))
 
 
 def _feedback(project: Project, text: str, field: str = "feedback") -> str:
@@ -108,13 +152,12 @@ def start(project: Project, given: str, *, actor: Actor, message: str | None = N
     msg = _feedback(project, message, "message") if message else None
     with project.store.read() as tx:
         task = resolve_task(tx, given)
-        if task.status is not Status.BACKLOG:
-            raise _refuse(
-                task,
-                "start",
-                [Status.BACKLOG],
-                hint=f"To give feedback on a started task: corral unblock {task.ref} -m '…'",
-            )
+        check_operation(
+            Op.START,
+            task.status,
+            task.ref,
+            hint=f"To give feedback on a started task: corral unblock {task.ref} -m '…'",
+        )
         check_transition(task.status, Status.WORKING, actor, what=f"start {task.ref}")
         if task.parent_id:
             parent = tx.get_task(task.parent_id)
@@ -127,7 +170,7 @@ def start(project: Project, given: str, *, actor: Actor, message: str | None = N
         target = workspace.target_branch(tx, task)
     try:
         ws = workspace.prepare(project, task, target)
-    except workspace.PrepareFailed as exc:
+    except PrepareFailed as exc:
         evidence = FailureEvidence(
             source="corral",
             code="prepare-failed",
@@ -161,20 +204,8 @@ def start(project: Project, given: str, *, actor: Actor, message: str | None = N
         )
         tx.set_status(task.id, Status.WORKING, actor, "start", expected_from=Status.BACKLOG, resting_cause=None)
         task = tx.get_task(task.id) or task
-    with owned(project, task):
-        crashpoints.hit("start.committed")
-        command = launch.build_command(
-            project,
-            task,
-            session,
-            turn,
-            kind="start",
-            body=content,
-            delivered=[turn.id],
-            target=target,
-            sync_before_work=False,
-        )
-        return Started(task, launch.launch(project, task, command))
+    spec = TurnSpec("start", content, delivered=(turn.id,))
+    return _launch(project, task, session, turn, target, spec, committed="start.committed")
 
 
 def _decide_files(
@@ -253,8 +284,7 @@ def unblock(
     command_id = new_id()
     with project.store.write() as tx:
         task = resolve_task(tx, given)
-        if task.status not in UNBLOCKABLE:
-            raise _refuse(task, "unblock", UNBLOCKABLE)
+        check_operation(Op.UNBLOCK, task.status, task.ref)
         check_transition(task.status, Status.WORKING, actor, what=f"unblock {task.ref}")
         session = _session(tx, task)
         _check_worktree(task, session)
@@ -275,36 +305,31 @@ def unblock(
         tx.set_status(task.id, Status.WORKING, actor, "unblock", expected_from=task.status, resting_cause=None)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
-    with owned(project, task):
-        crashpoints.hit("unblock.committed")
+
+    def apply_reverts(session: Session) -> Session:
         head = revert_files(project, session, reverted)
-        if head is not None:
-            # corral's own revert commit is not the agent's change: the next check starts after it.
-            with project.store.write() as tx:
-                session = tx.update_session(session.id, git_start_sha=head)
-        body = prompts.feedback_block([t.content for t in pending])
-        command = launch.build_command(
-            project,
-            task,
-            session,
-            turn,
-            kind="unblock",
-            body=body,
-            delivered=[t.id for t in pending],
-            target=target,
-            sync_before_work=True,
-        )
-        return Started(task, launch.launch(project, task, command))
+        if head is None:
+            return session
+        # corral's own revert commit is not the agent's change: the next check starts after it.
+        with project.store.write() as tx:
+            return tx.update_session(session.id, git_start_sha=head)
+
+    spec = TurnSpec(
+        "unblock",
+        prompts.feedback_block([t.content for t in pending]),
+        delivered=tuple(t.id for t in pending),
+        sync_before_work=True,
+    )
+    return _launch(project, task, session, turn, target, spec, committed="unblock.committed", prepare=apply_reverts)
 
 
 def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") -> Started:
     command_id = new_id()
     with project.store.write() as tx:
         task = resolve_task(tx, given)
-        if task.status is not Status.INTERRUPTED:
-            raise _refuse(
-                task, "resume", [Status.INTERRUPTED], hint=f"To give feedback instead: corral unblock {task.ref} -m '…'"
-            )
+        check_operation(
+            Op.RESUME, task.status, task.ref, hint=f"To give feedback instead: corral unblock {task.ref} -m '…'"
+        )
         pending_files = tx.pending_paths(task.id)
         if pending_files:
             raise RefusedError(
@@ -336,23 +361,18 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
         tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=Status.INTERRUPTED, resting_cause=None)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
-    with owned(project, task):
-        crashpoints.hit("resume.committed")
+
+    def after_crash(session: Session) -> TurnSpec:
         dirty = bool(project.git.dirty_paths(session.worktree or "."))
-        body = prompts.resume_after_crash(dirty, [t.content for t in pending])
-        command = launch.build_command(
-            project,
-            task,
-            session,
-            turn,
-            kind=kind,
-            body=body,
-            delivered=[t.id for t in pending],
-            target=target,
+        return TurnSpec(
+            kind,
+            prompts.resume_after_crash(dirty, [t.content for t in pending]),
+            delivered=tuple(t.id for t in pending),
             sync_before_work=not dirty,
             announce_merge=False,
         )
-        return Started(task, launch.launch(project, task, command))
+
+    return _launch(project, task, session, turn, target, after_crash, committed="resume.committed")
 
 
 def _status_neutral_turn(
@@ -363,8 +383,7 @@ def _status_neutral_turn(
     kind: str,
     content: str,
     body: str,
-    allowed_from: tuple[Status, ...],
-    what: str,
+    op: Op,
     read_only: bool,
 ) -> Started:
     """A turn that carries no feedback and whose receipt restores the status it started from
@@ -372,8 +391,7 @@ def _status_neutral_turn(
     command_id = new_id()
     with project.store.write() as tx:
         task = resolve_task(tx, given)
-        if task.status not in allowed_from:
-            raise _refuse(task, what, allowed_from)
+        check_operation(op, task.status, task.ref)
         session = _session(tx, task)
         _check_worktree(task, session)
         turn = tx.add_turn(
@@ -388,20 +406,8 @@ def _status_neutral_turn(
         tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=task.status)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
-    with owned(project, task):
-        command = launch.build_command(
-            project,
-            task,
-            session,
-            turn,
-            kind=kind,
-            body=body,
-            delivered=[],
-            target=target,
-            sync_before_work=False,
-            read_only=read_only,
-        )
-        return Started(task, launch.launch(project, task, command))
+    spec = TurnSpec(kind, body, read_only=read_only)
+    return _launch(project, task, session, turn, target, spec, committed=f"{kind}.committed")
 
 
 def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started:
@@ -414,8 +420,7 @@ def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started
         kind="ask",
         content=text,
         body=prompts.ask(text),
-        allowed_from=(Status.BLOCKED, Status.CONFLICT),
-        what="ask",
+        op=Op.ASK,
         read_only=True,
     )
 
@@ -423,73 +428,6 @@ def ask(project: Project, given: str, *, actor: Actor, question: str) -> Started
 def answer_of(project: Project, task: Task, command_id: str) -> Turn | None:
     with project.store.read() as tx:
         return tx.turn_by_command(command_id, Role.AGENT)
-
-
-@dataclass(frozen=True)
-class Synced:
-    task: Task
-    state: str  # merged | up-to-date
-    head: str | None
-
-
-def sync(project: Project, given: str, *, actor: Actor) -> Synced:
-    """Merge upstream into a resting task's branch, in the CLI, leaving the status as it was."""
-    from corral.engine.locks import task_lock
-
-    with project.store.read() as tx:
-        task = resolve_task(tx, given)
-    with task_lock(project, task.id):
-        with project.store.read() as tx:
-            task = tx.get_task(task.id) or task
-            if task.status not in SYNCABLE:
-                raise RefusedError(
-                    f"Cannot sync {task.ref} while it is {task.status.value}.",
-                    code="not-resting",
-                    hint="sync runs only while the task rests (blocked, conflict, interrupted, submitted).",
-                )
-            session = _session(tx, task)
-            target = workspace.target_branch(tx, task)
-        _check_worktree(task, session)
-        refuse_while_chat(project, task, "sync")
-        git, wt = project.git, session.worktree or "."
-        before = git.rev_parse("HEAD", cwd=wt)
-        merge = ["merge", "--no-ff", "--no-edit", "--no-verify", f"refs/heads/{target}"]
-        result = git.run(*git.identity_args(wt), *merge, cwd=wt, check=False)
-        if result.returncode != 0:
-            files = [
-                p
-                for p in git.run("diff", "--name-only", "--diff-filter=U", cwd=wt, check=False).stdout.splitlines()
-                if p
-            ]
-            git.run("merge", "--abort", cwd=wt, check=False)
-            if files:
-                raise MergeConflict(
-                    f"Merging {target} into {task.branch} conflicts in: {', '.join(files)}. The merge was "
-                    "aborted; the worktree is as it was.",
-                    hint=f"Hand the conflict to the agent: corral unblock {task.ref} -m 'merge {target} and resolve'",
-                )
-            raise GitError(
-                f"Merging {target} failed: {(result.stderr or result.stdout).strip()[-300:]}",
-                hint="Commit or discard local changes in the worktree, then sync again.",
-            )
-        after = git.rev_parse("HEAD", cwd=wt)
-        state = "up-to-date" if after == before else "merged"
-        with project.store.write() as tx:
-            tx.add_turn(
-                task.id,
-                role=Role.HUMAN,
-                actor=actor,
-                kind="sync",
-                content=f"Merged {target} into {task.branch} ({state}).",
-                session_id=session.id,
-                ended_at=tx.now(),
-                details={"head": after, "before": before},
-            )
-            if state == "merged":
-                # Target changes the merge brought in are never the agent's: the check starts after them.
-                tx.update_session(session.id, git_start_sha=after)
-            task = tx.get_task(task.id) or task
-        return Synced(task, state, after)
 
 
 def pre_accept(project: Project, given: str, *, actor: Actor, prompt: str) -> Started:
@@ -501,7 +439,6 @@ def pre_accept(project: Project, given: str, *, actor: Actor, prompt: str) -> St
         kind="pre-accept",
         content=prompt,
         body=prompt,
-        allowed_from=(Status.BLOCKED, Status.SUBMITTED),
-        what="run the pre-accept turn of",
+        op=Op.PRE_ACCEPT,
         read_only=False,
     )

@@ -40,15 +40,17 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from corral.adapters.harness.base import Harness
 from corral.domain.clock import rfc3339
 from corral.domain.records import FailureEvidence
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import ProjectPaths
+from corral.engine.runtime import protocol as proto
 
 RETENTION = timedelta(days=90)
 EXPIRED = "Expired after 90 days"
@@ -218,8 +220,6 @@ def write(paths: ProjectPaths, task_id: str, key: str, content: dict[str, Any], 
     The file's mtime is set to ``now`` (the project clock), which is what retention
     measures. Mode 0600, like the output log.
     """
-    from corral.engine.runtime import protocol as proto
-
     ref = reference(task_id, key)
     path = path_of(paths, ref)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -320,11 +320,11 @@ def _event_json(event: Any, t: Translator) -> dict[str, Any] | None:
 
 def translate_output(
     log_dir: Path | None,
-    command: Mapping[str, Any],
+    harness: Harness | None,
     t: Translator,
     log_range: Sequence[int] | None = None,
 ) -> Output:
-    """Read a turn's logs through the translator (never the raw protocol)."""
+    """Read a turn's logs through the translator (never the raw protocol), parsed by ``harness``."""
     out = Output()
     if log_dir is None:
         return out
@@ -333,7 +333,6 @@ def translate_output(
     lines = text.splitlines()
     if cut and lines:
         lines = lines[1:]  # the first line was cut by the window
-    harness = harness_for(command)
     plain: list[str] = []
     events: list[dict[str, Any]] = []
     for line in lines:
@@ -370,15 +369,14 @@ def _is_json_object(line: str) -> bool:
         return False
 
 
-def harness_for(command: Mapping[str, Any]) -> Any:
-    name = command.get("harness")
-    if not isinstance(name, str):
+def harness_for(command: proto.Command | None) -> Harness | None:
+    """The adapter that reads the turn's output, or None when it cannot be made."""
+    if command is None:
         return None
     try:
         from corral.adapters.harness import make_harness
 
-        settings = command.get("harness_settings")
-        return make_harness(name, settings if isinstance(settings, dict) else {})
+        return make_harness(command.harness, command.harness_settings.as_mapping())
     except Exception:
         return None
 
@@ -391,28 +389,25 @@ def cause_json(evidence: FailureEvidence, t: Translator) -> dict[str, Any]:
     return doc
 
 
-def attempts_json(attempts: Sequence[Mapping[str, Any]], t: Translator) -> list[dict[str, Any]]:
+def attempts_json(attempts: Sequence[proto.AttemptRecord], t: Translator) -> list[dict[str, Any]]:
     """Each attempt's outcome and failure, allowlisted; the first few and the last ones when there are many."""
     kept = list(attempts)
     if len(kept) > ATTEMPTS_KEPT:
         kept = kept[:4] + kept[-(ATTEMPTS_KEPT - 4) :]
     out = []
     for a in kept:
-        if not isinstance(a, Mapping):
-            continue
-        failure = _obj(a.get("failure"))
-        native = _obj(failure.get("native"))
-        details = _obj(failure.get("details"))
+        f = a.failure
+        native = {"exit_code": f.exit_code, "errno": f.errno, "signal": f.signal} if f else {}
         out.append(
             {
-                "number": a.get("number") if isinstance(a.get("number"), int) else None,
-                "outcome": t.text(a.get("outcome") or "", 40),
-                "failure_class": t.text(a["failure_class"], 40) if isinstance(a.get("failure_class"), str) else None,
-                "code": t.text(failure["code"], 80) if isinstance(failure.get("code"), str) else None,
-                "started_at": a.get("started_at") if isinstance(a.get("started_at"), str) else None,
-                "ended_at": a.get("ended_at") if isinstance(a.get("ended_at"), str) else None,
-                "native": {k: v for k in ("exit_code", "errno", "signal") if isinstance(v := native.get(k), int)},
-                "reason": t.text(details.get("reason") or "", TEXT_BYTES),
+                "number": a.number,
+                "outcome": t.text(a.outcome, 40),
+                "failure_class": t.text(a.failure_class, 40) if a.failure_class else None,
+                "code": t.text(f.code, 80) if f else None,
+                "started_at": a.started_at,
+                "ended_at": a.ended_at,
+                "native": {k: v for k, v in native.items() if v is not None},
+                "reason": t.text(f.details.get("reason") or "" if f else "", TEXT_BYTES),
             }
         )
     return out
@@ -421,48 +416,41 @@ def attempts_json(attempts: Sequence[Mapping[str, Any]], t: Translator) -> list[
 def for_receipt(
     *,
     task_id: str,
-    response: Mapping[str, Any],
-    command: Mapping[str, Any],
+    receipt: proto.Receipt,
+    command: proto.Command | None,
     log_dir: Path | None,
     failure: FailureEvidence | None,
     t: Translator,
 ) -> dict[str, Any]:
     """The diagnostic of a turn whose receipt says it failed (or that failed attempts on the way)."""
-    attempts = _list(response.get("attempts"))
-    last_range = None
-    if failure is not None and attempts and isinstance(attempts[-1], Mapping):
-        rng = attempts[-1].get("log")
-        last_range = rng if isinstance(rng, list) else None
-    output = translate_output(log_dir, command, t, last_range)
+    last_range = receipt.attempts[-1].log if failure is not None and receipt.attempts else None
+    output = translate_output(log_dir, harness_for(command), t, last_range)
     doc: dict[str, Any] = {
         "kind": "turn-failure" if failure is not None else "retried-attempts",
         "task_id": task_id,
-        "command_id": response.get("command_id") if isinstance(response.get("command_id"), str) else None,
-        "turn_kind": t.text(response.get("kind") or command.get("kind") or "work", 40),
-        "harness": t.text(command.get("harness") or "", 40) or None,
+        "command_id": receipt.command_id,
+        "turn_kind": t.text(receipt.kind or (command.kind if command else "work"), 40),
+        "harness": t.text(command.harness, 40) if command else None,
         "cause": cause_json(failure, t) if failure is not None else None,
-        "attempts": attempts_json(attempts, t),
+        "attempts": attempts_json(receipt.attempts, t),
         "retry": {
-            "failure_class": response.get("failure_class") if isinstance(response.get("failure_class"), str) else None,
-            "attempts_in_streak": response.get("failure_attempts")
-            if isinstance(response.get("failure_attempts"), int)
-            else None,
-            "stop": response.get("stop_reason") if isinstance(response.get("stop_reason"), str) else None,
-            "budgets": _numbers(command.get("budgets")),
-            "watchdog_timeout_seconds": _number(command.get("watchdog_timeout")),
+            "failure_class": receipt.failure_class,
+            "attempts_in_streak": receipt.failure_attempts,
+            "stop": receipt.stop_reason,
+            "budgets": asdict(command.budgets) if command else None,
+            "watchdog_timeout_seconds": command.watchdog.timeout_seconds if command else None,
         },
         "output": output.to_json(),
     }
-    err = response.get("error")
-    if isinstance(err, Mapping):
-        if err.get("kind") == "internal" and isinstance(err.get("tail"), str):
-            doc["stack"] = t.tail(err["tail"], STACK_BYTES)
-        problem = err.get("receipt_problem")
-        if isinstance(problem, str):
+    err = receipt.error
+    if err is not None:
+        if err.kind is proto.ErrorKind.INTERNAL and err.tail:
+            doc["stack"] = t.tail(err.tail, STACK_BYTES)
+        if err.receipt_problem is not None:
             doc["receipt"] = {
-                "file": "response.json",
-                "problem": t.text(problem, 40),
-                "size": err.get("receipt_size") if isinstance(err.get("receipt_size"), int) else None,
+                "file": proto.RESPONSE,
+                "problem": t.text(err.receipt_problem, 40),
+                "size": err.receipt_size,
             }
     return doc
 
@@ -470,29 +458,28 @@ def for_receipt(
 def for_lost(
     *,
     task_id: str,
-    status: Mapping[str, Any] | None,
-    command: Mapping[str, Any],
+    status: proto.SupervisorStatus | None,
+    command: proto.Command | None,
     evidence: FailureEvidence,
     t: Translator,
 ) -> dict[str, Any]:
     """The diagnostic of a lost turn: what was last seen of its supervisor, and its output so far."""
-    log_dir = command.get("log_dir")
-    output = translate_output(Path(log_dir) if isinstance(log_dir, str) else None, command, t)
+    output = translate_output(Path(command.log_dir) if command else None, harness_for(command), t)
     observation: dict[str, Any] | None = None
     if status is not None:
-        retry = status.get("retry") if isinstance(status.get("retry"), Mapping) else None
+        retry = status.retry
         observation = {
-            "phase": t.text(status.get("phase") or "", 40) or None,
-            "heartbeat_at": status.get("heartbeat_at") if isinstance(status.get("heartbeat_at"), str) else None,
-            "started_at": status.get("started_at") if isinstance(status.get("started_at"), str) else None,
-            "attempt": status.get("attempt") if isinstance(status.get("attempt"), int) else None,
-            "supervisor_pid": status.get("pid") if isinstance(status.get("pid"), int) else None,
-            "agent_pid": status.get("agent_pid") if isinstance(status.get("agent_pid"), int) else None,
+            "phase": t.text(status.phase, 40) or None,
+            "heartbeat_at": status.heartbeat_at,
+            "started_at": status.started_at,
+            "attempt": status.attempt,
+            "supervisor_pid": status.pid,
+            "agent_pid": status.agent_pid,
             "retry": {
-                "attempt": retry.get("attempt") if isinstance(retry.get("attempt"), int) else None,
-                "failure_class": t.text(retry.get("failure_class") or "", 40) or None,
-                "reason": t.text(retry.get("reason") or "", TEXT_BYTES),
-                "next_delay_ms": retry.get("next_delay_ms") if isinstance(retry.get("next_delay_ms"), int) else None,
+                "attempt": retry.attempt,
+                "failure_class": t.text(retry.failure_class, 40) or None,
+                "reason": t.text(retry.reason, TEXT_BYTES),
+                "next_delay_ms": retry.next_delay_ms,
             }
             if retry is not None
             else None,
@@ -500,23 +487,13 @@ def for_lost(
     return {
         "kind": "turn-lost",
         "task_id": task_id,
-        "command_id": command.get("command_id") if isinstance(command.get("command_id"), str) else None,
-        "turn_kind": t.text(command.get("kind") or "work", 40),
-        "harness": t.text(command.get("harness") or "", 40) or None,
+        "command_id": command.command_id if command else None,
+        "turn_kind": t.text(command.kind if command else "work", 40),
+        "harness": t.text(command.harness, 40) if command else None,
         "cause": cause_json(evidence, t),
         "last_observation": observation,
         "output": output.to_json(),
     }
-
-
-def _number(value: Any) -> float | int | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _numbers(value: Any) -> dict[str, float | int] | None:
-    if not isinstance(value, Mapping):
-        return None
-    return {str(k): v for k, v in value.items() if _number(v) is not None}
 
 
 # -- retention ------------------------------------------------------------------------------

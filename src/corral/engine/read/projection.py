@@ -6,7 +6,9 @@ a substate, a reason or a next step on its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -156,10 +158,6 @@ def attempt_json(a: Attempt, failure: dict[str, Any] | None = None) -> dict[str,
     }
 
 
-def turn_json(t: Turn, task: Task) -> dict[str, Any]:
-    return _Failures(task, None).turn(t)
-
-
 def change_json(c: StatusChange) -> dict[str, Any]:
     return {
         "from": c.from_status.value if c.from_status else None,
@@ -238,10 +236,8 @@ class TaskView:
         }
 
 
-def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = 3) -> TaskView:
-    session = tx.get_session(task.session_id) if task.session_id else None
-    pending = len(tx.pending_paths(task.id)) if task.status in (Status.CONFLICT, Status.INTERRUPTED) else 0
-    parent = tx.get_task(task.parent_id) if task.parent_id else None
+def _because(task: Task, session: Session | None, breaker_threshold: int) -> tuple[str | None, bool]:
+    """Why the task rests (the breaker's line added once it tripped), and whether it tripped."""
     tripped = (
         task.status is Status.INTERRUPTED
         and session is not None
@@ -249,11 +245,16 @@ def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int
     )
     because = stopped_because(task.resting_cause, task)
     if tripped and session is not None:
-        because = (
-            f"{because} {breaker_line(session.consecutive_interruptions)}"
-            if because
-            else breaker_line(session.consecutive_interruptions)
-        )
+        breaker = breaker_line(session.consecutive_interruptions)
+        because = f"{because} {breaker}" if because else breaker
+    return because, tripped
+
+
+def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = 3) -> TaskView:
+    session = tx.get_session(task.session_id) if task.session_id else None
+    pending = len(tx.pending_paths(task.id)) if task.status in (Status.CONFLICT, Status.INTERRUPTED) else 0
+    parent = tx.get_task(task.parent_id) if task.parent_id else None
+    because, tripped = _because(task, session, breaker_threshold)
     return TaskView(
         task=task,
         parent_ref=parent.ref if parent else None,
@@ -276,16 +277,55 @@ def show(
     """The whole read model of one task. With ``diagnostics`` (the state's diagnostics
     directory), each failure's diagnostic reference is resolved: its path, or
     "Expired after 90 days" once pruned."""
+    return _show(tx, task, live, tx.turns(task.id), None, breaker_threshold, diagnostics)
+
+
+def show_latest(
+    tx: Tx,
+    task: Task,
+    live: Live | None = None,
+    *,
+    turns: int,
+    breaker_threshold: int = 3,
+    diagnostics: Path | None = None,
+) -> tuple[dict[str, Any], int]:
+    """:func:`show` with only the latest ``turns`` turns (at least one), and how many were left out.
+
+    The history is cut where the first kept turn started: the status changes and comments
+    from before it are left out with the turns they belong to. Only the kept turns are
+    read from the store, so a history of ten thousand turns costs what fifty do.
+    """
+    keep = max(turns, 1)
+    total = tx.turn_count(task.id)
+    if total <= keep:
+        return show(tx, task, live, breaker_threshold=breaker_threshold, diagnostics=diagnostics), 0
+    kept = tx.turns(task.id, last=keep)
+    since = kept[0].started_at if kept else None
+    return _show(tx, task, live, kept, since, breaker_threshold, diagnostics), total - len(kept)
+
+
+def _show(
+    tx: Tx,
+    task: Task,
+    live: Live | None,
+    turns: list[Turn],
+    since: datetime | None,
+    breaker_threshold: int,
+    diagnostics: Path | None,
+) -> dict[str, Any]:
     v = view(tx, task, live, breaker_threshold=breaker_threshold)
     failures = _Failures(task, diagnostics)
+    comments = tx.comments(task.id)
+    if since is not None:
+        comments = [n for n in comments if n.at >= since]
     return {
         "schema_version": SCHEMA_VERSION,
         "task": v.task_json(),
         "session": session_json(v.session),
-        "turns": [failures.turn(t) for t in tx.turns(task.id)],
-        "status_changes": [change_json(c) for c in tx.status_changes(task.id)],
+        "turns": [failures.turn(t) for t in turns],
+        "status_changes": [change_json(c) for c in tx.status_changes(task.id, since=since)],
         "violations": [violation_json(x) for x in tx.violations(task.id)],
-        "comments": [note_json(n) for n in tx.comments(task.id)],
+        "comments": [note_json(n) for n in comments],
         "journal": [note_json(n) for n in tx.journal(task.id)],
         "children": [{"ref": c.ref, "status": c.status.value} for c in tx.children(task.id)],
         "resting_cause": failures.cause(task.resting_cause),
@@ -294,14 +334,44 @@ def show(
     }
 
 
-def list_row(v: TaskView) -> dict[str, Any]:
+def _row(task: Task, parent_ref: str | None, sub: str | None, because: str | None) -> dict[str, Any]:
     return {
-        "id": v.task.id,
-        "ref": v.task.ref,
-        "status": v.task.status.value,
-        "substate": v.substate,
-        "goal": v.task.goal,
-        "parent": v.parent_ref,
-        "reason": v.stopped_because,
-        "updated_at": rfc3339(v.task.updated_at),
+        "id": task.id,
+        "ref": task.ref,
+        "status": task.status.value,
+        "substate": sub,
+        "goal": task.goal,
+        "parent": parent_ref,
+        "reason": because,
+        "updated_at": rfc3339(task.updated_at),
     }
+
+
+def list_row(v: TaskView) -> dict[str, Any]:
+    return _row(v.task, v.parent_ref, v.substate, v.stopped_because)
+
+
+def list_rows(
+    tx: Tx,
+    tasks: Sequence[Task],
+    live_of: Callable[[Task], Live | None],
+    *,
+    breaker_threshold: int = 3,
+) -> list[dict[str, Any]]:
+    """``list_row(view(tx, t, live_of(t)))`` for each task, in order, from two batch reads.
+
+    A row needs a session only to tell whether an interrupted task's breaker tripped, and
+    a parent only for its ref: both are read for the whole list at once, never per task.
+    ``live_of`` (the live facts of a running turn) is asked only for working tasks, the
+    only ones whose substate it decides.
+    """
+    sessions = tx.sessions_by_id(t.session_id for t in tasks if t.status is Status.INTERRUPTED and t.session_id)
+    parents = tx.refs_by_id(t.parent_id for t in tasks if t.parent_id)
+    working = Status.WORKING
+    rows = []
+    for t in tasks:
+        session = sessions.get(t.session_id) if t.session_id else None
+        because, _tripped = _because(t, session, breaker_threshold)
+        sub = substate(working, live_of(t)) if t.status is working else None
+        rows.append(_row(t, parents.get(t.parent_id) if t.parent_id else None, sub, because))
+    return rows

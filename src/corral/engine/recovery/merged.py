@@ -2,61 +2,108 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.recovery.merges import complete_merged
 from corral.engine.runtime import protocol as proto
 from corral.engine.workspace import target_branch
 
+#: The statuses whose work may have been merged by hand while corral looked away.
+SWEPT = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
+
+#: Where the sweep remembers, per candidate, the (target tip, branch tip) it last found unmerged.
+SEEN_FILE = "merged-sweep.json"
+
 
 def sweep_merged_branches(project: Project) -> int:
-    """Seed 002 sweep 4: a resting task whose work is already on its target → zombie → complete.
+    """A resting task whose work is already on its target → zombie → complete; returns how many.
 
     Merged means: the branch has commits beyond its session's base and the target contains
     the tip, or the target carries a commit whose trailers name this task and its current
     session. (Upstream is merged into a task branch with ``--no-ff``, so a branch that
     only took in its target never looks merged: its merge commit is not on the target.)
-    Only resting tasks are looked at, and only when their branch or target moved since the
-    last look (remembered in the state directory), so a pass stays cheap.
-    """
 
-    resting = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
+    Only resting tasks are looked at, and only when their branch or target moved since the
+    last look, so a pass stays cheap. Git is asked once per target that moved, never once
+    per task: one ``for-each-ref --merged`` lists every task branch the target contains,
+    and one ``log`` reads the target's trailers, however many tasks rest on it. What was
+    seen is kept for the current candidates only, so the file never outgrows them.
+    """
     with project.store.read() as tx:
-        candidates = [(t, tx.get_session(t.session_id)) for t in tx.tasks(resting) if t.session_id]
-        targets = {t.id: target_branch(tx, t) for t, _ in candidates}
+        resting = [t for t in tx.tasks(SWEPT) if t.session_id]
+        sessions = tx.sessions_by_id(t.session_id for t in resting if t.session_id)
+        candidates = [(t, sessions.get(t.session_id or "")) for t in resting]
+        targets = {t.id: target_branch(tx, t) for t in resting}
+    seen_path = project.paths.root / SEEN_FILE
+    seen = {k: v for k, v in (proto.read_raw(seen_path) or {}).items() if k != "protocol_version"}
     if not candidates:
+        if seen:
+            proto.write_json(seen_path, {}, durable=False)
         return 0
     git, repo = project.git, project.repo
-    tips: dict[str, str] = {}
-    out = git.run("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", cwd=repo, check=False).stdout
-    for line in out.splitlines():
-        name, _, sha = line.partition(" ")
-        tips[name.removeprefix("refs/heads/")] = sha
-    seen_path = project.paths.root / "merged-sweep.json"
-    seen = proto.read(seen_path) or {}
-    before = dict(seen)
-    trailers: dict[str, set[tuple[str, str]]] = {}
-    completed = 0
+    tips = _tips(project, ["refs/heads"])
+
+    # Who must be looked at again: a branch or a target that moved since the last look.
+    fresh: dict[str, str] = {}
+    due: list[tuple[Task, Session, str | None, str, str]] = []
     for task, session in candidates:
         if session is None or not session.base_commit:
             continue
-        target, tip = targets[task.id], tips.get(task.branch)
-        target_tip = tips.get(target)
+        tip, target_tip = tips.get(task.branch), tips.get(targets[task.id])
         if target_tip is None:
             continue
         key = f"{target_tip}:{tip}"
         if seen.get(task.id) == key:
+            fresh[task.id] = key
             continue
-        merged = tip is not None and tip != session.base_commit and git.is_ancestor(tip, target_tip, cwd=repo)
+        due.append((task, session, tip, target_tip, key))
+
+    # One question per target tip: which of the due branches does it contain?
+    ahead: dict[str, list[str]] = {}
+    for task, session, tip, target_tip, _key in due:
+        if tip is not None and tip != session.base_commit:
+            ahead.setdefault(target_tip, []).append(task.branch)
+    contained = {
+        target_tip: _tips(project, _patterns(branches), merged=target_tip) for target_tip, branches in ahead.items()
+    }
+
+    trailers: dict[str, set[tuple[str, str]]] = {}
+    completed = 0
+    for task, session, tip, target_tip, key in due:
+        # The tip must be the one read above: a branch that moved in between is looked at next pass.
+        merged = tip is not None and tip != session.base_commit and contained[target_tip].get(task.branch) == tip
         if not merged:
-            if target not in trailers:
-                trailers[target] = {(t["task"], t["session"]) for t in git.trailers(target_tip, cwd=repo, limit=500)}
-            merged = (task.id, session.id) in trailers[target]
+            if target_tip not in trailers:
+                found = git.trailers(target_tip, cwd=repo, limit=500)
+                trailers[target_tip] = {(t["task"], t["session"]) for t in found}
+            merged = (task.id, session.id) in trailers[target_tip]
         if merged:
             complete_merged(project, task, session, "its work is on its target")
             completed += 1
         else:
-            seen[task.id] = key
-    if seen != before:  # an unchanged pass writes nothing
-        proto.write_json(seen_path, {k: v for k, v in seen.items() if k != "protocol_version"}, durable=False)
+            fresh[task.id] = key
+    if fresh != seen:  # an unchanged pass writes nothing
+        proto.write_json(seen_path, fresh, durable=False)
     return completed
+
+
+def _tips(project: Project, patterns: Iterable[str], *, merged: str | None = None) -> dict[str, str]:
+    """Branch name → tip for the branches under ``patterns`` (only those ``merged`` contains, if given)."""
+    args = ["for-each-ref", "--format=%(objectname) %(refname)"]
+    if merged is not None:
+        args.append(f"--merged={merged}")
+    out = project.git.run(*args, *patterns, cwd=project.repo, check=False).stdout
+    tips: dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition(" ")
+        tips[name.removeprefix("refs/heads/")] = sha
+    return tips
+
+
+def _patterns(branches: Iterable[str]) -> list[str]:
+    """for-each-ref patterns covering these branches: the directory of each (``corral/x`` →
+    ``refs/heads/corral/``), so a thousand branches are one pattern, not a thousand."""
+    return sorted({f"refs/heads/{b.partition('/')[0]}/" if "/" in b else f"refs/heads/{b}" for b in branches})

@@ -11,9 +11,9 @@ from corral.domain.actors import Actor
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine import workspace
-from corral.engine.locks import TaskBusy, task_lock
+from corral.engine.locks import task_lock
 from corral.engine.project import Project
-from corral.errors import CorralError
+from corral.errors import CorralError, TaskBusy
 
 MARKER = "accept_in_flight_from"
 

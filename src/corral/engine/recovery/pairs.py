@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor, Role
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
-from corral.engine.runtime.liveness import pid_alive
 
 
 def pairing_lock(project: Project, task_id: str) -> Path:

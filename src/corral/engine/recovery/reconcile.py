@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
+from corral.adapters.process import pid_alive, stop_group
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.explain import RECEIPT_PROBLEMS
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
-from corral.domain.redact import redact
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
@@ -26,8 +26,8 @@ from corral.engine.recovery.merged import sweep_merged_branches
 from corral.engine.recovery.merges import recover_stranded
 from corral.engine.recovery.pairs import sweep_stale_pairs
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
-from corral.engine.runtime.processes import reap_turn, stop_group
+from corral.engine.runtime.processes import reap_turn
+from corral.engine.runtime.receipt import output_tail
 from corral.errors import CorralError
 
 
@@ -52,73 +52,69 @@ def process_receipt(project: Project, task: Task) -> bool:
     """A completed or failed receipt in the task's protocol dir becomes its turn. True if one was there.
 
     A receipt that cannot be used (not a regular file, a symlink, too large, invalid
-    UTF-8, blank, not a JSON object) is itself the evidence: once its supervisor is gone,
-    the turn is recorded as failed with that receipt problem as a durable code. An
-    exception while recording a receipt is an execution fault: the task rests
-    interrupted with the cause "internal fault", never working with no owner.
+    UTF-8, blank, not a JSON object, the wrong shape, a newer protocol) is itself the
+    evidence: once its supervisor is gone (its agent reaped), the turn is recorded as failed
+    with that receipt problem as a durable code. An exception while recording a receipt is an
+    execution fault: the task rests interrupted with the cause "internal fault", never
+    working with no owner.
     """
     protocol_dir = project.paths.protocol_dir(task.id)
     path = protocol_dir / proto.RESPONSE
-    receipt = proto.read_receipt(path)
-    if receipt.problem == "missing":
+    found = proto.read(path, proto.Receipt)
+    if isinstance(found, proto.Unreadable) and found.problem is proto.Problem.MISSING:
         return False
-    command = proto.read(protocol_dir / proto.COMMAND) or {}
-    response = receipt.data
-    if response is None:
-        status = proto.read(protocol_dir / proto.STATUS) or {}
-        pid = status.get("pid")
-        if isinstance(pid, int) and status.get("phase") != "done" and pid_alive(pid):
+    command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
+    if isinstance(found, proto.Unreadable):
+        status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+        if status is not None and status.phase != "done" and pid_alive(status.pid):
             return False  # its supervisor still runs and will write the real receipt over it
         reap_turn(project, task.id)  # its supervisor is gone: an orphaned agent must not work on
         try:
             size: int | None = os.lstat(path).st_size
         except OSError:
             size = None
-        response = {
-            "command_id": command.get("command_id"),
-            "task_id": task.id,
-            "kind": command.get("kind", "work"),
-            "status": "error",
-            "error": {
-                "kind": "receipt",
-                "phase": "response",
-                "reason": "the receipt response.json is unusable: "
-                + RECEIPT_PROBLEMS.get(receipt.problem or "", str(receipt.problem)),
-                "exit_code": None,
-                "signal": None,
-                "tail": "",
-                "receipt_problem": receipt.problem,
-                "receipt_size": size,
-            },
-        }
-    elif response.get("command_id") != command.get("command_id") and command:
-        # A receipt of an earlier command: recorded as its own turn if it never was (nothing is
-        # lost), but it never moves the current turn's status (receipts recognise it as stale).
-        receipts.apply(project, task, response, None)
-        receipts.file_away(project, task, path, response)
-        return True
+        receipt = proto.Receipt(
+            command_id=command.command_id if command else None,
+            task_id=task.id,
+            kind=command.kind if command else "work",
+            status=proto.ReceiptStatus.ERROR,
+            error=proto.TurnError(
+                kind=proto.ErrorKind.RECEIPT,
+                phase="response",
+                reason="the receipt response.json is unusable: "
+                + RECEIPT_PROBLEMS.get(found.problem.value, found.problem.value),
+                receipt_problem=found.problem.value,
+                receipt_size=size,
+            ),
+        )
+    else:
+        receipt = found
+        if command is not None and receipt.command_id != command.command_id:
+            # A receipt of an earlier command: recorded as its own turn if it never was (nothing is
+            # lost), but it never moves the current turn's status (receipts recognise it as stale).
+            receipts.apply(project, task, receipt, None)
+            receipts.file_away(project, task, path, receipt.command_id)
+            return True
     try:
-        receipts.apply(project, task, response, command)
+        receipts.apply(project, task, receipt, command)
     except (CorralError, OSError, sqlite3.Error):
         raise  # the store or the disk: the next pass tries again
     except Exception as exc:  # the receipt's content broke corral's own code: an execution fault
-        fault = {
-            "command_id": response.get("command_id") if isinstance(response.get("command_id"), str) else None,
-            "task_id": task.id,
-            "kind": command.get("kind", "work"),
-            "status": "error",
-            "error": {
-                "kind": "internal",
-                "phase": "reconcile",
-                "reason": f"internal fault: corral could not record the turn's receipt: {type(exc).__name__}: {exc}",
-                "exit_code": None,
-                "signal": None,
-                "tail": traceback.format_exc(),
-            },
-        }
-        if fault["command_id"] is None or not receipts.apply(project, task, fault, command):
+        fault = proto.Receipt(
+            command_id=receipt.command_id,
+            task_id=task.id,
+            kind=command.kind if command else "work",
+            status=proto.ReceiptStatus.ERROR,
+            error=proto.TurnError(
+                kind=proto.ErrorKind.INTERNAL,
+                phase="reconcile",
+                reason=f"internal fault: corral could not record the turn's receipt: {type(exc).__name__}: {exc}",
+                tail=traceback.format_exc(),
+            ),
+        )
+        if fault.command_id is None or not receipts.apply(project, task, fault, command):
             raise
-    receipts.file_away(project, task, path, response)
+    receipts.file_away(project, task, path, receipt.command_id)
     return True
 
 
@@ -153,13 +149,12 @@ def _reconcile_working(project: Project, task: Task, grace: timedelta) -> bool:
     protocol_dir = project.paths.protocol_dir(task.id)
     with project.store.read() as tx:
         current = tx.current_command(task.id)
-    status = proto.read(protocol_dir / proto.STATUS)
-    if status is not None and current is not None and status.get("command_id") != current.command_id:
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    if status is not None and current is not None and status.command_id != current.command_id:
         # The previous turn's supervisor: the current one has not been seen alive yet (a launch
         # may be between its commit and its spawn), so only the grace period applies.
         status = None
-    pid = status.get("pid") if status else None
-    if isinstance(pid, int) and pid_alive(pid):
+    if status is not None and pid_alive(status.pid):
         return False
     if status is None:
         # Never seen alive: only the grace period protects it, counted from the launching turn.
@@ -175,7 +170,7 @@ def _reconcile_working(project: Project, task: Task, grace: timedelta) -> bool:
 LOST_PHASES_DONE = frozenset({"response", "done"})
 
 
-def lost(project: Project, task: Task, status: dict[str, object] | None) -> None:
+def lost(project: Project, task: Task, status: proto.SupervisorStatus | None) -> None:
     """The supervisor is gone and left no receipt: the turn is lost → interrupted, with what was seen.
 
     The lost turn is recorded as an agent turn of kind ``error`` carrying the evidence
@@ -184,16 +179,16 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
     arrives later is recorded too.
     """
     reap_turn(project, task.id)  # an orphaned agent must not work on beside the next turn
-    phase = status.get("phase") if status else None
+    phase = status.phase if status else None
     reason = "the supervisor ended without a receipt" if status else "the supervisor never started"
-    command = proto.read(project.paths.protocol_dir(task.id) / proto.COMMAND) or {}
-    command_id = command.get("command_id") if isinstance(command.get("command_id"), str) else None
+    command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
+    command_id = command.command_id if command else None
     code = "receipt-missing" if phase in LOST_PHASES_DONE else "turn-lost"
     t = diagnostics.Translator()
     evidence = FailureEvidence(
         source="supervisor",
         code=code,
-        phase=str(phase) if phase else None,
+        phase=phase,
         category="receipt" if code == "receipt-missing" else "crash",
         # No status.json: the supervisor died before it could start the agent.
         possible_effects=PossibleEffects.UNKNOWN if status else PossibleEffects.NONE,
@@ -204,8 +199,8 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
                 else reason,
                 "receipt": "response.json" if code == "receipt-missing" else None,
                 "problem": "missing" if code == "receipt-missing" else None,
-                "last_phase": str(phase) if phase else None,
-                "last_heartbeat": status.get("heartbeat_at") if status else None,
+                "last_phase": phase,
+                "last_heartbeat": status.heartbeat_at if status else None,
                 "lost_command": command_id,
             }
         ),
@@ -220,7 +215,7 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
             if ref is not None:
                 diagnostics.discard(project.paths, ref)
             return
-        if command.get("kind") == "ask":
+        if command is not None and command.kind == "ask":
             # An ask is never resumed as a work turn: record it lost and restore the pre-ask status.
             if command_id is not None and tx.turn_by_command(command_id, Role.AGENT) is None:
                 tx.add_turn(
@@ -248,26 +243,9 @@ def lost(project: Project, task: Task, status: dict[str, object] | None) -> None
                 failure=evidence,
                 details=details,
             )
-        tail = log_tail(command)
-        receipts.interrupt(tx, current, reason, cause, logs=t.mask(tail) if tail else None)
+        tail = output_tail(Path(command.log_dir), t.secrets) if command else ""
+        receipts.interrupt(tx, current, reason, cause, logs=tail or None)
         tx.unregister_process(task.id, "supervisor")
-
-
-def log_tail(command: dict[str, object], lines: int = 50) -> str | None:
-    """The last lines of the lost turn's output, masked, for the interrupt record."""
-    log_dir = command.get("log_dir")
-    if not isinstance(log_dir, str):
-        return None
-    text = ""
-    for name in ("output.log", "stderr.log"):
-        path = Path(log_dir) / name
-        try:
-            with path.open("rb") as fh:
-                fh.seek(max(0, path.stat().st_size - 64 * 1024))
-                text += fh.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-    return redact("\n".join(text.splitlines()[-lines:])) or None
 
 
 def sweep_terminal(project: Project) -> int:

@@ -1,57 +1,25 @@
-"""Stopping processes corral started: a supervisor's group and its agent's group.
+"""Finding and stopping the processes of a task's last command: its supervisor and its agent.
 
-Every kill here names a positive pid that a protocol file or the process table
-recorded, never 0 or our own group. "Never two live agents for one task": before a
-new turn launches, whatever the previous command left alive is stopped.
+Every kill names a positive pid that a protocol file recorded, or a process that carries
+the command's tag in its environment, never 0 or our own group. "Never two live agents for
+one task": before a new turn launches, whatever the previous command left alive is stopped.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import time
 
-from corral.domain.failures import TERM_GRACE_SECONDS
+from corral.adapters.process import pid_alive, stop_group
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import pid_alive
 
-
-def _signal_group(pid: int, signum: int) -> None:
-    if pid <= 1 or pid == os.getpid():
-        return
-    try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
-        return
-    if pgid == os.getpgrp():
-        # Not started in its own group (never the case for corral's children): the process alone.
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-        return
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        pass
-
-
-def stop_group(pid: int, grace: float = TERM_GRACE_SECONDS) -> None:
-    """SIGTERM the process's group, then SIGKILL it after ``grace`` seconds if it still lives."""
-    if not pid_alive(pid):
-        return
-    _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.05)
-    if pid_alive(pid):
-        _signal_group(pid, signal.SIGKILL)
+#: The environment variable that tags every agent process with its command's id.
+COMMAND_TAG = "CORRAL_COMMAND_ID"
 
 
 def tagged(command_id: str) -> list[int]:
     """Live processes whose environment carries ``CORRAL_COMMAND_ID=<command_id>`` (Linux /proc)."""
-    needle = f"CORRAL_COMMAND_ID={command_id}".encode() + b"\0"
+    needle = f"{COMMAND_TAG}={command_id}".encode() + b"\0"
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -72,15 +40,15 @@ def reap_turn(project: Project, task_id: str, *, grace: float = 1.0) -> list[int
     before naming it, by the command tag in its environment.
     """
     protocol_dir = project.paths.protocol_dir(task_id)
-    status = proto.read(protocol_dir / proto.STATUS) or {}
-    command = proto.read(protocol_dir / proto.COMMAND) or {}
-    pids = [status.get(key) for key in ("agent_pid", "pid")]
-    for command_id in {status.get("command_id"), command.get("command_id")}:
-        if isinstance(command_id, str) and command_id:
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
+    pids: list[int | None] = [status.agent_pid, status.pid] if status else []
+    for command_id in {status.command_id if status else None, command.command_id if command else None}:
+        if command_id:
             pids.extend(tagged(command_id))
     stopped = []
     for pid in dict.fromkeys(pids):
-        if isinstance(pid, int) and pid > 1 and pid_alive(pid):
+        if pid is not None and pid > 1 and pid_alive(pid):
             stop_group(pid, grace)
             stopped.append(pid)
     return stopped

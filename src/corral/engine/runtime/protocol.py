@@ -1,29 +1,710 @@
-"""The protocol directory between the CLI and a turn's supervisor: files, written atomically.
+"""The files that cross the process boundary between corral and a turn's supervisor, typed.
 
-``command.json`` (what to do), ``status.json`` (pid, phase, heartbeat, retry state),
-``progress.json`` (an agent's ephemeral progress line) and ``response.json`` (the
-receipt). Every file carries ``protocol_version``. A durable write is a temp file,
-fsync, rename, fsync of the directory; a crash leaves the old file or the new one.
+A turn's protocol directory holds ``command.json`` (:class:`Command`: what to do, with
+every setting already resolved), ``status.json`` (:class:`SupervisorStatus`: pid, phase,
+heartbeat, live retry state), ``progress.json`` (:class:`Progress`: an agent's ephemeral
+progress line), ``stop.json`` (:class:`StopRequest`) and finally ``response.json``
+(:class:`Receipt`: the turn's outcome, attempts, evidence and git facts). Each is a frozen
+record with ``to_json`` / ``from_json`` and a ``protocol_version``.
+
+One writer, :func:`write` (temp file, fsync, rename, fsync of the directory: a crash leaves
+the old file or the new one), and one reader, :func:`read`: it never follows a symlink,
+never blocks on a FIFO, never loads more than :data:`MAX_BYTES` (the writer refuses to write
+more, so a file corral wrote is always one corral can read), and says why a file could not
+be used as an :class:`Unreadable` value (missing, not a regular file, a symlink, too large,
+invalid UTF-8, blank, not a JSON object, the wrong shape, or a newer protocol version). A
+file from an older ``protocol_version`` is still read.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-PROTOCOL_VERSION = 1
-RECEIPT_MAX_BYTES = 8 * 1024 * 1024
+from corral.adapters.harness.base import Posture
+from corral.domain.failures import Budgets
+from corral.domain.records import FailureEvidence
+
+PROTOCOL_VERSION = 2
+#: The one bound on a protocol file: the writer never writes more and the reader never reads more.
+MAX_BYTES = 8 * 1024 * 1024
 
 COMMAND = "command.json"
 STATUS = "status.json"
 PROGRESS = "progress.json"
 RESPONSE = "response.json"
 STOP = "stop.json"
+
+JSON = dict[str, Any]
+
+
+class Problem(StrEnum):
+    """Why a protocol file could not be used (seed 004's receipt outputs, plus shape and version)."""
+
+    MISSING = "missing"
+    NOT_REGULAR = "not-regular"
+    SYMLINK = "symlink"
+    TOO_LARGE = "too-large"
+    INVALID_UTF8 = "invalid-utf8"
+    BLANK = "blank"
+    INVALID_JSON = "invalid-json"
+    WRONG_SHAPE = "wrong-shape"
+    TOO_NEW = "too-new"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A protocol file that could not be used, and why."""
+
+    problem: Problem
+    size: int | None = None
+    detail: str = ""
+
+
+class ShapeError(ValueError):
+    """A document that is JSON but not the record it should be (a field missing or of the wrong type)."""
+
+
+# -- field readers: every value is untrusted until it has its type ---------------------------
+
+
+def _req(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = data.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+        raise ShapeError(f"{key}: expected {_kind_names(kind)}, found {type(value).__name__}")
+    return value
+
+
+def _opt(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    return _req(data, key, kind)
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_names(kind: type | tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ for k in _kinds(kind))
+
+
+def _num(data: Mapping[str, Any], key: str) -> float:
+    return float(_req(data, key, (int, float)))
+
+
+def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
+    value = _opt(data, key, int)
+    return int(value) if value is not None else None
+
+
+def _strs(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ShapeError(f"{key}: expected a list of strings")
+    return tuple(value)
+
+
+def _obj(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ShapeError(f"{key}: expected an object, found {type(value).__name__}")
+    return value
+
+
+# -- command.json --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """The trusted settings a harness adapter is made from: its executables and provider."""
+
+    claude_bin: str
+    pi_bin: str
+    codex_bin: str
+    pi_provider: str | None = None
+    command: str | None = None
+
+    def as_mapping(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HarnessSettings:
+        return cls(
+            claude_bin=_req(data, "claude_bin", str),
+            pi_bin=_req(data, "pi_bin", str),
+            codex_bin=_req(data, "codex_bin", str),
+            pi_provider=_opt(data, "pi_provider", str),
+            command=_opt(data, "command", str),
+        )
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """The no-progress watchdog's limits for one turn."""
+
+    timeout_seconds: float
+    relaunches: int
+    term_grace_seconds: float
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """The post-turn check: a command run in the worktree after the work phase, and its bound."""
+
+    command: str | None
+    timeout_seconds: float
+
+
+def _posture_json(p: Posture) -> JSON:
+    return {
+        "permission_mode": p.permission_mode,
+        "allowed_tools": list(p.allowed_tools),
+        "read_only": p.read_only,
+        "is_sandbox": p.is_sandbox,
+    }
+
+
+def _posture(data: Mapping[str, Any]) -> Posture:
+    return Posture(
+        permission_mode=_req(data, "permission_mode", str),
+        allowed_tools=_strs(data, "allowed_tools"),
+        read_only=bool(_req(data, "read_only", bool)),
+        is_sandbox=bool(_req(data, "is_sandbox", bool)),
+    )
+
+
+def _budgets_json(b: Budgets) -> JSON:
+    return {
+        "overload_seconds": b.overload_seconds,
+        "network_seconds": b.network_seconds,
+        "unreachable_attempts": b.unreachable_attempts,
+        "unknown_attempts": b.unknown_attempts,
+    }
+
+
+def _budgets(data: Mapping[str, Any]) -> Budgets:
+    return Budgets(
+        overload_seconds=_num(data, "overload_seconds"),
+        network_seconds=_num(data, "network_seconds"),
+        unreachable_attempts=int(_req(data, "unreachable_attempts", int)),
+        unknown_attempts=int(_req(data, "unknown_attempts", int)),
+    )
+
+
+@dataclass(frozen=True)
+class Command:
+    """What a supervisor is to do: one turn, with every setting resolved by the launching operation."""
+
+    FILE: ClassVar[str] = COMMAND
+
+    command_id: str
+    task_id: str
+    task_ref: str
+    kind: str  # start | unblock | resume | auto-resume | ask | pre-accept
+    turn_id: str
+    sequence: int
+    log_dir: str
+    harness: str
+    harness_settings: HarnessSettings
+    model: str | None
+    posture: Posture
+    prompt_body: str
+    system: str | None
+    resume_id: str | None
+    worktree: str
+    branch: str
+    target: str
+    sync_before_work: bool
+    announce_merge: bool
+    git_start_sha: str | None
+    delivered: tuple[str, ...]
+    watchdog: Watchdog
+    budgets: Budgets
+    check: CheckSpec
+    protected: tuple[str, ...]
+    created_at: str
+
+    def to_json(self) -> JSON:
+        return {
+            "command_id": self.command_id,
+            "task_id": self.task_id,
+            "task_ref": self.task_ref,
+            "kind": self.kind,
+            "turn_id": self.turn_id,
+            "sequence": self.sequence,
+            "log_dir": self.log_dir,
+            "harness": self.harness,
+            "harness_settings": self.harness_settings.as_mapping(),
+            "model": self.model,
+            "posture": _posture_json(self.posture),
+            "prompt_body": self.prompt_body,
+            "system": self.system,
+            "resume_id": self.resume_id,
+            "worktree": self.worktree,
+            "branch": self.branch,
+            "target": self.target,
+            "sync_before_work": self.sync_before_work,
+            "announce_merge": self.announce_merge,
+            "git_start_sha": self.git_start_sha,
+            "delivered": list(self.delivered),
+            "watchdog": asdict(self.watchdog),
+            "budgets": _budgets_json(self.budgets),
+            "check": asdict(self.check),
+            "protected": list(self.protected),
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> Command:
+        if version < 2:
+            data = _command_v1(data)
+        watchdog = _obj(data, "watchdog") or {}
+        check = _obj(data, "check") or {}
+        return cls(
+            command_id=_req(data, "command_id", str),
+            task_id=_req(data, "task_id", str),
+            task_ref=_req(data, "task_ref", str),
+            kind=_req(data, "kind", str),
+            turn_id=_req(data, "turn_id", str),
+            sequence=int(_req(data, "sequence", int)),
+            log_dir=_req(data, "log_dir", str),
+            harness=_req(data, "harness", str),
+            harness_settings=HarnessSettings.from_json(_obj(data, "harness_settings") or {}),
+            model=_opt(data, "model", str),
+            posture=_posture(_obj(data, "posture") or {}),
+            prompt_body=_req(data, "prompt_body", str),
+            system=_opt(data, "system", str),
+            resume_id=_opt(data, "resume_id", str),
+            worktree=_req(data, "worktree", str),
+            branch=_req(data, "branch", str),
+            target=_req(data, "target", str),
+            sync_before_work=bool(_req(data, "sync_before_work", bool)),
+            announce_merge=bool(_req(data, "announce_merge", bool)),
+            git_start_sha=_opt(data, "git_start_sha", str),
+            delivered=_strs(data, "delivered"),
+            watchdog=Watchdog(
+                timeout_seconds=_num(watchdog, "timeout_seconds"),
+                relaunches=int(_req(watchdog, "relaunches", int)),
+                term_grace_seconds=_num(watchdog, "term_grace_seconds"),
+            ),
+            budgets=_budgets(_obj(data, "budgets") or {}),
+            check=CheckSpec(command=_opt(check, "command", str), timeout_seconds=_num(check, "timeout_seconds")),
+            protected=_strs(data, "protected"),
+            created_at=_req(data, "created_at", str),
+        )
+
+
+def _command_v1(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1 command (flat watchdog and check fields) in version 2's shape.
+
+    Version 1 carried no relaunch count or grace: those were the domain's fixed rules then.
+    """
+    from corral.domain.failures import TERM_GRACE_SECONDS, WATCHDOG_RELAUNCHES
+
+    out = dict(data)
+    out["watchdog"] = {
+        "timeout_seconds": data.get("watchdog_timeout"),
+        "relaunches": WATCHDOG_RELAUNCHES,
+        "term_grace_seconds": TERM_GRACE_SECONDS,
+    }
+    out["check"] = {"command": data.get("post_turn_check"), "timeout_seconds": data.get("post_turn_check_timeout")}
+    return out
+
+
+# -- status.json, progress.json, stop.json ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryState:
+    """What is being retried right now and when the next attempt starts (seed 002's retry projection)."""
+
+    attempt: int
+    failure_class: str
+    reason: str
+    next_delay_ms: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RetryState:
+        return cls(
+            attempt=int(_req(data, "attempt", int)),
+            failure_class=_req(data, "failure_class", str),
+            reason=_req(data, "reason", str),
+            next_delay_ms=int(_req(data, "next_delay_ms", int)),
+        )
+
+
+@dataclass(frozen=True)
+class SupervisorStatus:
+    """The supervisor's live report: who it is, where the turn is, and its heartbeat."""
+
+    FILE: ClassVar[str] = STATUS
+
+    command_id: str
+    pid: int
+    phase: str  # command | sync | work | retrying | check | response | done
+    kind: str | None = None
+    agent_pid: int | None = None
+    attempt: int = 0
+    retry: RetryState | None = None
+    started_at: str | None = None
+    heartbeat_at: str | None = None
+
+    def to_json(self) -> JSON:
+        return {
+            "command_id": self.command_id,
+            "pid": self.pid,
+            "agent_pid": self.agent_pid,
+            "phase": self.phase,
+            "kind": self.kind,
+            "attempt": self.attempt,
+            "retry": asdict(self.retry) if self.retry else None,
+            "started_at": self.started_at,
+            "heartbeat_at": self.heartbeat_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> SupervisorStatus:
+        retry = _obj(data, "retry")
+        return cls(
+            command_id=_req(data, "command_id", str),
+            pid=int(_req(data, "pid", int)),
+            phase=_req(data, "phase", str),
+            kind=_opt(data, "kind", str),
+            agent_pid=_opt_int(data, "agent_pid"),
+            attempt=_opt_int(data, "attempt") or 0,
+            retry=RetryState.from_json(retry) if retry else None,
+            started_at=_opt(data, "started_at", str),
+            heartbeat_at=_opt(data, "heartbeat_at", str),
+        )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """An agent's latest progress line: ephemeral, latest wins, never stored in the database."""
+
+    FILE: ClassVar[str] = PROGRESS
+
+    message: str
+    pid: int
+    at: str
+
+    def to_json(self) -> JSON:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> Progress:
+        return cls(message=_req(data, "message", str), pid=int(_req(data, "pid", int)), at=_req(data, "at", str))
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """Who asked for the running turn to end (read by the supervisor when SIGTERM arrives)."""
+
+    FILE: ClassVar[str] = STOP
+
+    actor: str
+
+    def to_json(self) -> JSON:
+        return {"actor": self.actor}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> StopRequest:
+        return cls(actor=_req(data, "actor", str))
+
+
+# -- response.json ---------------------------------------------------------------------------
+
+
+class ReceiptStatus(StrEnum):
+    COMPLETED = "completed"  # an attempt succeeded
+    FAILED = "failed"  # a classified failure stopped the ladder (fatal, or the budget ran out)
+    STOPPED = "stopped"  # a person or a gate ended the turn
+    ERROR = "error"  # a crash, a crash loop, a watchdog kill after work, merge-and-fix, a fault
+
+
+class ErrorKind(StrEnum):
+    CRASH = "crash"
+    CRASH_LOOP = "crash_loop"
+    WATCHDOG = "watchdog"
+    MERGE_AND_FIX = "merge_and_fix"
+    INTERNAL = "internal"
+    RECEIPT = "receipt"
+
+
+@dataclass(frozen=True)
+class TurnError:
+    """The evidence of an error receipt: what ended the turn, in which phase, and the output's tail."""
+
+    kind: ErrorKind
+    phase: str | None
+    reason: str
+    exit_code: int | None = None
+    signal: int | None = None
+    tail: str = ""
+    receipt_problem: str | None = None  # for kind "receipt": why response.json could not be used
+    receipt_size: int | None = None
+
+    def to_json(self) -> JSON:
+        doc: JSON = {
+            "kind": self.kind.value,
+            "phase": self.phase,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "tail": self.tail,
+        }
+        if self.receipt_problem is not None:
+            doc["receipt_problem"] = self.receipt_problem
+            doc["receipt_size"] = self.receipt_size
+        return doc
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TurnError:
+        kind = _req(data, "kind", str)
+        if kind not in ErrorKind._value2member_map_:
+            raise ShapeError(f"error.kind: unknown kind {kind!r}")
+        return cls(
+            kind=ErrorKind(kind),
+            phase=_opt(data, "phase", str),
+            reason=_req(data, "reason", str),
+            exit_code=_opt_int(data, "exit_code"),
+            signal=_opt_int(data, "signal"),
+            tail=_opt(data, "tail", str) or "",
+            receipt_problem=_opt(data, "receipt_problem", str),
+            receipt_size=_opt_int(data, "receipt_size"),
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One launch of the harness inside the turn, as the supervisor saw it."""
+
+    number: int
+    started_at: str
+    ended_at: str | None
+    outcome: str  # succeeded | failed | indeterminate | cancelled
+    failure_class: str | None = None
+    failure: FailureEvidence | None = None
+    log: tuple[int, int] = (0, 0)  # the attempt's byte range in output.log
+
+    def to_json(self) -> JSON:
+        return {
+            "number": self.number,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "outcome": self.outcome,
+            "failure_class": self.failure_class,
+            "failure": self.failure.to_json() if self.failure else None,
+            "log": list(self.log),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptRecord:
+        failure = _obj(data, "failure")
+        log = data.get("log")
+        span = (0, 0)
+        if isinstance(log, list) and len(log) == 2 and all(isinstance(x, int) for x in log):
+            span = (int(log[0]), int(log[1]))
+        return cls(
+            number=int(_req(data, "number", int)),
+            started_at=_req(data, "started_at", str),
+            ended_at=_opt(data, "ended_at", str),
+            outcome=_req(data, "outcome", str),
+            failure_class=_opt(data, "failure_class", str),
+            failure=FailureEvidence.from_json(dict(failure)) if failure else None,
+            log=span,
+        )
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """How the upstream merge before the work phase went."""
+
+    state: str  # merged | up-to-date | skipped-dirty | conflict | none
+    target: str = ""
+    files: tuple[str, ...] = ()
+
+    def to_json(self) -> JSON:
+        return {"state": self.state, "target": self.target, "files": list(self.files)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SyncReport:
+        return cls(state=_req(data, "state", str), target=_opt(data, "target", str) or "", files=_strs(data, "files"))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The post-turn check's outcome: its exit, whether it timed out, and its output's (masked) tail."""
+
+    command: str
+    exit_code: int | None
+    timed_out: bool
+    timeout: float
+    tail: str
+
+    def to_json(self) -> JSON:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
+        return cls(
+            command=_req(data, "command", str),
+            exit_code=_opt_int(data, "exit_code"),
+            timed_out=bool(_req(data, "timed_out", bool)),
+            timeout=_num(data, "timeout"),
+            tail=_opt(data, "tail", str) or "",
+        )
+
+
+@dataclass(frozen=True)
+class GitFacts:
+    """What the turn changed in git: the head, its commits since the last checked commit, the paths."""
+
+    head: str | None = None
+    commits: tuple[str, ...] = ()
+    check_from: str | None = None
+    changed_paths: tuple[str, ...] = ()
+    protected_changes: tuple[str, ...] = ()
+    dirty: bool = False
+    error: str | None = None  # git could not be read; the other facts are unknown
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The supervisor's receipt for one command (``response.json``); the reconciler records it once."""
+
+    FILE: ClassVar[str] = RESPONSE
+
+    command_id: str | None
+    task_id: str | None
+    kind: str
+    status: ReceiptStatus
+    started_at: str | None = None
+    ended_at: str | None = None
+    harness_session_id: str | None = None
+    delivered: tuple[str, ...] = ()
+    attempts: tuple[AttemptRecord, ...] = ()
+    sync: SyncReport | None = None
+    result: str | None = None
+    usage: JSON | None = None
+    check: CheckResult | None = None
+    git: GitFacts | None = None
+    failure_class: str | None = None
+    failure_code: str | None = None
+    failure_reason: str | None = None
+    failure_attempts: int | None = None
+    stop_reason: str | None = None  # fatal | budget-exhausted | crash-loop
+    stopped_by: str | None = None
+    error: TurnError | None = None
+    extra: JSON = field(default_factory=dict)  # fields of a newer minor shape, kept as they came
+
+    def to_json(self) -> JSON:
+        doc: JSON = {
+            "command_id": self.command_id,
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "status": self.status.value,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "harness_session_id": self.harness_session_id,
+            "delivered": list(self.delivered),
+            "attempts": [a.to_json() for a in self.attempts],
+            "sync": self.sync.to_json() if self.sync else None,
+        }
+        optional: JSON = {
+            "result": self.result,
+            "usage": self.usage,
+            "check": self.check.to_json() if self.check else None,
+            "failure_class": self.failure_class,
+            "failure_code": self.failure_code,
+            "failure_reason": self.failure_reason,
+            "failure_attempts": self.failure_attempts,
+            "stop_reason": self.stop_reason,
+            "stopped_by": self.stopped_by,
+            "error": self.error.to_json() if self.error else None,
+        }
+        doc.update({k: v for k, v in optional.items() if v is not None})
+        if self.git is not None:
+            g = self.git
+            if g.error is not None:
+                doc["git_error"] = g.error
+            else:
+                doc.update(
+                    {
+                        "head": g.head,
+                        "commits": list(g.commits),
+                        "check_from": g.check_from,
+                        "changed_paths": list(g.changed_paths),
+                        "protected_changes": list(g.protected_changes),
+                        "dirty": g.dirty,
+                    }
+                )
+        return doc
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> Receipt:
+        status = _req(data, "status", str)
+        if status not in ReceiptStatus._value2member_map_:
+            raise ShapeError(f"status: unknown status {status!r}")
+        attempts = data.get("attempts") or []
+        if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
+            raise ShapeError("attempts: expected a list of objects")
+        sync, check, error, usage = _obj(data, "sync"), _obj(data, "check"), _obj(data, "error"), _obj(data, "usage")
+        git: GitFacts | None = None
+        if isinstance(data.get("git_error"), str):
+            git = GitFacts(error=data["git_error"])
+        elif "head" in data or "changed_paths" in data or "commits" in data:
+            git = GitFacts(
+                head=_opt(data, "head", str),
+                commits=_strs(data, "commits"),
+                check_from=_opt(data, "check_from", str),
+                changed_paths=_strs(data, "changed_paths"),
+                protected_changes=_strs(data, "protected_changes"),
+                dirty=bool(_opt(data, "dirty", bool)),
+            )
+        return cls(
+            command_id=_opt(data, "command_id", str),
+            task_id=_opt(data, "task_id", str),
+            kind=_opt(data, "kind", str) or "work",
+            status=ReceiptStatus(status),
+            started_at=_opt(data, "started_at", str),
+            ended_at=_opt(data, "ended_at", str),
+            harness_session_id=_opt(data, "harness_session_id", str),
+            delivered=_strs(data, "delivered"),
+            attempts=tuple(AttemptRecord.from_json(a) for a in attempts),
+            sync=SyncReport.from_json(sync) if sync else None,
+            result=_opt(data, "result", str),
+            usage=dict(usage) if usage else None,
+            check=CheckResult.from_json(check) if check else None,
+            git=git,
+            failure_class=_opt(data, "failure_class", str),
+            failure_code=_opt(data, "failure_code", str),
+            failure_reason=_opt(data, "failure_reason", str),
+            failure_attempts=_opt_int(data, "failure_attempts"),
+            stop_reason=_opt(data, "stop_reason", str),
+            stopped_by=_opt(data, "stopped_by", str),
+            error=TurnError.from_json(error) if error else None,
+        )
+
+
+# -- the one writer and the one reader --------------------------------------------------------
+
+
+R = TypeVar("R", Command, SupervisorStatus, Progress, StopRequest, Receipt)
 
 
 def fsync_dir(path: Path) -> None:
@@ -34,10 +715,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json(path: Path, data: dict[str, Any], *, durable: bool = True) -> None:
-    """Atomically replace ``path`` with ``data`` (plus ``protocol_version``)."""
+class TooLarge(ValueError):
+    """A protocol document over :data:`MAX_BYTES`: the writer refuses it rather than write what no reader takes."""
+
+
+def write_json(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> None:
+    """Atomically replace ``path`` with ``data`` plus ``protocol_version`` (0600)."""
     doc = {"protocol_version": PROTOCOL_VERSION, **data}
-    payload = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8")
+    payload = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass")
+    if len(payload) > MAX_BYTES:
+        raise TooLarge(f"{path.name} would be {len(payload):,} bytes; the protocol's bound is {MAX_BYTES:,}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -52,56 +739,94 @@ def write_json(path: Path, data: dict[str, Any], *, durable: bool = True) -> Non
         fsync_dir(path.parent)
 
 
+def write(
+    directory: Path, record: Command | SupervisorStatus | Progress | StopRequest | Receipt, *, durable: bool = True
+) -> None:
+    """Write one protocol record to its file in ``directory``."""
+    write_json(directory / record.FILE, record.to_json(), durable=durable)
+
+
 @dataclass(frozen=True)
-class Receipt:
-    """A protocol file as read: its object, or why it could not be used."""
+class Document:
+    """A protocol file as read: its object and version, or why it could not be used."""
 
-    data: dict[str, Any] | None
-    problem: str | None = None  # missing | not-regular | symlink | too-large | invalid-utf8 | blank | invalid-json
-
-    @property
-    def ok(self) -> bool:
-        return self.data is not None
+    data: JSON | None
+    problem: Problem | None = None
+    size: int | None = None
+    version: int = PROTOCOL_VERSION
 
 
-def read_receipt(path: Path, max_bytes: int = RECEIPT_MAX_BYTES) -> Receipt:
-    """Read a protocol file defensively: never follow a symlink, never load an unbounded file."""
+def read_document(path: Path, max_bytes: int = MAX_BYTES) -> Document:
+    """Read a protocol file defensively: no symlink followed, no FIFO waited on, no unbounded read."""
     try:
-        info = os.lstat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return Receipt(None, "missing")
-    except OSError:
-        return Receipt(None, "missing")
-    if stat.S_ISLNK(info.st_mode):
-        return Receipt(None, "symlink")
-    if not stat.S_ISREG(info.st_mode):
-        return Receipt(None, "not-regular")
-    if info.st_size > max_bytes:
-        return Receipt(None, "too-large")
+        return Document(None, Problem.MISSING)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Document(None, Problem.SYMLINK)
+        return Document(None, Problem.MISSING if exc.errno in (errno.ENOENT, errno.ENOTDIR) else Problem.NOT_REGULAR)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return Receipt(None, "symlink")
-    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return Document(None, Problem.NOT_REGULAR)
+        if info.st_size > max_bytes:
+            return Document(None, Problem.TOO_LARGE, info.st_size)
         raw = os.read(fd, max_bytes + 1)
+    except OSError:
+        return Document(None, Problem.NOT_REGULAR)
     finally:
         os.close(fd)
     if len(raw) > max_bytes:
-        return Receipt(None, "too-large")
+        return Document(None, Problem.TOO_LARGE, len(raw))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return Receipt(None, "invalid-utf8")
+        return Document(None, Problem.INVALID_UTF8, len(raw))
     if not text.strip():
-        return Receipt(None, "blank")
+        return Document(None, Problem.BLANK, len(raw))
     try:
         data = json.loads(text)
     except ValueError:
-        return Receipt(None, "invalid-json")
+        return Document(None, Problem.INVALID_JSON, len(raw))
     if not isinstance(data, dict):
-        return Receipt(None, "invalid-json")
-    return Receipt(data)
+        return Document(None, Problem.INVALID_JSON, len(raw))
+    version = data.get("protocol_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        return Document(None, Problem.WRONG_SHAPE, len(raw))
+    if version > PROTOCOL_VERSION:
+        return Document(None, Problem.TOO_NEW, len(raw), version)
+    return Document(data, None, len(raw), version)
 
 
-def read(path: Path) -> dict[str, Any] | None:
-    return read_receipt(path).data
+def read(path: Path, kind: type[R]) -> R | Unreadable:
+    """The typed record in ``path``, or why it could not be used."""
+    doc = read_document(path)
+    if doc.data is None:
+        assert doc.problem is not None
+        newer = doc.problem is Problem.TOO_NEW
+        detail = f"protocol version {doc.version}, newer than {PROTOCOL_VERSION}" if newer else ""
+        return Unreadable(doc.problem, doc.size, detail)
+    try:
+        return kind.from_json(doc.data, doc.version)
+    except (ShapeError, ValueError, TypeError) as exc:
+        return Unreadable(Problem.WRONG_SHAPE, doc.size, str(exc)[:300])
+
+
+def read_record(path: Path, kind: type[R]) -> R | None:
+    """The typed record in ``path``, or None when there is none that can be used."""
+    found = read(path, kind)
+    return None if isinstance(found, Unreadable) else found
+
+
+def read_raw(path: Path) -> JSON | None:
+    """A protocol file's object as it is on disk (for diagnostics and tests), or None."""
+    return read_document(path).data
+
+
+def remove(directory: Path, *names: str) -> None:
+    for name in names:
+        try:
+            (directory / name).unlink()
+        except FileNotFoundError:
+            pass

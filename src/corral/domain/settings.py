@@ -1,0 +1,229 @@
+"""Every setting corral has, in one typed schema, and how a value is read and written back as TOML.
+
+Each :class:`Setting` has a name, a type, a default, a one-line help and a :class:`Trust`
+that says which sources may set it. This is the only place a default is written: code
+that needs one asks :func:`default` (``default("watchdog_timeout", float)``), and the
+engine's loader (``corral.engine.config``) reads the environment and the settings files
+against this schema. ``corral config show`` renders it with :func:`toml_value`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple, TypeVar, overload
+
+from corral.errors import ConfigError
+
+#: A setting's value once read: the schema's types, a list of strings, or None for "not set".
+SettingValue = str | int | float | bool | list[str] | None
+#: A default as the schema keeps it: lists are tuples, so the schema cannot be changed by a caller.
+Default = str | int | float | bool | tuple[str, ...] | None
+
+_T = TypeVar("_T")
+
+
+class Trust(StrEnum):
+    """Which sources may set a setting.
+
+    A repository's ``corral.toml`` was written by anyone who can push to the repository,
+    so a setting that widens what an agent may do, or names what corral executes, is
+    taken only from the user's own file or the environment. (Later kinds, such as "the
+    repository may propose" or "may only narrow", join this enum.)
+    """
+
+    ANYWHERE = "anywhere"  # the environment, the user's file or corral.toml
+    USER_ONLY = "user_only"  # the environment or the user's file; never corral.toml
+
+
+# A NamedTuple rather than a frozen dataclass: every process builds the schema at start-up,
+# and a dataclass costs several times more to create.
+class Setting(NamedTuple):
+    name: str
+    kind: type  # str, int, float, bool, or list (of strings)
+    default: Default  # None: not set unless a source sets it
+    help: str
+    trust: Trust = Trust.ANYWHERE
+
+    @property
+    def optional(self) -> bool:
+        return self.default is None
+
+    @property
+    def repository_may_set(self) -> bool:
+        return self.trust is Trust.ANYWHERE
+
+    @property
+    def env_var(self) -> str:
+        return f"CORRAL_{self.name.upper()}"
+
+    def default_value(self) -> SettingValue:
+        """The default as a value: a fresh list for a list setting, so callers may keep it."""
+        return list(self.default) if isinstance(self.default, tuple) else self.default
+
+    def coerce(self, raw: object, where: str) -> SettingValue:
+        """``raw`` (a TOML value, or the text of an environment variable) as this setting's type.
+
+        ``where`` names the source in the error (a file or a variable). Text converts to
+        any type, in a file as in the environment (a list is comma-separated); any other
+        TOML value must already have the type, except that a whole number is a valid float.
+        """
+        if raw is None and self.optional:
+            return None
+        kind = self.kind
+        if isinstance(raw, str) and kind is not str:
+            text = raw.strip()
+            if kind is bool:
+                if text.lower() in _TRUE:
+                    return True
+                if text.lower() in _FALSE:
+                    return False
+                raise self._wrong_type(raw, where)
+            if kind is list:
+                return [part.strip() for part in text.split(",") if part.strip()]
+            try:
+                return int(text) if kind is int else float(text)
+            except ValueError:
+                raise self._wrong_type(raw, where) from None
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            raise self._wrong_type(raw, where)
+        if kind is list:
+            if isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+                return [str(x) for x in raw]
+            raise self._wrong_type(raw, where)
+        if kind is int:
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                return raw
+            raise self._wrong_type(raw, where)
+        if kind is float:
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                return float(raw)
+            raise self._wrong_type(raw, where)
+        if isinstance(raw, str):
+            return raw
+        raise self._wrong_type(raw, where)
+
+    def _wrong_type(self, raw: object, where: str) -> ConfigError:
+        return ConfigError(
+            f"{where}: '{self.name}' must be {_KIND_NAMES.get(self.kind, 'a string')}, not {raw!r}.",
+            hint=f"{self.name}: {self.help}.",
+        )
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+_KIND_NAMES: dict[type, str] = {
+    int: "a whole number",
+    float: "a number",
+    bool: "true or false",
+    list: "a list of strings",
+}
+
+_USER = Trust.USER_ONLY
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("harness", str, "claude", "default harness for new tasks (claude, pi, codex, command)"),
+    Setting("model", str, None, "default model passed to the harness"),
+    Setting("watchdog_timeout", float, 1800.0, "seconds without progress before the watchdog kills a turn"),
+    Setting("protected", list, (), "path patterns an agent may not change without a decision"),
+    Setting("post_turn_check", str, None, "command run in the worktree after each work phase"),
+    Setting("post_turn_check_timeout", float, 300.0, "seconds the post-turn check may run"),
+    Setting("auto_resume", bool, True, "resume a crashed turn automatically, under the circuit breaker"),
+    Setting("breaker_threshold", int, 3, "consecutive interruptions that stop auto-resume"),
+    Setting("grace_period", float, 30.0, "seconds a new turn's supervisor has to be seen alive"),
+    # Usage windows last 5 h, so an overloaded provider is retried for longer than that.
+    Setting("budget_overload", float, 6 * 3600.0, "seconds of retrying transient_overload"),
+    Setting("budget_network", float, 3600.0, "seconds of retrying transient_network"),
+    Setting("budget_unreachable", int, 12, "attempts for transient_unreachable"),
+    Setting("budget_unknown", int, 6, "attempts for an unclassified failure"),
+    Setting("text_cap", int, 100 * 1024, "largest text (bytes) corral takes at intake"),
+    Setting("remote", str, "origin", "remote that `corral submit` pushes to"),
+    Setting("forge", str, None, "forge CLI for pull requests on submit (gh)"),
+    Setting("pre_accept_prompt", str, None, "a last turn run before every accept's merge"),
+    Setting("permission_mode", str, "acceptEdits", "Claude Code permission mode for work turns", _USER),
+    Setting(
+        "allowed_tools",
+        list,
+        ("Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "TodoWrite"),
+        "tools the agent may use without asking",
+        _USER,
+    ),
+    Setting("is_sandbox", bool, False, "tell the harness it runs inside a real sandbox", _USER),
+    Setting("claude_bin", str, "claude", "the Claude Code executable", _USER),
+    Setting("pi_bin", str, "pi", "the Pi executable", _USER),
+    Setting("pi_provider", str, None, "the Pi provider (--provider)"),
+    Setting("codex_bin", str, "codex", "the Codex executable", _USER),
+    Setting("command", str, None, "the command run by the `command` harness", _USER),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"corral has no setting named {name!r}") from None
+
+
+@overload
+def default(name: str) -> SettingValue: ...
+@overload
+def default(name: str, kind: type[_T]) -> _T: ...
+def default(name: str, kind: type[_T] | None = None) -> SettingValue | _T:
+    """The default of setting ``name``; with ``kind``, checked to be of that type (typed for the caller)."""
+    value = setting(name).default_value()
+    if kind is not None and not isinstance(value, kind):
+        raise TypeError(f"the default of {name!r} is {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+# -- writing values back as TOML ------------------------------------------------------
+
+
+def toml_value(value: str | int | float | bool | list[str]) -> str:
+    """``value`` as a TOML value that ``tomllib`` reads back equal. None has no TOML form."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        # repr is TOML's float syntax too, including inf, -inf and nan.
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_string(item) for item in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+_STRING_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_string(text: str) -> str:
+    out: list[str] = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _STRING_ESCAPES:
+            out.append(_STRING_ESCAPES[ch])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            # An undecodable byte from the environment has no Unicode form; TOML text must be Unicode.
+            out.append("\\uFFFD")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_comment(text: str) -> str:
+    """``text`` made safe to follow a ``#``: TOML comments may hold no control character but tab."""
+    out: list[str] = []
+    for ch in text:
+        code = ord(ch)
+        if (code < 0x20 and ch != "\t") or code == 0x7F or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)

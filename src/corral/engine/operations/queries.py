@@ -1,0 +1,155 @@
+"""The read side every surface calls: settle the project when the present matters, then read the projection.
+
+A surface (the CLI today; the MCP server and the dashboard later) never opens a store
+transaction, reconciles or picks status sets itself: it asks here and renders what comes
+back. Reads of "what is going on now" (``list``, ``show``, whether a turn still runs)
+settle first (``refresh.settle``: one reconcile pass, then auto-resume), so a turn that
+ended while nobody looked is seen as ended; reads right after an operation (the task it
+just changed) do not need to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from corral.domain.records import Task
+from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
+from corral.engine import workspace
+from corral.engine.project import Project
+from corral.engine.read import projection
+from corral.engine.resolve import resolve_task
+from corral.engine.runtime.liveness import live_facts
+from corral.errors import RefusedError, UsageError
+
+# What ``list`` shows for each choice; None: every task, finished ones included.
+LISTS: dict[str | None, frozenset[Status] | None] = {
+    None: frozenset(Status) - TERMINAL,
+    "active": ACTIVE,
+    "blocked": PAUSED,
+    "all": None,
+}
+
+# The text view of a long history shows this many of the latest turns.
+PAGE_TURNS = 50
+
+
+def _settle(project: Project) -> list[str]:
+    # Imported here: reconciling pulls in the recovery room, which a read right after an
+    # operation (create, edit, close) does not need.
+    from corral.engine.operations.refresh import settle
+
+    return settle(project)
+
+
+def _threshold(project: Project) -> int:
+    return int(project.config["breaker_threshold"])
+
+
+# -- many tasks ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listing:
+    rows: list[dict[str, Any]]  # projection rows, oldest task first
+    problems: list[str]  # what settling could not reconcile (the reader is told; the read goes on)
+
+
+def list_statuses(which: str) -> list[str]:
+    """The statuses a ``list`` choice shows, in the lifecycle's order (for help text)."""
+    wanted = LISTS[which] or frozenset(Status)
+    return [s.value for s in Status if s in wanted]
+
+
+def list_tasks(project: Project, which: str | None = None) -> Listing:
+    """The rows of ``list``: unfinished tasks (None), ``active``, ``blocked`` or ``all``; settles first."""
+    if which not in LISTS:
+        raise UsageError(f"There is no '{which}' list.", hint="Choose one of: active, blocked, all.")
+    problems = _settle(project)
+    wanted, threshold = LISTS[which], _threshold(project)
+    with project.store.read() as tx:
+        found = tx.tasks(sorted(wanted) if wanted is not None else None)
+        rows = projection.list_rows(tx, found, lambda t: live_facts(project, t), breaker_threshold=threshold)
+    return Listing(rows, problems)
+
+
+# -- one task --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shown:
+    doc: dict[str, Any]  # projection.show: the ``show --json`` document (all of it unless paged)
+    merges_into: str | None  # the branch the task merges into (a subtask: its parent's); None when it has none
+    earlier_turns: int  # turns paged out of ``doc`` (0: every turn is there)
+    problems: list[str]  # what settling could not reconcile
+
+
+def show_task(project: Project, given: str, *, last_turns: int | None = None) -> Shown:
+    """One task's whole read model with its live facts, diagnostics resolved; settles first.
+
+    With ``last_turns``, only that many of the latest turns are kept, and the status
+    changes and comments from before the first kept turn are left out with them.
+    """
+    problems = _settle(project)
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+        doc = projection.show(
+            tx,
+            task,
+            live_facts(project, task),
+            breaker_threshold=_threshold(project),
+            diagnostics=project.paths.diagnostics,
+        )
+        try:
+            merges_into: str | None = workspace.target_branch(tx, task)
+        except RefusedError:
+            merges_into = None
+    earlier = 0
+    if last_turns is not None:
+        doc, earlier = _page(doc, last_turns)
+    return Shown(doc, merges_into, earlier, problems)
+
+
+def _page(doc: dict[str, Any], last: int) -> tuple[dict[str, Any], int]:
+    turns = doc["turns"]
+    earlier = len(turns) - max(last, 1)
+    if earlier <= 0:
+        return doc, 0
+    kept = turns[earlier:]
+    since = kept[0]["started_at"]
+    if since is None:  # an undated turn: nothing to cut the rest of the history at
+        return {**doc, "turns": kept}, earlier
+    # RFC 3339 with fixed width sorts as text (domain.clock.rfc3339)
+    return {
+        **doc,
+        "turns": kept,
+        "status_changes": [c for c in doc["status_changes"] if c["at"] is None or c["at"] >= since],
+        "comments": [n for n in doc["comments"] if n["at"] is None or n["at"] >= since],
+    }, earlier
+
+
+def find_task(project: Project, given: str) -> Task:
+    """The task a ref, an id or a unique prefix names (NotFoundError, AmbiguousTask otherwise)."""
+    with project.store.read() as tx:
+        return resolve_task(tx, given)
+
+
+def task_view(project: Project, task: Task) -> projection.TaskView:
+    """What surfaces show beside a task an operation just returned (its JSON, its next step)."""
+    with project.store.read() as tx:
+        return projection.view(tx, task, live_facts(project, task), breaker_threshold=_threshold(project))
+
+
+def task_doc(project: Project, task: Task | str) -> dict[str, Any]:
+    """The read model of a task that was just settled (``wait``) or is named (the demo); no settling."""
+    with project.store.read() as tx:
+        found = resolve_task(tx, task) if isinstance(task, str) else task
+        return projection.show(tx, found, live_facts(project, found), breaker_threshold=_threshold(project))
+
+
+def turn_running(project: Project, task_id: str) -> bool:
+    """Whether the task's turn still runs, once a reconcile pass has seen what ended (``logs -f``)."""
+    _settle(project)
+    with project.store.read() as tx:
+        current = tx.get_task(task_id)
+    return current is not None and current.status is Status.WORKING

@@ -1,0 +1,191 @@
+"""One attempt: launch the harness once, copy its output, and end it when it is done, stopped or silent.
+
+The agent runs in its own session and process group, with the command's tag in its
+environment (``CORRAL_COMMAND_ID``) so a reaper finds it even if the supervisor dies before
+it could write the agent's pid down. A stop request or an expired watchdog ends the whole
+group: SIGTERM, then SIGKILL after the command's grace.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from corral import crashpoints
+from corral.adapters.harness.base import AttemptFacts, Event, Harness, Launch, Verdict
+from corral.adapters.process import check_argv, spawn_piped, stop_child_group
+from corral.domain.redact import redact
+from corral.engine.runtime.heartbeat import StatusReporter, now
+from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier
+from corral.engine.runtime.processes import COMMAND_TAG
+from corral.engine.runtime.stopping import StopFlag
+from corral.engine.runtime.watchdog import ProgressClock
+from corral.errors import ArgvError
+
+#: Variables of the supervisor's own environment that never reach the agent.
+PRIVATE_ENV = ("CORRAL_CRASH_AT", "CORRAL_CRASH_HOW")
+
+
+@dataclass
+class AttemptRun:
+    """What one attempt did and how it ended."""
+
+    number: int
+    started_at: datetime
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
+    stderr_tail: str = ""
+    spawn_error: str | None = None
+    spawn_errno: int | None = None
+    argv_error: bool = False  # the prompt could not be passed (e.g. a NUL byte): nothing was spawned
+    watchdog: bool = False
+    stopped: bool = False
+    we_signalled: bool = False
+    duration: float = 0.0
+    log_start: int = 0
+    log_end: int = 0
+    verdict: Verdict | None = None
+
+    def facts(self) -> AttemptFacts:
+        return AttemptFacts(self.exit_code, self.signal, self.events, self.stderr_tail, self.spawn_error)
+
+    def killed_by_exit(self) -> bool:
+        """An agent that caught a signal corral did not send and exited 128+n with no result.
+
+        Claude Code, for one, handles SIGTERM and exits 143 instead of dying by the signal.
+        """
+        code = self.exit_code
+        signals = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)
+        has_result = any(e.kind == "result" for e in self.events)
+        return code is not None and code - 128 in signals and not has_result
+
+
+class AttemptRunner:
+    """Runs attempts of one turn's harness in the worktree, logging to the turn's log directory."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        *,
+        worktree: Path,
+        log_dir: Path,
+        command_id: str,
+        secrets: list[str],
+        status: StatusReporter,
+        stop: StopFlag,
+        term_grace: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.harness = harness
+        self.worktree = worktree
+        self.log_dir = log_dir
+        self.command_id = command_id
+        self.secrets = secrets
+        self.status = status
+        self.stop = stop
+        self.term_grace = term_grace
+        self.clock = clock  # attempt durations, for the crash-loop detector; tests pass a virtual one
+        self.session_id: str | None = None
+
+    def run(self, number: int, launch: Callable[[], Launch], watchdog_seconds: float) -> AttemptRun:
+        run = AttemptRun(number, now())
+        try:
+            spec = launch()
+            check_argv(spec.argv)
+        except ArgvError as exc:
+            run.spawn_error = exc.message
+            run.argv_error = True
+            run.ended_at = now()
+            return run
+        env = dict(os.environ)
+        env.update(spec.env)
+        for var in PRIVATE_ENV:
+            env.pop(var, None)
+        env[COMMAND_TAG] = self.command_id
+        out_fd = os.open(self.log_dir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err_fd = os.open(self.log_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        run.log_start = os.fstat(out_fd).st_size
+        started = self.clock()
+        try:
+            try:
+                proc = spawn_piped(spec.argv, cwd=self.worktree, env=env, stdin=spec.stdin is not None)
+            except OSError as exc:
+                run.spawn_error = (
+                    f"{self.harness.display} could not start: {exc.strerror or exc} ({spec.argv[0]}). "
+                    f"{self.harness.install_hint}"
+                )
+                run.spawn_errno = exc.errno
+                run.ended_at = now()
+                return run
+            self.status.update(agent_pid=proc.pid)
+            crashpoints.hit("supervisor.agent-spawned")
+            if spec.stdin is not None:
+                threading.Thread(target=_feed, args=(proc, spec.stdin), daemon=True).start()
+            self._watch(proc, run, out_fd, err_fd, ProgressClock(watchdog_seconds))
+        finally:
+            run.log_end = os.fstat(out_fd).st_size
+            os.close(out_fd)
+            os.close(err_fd)
+            self.status.update(agent_pid=None)
+        run.duration = self.clock() - started
+        run.ended_at = now()
+        return run
+
+    def _watch(
+        self, proc: subprocess.Popen[bytes], run: AttemptRun, out_fd: int, err_fd: int, progress: ProgressClock
+    ) -> None:
+        """Copy the output until it closes, then wait for the exit, ending the group when asked or silent."""
+        assert proc.stdout is not None and proc.stderr is not None
+        copier = OutputCopier(self.harness, out_fd, err_fd)
+
+        def tick(_elapsed: float) -> float:
+            self._maybe_end(proc, run, progress)
+            return progress.remaining()
+
+        copier.pump(proc.stdout, proc.stderr, tick, progress.progressed)
+        run.events = copier.events
+        if copier.session_id:
+            self.session_id = copier.session_id
+        # The streams closed; the process may linger (a daemonized child): the watchdog still applies.
+        while proc.poll() is None:
+            self._maybe_end(proc, run, progress)
+            time.sleep(0.05)
+        code = proc.returncode
+        if code is not None and code < 0:
+            run.signal = -code
+            run.exit_code = 128 - code
+        else:
+            run.exit_code = code
+        run.stderr_tail = redact(copier.stderr_tail.decode("utf-8", "replace"), self.secrets)
+
+    def _maybe_end(self, proc: subprocess.Popen[bytes], run: AttemptRun, progress: ProgressClock) -> None:
+        if self.stop.is_set() and not run.stopped:
+            run.stopped = True
+            self._kill(proc, run)
+        if progress.expired() and not run.watchdog and not run.stopped:
+            run.watchdog = True
+            self._kill(proc, run)
+
+    def _kill(self, proc: subprocess.Popen[bytes], run: AttemptRun) -> None:
+        """SIGTERM to the agent's process group, SIGKILL after the grace period (in the background)."""
+        run.we_signalled = True
+        threading.Thread(target=stop_child_group, args=(proc, self.term_grace), daemon=True).start()
+
+
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except OSError:
+        pass  # the agent exited before reading its prompt; its exit tells the story

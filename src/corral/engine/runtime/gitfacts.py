@@ -1,0 +1,80 @@
+"""What a turn did in git, as the supervisor reports it: the head, the new commits, the changed paths.
+
+Changed paths are counted from the commit the session last checked up to the upstream
+merge, then from the merge's result to the end of the work phase (committed or not), so
+target changes brought in by the merge are never counted as the agent's, and the commits of
+a crashed turn are checked by the next one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from pathlib import Path
+
+from corral.adapters.git import Git
+from corral.engine.runtime import protocol as proto
+from corral.errors import GitError
+
+
+class GitProbe:
+    """Reads one worktree's state for the supervisor; never raises for a git it cannot read."""
+
+    def __init__(self, git: Git, worktree: Path) -> None:
+        self.git = git
+        self.worktree = worktree
+
+    def head(self) -> str | None:
+        try:
+            return self.git.rev_parse("HEAD", cwd=self.worktree)
+        except (GitError, OSError):
+            return None
+
+    def unmerged(self) -> list[str]:
+        out = self.git.run("diff", "--name-only", "--diff-filter=U", cwd=self.worktree, check=False).stdout
+        return [p for p in out.splitlines() if p]
+
+    def merge_in_progress(self) -> bool:
+        result = self.git.run("rev-parse", "-q", "--verify", "MERGE_HEAD", cwd=self.worktree, check=False)
+        return result.returncode == 0 or bool(self.unmerged())
+
+    def work_captured(self, head_before: str | None) -> bool:
+        """A new commit or a dirty worktree since ``head_before``; False when git cannot be read
+        (the watchdog's rule fails toward retrying)."""
+        try:
+            head = self.head()
+            return (head is not None and head != head_before) or bool(self.git.dirty_paths(self.worktree))
+        except (GitError, OSError):
+            return False
+
+    def changed_paths(self, start: str | None, pre_sync: str | None, post_sync: str | None) -> list[str]:
+        paths: set[str] = set()
+        if start and pre_sync and start != pre_sync:
+            out = self.git.run("diff", "--name-only", "--no-renames", start, pre_sync, cwd=self.worktree, check=False)
+            paths.update(p for p in out.stdout.splitlines() if p)
+        if post_sync:
+            out = self.git.run("diff", "--name-only", "--no-renames", post_sync, cwd=self.worktree, check=False)
+            paths.update(p for p in out.stdout.splitlines() if p)
+        paths.update(self.git.dirty_paths(self.worktree))
+        return sorted(paths)
+
+    def facts(
+        self, start: str | None, pre_sync: str | None, post_sync: str | None, protected: Sequence[str]
+    ) -> proto.GitFacts:
+        try:
+            head = self.head()
+            commits: list[str] = []
+            if head and start:
+                out = self.git.run("rev-list", "--reverse", f"{start}..{head}", cwd=self.worktree, check=False)
+                commits = [c for c in out.stdout.split() if c]
+            changed = self.changed_paths(start, pre_sync, post_sync)
+            return proto.GitFacts(
+                head=head,
+                commits=tuple(commits),
+                check_from=start,
+                changed_paths=tuple(changed),
+                protected_changes=tuple(p for p in changed if any(fnmatch.fnmatch(p, pat) for pat in protected)),
+                dirty=bool(self.git.dirty_paths(self.worktree)),
+            )
+        except (GitError, OSError) as exc:
+            return proto.GitFacts(error=str(exc))

@@ -1,0 +1,186 @@
+"""The work phase: attempts of the harness, classified, retried at their class's pace until one succeeds.
+
+The pace and the stop come from the one retry policy (``corral.domain.failures.decide``);
+a watchdog kill with nothing captured is relaunched (at most the command's relaunch count),
+after work it ends the turn; a kill by a signal corral did not send is a crash. While it
+waits between attempts the live retry state is in ``status.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.adapters.harness.base import Harness, Launch, TurnRequest, Verdict
+from corral.domain.failures import FailureClass, Retry, decide, exit_reason
+from corral.domain.redact import redact
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.attempts import AttemptRun, AttemptRunner
+from corral.engine.runtime.gitfacts import GitProbe
+from corral.engine.runtime.heartbeat import StatusReporter
+from corral.engine.runtime.stopping import StopFlag, Stopped
+
+#: Bytes of a failure's reason kept in the live retry state and in the receipt.
+RETRY_REASON_BYTES = 300
+FAILURE_REASON_BYTES = 2000
+
+
+@dataclass
+class WorkOutcome:
+    """How the work phase ended: success, a classified stop (failed), or an error."""
+
+    attempts: list[AttemptRun] = field(default_factory=list)
+    status: proto.ReceiptStatus = proto.ReceiptStatus.COMPLETED
+    error: proto.TurnError | None = None
+    failure_class: str | None = None
+    failure_code: str | None = None
+    failure_reason: str | None = None
+    failure_attempts: int | None = None
+    stop_reason: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status is proto.ReceiptStatus.COMPLETED
+
+    def result_text(self) -> str | None:
+        last = self.attempts[-1].verdict if self.attempts else None
+        return last.result_text if last else None
+
+    def usage(self) -> dict[str, object] | None:
+        for run in reversed(self.attempts):
+            for event in reversed(run.events):
+                if event.kind == "result" and event.usage:
+                    return event.usage
+        return None
+
+
+class WorkPhase:
+    """The attempt loop of one turn."""
+
+    def __init__(
+        self,
+        command: proto.Command,
+        harness: Harness,
+        runner: AttemptRunner,
+        probe: GitProbe,
+        status: StatusReporter,
+        stop: StopFlag,
+        secrets: list[str],
+        clock: Callable[[], float],
+        error_tail: Callable[[], str],
+    ) -> None:
+        self.command = command
+        self.harness = harness
+        self.runner = runner
+        self.probe = probe
+        self.status = status
+        self.stop = stop
+        self.secrets = secrets
+        self.clock = clock
+        self.error_tail = error_tail
+        self.outcome = WorkOutcome()
+
+    def launch_for(self, prompt: str) -> Callable[[], Launch]:
+        def launch() -> Launch:
+            req = self.command_request(prompt)
+            return self.harness.ask(req) if self.command.kind == "ask" else self.harness.work(req)
+
+        return launch
+
+    def command_request(self, prompt: str) -> TurnRequest:
+        c = self.command
+        return TurnRequest(
+            prompt=prompt,
+            cwd=c.worktree,
+            system=c.system,
+            resume_id=self.runner.session_id,
+            model=c.model,
+            posture=c.posture,
+        )
+
+    def _error(self, run: AttemptRun, kind: proto.ErrorKind, reason: str) -> WorkOutcome:
+        self.outcome.status = proto.ReceiptStatus.ERROR
+        self.outcome.error = proto.TurnError(
+            kind=kind,
+            phase=self.status.phase,
+            reason=reason,
+            exit_code=run.exit_code,
+            signal=run.signal,
+            tail=self.error_tail(),
+        )
+        return self.outcome
+
+    def run(self, prompt: str) -> WorkOutcome:
+        """Attempts until one succeeds or the policy says stop; raises :class:`Stopped` on a stop request."""
+        c = self.command
+        out = self.outcome
+        relaunches = 0
+        streak_class: FailureClass | None = None
+        streak = 0
+        streak_started = self.clock()
+        durations: list[float] = []
+        number = 0
+        while True:
+            if self.stop.is_set():
+                raise Stopped
+            number += 1
+            self.status.update(attempt=number)
+            head_before = self.probe.head()
+            run = self.runner.run(number, self.launch_for(prompt), c.watchdog.timeout_seconds)
+            out.attempts.append(run)
+            if run.stopped:
+                raise Stopped
+            if run.watchdog:
+                captured = self.probe.work_captured(head_before)
+                if not captured and relaunches < c.watchdog.relaunches:
+                    relaunches += 1
+                    continue
+                return self._error(
+                    run, proto.ErrorKind.WATCHDOG, watchdog_reason(c.watchdog.timeout_seconds, relaunches)
+                )
+            if not run.we_signalled and (run.signal is not None or run.killed_by_exit()):
+                return self._error(run, proto.ErrorKind.CRASH, exit_reason(run.exit_code, run.signal))
+            verdict = run.verdict = self.harness.classify(run.facts())
+            if run.argv_error:  # not a missing program: the prompt itself could not be passed
+                verdict = run.verdict = Verdict(False, FailureClass.FATAL_CONFIG, "prompt-unrenderable", verdict.reason)
+            if verdict.succeeded:
+                return out
+            failure_class = verdict.failure_class or FailureClass.UNKNOWN
+            if failure_class is not streak_class:
+                streak_class, streak, streak_started, durations = failure_class, 0, self.clock(), []
+            streak += 1
+            durations.append(run.duration)
+            decision = decide(failure_class, streak, self.clock() - streak_started, c.budgets, durations)
+            if isinstance(decision, Retry):
+                retry = proto.RetryState(
+                    attempt=number,
+                    failure_class=failure_class.value,
+                    reason=redact(verdict.reason, self.secrets)[:RETRY_REASON_BYTES],
+                    next_delay_ms=int(decision.delay * 1000),
+                )
+                self.status.update(phase="retrying", retry=retry)
+                self.stop.wait(decision.delay)
+                self.status.update(phase="work", retry=None)
+                continue
+            if decision.reason == "crash-loop":
+                self._error(run, proto.ErrorKind.CRASH_LOOP, f"crash loop: {verdict.reason}")
+            else:
+                out.status = proto.ReceiptStatus.FAILED
+            out.failure_class = failure_class.value
+            out.failure_code = "retry-budget-exhausted" if decision.reason == "budget-exhausted" else verdict.code
+            out.failure_reason = redact(verdict.reason, self.secrets)[:FAILURE_REASON_BYTES]
+            out.failure_attempts = streak
+            out.stop_reason = decision.reason
+            return out
+
+
+def watchdog_reason(timeout: float, relaunches: int) -> str:
+    again = (
+        f"corral had already relaunched it {relaunches} time{'s' if relaunches != 1 else ''} with no work captured"
+        if relaunches
+        else "work was captured, so corral did not relaunch it"
+    )
+    return (
+        f"the no-progress watchdog fired: no completed step (a tool result or an assistant message) "
+        f"for {int(timeout)} s; keep-alives are not progress; {again}"
+    )

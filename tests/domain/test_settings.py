@@ -1,0 +1,255 @@
+"""The settings schema: every default in one place, typed, read as values and written back as TOML."""
+
+from __future__ import annotations
+
+import ast
+import math
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from corral.domain import settings as schema
+from corral.domain.failures import Budgets
+from corral.domain.sanitize import DEFAULT_TEXT_CAP
+from corral.domain.settings import BY_NAME, SETTINGS, Trust, default, setting, toml_comment, toml_value
+from corral.errors import ConfigError
+
+#: Written out by hand: a default that changes must change here too, on purpose.
+DEFAULTS: dict[str, Any] = {
+    "harness": "claude",
+    "model": None,
+    "watchdog_timeout": 1800.0,
+    "protected": [],
+    "post_turn_check": None,
+    "post_turn_check_timeout": 300.0,
+    "auto_resume": True,
+    "breaker_threshold": 3,
+    "grace_period": 30.0,
+    "budget_overload": 6 * 3600.0,
+    "budget_network": 3600.0,
+    "budget_unreachable": 12,
+    "budget_unknown": 6,
+    "text_cap": 100 * 1024,
+    "remote": "origin",
+    "forge": None,
+    "pre_accept_prompt": None,
+    "permission_mode": "acceptEdits",
+    "allowed_tools": ["Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "TodoWrite"],
+    "is_sandbox": False,
+    "claude_bin": "claude",
+    "pi_bin": "pi",
+    "pi_provider": None,
+    "codex_bin": "codex",
+    "command": None,
+}
+#: Settings that widen what an agent may do or name what corral executes: never from corral.toml.
+USER_ONLY = {"permission_mode", "allowed_tools", "is_sandbox", "claude_bin", "pi_bin", "codex_bin", "command"}
+KINDS = {str, int, float, bool, list}
+
+
+# -- the schema --------------------------------------------------------------------------------
+
+
+def test_every_default_is_in_the_schema_once() -> None:
+    assert [s.name for s in SETTINGS] == list(DEFAULTS)
+    assert {s.name: s.default_value() for s in SETTINGS} == DEFAULTS
+    assert {name: type(value) for name, value in DEFAULTS.items()} == {
+        s.name: type(s.default_value()) for s in SETTINGS
+    }
+    assert set(BY_NAME) == set(DEFAULTS) and len(BY_NAME) == len(SETTINGS)
+
+
+def test_each_default_has_its_settings_type() -> None:
+    for s in SETTINGS:
+        assert s.kind in KINDS, s.name
+        assert s.help and "\n" not in s.help, s.name
+        value = s.default_value()
+        if value is None:
+            assert s.optional, s.name
+            continue
+        assert not s.optional, s.name
+        assert type(value) is s.kind, s.name  # exactly: a bool is no int, an int no float
+        if isinstance(value, list):
+            assert all(isinstance(item, str) for item in value), s.name
+
+
+def test_trust_says_which_settings_a_repository_may_set() -> None:
+    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == USER_ONLY
+    assert {s.name for s in SETTINGS if s.trust is Trust.ANYWHERE} == set(DEFAULTS) - USER_ONLY
+    assert all(s.repository_may_set is (s.trust is Trust.ANYWHERE) for s in SETTINGS)
+    assert setting("watchdog_timeout").env_var == "CORRAL_WATCHDOG_TIMEOUT"
+
+
+def test_the_accessor() -> None:
+    assert default("watchdog_timeout") == 1800.0
+    assert default("breaker_threshold", int) == 3
+    assert default("permission_mode", str) == "acceptEdits"
+    assert default("model") is None
+    with pytest.raises(TypeError, match="breaker_threshold"):
+        default("breaker_threshold", str)
+    with pytest.raises(KeyError, match="no setting named 'watchdog'"):
+        default("watchdog")
+    # a list default is the caller's own copy: changing it changes nothing for the next caller
+    tools = default("allowed_tools", list)
+    tools.append("Everything")
+    assert default("allowed_tools") == DEFAULTS["allowed_tools"]
+
+
+def test_the_domain_reads_its_defaults_from_the_schema() -> None:
+    assert Budgets() == Budgets(
+        overload_seconds=DEFAULTS["budget_overload"],
+        network_seconds=DEFAULTS["budget_network"],
+        unreachable_attempts=DEFAULTS["budget_unreachable"],
+        unknown_attempts=DEFAULTS["budget_unknown"],
+    )
+    assert DEFAULTS["text_cap"] == DEFAULT_TEXT_CAP
+
+
+def test_the_schema_is_pure() -> None:
+    tree = ast.parse(Path(schema.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    assert imported == {"__future__", "enum", "typing", "corral.errors"}
+    # and importing it loads nothing of corral beyond the errors
+    code = "import sys, corral.domain.settings; print(sorted(m for m in sys.modules if m.startswith('corral')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(["corral", "corral.domain", "corral.domain.settings", "corral.errors"])
+
+
+# -- reading a value ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "value"),
+    [
+        ("auto_resume", "off", False),
+        ("auto_resume", " Yes ", True),
+        ("is_sandbox", "1", True),
+        ("is_sandbox", "", False),
+        ("breaker_threshold", " 7 ", 7),
+        ("watchdog_timeout", "7", 7.0),
+        ("grace_period", "2.5", 2.5),
+        ("allowed_tools", "Read, Grep,,", ["Read", "Grep"]),
+        ("protected", "", []),
+        ("model", "opus", "opus"),
+        ("model", "", ""),
+        ("claude_bin", " /opt/claude ", " /opt/claude "),
+    ],
+)
+def test_text_from_the_environment_becomes_the_settings_type(name: str, text: str, value: object) -> None:
+    got = setting(name).coerce(text, setting(name).env_var)
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("auto_resume", "maybe"), ("breaker_threshold", "many"), ("breaker_threshold", "7.5"), ("grace_period", "soon")],
+)
+def test_text_that_is_not_the_settings_type_is_a_config_error(name: str, text: str) -> None:
+    var = setting(name).env_var
+    with pytest.raises(ConfigError) as caught:
+        setting(name).coerce(text, var)
+    assert caught.value.code == "config-invalid"
+    assert var in caught.value.message and f"'{name}'" in caught.value.message and repr(text) in caught.value.message
+    assert caught.value.hint == f"{name}: {setting(name).help}."
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "value"),
+    [
+        ("watchdog_timeout", 42, 42.0),
+        ("watchdog_timeout", 4.5, 4.5),
+        ("breaker_threshold", 5, 5),
+        ("auto_resume", False, False),
+        ("protected", ["a/*", "b"], ["a/*", "b"]),
+        ("remote", "upstream", "upstream"),
+        # text is read as the environment's text is, in a file too
+        ("protected", "a/*, b", ["a/*", "b"]),
+        ("watchdog_timeout", "42", 42.0),
+    ],
+)
+def test_a_toml_value_of_the_right_type_is_taken(name: str, raw: object, value: object) -> None:
+    got = setting(name).coerce(raw, "corral.toml")
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("breaker_threshold", True),
+        ("breaker_threshold", 3.0),
+        ("watchdog_timeout", True),
+        ("auto_resume", 1),
+        ("protected", ["a", 1]),
+        ("remote", 5),
+        ("model", ["opus"]),
+    ],
+)
+def test_a_toml_value_of_another_type_is_refused(name: str, raw: object) -> None:
+    with pytest.raises(ConfigError, match=f"corral.toml: '{name}' must be"):
+        setting(name).coerce(raw, "corral.toml")
+
+
+# -- writing a value back as TOML --------------------------------------------------------------
+
+_TEXT = hs.text(hs.characters(blacklist_categories=("Cs",)))
+
+
+def _round_trip(value: object) -> object:
+    return tomllib.loads(f"x = {toml_value(value)}  # {toml_comment('a comment')}\n")["x"]  # type: ignore[arg-type]
+
+
+@given(_TEXT)
+def test_any_text_reads_back_equal(text: str) -> None:
+    assert _round_trip(text) == text
+
+
+@given(hs.lists(_TEXT))
+def test_any_list_of_text_reads_back_equal(items: list[str]) -> None:
+    assert _round_trip(items) == items
+
+
+@given(hs.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_any_whole_number_reads_back_equal(number: int) -> None:
+    got = _round_trip(number)
+    assert got == number and type(got) is int
+
+
+@given(hs.floats())
+def test_any_number_reads_back_equal(number: float) -> None:
+    got = _round_trip(number)
+    assert type(got) is float
+    assert math.isnan(got) if math.isnan(number) else got == number
+
+
+def test_toml_literals() -> None:
+    assert [toml_value(v) for v in (True, False, 3, 1800.0, 'a"b\\c\n', [], ["x", "y"])] == [
+        "true",
+        "false",
+        "3",
+        "1800.0",
+        '"a\\"b\\\\c\\n"',
+        "[]",
+        '["x", "y"]',
+    ]
+    assert toml_value("tab\tnul\x00del\x7f") == '"tab\\tnul\\u0000del\\u007F"'
+    # an undecodable byte from the environment has no Unicode form: it shows as U+FFFD
+    assert _round_trip("bin\udcff") == "bin\ufffd"
+    with pytest.raises(TypeError):
+        toml_value(None)  # type: ignore[arg-type]
+
+
+@given(hs.text())
+def test_any_text_makes_a_valid_comment(text: str) -> None:
+    comment = toml_comment(text)
+    assert tomllib.loads(f"# {comment}\nx = 1 # {comment}\n") == {"x": 1}
