@@ -104,9 +104,10 @@ def test_write_is_atomic_private_and_dated_by_the_injected_clock(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_mtime == when.timestamp()
     assert json.loads(path.read_text())["created_at"] == "2025-01-02T03:04:05.000000Z"
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
-    assert diagnostics.resolve(paths.diagnostics, ref).describe() == str(path)
+    assert ref in diagnostics.present(paths.diagnostics, "task1")  # what show resolves the reference by
     path.unlink()
-    assert diagnostics.resolve(paths.diagnostics, ref).describe() == "Expired after 90 days"
+    assert ref not in diagnostics.present(paths.diagnostics, "task1")
+    assert diagnostics.EXPIRED == "Expired after 90 days"  # how show then reads it
 
 
 # -- wording ---------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.sanitize import sanitize_prose
 from corral.domain.status import Status
-from corral.engine.operations import control, tasks, turns
 from corral.engine.config import harness_settings
+from corral.engine.operations import control, tasks, turns
 from corral.engine.read.projection import show
 from tests.conftest import git
 from tests.turns.conftest import ok

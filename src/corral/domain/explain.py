@@ -8,10 +8,11 @@ reasons; a known category gets generic wording by category.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
-from corral.domain.status import Status
+from corral.domain.status import Op, Status, may
 
 UNKNOWN_REASON = "This turn failed for unknown reasons."
 MAY_HAVE_CHANGED = "It may have changed files before it stopped."
@@ -282,16 +283,44 @@ def breaker_line(consecutive: int) -> str:
     )
 
 
+_COMMAND = re.compile(r"\bcorral ([a-z-]+)")
+
+
+def offers(text: str, status: Status) -> bool:
+    """Whether every lifecycle command ``text`` names may run on a task in ``status`` (the operations table)."""
+    return all(not op_named(name) or may(Op(name), status) for name in _COMMAND.findall(text))
+
+
+def op_named(name: str) -> bool:
+    return name in Op._value2member_map_
+
+
 def next_step(task: Task, *, pending_violations: int = 0, breaker: bool = False) -> str | None:
-    """What a person does next with the task, as a command they can type."""
+    """What a person does next with the task, as a command they can type.
+
+    A hint never names an operation the operations table refuses in the task's status: a
+    tailored hint that would is passed over for the status's own.
+    """
+    hint = _next_step(task, pending_violations=pending_violations, breaker=breaker)
+    if hint is not None and not offers(hint, task.status):
+        return _by_status(task, pending_violations, breaker)
+    return hint
+
+
+def _next_step(task: Task, *, pending_violations: int, breaker: bool) -> str | None:
     ref = task.ref
     cause = task.resting_cause
     if breaker and task.status is Status.INTERRUPTED and not pending_violations:
         return f"Look at what failed (corral logs {ref}), then: corral resume {ref}"
     if cause is not None and task.status in (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.BACKLOG):
         tailored = _tailored(cause.code, harness_name(task.harness), ref, cause)
-        if tailored is not None and tailored.next and not pending_violations:
+        if tailored is not None and tailored.next and not pending_violations and offers(tailored.next, task.status):
             return tailored.next
+    return _by_status(task, pending_violations, breaker)
+
+
+def _by_status(task: Task, pending_violations: int, breaker: bool) -> str | None:
+    ref = task.ref
     match task.status:
         case Status.BACKLOG:
             return f"Start it: corral start {ref}"

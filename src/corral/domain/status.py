@@ -204,6 +204,12 @@ def allowed_from(op: Op) -> tuple[Status, ...]:
     return tuple(s for s in Status if s in OPERATIONS[op])
 
 
+def takes(op: Op) -> str:
+    """The statuses ``op`` runs from, in words: "blocked, conflict or interrupted"."""
+    names = [s.value for s in allowed_from(op)]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None) -> None:
     """Refuse ``op`` on a task in ``status`` unless the operations table allows it, naming what it takes."""
     if may(op, status):

@@ -83,10 +83,6 @@ class ProjectPaths:
         return self.root / "logs"
 
     @property
-    def log_file(self) -> Path:
-        return self.logs / "corral.log"
-
-    @property
     def daemon_lock(self) -> Path:
         return self.root / "daemon.lock"
 

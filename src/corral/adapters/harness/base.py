@@ -9,12 +9,12 @@ failed attempt onto the shared taxonomy. Unknown stays unknown.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from corral.domain.failures import FailureClass
+from corral.domain.settings import default
 
 #: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin.
 ARGV_PROMPT_LIMIT = 96 * 1024
@@ -24,7 +24,7 @@ ARGV_PROMPT_LIMIT = 96 * 1024
 class Posture:
     """What the agent may do: the permission mode and tool lists (trusted settings only)."""
 
-    permission_mode: str = "acceptEdits"
+    permission_mode: str = default("permission_mode", str)
     allowed_tools: tuple[str, ...] = ()
     read_only: bool = False
     is_sandbox: bool = False
@@ -108,10 +108,6 @@ class Harness(Protocol):
     def interactive(self, req: TurnRequest) -> Launch: ...
     def parse(self, line: bytes) -> list[Event]: ...
     def classify(self, facts: AttemptFacts) -> Verdict: ...
-
-
-def resolve_executable(executable: str) -> str | None:
-    return shutil.which(executable)
 
 
 def prompt_arg(prompt: str) -> tuple[list[str], bytes | None]:

@@ -22,15 +22,13 @@ from typing import Any
 from corral import crashpoints
 from corral.domain.actors import Actor, Role
 from corral.domain.records import Session, Task
-from corral.domain.status import ACTIVE, Status
+from corral.domain.status import ACTIVE, Op, Status, may, takes
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.recovery.merges import MARKER, restore_prior
 from corral.engine.resolve import resolve_task
 from corral.errors import AcceptRefused, CorralError, DestinationRestoreConflict, MergeConflictOnAccept
-
-ACCEPTABLE = (Status.BLOCKED, Status.SUBMITTED)
 
 
 @dataclass(frozen=True)
@@ -129,9 +127,9 @@ def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
                 f"Cannot accept {task.ref}: protected files await a decision: {', '.join(pending)}",
                 hint=f"corral unblock {task.ref} -m '…' --approve-file PATH / --revert-file PATH",
             )
-        if task.status not in ACCEPTABLE:
+        if not may(Op.ACCEPT, task.status):
             raise AcceptRefused(
-                f"Cannot accept {task.ref}: it is {task.status.value}; accept takes a blocked or submitted task.",
+                f"Cannot accept {task.ref}: it is {task.status.value}; accept takes a task that is {takes(Op.ACCEPT)}.",
                 hint=f"See what it needs: corral show {task.ref}",
             )
         if session is None or not session.worktree:

@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor, Role
 from corral.domain.records import RestingCause, Task, Turn
-from corral.domain.status import Status
+from corral.domain.status import WAIT_RESTS, Op, Status, check_operation
 from corral.engine.operations.refresh import settle
 from corral.engine.operations.turns import Started
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.engine.runtime import protocol as proto
-from corral.errors import RefusedError
 
 STOP_WAIT_SECONDS = 15.0
 
@@ -42,12 +41,7 @@ def request_stop(project: Project, task: Task, actor: Actor) -> bool:
 def stop(project: Project, given: str, *, actor: Actor) -> Task:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
-    if task.status is not Status.WORKING:
-        raise RefusedError(
-            f"Task {task.ref} is {task.status.value}; no turn is running.",
-            code="not-running",
-            hint=f"See it: corral show {task.ref}",
-        )
+    check_operation(Op.STOP, task.status, task.ref, hint=f"No turn is running; see it: corral show {task.ref}")
     asked = request_stop(project, task, actor)
     deadline = time.monotonic() + STOP_WAIT_SECONDS
     while asked and time.monotonic() < deadline:
@@ -81,18 +75,6 @@ def stop(project: Project, given: str, *, actor: Actor) -> Task:
 
 # -- waiting ---------------------------------------------------------------------------
 
-RESTING_WAIT = frozenset(
-    {
-        Status.BACKLOG,
-        Status.BLOCKED,
-        Status.CONFLICT,
-        Status.INTERRUPTED,
-        Status.SUBMITTED,
-        Status.COMPLETE,
-        Status.ABANDONED,
-    }
-)
-
 
 @dataclass(frozen=True)
 class WaitResult:
@@ -109,7 +91,7 @@ class WaitResult:
 
 
 def rests(task: Task) -> bool:
-    return task.status in RESTING_WAIT
+    return task.status in WAIT_RESTS
 
 
 def wait(

@@ -25,15 +25,13 @@ from corral.adapters.locks import is_locked, try_lock
 from corral.adapters.process import run_foreground
 from corral.domain.actors import Actor
 from corral.domain.records import Task
-from corral.domain.status import Status, check_transition
+from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine.config import harness_settings
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.recovery.pairs import end_pair, pairing_lock
 from corral.engine.resolve import resolve_task
 from corral.errors import ChatOpen, CorralError, RefusedError
-
-PAIRABLE = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED)
 
 
 def chat_lock(project: Project, task_id: str) -> Path:
@@ -94,6 +92,7 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
     with task_lock(project, task.id, what="pair"):
         with project.store.write() as tx:
             task = tx.get_task(task.id) or task
+            check_operation(Op.PAIR, task.status, task.ref)
             check_transition(task.status, Status.PAIRING, actor, what=f"pair on {task.ref}")
             session = tx.get_session(task.session_id) if task.session_id else None
             if session is None or not session.worktree or not Path(session.worktree).is_dir():
@@ -150,12 +149,7 @@ def chat(project: Project, given: str) -> int:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         session = tx.get_session(task.session_id) if task.session_id else None
-    if task.status not in (Status.BLOCKED, Status.CONFLICT):
-        raise RefusedError(
-            f"Cannot chat with {task.ref} while it is {task.status.value}.",
-            code="not-resting",
-            hint="chat opens on a blocked or conflict task.",
-        )
+    check_operation(Op.CHAT, task.status, task.ref, hint="chat opens on a task waiting for review.")
     if session is None or not session.worktree or not Path(session.worktree).is_dir():
         raise RefusedError(f"Task {task.ref} has no worktree to chat in.", code="no-session")
     with holding_chat(project, task):

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 
 from corral.domain.actors import Actor
-from corral.domain.status import Status, check_transition
+from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
@@ -32,6 +32,7 @@ def submit(project: Project, given: str, *, actor: Actor) -> Submitted:
     with task_lock(project, task.id, what="submit"):
         with project.store.read() as tx:
             task = tx.get_task(task.id) or task
+            check_operation(Op.SUBMIT, task.status, task.ref)
             check_transition(task.status, Status.SUBMITTED, actor, what=f"submit {task.ref}")
             pending = tx.pending_paths(task.id)
             if pending:

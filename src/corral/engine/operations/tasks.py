@@ -16,7 +16,7 @@ from corral.domain.actors import Actor
 from corral.domain.records import Note, Task
 from corral.domain.refs import unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
-from corral.domain.status import Status, allowed_targets, check_transition, is_terminal
+from corral.domain.status import Op, Status, check_operation, check_transition, is_terminal, may
 from corral.engine import workspace
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
@@ -113,7 +113,7 @@ def edit(
     clean_prompt = _prose(project, "prompt", prompt) if prompt is not None else UNSET
     with project.store.write() as tx:
         task = resolve_task(tx, given)
-        if is_terminal(task.status):
+        if not may(Op.EDIT, task.status):
             raise RefusedError(
                 f"Task {task.ref} is {task.status.value}: its goal, prompt, parent and harness are frozen.",
                 code="task-frozen",
@@ -150,6 +150,7 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
                 code="already-abandoned",
                 hint=f"Nothing to {how}. To bring it back: corral reopen {task.ref}",
             )
+        check_operation(Op(how), task.status, task.ref)
         check_transition(task.status, Status.ABANDONED, actor, what=f"{how} {task.ref}")
         tx.set_status(task.id, Status.ABANDONED, actor, why, expected_from=task.status, resting_cause=None)
         session = tx.get_session(task.session_id) if task.session_id else None
@@ -169,14 +170,7 @@ def reopen(project: Project, given: str, *, reason: str | None, actor: Actor) ->
     why = _prose(project, "reason", reason) if reason else None
     with project.store.read() as tx:
         task = resolve_task(tx, given)
-        if task.status not in (Status.COMPLETE, Status.ABANDONED):
-            allowed = [s.value for s in allowed_targets(task.status, actor)]
-            raise RefusedError(
-                f"Cannot reopen {task.ref}: it is {task.status.value}, not complete or abandoned; from "
-                f"{task.status.value} it can go to {', '.join(allowed) or 'nothing'}.",
-                code="illegal-transition",
-                hint=f"See it with corral show {task.ref}.",
-            )
+        check_operation(Op.REOPEN, task.status, task.ref, hint=f"See it with corral show {task.ref}.")
         if task.status is Status.COMPLETE and not (why and why.strip()):
             raise UsageError(
                 f"Reopening the accepted task {task.ref} needs a reason.",
@@ -267,12 +261,7 @@ def delete(project: Project, given: str, *, actor: Actor) -> Task:
     """A terminal task and everything kept for it: archive ref, branch, worktree, logs, evidence, rows."""
     with project.store.read() as tx:
         task = resolve_task(tx, given)
-        if not is_terminal(task.status):
-            raise RefusedError(
-                f"Cannot delete {task.ref} while it is {task.status.value}; only a finished task can be deleted.",
-                code="not-terminal",
-                hint=f"Close it first: corral close {task.ref} -m 'why'",
-            )
+        check_operation(Op.DELETE, task.status, task.ref, hint=f"Close it first: corral close {task.ref} -m 'why'")
         children = tx.children(task.id)
         if children:
             raise RefusedError(

@@ -189,28 +189,6 @@ def present(diagnostics_dir: Path, task_id: str) -> set[str]:
         return set()
 
 
-class Resolved:
-    """Where a diagnostic reference leads now (plain classes here: this module loads on every command)."""
-
-    __slots__ = ("path", "ref")
-
-    def __init__(self, ref: str, path: Path | None) -> None:
-        self.ref = ref
-        self.path = path  # None once pruned
-
-    @property
-    def expired(self) -> bool:
-        return self.path is None
-
-    def describe(self) -> str:
-        return str(self.path) if self.path is not None else EXPIRED
-
-
-def resolve(diagnostics_dir: Path, ref: str, kept: set[str] | None = None) -> Resolved:
-    exists = ref in kept if kept is not None else (diagnostics_dir / ref).is_file()
-    return Resolved(ref, diagnostics_dir / ref if exists else None)
-
-
 # -- writing -----------------------------------------------------------------------------
 
 
