@@ -5,8 +5,9 @@ Everything corral executes goes through here, so tests can record or replace it:
 long-lived child (detached in its own session for a supervisor or a daemon, or in the
 foreground for an interactive pair); :func:`pid_alive` tells whether a pid is a live
 process (a zombie is not); :func:`stop_group` ends a process group with SIGTERM, a grace
-period, then SIGKILL. Every argv passes :func:`check_argv` first: a NUL byte in an
-argument would otherwise surface as Python's opaque "embedded null byte".
+period (the caller's: the domain's rule or the command's), then SIGKILL. Every argv passes
+:func:`check_argv` first: a NUL byte in an argument would otherwise surface as Python's
+opaque "embedded null byte".
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from corral.domain.failures import TERM_GRACE_SECONDS
 from corral.errors import ArgvError
 
 MAX_PID = 2**22  # Linux's pid_max ceiling; anything larger is not a process
@@ -147,10 +147,10 @@ def spawn_shell(
     )
 
 
-def run_foreground(argv: Sequence[str], *, cwd: str, env: Mapping[str, str]) -> int:
+def run_foreground(argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run an interactive program on the person's terminal and return its exit status."""
     check_argv(argv)
-    return subprocess.run(list(argv), cwd=cwd, env=dict(env), check=False).returncode
+    return subprocess.run(list(argv), cwd=cwd, env=dict(env) if env is not None else None, check=False).returncode
 
 
 def pid_alive(pid: int) -> bool:
@@ -171,6 +171,17 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def send(pid: int, signum: int) -> bool:
+    """Signal one process; False when it is already gone (never 0, 1 or ourselves)."""
+    if pid <= 1 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def signal_group(pid: int, signum: int) -> None:
     """Signal ``pid``'s process group (or ``pid`` alone when it shares ours); never 0, 1 or ourselves."""
     if pid <= 1 or pid == os.getpid():
@@ -189,7 +200,7 @@ def signal_group(pid: int, signum: int) -> None:
         pass
 
 
-def stop_group(pid: int, grace: float = TERM_GRACE_SECONDS) -> None:
+def stop_group(pid: int, grace: float) -> None:
     """SIGTERM the process's group, then SIGKILL it after ``grace`` seconds if it still lives."""
     if not pid_alive(pid):
         return
@@ -201,7 +212,7 @@ def stop_group(pid: int, grace: float = TERM_GRACE_SECONDS) -> None:
         signal_group(pid, signal.SIGKILL)
 
 
-def stop_child_group(proc: subprocess.Popen[bytes], grace: float = TERM_GRACE_SECONDS) -> None:
+def stop_child_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     """End the process group of a child started in its own session (its group id is its pid).
 
     SIGTERM to the group, then SIGKILL to the group after ``grace`` seconds — even when the

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from corral.adapters.process import run_foreground
 from corral.errors import UsageError
 
 SCISSORS = "# ------------------------ >8 ------------------------"
@@ -30,10 +30,10 @@ def from_editor(instructions: str) -> str:
     with tempfile.TemporaryDirectory(prefix="corral-") as tmp:
         path = Path(tmp) / "CORRAL_MESSAGE.md"
         path.write_text(f"\n{SCISSORS}\n# {instructions}\n# Everything from the line above down is removed.\n")
-        result = subprocess.run([*shlex.split(editor), str(path)], check=False)
-        if result.returncode != 0:
+        code = run_foreground([*shlex.split(editor), str(path)])
+        if code != 0:
             raise UsageError(
-                f"The editor exited with status {result.returncode}; nothing was saved.",
+                f"The editor exited with status {code}; nothing was saved.",
                 code="editor-failed",
                 hint="Pass the text with -m instead.",
             )

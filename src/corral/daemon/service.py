@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.adapters.locks import is_locked, try_lock
-from corral.adapters.process import pid_alive, spawn_detached
+from corral.adapters.process import pid_alive, send, spawn_detached
 from corral.domain.clock import rfc3339
 from corral.domain.status import Status
 from corral.engine.operations.refresh import settle
@@ -31,7 +31,6 @@ from corral.errors import CorralError, DaemonRunning
 
 TICK_SECONDS = 2.0
 PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when the daemon starts)
-STATE_FILE = "daemon.json"
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class DaemonState:
 
 def state(project: Project) -> DaemonState:
     """Whether a daemon holds this state directory's lock, and what it last wrote."""
-    info = proto.read_raw(project.paths.root / STATE_FILE) or {}
+    info = proto.read_raw(project.paths.daemon_state) or {}
     running = is_locked(project.paths.daemon_lock)
     pid = info.get("pid") if isinstance(info.get("pid"), int) else None
     return DaemonState(running, pid if running else None, info.get("started_at"), info.get("last_tick"))
@@ -60,7 +59,7 @@ def _logger(project: Project) -> logging.Logger:
     logger.propagate = False
     if not logger.handlers:
         handler = logging.handlers.RotatingFileHandler(
-            project.paths.logs / "daemon.log", maxBytes=1_000_000, backupCount=3, encoding="utf-8"
+            project.paths.daemon_log, maxBytes=1_000_000, backupCount=3, encoding="utf-8"
         )
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
@@ -105,7 +104,7 @@ class Daemon:
 
     def write_state(self, started: str) -> None:
         proto.write_json(
-            self.project.paths.root / STATE_FILE,
+            self.project.paths.daemon_state,
             {"pid": os.getpid(), "started_at": started, "last_tick": rfc3339(self.project.clock())},
             durable=False,
         )
@@ -217,7 +216,7 @@ def start_detached(project: Project, timeout: float = 10.0) -> DaemonState:
         )
     pid = spawn_detached(
         [sys.executable, "-m", "corral", "--repo", str(project.repo), "daemon", "run"],
-        log=project.paths.logs / "daemon.out",
+        log=project.paths.daemon_out,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -230,7 +229,7 @@ def start_detached(project: Project, timeout: float = 10.0) -> DaemonState:
     raise CorralError(
         "The daemon did not start.",
         code="daemon-failed",
-        hint=f"See {project.paths.logs / 'daemon.out'} and {project.paths.logs / 'daemon.log'}.",
+        hint=f"See {project.paths.daemon_out} and {project.paths.daemon_log}.",
     )
 
 
@@ -238,11 +237,11 @@ def stop_running(project: Project, timeout: float = 10.0) -> DaemonState:
     current = state(project)
     if not current.running or current.pid is None:
         return current
-    os.kill(current.pid, signal.SIGTERM)
+    send(current.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and state(project).running:
         time.sleep(0.05)
     if state(project).running:
-        os.kill(current.pid, signal.SIGKILL)
+        send(current.pid, signal.SIGKILL)
         time.sleep(0.2)
     return state(project)

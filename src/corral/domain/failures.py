@@ -14,6 +14,7 @@ import signal as _signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 
 from corral.domain.settings import default
 
@@ -102,24 +103,30 @@ def decide(
 
 # -- shared signals ------------------------------------------------------------------
 
-_AUTH = re.compile(r"\b(401|403)\b|credit balance|invalid api key|unauthori[sz]ed|authentication", re.I)
-_OVERLOAD = re.compile(r"\b(429|529|503)\b|overloaded|rate.?limit|usage limit|too many requests", re.I)
-_UNREACHABLE = re.compile(r"ECONNREFUSED|ENOTFOUND|EAI_AGAIN|connection refused|getaddrinfo", re.I)
-_NETWORK = re.compile(r"ECONNRESET|ETIMEDOUT|EPIPE|socket hang up|\b(500|502|504)\b|network error|fetch failed", re.I)
+_SIGNALS = (
+    (FailureClass.FATAL_AUTH, r"\b(401|403)\b|credit balance|invalid api key|unauthori[sz]ed|authentication"),
+    (FailureClass.TRANSIENT_OVERLOAD, r"\b(429|529|503)\b|overloaded|rate.?limit|usage limit|too many requests"),
+    (FailureClass.TRANSIENT_UNREACHABLE, r"ECONNREFUSED|ENOTFOUND|EAI_AGAIN|connection refused|getaddrinfo"),
+    (
+        FailureClass.TRANSIENT_NETWORK,
+        r"ECONNRESET|ETIMEDOUT|EPIPE|socket hang up|\b(500|502|504)\b|network error|fetch failed",
+    ),
+)
+
+
+@cache
+def _compiled() -> tuple[tuple[FailureClass, re.Pattern[str]], ...]:
+    """The shared signals, compiled on first use: most commands never classify a failure."""
+    return tuple((cls, re.compile(pattern, re.I)) for cls, pattern in _SIGNALS)
 
 
 def classify_common(text: str, exit_code: int | None = None) -> FailureClass:
     """Shared HTTP/socket signals (auth, overload, unreachable, network); else unknown."""
     if exit_code == 127:
         return FailureClass.FATAL_CONFIG
-    if _AUTH.search(text):
-        return FailureClass.FATAL_AUTH
-    if _OVERLOAD.search(text):
-        return FailureClass.TRANSIENT_OVERLOAD
-    if _UNREACHABLE.search(text):
-        return FailureClass.TRANSIENT_UNREACHABLE
-    if _NETWORK.search(text):
-        return FailureClass.TRANSIENT_NETWORK
+    for cls, pattern in _compiled():
+        if pattern.search(text):
+            return cls
     return FailureClass.UNKNOWN
 
 
@@ -174,3 +181,7 @@ def decide_watchdog_retry(work_captured: bool, relaunches: int) -> bool:
     read git, the caller passes False (fail toward retrying).
     """
     return not work_captured and relaunches < WATCHDOG_RELAUNCHES
+
+
+#: Resting causes after which auto-resume must never fire: the task needs a person.
+NO_AUTO_RESUME = frozenset({"merge-and-fix-failed", "internal-fault"})

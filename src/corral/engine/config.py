@@ -15,7 +15,6 @@ found there is left out and reported in ``Config.ignored``.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         return {}
     if not path.is_file():
         raise ConfigError(f"{path} is not a regular file.", hint="Replace it with a TOML file, or remove it.")
+    import tomllib  # only when a settings file exists
+
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

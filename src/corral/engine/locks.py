@@ -18,7 +18,7 @@ from corral.errors import TaskBusy
 
 @contextmanager
 def task_lock(project: Project, task_id: str, *, what: str = "corral", timeout: float = 10.0) -> Iterator[None]:
-    path = project.paths.task_dir(task_id) / "lifecycle.lock"
+    path = project.paths.lifecycle_lock(task_id)
     fd = lock(path, timeout)
     if fd is None:
         raise TaskBusy(

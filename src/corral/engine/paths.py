@@ -14,13 +14,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 
 def corral_home() -> Path:
     env = os.environ.get("CORRAL_HOME")
     if env:
         return Path(env).expanduser().resolve()
+    import platformdirs  # only when CORRAL_HOME is unset: every test and most runs never need it
+
     return Path(platformdirs.user_data_dir("corral", appauthor=False))
 
 
@@ -28,6 +28,8 @@ def user_config_file() -> Path:
     env = os.environ.get("CORRAL_CONFIG_FILE")
     if env:
         return Path(env).expanduser()
+    import platformdirs
+
     return Path(platformdirs.user_config_dir("corral", appauthor=False)) / "config.toml"
 
 
@@ -35,6 +37,12 @@ def project_slug(repo: Path) -> str:
     name = re.sub(r"[^a-z0-9]+", "-", repo.name.lower()).strip("-") or "repo"
     digest = hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:12]
     return f"{name[:40]}--{digest}"
+
+
+#: A turn's verbatim harness output and its stderr, in the turn's directory.
+OUTPUT_LOG = "output.log"
+STDERR_LOG = "stderr.log"
+TURN_LOGS = (OUTPUT_LOG, STDERR_LOG)
 
 
 @dataclass(frozen=True)
@@ -64,8 +72,23 @@ class ProjectPaths:
     def protocol_dir(self, task_id: str) -> Path:
         return self.task_dir(task_id) / "protocol"
 
+    def turns_dir(self, task_id: str) -> Path:
+        return self.task_dir(task_id) / "turns"
+
     def turn_dir(self, task_id: str, sequence: int) -> Path:
-        return self.task_dir(task_id) / "turns" / str(sequence)
+        return self.turns_dir(task_id) / str(sequence)
+
+    def output_log(self, task_id: str, sequence: int) -> Path:
+        return self.turn_dir(task_id, sequence) / OUTPUT_LOG
+
+    def lifecycle_lock(self, task_id: str) -> Path:
+        return self.task_dir(task_id) / "lifecycle.lock"
+
+    def pairing_lock(self, task_id: str) -> Path:
+        return self.task_dir(task_id) / "pairing.lock"
+
+    def chat_lock(self, task_id: str) -> Path:
+        return self.task_dir(task_id) / "chat.lock"
 
     @property
     def worktrees(self) -> Path:
@@ -87,6 +110,29 @@ class ProjectPaths:
         return self.root / "daemon.lock"
 
     @property
+    def daemon_state(self) -> Path:
+        return self.root / "daemon.json"
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.logs / "daemon.log"
+
+    @property
+    def daemon_out(self) -> Path:
+        """The daemon's own stdout and stderr (what it prints before its log is set up)."""
+        return self.logs / "daemon.out"
+
+    @property
+    def supervisor_log(self) -> Path:
+        """Where detached supervisors' own stdout and stderr go (never an agent's output)."""
+        return self.logs / "supervisor.log"
+
+    @property
+    def merged_sweep(self) -> Path:
+        """The merged-branch sweep's memory of which branch and target tips it already looked at."""
+        return self.root / "merged-sweep.json"
+
+    @property
     def project_config(self) -> Path:
         return self.repo / "corral.toml"
 
@@ -99,8 +145,8 @@ class ProjectPaths:
             "tasks": str(self.tasks),
             "worktrees": str(self.worktrees),
             "diagnostics": str(self.diagnostics),
-            "daemon_log": str(self.logs / "daemon.log"),
-            "supervisor_log": str(self.logs / "supervisor.log"),
+            "daemon_log": str(self.daemon_log),
+            "supervisor_log": str(self.supervisor_log),
             "project_config": str(self.project_config),
             "user_config": str(user_config_file()),
         }

@@ -48,7 +48,7 @@ def start(app: App) -> None:
     current = daemons.start_detached(app.project)
     app.answer(
         {"daemon": current.to_json()},
-        f"The daemon runs (pid {current.pid}); its log is {app.project.paths.logs / 'daemon.log'}.",
+        f"The daemon runs (pid {current.pid}); its log is {app.project.paths.daemon_log}.",
     )
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import click
 
+from corral.adapters.git import Git
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
@@ -54,13 +54,8 @@ SCENARIO = {
 }
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=corral demo", "-c", "user.email=demo@localhost", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
+def _git(repo: Path, *args: str) -> str:
+    return Git().out("-c", "user.name=corral demo", "-c", "user.email=demo@localhost", *args, cwd=repo)
 
 
 @click.command(
@@ -133,17 +128,7 @@ def demo(app: App, keep: bool) -> int:
             turns.unblock(project, task.ref, actor=Actor.HUMAN, message="Please add a test for greet().")
             second = control.wait(project, task.ref, timeout=60)
             show_new(project, task.ref)
-            log = (
-                subprocess.run(
-                    ["git", "log", "--oneline", "main..corral/greet"],
-                    cwd=repo,
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-                .stdout.strip()
-                .splitlines()
-            )
+            log = _git(repo, "log", "--oneline", "main..corral/greet").splitlines()
             say(f"The branch corral/greet has {len(log)} commits beyond main:")
             for line in log:
                 say(f"  {line}")

@@ -22,12 +22,8 @@ Examples:
 def paths(app: App) -> None:
     """Where this repository's corral state lives (CORRAL_HOME moves all of it)."""
     where = app.project.paths.as_dict()
-    if app.json:
-        app.emit({"paths": where})
-        return
     wide = max(len(k) for k in where)
-    for key, value in where.items():
-        app.say(f"{key:<{wide}}  {value}")
+    app.answer({"paths": where}, [f"{key:<{wide}}  {value}" for key, value in where.items()])
 
 
 @click.group()
@@ -49,32 +45,30 @@ Examples:
 def config_show(app: App) -> None:
     """Each setting as TOML, with its help and where its value came from."""
     cfg = app.project.config
-    if app.json:
-        app.emit(
-            {
-                "settings": {
-                    s.name: {
-                        "value": cfg.values[s.name].value,
-                        "source": cfg.values[s.name].source,
-                        "origin": cfg.values[s.name].origin,
-                        "trusted_only": not s.repository_may_set,
-                        "trust": s.trust.value,
-                        "default": s.default_value(),
-                        "help": s.help,
-                    }
-                    for s in SETTINGS
-                },
-                "ignored": cfg.ignored,
-                "unknown": cfg.unknown,
-            }
-        )
-        return
-    for line in settings_toml(cfg):
-        app.say(line)
-    for item in cfg.ignored:
-        app.note(f"ignored: {item}")
-    for item in cfg.unknown:
-        app.note(f"unknown setting: {item}")
+    if not app.json:
+        for item in cfg.ignored:
+            app.note(f"ignored: {item}")
+        for item in cfg.unknown:
+            app.note(f"unknown setting: {item}")
+    app.answer(
+        {
+            "settings": {
+                s.name: {
+                    "value": cfg.values[s.name].value,
+                    "source": cfg.values[s.name].source,
+                    "origin": cfg.values[s.name].origin,
+                    "trusted_only": not s.repository_may_set,
+                    "trust": s.trust.value,
+                    "default": s.default_value(),
+                    "help": s.help,
+                }
+                for s in SETTINGS
+            },
+            "ignored": cfg.ignored,
+            "unknown": cfg.unknown,
+        },
+        lambda: settings_toml(cfg),
+    )
 
 
 _SOURCE_WORDS = {"env": "environment", "project": "project file", "user": "user file"}
@@ -118,18 +112,18 @@ def doctor(app: App, task: str | None) -> int:
     """Check and repair; every problem comes with a hint."""
     checks = doctor_checks.run(app.project, task)
     failed = any(c.status == "fail" for c in checks)
-    if app.json:
-        app.emit({"ok": not failed, "checks": [c.to_json() for c in checks]})
-    else:
-        marks = {
-            "ok": ("ok", "green"),
-            "warn": ("warn", "yellow"),
-            "fail": ("FAIL", "red"),
-            "fixed": ("fixed", "cyan"),
-        }
+
+    def lines() -> list[str]:
+        out = []
         for c in checks:
-            word, color = marks[c.status]
-            app.say(f"{app.style(f'{word:>5}', color)}  {c.name:<9} {c.message}")
+            word, color = _MARKS[c.status]
+            out.append(f"{app.style(f'{word:>5}', color)}  {c.name:<9} {c.message}")
             if c.hint and c.status != "ok":
-                app.say(f"       {'':<9} hint: {c.hint}")
+                out.append(f"       {'':<9} hint: {c.hint}")
+        return out
+
+    app.answer({"ok": not failed, "checks": [c.to_json() for c in checks]}, lines)
     return 1 if failed else 0
+
+
+_MARKS = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red"), "fixed": ("fixed", "cyan")}

@@ -10,10 +10,10 @@ carries no feedback itself, so a crash during it redelivers the same feedback.
 from __future__ import annotations
 
 from corral.domain.actors import Actor
+from corral.domain.failures import NO_AUTO_RESUME
 from corral.domain.status import Status
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
-from corral.engine.recovery.receipts import NO_AUTO_RESUME
 from corral.errors import CorralError, TaskBusy
 
 

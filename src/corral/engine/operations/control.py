@@ -5,13 +5,12 @@ Both reconcile as they go, so a receipt that lands while they wait becomes its t
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.adapters.process import pid_alive
+from corral.adapters.process import pid_alive, send
 from corral.domain.actors import Actor, Role
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import WAIT_RESTS, Op, Status, check_operation
@@ -31,11 +30,7 @@ def request_stop(project: Project, task: Task, actor: Actor) -> bool:
     status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
     if status is None or not pid_alive(status.pid):
         return False
-    try:
-        os.kill(status.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    return True
+    return send(status.pid, signal.SIGTERM)
 
 
 def stop(project: Project, given: str, *, actor: Actor) -> Task:

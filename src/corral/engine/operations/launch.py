@@ -164,7 +164,7 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
         clear_protocol(protocol_dir, keep_into=log_dir)
         proto.write(protocol_dir, command)
         crashpoints.hit("launch.command-written")
-        pid = spawn_supervisor(protocol_dir, project.paths.logs / "supervisor.log")
+        pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log)
         crashpoints.hit("launch.supervisor-spawned")
         with project.store.write() as tx:
             tx.register_process(task.id, "supervisor", pid, command.command_id)
@@ -172,7 +172,7 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
         if not wait_alive(protocol_dir, pid):
             raise LaunchFailed(
                 f"The supervisor of {task.ref} did not start within {int(SUPERVISOR_START_TIMEOUT)} s.",
-                hint=f"See {project.paths.logs / 'supervisor.log'}.",
+                hint=f"See {project.paths.supervisor_log}.",
             )
     except Exception as exc:
         internal_fault(project, task, exc)

@@ -35,7 +35,7 @@ from corral.errors import ChatOpen, CorralError, RefusedError
 
 
 def chat_lock(project: Project, task_id: str) -> Path:
-    return project.paths.task_dir(task_id) / "chat.lock"
+    return project.paths.chat_lock(task_id)
 
 
 def chat_is_open(project: Project, task_id: str) -> bool:

@@ -43,14 +43,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corral.adapters.harness.base import Harness
+from corral.adapters.files import write_atomic
 from corral.domain.clock import rfc3339
 from corral.domain.records import FailureEvidence
 from corral.domain.redact import bounded, redact, secret_values
-from corral.engine.paths import ProjectPaths
-from corral.engine.runtime import protocol as proto
+from corral.engine.paths import OUTPUT_LOG, STDERR_LOG, ProjectPaths
+
+if TYPE_CHECKING:  # the protocol and the harnesses load only when a diagnostic is written
+    from corral.adapters.harness.base import Harness
+    from corral.engine.runtime import protocol as proto
 
 RETENTION = timedelta(days=90)
 EXPIRED = "Expired after 90 days"
@@ -200,20 +203,9 @@ def write(paths: ProjectPaths, task_id: str, key: str, content: dict[str, Any], 
     """
     ref = reference(task_id, key)
     path = path_of(paths, ref)
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"diagnostic_version": DIAGNOSTIC_VERSION, "created_at": rfc3339(now), **content}
-    payload = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    stamp = now.timestamp()
-    os.utime(tmp, (stamp, stamp))
-    os.replace(tmp, path)
-    proto.fsync_dir(path.parent)
+    payload = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass")
+    write_atomic(path, payload, mtime=now.timestamp())
     return ref
 
 
@@ -307,7 +299,7 @@ def translate_output(
     if log_dir is None:
         return out
     start, end = (int(log_range[0]), int(log_range[1])) if log_range and len(log_range) == 2 else (None, None)
-    text, cut = _read_window(log_dir / "output.log", start, end)
+    text, cut = _read_window(log_dir / OUTPUT_LOG, start, end)
     lines = text.splitlines()
     if cut and lines:
         lines = lines[1:]  # the first line was cut by the window
@@ -332,7 +324,7 @@ def translate_output(
         plain.append(line)
     out.partial = events[-PARTIAL_EVENTS:]
     out.tail = t.tail("\n".join(plain[-TAIL_LINES:]), TAIL_BYTES)
-    err, _cut = _read_window(log_dir / "stderr.log")
+    err, _cut = _read_window(log_dir / STDERR_LOG)
     err_lines = err.splitlines()
     if _cut and err_lines:
         err_lines = err_lines[1:]
@@ -422,6 +414,8 @@ def for_receipt(
     }
     err = receipt.error
     if err is not None:
+        from corral.engine.runtime import protocol as proto
+
         if err.kind is proto.ErrorKind.INTERNAL and err.tail:
             doc["stack"] = t.tail(err.tail, STACK_BYTES)
         if err.receipt_problem is not None:

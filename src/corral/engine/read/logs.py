@@ -10,16 +10,17 @@ from corral.adapters.harness.base import Event
 from corral.domain.actors import Role
 from corral.domain.records import Task
 from corral.engine.config import harness_settings
+from corral.engine.paths import OUTPUT_LOG
 from corral.engine.project import Project
 from corral.errors import NotFoundError
 
 
 def log_turns(project: Project, task: Task) -> list[int]:
     """Sequences of the turns that have an output log, oldest first."""
-    base = project.paths.task_dir(task.id) / "turns"
+    base = project.paths.turns_dir(task.id)
     if not base.is_dir():
         return []
-    return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit() and (p / "output.log").exists())
+    return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit() and (p / OUTPUT_LOG).exists())
 
 
 def log_path(project: Project, task: Task, turn: int | None) -> Path:
@@ -29,7 +30,7 @@ def log_path(project: Project, task: Task, turn: int | None) -> Path:
             f"Task {task.ref} has no turn output yet.", code="no-logs", hint=f"Start it: corral start {task.ref}"
         )
     if turn is None:
-        return project.paths.turn_dir(task.id, available[-1]) / "output.log"
+        return project.paths.output_log(task.id, available[-1])
     seq = turn
     if seq not in available:
         # An agent turn's output lives with the human turn that launched it.
@@ -43,7 +44,7 @@ def log_path(project: Project, task: Task, turn: int | None) -> Path:
             code="no-logs",
             hint=f"Turns with output: {', '.join(map(str, available))}",
         )
-    return project.paths.turn_dir(task.id, seq) / "output.log"
+    return project.paths.output_log(task.id, seq)
 
 
 def render_event(event: Event) -> str | None:

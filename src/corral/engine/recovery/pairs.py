@@ -13,7 +13,7 @@ from corral.engine.project import Project
 
 
 def pairing_lock(project: Project, task_id: str) -> Path:
-    return project.paths.task_dir(task_id) / "pairing.lock"
+    return project.paths.pairing_lock(task_id)
 
 
 def end_pair(project: Project, task_id: str, actor: Actor, content: str) -> Task:

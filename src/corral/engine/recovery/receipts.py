@@ -35,8 +35,6 @@ ERROR_CAUSES = {
     proto.ErrorKind.MERGE_AND_FIX: "merge-and-fix-failed",
     proto.ErrorKind.INTERNAL: "internal-fault",
 }
-#: Causes after which auto-resume must never fire.
-NO_AUTO_RESUME = frozenset({"merge-and-fix-failed", "internal-fault"})
 
 #: Why a receipt could not be used (``protocol.Problem``) -> its evidence code.
 RECEIPT_CODES = {

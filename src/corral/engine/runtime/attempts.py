@@ -23,6 +23,7 @@ from corral import crashpoints
 from corral.adapters.harness.base import AttemptFacts, Event, Harness, Launch, Verdict
 from corral.adapters.process import check_argv, spawn_piped, stop_child_group
 from corral.domain.redact import redact
+from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier
 from corral.engine.runtime.processes import COMMAND_TAG
@@ -112,8 +113,8 @@ class AttemptRunner:
         for var in PRIVATE_ENV:
             env.pop(var, None)
         env[COMMAND_TAG] = self.command_id
-        out_fd = os.open(self.log_dir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        err_fd = os.open(self.log_dir / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        out_fd = os.open(self.log_dir / OUTPUT_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err_fd = os.open(self.log_dir / STDERR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         run.log_start = os.fstat(out_fd).st_size
         started = self.clock()
         try:

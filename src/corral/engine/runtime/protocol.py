@@ -22,13 +22,13 @@ import errno
 import json
 import os
 import stat
-import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from corral.adapters.files import write_atomic
 from corral.adapters.harness.base import Posture
 from corral.domain.failures import Budgets
 from corral.domain.records import FailureEvidence
@@ -707,14 +707,6 @@ class Receipt:
 R = TypeVar("R", Command, SupervisorStatus, Progress, StopRequest, Receipt)
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class TooLarge(ValueError):
     """A protocol document over :data:`MAX_BYTES`: the writer refuses it rather than write what no reader takes."""
 
@@ -725,18 +717,7 @@ def write_json(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> 
     payload = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass")
     if len(payload) > MAX_BYTES:
         raise TooLarge(f"{path.name} would be {len(payload):,} bytes; the protocol's bound is {MAX_BYTES:,}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, payload)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        fsync_dir(path.parent)
+    write_atomic(path, payload, durable=durable)
 
 
 def write(

@@ -9,6 +9,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.failures import FailureClass
 from corral.domain.records import FailureEvidence, PossibleEffects
 from corral.domain.redact import redact
+from corral.engine.paths import TURN_LOGS
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRun
 from corral.engine.runtime.heartbeat import now
@@ -66,7 +67,7 @@ def attempt_record(a: AttemptRun, secrets: list[str]) -> proto.AttemptRecord:
 def output_tail(log_dir: Path, secrets: list[str], lines: int = INTERRUPT_TAIL_LINES) -> str:
     """The last lines of a turn's output and stderr, masked: what an interrupted turn keeps."""
     text = ""
-    for name in ("output.log", "stderr.log"):
+    for name in TURN_LOGS:
         path = log_dir / name
         try:
             with path.open("rb") as fh:
