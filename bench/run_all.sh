@@ -20,6 +20,10 @@ run bench/bench_show_failures.py
 run bench/bench_accept.py
 run bench/bench_supervisor.py
 run bench/bench_recovery.py
+run bench/bench_startup.py
+run bench/bench_merged_sweep.py
+run bench/bench_scale_reads.py
+run bench/bench_lines.py
 echo
 if [ "$status" -eq 0 ]; then echo "run_all: every benchmark met its targets"; else echo "run_all: some target missed (see FAIL above)"; fi
 exit "$status"

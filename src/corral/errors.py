@@ -22,6 +22,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── StoreCorrupt
     │   └── StoreTooNew
     ├── GitError                         exit 1   a git command failed
+    │   ├── GitTimeout                            a git command ran past its time limit (a hanging hook)
     │   ├── MergeConflict                         merging the target into a task's branch conflicts
     │   └── MergeConflictOnAccept                 the task's branch conflicts with its target
     ├── PrepareFailed                    exit 1   a task's branch or worktree could not be made
@@ -144,6 +145,12 @@ class StoreTooNew(StoreError):
 
 class GitError(CorralError):
     code = "git-failed"
+
+
+class GitTimeout(GitError):
+    """A git command ran past its time limit (a hook that hangs, a lock held for ever); it was stopped."""
+
+    code = "git-timeout"
 
 
 class MergeConflict(GitError):

@@ -1,35 +1,136 @@
 """git, through its executable: the one place corral speaks to a repository.
 
 Every call runs with ``LC_ALL=C`` (messages corral can parse) and
-``GIT_TERMINAL_PROMPT=0`` (never hang on a credential prompt).
+``GIT_TERMINAL_PROMPT=0`` (never hang on a credential prompt), and under a time limit:
+a hook, merge driver or filter that hangs would otherwise hang corral with it. A
+command that may run a hook or touch many files (:data:`SLOW_COMMANDS`) gets the
+longer limit; plumbing gets the shorter one. Both defaults are settings
+(``git_timeout``, ``git_hook_timeout``); an expiry is :class:`GitTimeout`.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from corral.adapters.process import Completed, Runner, SubprocessRunner
-from corral.errors import GitError, NotARepository
+from corral.domain.settings import default
+from corral.errors import GitError, GitTimeout, NotARepository
 
 GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
+
+#: git commands that may run a hook (every ref update runs ``reference-transaction``) or
+#: read and write the whole working tree: they run under the longer limit.
+SLOW_COMMANDS = frozenset(
+    {
+        "add",
+        "am",
+        "branch",
+        "checkout",
+        "cherry-pick",
+        "clone",
+        "commit",
+        "diff",
+        "fetch",
+        "gc",
+        "ls-files",
+        "merge",
+        "pull",
+        "push",
+        "read-tree",
+        "rebase",
+        "reset",
+        "restore",
+        "rm",
+        "stash",
+        "status",
+        "switch",
+        "update-ref",
+        "worktree",
+    }
+)
+
+#: The hooks a command may run, named in a timeout's hint (besides ``reference-transaction``).
+_HOOKS = {
+    "commit": ("pre-commit", "commit-msg", "post-commit"),
+    "merge": ("pre-merge-commit", "commit-msg", "post-merge"),
+    "checkout": ("post-checkout",),
+    "switch": ("post-checkout",),
+    "worktree": ("post-checkout",),
+    "clone": ("post-checkout",),
+    "push": ("pre-push",),
+    "rebase": ("pre-rebase", "post-rewrite"),
+    "am": ("applypatch-msg", "pre-applypatch", "post-applypatch"),
+    "gc": ("pre-auto-gc",),
+}
+#: Commands that update refs, and so run the ``reference-transaction`` hook.
+_UPDATES_REFS = frozenset(
+    {"am", "branch", "checkout", "cherry-pick", "clone", "commit", "fetch", "merge", "pull", "push", "rebase"}
+    | {"reset", "stash", "switch", "update-ref", "worktree"}
+)
+#: How long the hint's own look-up of the hooks directory may take.
+_HINT_LOOKUP_SECONDS = 10.0
+
+
+def subcommand(args: Sequence[str]) -> str:
+    """The git command in ``args``, past the global options (``-c name=value``, ``-C path``, ``--no-pager``)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-c", "-C"):
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return arg
+    return args[0] if args else ""
 
 
 class Git:
     """git commands against one repository (or any path, for discovery)."""
 
-    def __init__(self, runner: Runner | None = None, executable: str = "git") -> None:
+    def __init__(
+        self,
+        runner: Runner | None = None,
+        executable: str = "git",
+        *,
+        timeout: float | None = None,
+        hook_timeout: float | None = None,
+    ) -> None:
         self.runner = runner or SubprocessRunner()
         self.executable = executable
+        #: Seconds a plumbing command may run.
+        self.timeout = default("git_timeout", float) if timeout is None else timeout
+        #: Seconds a command of :data:`SLOW_COMMANDS` may run.
+        self.hook_timeout = default("git_hook_timeout", float) if hook_timeout is None else hook_timeout
 
-    def run(self, *args: str, cwd: str | Path, check: bool = True, input: str | None = None) -> Completed:
+    def limit_for(self, args: Sequence[str]) -> float:
+        """The time limit of the git command ``args``."""
+        return self.hook_timeout if subcommand(args) in SLOW_COMMANDS else self.timeout
+
+    def run(
+        self,
+        *args: str,
+        cwd: str | Path,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Completed:
+        """Run ``git args`` in ``cwd`` under ``timeout`` (default: :meth:`limit_for`); its expiry is GitTimeout."""
         if shutil.which(self.executable) is None:
             raise GitError(
                 "git is not installed or not on PATH.",
                 code="git-missing",
                 hint="Install git (2.38 or newer) and try again.",
             )
-        result = self.runner.run([self.executable, *args], cwd=str(cwd), env=GIT_ENV, input=input)
+        limit = self.limit_for(args) if timeout is None else timeout
+        try:
+            result = self.runner.run([self.executable, *args], cwd=str(cwd), env=GIT_ENV, input=input, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise self._timed_out(args, cwd, limit) from None
         if check and result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
             raise GitError(
@@ -40,6 +141,36 @@ class Git:
 
     def out(self, *args: str, cwd: str | Path) -> str:
         return self.run(*args, cwd=cwd).stdout.strip()
+
+    def _timed_out(self, args: Sequence[str], cwd: str | Path, limit: float) -> GitTimeout:
+        name = subcommand(args)
+        which = "git_hook_timeout" if name in SLOW_COMMANDS else "git_timeout"
+        hooks = [*_HOOKS.get(name, ()), *(["reference-transaction"] if name in _UPDATES_REFS else [])]
+        where = self._hooks_dir(cwd)
+        if hooks:
+            cause = f"A hook that hangs is the usual cause: look at {', '.join(hooks)} in {where}"
+        else:
+            cause = f"A hook, merge driver or filter that hangs is the usual cause: look in {where}, .gitattributes"
+        return GitTimeout(
+            f"git {name} ran past its {limit:g} s limit in {cwd}; corral stopped it.",
+            hint=f"{cause} (`git config core.hooksPath` says where hooks live), and run "
+            f"`git {' '.join(args)}` there to watch it. git was stopped mid-command: if a later git command "
+            f"reports a `.lock` file exists, remove it once no git runs. If the command is only slow, raise "
+            f"{which} in your settings.",
+        )
+
+    def _hooks_dir(self, cwd: str | Path) -> str:
+        """Where the repository's hooks live, for a hint; never raises, never waits long."""
+        try:
+            found = self.runner.run(
+                [self.executable, "rev-parse", "--path-format=absolute", "--git-path", "hooks"],
+                cwd=str(cwd),
+                env=GIT_ENV,
+                timeout=_HINT_LOOKUP_SECONDS,
+            )
+        except (subprocess.TimeoutExpired, OSError):
+            return "the repository's hooks directory"
+        return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else ".git/hooks"
 
     def main_root(self, path: str | Path) -> Path:
         """The main checkout of the repository containing ``path`` (a task worktree maps back)."""

@@ -1,13 +1,19 @@
-"""Processes, the one way: run, spawn (detached or in the foreground), tell alive, stop with grace.
+"""Processes, the one way: run, spawn (detached or in the foreground), tell alive, identify, stop with grace.
 
 Everything corral executes goes through here, so tests can record or replace it:
 ``Runner`` runs a command to completion and captures its output; :func:`spawn` starts a
 long-lived child (detached in its own session for a supervisor or a daemon, or in the
 foreground for an interactive pair); :func:`pid_alive` tells whether a pid is a live
-process (a zombie is not); :func:`stop_group` ends a process group with SIGTERM, a grace
-period (the caller's: the domain's rule or the command's), then SIGKILL. Every argv passes
-:func:`check_argv` first: a NUL byte in an argument would otherwise surface as Python's
-opaque "embedded null byte".
+process (a zombie is not). Every argv passes :func:`check_argv` first: a NUL byte in an
+argument would otherwise surface as Python's opaque "embedded null byte".
+
+A pid alone names whatever process holds the number now (pids wrap within minutes on a
+busy machine), so nothing recorded is signalled by its pid alone: an :class:`Identity`
+adds the process's start time (``/proc/<pid>/stat`` field 22, clock ticks since boot), an
+entry of its environment, or a moment it cannot have started after, and
+:func:`stop_identified` / :func:`send_identified` signal only a process that matches.
+:func:`reap` ends a set of processes found in ``/proc`` (a group, a session, an environment
+tag), each re-identified by its start time before every signal.
 """
 
 from __future__ import annotations
@@ -86,18 +92,26 @@ class SubprocessRunner:
         return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
 
 
-def spawn_detached(argv: Sequence[str], *, log: Path, cwd: str | None = None) -> int:
+def spawn_detached(
+    argv: Sequence[str], *, log: Path, cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> int:
     """Start ``argv`` in its own session and process group, output appended to ``log``; returns its pid.
 
     The child outlives the caller (a supervisor outlives the CLI that started it), and a
-    signal to the caller's terminal never reaches it.
+    signal to the caller's terminal never reaches it. ``env`` adds to the caller's
+    environment (a supervisor's command tag, by which it is identified later).
     """
     check_argv(argv)
     log.parent.mkdir(parents=True, exist_ok=True)
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
+            env=full_env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -201,7 +215,11 @@ def signal_group(pid: int, signum: int) -> None:
 
 
 def stop_group(pid: int, grace: float) -> None:
-    """SIGTERM the process's group, then SIGKILL it after ``grace`` seconds if it still lives."""
+    """SIGTERM the process's group, then SIGKILL it after ``grace`` seconds if it still lives.
+
+    Only for a pid corral holds as its own child or has just identified: a recorded pid goes
+    through :func:`stop_identified`.
+    """
     if not pid_alive(pid):
         return
     signal_group(pid, signal.SIGTERM)
@@ -212,20 +230,215 @@ def stop_group(pid: int, grace: float) -> None:
         signal_group(pid, signal.SIGKILL)
 
 
+def exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a child exited, without reaping it: its zombie keeps its pid (and so its group's
+    and session's ids) from being given to another process until :meth:`Popen.wait`."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 def stop_child_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     """End the process group of a child started in its own session (its group id is its pid).
 
     SIGTERM to the group, then SIGKILL to the group after ``grace`` seconds — even when the
-    leader already exited, so children that outlived it (holding its pipes open) go too.
+    leader already exited, so children that outlived it (holding its pipes open) go too. The
+    leader is never reaped here: its zombie holds the group's id until its owner waits for it.
     """
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and proc.poll() is None:
+    while time.monotonic() < deadline and not exited(proc):
         time.sleep(0.05)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# -- identity: a pid and what proves it is still the process corral recorded ------------------
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One live process as ``/proc/<pid>/stat`` tells it."""
+
+    pid: int
+    state: str
+    pgrp: int
+    session: int
+    start: int  # field 22: clock ticks after boot
+
+
+def proc_info(pid: int) -> ProcInfo | None:
+    """The process ``pid`` now, or None when there is none (or it is a zombie)."""
+    if pid <= 0 or pid > MAX_PID:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields follow its last ")".
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        info = ProcInfo(pid, fields[0].decode("ascii", "replace"), int(fields[2]), int(fields[3]), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+    return None if info.state in ("Z", "X") else info
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start time of ``pid`` (ticks after boot), recorded beside the pid when corral learns it."""
+    info = proc_info(pid)
+    return info.start if info else None
+
+
+def _boot_time() -> float:
+    with open("/proc/stat", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    raise OSError("no btime in /proc/stat")
+
+
+def started_epoch(info: ProcInfo) -> float:
+    """When the process started, in seconds since the epoch (to the second: boot time's precision)."""
+    return _boot_time() + info.start / os.sysconf("SC_CLK_TCK")
+
+
+def environ_has(pid: int, entry: str) -> bool:
+    """Whether the process's environment (as it was started) holds ``entry`` (``NAME=value``)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return False
+    return (b"\0" + entry.encode() + b"\0") in b"\0" + data + b"\0"
+
+
+def command_line(pid: int) -> str:
+    """The process's argv joined by spaces (what ``ps`` shows), or "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def all_processes() -> list[ProcInfo]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            info = proc_info(int(entry.name))
+            if info is not None:
+                found.append(info)
+    return found
+
+
+#: How far a start time read through boot time (whole seconds) may sit after the moment it is
+#: compared with.
+START_SLACK_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A pid, and what proves that the process holding it is the one corral recorded.
+
+    Each fact given must hold: ``start`` (its start time in ticks after boot), ``env`` (an
+    entry of its environment, ``NAME=value``), ``not_after`` (seconds since the epoch it
+    cannot have started after: it was recorded then). With no fact given nothing is proved,
+    and the process is never signalled.
+    """
+
+    pid: int
+    start: int | None = None
+    env: str | None = None
+    not_after: float | None = None
+
+    @property
+    def provable(self) -> bool:
+        return self.start is not None or self.env is not None or self.not_after is not None
+
+    def matches(self) -> bool:
+        """True only for a live process holding the pid that every recorded fact still describes."""
+        if not self.provable or self.pid <= 1 or self.pid == os.getpid():
+            return False
+        info = proc_info(self.pid)
+        if info is None:
+            return False
+        if self.start is not None and info.start != self.start:
+            return False
+        if self.not_after is not None:
+            try:
+                if started_epoch(info) > self.not_after + START_SLACK_SECONDS:
+                    return False
+            except (OSError, ValueError):
+                return False
+        return self.env is None or environ_has(self.pid, self.env)
+
+
+def send_identified(identity: Identity, signum: int) -> bool:
+    """Signal one process if it is the one identified; False when it is gone or another process."""
+    return identity.matches() and send(identity.pid, signum)
+
+
+def stop_identified(identity: Identity, grace: float) -> bool:
+    """End the identified process's group (SIGTERM, ``grace``, SIGKILL); False when it did not match.
+
+    The group is signalled only while its leader (or, once the leader is gone, a member seen
+    with it) is still the process identified, so a group id given to another process since is
+    never signalled.
+    """
+    if not identity.matches():
+        return False
+    try:
+        pgid = os.getpgid(identity.pid)
+    except ProcessLookupError:
+        return False
+    if pgid == os.getpgrp() or pgid <= 1:
+        send(identity.pid, signal.SIGTERM)
+        members = [proc_info(identity.pid)]
+    else:
+        members = [p for p in all_processes() if p.pgrp == pgid]
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            return True
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and identity.matches():
+        time.sleep(0.05)
+    if identity.matches() or any(_same(m) for m in members if m is not None):
+        if pgid == os.getpgrp() or pgid <= 1:
+            send_identified(identity, signal.SIGKILL)
+        else:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return True
+
+
+def _same(info: ProcInfo) -> bool:
+    now = proc_info(info.pid)
+    return now is not None and now.start == info.start
+
+
+def reap(found: Sequence[ProcInfo], grace: float) -> list[ProcInfo]:
+    """End each process found (SIGTERM, ``grace``, SIGKILL), re-identified by its start time
+    before every signal; returns those that were still there to signal."""
+    own = {os.getpid(), os.getppid(), 0, 1}
+    targets = [p for p in found if p.pid not in own]
+    signalled = [p for p in targets if _same(p) and send(p.pid, signal.SIGTERM)]
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_same(p) for p in signalled):
+        time.sleep(0.05)
+    for p in signalled:
+        if _same(p):
+            send(p.pid, signal.SIGKILL)
+    return signalled

@@ -1,6 +1,6 @@
 """Who caused a turn or a status change: provenance, never a gate on behaviour.
 
-Seed 002 "Actors". The channel decides the actor, not the author of the words:
+docs/lifecycle.md#actors. The channel decides the actor, not the author of the words:
 the CLI is ``human``, MCP is ``builder`` (or ``agent`` for a task agent acting on
 its own subtree), the reconciler and auto-resume are ``system``, and the
 supervisor's own prompts are ``supervisor``. corral records the actor explicitly

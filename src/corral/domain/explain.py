@@ -1,6 +1,7 @@
 """Every stop explained: the plain line and the next step, derived from stored codes.
 
-Only typed codes are stored (seed 004 item 6); wording is made here, when read,
+Only typed codes are stored (docs/architecture.md#failure-evidence-wording-and-diagnostics);
+wording is made here, when read,
 so every surface (CLI text, ``--json``, MCP, dashboard) says the same thing. No
 code or id appears on the everyday line. An unknown code reads as unknown
 reasons; a known category gets generic wording by category.
@@ -87,7 +88,7 @@ def _seconds(evidence: FailureEvidence | None) -> str:
 
 
 def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wording | None:
-    """The tailored cases of seed 004 item 7; None when the code has no tailored wording."""
+    """The codes with wording of their own; None when the code has none (its category speaks)."""
     evidence = cause.evidence if cause else None
     match code:
         case "harness-missing":
@@ -240,7 +241,7 @@ def explain_failure(evidence: FailureEvidence | None, harness: str | None, ref: 
 
 
 def may_have_changed(code: str, evidence: FailureEvidence | None) -> bool:
-    """Seed 004 item 21: partial or unknown possible effects add the "may have changed files" line."""
+    """Partial or unknown possible effects add the "may have changed files" line."""
     return (
         evidence is not None
         and evidence.possible_effects in (PossibleEffects.PARTIAL, PossibleEffects.UNKNOWN)

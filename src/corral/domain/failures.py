@@ -183,5 +183,10 @@ def decide_watchdog_retry(work_captured: bool, relaunches: int) -> bool:
     return not work_captured and relaunches < WATCHDOG_RELAUNCHES
 
 
+def breaker_tripped(consecutive: int, threshold: int) -> bool:
+    """The circuit breaker: after ``threshold`` consecutive interruptions, no more auto-resume."""
+    return consecutive >= threshold
+
+
 #: Resting causes after which auto-resume must never fire: the task needs a person.
 NO_AUTO_RESUME = frozenset({"merge-and-fix-failed", "internal-fault"})

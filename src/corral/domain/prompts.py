@@ -1,9 +1,9 @@
 """Every prompt corral sends an agent, built in this one module.
 
 Tests import these functions rather than copy their text, so what a test expects
-is what the agent receives. The CLI writes a turn's body into ``command.json``;
-the supervisor adds the upstream-merge note with :func:`compose` once it knows how
-the merge went.
+is what the agent receives. The launching operation puts a turn's body into the typed
+command (``command.json``); the supervisor adds the upstream-merge note with
+:func:`compose` once it knows how the merge went.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ SYSTEM_TEXT = (
     "end your turn with a short summary of what you did and what is left."
 )
 
-# Seed 002 §5 and §6, verbatim.
+# The crash-context texts for a clean and a dirty worktree (docs/architecture.md#prompts).
 CRASH_CLEAN = (
     "You are being resumed after a crash. Upstream has been merged into your branch since your "
     "last turn. Don't assume your previous state is intact — verify before continuing."
@@ -68,7 +68,7 @@ def feedback_block(pending: Sequence[str]) -> str:
 
 
 def redelivery_block(pending: Sequence[str]) -> str:
-    """Seed 002 §7b: the newest pending feedback verbatim, and how many older ones exist."""
+    """The newest pending feedback verbatim, and how many older ones exist (docs/lifecycle.md#feedback-delivery)."""
     if not pending:
         return ""
     *older, newest = pending

@@ -1,4 +1,4 @@
-"""The records corral keeps (DESIGN.md "Domain model"), as plain immutable values.
+"""The records corral keeps (docs/architecture.md#records), as plain immutable values.
 
 A store returns these; nothing here reads or writes anything.
 """
@@ -39,7 +39,7 @@ class PossibleEffects(StrEnum):
 
 @dataclass(frozen=True)
 class FailureEvidence:
-    """Seed 004 item 2: typed codes and small safe facts; wording is derived on read."""
+    """What is kept about one failure: typed codes and small safe facts; wording is derived on read."""
 
     source: str
     code: str

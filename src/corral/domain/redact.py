@@ -1,8 +1,10 @@
-"""The safe cause translator's masking: secrets never reach a diagnostic, a tail or a log.
+"""The safe cause translator's masking: secrets never reach a stored text, a diagnostic or a tail.
 
 Known token shapes (API keys, bearer tokens, private keys) and the values of
 environment variables named like ``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
-``*PASSWORD*`` are replaced by ``[redacted]``. Everything else stays exact.
+``*PASSWORD*`` are replaced by ``[redacted]``. Everything else stays exact. One rule set
+for every text corral keeps from a harness (a result, a reason, a tail), applied by the
+process that captured it (with its environment's secrets) and again by the one that stores it.
 """
 
 from __future__ import annotations
@@ -57,3 +59,31 @@ def bounded(text: str, max_bytes: int) -> str:
     if len(data) <= max_bytes:
         return text
     return data[-max_bytes:].decode("utf-8", "ignore")
+
+
+#: Characters masked beyond a cut, so a secret the cut would split is masked whole first.
+CUT_MARGIN = 4096
+
+
+def truncation_note(total: int) -> str:
+    return f"\n[… cut: {total:,} bytes in all; the whole text is in the turn's output.log]"
+
+
+def masked_head(text: str, secrets: Iterable[str], max_bytes: int) -> str:
+    """``text`` masked, then cut to its first ``max_bytes`` (UTF-8) with a note saying so.
+
+    Only a window a little longer than the bound is masked, so a 50 MB text costs the
+    bound, not its size; the margin beyond the cut is masked too, so a secret the cut
+    splits is masked before it is cut and never leaves half of itself behind.
+    """
+    if len(text) <= max_bytes // 4:  # at most 4 bytes a character: surely within the bound
+        return redact(text, secrets)
+    window = text[: max_bytes + CUT_MARGIN]
+    masked = redact(window, secrets)
+    data = masked.encode("utf-8", "replace")
+    if len(window) == len(text) and len(data) <= max_bytes:
+        return masked
+    total = len(text.encode("utf-8", "replace"))
+    note = truncation_note(total)
+    room = max(0, max_bytes - len(note.encode("utf-8")))
+    return data[:room].decode("utf-8", "ignore") + note

@@ -26,13 +26,19 @@ class Trust(StrEnum):
     """Which sources may set a setting.
 
     A repository's ``corral.toml`` was written by anyone who can push to the repository,
-    so a setting that widens what an agent may do, or names what corral executes, is
-    taken only from the user's own file or the environment. (Later kinds, such as "the
-    repository may propose" or "may only narrow", join this enum.)
+    so two kinds of setting are taken only from the user's own file (its top level, or
+    its table for that repository) or the environment:
+
+    - ``USER_ONLY``: it widens what an agent may do (the permission mode, the tools, the
+      sandbox claim). A value in ``corral.toml`` is ignored and reported.
+    - ``EXECUTES``: it makes corral execute something (a command, a harness binary, a
+      harness turn). A value in ``corral.toml`` is never adopted, only reported as a
+      proposal that the person may adopt into their own file for that repository.
     """
 
     ANYWHERE = "anywhere"  # the environment, the user's file or corral.toml
-    USER_ONLY = "user_only"  # the environment or the user's file; never corral.toml
+    USER_ONLY = "user_only"  # widens what an agent may do: never corral.toml
+    EXECUTES = "executes"  # makes corral execute something: corral.toml may only propose it
 
 
 # A NamedTuple rather than a frozen dataclass: every process builds the schema at start-up,
@@ -51,6 +57,11 @@ class Setting(NamedTuple):
     @property
     def repository_may_set(self) -> bool:
         return self.trust is Trust.ANYWHERE
+
+    @property
+    def repository_may_propose(self) -> bool:
+        """A value in ``corral.toml`` is a proposal the person may adopt, never a value corral uses."""
+        return self.trust is Trust.EXECUTES
 
     @property
     def env_var(self) -> str:
@@ -121,13 +132,14 @@ _KIND_NAMES: dict[type, str] = {
 }
 
 _USER = Trust.USER_ONLY
+_EXEC = Trust.EXECUTES
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("harness", str, "claude", "default harness for new tasks (claude, pi, codex, command)"),
     Setting("model", str, None, "default model passed to the harness"),
     Setting("watchdog_timeout", float, 1800.0, "seconds without progress before the watchdog kills a turn"),
     Setting("protected", list, (), "path patterns an agent may not change without a decision"),
-    Setting("post_turn_check", str, None, "command run in the worktree after each work phase"),
+    Setting("post_turn_check", str, None, "command run in the worktree after each work phase", _EXEC),
     Setting("post_turn_check_timeout", float, 300.0, "seconds the post-turn check may run"),
     Setting("auto_resume", bool, True, "resume a crashed turn automatically, under the circuit breaker"),
     Setting("breaker_threshold", int, 3, "consecutive interruptions that stop auto-resume"),
@@ -140,7 +152,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("text_cap", int, 100 * 1024, "largest text (bytes) corral takes at intake"),
     Setting("remote", str, "origin", "remote that `corral submit` pushes to"),
     Setting("forge", str, None, "forge CLI for pull requests on submit (gh)"),
-    Setting("pre_accept_prompt", str, None, "a last turn run before every accept's merge"),
+    Setting("pre_accept_prompt", str, None, "a last turn run before every accept's merge", _EXEC),
+    Setting("notify_command", str, None, "command run with each notice as JSON on its stdin", _EXEC),
+    Setting("git_timeout", float, 60.0, "seconds a git plumbing command may run before corral stops it"),
+    Setting(
+        "git_hook_timeout",
+        float,
+        300.0,
+        "seconds a git command that runs hooks or touches many files (commit, merge, checkout, push) may run",
+    ),
     Setting("permission_mode", str, "acceptEdits", "Claude Code permission mode for work turns", _USER),
     Setting(
         "allowed_tools",
@@ -150,11 +170,11 @@ SETTINGS: tuple[Setting, ...] = (
         _USER,
     ),
     Setting("is_sandbox", bool, False, "tell the harness it runs inside a real sandbox", _USER),
-    Setting("claude_bin", str, "claude", "the Claude Code executable", _USER),
-    Setting("pi_bin", str, "pi", "the Pi executable", _USER),
+    Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
+    Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),
     Setting("pi_provider", str, None, "the Pi provider (--provider)"),
-    Setting("codex_bin", str, "codex", "the Codex executable", _USER),
-    Setting("command", str, None, "the command run by the `command` harness", _USER),
+    Setting("codex_bin", str, "codex", "the Codex executable", _EXEC),
+    Setting("command", str, None, "the command run by the `command` harness", _EXEC),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

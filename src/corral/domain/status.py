@@ -79,7 +79,7 @@ _EDGES: dict[tuple[Status, Status], str] = {
     (S.MERGING, S.BLOCKED): "an accept that aborts (task was blocked)",
     (S.MERGING, S.SUBMITTED): "an accept that aborts (task was submitted)",
     (S.SUBMITTED, S.MERGING): "accept",
-    (S.SUBMITTED, S.WORKING): "unblock",
+    (S.SUBMITTED, S.WORKING): "unblock, an accept's pre-accept turn",
     (S.SUBMITTED, S.BLOCKED): "the reconciler: the remote branch was closed unmerged",
     (S.SUBMITTED, S.ABANDONED): "reject, close",
     (S.ZOMBIE, S.COMPLETE): "the reconciler",

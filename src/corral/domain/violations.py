@@ -1,6 +1,6 @@
 """File-permission violations: the park label they derive and the decisions on them.
 
-``conflict`` is derived, never asserted (seed 002): the pending violation set is
+``conflict`` is derived, never asserted (docs/lifecycle.md): the pending violation set is
 the source of truth, and :func:`park_status` is the only rule that turns it into
 a status. Decisions are sticky: once a file is approved or reverted, a later
 decision names only what is still pending, silence never re-decides a file, and

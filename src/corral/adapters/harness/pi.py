@@ -1,6 +1,6 @@
 """Pi (``@mariozechner/pi-coding-agent``): ``pi -p --mode json … <prompt>``.
 
-Its JSON lines are the events seed 003's collector folds: ``session`` (``id``),
+Its JSON lines (docs/architecture.md#harnesses): ``session`` (``id``),
 ``message_end`` (an assistant message with ``stopReason: "error"`` and
 ``errorMessage`` is a model failure), ``tool_execution_start`` / ``_end``
 (``isError``), ``auto_retry_start`` / ``auto_retry_end`` (``success``,

@@ -1,6 +1,6 @@
 """Auto-resume: a crashed turn is resumed by the system, within the circuit breaker.
 
-Seed 002 "Crash/Resume Lifecycle" §4–§7: never after a merge-and-fix failure, an
+docs/lifecycle.md#auto-resume-and-the-circuit-breaker: never after a merge-and-fix failure, an
 internal fault or a classified (fatal or exhausted) failure — those rest blocked
 anyway; never while violations are pending; never for an ask; and not once the
 session has been interrupted ``breaker_threshold`` times in a row. The resume turn
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from corral.domain.actors import Actor
 from corral.domain.failures import NO_AUTO_RESUME
+from corral.domain.failures import breaker_tripped as tripped
 from corral.domain.status import Status
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
@@ -18,7 +19,7 @@ from corral.errors import CorralError, TaskBusy
 
 
 def breaker_tripped(project: Project, consecutive: int) -> bool:
-    return consecutive >= int(project.config["breaker_threshold"])
+    return tripped(consecutive, int(project.config["breaker_threshold"]))
 
 
 def resumable(project: Project, task_id: str) -> bool:

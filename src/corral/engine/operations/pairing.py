@@ -6,7 +6,8 @@ synthesized and the task parks (blocked, or conflict while violations are pendin
 A pair whose process died is recovered by the stale-pairing sweep.
 
 chat: status-neutral and read-only; it holds the worktree's chat lock for its whole
-duration, so start, unblock, sync and resume refuse while it is open.
+duration, so unblock, resume, ask, an accept's pre-accept turn and sync refuse while it is
+open (start never meets one: a chat needs a task that has run).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.adapters.harness import make_harness
-from corral.adapters.harness.base import Posture, TurnRequest
+from corral.adapters.harness.base import TurnRequest
 from corral.adapters.locks import is_locked, try_lock
 from corral.adapters.process import run_foreground
 from corral.domain.actors import Actor
@@ -28,6 +29,7 @@ from corral.domain.records import Task
 from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine.config import harness_settings
 from corral.engine.locks import task_lock
+from corral.engine.operations.launch import posture
 from corral.engine.project import Project
 from corral.engine.recovery.pairs import end_pair, pairing_lock
 from corral.engine.resolve import resolve_task
@@ -67,12 +69,7 @@ def _interactive(project: Project, task: Task, resume_id: str | None, worktree: 
             cwd=worktree,
             resume_id=resume_id,
             model=task.model or cfg["model"],
-            posture=Posture(
-                permission_mode=cfg["permission_mode"],
-                allowed_tools=tuple(cfg["allowed_tools"]),
-                read_only=read_only,
-                is_sandbox=cfg["is_sandbox"],
-            ),
+            posture=posture(cfg, read_only=read_only),
         )
     )
     env = {**os.environ, **launch.env}

@@ -56,7 +56,7 @@ class Started:
 def owned(project: Project, task: Task) -> Iterator[None]:
     """After an operation moved the task to working: any exception rests it instead of leaving it working.
 
-    An execution fault (DESIGN.md "How a turn's end is read" (e)): the task goes interrupted
+    An execution fault (docs/architecture.md#how-a-turns-end-is-read): the task goes interrupted
     with the cause "internal fault", never auto-resumed, and the error reaches the caller
     as a ``CorralError``. A fault inside ``launch.launch`` was rested there already; the
     second look finds the task no longer working and does nothing.
@@ -248,7 +248,7 @@ def _decide_files(
 
 
 def revert_files(project: Project, session: Session, reverts: Sequence[tuple[str, str | None]]) -> str | None:
-    """Restore reverted files from the commit the check started from (DESIGN.md "Protected paths").
+    """Restore reverted files from the commit the check started from (docs/architecture.md#protected-paths).
 
     A file that did not exist there is removed. The revert is committed, so the next
     turn starts from it.
@@ -394,6 +394,7 @@ def _status_neutral_turn(
         check_operation(op, task.status, task.ref)
         session = _session(tx, task)
         _check_worktree(task, session)
+        refuse_while_chat(project, task, kind)
         turn = tx.add_turn(
             task.id,
             role=Role.HUMAN,

@@ -1,66 +1,380 @@
-"""Merge bookkeeping: put an aborted or stranded accept back, or complete work already on its target.
+"""Merge bookkeeping: an accept's in-flight record, and putting a stranded or aborted accept right.
 
 ``accept_in_flight_from`` (:data:`MARKER`, recorded when an accept starts) names the status
 to restore when the accept aborts or dies; a merge that landed completes through zombie,
 the system-only recovery status.
+
+An accept that brings a checked-out target along records, before it acts, what it is
+about to do (:data:`JOURNAL`: the target, its old tip, the new commit, the destination
+worktree and the message of the stash it may make). After a kill, recovery reads that
+record and finishes the destination update (a two-tree ``read-tree -m -u`` when the
+checkout is still at the old tree, then the stash popped), or, when the merge did not
+land, puts the stash back so the checkout is exactly what the person had. What cannot be
+put back is named on the task (:data:`RESTORE_CONFLICT`: the stash commit and the command
+that restores it) until the person has restored it.
+
+Accepts into one target serialize on :func:`target_lock`; recovery of a stranded accept
+takes the same lock first, so no accept works on a checkout a dead one left half-updated.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.adapters.locks import lock, try_lock
 from corral.domain.actors import Actor
-from corral.domain.records import Session, Task
+from corral.domain.records import RestingCause, Session, Task
 from corral.domain.status import Status
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
-from corral.errors import CorralError, TaskBusy
+from corral.errors import CorralError, DestinationRestoreConflict, TaskBusy
 
 MARKER = "accept_in_flight_from"
+#: The in-flight record of an accept that brings a checked-out target along (see the module doc).
+JOURNAL = "accept_in_flight"
+#: A stash or a checkout an accept could not put back, named until the person restores it.
+RESTORE_CONFLICT = "destination_restore_conflict"
+#: The resting cause of a task whose accept found its branch conflicting with the (moved) target.
+CONFLICT_CAUSE = "merge-conflict-on-accept"
 
 
-def restore_prior(project: Project, task_id: str, actor: Actor, why: str) -> None:
-    """Put an aborted accept's task back to the status it had, and drop the marker."""
+# -- the per-target lock -------------------------------------------------------------------------
+
+
+def target_lock_path(project: Project, target: str) -> Path:
+    digest = hashlib.sha256(target.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return project.paths.root / "locks" / f"target-{digest}.lock"
+
+
+@contextmanager
+def target_lock(project: Project, target: str, *, timeout: float) -> Iterator[None]:
+    """Exclusive use of ``target``'s merge and its checked-out worktree; TaskBusy after ``timeout``."""
+    path = target_lock_path(project, target)
+    fd = lock(path, timeout) if timeout > 0 else try_lock(path)
+    if fd is None:
+        raise TaskBusy(
+            f"Another accept into {target} is still running.",
+            hint="Wait for it to finish, then try again.",
+        )
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+# -- the in-flight record ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """What an accept is about to do to its target and the target's checkout."""
+
+    target: str
+    old: str
+    new: str
+    destination: str | None
+    stash_message: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "old": self.old,
+            "new": self.new,
+            "destination": self.destination,
+            "stash_message": self.stash_message,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> InFlight | None:
+        if not isinstance(data, dict):
+            return None
+        target, old, new = data.get("target"), data.get("old"), data.get("new")
+        if not (isinstance(target, str) and isinstance(old, str) and isinstance(new, str)):
+            return None
+        dest, message = data.get("destination"), data.get("stash_message")
+        return cls(
+            target,
+            old,
+            new,
+            dest if isinstance(dest, str) else None,
+            message if isinstance(message, str) else None,
+        )
+
+
+def record(project: Project, task_id: str, flight: InFlight | None) -> None:
+    """Save (or, with None, drop) the accept's in-flight record: written before the step it describes."""
+    with project.store.write() as tx:
+        task = tx.get_task(task_id)
+        if task is None:
+            return
+        meta = {k: v for k, v in task.metadata.items() if k != JOURNAL}
+        if flight is not None:
+            meta[JOURNAL] = flight.to_json()
+        tx.update_task(task_id, metadata=meta, touch=False)
+
+
+def without_flight(metadata: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metadata.items() if k not in (MARKER, JOURNAL)}
+
+
+# -- the destination checkout --------------------------------------------------------------------
+
+
+def _git(project: Project, wt: Path, *args: str, check: bool = False) -> Any:
+    return project.git.run("--literal-pathspecs", *args, cwd=wt, check=check)
+
+
+def find_stash(project: Project, wt: Path, message: str | None) -> tuple[int, str] | None:
+    """The position and commit of the stash entry made with ``message`` (refs/stash is shared)."""
+    if not message:
+        return None
+    listed = project.git.run("stash", "list", "--format=%H%x00%gs", cwd=wt, check=False)
+    for n, line in enumerate(listed.stdout.splitlines()):
+        sha, _, subject = line.partition("\0")
+        if subject.endswith(message):
+            return n, sha
+    return None
+
+
+def stash_overlap(project: Project, wt: Path, old: str, new: str, message: str) -> str | None:
+    """Stash (against the old tip) local changes in ``wt`` that touch paths the merge changes."""
+    git = project.git
+    changed = set(git.changed_between(old, new, cwd=wt))
+    local = [p for p in git.dirty_paths(wt) if p in changed]
+    if not local:
+        return None
+    git.run(
+        "--literal-pathspecs",
+        *git.identity_args(wt),
+        "stash",
+        "push",
+        "--include-untracked",
+        "-m",
+        message,
+        "--",
+        *local,
+        cwd=wt,
+    )
+    found = find_stash(project, wt, message)
+    return found[1] if found else None
+
+
+def _index_at(project: Project, wt: Path, tree: str, paths: list[str]) -> bool:
+    return _git(project, wt, "diff-index", "--cached", "--quiet", tree, "--", *paths).returncode == 0
+
+
+def _worktree_at_index(project: Project, wt: Path, paths: list[str]) -> bool:
+    if _git(project, wt, "diff-files", "--quiet", "--", *paths).returncode != 0:
+        return False
+    others = _git(project, wt, "ls-files", "--others", "--exclude-standard", "--", *paths)
+    return others.returncode == 0 and not others.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a destination update could not put back: the stash kept (if any) and the command that restores."""
+
+    message: str
+    worktree: str
+    stash: str | None
+    command: str
+
+    def error(self) -> DestinationRestoreConflict:
+        return DestinationRestoreConflict(self.message, hint=f"Run: {self.command}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "worktree": self.worktree, "stash": self.stash, "command": self.command}
+
+
+class CheckoutBusy(Exception):
+    """A git process still works in the destination (its index is locked): look again later."""
+
+
+def _busy(project: Project, wt: Path) -> bool:
+    where = project.git.run("rev-parse", "--path-format=absolute", "--git-path", "index.lock", cwd=wt, check=False)
+    return where.returncode == 0 and Path(where.stdout.strip()).exists()
+
+
+def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept | None:
+    """Put the stash made for ``flight`` back onto ``wt``; a conflict keeps it and names it."""
+    found = find_stash(project, wt, flight.stash_message)
+    if found is None:
+        return None
+    n, sha = found
+    pop = project.git.run("stash", "pop", "--index", f"stash@{{{n}}}", cwd=wt, check=False)
+    if pop.returncode == 0:
+        return None
+    project.git.run("reset", "--merge", cwd=wt, check=False)
+    what = "The merge stands, but your" if landed else "Nothing was merged, but your"
+    return Kept(
+        f"{what} local changes in {wt} conflict with its checkout; they are kept in the stash {sha}.",
+        str(wt),
+        sha,
+        f"git -C {wt} stash apply --index {sha}",
+    )
+
+
+def settle_destination(project: Project, flight: InFlight, *, landed: bool) -> Kept | None:
+    """Bring ``flight``'s destination to the target's tree (landed) or back to what the person had.
+
+    Returns what could not be put back (and the command that does), None when all was.
+    Raises CheckoutBusy while a git process (one a killed accept started) still holds its index.
+    """
+    if flight.destination is None:
+        return None
+    wt = Path(flight.destination)
+    if wt.is_dir() and _busy(project, wt):
+        raise CheckoutBusy(str(wt))
+    if not wt.is_dir() or project.git.current_branch(wt) != flight.target:
+        found = find_stash(project, wt, flight.stash_message) if wt.is_dir() else None
+        if found is None:
+            return None
+        return Kept(
+            f"{wt} no longer has {flight.target} checked out; your local changes are kept in the stash {found[1]}.",
+            str(wt),
+            found[1],
+            f"git -C {wt} stash apply --index {found[1]}",
+        )
+    if landed:
+        paths = project.git.changed_between(flight.old, flight.new, cwd=wt)
+        if paths and not (_index_at(project, wt, flight.new, paths) and _worktree_at_index(project, wt, paths)):
+            moved = (
+                _index_at(project, wt, flight.old, paths)
+                and _git(project, wt, "read-tree", "-m", "-u", flight.old, flight.new).returncode == 0
+            )
+            if not moved:
+                kept = _pop(project, wt, flight, landed=False)  # the checkout goes back to what the person had
+                return kept or Kept(
+                    f"The merge stands on {flight.target}, but {wt} could not be brought up to date; "
+                    "its index and files are as they were before the accept.",
+                    str(wt),
+                    None,
+                    f"git -C {wt} read-tree -m -u {flight.old} {flight.new}",
+                )
+    return _pop(project, wt, flight, landed=landed)
+
+
+def note_conflict(metadata: dict[str, Any], kept: Kept, at: str) -> dict[str, Any]:
+    """``metadata`` with the restore conflict named (what ``show`` and ``--json`` render until cleared)."""
+    return {**metadata, RESTORE_CONFLICT: {**kept.to_json(), "code": DestinationRestoreConflict.code, "at": at}}
+
+
+def clear_resolved(project: Project) -> int:
+    """Drop the restore-conflict note of tasks whose kept stash the person has applied and dropped."""
+    cleared = 0
+    with project.store.read() as tx:
+        noted = [t for t in tx.tasks() if isinstance(t.metadata.get(RESTORE_CONFLICT), dict)]
+    for task in noted:
+        note = task.metadata[RESTORE_CONFLICT]
+        stash, wt = note.get("stash"), note.get("worktree")
+        if not isinstance(stash, str) or not isinstance(wt, str) or not Path(wt).is_dir():
+            continue
+        listed = project.git.run("stash", "list", "--format=%H", cwd=wt, check=False).stdout.split()
+        if stash in listed:
+            continue
+        with project.store.write() as tx:
+            current = tx.get_task(task.id)
+            if current is not None and RESTORE_CONFLICT in current.metadata:
+                meta = {k: v for k, v in current.metadata.items() if k != RESTORE_CONFLICT}
+                tx.update_task(task.id, metadata=meta, touch=False)
+                cleared += 1
+    return cleared
+
+
+# -- aborts and stranded accepts ----------------------------------------------------------------
+
+
+def restore_prior(project: Project, task_id: str, actor: Actor, why: str, *, cause: RestingCause | None = None) -> None:
+    """Put an aborted accept's task back to the status it had, and drop the marker and the record."""
     with project.store.write() as tx:
         task = tx.get_task(task_id)
         if task is None:
             return
         prior = task.metadata.get(MARKER)
-        meta = {k: v for k, v in task.metadata.items() if k != MARKER}
-        tx.update_task(task_id, metadata=meta, touch=False)
+        tx.update_task(task_id, metadata=without_flight(task.metadata), touch=False)
         if task.status is Status.MERGING:
             if prior == Status.SUBMITTED.value:
-                tx.set_status(task_id, Status.SUBMITTED, actor, why, expected_from=Status.MERGING)
+                tx.set_status(task_id, Status.SUBMITTED, actor, why, expected_from=Status.MERGING, resting_cause=cause)
             else:
-                tx.park(task_id, actor, why, expected_from=Status.MERGING)
+                tx.park(task_id, actor, why, expected_from=Status.MERGING, resting_cause=cause)
 
 
-def recover_stranded(project: Project, task: Task) -> str:
+def _landed(project: Project, task: Task, session: Session | None, target: str, flight: InFlight | None) -> bool:
+    if session is None:
+        return False
+    if flight is not None and project.git.rev_parse(f"refs/heads/{target}", cwd=project.repo) == flight.new:
+        return True
+    return any(
+        t["task"] == task.id and t["session"] == session.id
+        for t in project.git.trailers(f"refs/heads/{target}", cwd=project.repo, limit=200)
+    )
+
+
+def recover_stranded(project: Project, task: Task, *, target_held: bool = False) -> str:
     """A task left in merging by an accept that died: completed if the merge landed, else restored.
 
-    Returns what was done: "completed", "restored" or "left" (a forge-pending merge, or an
-    accept still holding the lock).
+    The destination checkout is finished or put back first (:func:`settle_destination`);
+    what cannot be put back is noted on the task. Returns what was done: "completed",
+    "restored" or "left" (a forge-pending merge, or an accept still holding a lock).
+    ``target_held``: the caller (an accept into the same target) already holds its lock.
     """
     if MARKER not in task.metadata:
         return "left"  # the merge lives on a forge; a later accept asks it what happened
+    flight = InFlight.from_json(task.metadata.get(JOURNAL))
     try:
-        with task_lock(project, task.id, what="stranded-merge sweep", timeout=0):
-            with project.store.read() as tx:
-                task = tx.get_task(task.id) or task
-                session = tx.get_session(task.session_id) if task.session_id else None
-                if task.status is not Status.MERGING:
-                    return "left"
-                target = workspace.target_branch(tx, task)
-            landed = session is not None and any(
-                t["task"] == task.id and t["session"] == session.id
-                for t in project.git.trailers(f"refs/heads/{target}", cwd=project.repo, limit=200)
-            )
-            if landed and session is not None:
-                complete_merged(project, task, session, "the stranded merge had landed")
-                return "completed"
-            restore_prior(project, task.id, Actor.SYSTEM, "restored after an accept died mid-merge")
-            return "restored"
+        if flight is None or target_held:
+            return _recover(project, task)
+        with target_lock(project, flight.target, timeout=5):
+            return _recover(project, task)
     except TaskBusy:
         return "left"
+
+
+def _recover(project: Project, task: Task) -> str:
+    with task_lock(project, task.id, what="stranded-merge sweep", timeout=0):
+        with project.store.read() as tx:
+            task = tx.get_task(task.id) or task
+            session = tx.get_session(task.session_id) if task.session_id else None
+            if task.status is not Status.MERGING:
+                return "left"
+            target = workspace.target_branch(tx, task)
+        flight = InFlight.from_json(task.metadata.get(JOURNAL))
+        landed = _landed(project, task, session, target, flight)
+        try:
+            problem = settle_destination(project, flight, landed=landed) if flight is not None else None
+        except CheckoutBusy:
+            return "left"
+        if problem is not None:
+            with project.store.write() as tx:
+                current = tx.get_task(task.id) or task
+                meta = note_conflict(current.metadata, problem, tx.now().isoformat())
+                tx.update_task(task.id, metadata=meta, touch=False)
+                task = tx.get_task(task.id) or current
+        if landed and session is not None:
+            complete_merged(project, task, session, "the stranded merge had landed")
+            return "completed"
+        restore_prior(project, task.id, Actor.SYSTEM, "restored after an accept died mid-merge")
+        return "restored"
+
+
+def recover_into(project: Project, target: str, *, besides: str) -> None:
+    """With ``target``'s lock held: recover every accept into it that died with its record saved."""
+    with project.store.read() as tx:
+        merging = [t for t in tx.tasks([Status.MERGING]) if t.id != besides]
+    for task in merging:
+        flight = InFlight.from_json(task.metadata.get(JOURNAL))
+        if flight is not None and flight.target == target:
+            try:
+                recover_stranded(project, task, target_held=True)
+            except TaskBusy:
+                pass
 
 
 def complete_merged(project: Project, task: Task, session: Session, why: str) -> str | None:
@@ -72,8 +386,7 @@ def complete_merged(project: Project, task: Task, session: Session, why: str) ->
         current = tx.get_task(task.id)
         if current is None or current.status in (Status.COMPLETE, Status.ABANDONED):
             return None
-        meta = {k: v for k, v in current.metadata.items() if k != MARKER}
-        tx.update_task(task.id, metadata=meta, touch=False)
+        tx.update_task(task.id, metadata=without_flight(current.metadata), touch=False)
         tx.update_session(session.id, outcome="accepted", ended_at=tx.now())
         tx.set_status(task.id, Status.ZOMBIE, Actor.SYSTEM, why, resting_cause=None)
         tx.set_status(task.id, Status.COMPLETE, Actor.SYSTEM, "merged into its target")

@@ -42,7 +42,7 @@ def end_pair(project: Project, task_id: str, actor: Actor, content: str) -> Task
 
 
 def sweep_stale_pairs(project: Project) -> int:
-    """Seed 002 sweep 5: a pairing task whose pair process is gone → blocked or conflict, lock removed."""
+    """A pairing task whose pair process is gone → blocked or conflict, lock removed (docs/lifecycle.md)."""
     with project.store.read() as tx:
         pairing = tx.tasks([Status.PAIRING])
     ended = 0

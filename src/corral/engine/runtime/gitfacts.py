@@ -4,17 +4,53 @@ Changed paths are counted from the commit the session last checked up to the ups
 merge, then from the merge's result to the end of the work phase (committed or not), so
 target changes brought in by the merge are never counted as the agent's, and the commits of
 a crashed turn are checked by the next one.
+
+Every list is bounded, so a turn that commits a vendored ``node_modules`` (150,000 paths)
+still writes a receipt corral can read: the receipt keeps the first
+:data:`PATHS_KEPT` changed paths (and commits) with their whole count. Protected-path
+patterns are matched against every path before that cut, and the protected changes are
+kept up to their own bound, so no violation hides behind the truncation.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from corral.adapters.git import Git
 from corral.engine.runtime import protocol as proto
 from corral.errors import GitError
+
+#: How many changed paths, protected changes and commits a receipt lists (their counts are whole).
+PATHS_KEPT = 1000
+PROTECTED_KEPT = 1000
+COMMITS_KEPT = 1000
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """The first items of a list, and how many there were in all."""
+
+    kept: tuple[str, ...]
+    count: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.count > len(self.kept)
+
+
+def bound(items: Sequence[str], keep: int) -> Bounded:
+    return Bounded(tuple(items[:keep]), len(items))
+
+
+def protected_matcher(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    """One compiled matcher for all of a task's protected patterns (fnmatch rules), or None."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
 class GitProbe:
@@ -68,12 +104,15 @@ class GitProbe:
                 out = self.git.run("rev-list", "--reverse", f"{start}..{head}", cwd=self.worktree, check=False)
                 commits = [c for c in out.stdout.split() if c]
             changed = self.changed_paths(start, pre_sync, post_sync)
+            matcher = protected_matcher(protected)
+            hits = [p for p in changed if matcher.match(p)] if matcher else []
+            paths, violations, made = bound(changed, PATHS_KEPT), bound(hits, PROTECTED_KEPT), bound(commits, COMMITS_KEPT)
             return proto.GitFacts(
                 head=head,
-                commits=tuple(commits),
+                commits=made.kept,
                 check_from=start,
-                changed_paths=tuple(changed),
-                protected_changes=tuple(p for p in changed if any(fnmatch.fnmatch(p, pat) for pat in protected)),
+                changed_paths=paths.kept,
+                protected_changes=violations.kept,
                 dirty=bool(self.git.dirty_paths(self.worktree)),
             )
         except (GitError, OSError) as exc:

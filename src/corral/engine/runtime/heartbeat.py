@@ -1,22 +1,28 @@
 """The supervisor's live report: ``status.json`` rewritten at every phase change and on a heartbeat.
 
 A reader outside (``list``, the reconciler, the daemon) learns from it which supervisor
-runs the turn, where the turn is, which agent pid it owns and what is being retried; a
-heartbeat older than a bound says the supervisor is frozen or gone.
+runs the turn (its pid and start time), where the turn is, which agent pid it owns and
+what is being retried; a heartbeat older than :data:`STALE_HEARTBEAT_SECONDS` says the
+supervisor is frozen, stopped or gone (:func:`heartbeat_age` is the one reading of it).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from corral.domain.clock import rfc3339
+from corral.adapters.process import start_ticks
+from corral.domain.clock import parse_time, rfc3339
 from corral.engine.runtime import protocol as proto
 
 HEARTBEAT_SECONDS = 2.0
+#: The one bound on a heartbeat's age: older, and the supervisor is frozen, stopped or not the
+#: process that holds its pid now. Ten beats, so a loaded machine's late beat is never taken for it.
+STALE_HEARTBEAT_SECONDS = 10 * HEARTBEAT_SECONDS
 
 
 def now() -> datetime:
@@ -31,7 +37,12 @@ class StatusReporter:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.status = proto.SupervisorStatus(
-            command_id=command_id, pid=os.getpid(), phase="command", kind=kind, started_at=rfc3339(now())
+            command_id=command_id,
+            pid=os.getpid(),
+            pid_start=start_ticks(os.getpid()),
+            phase="command",
+            kind=kind,
+            started_at=rfc3339(now()),
         )
 
     @property
@@ -41,7 +52,12 @@ class StatusReporter:
     def update(self, **changes: object) -> None:
         """Change some fields and write the file at once (not durable: a lost beat is redone)."""
         with self._lock:
-            self.status = replace(self.status, **changes, heartbeat_at=rfc3339(now()))  # type: ignore[arg-type]
+            self.status = replace(
+                self.status,
+                **changes,  # type: ignore[arg-type]
+                heartbeat_at=rfc3339(now()),
+                heartbeat_mono=time.monotonic(),
+            )
             proto.write(self.dir, self.status, durable=False)
 
     def beat(self) -> None:
@@ -58,3 +74,27 @@ class StatusReporter:
     def finish(self) -> None:
         self._done.set()
         self.update(phase="done")
+
+
+def heartbeat_age(status: proto.SupervisorStatus, *, mono_now: float | None = None) -> float | None:
+    """Seconds since the supervisor's last beat; None when it never beat.
+
+    Read on the monotonic clock when the file carries it (the system's, shared by every
+    process: a wall-clock step or a suspended laptop does not age a beat), else on the wall
+    clock (a file of an older supervisor).
+    """
+    mono = time.monotonic() if mono_now is None else mono_now
+    if status.heartbeat_mono is not None and status.heartbeat_mono <= mono + 1.0:
+        return max(0.0, mono - status.heartbeat_mono)
+    try:
+        beat = parse_time(status.heartbeat_at)
+        if beat is None:
+            return None
+        return max(0.0, (now() - beat).total_seconds())
+    except (ValueError, TypeError):  # a timestamp corral did not write: no beat to read
+        return None
+
+
+def heartbeat_stale(status: proto.SupervisorStatus, *, mono_now: float | None = None) -> bool:
+    age = heartbeat_age(status, mono_now=mono_now)
+    return age is not None and age > STALE_HEARTBEAT_SECONDS

@@ -349,7 +349,13 @@ class RetryState:
 
 @dataclass(frozen=True)
 class SupervisorStatus:
-    """The supervisor's live report: who it is, where the turn is, and its heartbeat."""
+    """The supervisor's live report: who it is, where the turn is, and its heartbeat.
+
+    ``pid_start`` and ``agent_start`` are the start times (``/proc/<pid>/stat`` field 22) of
+    the supervisor and its agent, so a reader never takes another process that holds the pid
+    since for them; ``heartbeat_mono`` is the beat on the system's monotonic clock (no wall
+    clock step, no suspend, counts as staleness). Files without them are still read.
+    """
 
     FILE: ClassVar[str] = STATUS
 
@@ -362,23 +368,30 @@ class SupervisorStatus:
     retry: RetryState | None = None
     started_at: str | None = None
     heartbeat_at: str | None = None
+    pid_start: int | None = None
+    agent_start: int | None = None
+    heartbeat_mono: float | None = None
 
     def to_json(self) -> JSON:
         return {
             "command_id": self.command_id,
             "pid": self.pid,
+            "pid_start": self.pid_start,
             "agent_pid": self.agent_pid,
+            "agent_start": self.agent_start,
             "phase": self.phase,
             "kind": self.kind,
             "attempt": self.attempt,
             "retry": asdict(self.retry) if self.retry else None,
             "started_at": self.started_at,
             "heartbeat_at": self.heartbeat_at,
+            "heartbeat_mono": self.heartbeat_mono,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> SupervisorStatus:
         retry = _obj(data, "retry")
+        mono = _opt(data, "heartbeat_mono", (int, float))
         return cls(
             command_id=_req(data, "command_id", str),
             pid=int(_req(data, "pid", int)),
@@ -389,6 +402,9 @@ class SupervisorStatus:
             retry=RetryState.from_json(retry) if retry else None,
             started_at=_opt(data, "started_at", str),
             heartbeat_at=_opt(data, "heartbeat_at", str),
+            pid_start=_opt_int(data, "pid_start"),
+            agent_start=_opt_int(data, "agent_start"),
+            heartbeat_mono=float(mono) if mono is not None else None,
         )
 
 
@@ -584,6 +600,26 @@ class GitFacts:
 
 
 @dataclass(frozen=True)
+class Reaped:
+    """A process the supervisor ended at an attempt's end: left behind by the agent (a background
+    child, a ``setsid`` grandchild), found by its group, its session or the command's tag."""
+
+    pid: int
+    command: str
+
+    def to_json(self) -> JSON:
+        return {"pid": self.pid, "command": self.command}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reaped:
+        return cls(pid=int(_req(data, "pid", int)), command=_opt(data, "command", str) or "")
+
+
+#: At most this many reaped processes are named in a receipt (a fork bomb's leftovers stay bounded).
+REAPED_KEPT = 50
+
+
+@dataclass(frozen=True)
 class Receipt:
     """The supervisor's receipt for one command (``response.json``); the reconciler records it once."""
 
@@ -610,6 +646,7 @@ class Receipt:
     stop_reason: str | None = None  # fatal | budget-exhausted | crash-loop
     stopped_by: str | None = None
     error: TurnError | None = None
+    reaped: tuple[Reaped, ...] = ()  # what the agent left running, ended by the supervisor
     extra: JSON = field(default_factory=dict)  # fields of a newer minor shape, kept as they came
 
     def to_json(self) -> JSON:
@@ -638,6 +675,8 @@ class Receipt:
             "error": self.error.to_json() if self.error else None,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
+        if self.reaped:
+            doc["reaped"] = [r.to_json() for r in self.reaped[:REAPED_KEPT]]
         if self.git is not None:
             g = self.git
             if g.error is not None:
@@ -664,6 +703,9 @@ class Receipt:
         if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
             raise ShapeError("attempts: expected a list of objects")
         sync, check, error, usage = _obj(data, "sync"), _obj(data, "check"), _obj(data, "error"), _obj(data, "usage")
+        reaped = data.get("reaped") or []
+        if not isinstance(reaped, list) or not all(isinstance(r, dict) for r in reaped):
+            raise ShapeError("reaped: expected a list of objects")
         git: GitFacts | None = None
         if isinstance(data.get("git_error"), str):
             git = GitFacts(error=data["git_error"])
@@ -698,6 +740,7 @@ class Receipt:
             stop_reason=_opt(data, "stop_reason", str),
             stopped_by=_opt(data, "stopped_by", str),
             error=TurnError.from_json(error) if error else None,
+            reaped=tuple(Reaped.from_json(r) for r in reaped),
         )
 
 
