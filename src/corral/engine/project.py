@@ -49,10 +49,14 @@ class Project:
         git: Git | None = None,
         clock: Clock = utcnow,
     ) -> Project:
+        given = git
         git = git or Git()
         root = git.main_root(Path(repo) if repo else Path.cwd())
         paths = ProjectPaths.for_repo(root)
         config = load_config(user_file=user_config_file(), project_file=paths.project_config)
+        if given is None:  # an injected Git keeps its own limits (tests)
+            git.timeout = float(config["git_timeout"])
+            git.hook_timeout = float(config["git_hook_timeout"])
         return cls(paths=paths, config=config, git=git, clock=clock)
 
     @property

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from corral.domain.actors import Actor
 from corral.domain.status import PAUSED, Status
+from corral.engine.config import proposals
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError
@@ -96,6 +97,9 @@ def check_config(project: Project) -> list[Check]:
         out.append(Check("config", "warn", f"unknown setting {item}", "See `corral config show` for the names."))
     for item in project.config.ignored:
         out.append(Check("config", "warn", f"ignored {item}"))
+    for proposal in proposals(project.config):
+        if not proposal.adopted:
+            out.append(Check("config", "warn", proposal.message(), f"Adopt it: {proposal.adopt_command}"))
     return out or [Check("config", "ok", "settings are valid")]
 
 
