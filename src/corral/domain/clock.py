@@ -21,9 +21,17 @@ def rfc3339(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is not UTC:
         value = value.astimezone(UTC)
-    # isoformat is the fast path (a history of thousands of times is rendered per `show`);
-    # it equals strftime("%Y-%m-%dT%H:%M:%S.%fZ") for every year from 1000 on.
-    return value.isoformat(timespec="microseconds")[:26] + "Z"
+    # printf-style formatting is the fastest here (a history of thousands of times is rendered
+    # per `show`), and unlike strftime it pads every year to four digits.
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond,
+    )
 
 
 def parse_time(value: str | None) -> datetime | None:

@@ -14,20 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from corral.domain.failures import FailureClass
-from corral.domain.settings import default
+from corral.domain.posture import Posture
 
 #: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin.
 ARGV_PROMPT_LIMIT = 96 * 1024
-
-
-@dataclass(frozen=True)
-class Posture:
-    """What the agent may do: the permission mode and tool lists (trusted settings only)."""
-
-    permission_mode: str = default("permission_mode", str)
-    allowed_tools: tuple[str, ...] = ()
-    read_only: bool = False
-    is_sandbox: bool = False
 
 
 @dataclass(frozen=True)
@@ -37,7 +27,7 @@ class TurnRequest:
     system: str | None = None
     resume_id: str | None = None
     model: str | None = None
-    posture: Posture = Posture()
+    posture: Posture = field(default_factory=Posture)
 
 
 @dataclass(frozen=True)

@@ -91,41 +91,22 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None) ->
     changes and comments from before the first kept turn are left out with them.
     """
     problems = _settle(project)
+    earlier = 0
     with project.store.read() as tx:
         task = resolve_task(tx, given)
-        doc = projection.show(
-            tx,
-            task,
-            live_facts(project, task),
-            breaker_threshold=_threshold(project),
-            diagnostics=project.paths.diagnostics,
-        )
+        live = live_facts(project, task)
+        threshold, where = _threshold(project), project.paths.diagnostics
+        if last_turns is None:
+            doc = projection.show(tx, task, live, breaker_threshold=threshold, diagnostics=where)
+        else:
+            doc, earlier = projection.show_latest(
+                tx, task, live, turns=last_turns, breaker_threshold=threshold, diagnostics=where
+            )
         try:
             merges_into: str | None = workspace.target_branch(tx, task)
         except RefusedError:
             merges_into = None
-    earlier = 0
-    if last_turns is not None:
-        doc, earlier = _page(doc, last_turns)
     return Shown(doc, merges_into, earlier, problems)
-
-
-def _page(doc: dict[str, Any], last: int) -> tuple[dict[str, Any], int]:
-    turns = doc["turns"]
-    earlier = len(turns) - max(last, 1)
-    if earlier <= 0:
-        return doc, 0
-    kept = turns[earlier:]
-    since = kept[0]["started_at"]
-    if since is None:  # an undated turn: nothing to cut the rest of the history at
-        return {**doc, "turns": kept}, earlier
-    # RFC 3339 with fixed width sorts as text (domain.clock.rfc3339)
-    return {
-        **doc,
-        "turns": kept,
-        "status_changes": [c for c in doc["status_changes"] if c["at"] is None or c["at"] >= since],
-        "comments": [n for n in doc["comments"] if n["at"] is None or n["at"] >= since],
-    }, earlier
 
 
 def find_task(project: Project, given: str) -> Task:

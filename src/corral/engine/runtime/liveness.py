@@ -7,7 +7,6 @@ from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.domain.substate import Live
 from corral.engine.project import Project
-from corral.engine.runtime import protocol as proto
 
 
 def live_facts(project: Project, task: Task) -> Live | None:
@@ -20,6 +19,8 @@ def live_facts(project: Project, task: Task) -> Live | None:
     """
     if task.status is not Status.WORKING:
         return None
+    from corral.engine.runtime import protocol as proto  # only a working task has a supervisor to read
+
     status = proto.read_record(project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
     if status is None:
         return Live(alive=False)

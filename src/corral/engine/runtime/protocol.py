@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from corral.adapters.files import write_atomic
-from corral.adapters.harness.base import Posture
 from corral.domain.failures import Budgets
+from corral.domain.posture import Posture
 from corral.domain.records import FailureEvidence
 
 PROTOCOL_VERSION = 2
@@ -796,7 +796,7 @@ def read_document(path: Path, max_bytes: int = MAX_BYTES) -> Document:
             return Document(None, Problem.NOT_REGULAR)
         if info.st_size > max_bytes:
             return Document(None, Problem.TOO_LARGE, info.st_size)
-        raw = os.read(fd, max_bytes + 1)
+        raw = os.read(fd, min(info.st_size, max_bytes) + 1)  # a file that grew is still caught
     except OSError:
         return Document(None, Problem.NOT_REGULAR)
     finally:
