@@ -177,7 +177,7 @@ def test_a_sigkilled_daemon_leaves_stale_files_that_do_not_block_a_new_one(dproj
     os.kill(old, signal.SIGKILL)
     wait_for(lambda: not pid_alive(old), 10, "the killed daemon to die")
     # It had no chance to tidy up: its state file and lock file are still there, naming it.
-    state_file = dproj.paths.root / daemons.STATE_FILE
+    state_file = dproj.paths.daemon_state
     assert json.loads(state_file.read_text())["pid"] == old
     assert dproj.paths.daemon_lock.exists()
 

@@ -22,7 +22,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -78,18 +78,26 @@ class SubprocessRunner:
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
-        proc = subprocess.run(
+        # With a time limit the child gets a session of its own, so an expiry ends its whole
+        # group with SIGTERM first: git removes its lock files, and a hook it ran goes too.
+        with subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=full_env,
-            input=input,
-            capture_output=True,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             errors="surrogateescape",
-            timeout=timeout,
-            check=False,
-        )
-        return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+            start_new_session=timeout is not None,
+        ) as proc:
+            try:
+                out, err = proc.communicate(input, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _end_group(proc, RUNNER_TERM_GRACE)
+                proc.communicate()
+                raise
+        return Completed(tuple(argv), proc.returncode, out, err)
 
 
 def spawn_detached(
@@ -177,10 +185,15 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); /proc tells the truth on Linux.
+    # A zombie child still answers kill(0); /proc tells the truth on Linux (read raw: this runs
+    # once per working task on every list).
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            stat = os.read(fd, 512)
+        finally:
+            os.close(fd)
+        return stat.rsplit(b") ", 1)[1][:1] != b"Z"
     except (OSError, IndexError):
         return True
 
@@ -239,6 +252,25 @@ def exited(proc: subprocess.Popen[bytes]) -> bool:
         return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
+
+
+#: How long a runner's child that ran past its time limit gets between SIGTERM and SIGKILL.
+RUNNER_TERM_GRACE = 2.0
+
+
+def _end_group(proc: subprocess.Popen[str], grace: float) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def stop_child_group(proc: subprocess.Popen[bytes], grace: float) -> None:
@@ -401,7 +433,8 @@ def stop_identified(identity: Identity, grace: float) -> bool:
         pgid = os.getpgid(identity.pid)
     except ProcessLookupError:
         return False
-    if pgid == os.getpgrp() or pgid <= 1:
+    alone = pgid == os.getpgrp() or pgid <= 1  # not in a group of its own: the process alone
+    if alone:
         send(identity.pid, signal.SIGTERM)
         members = [proc_info(identity.pid)]
     else:
@@ -414,14 +447,25 @@ def stop_identified(identity: Identity, grace: float) -> bool:
     while time.monotonic() < deadline and identity.matches():
         time.sleep(0.05)
     if identity.matches() or any(_same(m) for m in members if m is not None):
-        if pgid == os.getpgrp() or pgid <= 1:
+        if alone:
             send_identified(identity, signal.SIGKILL)
         else:
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        _settle(lambda: identity.matches())
     return True
+
+
+#: How long a SIGKILLed process may take to be gone (the kernel ends it asynchronously).
+KILL_SETTLE_SECONDS = 1.0
+
+
+def _settle(alive: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + KILL_SETTLE_SECONDS
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _same(info: ProcInfo) -> bool:
@@ -441,4 +485,5 @@ def reap(found: Sequence[ProcInfo], grace: float) -> list[ProcInfo]:
     for p in signalled:
         if _same(p):
             send(p.pid, signal.SIGKILL)
+    _settle(lambda: any(_same(p) for p in signalled))
     return signalled

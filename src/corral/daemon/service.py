@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.adapters.locks import is_locked, try_lock
-from corral.adapters.process import pid_alive, send, spawn_detached
+from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import rfc3339
-from corral.domain.status import Status
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import supervisor_pids
+from corral.engine.runtime.processes import signal_daemon
 from corral.errors import CorralError, DaemonRunning
 
 TICK_SECONDS = 2.0
@@ -109,21 +110,8 @@ class Daemon:
             durable=False,
         )
 
-    def supervisor_pids(self) -> set[int]:
-        pids: set[int] = set()
-        with self.project.store.read() as tx:
-            working = tx.tasks([Status.WORKING])
-            for record in tx.processes():
-                if record.kind == "supervisor":
-                    pids.add(record.pid)
-        for task in working:
-            status = proto.read_record(self.project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
-            if status is not None and status.pid > 1:
-                pids.add(status.pid)
-        return {p for p in pids if pid_alive(p)}
-
     def refresh_watch(self) -> None:
-        pids = self.supervisor_pids()
+        pids = supervisor_pids(self.project)
         for pid in list(self.watched):
             if pid not in pids:
                 os.close(self.watched.pop(pid))
@@ -157,6 +145,10 @@ class Daemon:
 
         try:
             report = prune_diagnostics(self.project)
+        except CorralError as exc:  # an unhealthy store: nothing was pruned, and the log says why
+            self.log.warning("prune refused: %s", exc.message)
+            self.event("prune-refused", code=exc.code, message=exc.message, hint=exc.hint)
+            return
         except Exception as exc:  # a prune that fails must not end the daemon
             self.log.exception("prune failed")
             self.event("prune-error", message=f"{type(exc).__name__}: {exc}")
@@ -237,11 +229,11 @@ def stop_running(project: Project, timeout: float = 10.0) -> DaemonState:
     current = state(project)
     if not current.running or current.pid is None:
         return current
-    send(current.pid, signal.SIGTERM)
+    signal_daemon(current.pid, current.started_at, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and state(project).running:
         time.sleep(0.05)
     if state(project).running:
-        send(current.pid, signal.SIGKILL)
+        signal_daemon(current.pid, current.started_at, signal.SIGKILL)
         time.sleep(0.2)
     return state(project)

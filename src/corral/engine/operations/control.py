@@ -1,6 +1,8 @@
 """Controlling a running turn from outside: stop it, or wait until the task rests.
 
-Both reconcile as they go, so a receipt that lands while they wait becomes its turn.
+Both reconcile as they go, so a receipt that lands while they wait becomes its turn. A stop
+ends with the stopped command's processes gone: whatever the supervisor did not end (or
+that no supervisor was left to end) is reaped once the task is parked.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.adapters.process import pid_alive, send
+from corral.adapters.process import send_identified
 from corral.domain.actors import Actor, Role
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import WAIT_RESTS, Op, Status, check_operation
@@ -19,6 +21,7 @@ from corral.engine.operations.turns import Started
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.processes import reap_turn, supervisor_alive, supervisor_identity
 
 STOP_WAIT_SECONDS = 15.0
 
@@ -28,15 +31,24 @@ def request_stop(project: Project, task: Task, actor: Actor) -> bool:
     protocol_dir = project.paths.protocol_dir(task.id)
     proto.write(protocol_dir, proto.StopRequest(actor.value))
     status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
-    if status is None or not pid_alive(status.pid):
-        return False
-    return send(status.pid, signal.SIGTERM)
+    if status is None or not supervisor_alive(status):
+        return False  # gone, frozen, or its pid is another process's now: never signalled
+    return send_identified(supervisor_identity(status), signal.SIGTERM)
 
 
 def stop(project: Project, given: str, *, actor: Actor) -> Task:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
     check_operation(Op.STOP, task.status, task.ref, hint=f"No turn is running; see it: corral show {task.ref}")
+    command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
+    stopped = _stop(project, task, actor)
+    if command is not None:
+        # Only the stopped command's processes: a turn launched since is not this stop's to end.
+        reap_turn(project, task.id, command_id=command.command_id)
+    return stopped
+
+
+def _stop(project: Project, task: Task, actor: Actor) -> Task:
     asked = request_stop(project, task, actor)
     deadline = time.monotonic() + STOP_WAIT_SECONDS
     while asked and time.monotonic() < deadline:

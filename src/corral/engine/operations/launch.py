@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral import crashpoints
-from corral.adapters.harness.base import Posture
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.actors import Role
 from corral.domain.clock import new_id, rfc3339
 from corral.domain.failures import TERM_GRACE_SECONDS, WATCHDOG_RELAUNCHES, Budgets
+from corral.domain.posture import Posture
 from corral.domain.prompts import system_text
 from corral.domain.records import Session, Task, Turn
 from corral.engine.config import Config, harness_settings
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.processes import reap_turn
+from corral.engine.runtime.processes import COMMAND_TAG, reap_turn
 from corral.errors import CorralError, LaunchFailed
 
 SUPERVISOR_START_TIMEOUT = 15.0
@@ -136,7 +136,11 @@ def file_claimed_receipt(project: Project, task: Task) -> None:
 
 
 def spawn_supervisor(protocol_dir: Path, log_path: Path) -> int:
-    return spawn_detached([sys.executable, "-m", "corral.engine.runtime.supervisor", str(protocol_dir)], log=log_path)
+    """Start the supervisor of the command in ``protocol_dir``, tagged with its command id (its identity)."""
+    command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
+    env = {COMMAND_TAG: command.command_id} if command is not None else None
+    argv = [sys.executable, "-m", "corral.engine.runtime.supervisor", str(protocol_dir)]
+    return spawn_detached(argv, log=log_path, env=env)
 
 
 def wait_alive(protocol_dir: Path, pid: int, timeout: float = SUPERVISOR_START_TIMEOUT) -> bool:

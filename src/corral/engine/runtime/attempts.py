@@ -4,6 +4,12 @@ The agent runs in its own session and process group, with the command's tag in i
 environment (``CORRAL_COMMAND_ID``) so a reaper finds it even if the supervisor dies before
 it could write the agent's pid down. A stop request or an expired watchdog ends the whole
 group: SIGTERM, then SIGKILL after the command's grace.
+
+The attempt ends when the agent process exits, not when its streams close: a background
+child (``cmd &``) holding stdout does not keep the turn. Whatever the agent left running —
+its group, its session, and processes that called ``setsid`` but carry the command's tag —
+is reaped then and named in :attr:`AttemptRun.reaped`. The agent's zombie is kept until
+that is done, so its pid (the group's and session's id) cannot be given to another process.
 """
 
 from __future__ import annotations
@@ -21,18 +27,36 @@ from pathlib import Path
 
 from corral import crashpoints
 from corral.adapters.harness.base import AttemptFacts, Event, Harness, Launch, Verdict
-from corral.adapters.process import check_argv, spawn_piped, stop_child_group
+from corral.adapters.process import (
+    ProcInfo,
+    all_processes,
+    check_argv,
+    command_line,
+    environ_has,
+    exited,
+    reap,
+    spawn_piped,
+    start_ticks,
+    stop_child_group,
+)
 from corral.domain.redact import redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
+from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier
-from corral.engine.runtime.processes import COMMAND_TAG
+from corral.engine.runtime.processes import COMMAND_TAG, tag
 from corral.engine.runtime.stopping import StopFlag
 from corral.engine.runtime.watchdog import ProgressClock
 from corral.errors import ArgvError
 
 #: Variables of the supervisor's own environment that never reach the agent.
 PRIVATE_ENV = ("CORRAL_CRASH_AT", "CORRAL_CRASH_HOW")
+#: The grace a leftover process gets between SIGTERM and SIGKILL at the attempt's end.
+REAP_GRACE_SECONDS = 1.0
+#: What remains in the streams once the leftovers are gone is read until this quiet.
+RESIDUE_QUIET_SECONDS = 0.2
+#: A reaped process is named by this much of its command line (masked).
+COMMAND_CHARS = 200
 
 
 @dataclass
@@ -56,6 +80,7 @@ class AttemptRun:
     log_start: int = 0
     log_end: int = 0
     verdict: Verdict | None = None
+    reaped: list[proto.Reaped] = field(default_factory=list)
 
     def facts(self) -> AttemptFacts:
         return AttemptFacts(self.exit_code, self.signal, self.events, self.stderr_tail, self.spawn_error)
@@ -97,6 +122,7 @@ class AttemptRunner:
         self.term_grace = term_grace
         self.clock = clock  # attempt durations, for the crash-loop detector; tests pass a virtual one
         self.session_id: str | None = None
+        self.reaped: list[proto.Reaped] = []  # every attempt's leftovers, for the receipt
 
     def run(self, number: int, launch: Callable[[], Launch], watchdog_seconds: float) -> AttemptRun:
         run = AttemptRun(number, now())
@@ -128,7 +154,7 @@ class AttemptRunner:
                 run.spawn_errno = exc.errno
                 run.ended_at = now()
                 return run
-            self.status.update(agent_pid=proc.pid)
+            self.status.update(agent_pid=proc.pid, agent_start=start_ticks(proc.pid))
             crashpoints.hit("supervisor.agent-spawned")
             if spec.stdin is not None:
                 threading.Thread(target=_feed, args=(proc, spec.stdin), daemon=True).start()
@@ -137,7 +163,7 @@ class AttemptRunner:
             run.log_end = os.fstat(out_fd).st_size
             os.close(out_fd)
             os.close(err_fd)
-            self.status.update(agent_pid=None)
+            self.status.update(agent_pid=None, agent_start=None)
         run.duration = self.clock() - started
         run.ended_at = now()
         return run
@@ -145,7 +171,8 @@ class AttemptRunner:
     def _watch(
         self, proc: subprocess.Popen[bytes], run: AttemptRun, out_fd: int, err_fd: int, progress: ProgressClock
     ) -> None:
-        """Copy the output until it closes, then wait for the exit, ending the group when asked or silent."""
+        """Copy the output until the agent exits (or its streams close), end what it left, then
+        collect its exit, ending the group when asked or silent."""
         assert proc.stdout is not None and proc.stderr is not None
         copier = OutputCopier(self.harness, out_fd, err_fd)
 
@@ -153,21 +180,43 @@ class AttemptRunner:
             self._maybe_end(proc, run, progress)
             return progress.remaining()
 
-        copier.pump(proc.stdout, proc.stderr, tick, progress.progressed)
+        closed = copier.pump(proc.stdout, proc.stderr, tick, progress.progressed, lambda: exited(proc))
+        # The streams closed; the process may linger (a daemonized child): the watchdog still applies.
+        while not exited(proc):
+            self._maybe_end(proc, run, progress)
+            time.sleep(0.05)
+        run.reaped = self._reap_leftovers(proc)
+        self.reaped.extend(run.reaped)
+        if not closed:  # what the leftovers had written and nobody read yet
+            copier.pump(proc.stdout, proc.stderr, tick, progress.progressed, lambda: True, quiet=RESIDUE_QUIET_SECONDS)
+        if copier.flush():
+            progress.progressed()
+        proc.stdout.close()
+        proc.stderr.close()
         run.events = copier.events
         if copier.session_id:
             self.session_id = copier.session_id
-        # The streams closed; the process may linger (a daemonized child): the watchdog still applies.
-        while proc.poll() is None:
-            self._maybe_end(proc, run, progress)
-            time.sleep(0.05)
-        code = proc.returncode
-        if code is not None and code < 0:
+        code = proc.wait()
+        if code < 0:
             run.signal = -code
             run.exit_code = 128 - code
         else:
             run.exit_code = code
         run.stderr_tail = redact(copier.stderr_tail.decode("utf-8", "replace"), self.secrets)
+
+    def _reap_leftovers(self, proc: subprocess.Popen[bytes]) -> list[proto.Reaped]:
+        """End every process the exited agent left: its group, its session, and the command's
+        tagged processes (a ``setsid`` grandchild leaves both); the supervisor is never one."""
+        entry = tag(self.command_id)
+        found: list[ProcInfo] = [
+            p
+            for p in all_processes()
+            if p.pid not in (proc.pid, os.getpid())
+            and (p.pgrp == proc.pid or p.session == proc.pid or environ_has(p.pid, entry))
+        ]
+        names = {p.pid: command_line(p.pid) for p in found}
+        reaped = reap(found, REAP_GRACE_SECONDS)
+        return [proto.Reaped(p.pid, redact(names.get(p.pid, ""), self.secrets)[:COMMAND_CHARS]) for p in reaped]
 
     def _maybe_end(self, proc: subprocess.Popen[bytes], run: AttemptRun, progress: ProgressClock) -> None:
         if self.stop.is_set() and not run.stopped:

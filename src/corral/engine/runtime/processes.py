@@ -1,54 +1,151 @@
-"""Finding and stopping the processes of a task's last command: its supervisor and its agent.
+"""Finding, judging and stopping the processes of a task's last command: its supervisor and its agent.
 
-Every kill names a positive pid that a protocol file recorded, or a process that carries
-the command's tag in its environment, never 0 or our own group. "Never two live agents for
-one task": before a new turn launches, whatever the previous command left alive is stopped.
+A pid in a protocol file or the store is never signalled on its own: the process holding it
+must still be the one recorded — the same start time (``status.json`` keeps ``pid_start``
+and ``agent_start``), or the command's tag in its environment (``CORRAL_COMMAND_ID``, on the
+supervisor and on every agent), or for a store record a start no later than its
+registration. A supervisor that holds its pid but has not beaten for
+:data:`~corral.engine.runtime.heartbeat.STALE_HEARTBEAT_SECONDS` (frozen, stopped) is lost,
+not working (:func:`supervisor_lost`). "Never two live agents for one task": before a new
+turn launches, whatever the previous command left alive is stopped (:func:`reap_turn`).
 """
 
 from __future__ import annotations
 
-import os
+from typing import TYPE_CHECKING
 
-from corral.adapters.process import pid_alive, stop_group
-from corral.engine.project import Project
+from corral.adapters.process import (
+    Identity,
+    ProcInfo,
+    all_processes,
+    environ_has,
+    pid_alive,
+    proc_info,
+    send_identified,
+    stop_identified,
+)
+from corral.domain.clock import parse_time
+from corral.domain.records import ProcessRecord
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.heartbeat import STALE_HEARTBEAT_SECONDS, heartbeat_age
 
-#: The environment variable that tags every agent process with its command's id.
+if TYPE_CHECKING:  # the supervisor loads this module, and never the store
+    from corral.engine.project import Project
+
+#: The environment variable that tags a command's supervisor and every agent process with its id.
 COMMAND_TAG = "CORRAL_COMMAND_ID"
+
+
+def tag(command_id: str) -> str:
+    """The environment entry a command's processes carry."""
+    return f"{COMMAND_TAG}={command_id}"
 
 
 def tagged(command_id: str) -> list[int]:
     """Live processes whose environment carries ``CORRAL_COMMAND_ID=<command_id>`` (Linux /proc)."""
-    needle = f"{COMMAND_TAG}={command_id}".encode() + b"\0"
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                if needle in fh.read() + b"\0":
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return [pid for pid in found if pid != os.getpid()]
+    return [p.pid for p in tagged_processes(command_id)]
 
 
-def reap_turn(project: Project, task_id: str, *, grace: float = 1.0) -> list[int]:
+def tagged_processes(command_id: str) -> list[ProcInfo]:
+    entry = tag(command_id)
+    return [p for p in all_processes() if environ_has(p.pid, entry)]
+
+
+def supervisor_identity(status: proto.SupervisorStatus) -> Identity:
+    """The supervisor named in ``status.json``: its pid with its start time, else with its tag."""
+    if status.pid_start is not None:
+        return Identity(status.pid, start=status.pid_start)
+    return Identity(status.pid, env=tag(status.command_id))
+
+
+def agent_identity(status: proto.SupervisorStatus) -> Identity | None:
+    if status.agent_pid is None:
+        return None
+    if status.agent_start is not None:
+        return Identity(status.agent_pid, start=status.agent_start)
+    return Identity(status.agent_pid, env=tag(status.command_id))
+
+
+def record_identity(record: ProcessRecord) -> Identity:
+    """A process the store registered: tagged with its command, and started before it was registered."""
+    return Identity(
+        record.pid,
+        env=tag(record.command_id) if record.command_id else None,
+        not_after=record.started_at.timestamp(),
+    )
+
+
+#: :func:`supervisor_lost`'s answer for a supervisor that simply exited (every other answer is a
+#: live process that is not, or no longer, running the turn).
+GONE = "its process is gone"
+
+
+def supervisor_lost(status: proto.SupervisorStatus, *, mono_now: float | None = None) -> str | None:
+    """Why the supervisor ``status.json`` names is not running its turn, or None when it is.
+
+    Gone, its pid held by another process (a different start time), or alive with a
+    heartbeat older than the bound (frozen or stopped). A status file without a start time
+    (an older supervisor's) is judged by its pid and heartbeat alone.
+    """
+    info = proc_info(status.pid) if pid_alive(status.pid) else None
+    if info is None:
+        return GONE
+    if status.pid_start is not None and info.start != status.pid_start:
+        return f"its pid {status.pid} now names another process"
+    age = heartbeat_age(status, mono_now=mono_now)
+    if age is not None and age > STALE_HEARTBEAT_SECONDS:
+        return (
+            f"its heartbeat is stale: the last beat was {age:.0f} s ago (the bound is "
+            f"{STALE_HEARTBEAT_SECONDS:.0f} s); the process is frozen or stopped"
+        )
+    return None
+
+
+def supervisor_alive(status: proto.SupervisorStatus, *, mono_now: float | None = None) -> bool:
+    """Whether the supervisor ``status.json`` names is alive and running its turn (what ``list`` shows)."""
+    return supervisor_lost(status, mono_now=mono_now) is None
+
+
+def reap_turn(project: Project, task_id: str, *, grace: float = 1.0, command_id: str | None = None) -> list[int]:
     """Stop the supervisor and agent of the task's last command; returns the pids stopped.
 
-    They are found by the pids in ``status.json`` and, for an agent whose supervisor died
-    before naming it, by the command tag in its environment.
+    They are found by the pids in ``status.json`` (each signalled only if it is still the
+    process recorded) and, for an agent whose supervisor died before naming it, by the
+    command tag in its environment. With ``command_id``, only that command's processes.
     """
     protocol_dir = project.paths.protocol_dir(task_id)
     status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
     command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
-    pids: list[int | None] = [status.agent_pid, status.pid] if status else []
-    for command_id in {status.command_id if status else None, command.command_id if command else None}:
-        if command_id:
-            pids.extend(tagged(command_id))
-    stopped = []
-    for pid in dict.fromkeys(pids):
-        if pid is not None and pid > 1 and pid_alive(pid):
-            stop_group(pid, grace)
-            stopped.append(pid)
+    if status is not None and command_id is not None and status.command_id != command_id:
+        status = None
+    found: list[Identity] = []
+    if status is not None:
+        agent = agent_identity(status)
+        if agent is not None:
+            found.append(agent)
+        found.append(supervisor_identity(status))
+    ids = {status.command_id if status else None, command.command_id if command else None}
+    if command_id is not None:
+        ids = {command_id}
+    for cid in sorted(i for i in ids if i):
+        found.extend(Identity(p.pid, start=p.start, env=tag(cid)) for p in tagged_processes(cid))
+    stopped: list[int] = []
+    for identity in found:
+        if identity.pid not in stopped and stop_identified(identity, grace):
+            stopped.append(identity.pid)
     return stopped
+
+
+def stop_recorded(record: ProcessRecord, grace: float = 1.0) -> bool:
+    """Stop a process the store registered, if it is still that process (the terminal sweep's)."""
+    return stop_identified(record_identity(record), grace)
+
+
+def signal_daemon(pid: int, started_at: str | None, signum: int) -> bool:
+    """Signal the daemon its state file names (``pid``, ``started_at`` as it wrote them), only if
+    that pid is still a process that started no later than the daemon wrote it; False otherwise."""
+    try:
+        when = parse_time(started_at)
+    except ValueError:
+        return False
+    return when is not None and send_identified(Identity(pid, not_after=when.timestamp()), signum)
