@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
@@ -14,16 +15,14 @@ from corral.engine.workspace import target_branch
 #: The statuses whose work may have been merged by hand while corral looked away.
 SWEPT = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
 
-#: Where the sweep remembers, per candidate, the (target tip, branch tip) it last found unmerged.
-SEEN_FILE = "merged-sweep.json"
-
 
 def sweep_merged_branches(project: Project) -> int:
     """A resting task whose work is already on its target → zombie → complete; returns how many.
 
     Merged means: the branch has commits beyond its session's base and the target contains
-    the tip, or the target carries a commit whose trailers name this task and its current
-    session. (Upstream is merged into a task branch with ``--no-ff``, so a branch that
+    the tip — the target took the task's work, not the branch the target's, and no uncommitted
+    work waits in the worktree — or the target carries a commit whose trailers name this task
+    and its current session. (Upstream is merged into a task branch with ``--no-ff``, so a branch that
     only took in its target never looks merged: its merge commit is not on the target.)
 
     Only resting tasks are looked at, and only when their branch or target moved since the
@@ -37,7 +36,7 @@ def sweep_merged_branches(project: Project) -> int:
         sessions = tx.sessions_by_id(t.session_id for t in resting if t.session_id)
         candidates = [(t, sessions.get(t.session_id or "")) for t in resting]
         targets = {t.id: target_branch(tx, t) for t in resting}
-    seen_path = project.paths.root / SEEN_FILE
+    seen_path = project.paths.merged_sweep  # per candidate, the (target tip, branch tip) last found unmerged
     seen = {k: v for k, v in (proto.read_raw(seen_path) or {}).items() if k != "protocol_version"}
     if not candidates:
         if seen:
@@ -75,6 +74,9 @@ def sweep_merged_branches(project: Project) -> int:
     for task, session, tip, target_tip, key in due:
         # The tip must be the one read above: a branch that moved in between is looked at next pass.
         merged = tip is not None and tip != session.base_commit and contained[target_tip].get(task.branch) == tip
+        if merged and tip is not None and not _own_work_landed(project, task, session, targets[task.id], tip):
+            fresh[task.id] = key
+            continue
         if not merged:
             if target_tip not in trailers:
                 found = git.trailers(target_tip, cwd=repo, limit=500)
@@ -88,6 +90,65 @@ def sweep_merged_branches(project: Project) -> int:
     if fresh != seen:  # an unchanged pass writes nothing
         proto.write_json(seen_path, fresh, durable=False)
     return completed
+
+
+def _own_work_landed(project: Project, task: Task, session: Session, target: str, tip: str) -> bool:
+    """Whether a branch the target contains got there by the target taking the task's work, not by
+    the task's branch taking the target's (a fast-forward onto the moved target is no merge).
+
+    The branch's own reflog says how it reached its tip: a fast-forward or a reset to the target is
+    following it. Otherwise the target must have reached the tip no earlier than the branch did
+    (when neither log says, the work counts as the task's). And uncommitted work in the task's
+    worktree is never swept away: a task with any stays as it is.
+    """
+    git = project.git
+    worktree = Path(session.worktree) if session.worktree else None
+    if worktree is not None and worktree.is_dir() and git.dirty_paths(worktree):
+        return False
+    branch_moves = _reflog(project, task.branch)
+    reached = [(when, subject) for sha, when, subject in branch_moves if sha == tip]
+    if reached:
+        first_when, first_subject = reached[-1]  # the log lists newest first
+        if _follows(first_subject, target):
+            return False
+        target_reached = [when for sha, when, _ in _reflog(project, target) if sha == tip]
+        if target_reached and target_reached[-1] < first_when:
+            return False
+    return True
+
+
+def _follows(subject: str, target: str) -> bool:
+    """A reflog subject that says the branch moved to its target: ``merge main: Fast-forward``,
+    ``reset: moving to main``, ``pull … Fast-forward``, ``rebase … (finish)`` onto it."""
+    names = (target, f"refs/heads/{target}", f"heads/{target}")
+    if subject.startswith("reset: moving to "):
+        return subject.removeprefix("reset: moving to ").strip() in names
+    if "Fast-forward" in subject and subject.startswith(("merge ", "pull")):
+        head = subject.split(":", 1)[0]
+        return any(head.endswith(f" {name}") for name in names) or subject.startswith("pull")
+    return False
+
+
+def _reflog(project: Project, branch: str) -> list[tuple[str, int, str]]:
+    """(new value, unix time, subject) of each move of ``branch``, newest first; empty without a reflog."""
+    out = project.git.run(
+        "log",
+        "-g",
+        "--date=unix",
+        "--format=%H%x1f%gd%x1f%gs",
+        f"refs/heads/{branch}",
+        "--",
+        cwd=project.repo,
+        check=False,
+    ).stdout
+    moves = []
+    for line in out.splitlines():
+        sha, _, rest = line.partition("\x1f")
+        selector, _, subject = rest.partition("\x1f")
+        when = selector.rpartition("@{")[2].rstrip("}")
+        if when.isdigit():
+            moves.append((sha, int(when), subject))
+    return moves
 
 
 def _tips(project: Project, patterns: Iterable[str], *, merged: str | None = None) -> dict[str, str]:
