@@ -1,14 +1,34 @@
-"""Writing a file so a crash leaves the old one or the new one, never half of either.
+"""Files corral keeps its state in: written so a crash leaves the old one or the new one, read
+so a symlink, a FIFO or a huge file never hurts.
 
-A temp file beside the target (0600), written and fsynced, renamed over the target, and
-the directory fsynced so the rename itself survives a power loss.
+A write is a temp file beside the target (0600), written and fsynced, renamed over the
+target, and the directory fsynced so the rename itself survives a power loss. A read never
+follows a symlink, never blocks on a FIFO, and never loads more than its bound.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from pathlib import Path
+
+
+def private_dirs(path: Path) -> None:
+    """``path`` and its missing parents, each created 0700: what corral keeps is the user's alone."""
+    missing = []
+    here = path
+    while not here.exists():
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
 
 
 def fsync_dir(path: Path) -> None:
@@ -24,7 +44,7 @@ def write_atomic(path: Path, payload: bytes, *, durable: bool = True, mtime: flo
 
     ``mtime`` sets the file's modification time before it appears (retention measures it).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -38,3 +58,30 @@ def write_atomic(path: Path, payload: bytes, *, durable: bool = True, mtime: flo
     os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)
+
+
+def read_bounded(path: Path, max_bytes: int) -> tuple[bytes | None, str | None, int | None]:
+    """(content, problem, size): the file's bytes, or why they cannot be used — ``missing``,
+    ``symlink``, ``not-regular`` or ``too-large`` (then ``size`` says how large)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, "missing", None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, "symlink", None
+        return None, "missing" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else "not-regular", None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, "not-regular", None
+        if info.st_size > max_bytes:
+            return None, "too-large", info.st_size
+        raw = os.read(fd, min(info.st_size, max_bytes) + 1)  # a file that grew is still caught
+    except OSError:
+        return None, "not-regular", None
+    finally:
+        os.close(fd)
+    if len(raw) > max_bytes:
+        return None, "too-large", len(raw)
+    return raw, None, len(raw)

@@ -10,9 +10,12 @@ longer limit; plumbing gets the shorter one. Both defaults are settings
 
 from __future__ import annotations
 
-import shutil
+import os
+import shlex
 import subprocess
+import time
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 from corral.adapters.process import Completed, Runner, SubprocessRunner
@@ -70,8 +73,23 @@ _UPDATES_REFS = frozenset(
     {"am", "branch", "checkout", "cherry-pick", "clone", "commit", "fetch", "merge", "pull", "push", "rebase"}
     | {"reset", "stash", "switch", "update-ref", "worktree"}
 )
+#: rev-parse's arguments naming the hooks directory, the common git directory and this worktree's.
+_WHERE_ARGS = ("--git-path", "hooks", "--git-common-dir", "--git-dir")
 #: How long the hint's own look-up of the hooks directory may take.
 _HINT_LOOKUP_SECONDS = 10.0
+
+
+def _locks_since(git_dirs: Sequence[str], since: float) -> list[str]:
+    """The lock files in ``git_dirs`` (their own, and every ref's) made since ``since``: what a stopped git left."""
+    found: set[str] = set()
+    for name in dict.fromkeys(git_dirs):
+        root = Path(name)
+        try:
+            candidates = [*root.glob("*.lock"), *(root / "refs").rglob("*.lock")]
+            found |= {str(p) for p in candidates if p.stat().st_mtime >= since - 1}
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def subcommand(args: Sequence[str]) -> str:
@@ -120,21 +138,22 @@ class Git:
         timeout: float | None = None,
     ) -> Completed:
         """Run ``git args`` in ``cwd`` under ``timeout`` (default: :meth:`limit_for`); its expiry is GitTimeout."""
-        if shutil.which(self.executable) is None:
+        if not _on_path(self.executable):
             raise GitError(
                 "git is not installed or not on PATH.",
                 code="git-missing",
                 hint="Install git (2.38 or newer) and try again.",
             )
         limit = self.limit_for(args) if timeout is None else timeout
+        started = time.time()
         try:
             result = self.runner.run([self.executable, *args], cwd=str(cwd), env=GIT_ENV, input=input, timeout=limit)
         except subprocess.TimeoutExpired:
-            raise self._timed_out(args, cwd, limit) from None
+            raise self._timed_out(args, cwd, limit, started) from None
         if check and result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
             raise GitError(
-                f"git {args[0]} failed: {detail[-1] if detail else f'exit {result.returncode}'}",
+                f"git {subcommand(args)} failed: {detail[-1] if detail else f'exit {result.returncode}'}",
                 hint=f"Run `git {' '.join(args)}` in {cwd} to see the whole message.",
             )
         return result
@@ -142,35 +161,45 @@ class Git:
     def out(self, *args: str, cwd: str | Path) -> str:
         return self.run(*args, cwd=cwd).stdout.strip()
 
-    def _timed_out(self, args: Sequence[str], cwd: str | Path, limit: float) -> GitTimeout:
+    def _timed_out(self, args: Sequence[str], cwd: str | Path, limit: float, started: float) -> GitTimeout:
         name = subcommand(args)
         which = "git_hook_timeout" if name in SLOW_COMMANDS else "git_timeout"
         hooks = [*_HOOKS.get(name, ()), *(["reference-transaction"] if name in _UPDATES_REFS else [])]
-        where = self._hooks_dir(cwd)
+        dirs = self._git_dirs(cwd)
+        where = dirs[0] if dirs else "the repository's hooks directory"
         if hooks:
             cause = f"A hook that hangs is the usual cause: look at {', '.join(hooks)} in {where}"
         else:
             cause = f"A hook, merge driver or filter that hangs is the usual cause: look in {where}, .gitattributes"
+        locks = _locks_since(dirs[1:], started)
+        if locks:
+            them = "them" if len(locks) > 1 else "it"
+            left = (
+                f" git was stopped mid-command and left {', '.join(locks)} behind: once no git runs in the "
+                f"repository, remove {them} (rm {' '.join(shlex.quote(lock) for lock in locks)})."
+            )
+        else:
+            left = " git was stopped mid-command: if a later git command says a `.lock` file exists, remove it."
         return GitTimeout(
             f"git {name} ran past its {limit:g} s limit in {cwd}; corral stopped it.",
             hint=f"{cause} (`git config core.hooksPath` says where hooks live), and run "
-            f"`git {' '.join(args)}` there to watch it. git was stopped mid-command: if a later git command "
-            f"reports a `.lock` file exists, remove it once no git runs. If the command is only slow, raise "
+            f"`git {' '.join(args)}` there to watch it.{left} If the command is only slow, raise "
             f"{which} in your settings.",
         )
 
-    def _hooks_dir(self, cwd: str | Path) -> str:
-        """Where the repository's hooks live, for a hint; never raises, never waits long."""
+    def _git_dirs(self, cwd: str | Path) -> list[str]:
+        """The hooks directory, the common git directory and this worktree's, for a hint (empty on failure)."""
         try:
             found = self.runner.run(
-                [self.executable, "rev-parse", "--path-format=absolute", "--git-path", "hooks"],
+                [self.executable, "rev-parse", "--path-format=absolute", *_WHERE_ARGS],
                 cwd=str(cwd),
                 env=GIT_ENV,
                 timeout=_HINT_LOOKUP_SECONDS,
             )
         except (subprocess.TimeoutExpired, OSError):
-            return "the repository's hooks directory"
-        return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else ".git/hooks"
+            return []
+        lines = found.stdout.split("\n")[:3]
+        return lines if found.returncode == 0 and len(lines) == 3 and all(lines) else []
 
     def main_root(self, path: str | Path) -> Path:
         """The main checkout of the repository containing ``path`` (a task worktree maps back)."""
@@ -331,3 +360,16 @@ class Git:
             if len(parts) == 3 and parts[1].strip():
                 found.append({"commit": parts[0], "task": parts[1].strip(), "session": parts[2].strip()})
         return found
+
+
+@cache
+def _on_path(executable: str) -> bool:
+    """Whether ``executable`` runs (a path, or a name on PATH); asked once per process.
+
+    Not shutil.which: shutil loads the compression modules, a cost every command would pay.
+    """
+    if os.sep in executable:
+        return os.access(executable, os.X_OK)
+    return any(
+        os.access(os.path.join(d, executable), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep) if d
+    )

@@ -11,13 +11,15 @@ import os
 import time
 from pathlib import Path
 
+from corral.adapters.files import private_dirs
+
 
 def try_lock(path: Path) -> int | None:
     """The descriptor of ``path`` locked exclusively, or None when another process holds it.
 
     The caller keeps the descriptor open as long as it holds the lock and closes it to release.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

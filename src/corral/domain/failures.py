@@ -174,13 +174,13 @@ WATCHDOG_RELAUNCHES = 3
 TERM_GRACE_SECONDS = 5.0
 
 
-def decide_watchdog_retry(work_captured: bool, relaunches: int) -> bool:
-    """After a no-progress kill: relaunch (True) only when nothing was captured, at most 3 times.
+def decide_watchdog_retry(work_captured: bool, relaunches: int, limit: int = WATCHDOG_RELAUNCHES) -> bool:
+    """After a no-progress kill: relaunch (True) only when nothing was captured, at most ``limit`` times (3).
 
     "Work captured" is a new commit or a dirty worktree. When the commit probe cannot
     read git, the caller passes False (fail toward retrying).
     """
-    return not work_captured and relaunches < WATCHDOG_RELAUNCHES
+    return not work_captured and relaunches < limit
 
 
 def breaker_tripped(consecutive: int, threshold: int) -> bool:

@@ -61,6 +61,8 @@ def bounded(text: str, max_bytes: int) -> str:
     return data[-max_bytes:].decode("utf-8", "ignore")
 
 
+#: The most of a turn's result text corral keeps (the receipt and the turn alike); output.log has all.
+RESULT_BYTES = 256 * 1024
 #: Characters masked beyond a cut, so a secret the cut would split is masked whole first.
 CUT_MARGIN = 4096
 

@@ -24,6 +24,7 @@ from corral.domain.posture import Posture
 from corral.domain.prompts import system_text
 from corral.domain.records import Session, Task, Turn
 from corral.engine.config import Config, harness_settings
+from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.runtime import protocol as proto
@@ -112,11 +113,11 @@ def build_command(
 
 def clear_protocol(protocol_dir: Path, keep_into: Path | None = None) -> None:
     """Remove the previous turn's files; a receipt never processed is kept aside, not deleted."""
-    protocol_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(protocol_dir)
     stale = protocol_dir / proto.RESPONSE
     if stale.exists() or stale.is_symlink():
         dest = (keep_into or protocol_dir) / f"stale-response-{new_id()}.json"
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(dest.parent)
         os.replace(stale, dest)
     proto.remove(protocol_dir, proto.STATUS, proto.PROGRESS, proto.STOP, proto.COMMAND)
 

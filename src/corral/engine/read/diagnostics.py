@@ -1,4 +1,5 @@
-"""Detailed diagnostics: the technical detail of a failure, kept for 90 days (seed 004 items 3, 17–19, 23).
+"""Detailed diagnostics: the technical detail of a failure, kept for 90 days
+(docs/architecture.md#failure-evidence-wording-and-diagnostics).
 
 A failure's lasting record is its typed :class:`FailureEvidence` on the turn or attempt
 (and the task's resting cause); this module keeps the rest — the translated cause and
@@ -48,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from corral.adapters.files import write_atomic
 from corral.domain.clock import rfc3339
 from corral.domain.records import FailureEvidence
-from corral.domain.redact import bounded, redact, secret_values
+from corral.domain.redact import RESULT_BYTES, bounded, masked_head, redact, secret_values
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG, ProjectPaths
 
 if TYPE_CHECKING:  # the protocol and the harnesses load only when a diagnostic is written
@@ -100,7 +101,8 @@ DETAIL_KEYS = frozenset(
 class Translator:
     """The one safe cause translator: allowlisted fields, masked secrets, bounded sizes.
 
-    Shared by diagnostics, evidence details and any tail corral keeps about a failure.
+    Shared by diagnostics, evidence details, any tail corral keeps about a failure, and the
+    texts a turn keeps from its harness (its result, the check's tail).
     """
 
     def __init__(self, secrets: Iterable[str] | None = None) -> None:
@@ -118,6 +120,10 @@ class Translator:
         if len(data) <= limit and len(window) == len(text):
             return masked
         return data[: max(0, limit - 3)].decode("utf-8", "ignore") + "…"
+
+    def content(self, value: str, limit: int = RESULT_BYTES) -> str:
+        """A text a turn keeps whole (its result): masked, then cut to ``limit`` bytes with a note."""
+        return masked_head(value, self.secrets, limit)
 
     def tail(self, value: str, limit: int) -> str:
         """An output tail: masked, then its last ``limit`` bytes; exact apart from that.
@@ -293,16 +299,27 @@ def translate_output(
     harness: Harness | None,
     t: Translator,
     log_range: Sequence[int] | None = None,
+    windows: tuple[str, str] | None = None,
 ) -> Output:
-    """Read a turn's logs through the translator (never the raw protocol), parsed by ``harness``."""
+    """Read a turn's logs through the translator (never the raw protocol), parsed by ``harness``.
+
+    ``windows`` (the output and stderr ends the supervisor masked and put in its receipt)
+    stand in for the logs: the supervisor's secrets were masked in them, the translator's
+    are masked on top. Without them, the logs themselves are read.
+    """
     out = Output()
-    if log_dir is None:
+    if log_dir is None and windows is None:
         return out
-    start, end = (int(log_range[0]), int(log_range[1])) if log_range and len(log_range) == 2 else (None, None)
-    text, cut = _read_window(log_dir / OUTPUT_LOG, start, end)
-    lines = text.splitlines()
-    if cut and lines:
-        lines = lines[1:]  # the first line was cut by the window
+    if windows is not None:
+        lines, err_given = windows[0].splitlines(), windows[1]
+    else:
+        assert log_dir is not None
+        start, end = (int(log_range[0]), int(log_range[1])) if log_range and len(log_range) == 2 else (None, None)
+        text, cut = _read_window(log_dir / OUTPUT_LOG, start, end)
+        lines = text.splitlines()
+        if cut and lines:
+            lines = lines[1:]  # the first line was cut by the window
+        err_given = None
     plain: list[str] = []
     events: list[dict[str, Any]] = []
     for line in lines:
@@ -324,10 +341,14 @@ def translate_output(
         plain.append(line)
     out.partial = events[-PARTIAL_EVENTS:]
     out.tail = t.tail("\n".join(plain[-TAIL_LINES:]), TAIL_BYTES)
-    err, _cut = _read_window(log_dir / STDERR_LOG)
-    err_lines = err.splitlines()
-    if _cut and err_lines:
-        err_lines = err_lines[1:]
+    if err_given is not None:
+        err_lines = err_given.splitlines()
+    else:
+        assert log_dir is not None
+        err, _cut = _read_window(log_dir / STDERR_LOG)
+        err_lines = err.splitlines()
+        if _cut and err_lines:
+            err_lines = err_lines[1:]
     out.stderr_tail = t.tail("\n".join(err_lines[-TAIL_LINES:]), STDERR_BYTES)
     return out
 
@@ -394,7 +415,9 @@ def for_receipt(
 ) -> dict[str, Any]:
     """The diagnostic of a turn whose receipt says it failed (or that failed attempts on the way)."""
     last_range = receipt.attempts[-1].log if failure is not None and receipt.attempts else None
-    output = translate_output(log_dir, harness_for(command), t, last_range)
+    given = receipt.output_window, receipt.stderr_window
+    windows = (given[0] or "", given[1] or "") if given != (None, None) else None
+    output = translate_output(log_dir, harness_for(command), t, last_range, windows)
     doc: dict[str, Any] = {
         "kind": "turn-failure" if failure is not None else "retried-attempts",
         "task_id": task_id,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from corral.adapters.files import read_bounded, write_atomic
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.recovery.merges import complete_merged
-from corral.engine.runtime import protocol as proto
 from corral.engine.workspace import target_branch
 
 #: The statuses whose work may have been merged by hand while corral looked away.
@@ -37,10 +38,10 @@ def sweep_merged_branches(project: Project) -> int:
         candidates = [(t, sessions.get(t.session_id or "")) for t in resting]
         targets = {t.id: target_branch(tx, t) for t in resting}
     seen_path = project.paths.merged_sweep  # per candidate, the (target tip, branch tip) last found unmerged
-    seen = {k: v for k, v in (proto.read_raw(seen_path) or {}).items() if k != "protocol_version"}
+    seen = _read_seen(seen_path)
     if not candidates:
         if seen:
-            proto.write_json(seen_path, {}, durable=False)
+            _write_seen(seen_path, {})
         return 0
     git, repo = project.git, project.repo
     tips = _tips(project, ["refs/heads"])
@@ -88,8 +89,26 @@ def sweep_merged_branches(project: Project) -> int:
         else:
             fresh[task.id] = key
     if fresh != seen:  # an unchanged pass writes nothing
-        proto.write_json(seen_path, fresh, durable=False)
+        _write_seen(seen_path, fresh)
     return completed
+
+
+#: The sweep's memory holds one short line per resting task: far below this.
+SEEN_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _read_seen(path: Path) -> dict[str, str]:
+    """What the last pass found unmerged (a lost or unreadable memory only costs a fresh look)."""
+    raw, _problem, _size = read_bounded(path, SEEN_MAX_BYTES)
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def _write_seen(path: Path, seen: dict[str, str]) -> None:
+    write_atomic(path, json.dumps(seen).encode(), durable=False)  # a cache: a crash only costs a look
 
 
 def _own_work_landed(project: Project, task: Task, session: Session, target: str, tip: str) -> bool:

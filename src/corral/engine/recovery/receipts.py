@@ -6,7 +6,9 @@ The claim is the agent turn's unique ``command_id``: two reconcilers racing on o
 A failed turn (or one whose attempts failed on the way) gets its detailed diagnostic
 written first (``corral.engine.read.diagnostics``), then the row that references it. Every
 piece of evidence taken from a receipt passes the safe translator: allowlisted detail
-fields, masked secrets, bounded sizes.
+fields, masked secrets, bounded sizes — and so does every text the turn keeps from the
+harness (its result, the check's tail, an interrupt's log). The supervisor masked them with
+its secrets before they reached the receipt; this masks them again with the reconciler's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
 from corral.domain.records import AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
+from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
 from corral.engine.runtime import protocol as proto
@@ -35,6 +38,9 @@ ERROR_CAUSES = {
     proto.ErrorKind.MERGE_AND_FIX: "merge-and-fix-failed",
     proto.ErrorKind.INTERNAL: "internal-fault",
 }
+
+#: The most of a post-turn check's output tail a turn keeps.
+CHECK_TAIL_BYTES = 64 * 1024
 
 #: Why a receipt could not be used (``protocol.Problem``) -> its evidence code.
 RECEIPT_CODES = {
@@ -224,7 +230,7 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
     return True
 
 
-def _details(receipt: proto.Receipt, human_seq: int | None) -> dict[str, Any]:
+def _details(receipt: proto.Receipt, human_seq: int | None, t: diagnostics.Translator) -> dict[str, Any]:
     """What a turn keeps of its receipt beside its content: git facts, the check, the sync, the stop."""
     details: dict[str, Any] = {}
     git = receipt.git
@@ -236,14 +242,25 @@ def _details(receipt: proto.Receipt, human_seq: int | None) -> dict[str, Any]:
                 "changed_paths": list(git.changed_paths),
                 "protected_changes": list(git.protected_changes),
                 "dirty": git.dirty,
+                "changed_count": git.changed_total,
+                "changed_paths_truncated": git.changed_total > len(git.changed_paths),
+                "protected_count": git.protected_total,
+                "protected_changes_truncated": git.protected_total > len(git.protected_changes),
+                "commit_count": git.commit_total,
+                "commits_truncated": git.commit_total > len(git.commits),
             }
         )
     if receipt.check is not None:
-        details["check"] = receipt.check.to_json()
+        check = receipt.check.to_json()
+        check["tail"] = t.tail(receipt.check.tail, CHECK_TAIL_BYTES)
+        check["command"] = t.mask(receipt.check.command)
+        details["check"] = check
     if receipt.sync is not None:
         details["sync"] = receipt.sync.to_json()
     if receipt.stop_reason is not None:
         details["stop_reason"] = receipt.stop_reason
+    if receipt.reaped:  # what the agent left running when its turn ended, and corral stopped
+        details["reaped"] = [{**r.to_json(), "command": t.mask(r.command)} for r in receipt.reaped]
     details = {k: v for k, v in details.items() if v is not None}
     if human_seq is not None:
         details["log_turn"] = human_seq
@@ -270,7 +287,7 @@ def _record(
     stale = latest is not None and latest.command_id != command_id
     S = proto.ReceiptStatus
     if status is S.COMPLETED:
-        turn_kind, content = kind, receipt.result or ""
+        turn_kind, content = kind, t.content(receipt.result or "")
     elif status is S.STOPPED:
         turn_kind = "stopped"
         content = f"Stopped by {receipt.stopped_by or 'system'}."
@@ -287,7 +304,7 @@ def _record(
         ended_at=parse_time(receipt.ended_at) or tx.now(),
         usage=receipt.usage,
         failure=failure,
-        details=_details(receipt, human_seq),
+        details=_details(receipt, human_seq, t),
         command_id=command_id,
     )
     _record_attempts(tx, turn.id, receipt, t, diagnostic)
@@ -401,7 +418,7 @@ def file_away(project: Project, task: Task, response_path: Path, command_id: str
     with project.store.read() as tx:
         human = tx.turn_by_command(str(command_id), Role.HUMAN)
     dest_dir = project.paths.turn_dir(task.id, human.sequence if human else 0)
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(dest_dir)
     try:
         os.replace(response_path, dest_dir / proto.RESPONSE)
     except FileNotFoundError:

@@ -6,11 +6,14 @@ import subprocess
 from pathlib import Path
 
 from corral.adapters.process import spawn_shell, stop_child_group
-from corral.domain.redact import redact
+from corral.domain.redact import bounded, redact
 from corral.engine.runtime import protocol as proto
 
-#: Lines of the check's output kept in the receipt.
+#: Lines of the check's output kept in the receipt, and at most this many bytes of them.
 CHECK_TAIL_LINES = 200
+CHECK_TAIL_BYTES = 64 * 1024
+#: How much of the check's output is looked at (its end): a check that prints gigabytes stays bounded.
+CHECK_WINDOW_BYTES = 256 * 1024
 
 
 def run_check(spec: proto.CheckSpec, worktree: Path, secrets: list[str], term_grace: float) -> proto.CheckResult | None:
@@ -24,11 +27,14 @@ def run_check(spec: proto.CheckSpec, worktree: Path, secrets: list[str], term_gr
         timed_out = True
         stop_child_group(proc, term_grace)
         output, _ = proc.communicate()
-    lines = output.decode("utf-8", "replace").splitlines()[-CHECK_TAIL_LINES:]
+    window = output[-CHECK_WINDOW_BYTES:]
+    lines = window.decode("utf-8", "replace").splitlines()
+    if len(window) < len(output) and lines:
+        lines = lines[1:]  # cut by the window: a secret split there must not survive half masked
     return proto.CheckResult(
-        command=spec.command,
+        command=redact(spec.command, secrets),  # the user's own line, yet it may carry a token
         exit_code=proc.returncode,
         timed_out=timed_out,
         timeout=spec.timeout_seconds,
-        tail=redact("\n".join(lines), secrets),
+        tail=bounded(redact("\n".join(lines[-CHECK_TAIL_LINES:]), secrets), CHECK_TAIL_BYTES),
     )

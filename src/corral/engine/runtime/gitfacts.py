@@ -106,7 +106,11 @@ class GitProbe:
             changed = self.changed_paths(start, pre_sync, post_sync)
             matcher = protected_matcher(protected)
             hits = [p for p in changed if matcher.match(p)] if matcher else []
-            paths, violations, made = bound(changed, PATHS_KEPT), bound(hits, PROTECTED_KEPT), bound(commits, COMMITS_KEPT)
+            paths, violations, made = (
+                bound(changed, PATHS_KEPT),
+                bound(hits, PROTECTED_KEPT),
+                bound(commits, COMMITS_KEPT),
+            )
             return proto.GitFacts(
                 head=head,
                 commits=made.kept,
@@ -114,6 +118,9 @@ class GitProbe:
                 changed_paths=paths.kept,
                 protected_changes=violations.kept,
                 dirty=bool(self.git.dirty_paths(self.worktree)),
+                changed_count=paths.count,
+                protected_count=violations.count,
+                commit_count=made.count,
             )
         except (GitError, OSError) as exc:
             return proto.GitFacts(error=str(exc))

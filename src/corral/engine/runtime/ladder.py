@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.adapters.harness.base import Harness, Launch, TurnRequest, Verdict
-from corral.domain.failures import FailureClass, Retry, decide, exit_reason
-from corral.domain.redact import redact
+from corral.domain.failures import FailureClass, Retry, decide, decide_watchdog_retry, exit_reason
+from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRun, AttemptRunner
 from corral.engine.runtime.gitfacts import GitProbe
@@ -132,7 +132,7 @@ class WorkPhase:
                 raise Stopped
             if run.watchdog:
                 captured = self.probe.work_captured(head_before)
-                if not captured and relaunches < c.watchdog.relaunches:
+                if decide_watchdog_retry(captured, relaunches, c.watchdog.relaunches):
                     relaunches += 1
                     continue
                 return self._error(
@@ -155,7 +155,7 @@ class WorkPhase:
                 retry = proto.RetryState(
                     attempt=number,
                     failure_class=failure_class.value,
-                    reason=redact(verdict.reason, self.secrets)[:RETRY_REASON_BYTES],
+                    reason=_reason(verdict.reason, self.secrets, RETRY_REASON_BYTES),
                     next_delay_ms=int(decision.delay * 1000),
                 )
                 self.status.update(phase="retrying", retry=retry)
@@ -163,15 +163,24 @@ class WorkPhase:
                 self.status.update(phase="work", retry=None)
                 continue
             if decision.reason == "crash-loop":
-                self._error(run, proto.ErrorKind.CRASH_LOOP, f"crash loop: {verdict.reason}")
+                self._error(
+                    run,
+                    proto.ErrorKind.CRASH_LOOP,
+                    f"crash loop: {_reason(verdict.reason, self.secrets, FAILURE_REASON_BYTES)}",
+                )
             else:
                 out.status = proto.ReceiptStatus.FAILED
             out.failure_class = failure_class.value
             out.failure_code = "retry-budget-exhausted" if decision.reason == "budget-exhausted" else verdict.code
-            out.failure_reason = redact(verdict.reason, self.secrets)[:FAILURE_REASON_BYTES]
+            out.failure_reason = _reason(verdict.reason, self.secrets, FAILURE_REASON_BYTES)
             out.failure_attempts = streak
             out.stop_reason = decision.reason
             return out
+
+
+def _reason(text: str, secrets: list[str], limit: int) -> str:
+    """A failure's reason, masked (a window past the cut, so no secret is cut in half unmasked), then cut."""
+    return redact(text[: limit + CUT_MARGIN], secrets)[:limit]
 
 
 def watchdog_reason(timeout: float, relaunches: int) -> str:

@@ -18,17 +18,14 @@ file from an older ``protocol_version`` is still read.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import stat
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from corral.adapters.files import write_atomic
+from corral.adapters.files import read_bounded, write_atomic
 from corral.domain.failures import Budgets
 from corral.domain.posture import Posture
 from corral.domain.records import FailureEvidence
@@ -47,7 +44,7 @@ JSON = dict[str, Any]
 
 
 class Problem(StrEnum):
-    """Why a protocol file could not be used (seed 004's receipt outputs, plus shape and version)."""
+    """Why a protocol file could not be used (each has its wording in ``domain.explain.RECEIPT_PROBLEMS``)."""
 
     MISSING = "missing"
     NOT_REGULAR = "not-regular"
@@ -330,7 +327,7 @@ def _command_v1(data: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RetryState:
-    """What is being retried right now and when the next attempt starts (seed 002's retry projection)."""
+    """What is being retried right now and when the next attempt starts (rendered by ``domain.substate``)."""
 
     attempt: int
     failure_class: str
@@ -588,7 +585,11 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class GitFacts:
-    """What the turn changed in git: the head, its commits since the last checked commit, the paths."""
+    """What the turn changed in git: the head, its commits since the last checked commit, the paths.
+
+    The lists are bounded (their first items); the ``*_count`` fields are the whole counts
+    (None in a receipt from before they were written: its lists are whole).
+    """
 
     head: str | None = None
     commits: tuple[str, ...] = ()
@@ -597,6 +598,21 @@ class GitFacts:
     protected_changes: tuple[str, ...] = ()
     dirty: bool = False
     error: str | None = None  # git could not be read; the other facts are unknown
+    changed_count: int | None = None
+    protected_count: int | None = None
+    commit_count: int | None = None
+
+    @property
+    def changed_total(self) -> int:
+        return len(self.changed_paths) if self.changed_count is None else self.changed_count
+
+    @property
+    def protected_total(self) -> int:
+        return len(self.protected_changes) if self.protected_count is None else self.protected_count
+
+    @property
+    def commit_total(self) -> int:
+        return len(self.commits) if self.commit_count is None else self.commit_count
 
 
 @dataclass(frozen=True)
@@ -646,6 +662,10 @@ class Receipt:
     stop_reason: str | None = None  # fatal | budget-exhausted | crash-loop
     stopped_by: str | None = None
     error: TurnError | None = None
+    #: The end of the turn's output.log (its last attempt's part) and stderr.log, masked by the
+    #: supervisor with its own secrets: what a failed turn's diagnostic reads instead of the logs.
+    output_window: str | None = None
+    stderr_window: str | None = None
     reaped: tuple[Reaped, ...] = ()  # what the agent left running, ended by the supervisor
     extra: JSON = field(default_factory=dict)  # fields of a newer minor shape, kept as they came
 
@@ -673,6 +693,8 @@ class Receipt:
             "stop_reason": self.stop_reason,
             "stopped_by": self.stopped_by,
             "error": self.error.to_json() if self.error else None,
+            "output_window": self.output_window,
+            "stderr_window": self.stderr_window,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.reaped:
@@ -692,6 +714,9 @@ class Receipt:
                         "dirty": g.dirty,
                     }
                 )
+                counts = {"changed_count": g.changed_count, "protected_count": g.protected_count}
+                counts["commit_count"] = g.commit_count
+                doc.update({k: v for k, v in counts.items() if v is not None})
         return doc
 
     @classmethod
@@ -717,6 +742,9 @@ class Receipt:
                 changed_paths=_strs(data, "changed_paths"),
                 protected_changes=_strs(data, "protected_changes"),
                 dirty=bool(_opt(data, "dirty", bool)),
+                changed_count=_opt_int(data, "changed_count"),
+                protected_count=_opt_int(data, "protected_count"),
+                commit_count=_opt_int(data, "commit_count"),
             )
         return cls(
             command_id=_opt(data, "command_id", str),
@@ -740,6 +768,8 @@ class Receipt:
             stop_reason=_opt(data, "stop_reason", str),
             stopped_by=_opt(data, "stopped_by", str),
             error=TurnError.from_json(error) if error else None,
+            output_window=_opt(data, "output_window", str),
+            stderr_window=_opt(data, "stderr_window", str),
             reaped=tuple(Reaped.from_json(r) for r in reaped),
         )
 
@@ -782,27 +812,9 @@ class Document:
 
 def read_document(path: Path, max_bytes: int = MAX_BYTES) -> Document:
     """Read a protocol file defensively: no symlink followed, no FIFO waited on, no unbounded read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return Document(None, Problem.MISSING)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return Document(None, Problem.SYMLINK)
-        return Document(None, Problem.MISSING if exc.errno in (errno.ENOENT, errno.ENOTDIR) else Problem.NOT_REGULAR)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return Document(None, Problem.NOT_REGULAR)
-        if info.st_size > max_bytes:
-            return Document(None, Problem.TOO_LARGE, info.st_size)
-        raw = os.read(fd, min(info.st_size, max_bytes) + 1)  # a file that grew is still caught
-    except OSError:
-        return Document(None, Problem.NOT_REGULAR)
-    finally:
-        os.close(fd)
-    if len(raw) > max_bytes:
-        return Document(None, Problem.TOO_LARGE, len(raw))
+    raw, problem, size = read_bounded(path, max_bytes)
+    if raw is None:
+        return Document(None, Problem(problem or "missing"), size)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

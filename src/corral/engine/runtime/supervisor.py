@@ -7,6 +7,12 @@ the status reporter (``status.json`` and its heartbeat), the upstream merge
 watchdog), the post-turn check, the git facts and the receipt. It writes files only —
 never the database: the reconciler turns the receipt into the turn, its attempts and the
 status change. It holds no defaults of its own: every setting arrives in the typed command.
+
+Every text it takes from the harness (the result, reasons, tails) is masked here, at capture,
+with this process's secrets (the values of its secret-named environment variables, which a
+later reconciler may not have), and bounded; :func:`~corral.engine.runtime.receipt.fit`
+keeps the whole receipt within the protocol's bound, so the write never fails for size.
+Only ``output.log`` keeps the agent's output verbatim (0600).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from corral.adapters.harness.base import Harness
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
+from corral.engine.paths import make_private_dir
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import receipt
 from corral.engine.runtime.attempts import AttemptRunner
@@ -103,17 +110,22 @@ class Supervisor:
                 error=proto.TurnError(
                     kind=proto.ErrorKind.INTERNAL,
                     phase=self.status.phase,
-                    reason=f"internal fault: {type(exc).__name__}: {exc}",
+                    reason=redact(f"internal fault: {type(exc).__name__}: {exc}"[:STACK_BYTES], self.secrets),
                     tail=redact(bounded(traceback.format_exc(), STACK_BYTES), self.secrets),
                 ),
             )
+        result = self._with_windows(result)
         self.finish(result)
         return result
 
     def finish(self, result: proto.Receipt) -> None:
         self.status.update(phase="response")
         crashpoints.hit("supervisor.before-response")
-        proto.write(self.dir, result)
+        try:
+            proto.write(self.dir, receipt.fit(result))
+        except proto.TooLarge as exc:  # fit leaves nothing this large; should it ever, still a receipt
+            why = f"internal fault: the receipt could not be made small enough: {exc}"
+            proto.write(self.dir, receipt.internal(result.command_id, result.task_id, result.kind, "response", why))
         crashpoints.hit("supervisor.after-response")
         self.status.finish()
 
@@ -130,6 +142,7 @@ class Supervisor:
             delivered=c.delivered,
             attempts=tuple(receipt.attempt_record(a, self.secrets) for a in self.work.outcome.attempts),
             sync=self.sync,
+            reaped=tuple(self.runner.reaped),
         )
         return replace(base, **fields)  # type: ignore[arg-type]
 
@@ -142,7 +155,7 @@ class Supervisor:
 
     def _run(self) -> proto.Receipt:
         c = self.command
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.log_dir)
         pre_sync = self.probe.head()
         outcome = self._sync()
         self.sync = proto.SyncReport(outcome.state, outcome.target, outcome.files)
@@ -153,7 +166,7 @@ class Supervisor:
         work = self.work.run(prompt)
         fields = self._outcome_fields(work, outcome)
         if fields.get("status", proto.ReceiptStatus.COMPLETED) is proto.ReceiptStatus.COMPLETED:
-            fields["result"] = work.result_text()
+            fields["result"] = receipt.result_text(work.result_text(), self.secrets)
             fields["usage"] = work.usage()
             if c.kind != "ask" and c.check.command:
                 self.status.update(phase="check")
@@ -162,6 +175,17 @@ class Supervisor:
         status = fields.pop("status", proto.ReceiptStatus.COMPLETED)
         assert isinstance(status, proto.ReceiptStatus)
         return self._receipt(status, **fields)
+
+    def _with_windows(self, result: proto.Receipt) -> proto.Receipt:
+        """A turn that failed, or failed attempts on the way, carries its masked log windows."""
+        failed = result.status is not proto.ReceiptStatus.COMPLETED or any(
+            a.outcome == "failed" for a in result.attempts
+        )
+        if not failed:
+            return result
+        span = result.attempts[-1].log if result.attempts else None
+        output, stderr = receipt.log_windows(self.log_dir, self.secrets, span)
+        return replace(result, output_window=output, stderr_window=stderr)
 
     def _outcome_fields(self, work: WorkOutcome, outcome: prompts.SyncOutcome) -> dict[str, object]:
         if not work.succeeded:
@@ -214,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 command.task_id,
                 command.kind,
                 "command",
-                f"internal fault: {type(exc).__name__}: {exc}"[:500],
+                redact(f"internal fault: {type(exc).__name__}: {exc}"[:STACK_BYTES], secrets)[:500],
                 redact(bounded(traceback.format_exc(), STACK_BYTES), secrets),
             ),
         )
