@@ -19,8 +19,12 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     ├── NotFoundError                    exit 4   no such task (or turn, or file)
     │   └── TaskNotFound
     ├── StoreError                       exit 1   the database cannot be used as it is
-    │   ├── StoreCorrupt
-    │   └── StoreTooNew
+    │   ├── StoreCorrupt                          its bytes are damaged (not a database, not UTF-8)
+    │   ├── StoreTooNew                           a newer corral's schema
+    │   ├── StoreMissing                          gone or empty while the state still holds tasks
+    │   ├── StoreReadOnly                         the file, directory or mount refuses writes
+    │   ├── StoreDiskFull                         no space left where the database lives
+    │   └── StoreIOError                          the disk or a file under it failed (a deleted -wal)
     ├── GitError                         exit 1   a git command failed
     │   ├── GitTimeout                            a git command ran past its time limit (a hanging hook)
     │   ├── MergeConflict                         merging the target into a task's branch conflicts
@@ -103,13 +107,16 @@ class IllegalTransition(RefusedError):
     ) -> None:
         allowed = list(allowed)
         doing = what or f"move to {target}"
+        can = ", ".join(allowed) if allowed else "nothing (it is final)"
         if takes is not None:
             # An operation's refusal names the statuses it takes (from the operations table).
             verb = doing.split(" ", 1)[0]
             which = ", ".join(takes[:-1]) + f" or {takes[-1]}" if len(takes) > 1 else "".join(takes)
-            message = f"Cannot {doing}: it is {current}; {verb} takes a task that is {which}."
+            message = (
+                f"Cannot {doing}: it is {current}; {verb} takes a task that is {which} "
+                f"(from {current} it can go to {can})."
+            )
         else:
-            can = ", ".join(allowed) if allowed else "nothing (it is final)"
             message = f"Cannot {doing}: the task is {current}, and from {current} it can go to {can}."
         super().__init__(message, hint=hint)
         self.current = current
@@ -141,6 +148,34 @@ class StoreCorrupt(StoreError):
 
 class StoreTooNew(StoreError):
     code = "store-too-new"
+
+
+class StoreMissing(StoreError):
+    """The database is missing or empty while the state directory still holds a project's evidence.
+
+    corral refuses to start a new, empty database over task files, worktrees and diagnostics:
+    that would read as "no tasks" and let a prune delete what the database no longer names.
+    """
+
+    code = "store-missing"
+
+
+class StoreReadOnly(StoreError):
+    """Writes are refused: a read-only mount, an immutable file, a directory without write permission."""
+
+    code = "store-read-only"
+
+
+class StoreDiskFull(StoreError):
+    """The file system holding the database has no space left; nothing was written."""
+
+    code = "store-disk-full"
+
+
+class StoreIOError(StoreError):
+    """The operating system failed a read or write of the database or its ``-wal``/``-shm``."""
+
+    code = "store-io-error"
 
 
 class GitError(CorralError):

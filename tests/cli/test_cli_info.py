@@ -137,7 +137,13 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
     json_error(bad_env, 2, "config-invalid")
 
 
-USER_ONLY = {"permission_mode", "allowed_tools", "is_sandbox", "claude_bin", "pi_bin", "codex_bin", "command"}
+WIDENS = {"permission_mode", "allowed_tools", "is_sandbox"}
+EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
+USER_ONLY = WIDENS | EXECUTES
+TRUST_WORDS = {
+    "user_only": "(corral.toml may not set this)",
+    "executes": "(corral.toml may propose this, never set it)",
+}
 
 
 def _another_value(kind: type, default: Any, name: str) -> Any:
@@ -171,7 +177,8 @@ def test_config_show_is_toml_that_reads_back_as_the_values(corral, repo: Path, i
         value = doc[s.name]
         at = next(i for i, line in enumerate(lines) if line.startswith((f"{s.name} = ", f"# {s.name} = ")))
         assert lines[at - 1].startswith(f"# {s.help}"), s.name
-        assert lines[at - 1].endswith("(corral.toml may not set this)") is (s.name in USER_ONLY), s.name
+        words = TRUST_WORDS.get(s.trust.value)
+        assert (words is not None and lines[at - 1].endswith(words)) is (s.name in USER_ONLY), s.name
         assert lines[at].startswith("#") is (value["value"] is None), s.name
         assert lines[at].endswith("# default") is (value["source"] == "default"), s.name
         if value["origin"] is not None:
@@ -199,7 +206,8 @@ def test_config_show_json_carries_each_settings_help_default_and_trust(corral) -
     assert (watchdog["default"], watchdog["value"], watchdog["trust"]) == (1800.0, 1800.0, "anywhere")
     assert watchdog["help"] == "seconds without progress before the watchdog kills a turn"
     assert {n for n, s in doc.items() if s["trusted_only"]} == USER_ONLY
-    assert {n for n, s in doc.items() if s["trust"] == "user_only"} == USER_ONLY
+    assert {n for n, s in doc.items() if s["trust"] == "user_only"} == WIDENS
+    assert {n for n, s in doc.items() if s["trust"] == "executes"} == EXECUTES
     assert doc["model"]["default"] is None and doc["text_cap"]["default"] == 100 * 1024
 
 
@@ -214,8 +222,11 @@ def test_corral_toml_sets_only_what_a_repository_may(corral, repo: Path, isolate
             assert (got["value"], got["source"], got["origin"]) == (s.default_value(), "default", None), s.name
         else:
             assert (got["value"], got["source"], got["origin"]) == (values[s.name], "project", project), s.name
-    assert sorted(item.split(" ", 1)[0] for item in doc["ignored"]) == sorted(USER_ONLY)
+    assert sorted(item.split(" ", 1)[0] for item in doc["ignored"]) == sorted(WIDENS)
     assert all(f"in {project} " in item for item in doc["ignored"])
+    assert {p["name"]: (p["value"], p["file"], p["adopted"]) for p in doc["proposals"]} == {
+        name: (values[name], project, False) for name in EXECUTES
+    }
     assert doc["unknown"] == []
     # the same file as the user's own is taken whole
     (repo / "corral.toml").unlink()
@@ -224,7 +235,7 @@ def test_corral_toml_sets_only_what_a_repository_may(corral, repo: Path, isolate
     assert {n: (s["value"], s["source"]) for n, s in mine["settings"].items()} == {
         n: (v, "user") for n, v in values.items()
     }
-    assert mine["ignored"] == []
+    assert mine["ignored"] == [] and mine["proposals"] == []
 
 
 def test_the_environment_sets_every_setting_as_its_type(corral, repo: Path, isolated_env: Path) -> None:

@@ -39,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "remote": "origin",
     "forge": None,
     "pre_accept_prompt": None,
+    "notify_command": None,
+    "git_timeout": 60.0,
+    "git_hook_timeout": 300.0,
     "permission_mode": "acceptEdits",
     "allowed_tools": ["Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "TodoWrite"],
     "is_sandbox": False,
@@ -48,8 +51,11 @@ DEFAULTS: dict[str, Any] = {
     "codex_bin": "codex",
     "command": None,
 }
-#: Settings that widen what an agent may do or name what corral executes: never from corral.toml.
-USER_ONLY = {"permission_mode", "allowed_tools", "is_sandbox", "claude_bin", "pi_bin", "codex_bin", "command"}
+#: Settings that widen what an agent may do: never from corral.toml, which may not even propose them.
+WIDENS = {"permission_mode", "allowed_tools", "is_sandbox"}
+#: Settings that make corral execute something: never from corral.toml, which may only propose them.
+EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
+USER_ONLY = WIDENS | EXECUTES
 KINDS = {str, int, float, bool, list}
 
 
@@ -80,9 +86,11 @@ def test_each_default_has_its_settings_type() -> None:
 
 
 def test_trust_says_which_settings_a_repository_may_set() -> None:
-    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == USER_ONLY
+    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS
+    assert {s.name for s in SETTINGS if s.trust is Trust.EXECUTES} == EXECUTES
     assert {s.name for s in SETTINGS if s.trust is Trust.ANYWHERE} == set(DEFAULTS) - USER_ONLY
-    assert all(s.repository_may_set is (s.trust is Trust.ANYWHERE) for s in SETTINGS)
+    assert {s.name for s in SETTINGS if not s.repository_may_set} == USER_ONLY
+    assert {s.name for s in SETTINGS if s.repository_may_propose} == EXECUTES
     assert setting("watchdog_timeout").env_var == "CORRAL_WATCHDOG_TIMEOUT"
 
 

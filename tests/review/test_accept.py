@@ -300,3 +300,48 @@ def test_the_optional_pre_accept_turn_runs_first_and_the_merge_follows(proj, age
     assert [t.kind for t in history][-2:] == ["pre-accept", "pre-accept"]
     assert (Status.WORKING, Status.BLOCKED) in changes and changes[-1] == (Status.MERGING, Status.COMPLETE)
     proj.close()
+
+
+def test_a_target_moved_under_the_swap_is_merged_again_onto_its_new_tip(proj, agent, repo, monkeypatch):
+    base = "".join(f"line {n}\n" for n in range(1, 13))
+    (repo / "shared.txt").write_text(base)
+    git(repo, "add", "shared.txt")
+    git(repo, "commit", "-qm", "shared")
+    blocked_with(proj, agent, "moved", work("shared.txt", base.replace("line 1\n", "line 1 by the agent\n")))
+    (repo / "shared.txt").write_text(base.replace("line 12\n", "line 12 mine\n"))  # stashed, then popped
+    real_hit = accepting.crashpoints.hit
+    swaps: list[str] = []
+
+    def person_commits_meanwhile(name: str) -> None:
+        if name == "accept.before-update-ref":
+            swaps.append(git(repo, "rev-parse", "main"))
+            if len(swaps) == 1:  # between the merge and its compare-and-swap, the person commits
+                (repo / "other.txt").write_text("the person's commit\n")
+                git(repo, "add", "other.txt")
+                git(repo, "commit", "-qm", "meanwhile")
+        real_hit(name)
+
+    monkeypatch.setattr(accepting.crashpoints, "hit", person_commits_meanwhile)
+    result = accepting.accept(proj, "moved", actor=Actor.HUMAN)
+    assert result.task.status is Status.COMPLETE and result.conflict is None
+    assert len(swaps) == 2 and swaps[1] != swaps[0]  # merged again onto the moved tip
+    assert git(repo, "rev-parse", "main^") == swaps[1]
+    assert git(repo, "show", "main:other.txt") == "the person's commit"
+    assert (repo / "shared.txt").read_text() == base.replace("line 1\n", "line 1 by the agent\n").replace(
+        "line 12\n", "line 12 mine\n"
+    )
+    assert git(repo, "status", "--porcelain") == "M shared.txt"
+    assert git(repo, "stash", "list") == ""
+
+
+def test_a_pop_conflict_is_named_on_the_task_with_the_stash_and_the_command(proj, agent, repo):
+    blocked_with(proj, agent, "named", work("README.md", "agent's readme\n"))
+    (repo / "README.md").write_text("my local readme\n")
+    result = accepting.accept(proj, "named", actor=Actor.HUMAN)
+    stash = git(repo, "stash", "list", "--format=%H")
+    assert isinstance(result.conflict, accepting.DestinationRestoreConflict)
+    assert result.conflict.exit_code == 1 and stash in result.conflict.message
+    assert result.conflict.hint == f"Run: git -C {repo} stash apply --index {stash}"
+    with proj.store.read() as tx:
+        note = tx.task_by_ref("named").metadata["destination_restore_conflict"]
+    assert note["stash"] == stash and note["command"] == f"git -C {repo} stash apply --index {stash}"

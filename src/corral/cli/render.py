@@ -227,6 +227,10 @@ def show_lines(
     if details:
         out.extend(failure_details(doc))
     out.append("")
+    kept = doc.get("destination_restore_conflict")
+    if kept:
+        out.append(f"{app.style('Your local changes are kept aside:', 'bold')} {kept['message']}")
+        out.append(f"  Restore them: {kept['command']}")
     if doc["stopped_because"]:
         out.append(f"{app.style('Stopped because:', 'bold')} {doc['stopped_because']}")
     if doc["next"]:

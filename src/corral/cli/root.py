@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("info", "config"),
     "doctor": ("info", "doctor"),
     "prune": ("prune", "prune"),
+    "backup": ("store", "backup"),
+    "restore": ("store", "restore"),
     "daemon": ("daemon", "daemon"),
     "demo": ("demo", "demo"),
 }

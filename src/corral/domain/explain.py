@@ -173,6 +173,12 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
                 f"{agent} made no progress{_seconds(evidence)}, so the watchdog stopped it.",
                 f"Look at its output (corral logs {ref}), then: corral resume {ref}",
             )
+        case "merge-conflict-on-accept":
+            reason = _detail(cause, evidence)
+            return Wording(
+                "Accepting it conflicted with its target, which had moved" + (f": {reason}" if reason else "."),
+                f"corral sync {ref}, or: corral unblock {ref} -m 'merge the target and resolve the conflict'",
+            )
         case "merge-and-fix-failed":
             return Wording(
                 "Merging the target into the task's branch conflicted, and the agent could not resolve it.",

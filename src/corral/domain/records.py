@@ -17,6 +17,10 @@ from corral.domain.violations import Decision
 
 JSON = dict[str, Any]
 
+#: The task metadata key of an accept whose merge stands but whose destination's local changes
+#: were kept in a stash (what ``show`` says until the person restores them).
+RESTORE_CONFLICT = "destination_restore_conflict"
+
 
 class FeedbackDelivery(StrEnum):
     NONE = "none"

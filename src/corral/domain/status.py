@@ -218,7 +218,7 @@ def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None
     raise IllegalTransition(
         status.value,
         OP_TARGET[op].value if op in OP_TARGET else status.value,
-        [t.value for t in allowed_targets(status)],
+        [t.value for t in allowed_targets(status, Actor.HUMAN)],  # zombie is the system's alone
         what=f"{op.value} {ref}",
         takes=takes,
         hint=hint,

@@ -2,20 +2,29 @@
 
 Every engine operation takes a ``Project``; surfaces build one per invocation.
 Dependencies are injected so tests replace only what they must.
+
+A database that vanished is not a fresh start: when ``corral.db`` is missing or empty but
+the state directory still holds task files, worktrees, diagnostics or backups, the store is
+refused (``store-missing``: what is missing, what remains, the newest backup and the
+``corral restore`` command) instead of created empty. Backups live in the state directory's
+``backups/``; :meth:`Project.backup` and :meth:`Project.restore` make and put them back.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from corral.adapters.git import Git
+from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor
 from corral.domain.clock import Clock, utcnow
+from corral.domain.status import Status
 from corral.engine.config import Config, load_config
-from corral.engine.paths import ProjectPaths, user_config_file
-from corral.errors import UsageError
+from corral.engine.paths import ProjectPaths, make_private_dir, prepare_private_state, private_umask, user_config_file
+from corral.errors import DaemonRunning, RefusedError, StoreError, StoreMissing, UsageError
 from corral.store import SQLiteStore, Store
 
 
@@ -31,6 +40,73 @@ def default_actor() -> Actor:
             f"CORRAL_ACTOR is '{raw}', which is not an actor.",
             hint="Use one of: " + ", ".join(a.value for a in Actor) + ", or unset it.",
         ) from None
+
+
+def backups_dir(paths: ProjectPaths) -> Path:
+    """Where ``corral backup`` puts its files, and ``restore`` keeps the file it replaces."""
+    return paths.root / "backups"
+
+
+def backups(paths: ProjectPaths) -> list[Path]:
+    """The backups in the state directory, oldest first (by modification time, then name)."""
+    found: list[tuple[float, str, Path]] = []
+    try:
+        for entry in os.scandir(backups_dir(paths)):
+            if entry.name.endswith(".db") and entry.is_file(follow_symlinks=False):
+                try:
+                    found.append((entry.stat().st_mtime, entry.name, Path(entry.path)))
+                except OSError:
+                    continue  # removed meanwhile
+    except OSError:
+        return []
+    return [path for _, _, path in sorted(found)]
+
+
+def restore_hint(paths: ProjectPaths) -> str:
+    """How to get the history back: the newest backup and the command that restores it."""
+    found = backups(paths)
+    if found:
+        return f"Restore the newest backup ({len(found)} in {backups_dir(paths)}): corral restore '{found[-1]}'"
+    return (
+        f"No backup is in {backups_dir(paths)}: if you have a copy of corral.db (or moved it), "
+        "`corral restore PATH` puts it back (the file in the way is kept as a backup first)"
+    )
+
+
+def remains(paths: ProjectPaths) -> list[str]:
+    """What the state directory still holds of a project: task files, worktrees, diagnostics, backups."""
+    found = []
+    for what, directory in (
+        ("task directories", paths.tasks),
+        ("worktrees", paths.worktrees),
+        ("diagnostics directories", paths.diagnostics),
+        ("backups", backups_dir(paths)),
+    ):
+        try:
+            count = sum(1 for _ in directory.iterdir())
+        except OSError:
+            continue
+        if count:
+            found.append(f"{count} {what} ({directory.name}/)")
+    return found
+
+
+def _no_database(db: Path) -> bool:
+    """The file is missing, or empty with no -wal beside it (SQLite would start a new database there)."""
+    try:
+        if db.stat().st_size > 0:
+            return False
+        wal = db.with_name(db.name + "-wal")
+        return not wal.exists() or wal.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # the state directory itself is unusable: opening the store says how
+
+
+def stamp(when: datetime) -> str:
+    """A timestamp for a file name: sortable, no colons."""
+    return when.strftime("%Y%m%dT%H%M%S") + f"{when.microsecond // 1000:03d}Z"
 
 
 @dataclass
@@ -66,8 +142,81 @@ class Project:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = SQLiteStore(self.paths.db, clock=self.clock)
+            self._store = self._open_store()
         return self._store
+
+    def _open_store(self) -> SQLiteStore:
+        # Counting what remains only when there is no database: most commands open a full one.
+        left = remains(self.paths) if _no_database(self.paths.db) else []
+        hint = restore_hint(self.paths)
+        try:
+            with private_umask():  # the state directory 0700; the database, its -wal and -shm 0600
+                if not left:
+                    prepare_private_state(self.paths)
+                return SQLiteStore(self.paths.db, clock=self.clock, create=not left, restore_hint=hint)
+        except StoreMissing as exc:
+            if not left:
+                raise
+            raise StoreMissing(
+                f"{exc.message.rstrip('.')}, but its state directory {self.paths.root} still holds "
+                f"{', '.join(left)}. "
+                "corral will not start a new, empty database over them (every task would read as gone).",
+                hint=f"Nothing was changed or pruned. {hint}.",
+            ) from exc
+
+    def backup(self, to: Path | None = None) -> Path:
+        """A consistent copy of the database, online, at ``to`` or a timestamped file in ``backups/`` (0600)."""
+        store = self.store
+        if to is None:
+            make_private_dir(backups_dir(self.paths))
+            to = backups_dir(self.paths) / f"corral-{stamp(self.clock())}.db"
+        else:
+            to = to.expanduser().absolute()
+        store.backup_to(str(to))
+        return to
+
+    def restore(self, source: Path, *, force: bool = False) -> tuple[int, str | None]:
+        """Put the database at ``source`` in place of this project's (its schema checked first).
+
+        Refused while a daemon runs or a turn is working (unless ``force``): they hold the file
+        open. The current file is kept in ``backups/`` first. Returns the restored schema
+        version and where the replaced file was kept (None: there was none).
+        """
+        source = source.expanduser().absolute()
+        if not source.is_file():
+            raise StoreMissing(f"{source} is not a file.", hint="Name a file made by `corral backup`.")
+        if source.resolve() == self.paths.db.resolve():
+            raise UsageError(f"{source} is the database itself.", hint="Name a backup file.")
+        version = SQLiteStore.verify_file(source)
+        if not force:
+            self._refuse_restore_while_in_use()
+        self.close()
+        make_private_dir(backups_dir(self.paths))
+        aside = backups_dir(self.paths) / f"corral-{stamp(self.clock())}-before-restore.db"
+        with private_umask():
+            kept = SQLiteStore.restore_file(self.paths.db, source, aside)
+        return version, kept
+
+    def _refuse_restore_while_in_use(self) -> None:
+        if is_locked(self.paths.daemon_lock):
+            raise DaemonRunning(
+                "A corral daemon runs for this repository and holds the database open; nothing was restored.",
+                hint="Stop it first (`corral daemon stop`), or pass --force.",
+            )
+        if not self.paths.db.is_file() or self.paths.db.stat().st_size == 0:
+            return  # no database in the way: no turn recorded in it can be working
+        try:
+            with self.store.read() as tx:
+                working = [t.ref for t in tx.tasks([Status.WORKING])]
+        except StoreError:
+            return  # the file in the way cannot be read: no turn recorded there can be working
+        if working:
+            raise RefusedError(
+                f"A turn is working on {', '.join(working)}; its supervisor writes to the database. "
+                "Nothing was restored.",
+                code="turn-working",
+                hint="Wait for it (`corral wait T`) or stop it (`corral stop T`), or pass --force.",
+            )
 
     def close(self) -> None:
         if self._store is not None:

@@ -31,6 +31,7 @@ from corral.domain.records import (
 )
 from corral.domain.status import Status
 from corral.domain.violations import Decision
+from corral.errors import StoreError
 
 
 class _Unset:
@@ -280,6 +281,15 @@ class Store(Protocol):
     def schema_version(self) -> int: ...
     def check(self) -> list[str]:
         """Integrity problems found, empty when healthy."""
+        ...
+
+    def health(self) -> list[StoreError]:
+        """Every fault found now (damage, a file replaced under it, writes refused, a full disk),
+        each a coded error naming the cause with a hint that loses nothing; empty when healthy."""
+        ...
+
+    def backup_to(self, dest: str) -> None:
+        """A consistent copy of every record at ``dest`` (a new file, private to the user), taken online."""
         ...
 
     def close(self) -> None: ...

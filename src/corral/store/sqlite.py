@@ -8,10 +8,14 @@ daemon wait for each other instead of failing.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
+import shutil
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +39,17 @@ from corral.domain.records import (
 )
 from corral.domain.status import PAUSED, RESTING, Status, check_transition
 from corral.domain.violations import Decision, after_change, park_status
-from corral.errors import CorralError, RefusedError, StoreCorrupt, StoreError, StoreTooNew
+from corral.errors import (
+    CorralError,
+    RefusedError,
+    StoreCorrupt,
+    StoreDiskFull,
+    StoreError,
+    StoreIOError,
+    StoreMissing,
+    StoreReadOnly,
+    StoreTooNew,
+)
 from corral.store.migrations import LATEST, MIGRATIONS
 from corral.store.protocol import UNSET, NewTask
 
@@ -886,31 +900,290 @@ _SESSION_FIELDS = frozenset(
 )
 
 
-class SQLiteStore:
-    """A ``Store`` over one SQLite file (or ``:memory:`` for tests of the store alone)."""
+# -- what went wrong, in the file system's words ----------------------------------------------
 
-    def __init__(self, path: str | Path, *, clock: Clock = utcnow, busy_timeout: float = BUSY_TIMEOUT) -> None:
-        """``busy_timeout``: seconds to wait for another process's lock before ``store-busy``."""
+#: Free bytes below which the database's file system counts as full (a transaction needs room).
+MIN_FREE_BYTES = 1024 * 1024
+
+#: ``FS_IOC_GETFLAGS`` and the inode flags it reports (linux/fs.h): immutable and append-only files.
+_FS_IOC_GETFLAGS = 0x80086601
+_FS_IMMUTABLE_FL = 0x10
+_FS_APPEND_FL = 0x20
+
+#: Tables a corral database has from its first migration on: a file without them is not one.
+_CORRAL_TABLES = frozenset({"tasks", "sessions", "turns", "attempts", "status_changes", "notes", "schema_migrations"})
+
+
+def _sidecars(path: str) -> tuple[str, str]:
+    return path + "-wal", path + "-shm"
+
+
+def _inode_flags(path: str) -> int:
+    """The file's inode flags (``lsattr``), 0 when they cannot be read."""
+    import fcntl
+    import struct
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        raw = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("l", 0))
+        return int(struct.unpack("l", raw)[0])
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _free_bytes(directory: str) -> int | None:
+    try:
+        info = os.statvfs(directory)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize
+
+
+def _read_only_mount(directory: str) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _holders_of_deleted(path: str) -> list[int]:
+    """Pids of processes that hold ``path`` open although it was deleted (``/proc/*/fd``)."""
+    wanted = f"{os.path.realpath(path)} (deleted)"
+    found: list[int] = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+                    found.append(pid)
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+class SQLiteStore:
+    """A ``Store`` over one SQLite file (or ``:memory:`` for tests of the store alone).
+
+    Every SQLite failure leaves as a coded :class:`~corral.errors.StoreError` naming the file and
+    the real cause, found in the file system (a read-only mount, an immutable file, a full disk,
+    a ``-wal`` deleted under a process that still holds it), never as a masking rollback error.
+    ``create=False`` refuses a missing or empty file instead of starting a new database there.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Clock = utcnow,
+        busy_timeout: float = BUSY_TIMEOUT,
+        create: bool = True,
+        restore_hint: str | None = None,
+    ) -> None:
+        """``busy_timeout``: seconds to wait for another process's lock before ``store-busy``.
+
+        ``restore_hint``: how to get the history back (the newest backup and the command), for hints.
+        """
         if busy_timeout < 0:
             raise ValueError("busy_timeout is a number of seconds, zero or more")
         self.path = str(path)
         self._clock = clock
         self.busy_timeout = busy_timeout
+        self.restore_hint = restore_hint or "`corral restore BACKUP` puts a backup made by `corral backup` back"
+        self._identity: tuple[int, int] | None = None
+        if not create and self.path != ":memory:" and self.missing():
+            raise StoreMissing(
+                f"The corral database {self.path} is {self.missing()}.",
+                hint=f"Nothing was changed. {self.restore_hint}.",
+            )
         self._db = self._open()
 
     @property
     def location(self) -> str:
         return self.path
 
+    def missing(self) -> str | None:
+        """Why the file holds no database ("missing", "empty (0 bytes)"), or None when it has content."""
+        size = _size(self.path)
+        if size is None:
+            return "missing" if not os.path.lexists(self.path) else None
+        if size == 0 and not _size(self.path + "-wal"):
+            return "empty (0 bytes)"
+        return None
+
+    # -- faults ---------------------------------------------------------------------------
+    def _damaged_hint(self) -> str:
+        return (
+            f"Nothing was changed; keep the file, it holds the history. {self.restore_hint}; or rescue the rows: "
+            f"`sqlite3 '{self.path}' .recover | sqlite3 '{self.path}.recovered'` then "
+            f"`corral restore '{self.path}.recovered'` (the damaged file is kept as a backup)."
+        )
+
     def _corrupt(self, exc: BaseException) -> StoreCorrupt:
+        return StoreCorrupt(f"The corral database {self.path} cannot be read ({exc}).", hint=self._damaged_hint())
+
+    def _not_utf8(self, exc: BaseException) -> StoreCorrupt:
+        if isinstance(exc, UnicodeDecodeError):
+            where = f"{exc.reason} at byte {exc.start}"
+        else:  # sqlite3's "Could not decode to UTF-8 column 'goal' with text '…'": the column, not the text
+            column = re.search(r"column '([^']*)'", str(exc))
+            where = f"in column {column.group(1)}" if column else "in a column"
         return StoreCorrupt(
-            f"The corral database {self.path} cannot be read ({exc}).",
+            f"The corral database {self.path} has damaged bytes: a text value is not UTF-8 "
+            f"({where}); its pages are intact, a value in them is not.",
+            hint=self._damaged_hint(),
+        )
+
+    def _read_only_cause(self) -> tuple[str, str]:
+        """Why writes are refused, and how to allow them again (nothing is lost either way)."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if self._identity is not None and self._moved():
+            return (
+                "the file was deleted or replaced while corral had it open",
+                f"put the file back at {self.path}, or {self.restore_hint}",
+            )
+        if _read_only_mount(directory):
+            return "its file system is mounted read-only", f"remount {directory} read-write"
+        for name in (self.path, *_sidecars(self.path)):
+            flags = _inode_flags(name)
+            if flags & _FS_IMMUTABLE_FL:
+                return f"{name} is immutable (chattr +i)", f"chattr -i '{name}'"
+            if flags & _FS_APPEND_FL:
+                return f"{name} is append-only (chattr +a)", f"chattr -a '{name}'"
+        if not os.access(directory, os.W_OK):
+            return f"its directory {directory} is not writable by this user", f"chmod u+w '{directory}'"
+        for name in (self.path, *_sidecars(self.path)):
+            if os.path.exists(name) and not os.access(name, os.W_OK):
+                return f"{name} is not writable by this user", f"chmod u+w '{name}'"
+        db = getattr(self, "_db", None)
+        if db is not None:
+            try:
+                if db.execute("PRAGMA query_only").fetchone()[0]:
+                    return "the connection is query-only (PRAGMA query_only)", "open it without query_only"
+            except sqlite3.Error:
+                pass
+        return "the file system refused the write", "make the file and its directory writable"
+
+    def _moved(self) -> bool:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return True
+        return (info.st_dev, info.st_ino) != self._identity
+
+    def _full(self, exc: BaseException | None = None) -> StoreDiskFull:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        free = _free_bytes(directory)
+        told = f" ({exc})" if exc else ""
+        return StoreDiskFull(
+            f"The disk holding the corral database {self.path} is full{told}: "
+            f"{'unknown' if free is None else f'{free:,} bytes'} free.",
             hint=(
-                f"Nothing was changed. Move it aside (mv '{self.path}' '{self.path}.broken') and corral "
-                "starts a new one; `sqlite3 <file> .recover` may rescue the history from the moved file."
+                f"Nothing was written (the transaction rolled back). Free space on that disk (`df -h '{directory}'`), "
+                "then run the command again; do not delete corral.db-wal or corral.db-shm, they hold recent changes."
             ),
         )
 
+    def _io(self, exc: BaseException) -> StoreError:
+        """A ``disk I/O error``, named by what the file system shows: a deleted -wal, a full or read-only disk."""
+        wal, _shm = _sidecars(self.path)
+        holders = _holders_of_deleted(wal)
+        if holders or (self._identity is not None and not os.path.exists(wal) and self._wal_mode()):
+            return self._deleted_wal(holders, exc)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        free = _free_bytes(directory)
+        if free is not None and free < MIN_FREE_BYTES:
+            return self._full(exc)
+        if _read_only_mount(directory):
+            cause, fix = self._read_only_cause()
+            return self._read_only(exc, cause, fix)
+        return StoreIOError(
+            f"Reading or writing the corral database {self.path} failed ({exc}).",
+            hint=f"Nothing was changed on purpose. Check the disk (`dmesg`, `df -h '{directory}'`); "
+            f"`corral doctor` checks the file; {self.restore_hint}.",
+        )
+
+    def _deleted_wal(self, holders: list[int], exc: BaseException | None = None) -> StoreIOError:
+        wal = self.path + "-wal"
+        who = f"process {', '.join(map(str, holders))} still holds" if holders else "this process holds"
+        told = f" ({exc})" if exc else ""
+        return StoreIOError(
+            f"The corral database's write-ahead log {wal} was deleted while open{told}: "
+            f"{who} the deleted log, with the newest changes.",
+            hint=(
+                "Do not delete corral.db-wal or corral.db-shm. Stop that process cleanly (`corral daemon stop` "
+                "for the daemon): as the last connection closes, SQLite writes its log back into "
+                f"{self.path}. Then run the command again."
+            ),
+        )
+
+    def _wal_mode(self) -> bool:
+        db = getattr(self, "_db", None)
+        try:
+            return db is not None and str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+        except sqlite3.Error:
+            return False
+
+    def _read_only(self, exc: BaseException | None, cause: str, fix: str) -> StoreReadOnly:
+        told = f" ({exc})" if exc else ""
+        return StoreReadOnly(
+            f"The corral database {self.path} cannot be written{told}: {cause}.",
+            hint=f"Nothing was written. To let corral write again: {fix}; then run the command again.",
+        )
+
+    def _fault(self, exc: BaseException) -> CorralError:
+        """The coded error for a failure of SQLite (or of decoding what it returned)."""
+        if isinstance(exc, CorralError):
+            return exc
+        if isinstance(exc, UnicodeDecodeError) or str(exc).startswith("Could not decode to UTF-8"):
+            return self._not_utf8(exc)
+        name = str(getattr(exc, "sqlite_errorname", "") or "")
+        if name in ("SQLITE_BUSY", "SQLITE_LOCKED") or name.startswith(("SQLITE_BUSY_", "SQLITE_LOCKED_")):
+            return StoreError(
+                f"The corral database {self.path} is busy ({exc}).",
+                code="store-busy",
+                hint="Another corral process holds it; try again in a moment.",
+            )
+        if name.startswith("SQLITE_FULL"):
+            return self._full(exc)
+        if name.startswith("SQLITE_READONLY"):
+            cause, fix = self._read_only_cause()
+            return self._read_only(exc, cause, fix)
+        if name.startswith("SQLITE_IOERR"):
+            return self._io(exc)
+        if name.startswith("SQLITE_CANTOPEN"):
+            directory = os.path.dirname(os.path.abspath(self.path))
+            if _read_only_mount(directory) or not os.access(directory, os.W_OK):
+                cause, fix = self._read_only_cause()
+                return self._read_only(exc, cause, fix)
+            return StoreIOError(
+                f"The corral database {self.path} cannot be opened ({exc}).",
+                hint=f"Nothing was changed. Check that {directory} exists and is yours; {self.restore_hint}.",
+            )
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or not name:
+            return self._corrupt(exc)
+        return StoreError(f"The corral database {self.path} failed: {exc} ({name}).", hint=self._damaged_hint())
+
+    # -- opening ------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
         if self.path != ":memory:":
             parent = Path(self.path).parent
@@ -922,10 +1195,17 @@ class SQLiteStore:
                     code="state-dir-unusable",
                     hint="Point CORRAL_HOME at a writable local directory.",
                 ) from exc
+            wal, shm = _sidecars(self.path)
+            # A -shm without its -wal: the log was deleted. If a process still holds it, opening
+            # would let SQLite rebuild the index without it — a stale view, then two histories.
+            if os.path.exists(shm) and not os.path.exists(wal):
+                holders = _holders_of_deleted(wal)
+                if holders:
+                    raise self._deleted_wal(holders)
         try:
             db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise self._corrupt(exc) from exc
+            raise self._fault(exc) from exc
         db.row_factory = sqlite3.Row
         try:
             db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
@@ -943,12 +1223,18 @@ class SQLiteStore:
             db.execute("PRAGMA synchronous = FULL")
             db.execute("PRAGMA foreign_keys = ON")
             self._migrate(db)
-        except sqlite3.DatabaseError as exc:
-            db.close()
-            raise self._corrupt(exc) from exc
+            if self.path != ":memory:":
+                info = os.stat(self.path)
+                self._identity = (info.st_dev, info.st_ino)
         except CorralError:
             db.close()
             raise
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            db.close()
+            raise self._fault(exc) from exc
+        except OSError as exc:
+            db.close()
+            raise StoreIOError(f"The corral database {self.path} vanished as it was opened: {exc.strerror}.") from exc
         return db
 
     @staticmethod
@@ -993,37 +1279,43 @@ class SQLiteStore:
                 )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     def schema_version(self) -> int:
-        return self._version(self._db)
+        try:
+            return self._version(self._db)
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise self._fault(exc) from exc
 
     @contextmanager
     def _tx(self, begin: str, writable: bool) -> Iterator[SQLiteTx]:
         try:
             self._db.execute(begin)
-        except sqlite3.OperationalError as exc:
-            raise StoreError(
-                f"The corral database {self.path} is busy or unavailable ({exc}).",
-                code="store-busy",
-                hint="Another corral process holds it; try again in a moment.",
-            ) from exc
+        except sqlite3.Error as exc:
+            raise self._fault(exc) from exc
         tx = SQLiteTx(self._db, self._clock, writable=writable)
         try:
             yield tx
+        except sqlite3.IntegrityError:
+            _rollback(self._db)
+            raise  # a constraint a caller broke: a bug to see as it is, not a fault of the disk
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            # SQLite may have rolled back already (an I/O error does): a second ROLLBACK would
+            # replace the real cause with "cannot rollback - no transaction is active".
+            _rollback(self._db)
+            raise self._fault(exc) from exc
         except BaseException:
-            self._db.execute("ROLLBACK")
+            _rollback(self._db)
             raise
         else:
             if writable:
                 crashpoints.hit("store.before-commit")
             try:
                 self._db.execute("COMMIT")
-            except sqlite3.Error:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+            except sqlite3.Error as exc:
+                _rollback(self._db)
+                raise self._fault(exc) from exc
             if writable:
                 crashpoints.hit("store.after-commit")
 
@@ -1033,10 +1325,247 @@ class SQLiteStore:
     def write(self) -> AbstractContextManager[SQLiteTx]:
         return self._tx("BEGIN IMMEDIATE", writable=True)
 
+    # -- health ---------------------------------------------------------------------------
     def check(self) -> list[str]:
-        problems = [r[0] for r in self._db.execute("PRAGMA quick_check") if r[0] != "ok"]
-        problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}" for r in self._db.execute("PRAGMA foreign_key_check")]
+        try:
+            problems = [r[0] for r in self._db.execute("PRAGMA quick_check") if r[0] != "ok"]
+            problems += [
+                f"foreign key: {r[0]} row {r[1]} -> {r[2]}" for r in self._db.execute("PRAGMA foreign_key_check")
+            ]
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            problems = [str(self._fault(exc).message)]
         return problems
+
+    def _undecodable(self) -> list[str]:
+        """Where a text value is not UTF-8 (``quick_check`` does not look inside values)."""
+        found: list[str] = []
+        wal, shm = _sidecars(self.path)
+        if not os.path.exists(self.path) or (os.path.exists(shm) and not os.path.exists(wal)):
+            return found  # a second connection on a deleted -wal would rebuild the index without it
+        # A connection of its own: the shared one may be reading in another thread meanwhile.
+        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_timeout)
+        db.text_factory = bytes
+        try:
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in tables:
+                name = table.decode("utf-8", "replace") if isinstance(table, bytes) else str(table)
+                for row in db.execute(f'SELECT rowid, * FROM "{name}"'):
+                    for value in row[1:]:
+                        if isinstance(value, bytes):
+                            try:
+                                value.decode("utf-8")
+                            except UnicodeDecodeError as exc:
+                                found.append(f"table {name} row {row[0]}: text that is not UTF-8 ({exc.reason})")
+                                break
+                    if len(found) >= 10:
+                        return found
+        finally:
+            db.close()
+        return found
+
+    def health(self) -> list[StoreError]:
+        """Every fault of the database found now, each a coded error with its hint; empty when healthy.
+
+        Beyond :meth:`check`: damaged text values, the file replaced or deleted since it was
+        opened, a deleted ``-wal``, a file or mount that refuses writes, a full disk.
+        """
+        if self.path == ":memory:":
+            return [StoreCorrupt(p, hint=self._damaged_hint()) for p in self.check()]
+        faults: list[StoreError] = []
+        if self._moved():
+            faults.append(
+                StoreMissing(
+                    f"The corral database {self.path} was deleted or replaced after corral opened it.",
+                    hint=f"Nothing was changed. Put the file back, or {self.restore_hint}; then restart this process.",
+                )
+            )
+        try:
+            problems = self.check()
+            problems += self._undecodable()
+        except sqlite3.Error as exc:
+            found = self._fault(exc)
+            faults.append(found if isinstance(found, StoreError) else self._corrupt(exc))
+            problems = []
+        if problems:
+            faults.append(
+                StoreCorrupt(
+                    f"The corral database {self.path} is damaged: {'; '.join(problems[:3])}.", hint=self._damaged_hint()
+                )
+            )
+        wal, _shm = _sidecars(self.path)
+        holders = _holders_of_deleted(wal)
+        if holders or (not os.path.exists(wal) and self._wal_mode()):
+            faults.append(self._deleted_wal(holders))
+        refused = self._write_refused()
+        if refused:
+            faults.append(self._read_only(None, *refused))
+        free = _free_bytes(os.path.dirname(os.path.abspath(self.path)))
+        if free is not None and free < MIN_FREE_BYTES:
+            faults.append(self._full())
+        return faults
+
+    def _write_refused(self) -> tuple[str, str] | None:
+        """Why a write would be refused now (cause, fix), found without writing; None when it would not."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if _read_only_mount(directory):
+            return self._read_only_cause()
+        for name in (self.path, *_sidecars(self.path)):
+            if _inode_flags(name) & (_FS_IMMUTABLE_FL | _FS_APPEND_FL):
+                return self._read_only_cause()
+            try:
+                os.close(os.open(name, os.O_RDWR))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return self._read_only_cause()
+        try:
+            if self._db.execute("PRAGMA query_only").fetchone()[0]:
+                return self._read_only_cause()
+        except sqlite3.Error:
+            pass
+        if not os.access(directory, os.W_OK):
+            return self._read_only_cause()
+        return None
+
+    # -- backup and restore -----------------------------------------------------------------
+    def backup_to(self, dest: str | Path) -> None:
+        """A consistent copy of the whole database at ``dest`` (0600, one self-contained file).
+
+        Through SQLite's online backup API: other processes may read and write meanwhile.
+        ``dest`` must not exist; a temp file beside it is renamed into place when complete.
+        """
+        target = Path(dest)
+        if target.exists():
+            raise StoreError(f"{target} already exists; corral never overwrites a backup.", code="backup-exists")
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+            copy = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                self._db.backup(copy)
+                copy.execute("PRAGMA journal_mode = DELETE")  # one file, no -wal beside it
+            finally:
+                copy.close()
+            _fsync(tmp)
+            os.replace(tmp, target)
+            _fsync(str(target.parent))
+        except sqlite3.Error as exc:
+            _unlink(tmp)
+            raise self._fault(exc) from exc
+        except OSError as exc:
+            _unlink(tmp)
+            if exc.errno == errno.ENOSPC:
+                raise self._full(exc) from exc
+            raise StoreIOError(f"The backup {target} could not be written: {exc.strerror}.") from exc
+
+    @staticmethod
+    def verify_file(path: str | Path) -> int:
+        """The schema version of a corral database at ``path``, read-only; refused when it is not one."""
+        where = str(path)
+        hint = "Nothing was changed. Name a file made by `corral backup` (they are in the state directory's backups/)."
+        if not os.path.isfile(where) or _size(where) == 0:
+            raise StoreMissing(f"{where} is not a file with a database in it.", hint=hint)
+        try:
+            with closing(sqlite3.connect(f"file:{where}?mode=ro", uri=True, isolation_level=None)) as db:
+                problems = [r[0] for r in db.execute("PRAGMA quick_check") if r[0] != "ok"]
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                version = SQLiteStore._version(db) if "schema_migrations" in tables else 0
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise StoreCorrupt(f"{where} is not a usable corral database ({exc}).", hint=hint) from exc
+        if problems:
+            raise StoreCorrupt(f"{where} is damaged: {'; '.join(problems[:3])}.", hint=hint)
+        lacking = sorted(_CORRAL_TABLES - tables)
+        if lacking:
+            raise StoreCorrupt(
+                f"{where} is an SQLite file but not a corral database (no {', '.join(lacking)}).", hint=hint
+            )
+        if version > LATEST:
+            raise StoreTooNew(
+                f"{where} has schema version {version}, newer than this corral understands (up to {LATEST}).",
+                hint="Nothing was changed. Upgrade corral to the version that wrote it, then restore it.",
+            )
+        return version
+
+    @staticmethod
+    def restore_file(db_path: str | Path, source: str | Path, aside: str | Path) -> str | None:
+        """Put the database at ``source`` (verified) in place of ``db_path``; the current one kept at ``aside``.
+
+        No connection may be open on ``db_path`` (the caller makes sure). The current file is
+        copied to ``aside`` first — through the backup API when it opens, else byte for byte
+        with its ``-wal`` — so nothing is lost; returns where it was kept (None: there was none).
+        """
+        target, src, keep = str(db_path), str(source), Path(aside)
+        SQLiteStore.verify_file(src)
+        tmp = f"{target}.restoring.{os.getpid()}"
+        _unlink(tmp)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        try:
+            with (
+                closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as origin,
+                closing(sqlite3.connect(tmp)) as new,
+            ):
+                origin.backup(new)
+                new.execute("PRAGMA journal_mode = DELETE")
+            _fsync(tmp)
+            kept = _keep_aside(target, keep)
+            for sidecar in _sidecars(target):
+                _unlink(sidecar)  # a log of the old file must never be replayed into the new one
+            os.replace(tmp, target)
+            _fsync(os.path.dirname(os.path.abspath(target)))
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return kept
 
     def close(self) -> None:
         self._db.close()
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open; SQLite ends some itself (an I/O error, a full disk)."""
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the error being raised says what went wrong; this one would hide it
+
+
+def _fsync(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str | Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _keep_aside(target: str, aside: Path) -> str | None:
+    """Copy the database at ``target`` to ``aside`` (0600) before it is replaced; where it went, or None."""
+    if not os.path.lexists(target) or (_size(target) == 0 and not _size(target + "-wal")):
+        return None  # nothing there to keep: an empty file holds no history
+    aside.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        with closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as old:
+            old.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            os.close(os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            with closing(sqlite3.connect(aside)) as copy:
+                old.backup(copy)
+                copy.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error:
+        # It does not open as a database: keep its bytes, and its -wal beside them.
+        _unlink(aside)
+        for suffix in ("", "-wal"):
+            if os.path.exists(target + suffix):
+                fd = os.open(str(aside) + suffix, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with open(target + suffix, "rb") as src, os.fdopen(fd, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                    dst.flush()
+                    os.fsync(dst.fileno())
+    _fsync(str(aside))
+    return str(aside)

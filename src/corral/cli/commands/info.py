@@ -1,12 +1,12 @@
-"""``paths``, ``config show`` and ``doctor``: where things live, what is set, what is wrong."""
+"""``paths``, ``config show``, ``config adopt`` and ``doctor``: where things live, what is set, what is wrong."""
 
 from __future__ import annotations
 
 import click
 
 from corral.cli.app import App, json_option, pass_app
-from corral.domain.settings import SETTINGS, toml_comment, toml_value
-from corral.engine.config import Config
+from corral.domain.settings import SETTINGS, Setting, toml_comment, toml_value
+from corral.engine.config import Config, adopt, proposals
 from corral.engine.operations import doctor as doctor_checks
 
 
@@ -28,7 +28,12 @@ def paths(app: App) -> None:
 
 @click.group()
 def config() -> None:
-    """Settings: the environment beats corral.toml beats your user file beats defaults."""
+    """Settings: environment > your user file's table for this repository > corral.toml > your user file > defaults.
+
+    A setting that makes corral execute something is never taken from corral.toml: it is a
+    proposal, shown by `config show`, that `config adopt` copies into your user file's
+    [projects."<repository>"] table.
+    """
 
 
 @config.command(
@@ -48,6 +53,9 @@ def config_show(app: App) -> None:
     if not app.json:
         for item in cfg.ignored:
             app.note(f"ignored: {item}")
+        for proposal in proposals(cfg):
+            if not proposal.adopted:
+                app.note(f"proposed: {proposal.message()}")
         for item in cfg.unknown:
             app.note(f"unknown setting: {item}")
     app.answer(
@@ -65,13 +73,52 @@ def config_show(app: App) -> None:
                 for s in SETTINGS
             },
             "ignored": cfg.ignored,
+            "proposals": [p.to_json() for p in proposals(cfg)],
             "unknown": cfg.unknown,
+            "repository": cfg.repo,
+            "user_file": cfg.user_file,
         },
         lambda: settings_toml(cfg),
     )
 
 
-_SOURCE_WORDS = {"env": "environment", "project": "project file", "user": "user file"}
+@config.command(
+    "adopt",
+    epilog="""\b
+Examples:
+  corral config show                                   lists what corral.toml proposes
+  corral config adopt post_turn_check --value 'make test'
+""",
+)
+@click.argument("name")
+@click.option("--value", "expected", help="The value you read in `config show`; refused if corral.toml now differs.")
+@json_option
+@pass_app
+def config_adopt(app: App, name: str, expected: str | None) -> None:
+    """Adopt corral.toml's proposal for NAME into your user file, for this repository only."""
+    cfg = app.project.config
+    done = adopt(cfg, name, expected=expected)
+    shown = "(not set)" if done.value is None else toml_value(done.value)
+    app.answer(
+        {"adopted": done.to_json(), "user_file": cfg.user_file},
+        [f"Adopted {done.name} = {shown} for {done.repo} in {cfg.user_file}."],
+    )
+
+
+_SOURCE_WORDS = {
+    "env": "environment",
+    "project": "project file",
+    "user": "user file",
+    "user_project": "user file, for this repository",
+}
+_TRUST_WORDS = {
+    "user_only": " (corral.toml may not set this)",
+    "executes": " (corral.toml may propose this, never set it)",
+}
+
+
+def _trust_words(s: Setting) -> str:
+    return _TRUST_WORDS.get(s.trust.value, "")
 
 
 def settings_toml(cfg: Config) -> list[str]:
@@ -81,20 +128,25 @@ def settings_toml(cfg: Config) -> list[str]:
     (``tomllib``) as exactly the values that are set.
     """
     lines = [
-        "# corral settings, as TOML. The environment (CORRAL_<NAME>) beats corral.toml beats your",
-        "# user file beats the defaults. A setting marked (corral.toml may not set this) is taken",
-        "# only from your user file or the environment.",
+        "# corral settings, as TOML. The environment (CORRAL_<NAME>) beats your user file's table for",
+        '# this repository ([projects."<path>"]) beats corral.toml beats your user file beats the',
+        "# defaults. A setting marked (corral.toml may not set this) or (corral.toml may propose this,",
+        "# never set it) is taken only from your user file or the environment.",
     ]
+    proposed = {p.name: p for p in proposals(cfg)}
     for s in SETTINGS:
         v = cfg.values[s.name]
-        trust = "" if s.repository_may_set else " (corral.toml may not set this)"
         where = "default" if v.origin is None else f"from {v.origin} ({_SOURCE_WORDS.get(v.source, v.source)})"
         lines.append("")
-        lines.append(f"# {toml_comment(s.help)}{trust}")
+        lines.append(f"# {toml_comment(s.help)}{_trust_words(s)}")
         if v.value is None:
             lines.append(f"# {s.name} = (not set)  # {toml_comment(where)}")
         else:
             lines.append(f"{s.name} = {toml_value(v.value)}  # {toml_comment(where)}")
+        proposal = proposed.get(s.name)
+        if proposal is not None and not proposal.adopted and proposal.value is not None:
+            lines.append(f"# proposed by {toml_comment(proposal.file)}: {toml_comment(toml_value(proposal.value))}")
+            lines.append(f"# adopt it for this repository: {toml_comment(proposal.adopt_command)}")
     return lines
 
 

@@ -112,6 +112,8 @@ def accept(app: App, task: str) -> int:
         },
         said,
     )
+    if result.conflict is not None:  # the merge stands, but the person's local changes are in a stash
+        raise result.conflict
     return 0
 
 

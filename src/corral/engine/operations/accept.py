@@ -4,31 +4,51 @@ The phase table below is the single source of the plan and of its narration:
 pre-flight is a prelude without a position; then ``[n/m]`` phases run in order.
 The squash is made with git's plumbing (``merge-tree --write-tree``,
 ``commit-tree``, a compare-and-swap ``update-ref``), so no working tree is touched
-to merge. A worktree that has the target checked out is brought along with a
+to merge; when the target moved under the swap, the merge is made again onto the
+new tip. A worktree that has the target checked out is brought along with a
 two-tree ``read-tree -m -u``, its overlapping local changes stashed first and
-popped after. The task reads ``merging`` for the whole merge phase, and
-``accept_in_flight_from`` (recorded when the accept starts) restores the true
-prior status on every abort. The whole accept holds the task's lifecycle lock, so
-two accepts merge once and the second reports "already accepted".
+popped after; what it is about to do is saved first (the in-flight record of
+``recovery.merges``), so a kill anywhere leaves recovery able to finish the update or
+put the checkout back. Accepts into one target serialize on the target's lock
+(merge, verify and destination), so twenty at once all land. The task reads
+``merging`` for the whole merge phase, and ``accept_in_flight_from`` (recorded when
+the accept starts) restores the true prior status on every abort. The whole accept
+holds the task's lifecycle lock, so two accepts merge once and the second reports
+"already accepted".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
 from corral.domain.actors import Actor, Role
+from corral.domain.clock import rfc3339
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, Op, Status, may, takes
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
-from corral.engine.recovery.merges import MARKER, restore_prior
+from corral.engine.recovery.merges import (
+    CONFLICT_CAUSE,
+    MARKER,
+    InFlight,
+    Kept,
+    note_conflict,
+    record,
+    recover_into,
+    restore_prior,
+    settle_destination,
+    stash_overlap,
+    target_lock,
+    without_flight,
+)
 from corral.engine.resolve import resolve_task
-from corral.errors import AcceptRefused, CorralError, DestinationRestoreConflict, MergeConflictOnAccept
+from corral.errors import AcceptRefused, CorralError, DestinationRestoreConflict, GitError, MergeConflictOnAccept
 
 
 @dataclass(frozen=True)
@@ -97,6 +117,8 @@ class Accepted:
     commit: str | None
     already: bool = False
     warning: str | None = None
+    #: The merge stands but the person's local changes could not all be put back (exit non-zero).
+    conflict: DestinationRestoreConflict | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +166,12 @@ def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
                 )
         target = workspace.target_branch(tx, task)
     git = project.git
+    if not Path(session.worktree).is_dir():
+        raise AcceptRefused(
+            f"Cannot accept {task.ref}: its worktree {session.worktree} is gone (removed by hand?).",
+            hint=f"Its branch {session.branch or task.branch} still holds every commit: run `git worktree prune`, "
+            f"then restore it (git worktree add '{session.worktree}' {session.branch or task.branch}) and accept.",
+        )
     dirty = git.dirty_paths(session.worktree)
     if dirty:
         raise AcceptRefused(
@@ -218,9 +246,22 @@ def _pre_accept(project: Project, ready: _Ready, actor: Actor, narrator: Narrato
     return again
 
 
+#: How long an accept waits for another accept into the same target to finish.
+TARGET_WAIT = 600.0
+#: How many times an accept merges again onto a target that moved under its compare-and-swap.
+RETRIES = 5
+
+
+@dataclass(frozen=True)
+class _Landed:
+    old: str
+    commit: str
+    tree: str
+    flight: InFlight | None
+
+
 def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, destination: Path | None) -> Accepted:
     task, session, target = ready.task, ready.session, ready.target
-    git, repo = project.git, project.repo
     merge_phase = next(p for p in PHASES if p.id == "merge")
     narrator.phase(merge_phase, "start")
     with project.store.write() as tx:
@@ -229,9 +270,88 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
         )
         message = _message(tx, task, session)
     crashpoints.hit("accept.merging")
+    kept: Kept | None = None
+    with ExitStack() as held:
+        flight: list[InFlight] = []  # the record saved so far, for an abort to put the checkout back
+        try:
+            held.enter_context(target_lock(project, target, timeout=TARGET_WAIT))
+            recover_into(project, target, besides=task.id)
+            destination = _worktree_on(project, target)  # read again: only the lock holder may rely on it
+            landed = _land(project, ready, message, destination, flight)
+        except CorralError as exc:
+            narrator.phase(merge_phase, "failed", exc.message)
+            _abort(project, task, actor, flight, exc)
+            raise
+        except Exception as exc:
+            narrator.phase(merge_phase, "failed", str(exc))
+            _abort(project, task, actor, flight, None)
+            raise
+        commit = landed.commit
+        narrator.phase(merge_phase, "done", commit[:12])
+
+        verify_phase = next(p for p in PHASES if p.id == "verify")
+        narrator.phase(verify_phase, "start")
+        problem = verify(project, target, commit, landed.tree, task, session)
+        if problem:
+            narrator.phase(verify_phase, "failed", problem)
+            # The ref may have moved; nothing is deleted. The stranded-merge sweep settles it if it landed.
+            raise CorralError(
+                f"The merge of {task.ref} could not be verified: {problem}. Nothing was deleted.",
+                code="merge-unverified",
+                hint=f"Look at {target} (git log -1 {target}) and corral doctor.",
+            )
+        narrator.phase(verify_phase, "done")
+
+        if landed.flight is not None and landed.flight.destination is not None:
+            dest_phase = next(p for p in PHASES if p.id == "destination")
+            narrator.phase(dest_phase, "start")
+            kept = settle_destination(project, landed.flight, landed=True, recovering=False)
+            crashpoints.hit("accept.destination-updated")
+            if kept is None:
+                narrator.phase(dest_phase, "done", landed.flight.destination)
+            else:
+                narrator.phase(dest_phase, "failed", kept.message)
+
+    warning = None
+    with project.store.write() as tx:
+        meta = without_flight(task.metadata)
+        if kept is not None:
+            meta = note_conflict(meta, kept, rfc3339(tx.now()))
+        tx.update_task(task.id, metadata=meta, touch=False)
+        tx.update_session(session.id, outcome="accepted", ended_at=tx.now())
+        tx.set_status(
+            task.id, Status.COMPLETE, actor, f"accepted into {target} as {commit[:12]}", expected_from=Status.MERGING
+        )
+        done = tx.get_task(task.id) or task
+    crashpoints.hit("accept.completed")
+    conflict = None
+    if kept is not None:
+        conflict = kept.error()
+        warning = f"{conflict.message} {conflict.hint or ''}".strip()
+        narrator.emit({"event": "destination-restore-conflict", "code": conflict.code, **kept.to_json()})
+    cleanup_phase = next(p for p in PHASES if p.id == "cleanup")
+    narrator.phase(cleanup_phase, "start")
     try:
+        workspace.save_and_remove(project, done, session, "accept")
+        narrator.phase(cleanup_phase, "done")
+    except CorralError as exc:
+        warning = (warning + " " if warning else "") + f"The worktree was kept: {exc.message}"
+        narrator.phase(cleanup_phase, "failed", exc.message)
+    return Accepted(done, commit, warning=warning, conflict=conflict)
+
+
+def _land(project: Project, ready: _Ready, message: str, destination: Path | None, flight: list[InFlight]) -> _Landed:
+    """Squash onto the target's tip and move it by compare-and-swap, merging again when it moved meanwhile.
+
+    With a checked-out target, the in-flight record is saved before the stash is made, so a
+    kill anywhere after it leaves recovery knowing old, new and the stash.
+    """
+    task, target = ready.task, ready.target
+    git, repo = project.git, project.repo
+    for _ in range(RETRIES):
         old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
-        assert old is not None
+        if old is None:
+            raise AcceptRefused(f"The target branch {target} of {task.ref} is gone.")
         tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)
         if tree is None:
             raise MergeConflictOnAccept(
@@ -244,62 +364,55 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
                 hint=f"Close it instead: corral close {task.ref} -m 'nothing to do'",
             )
         commit = git.commit_tree(tree, [old], message, cwd=repo)
-        stash = _stash_overlap(project, destination, old, commit) if destination else None
+        record_ = None
+        if destination is not None:
+            stash_message = f"corral accept {task.ref} {commit[:12]}: local changes"
+            record_ = InFlight(target, old, commit, str(destination), stash_message)
+            record(project, task.id, record_)
+            flight[:] = [record_]
+            stash_overlap(project, destination, old, commit, stash_message)
         crashpoints.hit("accept.before-update-ref")
-        git.update_ref(f"refs/heads/{target}", commit, cwd=repo, old=old)
-        crashpoints.hit("accept.after-update-ref")
-    except CorralError as exc:
-        narrator.phase(merge_phase, "failed", exc.message)
+        swapped = git.run("update-ref", f"refs/heads/{target}", commit, old, cwd=repo, check=False)
+        if swapped.returncode == 0:
+            crashpoints.hit("accept.after-update-ref")
+            return _Landed(old, commit, tree, record_)
+        if record_ is not None:  # the target moved under us: the checkout goes back, then merge again
+            kept = settle_destination(project, record_, landed=False, recovering=False)
+            if kept is not None:
+                raise kept.error()
+            record(project, task.id, None)
+            flight.clear()
+    raise GitError(
+        f"{target} kept moving while {task.ref} was merged into it; nothing was merged.",
+        code="target-moving",
+        hint=f"Try again: corral accept {task.ref}",
+    )
+
+
+def _abort(project: Project, task: Task, actor: Actor, flight: list[InFlight], exc: CorralError | None) -> None:
+    """Put the checkout and the task back after a failed merge phase; a conflict names its cause."""
+    for record_ in flight:
+        landed = project.git.rev_parse(f"refs/heads/{record_.target}", cwd=project.repo) == record_.new
+        if landed:
+            return  # the merge stands: the stranded-merge sweep finishes it
+        kept = settle_destination(project, record_, landed=False, recovering=False)
+        if kept is not None:
+            with project.store.write() as tx:
+                current = tx.get_task(task.id) or task
+                tx.update_task(task.id, metadata=note_conflict(current.metadata, kept, rfc3339(tx.now())), touch=False)
+    if isinstance(exc, MergeConflictOnAccept):
+        restore_prior(
+            project,
+            task.id,
+            actor,
+            f"accept aborted: {exc.message}"[:300],
+            cause=CONFLICT_CAUSE,
+            details={"summary": exc.message, "hint": exc.hint},
+        )
+    elif exc is not None:
         restore_prior(project, task.id, actor, f"accept aborted: {exc.message}"[:300])
-        raise
-    except Exception as exc:
-        narrator.phase(merge_phase, "failed", str(exc))
+    else:
         restore_prior(project, task.id, actor, "accept aborted by an internal fault")
-        raise
-    narrator.phase(merge_phase, "done", commit[:12])
-
-    verify_phase = next(p for p in PHASES if p.id == "verify")
-    narrator.phase(verify_phase, "start")
-    problem = verify(project, target, commit, tree, task, session)
-    if problem:
-        narrator.phase(verify_phase, "failed", problem)
-        # The ref may have moved; nothing is deleted. The merged-branch sweep settles it if it landed.
-        raise CorralError(
-            f"The merge of {task.ref} could not be verified: {problem}. Nothing was deleted.",
-            code="merge-unverified",
-            hint=f"Look at {target} (git log -1 {target}) and corral doctor.",
-        )
-    narrator.phase(verify_phase, "done")
-
-    warning = None
-    if destination is not None:
-        dest_phase = next(p for p in PHASES if p.id == "destination")
-        narrator.phase(dest_phase, "start")
-        try:
-            _bring_along(project, destination, old, commit, stash)
-            narrator.phase(dest_phase, "done", str(destination))
-        except DestinationRestoreConflict as exc:
-            warning = f"{exc.message} {exc.hint or ''}".strip()
-            narrator.phase(dest_phase, "failed", exc.message)
-
-    with project.store.write() as tx:
-        meta = {k: v for k, v in task.metadata.items() if k != MARKER}
-        tx.update_task(task.id, metadata=meta, touch=False)
-        tx.update_session(session.id, outcome="accepted", ended_at=tx.now())
-        tx.set_status(
-            task.id, Status.COMPLETE, actor, f"accepted into {target} as {commit[:12]}", expected_from=Status.MERGING
-        )
-        done = tx.get_task(task.id) or task
-    crashpoints.hit("accept.completed")
-    cleanup_phase = next(p for p in PHASES if p.id == "cleanup")
-    narrator.phase(cleanup_phase, "start")
-    try:
-        workspace.save_and_remove(project, done, session, "accept")
-        narrator.phase(cleanup_phase, "done")
-    except CorralError as exc:
-        warning = (warning + " " if warning else "") + f"The worktree was kept: {exc.message}"
-        narrator.phase(cleanup_phase, "failed", exc.message)
-    return Accepted(done, commit, warning=warning)
 
 
 def verify(project: Project, target: str, commit: str, tree: str, task: Task, session: Session) -> str | None:
@@ -313,45 +426,3 @@ def verify(project: Project, target: str, commit: str, tree: str, task: Task, se
     if not any(t["task"] == task.id and t["session"] == session.id for t in found):
         return "the merge commit does not carry the Corral-Task trailer"
     return None
-
-
-def _stash_overlap(project: Project, worktree: Path, old: str, new: str) -> str | None:
-    """Stash (against the old tip) local changes in ``worktree`` that touch paths the merge changes."""
-    git = project.git
-    changed = set(git.changed_between(old, new, cwd=worktree))
-    local = [p for p in git.dirty_paths(worktree) if p in changed]
-    if not local:
-        return None
-    git.run(
-        *git.identity_args(worktree),
-        "stash",
-        "push",
-        "--include-untracked",
-        "-m",
-        "corral accept: local changes",
-        "--",
-        *local,
-        cwd=worktree,
-    )
-    return git.out("rev-parse", "refs/stash", cwd=worktree)
-
-
-def _bring_along(project: Project, worktree: Path, old: str, new: str, stash: str | None) -> None:
-    git = project.git
-    result = git.run("read-tree", "-m", "-u", old, new, cwd=worktree, check=False)
-    if result.returncode != 0:
-        raise DestinationRestoreConflict(
-            f"The merge stands, but {worktree} could not be brought up to date: "
-            f"{(result.stderr or result.stdout).strip()[-200:]}",
-            hint=f"In {worktree}: git status, then git reset --keep HEAD to match the new tip.",
-        )
-    if stash is None:
-        return
-    pop = git.run("stash", "pop", "--index", cwd=worktree, check=False)
-    if pop.returncode != 0:
-        git.run("reset", "--merge", cwd=worktree, check=False)
-        raise DestinationRestoreConflict(
-            f"The merge stands, but your local changes in {worktree} conflict with it; they are kept in "
-            f"the stash {stash}.",
-            hint=f"In {worktree}: git stash list, then git stash apply {stash} and resolve the conflicts.",
-        )

@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral.domain.actors import Actor
-from corral.domain.status import PAUSED, Status
+from corral.domain.status import PAUSED, TERMINAL, Status
 from corral.engine.config import proposals
-from corral.engine.project import Project
+from corral.engine.paths import private_mode_findings
+from corral.engine.project import Project, backups, backups_dir
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError
 
@@ -60,35 +61,58 @@ def check_state_dir(project: Project) -> Check:
     return Check("state", "ok", str(root))
 
 
+def _fault(name: str, exc: CorralError) -> Check:
+    """A coded error as a failed check: its code leads the message, its hint is the check's."""
+    return Check(name, "fail", f"{exc.code}: {exc.message}", exc.hint)
+
+
 def check_store(project: Project) -> list[Check]:
+    """The database: it opens, its schema, then every fault its health finds (each coded, with a hint)."""
     try:
         store = project.store
-        problems = store.check()
         version = store.schema_version()
+        faults = store.health()
     except CorralError as exc:
-        return [Check("database", "fail", exc.message, exc.hint)]
-    checks = [Check("database", "ok", f"{store.location} (schema {version})")]
-    if problems:
-        checks = [
-            Check(
-                "database",
-                "fail",
-                f"{store.location}: {'; '.join(problems[:3])}",
-                "Back the file up, then `sqlite3 FILE .recover` into a new one.",
-            )
-        ]
-    with sqlite3.connect(project.paths.db) as raw:
-        mode = raw.execute("PRAGMA journal_mode").fetchone()[0]
-    if str(mode).lower() != "wal":
-        checks.append(
-            Check(
-                "journal",
-                "warn",
-                f"journal mode is {mode}, not wal.",
-                "Reopen with a corral command; it switches to WAL.",
-            )
+        return [_fault("database", exc)]
+    if faults:
+        return [_fault("database", fault) for fault in faults]
+    return [Check("database", "ok", f"{store.location} (schema {version})")]
+
+
+def check_backups(project: Project) -> Check:
+    found = backups(project.paths)
+    if not found:
+        return Check(
+            "backups",
+            "warn",
+            f"no backup in {backups_dir(project.paths)}",
+            "Make one now and then: corral backup (online; a daemon may run meanwhile).",
         )
-    return checks
+    return Check("backups", "ok", f"{len(found)}, newest {found[-1]}")
+
+
+def check_worktrees(project: Project) -> list[Check]:
+    """A live task whose worktree was removed by hand: its branch still holds every commit."""
+    out = []
+    with project.store.read() as tx:
+        for task in tx.tasks():
+            if task.status in TERMINAL or not task.session_id:
+                continue
+            session = tx.get_session(task.session_id)
+            if session is None or not session.worktree or os.path.isdir(session.worktree):
+                continue
+            branch = session.branch or task.branch
+            out.append(
+                Check(
+                    "worktree",
+                    "fail",
+                    f"worktree-missing: {task.ref}'s worktree {session.worktree} is gone (removed by hand?).",
+                    f"Its branch {branch} still holds every commit: see them with `git log {branch}`. "
+                    "Uncommitted files that were only in that directory cannot come back from corral. "
+                    "Run `git worktree prune` so git forgets the directory.",
+                )
+            )
+    return out
 
 
 def check_config(project: Project) -> list[Check]:
@@ -135,14 +159,52 @@ def repark(project: Project, given: str) -> Check:
     return Check("park", "fixed", f"{task.ref} was {change.from_status}, now {change.to_status.value}.")
 
 
+def check_checkouts(project: Project) -> list[Check]:
+    """Each checked-out branch's index and worktree against its ref, and stashes an accept kept."""
+    from corral.engine.read.checkout import check
+
+    found = check(project)
+    return [Check("checkout", "warn", f.message, f.hint) for f in found] or [
+        Check("checkout", "ok", "every checked-out branch matches its ref")
+    ]
+
+
+def check_private(project: Project) -> list[Check]:
+    """corral's state is the user's alone: a file or directory others may read is named with its fix."""
+    wide = private_mode_findings(project.paths)
+    shown = [Check("private", "warn", f.message, f.fix) for f in wide[:20]]
+    if len(wide) > 20:
+        shown.append(Check("private", "warn", f"and {len(wide) - 20} more", f"chmod -R go-rwx '{project.paths.root}'"))
+    return shown or [Check("private", "ok", f"{project.paths.root} is private to you")]
+
+
+def _guarded(name: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
+    """A check that fails reports as a failed check: doctor itself never crashes."""
+    try:
+        found = check()
+    except CorralError as exc:
+        return [_fault(name, exc)]
+    except Exception as exc:  # doctor reports what it cannot check, it does not stop
+        return [Check(name, "fail", f"internal-error: {type(exc).__name__}: {exc}", "Report this with the message.")]
+    return found if isinstance(found, list) else [found]
+
+
 def run(project: Project, task: str | None = None) -> list[Check]:
     if task is not None:
         return [repark(project, task)]
-    checks = [check_git(project), check_state_dir(project), *check_config(project)]
-    store_checks = check_store(project)
+    checks = [
+        *_guarded("git", lambda: check_git(project)),
+        *_guarded("state", lambda: check_state_dir(project)),
+        *_guarded("config", lambda: check_config(project)),
+    ]
+    store_checks = _guarded("database", lambda: check_store(project))
     checks += store_checks
+    checks += _guarded("backups", lambda: check_backups(project))
     if all(c.status != "fail" for c in store_checks):
-        checks += check_tasks(project)
+        checks += _guarded("tasks", lambda: check_tasks(project))
+        checks += _guarded("worktree", lambda: check_worktrees(project))
+        checks += _guarded("checkout", lambda: check_checkouts(project))
+    checks += _guarded("private", lambda: check_private(project))
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     checks.append(
         Check(

@@ -11,6 +11,11 @@
   changes, a detached HEAD, or anything that is not a git worktree is kept and reported
   with the reason; only clean worktrees on a branch are removed (the branch stays).
   Only ``corral prune`` removes worktrees; the daemon never does.
+* **Never on an unhealthy store.** Evidence is deleted only when the store that says it
+  belongs to no task is whole: a database that is missing, empty, replaced under the
+  process, damaged or failing (:meth:`Store.health`) refuses the prune with its coded
+  error and nothing is removed. A diagnostic whose task directory still exists is never
+  taken for a deleted task's (``delete`` removes the directory first).
 """
 
 from __future__ import annotations
@@ -43,9 +48,27 @@ class PruneResult:
         }
 
 
+def require_healthy(project: Project) -> None:
+    """Raise the store's first fault (as "nothing was pruned"), so no evidence goes on its word."""
+    faults = project.store.health()
+    if faults:
+        first = faults[0]
+        raise type(first)(
+            f"Nothing was pruned: {first.message}",
+            hint=first.hint,
+            code=first.code,
+        )
+
+
 def prune_diagnostics(project: Project, now: datetime | None = None) -> diagnostics.PruneReport:
+    require_healthy(project)
     with project.store.read() as tx:
         live = {t.id for t in tx.tasks()}
+    # A task directory still on disk is a task the store should know: never its evidence's orphan.
+    try:
+        live |= {entry.name for entry in os.scandir(project.paths.tasks) if entry.is_dir(follow_symlinks=False)}
+    except OSError:
+        pass
     return diagnostics.prune(project.paths, now or project.clock(), live)
 
 
@@ -77,6 +100,7 @@ def prune_worktrees(project: Project, now: datetime, result: PruneResult) -> Non
     root = project.paths.worktrees
     if not root.is_dir():
         return
+    require_healthy(project)
     owned, refs = _owned_paths(project)
     git, repo = project.git, project.repo
     for entry in sorted(root.iterdir()):

@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from corral.domain.records import Task
+from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
 from corral.engine import workspace
 from corral.engine.project import Project
 from corral.engine.read import projection
+from corral.engine.recovery import merges
 from corral.engine.resolve import resolve_task
 from corral.engine.runtime.liveness import live_facts
 from corral.errors import RefusedError, UsageError
@@ -94,6 +95,10 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None) ->
     earlier = 0
     with project.store.read() as tx:
         task = resolve_task(tx, given)
+    if RESTORE_CONFLICT in task.metadata and merges.clear_resolved(project, [task]):
+        pass  # the person restored their stash: the note goes, and show reads the task anew below
+    with project.store.read() as tx:
+        task = resolve_task(tx, task.id)
         live = live_facts(project, task)
         threshold, where = _threshold(project), project.paths.diagnostics
         if last_turns is None:

@@ -48,6 +48,40 @@ def _protect(patterns: Sequence[str]) -> tuple[str, ...]:
     return tuple(p for p in sanitize_paths([p.strip() for p in patterns]) if p)
 
 
+_NOT_BRANCH_HINT = "Name a branch (e.g. --target main); to merge into what HEAD is on now, leave --target out."
+
+
+def _branch(project: Project, name: str) -> str:
+    branch_target(project, name)
+    return name
+
+
+def branch_target(project: Project, name: str) -> None:
+    """Refuse a target that is not a branch name: HEAD, a commit id, a tag, ``refs/…`` or a revision.
+
+    accept moves ``refs/heads/<target>``, so anything else would be refused there for ever;
+    a branch that does not exist yet is allowed (it may be made before the task starts).
+    """
+    git = project.git
+    plain = git.run("check-ref-format", "--branch", name, cwd=project.repo, check=False)
+    symbolic = name == "@" or (name.endswith("HEAD") and name.upper() == name)
+    if (
+        symbolic
+        or name.startswith(("refs/", "-"))
+        or plain.returncode != 0
+        or plain.stdout.strip() != name
+        or (
+            not git.ref_exists(f"refs/heads/{name}", cwd=project.repo)
+            and git.rev_parse(name, cwd=project.repo) is not None
+        )
+    ):
+        raise UsageError(
+            f"The target '{name}' is not a branch name; a task merges into a branch.",
+            code="target-not-a-branch",
+            hint=_NOT_BRANCH_HINT,
+        )
+
+
 def create(
     project: Project,
     goal: str,
@@ -85,6 +119,8 @@ def create(
                     hint="Check out that branch, or pass --target BRANCH.",
                 )
             target_branch = sanitize_field(target_branch)
+            if target is not None:
+                branch_target(project, target_branch)
         new = NewTask(
             ref=ref or unique_ref(clean_goal, lambda r: tx.task_by_ref(r) is not None),
             goal=clean_goal,
@@ -126,7 +162,7 @@ def edit(
             protected=_protect(protect) if protect is not None else UNSET,
             harness=harness if harness is not None else UNSET,
             model=model if model is not None else UNSET,
-            target_branch=sanitize_field(target) if target is not None else UNSET,
+            target_branch=_branch(project, sanitize_field(target)) if target is not None else UNSET,
         )
 
 

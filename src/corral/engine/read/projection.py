@@ -22,6 +22,7 @@ from corral.domain.explain import (
     stopped_because,
 )
 from corral.domain.records import (
+    RESTORE_CONFLICT,
     Attempt,
     AttemptOutcome,
     FailureEvidence,
@@ -329,9 +330,18 @@ def _show(
         "journal": [note_json(n) for n in tx.journal(task.id)],
         "children": [{"ref": c.ref, "status": c.status.value} for c in tx.children(task.id)],
         "resting_cause": failures.cause(task.resting_cause),
+        "destination_restore_conflict": _restore_conflict(task),
         "stopped_because": v.stopped_because,
         "next": v.next,
     }
+
+
+def _restore_conflict(task: Task) -> dict[str, Any] | None:
+    """An accept's merge stands but the person's local changes wait in a stash: what and how to restore."""
+    note = task.metadata.get(RESTORE_CONFLICT)
+    if not isinstance(note, dict):
+        return None
+    return {k: note.get(k) for k in ("message", "worktree", "stash", "command", "at")}
 
 
 def _row(task: Task, parent_ref: str | None, sub: str | None, because: str | None) -> dict[str, Any]:

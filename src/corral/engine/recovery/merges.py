@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from corral.adapters.locks import lock, try_lock
+from corral.adapters.process import Completed
 from corral.domain.actors import Actor
-from corral.domain.records import RestingCause, Session, Task
+from corral.domain.clock import rfc3339
+from corral.domain.records import RESTORE_CONFLICT, RestingCause, Session, Task
 from corral.domain.status import Status
 from corral.engine import workspace
 from corral.engine.locks import task_lock
@@ -40,7 +44,8 @@ MARKER = "accept_in_flight_from"
 #: The in-flight record of an accept that brings a checked-out target along (see the module doc).
 JOURNAL = "accept_in_flight"
 #: A stash or a checkout an accept could not put back, named until the person restores it.
-RESTORE_CONFLICT = "destination_restore_conflict"
+#: How long an accept waits for a dead accept's git to finish in the checkout it shares.
+BUSY_WAIT = 10.0
 #: The resting cause of a task whose accept found its branch conflicting with the (moved) target.
 CONFLICT_CAUSE = "merge-conflict-on-accept"
 
@@ -127,7 +132,7 @@ def without_flight(metadata: dict[str, Any]) -> dict[str, Any]:
 # -- the destination checkout --------------------------------------------------------------------
 
 
-def _git(project: Project, wt: Path, *args: str, check: bool = False) -> Any:
+def _git(project: Project, wt: Path, *args: str, check: bool = False) -> Completed:
     return project.git.run("--literal-pathspecs", *args, cwd=wt, check=check)
 
 
@@ -155,6 +160,7 @@ def stash_overlap(project: Project, wt: Path, old: str, new: str, message: str) 
         *git.identity_args(wt),
         "stash",
         "push",
+        "--quiet",  # nothing on stdout: a killed accept's pipe must not kill its git half-way (SIGPIPE)
         "--include-untracked",
         "-m",
         message,
@@ -168,13 +174,6 @@ def stash_overlap(project: Project, wt: Path, old: str, new: str, message: str) 
 
 def _index_at(project: Project, wt: Path, tree: str, paths: list[str]) -> bool:
     return _git(project, wt, "diff-index", "--cached", "--quiet", tree, "--", *paths).returncode == 0
-
-
-def _worktree_at_index(project: Project, wt: Path, paths: list[str]) -> bool:
-    if _git(project, wt, "diff-files", "--quiet", "--", *paths).returncode != 0:
-        return False
-    others = _git(project, wt, "ls-files", "--others", "--exclude-standard", "--", *paths)
-    return others.returncode == 0 and not others.stdout.strip()
 
 
 @dataclass(frozen=True)
@@ -194,12 +193,84 @@ class Kept:
 
 
 class CheckoutBusy(Exception):
-    """A git process still works in the destination (its index is locked): look again later."""
+    """A git process still works in the destination (or holds its index): look again later."""
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as fh:
+        return fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+def _git_running_in(wt: Path) -> bool:
+    """Whether a git process not run by a live corral works in ``wt``: a killed accept's ``stash`` or
+    ``read-tree`` (orphaned, it runs on), or the person's own."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return False
+    where = str(wt.resolve())
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            if not _read(f"/proc/{entry}/comm").strip().startswith("git"):
+                continue
+            if os.readlink(f"/proc/{entry}/cwd") != where:
+                continue
+            ppid = _read(f"/proc/{entry}/stat").rsplit(")", 1)[1].split()[1]
+            if "corral" not in _read(f"/proc/{ppid}/cmdline"):
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
 
 
 def _busy(project: Project, wt: Path) -> bool:
+    if _git_running_in(wt):
+        return True
     where = project.git.run("rev-parse", "--path-format=absolute", "--git-path", "index.lock", cwd=wt, check=False)
     return where.returncode == 0 and Path(where.stdout.strip()).exists()
+
+
+def _stash_paths(project: Project, wt: Path, sha: str, flight: InFlight) -> list[str]:
+    """The paths the stash took away: only ones the merge changes (a path-limited stash of those)."""
+    changed = set(project.git.changed_between(flight.old, flight.new, cwd=wt))
+    touched = set(
+        project.git.run("diff", "--name-only", "--no-renames", f"{sha}^1", sha, cwd=wt, check=False).stdout.split("\n")
+    )
+    untracked = project.git.run("ls-tree", "-r", "--name-only", f"{sha}^3", cwd=wt, check=False)
+    if untracked.returncode == 0:
+        touched |= set(untracked.stdout.split("\n"))
+    return sorted(p for p in touched & changed if p)
+
+
+def _blob(project: Project, wt: Path, rev: str, path: str) -> bytes | None:
+    """The bytes of ``path`` at ``rev`` (None when it has no such file)."""
+    shown = project.git.run("cat-file", "-e", f"{rev}:{path}", cwd=wt, check=False)
+    if shown.returncode != 0:
+        return None
+    return project.git.run("show", f"{rev}:{path}", cwd=wt, check=False).stdout.encode("utf-8", "surrogateescape")
+
+
+def _holds(project: Project, wt: Path, sha: str, path: str) -> bool:
+    """Whether the worktree's ``path`` already contains the stash's change to it (applying it changes nothing)."""
+    file = wt / path
+    ours = file.read_bytes() if file.is_file() else None
+    theirs = _blob(project, wt, sha, path)
+    if theirs is None:  # an untracked file the stash took: in its third parent
+        theirs = _blob(project, wt, f"{sha}^3", path)
+    if ours == theirs:
+        return True
+    base = _blob(project, wt, f"{sha}^1", path)
+    if ours is None or theirs is None or base is None:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        names = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            (Path(tmp) / name).write_bytes(data)
+            names.append(str(Path(tmp) / name))
+        merged = project.git.run("merge-file", "-p", "-q", *names, cwd=wt, check=False)
+    return merged.returncode == 0 and merged.stdout.encode("utf-8", "surrogateescape") == ours
 
 
 def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept | None:
@@ -208,29 +279,49 @@ def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept 
     if found is None:
         return None
     n, sha = found
-    pop = project.git.run("stash", "pop", "--index", f"stash@{{{n}}}", cwd=wt, check=False)
+    pop = project.git.run("stash", "pop", "--quiet", "--index", f"stash@{{{n}}}", cwd=wt, check=False)
+    if pop.returncode != 0 and "without --index" in pop.stderr:
+        # A path-limited stash records the whole index, so staged changes it never took away make
+        # --index refuse before touching anything; the worktree merge alone keeps the index as it is.
+        pop = project.git.run("stash", "pop", "--quiet", f"stash@{{{n}}}", cwd=wt, check=False)
     if pop.returncode == 0:
         return None
-    project.git.run("reset", "--merge", cwd=wt, check=False)
+    paths = _stash_paths(project, wt, sha, flight)
+    unmerged = _git(project, wt, "ls-files", "--unmerged", "--", *paths).stdout.strip() if paths else ""
+    if unmerged:
+        # The stash keeps the person's version: its paths go back to the tip, no conflict markers left.
+        at_tip = set(_git(project, wt, "ls-tree", "-r", "--name-only", "HEAD", "--", *paths).stdout.splitlines())
+        if at_tip:
+            _git(project, wt, "checkout", "HEAD", "--", *sorted(at_tip))
+        for path in sorted(set(paths) - at_tip):
+            _git(project, wt, "rm", "-q", "-f", "--ignore-unmatch", "--", path)
+    elif paths and all(_holds(project, wt, sha, path) for path in paths):
+        # The changes are in place already: a push that never took them away, or a pop that
+        # applied them and died before dropping the entry (its git outlived a killed accept).
+        project.git.run("stash", "drop", "--quiet", f"stash@{{{n}}}", cwd=wt, check=False)
+        return None
     what = "The merge stands, but your" if landed else "Nothing was merged, but your"
+    said = (pop.stderr or pop.stdout).strip().splitlines()
     return Kept(
-        f"{what} local changes in {wt} conflict with its checkout; they are kept in the stash {sha}.",
+        f"{what} local changes in {wt} conflict with its checkout; they are kept in the stash {sha}"
+        + (f" (git: {said[0][:200]})." if said else "."),
         str(wt),
         sha,
         f"git -C {wt} stash apply --index {sha}",
     )
 
 
-def settle_destination(project: Project, flight: InFlight, *, landed: bool) -> Kept | None:
+def settle_destination(project: Project, flight: InFlight, *, landed: bool, recovering: bool = True) -> Kept | None:
     """Bring ``flight``'s destination to the target's tree (landed) or back to what the person had.
 
     Returns what could not be put back (and the command that does), None when all was.
-    Raises CheckoutBusy while a git process (one a killed accept started) still holds its index.
+    ``recovering`` (after a kill): raises CheckoutBusy while a git process the dead accept
+    started still works there, or holds its index.
     """
     if flight.destination is None:
         return None
     wt = Path(flight.destination)
-    if wt.is_dir() and _busy(project, wt):
+    if recovering and wt.is_dir() and _busy(project, wt):
         raise CheckoutBusy(str(wt))
     if not wt.is_dir() or project.git.current_branch(wt) != flight.target:
         found = find_stash(project, wt, flight.stash_message) if wt.is_dir() else None
@@ -244,7 +335,10 @@ def settle_destination(project: Project, flight: InFlight, *, landed: bool) -> K
         )
     if landed:
         paths = project.git.changed_between(flight.old, flight.new, cwd=wt)
-        if paths and not (_index_at(project, wt, flight.new, paths) and _worktree_at_index(project, wt, paths)):
+        # The index tells how far the update went: at the new tree (read-tree done, the pop may be
+        # pending), at the old one (the ref moved, the checkout not yet), or anything else (hands off).
+        if paths and not _index_at(project, wt, flight.new, paths):
+            _git(project, wt, "update-index", "-q", "--refresh")  # stat-only differences must not block it
             moved = (
                 _index_at(project, wt, flight.old, paths)
                 and _git(project, wt, "read-tree", "-m", "-u", flight.old, flight.new).returncode == 0
@@ -261,16 +355,21 @@ def settle_destination(project: Project, flight: InFlight, *, landed: bool) -> K
     return _pop(project, wt, flight, landed=landed)
 
 
-def note_conflict(metadata: dict[str, Any], kept: Kept, at: str) -> dict[str, Any]:
+def note_conflict(metadata: dict[str, Any], kept: Kept, at: str | None) -> dict[str, Any]:
     """``metadata`` with the restore conflict named (what ``show`` and ``--json`` render until cleared)."""
     return {**metadata, RESTORE_CONFLICT: {**kept.to_json(), "code": DestinationRestoreConflict.code, "at": at}}
 
 
-def clear_resolved(project: Project) -> int:
-    """Drop the restore-conflict note of tasks whose kept stash the person has applied and dropped."""
+def clear_resolved(project: Project, tasks: list[Task] | None = None) -> int:
+    """Drop the restore-conflict note of tasks whose kept stash the person has applied and dropped.
+
+    ``tasks`` limits the look to those (``show`` of one task); None looks at every task (doctor).
+    """
     cleared = 0
-    with project.store.read() as tx:
-        noted = [t for t in tx.tasks() if isinstance(t.metadata.get(RESTORE_CONFLICT), dict)]
+    if tasks is None:
+        with project.store.read() as tx:
+            tasks = tx.tasks()
+    noted = [t for t in tasks if isinstance(t.metadata.get(RESTORE_CONFLICT), dict)]
     for task in noted:
         note = task.metadata[RESTORE_CONFLICT]
         stash, wt = note.get("stash"), note.get("worktree")
@@ -291,19 +390,27 @@ def clear_resolved(project: Project) -> int:
 # -- aborts and stranded accepts ----------------------------------------------------------------
 
 
-def restore_prior(project: Project, task_id: str, actor: Actor, why: str, *, cause: RestingCause | None = None) -> None:
-    """Put an aborted accept's task back to the status it had, and drop the marker and the record."""
+def restore_prior(
+    project: Project, task_id: str, actor: Actor, why: str, *, cause: str | None = None, details: Any = None
+) -> None:
+    """Put an aborted accept's task back to the status it had, and drop the marker and the record.
+
+    ``cause`` (a resting-cause code, with ``details``) says why it rests, e.g. :data:`CONFLICT_CAUSE`.
+    """
     with project.store.write() as tx:
         task = tx.get_task(task_id)
         if task is None:
             return
+        resting = RestingCause(cause, at=tx.now(), actor=actor, details=dict(details or {})) if cause else None
         prior = task.metadata.get(MARKER)
         tx.update_task(task_id, metadata=without_flight(task.metadata), touch=False)
         if task.status is Status.MERGING:
             if prior == Status.SUBMITTED.value:
-                tx.set_status(task_id, Status.SUBMITTED, actor, why, expected_from=Status.MERGING, resting_cause=cause)
+                tx.set_status(
+                    task_id, Status.SUBMITTED, actor, why, expected_from=Status.MERGING, resting_cause=resting
+                )
             else:
-                tx.park(task_id, actor, why, expected_from=Status.MERGING, resting_cause=cause)
+                tx.park(task_id, actor, why, expected_from=Status.MERGING, resting_cause=resting)
 
 
 def _landed(project: Project, task: Task, session: Session | None, target: str, flight: InFlight | None) -> bool:
@@ -331,7 +438,8 @@ def recover_stranded(project: Project, task: Task, *, target_held: bool = False)
     try:
         if flight is None or target_held:
             return _recover(project, task)
-        with target_lock(project, flight.target, timeout=5):
+        # Never wait: a live accept into this target holds it, and recovers this one itself.
+        with target_lock(project, flight.target, timeout=0):
             return _recover(project, task)
     except TaskBusy:
         return "left"
@@ -354,7 +462,7 @@ def _recover(project: Project, task: Task) -> str:
         if problem is not None:
             with project.store.write() as tx:
                 current = tx.get_task(task.id) or task
-                meta = note_conflict(current.metadata, problem, tx.now().isoformat())
+                meta = note_conflict(current.metadata, problem, rfc3339(tx.now()))
                 tx.update_task(task.id, metadata=meta, touch=False)
                 task = tx.get_task(task.id) or current
         if landed and session is not None:
@@ -370,11 +478,20 @@ def recover_into(project: Project, target: str, *, besides: str) -> None:
         merging = [t for t in tx.tasks([Status.MERGING]) if t.id != besides]
     for task in merging:
         flight = InFlight.from_json(task.metadata.get(JOURNAL))
-        if flight is not None and flight.target == target:
-            try:
-                recover_stranded(project, task, target_held=True)
-            except TaskBusy:
-                pass
+        if flight is None or flight.target != target:
+            continue
+        deadline = time.monotonic() + BUSY_WAIT
+        while recover_stranded(project, task, target_held=True) == "left":
+            with project.store.read() as tx:
+                still = tx.get_task(task.id)
+            if still is None or still.status is not Status.MERGING:
+                break
+            if time.monotonic() > deadline:
+                raise TaskBusy(
+                    f"An accept of {task.ref} into {target} died, and git still works in {flight.destination}.",
+                    hint="Wait for that git to finish (or end it), then accept again.",
+                )
+            time.sleep(0.1)
 
 
 def complete_merged(project: Project, task: Task, session: Session, why: str) -> str | None:

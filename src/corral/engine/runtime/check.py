@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
+from typing import IO
 
 from corral.adapters.process import spawn_shell, stop_child_group
 from corral.domain.redact import bounded, redact
@@ -14,19 +16,40 @@ CHECK_TAIL_LINES = 200
 CHECK_TAIL_BYTES = 64 * 1024
 #: How much of the check's output is looked at (its end): a check that prints gigabytes stays bounded.
 CHECK_WINDOW_BYTES = 256 * 1024
+#: How long the output is read once the check's shell has exited (a background child may hold it).
+DRAIN_SECONDS = 2.0
+
+
+def _drain(stream: IO[bytes], chunks: list[bytes]) -> None:
+    """Read the check's output to its end, keeping only the last window of it."""
+    kept = 0
+    while chunk := stream.read1(64 * 1024):  # type: ignore[attr-defined]
+        chunks.append(chunk)
+        kept += len(chunk)
+        while kept - len(chunks[0]) > CHECK_WINDOW_BYTES:
+            kept -= len(chunks.pop(0))
 
 
 def run_check(spec: proto.CheckSpec, worktree: Path, secrets: list[str], term_grace: float) -> proto.CheckResult | None:
     if not spec.command:
         return None
     proc = spawn_shell(spec.command, cwd=worktree)
+    chunks: list[bytes] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=_drain, args=(proc.stdout, chunks), daemon=True)
+    reader.start()
     timed_out = False
     try:
-        output, _ = proc.communicate(timeout=spec.timeout_seconds)
+        proc.wait(timeout=spec.timeout_seconds)
     except subprocess.TimeoutExpired:
         timed_out = True
-        stop_child_group(proc, term_grace)
-        output, _ = proc.communicate()
+    # The check's shell is done (or out of time): a background child it left holding the output
+    # must not hold the turn. Read what is left within a short bound, then end the whole group.
+    reader.join(DRAIN_SECONDS if not timed_out else 0)
+    stop_child_group(proc, term_grace)
+    proc.wait()
+    reader.join(DRAIN_SECONDS)
+    output = b"".join(chunks)
     window = output[-CHECK_WINDOW_BYTES:]
     lines = window.decode("utf-8", "replace").splitlines()
     if len(window) < len(output) and lines:
