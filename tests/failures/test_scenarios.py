@@ -436,7 +436,7 @@ def test_a_failed_merge_and_fix(fproj, agent, corral, repo):
 def test_a_worktree_that_cannot_be_created(fproj, agent, corral, repo):
     task = new_task(fproj)
     blocker = fproj.paths.worktree(task.ref)
-    blocker.parent.mkdir(parents=True)
+    blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("a file where the worktree goes")
     result = corral("start", task.ref)
     assert result.returncode == 1 and "Traceback" not in result.stderr

@@ -256,7 +256,12 @@ def test_a_pop_conflict_in_a_live_accept_is_in_its_json_lines(proj, agent, repo)
     stash = git(repo, "stash", "list", "--format=%H")
     assert conflict["code"] == "destination-restore-conflict" and conflict["stash"] == stash
     assert conflict["command"] == f"git -C {repo} stash apply --index {stash}"
-    assert events[-1]["warning"] and stash in events[-1]["warning"]
+    [done] = [e for e in events if e["event"] == "result"]
+    assert done["warning"] and stash in done["warning"]
+    # the merge stands, yet the accept exits non-zero with the conflict as its error, named last
+    assert result.returncode == 1
+    assert events[-1]["event"] == "error" and events[-1]["error"]["code"] == "destination-restore-conflict"
+    assert stash in events[-1]["error"]["message"]
     with proj.store.read() as tx:
         assert tx.task_by_ref("live").metadata[merges.RESTORE_CONFLICT]["stash"] == stash
 

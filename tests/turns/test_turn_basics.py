@@ -224,7 +224,7 @@ def test_post_turn_check_output_is_kept_with_the_turn(proj, agent, monkeypatch):
 def test_start_that_cannot_make_its_worktree_leaves_backlog_with_the_reason(proj, agent, repo):
     task = new_task(proj)
     blocker = proj.paths.worktree(task.ref)
-    blocker.parent.mkdir(parents=True)
+    blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("a file where the worktree goes")
     import pytest
 

@@ -202,6 +202,15 @@ def make_private_dir(path: Path) -> None:
         path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
 
 
+def _try_private_dir(path: Path) -> None:
+    """:func:`make_private_dir`, leaving a path it cannot make as it is: the operation that needs
+    the directory reports it with its own coded error (a file where a directory belongs, say)."""
+    try:
+        make_private_dir(path)
+    except OSError:
+        pass
+
+
 def prepare_private_state(paths: ProjectPaths) -> None:
     """The state directory and its fixed subdirectories, created 0700 before anything goes in them.
 
@@ -209,7 +218,7 @@ def prepare_private_state(paths: ProjectPaths) -> None:
     0600 — SQLite gives its ``-wal`` and ``-shm`` the database's own mode.
     """
     for directory in (paths.root, paths.tasks, paths.worktrees, paths.diagnostics, paths.logs):
-        make_private_dir(directory)
+        _try_private_dir(directory)
 
 
 @dataclass(frozen=True)
