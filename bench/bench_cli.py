@@ -59,6 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (
     Spawner,
     corral_command,
+    drop_scratch,
+    finish,
     hermetic_env,
     load,
     machine,
@@ -66,7 +68,6 @@ from benchlib import (
     median,
     percentile,
     verdict,
-    write_results,
 )
 from seed_store import MANY_REF, TEN_REF, Shape, seed, validate
 
@@ -319,16 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                 "pass": flat,
             }
     finally:
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"\nkept {base}")
-    result["load_after"] = load()
-    result["pass"] = ok
-    path = write_results("bench_cli", result)
-    print(f"\nLoad average after: {result['load_after']}")
-    print(f"Overall: {verdict(ok)}   (results: {path})")
-    return 0 if ok else 1
+        drop_scratch(base, args.keep)
+    return finish("bench_cli", result, ok)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -48,7 +46,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cli import new_store, summarize
-from benchlib import Spawner, corral_command, load, machine, make_repo, median, verdict, write_results
+from benchlib import (
+    Spawner,
+    corral_command,
+    drop_scratch,
+    finish,
+    load,
+    machine,
+    make_repo,
+    median,
+    verdict,
+)
 from seed_store import Shape
 
 RATIO_TARGET = 1.5
@@ -215,16 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             result["sizes"][str(n)] = size
             ok &= size["pass"]
     finally:
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"\nkept {base}")
-    result["load_after"] = load()
-    result["pass"] = ok
-    path = write_results("bench_merged_sweep", result)
-    print(f"\nLoad average before {result['load_before']}, after {result['load_after']} on {os.cpu_count()} CPUs.")
-    print(f"Overall: {verdict(ok)}   (results: {path})")
-    return 0 if ok else 1
+        drop_scratch(base, args.keep)
+    return finish("bench_merged_sweep", result, ok)
 
 
 if __name__ == "__main__":

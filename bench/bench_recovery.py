@@ -48,7 +48,6 @@ import json
 import os
 import pstats
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (
     Spawner,
     corral_command,
+    drop_scratch,
+    finish,
     hermetic_env,
     load,
     machine,
@@ -70,7 +71,6 @@ from benchlib import (
     median,
     percentile,
     verdict,
-    write_results,
 )
 from seed_store import Shape, seed
 
@@ -508,15 +508,8 @@ def main(argv: list[str] | None = None) -> int:
             ok &= rec["pass"]
     finally:
         use_env(saved_env)
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"\nkept {base}")
-    result["load_after"] = load()
-    result["pass"] = ok
-    path = write_results("recovery", result)
-    print(f"\n{'all targets met' if ok else 'some target missed'}; results in {path}")
-    return 0 if ok else 1
+        drop_scratch(base, args.keep)
+    return finish("recovery", result, ok)
 
 
 if __name__ == "__main__":

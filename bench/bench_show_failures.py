@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cli import Command, expect_text, measure, row
-from benchlib import corral_command, hermetic_env, load, machine, make_repo, verdict, write_results
+from benchlib import (
+    corral_command,
+    drop_scratch,
+    finish,
+    hermetic_env,
+    load,
+    machine,
+    make_repo,
+    verdict,
+)
 from corral.domain.actors import Actor, Role
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, PossibleEffects, RestingCause
 from corral.domain.status import Status
@@ -345,15 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\nProfile of one `show` (cumulative):\n" + text)
             result["profile"] = text
     finally:
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"\nkept {base}")
-    result["load_after"] = load()
-    result["pass"] = ok
-    path = write_results("bench_show_failures", result)
-    print(f"\n{'PASS' if ok else 'FAIL'} — results in {path}")
-    return 0 if ok else 1
+        drop_scratch(base, args.keep)
+    return finish("bench_show_failures", result, ok)
 
 
 if __name__ == "__main__":

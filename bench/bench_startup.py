@@ -31,8 +31,6 @@ Results are printed and written to bench/results/bench_startup.json.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -41,7 +39,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cli import Command, expect_lines, expect_text, measure, new_store, row
-from benchlib import corral_command, hermetic_env, load, machine, make_repo, verdict, write_results
+from benchlib import (
+    corral_command,
+    drop_scratch,
+    finish,
+    hermetic_env,
+    load,
+    machine,
+    make_repo,
+    verdict,
+)
 from seed_store import TEN_REF, Shape
 
 RATIO_TARGET = 5.0
@@ -140,16 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["verdicts"] = {"list_ratio": ratio_ok, "list_large_store": big_ok}
     finally:
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"\nkept {base}")
-    result["load_after"] = load()
-    result["pass"] = ok
-    path = write_results("bench_startup", result)
-    print(f"\nLoad average before {result['load_before']}, after {result['load_after']} on {os.cpu_count()} CPUs.")
-    print(f"Overall: {verdict(ok)}   (results: {path})")
-    return 0 if ok else 1
+        drop_scratch(base, args.keep)
+    return finish("bench_startup", result, ok)
 
 
 if __name__ == "__main__":

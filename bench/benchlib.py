@@ -6,6 +6,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -98,6 +99,24 @@ def write_results(name: str, doc: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
+
+
+def drop_scratch(base: Path, keep: bool) -> None:
+    """Remove a run's scratch directory, or say where it was kept (``--keep``)."""
+    if keep:
+        print(f"\nkept {base}")
+    else:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def finish(name: str, result: dict[str, Any], ok: bool) -> int:
+    """Close a run: the load after it, the verdict, the results file; the exit code (1 when a target failed)."""
+    result["load_after"] = load()
+    result["pass"] = ok
+    path = write_results(name, result)
+    print(f"\nLoad average before {result.get('load_before')}, after {result['load_after']} on {os.cpu_count()} CPUs.")
+    print(f"Overall: {verdict(ok)}   (results: {path})")
+    return 0 if ok else 1
 
 
 # A tiny process that spawns and reaps the measured commands. ``ru_maxrss`` of a child
