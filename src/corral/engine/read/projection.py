@@ -21,6 +21,7 @@ from corral.domain.explain import (
     next_step,
     stopped_because,
 )
+from corral.domain.failures import breaker_tripped
 from corral.domain.records import (
     RESTORE_CONFLICT,
     Attempt,
@@ -34,12 +35,15 @@ from corral.domain.records import (
     Turn,
     Violation,
 )
+from corral.domain.settings import default
 from corral.domain.status import Status
 from corral.domain.substate import Live, substate
 from corral.engine.read.diagnostics import EXPIRED, present
 from corral.store import Tx
 
 SCHEMA_VERSION = 1
+#: The breaker's threshold when a caller has no settings at hand (the schema's default).
+BREAKER_THRESHOLD = default("breaker_threshold", int)
 
 
 class _Failures:
@@ -242,7 +246,7 @@ def _because(task: Task, session: Session | None, breaker_threshold: int) -> tup
     tripped = (
         task.status is Status.INTERRUPTED
         and session is not None
-        and session.consecutive_interruptions >= breaker_threshold
+        and breaker_tripped(session.consecutive_interruptions, breaker_threshold)
     )
     because = stopped_because(task.resting_cause, task)
     if tripped and session is not None:
@@ -251,7 +255,7 @@ def _because(task: Task, session: Session | None, breaker_threshold: int) -> tup
     return because, tripped
 
 
-def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = 3) -> TaskView:
+def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = BREAKER_THRESHOLD) -> TaskView:
     session = tx.get_session(task.session_id) if task.session_id else None
     pending = len(tx.pending_paths(task.id)) if task.status in (Status.CONFLICT, Status.INTERRUPTED) else 0
     parent = tx.get_task(task.parent_id) if task.parent_id else None
@@ -272,7 +276,7 @@ def show(
     task: Task,
     live: Live | None = None,
     *,
-    breaker_threshold: int = 3,
+    breaker_threshold: int = BREAKER_THRESHOLD,
     diagnostics: Path | None = None,
 ) -> dict[str, Any]:
     """The whole read model of one task. With ``diagnostics`` (the state's diagnostics
@@ -287,7 +291,7 @@ def show_latest(
     live: Live | None = None,
     *,
     turns: int,
-    breaker_threshold: int = 3,
+    breaker_threshold: int = BREAKER_THRESHOLD,
     diagnostics: Path | None = None,
 ) -> tuple[dict[str, Any], int]:
     """:func:`show` with only the latest ``turns`` turns (at least one), and how many were left out.
@@ -366,7 +370,7 @@ def list_rows(
     tasks: Sequence[Task],
     live_of: Callable[[Task], Live | None],
     *,
-    breaker_threshold: int = 3,
+    breaker_threshold: int = BREAKER_THRESHOLD,
 ) -> list[dict[str, Any]]:
     """``list_row(view(tx, t, live_of(t)))`` for each task, in order, from two batch reads.
 
