@@ -15,7 +15,9 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── TaskBusy                              another corral command holds the task
     │   ├── ChatOpen                              a chat holds the task's worktree
     │   ├── AcceptRefused                         accept's pre-flight says no
-    │   └── DaemonRunning                         a daemon already runs
+    │   ├── DaemonRunning                         a daemon already runs
+    │   ├── RepositoryCopied                      a copy of a checkout whose tasks corral keeps
+    │   └── TaskAlreadyStarted                    a second start lost to the first: the task runs
     ├── NotFoundError                    exit 4   no such task (or turn, or file)
     │   └── TaskNotFound
     ├── StoreError                       exit 1   the database cannot be used as it is
@@ -32,6 +34,8 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     ├── PrepareFailed                    exit 1   a task's branch or worktree could not be made
     ├── LaunchFailed                     exit 1   a turn's supervisor could not be started
     ├── ArgvError                        exit 1   an argument no program can receive
+    ├── HarnessNotFound                  exit 1   the harness's executable is not on PATH
+    ├── HarnessMisconfigured             exit 1   the harness cannot run as configured (fatal_config)
     ├── DestinationRestoreConflict       exit 1   the merge stands; local changes kept aside
     └── Interrupted                      exit 130 the person pressed Ctrl-C
 
@@ -92,6 +96,11 @@ class RefusedError(CorralError):
     code = "refused"
 
 
+#: Internal statuses in a person's words (``zombie``: the reconciler is completing a task
+#: whose work is already on its target).
+STATUS_WORDS = {"zombie": "being completed (its work is already on its target)"}
+
+
 class IllegalTransition(RefusedError):
     code = "illegal-transition"
 
@@ -108,16 +117,16 @@ class IllegalTransition(RefusedError):
         allowed = list(allowed)
         doing = what or f"move to {target}"
         can = ", ".join(allowed) if allowed else "nothing (it is final)"
+        said = STATUS_WORDS.get(current, current)  # the status a person reads; the code keeps ``current``
         if takes is not None:
             # An operation's refusal names the statuses it takes (from the operations table).
             verb = doing.split(" ", 1)[0]
             which = ", ".join(takes[:-1]) + f" or {takes[-1]}" if len(takes) > 1 else "".join(takes)
             message = (
-                f"Cannot {doing}: it is {current}; {verb} takes a task that is {which} "
-                f"(from {current} it can go to {can})."
+                f"Cannot {doing}: it is {said}; {verb} takes a task that is {which} (from {said} it can go to {can})."
             )
         else:
-            message = f"Cannot {doing}: the task is {current}, and from {current} it can go to {can}."
+            message = f"Cannot {doing}: the task is {said}, and from {said} it can go to {can}."
         super().__init__(message, hint=hint)
         self.current = current
         self.target = target
@@ -226,6 +235,19 @@ class DaemonRunning(RefusedError):
     code = "daemon-running"
 
 
+class RepositoryCopied(RefusedError):
+    """This checkout is a copy (or a second clone) of one that holds the project's tasks: it must choose
+    to take the tasks over or to start its own list before corral uses either."""
+
+    code = "repository-copied"
+
+
+class TaskAlreadyStarted(RefusedError):
+    """Two starts of one task at once: the one that lost is told the task already started."""
+
+    code = "already-started"
+
+
 class PrepareFailed(CorralError):
     """The branch or worktree of a task could not be made; nothing half-made is left."""
 
@@ -238,6 +260,19 @@ class LaunchFailed(CorralError):
 
 class ArgvError(CorralError):
     code = "argv-invalid"
+
+
+class HarnessNotFound(CorralError):
+    """The harness's executable is not installed or not on PATH: refused before anything runs."""
+
+    code = "harness-missing"
+
+
+class HarnessMisconfigured(CorralError):
+    """The harness cannot run as configured (the ``fatal_config`` class): its command is unset or
+    empty, or its own configuration file cannot be read. Refused before anything runs."""
+
+    code = "harness-config"
 
 
 class DestinationRestoreConflict(CorralError):

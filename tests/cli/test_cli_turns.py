@@ -137,11 +137,9 @@ def test_logs_render_and_raw(corral, tmp_path):
     assert corral("logs", "lg", "--turn", "9", env=env).returncode == 4
 
 
-def test_demo_runs_the_lifecycle_quickly(corral):
-    began = time.monotonic()
-    result = corral("demo", "--json", timeout=60)
+def test_demo_runs_the_lifecycle_and_cleans_up_when_asked(corral):
+    result = corral("demo", "--json", "--clean", timeout=60)
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - began < 30
     doc = result.json()
     assert doc["ok"] is True
     lines = [e["line"] for e in doc["events"]]
@@ -189,7 +187,7 @@ def test_ctrl_c_while_following_logs_is_the_interrupted_error(corral, tmp_path):
     proc = _spawn(corral, "logs", "-f", "slow", "--json", env=env)
     try:
         first = json.loads(_first_line(proc))
-        assert set(first) == {"line"}
+        assert first["event"] == "turn" and first["turn"] == 1  # logs --json is JSON Lines of events
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=30)
     finally:
@@ -197,7 +195,7 @@ def test_ctrl_c_while_following_logs_is_the_interrupted_error(corral, tmp_path):
     assert proc.returncode == 130, err
     assert b"Traceback" not in err
     last = json.loads(rest.splitlines()[-1])
-    assert set(last) == {"schema_version", "error"} and last["error"]["code"] == "interrupted"
+    assert set(last) == {"event", "error"} and last["error"]["code"] == "interrupted"
     corral.ok("stop", "slow", env=env)
 
 

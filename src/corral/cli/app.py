@@ -8,12 +8,24 @@ A command answers once, through ``answer``: the JSON document and the human text
 the same result, and the mode picks one. A streaming command (``logs``, ``accept``'s
 progress, ``daemon run``) sends each event through ``event`` instead: a JSON Line, or
 its line of text.
+
+Human text is untrusted on its way out: an agent's output, a path, a branch or an error
+line may hold escape sequences or bidi controls. Every line written here passes through
+``corral.domain.sanitize.display``, so a terminal shows them as ``\\x1b`` or ``\\u202e``
+instead of acting on them. corral's own colours survive it: :meth:`App.style` marks them
+with a random per-process token that no text from outside can contain, and only those
+marks become escape codes. JSON is exact: the text a document carries is the text stored,
+with the characters a terminal would act on written as ``\\u`` escapes, so even a raw
+``--json`` stream on a terminal is inert. ``logs --raw`` (:meth:`App.verbatim`) is the one
+verbatim surface.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,7 +33,9 @@ from typing import Any, TextIO
 
 import click
 
+from corral.cli.copy_question import open_project
 from corral.domain.actors import Actor
+from corral.domain.sanitize import display
 from corral.engine.project import Project, default_actor
 from corral.engine.read.projection import SCHEMA_VERSION
 from corral.errors import CorralError
@@ -29,6 +43,11 @@ from corral.errors import CorralError
 Text = str | Iterable[str]  # one string, or lines
 
 _COLORS = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "dim": 2, "bold": 1}
+
+
+def _style_mark() -> str:
+    """Eight random private-use characters: what :meth:`App.style` writes where an escape code goes."""
+    return "".join(chr(0xE000 + secrets.randbelow(0x1900)) for _ in range(8))
 
 
 def color_enabled(stream: TextIO) -> bool:
@@ -47,12 +66,13 @@ class App:
         self._project: Project | None = None
         self.stdout: TextIO = sys.stdout
         self.stderr: TextIO = sys.stderr
+        self._mark = _style_mark()
 
     # -- the project ---------------------------------------------------------------
     @property
     def project(self) -> Project:
         if self._project is None:
-            self._project = Project.open(self.repo)
+            self._project = open_project(self.repo, ask_ok=not self.json, note=self.note)
         return self._project
 
     @property
@@ -72,21 +92,43 @@ class App:
     def style(self, text: str, color: str, stream: TextIO | None = None) -> str:
         if not color_enabled(stream or self.human):
             return text
-        return f"\x1b[{_COLORS[color]}m{text}\x1b[0m"
+        return f"{self._mark}[{_COLORS[color]}m{text}{self._mark}[0m"
+
+    def safe(self, text: str, *, keep_sgr: bool = False) -> str:
+        """Human text as it may reach a terminal: escaped (:func:`display`), then our own colours.
+
+        ``keep_sgr``: text a tool coloured (git's diff) keeps its colour sequences, and only them.
+        """
+        text = display(text, keep_sgr=keep_sgr)
+        return text.replace(self._mark, "\x1b") if self._mark in text else text
+
+    def write(self, text: str, stream: TextIO, *, flush: bool = False, keep_sgr: bool = False) -> None:
+        """One line (or block) of human text on ``stream``, made safe."""
+        print(self.safe(text, keep_sgr=keep_sgr), file=stream, flush=flush)
+
+    def verbatim(self, data: bytes) -> None:
+        """Bytes written to stdout exactly as they are: only ``logs --raw`` does this."""
+        out = getattr(self.stdout, "buffer", None)
+        if out is None:
+            self.stdout.write(data.decode("utf-8", "surrogateescape"))
+            self.stdout.flush()
+            return
+        out.write(data)
+        out.flush()
 
     def say(self, text: str = "") -> None:
         """A line of human text (stderr in --json mode)."""
-        print(text, file=self.human)
+        self.write(text, self.human)
 
     def note(self, text: str) -> None:
         """A side remark: always stderr, so stdout stays the command's answer."""
-        print(text, file=self.stderr)
+        self.write(text, self.stderr)
 
-    def answer(self, doc: dict[str, Any], human: Text | Callable[[], Text] = ()) -> None:
+    def answer(self, doc: dict[str, Any], human: Text | Callable[[], Text] = (), *, keep_sgr: bool = False) -> None:
         """The command's answer: ``doc`` as the one JSON document with --json, else ``human`` on stdout.
 
         ``human`` may be a function, so text that takes work to build is built only when shown;
-        it is written at once, so a long page is one write.
+        it is written at once, so a long page is one write. ``keep_sgr``: see :meth:`safe`.
         """
         if self.json:
             self.emit(doc)
@@ -94,7 +136,7 @@ class App:
         text = human() if callable(human) else human
         lines = [text] if isinstance(text, str) else list(text)
         if lines:
-            print("\n".join(lines), file=self.stdout)
+            self.write("\n".join(lines), self.stdout, keep_sgr=keep_sgr)
 
     def event(self, doc: dict[str, Any], human: str | Callable[[], str] | None = None, *, aside: bool = False) -> None:
         """One event of a streaming command: a JSON Line with --json, else its text, flushed.
@@ -104,7 +146,7 @@ class App:
         if self.json:
             self.emit_line(doc)
         elif human is not None:
-            print(human() if callable(human) else human, file=self.stderr if aside else self.stdout, flush=True)
+            self.write(human() if callable(human) else human, self.stderr if aside else self.stdout, flush=True)
 
     def emit(self, doc: dict[str, Any]) -> None:
         """The one JSON document of a --json command."""
@@ -120,14 +162,22 @@ class App:
         elif self.json:
             self.emit({"error": error.to_json()})
         else:
-            print(f"{self.style('error:', 'red', self.stderr)} {error.message}", file=self.stderr)
+            self.write(f"{self.style('error:', 'red', self.stderr)} {error.message}", self.stderr)
             if error.hint:
-                print(f"{self.style('hint:', 'yellow', self.stderr)} {error.hint}", file=self.stderr)
+                self.write(f"{self.style('hint:', 'yellow', self.stderr)} {error.hint}", self.stderr)
         return error.exit_code
 
 
+#: What ``json.dumps`` leaves raw with ``ensure_ascii=False`` that a terminal would act on (DEL, C1,
+#: bidi controls, line separators) or could not encode (a lone surrogate): written as ``\\u`` escapes.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
 def dumps(doc: Any) -> str:
-    return json.dumps(doc, ensure_ascii=False, default=_default)
+    """One JSON text: the exact strings, with every character a terminal would act on ``\\u``-escaped."""
+    text = json.dumps(doc, ensure_ascii=False, default=_default)
+    # Outside strings JSON is ASCII, so every match is inside a string, where \uXXXX means the same.
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _default(value: Any) -> Any:

@@ -1,13 +1,22 @@
-"""Human text for the shared projection: the ``show`` page and ``list`` lines."""
+"""Human text for the shared projection: the ``show`` page and ``list`` lines, and times as a person reads them.
+
+Times are shown in the local zone (``TZ`` decides) with the zone named, ``list`` says how long
+ago a task last changed. Text from outside (an agent's words, paths, branches, reasons) is
+escaped on its way out by the app (:meth:`corral.cli.app.App.safe`); a field that is one line
+here is escaped as one line (:func:`one_line`), so a line feed in it cannot forge a line of the page.
+"""
 
 from __future__ import annotations
 
 import errno
 import os
 import shutil
+from datetime import UTC, datetime
 from typing import Any
 
 from corral.cli.app import App
+from corral.domain.clock import parse_time
+from corral.domain.sanitize import display
 from corral.domain.status import Status
 from corral.domain.substate import render_status
 
@@ -31,8 +40,46 @@ def width() -> int:
 
 
 def clip(text: str, room: int) -> str:
-    text = " ".join(text.split())
+    text = display(" ".join(text.split()), multiline=False)
     return text if len(text) <= room else text[: max(0, room - 1)] + "…"
+
+
+def one_line(text: str | None) -> str:
+    """A field shown on one line: every control (a line feed too) as a visible escape."""
+    return display(text or "", multiline=False)
+
+
+def _as_time(at: datetime | str | None) -> datetime | None:
+    if at is None or isinstance(at, datetime):
+        return at
+    try:
+        return parse_time(at)
+    except ValueError:
+        return None
+
+
+def local_time(at: datetime | str | None) -> str:
+    """``2026-12-01 11:42:31 CET``: the local zone (``TZ``), named; ``?`` when there is no time."""
+    when = _as_time(at)
+    if when is None:
+        return "?"
+    local = when.astimezone()
+    zone = local.strftime("%Z") or local.strftime("%z")
+    return f"{local:%Y-%m-%d %H:%M:%S} {zone}"
+
+
+def ago(at: datetime | str | None, now: datetime | None = None) -> str:
+    """How long ago, coarsely: ``just now``, ``5 min ago``, ``3 h ago``, ``2 d ago``; ``?`` without a time."""
+    when = _as_time(at)
+    if when is None:
+        return "?"
+    seconds = int(((now or datetime.now(UTC)) - when).total_seconds())
+    if seconds < 60:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return "just now"
 
 
 def status_word(app: App, status: str, substate: str | None) -> str:
@@ -46,17 +93,19 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
     ref_w = min(max(len(r["ref"]) for r in rows), 32)
     words = [render_status_plain(r) for r in rows]
     st_w = min(max(len(w) for w in words), 40)
+    now = datetime.now(UTC)
+    ages = [ago(r.get("updated_at"), now) for r in rows]
+    age_w = max(len(a) for a in ages)
     total = width()
     lines = []
-    for r, word in zip(rows, words, strict=True):
+    for r, word, age in zip(rows, words, ages, strict=True):
         pad = " " * (st_w - len(word))
-        room = total - ref_w - st_w - 4
+        room = total - ref_w - st_w - age_w - 6
         goal = r["goal"]
         if r.get("reason"):
             goal = f"{goal} — {r['reason']}"
-        lines.append(
-            f"{clip(r['ref'], ref_w):<{ref_w}}  {status_word(app, r['status'], r['substate'])}{pad}  {clip(goal, room)}"
-        )
+        status = status_word(app, r["status"], r["substate"])
+        lines.append(f"{clip(r['ref'], ref_w):<{ref_w}}  {status}{pad}  {age:<{age_w}}  {clip(goal, room)}")
     return lines
 
 
@@ -65,9 +114,7 @@ def render_status_plain(row: dict[str, Any]) -> str:
 
 
 def _when(at: str | None) -> str:
-    if not at:
-        return "?"
-    return at[:19].replace("T", " ")
+    return local_time(at) if at else "?"
 
 
 def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -87,7 +134,7 @@ def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
         if t["feedback_delivery"] == "pending":
             line += " · feedback pending"
         if t.get("reason"):
-            line += f" — {t['reason']}"
+            line += f" — {one_line(t['reason'])}"
         else:
             content = t["content"].strip()
             first = content.splitlines()[0] if content else ""
@@ -95,7 +142,7 @@ def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
                 line += f": {clip(first, 100)}"
         for a in t["attempts"]:
             if a.get("summary"):
-                line += f"\n    {a['summary']}"
+                line += f"\n    {one_line(a['summary'])}"
         entries.append((t["started_at"], 10_000 + t["sequence"], line))
     for n in doc["comments"]:
         entries.append((n["at"], 20_000, f"comment by {n['actor']}: {clip(n['body'], 100)}"))
@@ -126,6 +173,7 @@ def failure_section(title: str, failure: dict[str, Any] | None, code: str | None
         diagnostic = failure.get("diagnostic_note") or failure.get("diagnostic_path") or failure["diagnostic"]
     else:
         diagnostic = "-"
+    diagnostic = one_line(str(diagnostic))
     also = f" (evidence: {failure['code']})" if code and code != failure["code"] else ""
     out += [
         f"  code              {code or failure['code']}{also}",
@@ -185,13 +233,13 @@ def show_lines(
     t = doc["task"]
     out = [
         f"{app.style(t['ref'], 'bold')}  ({t['id']})  {status_word(app, t['status'], t['substate'])}",
-        f"Goal:     {t['goal']}",
+        f"Goal:     {one_line(t['goal'])}",
     ]
     if t["parent"]:
         out.append(f"Parent:   {t['parent']}")
-    out.append(f"Branch:   {t['branch'] or '(not started)'} → {merges_into or '?'}")
+    out.append(f"Branch:   {one_line(t['branch'] or '(not started)')} → {one_line(merges_into or '?')}")
     if t["worktree"]:
-        out.append(f"Worktree: {t['worktree']}")
+        out.append(f"Worktree: {one_line(t['worktree'])}")
     harness = t["harness"] or "?"
     model = f" ({t['model']})" if t["model"] else ""
     out.append(f"Harness:  {harness}{model}")
@@ -202,7 +250,7 @@ def show_lines(
         out.extend(f"  {line}" for line in t["prompt"].splitlines())
     if doc["violations"]:
         out.append("Protected files changed:")
-        out.extend(f"  {v['decision']:<9} {v['path']}" for v in doc["violations"])
+        out.extend(f"  {v['decision']:<9} {one_line(v['path'])}" for v in doc["violations"])
     if doc["children"]:
         out.append("Subtasks: " + ", ".join(f"{c['ref']} ({c['status']})" for c in doc["children"]))
     out.append("")
@@ -232,7 +280,7 @@ def show_lines(
         out.append(f"{app.style('Your local changes are kept aside:', 'bold')} {kept['message']}")
         out.append(f"  Restore them: {kept['command']}")
     if doc["stopped_because"]:
-        out.append(f"{app.style('Stopped because:', 'bold')} {doc['stopped_because']}")
+        out.append(f"{app.style('Stopped because:', 'bold')} {one_line(doc['stopped_because'])}")
     if doc["next"]:
-        out.append(f"{app.style('Next:', 'bold')} {doc['next']}")
+        out.append(f"{app.style('Next:', 'bold')} {one_line(doc['next'])}")
     return out

@@ -19,6 +19,8 @@ UNKNOWN_REASON = "This turn failed for unknown reasons."
 MAY_HAVE_CHANGED = "It may have changed files before it stopped."
 
 HARNESS_NAMES = {"claude": "Claude Code", "pi": "Pi", "codex": "Codex", "command": "The agent command"}
+#: The setting that holds each harness's program, by the harness's name in wording.
+_PATH_SETTING = {"Claude Code": "claude_bin", "Pi": "pi_bin", "Codex": "codex_bin", "The agent command": "command"}
 
 
 def harness_name(harness: str | None) -> str:
@@ -94,7 +96,8 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
         case "harness-missing":
             return Wording(
                 f"{agent} couldn't start: its program was not found.",
-                f"Install it (or set its path with corral config), then: corral unblock {ref} -m 'continue'",
+                f"Install it (or set its path: corral config set {_PATH_SETTING.get(agent, 'claude_bin')} PATH), "
+                f"then: corral unblock {ref} -m 'continue'",
             )
         case "harness-unknown":
             return Wording(
@@ -109,7 +112,7 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
         case "harness-permission-refused":
             return Wording(
                 f"{agent} refused the permission mode corral asked for.",
-                "Change permission_mode in your user config (corral config show), then unblock the task.",
+                "Change permission_mode for yourself (corral config set permission_mode MODE), then unblock the task.",
             )
         case "harness-config":
             return Wording(
@@ -196,6 +199,19 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
                 "corral hit an internal fault while running the task" + (f" ({reason})." if reason else "."),
                 f"corral resume {ref}; if it happens again, report it with corral doctor's output.",
             )
+        case "read-only-changes-kept":
+            summary = _detail(cause, evidence)
+            kept = str(evidence.details.get("reason") or "") if evidence else ""
+            see = (
+                f"See what it changed: git diff -R {kept} (in the worktree); the task is as it was before the turn."
+                if kept.startswith("refs/")
+                else None
+            )
+            return Wording(
+                f"{agent} changed the task during a read-only turn; corral kept its changes aside"
+                + (f" ({summary})." if summary else " and reverted them."),
+                see,
+            )
         case "stopped":
             who = cause.actor.value if cause and cause.actor else None
             line = (
@@ -280,7 +296,26 @@ def stopped_because(cause: RestingCause | None, task: Task | None = None) -> str
     line = wording.line if wording else UNKNOWN_REASON
     if may_have_changed(cause.code, cause.evidence):
         line = f"{line} {MAY_HAVE_CHANGED}"
+    same = cause.details.get(SAME_CAUSE_BREAKER)
+    if isinstance(same, dict):
+        line = f"{line} {same_cause_line(same)}"
     return line
+
+
+#: The resting cause's ``details`` key the same-cause breaker writes when it stops auto-resume.
+SAME_CAUSE_BREAKER = "same_cause_breaker"
+
+
+def same_cause_line(tripped: dict[str, object]) -> str:
+    """The same-cause breaker's sentence: how many interruptions in a row had one cause."""
+    run = tripped.get("run")
+    exit_code = tripped.get("exit_code")
+    status = f" (exit status {exit_code})" if isinstance(exit_code, int) else ""
+    times = f"{run} times" if isinstance(run, int) and run != 2 else "twice"
+    return (
+        f"It was interrupted {times} in a row the same way{status} with no new commit, so corral stopped "
+        "resuming it automatically (the same-cause breaker)."
+    )
 
 
 def breaker_line(consecutive: int) -> str:

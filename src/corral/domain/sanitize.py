@@ -1,4 +1,4 @@
-"""Text intake, sanitized at the boundary: sanitize and deliver, never reject.
+"""Text at corral's two boundaries: sanitized at intake (sanitize and deliver, never reject), escaped for display.
 
 Every text a person or a builder hands corral passes through here before it is
 stored. Non-printable control characters (C0 except tab, LF and CR; DEL; C1) are
@@ -11,6 +11,18 @@ short disclosure note appended when anything was replaced, so the substitution i
 visible rather than silent. Non-prose fields (a goal, a file path, each element
 of an array whose elements become git argv) are escaped without it: a note
 appended to a path would corrupt the path. Ordinary text passes byte for byte.
+
+Display, the other boundary: :func:`display` renders any text for a terminal
+(harness output, an agent's words, a path, a branch, an error line). What a terminal
+would act on rather than show becomes a visible escape: C0 (``\\x1b``; tab and, in a
+multi-line block, the line feed stay), DEL, C1 (``\\x9b``), the Unicode bidi controls
+that reorder what a reader sees (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069:
+``\\u202e``), the line and paragraph separators U+2028/U+2029, and undecodable bytes
+(``\\xNN``). Escaping the ESC byte disarms every escape sequence (CSI, OSC titles ended
+by BEL or ST, any ``ESC x``): what follows it is plain printable text. The result holds
+no control character, so :func:`display` of it is itself. A backslash is not escaped, so
+a literal ``\\x1b`` an agent printed reads the same as an escaped ESC: the exact text
+is what ``--json`` and ``logs --raw`` give.
 """
 
 from __future__ import annotations
@@ -78,6 +90,47 @@ def sanitize_goal(text: str) -> str:
 
 def sanitize_paths(paths: list[str]) -> list[str]:
     return [sanitize_field(p) for p in paths]
+
+
+#: Everything a terminal acts on instead of showing, for :func:`display`.
+_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_DISPLAY_BLOCK = re.compile(f"[{_UNSAFE}]")
+_DISPLAY_LINE = re.compile(f"[{_UNSAFE}\n]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape'd byte from invalid UTF-8
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+#: A colour (SGR) sequence, the one escape sequence ``keep_sgr`` lets through: it changes colours only.
+_SGR = "\x1b\\[[0-9;:]*m"
+_DISPLAY_BLOCK_SGR = re.compile(f"{_SGR}|[{_UNSAFE}]")
+_DISPLAY_LINE_SGR = re.compile(f"{_SGR}|[{_UNSAFE}\n]")
+
+
+def _visible_or_sgr(match: re.Match[str]) -> str:
+    found = match.group()
+    return found if len(found) > 1 else _visible(match)
+
+
+def display(text: str, *, multiline: bool = True, keep_sgr: bool = False) -> str:
+    """``text`` made safe to write to a terminal: every control, bidi control and undecodable byte
+    as a visible escape (``\\x1b``, ``\\u202e``, ``\\xff``); tabs stay, and line feeds stay in a
+    ``multiline`` block (a one-line field shows them as ``\\x0a``).
+
+    ``keep_sgr`` lets colour sequences (``ESC [ … m``) through and escapes every other: for text a
+    tool coloured (git's diff), where colour is all an outside author could add.
+    """
+    if keep_sgr:
+        pattern = _DISPLAY_BLOCK_SGR if multiline else _DISPLAY_LINE_SGR
+        return pattern.sub(_visible_or_sgr, text)
+    pattern = _DISPLAY_BLOCK if multiline else _DISPLAY_LINE
+    if pattern.search(text) is None:  # the common case: nothing to do, no copy
+        return text
+    return pattern.sub(_visible, text)
 
 
 def check_size(field: str, text: str, cap: int = DEFAULT_TEXT_CAP) -> None:

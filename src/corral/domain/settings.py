@@ -143,6 +143,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("post_turn_check_timeout", float, 300.0, "seconds the post-turn check may run"),
     Setting("auto_resume", bool, True, "resume a crashed turn automatically, under the circuit breaker"),
     Setting("breaker_threshold", int, 3, "consecutive interruptions that stop auto-resume"),
+    Setting(
+        "breaker_same_cause",
+        int,
+        2,
+        "interruptions in a row with one cause (same code and exit status, no new commit, within 10 min)"
+        " that stop auto-resume; 0 turns it off",
+    ),
     Setting("grace_period", float, 30.0, "seconds a new turn's supervisor has to be seen alive"),
     # Usage windows last 5 h, so an overloaded provider is retried for longer than that.
     Setting("budget_overload", float, 6 * 3600.0, "seconds of retrying transient_overload"),
@@ -179,12 +186,89 @@ SETTINGS: tuple[Setting, ...] = (
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
+#: The settings a task keeps as its own (``corral edit T --set KEY=VALUE``, and the environment a
+#: person launched its turn with): what its turns run with, so a later auto-resume, redelivery or
+#: resume runs the same. The harness, model and protected paths are the task's own fields already.
+TASK_SCOPED: frozenset[str] = frozenset(
+    {
+        "watchdog_timeout",
+        "post_turn_check",
+        "post_turn_check_timeout",
+        "auto_resume",
+        "breaker_threshold",
+        "breaker_same_cause",
+        "budget_overload",
+        "budget_network",
+        "budget_unreachable",
+        "budget_unknown",
+        "permission_mode",
+        "allowed_tools",
+        "is_sandbox",
+        "claude_bin",
+        "pi_bin",
+        "pi_provider",
+        "codex_bin",
+        "command",
+    }
+)
+#: Of those, the ones a person's launch records from its environment: what the turn runs with.
+#: Whether and how often to auto-resume is the reconciling process's policy (a test or a CI job
+#: turns it off in its own environment); a task has its own only through ``--set``.
+TASK_RECORDED: frozenset[str] = TASK_SCOPED - {"auto_resume", "breaker_threshold", "breaker_same_cause"}
+
 
 def setting(name: str) -> Setting:
     try:
         return BY_NAME[name]
     except KeyError:
         raise KeyError(f"corral has no setting named {name!r}") from None
+
+
+def nearest_setting(name: str, most: int | None = None) -> str | None:
+    """The setting whose name ``name`` most likely misspells (``watchdog_timout``), or None.
+
+    The fewest single-letter edits, at most ``most`` (default: a third of the name's length, or two).
+    """
+    wanted = name.strip().lower().replace("-", "_")
+    if wanted in BY_NAME:
+        return wanted
+    best, best_cost = None, (max(2, len(wanted) // 3) if most is None else most) + 1
+    for candidate in BY_NAME:
+        cost = _edits(wanted, candidate, best_cost)
+        if cost < best_cost:
+            best, best_cost = candidate, cost
+    return best
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance of ``a`` and ``b``, or ``limit`` once it is sure to reach it."""
+    if abs(len(a) - len(b)) >= limit:
+        return limit
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        if min(row) >= limit:
+            return limit
+    return min(row[-1], limit)
+
+
+def unknown_setting(name: str, where: str) -> ConfigError:
+    """The error for a key that names no setting: where it was found and the nearest name."""
+    near = nearest_setting(name)
+    return ConfigError(
+        f"{where}: '{name}' is not a setting" + (f"; did you mean '{near}'?" if near else "."),
+        hint=(f"Write {near} instead. " if near else "") + "`corral config show` lists every setting.",
+    )
+
+
+def lookup(name: str, where: str) -> Setting:
+    """The setting ``name`` as a person typed it; a name that is none is a :class:`ConfigError` naming the nearest."""
+    found = BY_NAME.get(name)
+    if found is None:
+        raise unknown_setting(name, where)
+    return found
 
 
 @overload

@@ -4,6 +4,9 @@
 user-data dir for ``corral``) holds ``corral.db``, ``tasks/<task>/protocol/``,
 ``tasks/<task>/turns/<seq>/output.log``, ``diagnostics/``, ``worktrees/<ref>/`` and
 the operational log. ``CORRAL_HOME`` moves all of it (tests set it).
+Which directory a checkout uses is chosen by its project identity (``engine/identity.py``:
+the root commit and the remote, so a moved repository keeps its state); :func:`project_slug`,
+the path's digest, names the directories older corrals made and a repository without a commit.
 
 The state is the user's alone: directories corral makes there are 0700 and files 0600
 (:func:`make_private_dir`, :func:`private_umask` around anything that creates files it does
@@ -63,10 +66,20 @@ def project_slug(repo: Path) -> str:
     return f"{name[:40]}--{digest}"
 
 
+#: Where each task's own files live, under the project's state directory.
+TASKS_DIR = "tasks"
+
+#: The project's identity and the checkout attached, in the state directory (engine/identity.py).
+REPOSITORY_RECORD = "repository.json"
+#: The identity cache, in the repository's (common) git directory (engine/identity.py).
+IDENTITY_CACHE = Path("corral") / "identity.json"
+
 #: A turn's verbatim harness output and its stderr, in the turn's directory.
 OUTPUT_LOG = "output.log"
 STDERR_LOG = "stderr.log"
 TURN_LOGS = (OUTPUT_LOG, STDERR_LOG)
+#: The order of the two: JSON Lines of (stream, offsets, time), written by the supervisor's copy.
+OUTPUT_INDEX = "output.index"
 
 
 @dataclass(frozen=True)
@@ -88,13 +101,14 @@ class ProjectPaths:
 
     @property
     def tasks(self) -> Path:
-        return self.root / "tasks"
+        return self.root / TASKS_DIR
 
     def task_dir(self, task_id: str) -> Path:
         return self.tasks / task_id
 
     def protocol_dir(self, task_id: str) -> Path:
-        return self.task_dir(task_id) / "protocol"
+        # Built in one step, not joined three times: the reconciler asks this of every working task.
+        return Path(os.path.join(self.root, TASKS_DIR, task_id, "protocol"))
 
     def turns_dir(self, task_id: str) -> Path:
         return self.task_dir(task_id) / "turns"
@@ -113,6 +127,10 @@ class ProjectPaths:
 
     def chat_lock(self, task_id: str) -> Path:
         return self.task_dir(task_id) / "chat.lock"
+
+    def chat_hold(self, task_id: str) -> Path:
+        """The worktree's state before an open chat, until its changes are kept aside (recovery/pairs)."""
+        return self.task_dir(task_id) / "chat-hold.json"
 
     @property
     def worktrees(self) -> Path:
@@ -160,6 +178,14 @@ class ProjectPaths:
     def project_config(self) -> Path:
         return self.repo / "corral.toml"
 
+    @property
+    def repository_record(self) -> Path:
+        return self.root / REPOSITORY_RECORD
+
+    @property
+    def identity_cache(self) -> Path:
+        return self.repo / ".git" / IDENTITY_CACHE
+
     def as_dict(self) -> dict[str, str]:
         return {
             "repository": str(self.repo),
@@ -172,6 +198,8 @@ class ProjectPaths:
             "daemon_log": str(self.daemon_log),
             "supervisor_log": str(self.supervisor_log),
             "project_config": str(self.project_config),
+            "repository_record": str(self.repository_record),
+            "identity_cache": str(self.identity_cache),
             "user_config": str(user_config_file()),
         }
 

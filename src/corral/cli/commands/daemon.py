@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from corral.cli.app import App, json_option, pass_app
+from corral.cli.render import local_time
 from corral.daemon import service as daemons
 
 
@@ -36,7 +37,7 @@ def run(app: App, tick: float) -> None:
     """Run in the foreground until SIGTERM or Ctrl-C."""
 
     daemons.serve(
-        app.project, tick=tick, on_event=lambda doc: app.event(doc, lambda: f"{doc['at']} {doc['event']}", aside=True)
+        app.project, tick=tick, on_event=lambda doc: app.event(doc, lambda: f"{local_time(doc['at'])} {doc['event']}", aside=True)
     )
 
 

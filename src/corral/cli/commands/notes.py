@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from corral.cli.app import App, json_option, pass_app
+from corral.cli.render import local_time
 from corral.cli.textinput import obtain
 from corral.domain.clock import rfc3339
 from corral.engine.operations import tasks
@@ -51,6 +52,6 @@ def journal(app: App, task: str, message: str | None) -> None:
     found, entries = tasks.journal(app.project, task)
     app.answer(
         {"task": found.ref, "journal": [note_json(n) for n in entries]},
-        [f"{(rfc3339(n.at) or '')[:19].replace('T', ' ')}  {n.actor.value}: {n.body}" for n in entries]
+        [f"{local_time(n.at)}  {n.actor.value}: {n.body}" for n in entries]
         or f"The journal of {found.ref} is empty.",
     )

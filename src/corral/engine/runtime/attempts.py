@@ -43,7 +43,7 @@ from corral.domain.redact import redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.heartbeat import StatusReporter, now
-from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier
+from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier, OutputIndex
 from corral.engine.runtime.processes import COMMAND_TAG, tag
 from corral.engine.runtime.stopping import StopFlag
 from corral.engine.runtime.watchdog import ProgressClock
@@ -174,7 +174,7 @@ class AttemptRunner:
         """Copy the output until the agent exits (or its streams close), end what it left, then
         collect its exit, ending the group when asked or silent."""
         assert proc.stdout is not None and proc.stderr is not None
-        copier = OutputCopier(self.harness, out_fd, err_fd)
+        copier = OutputCopier(self.harness, out_fd, err_fd, OutputIndex.in_dir(self.log_dir, out_fd, err_fd))
 
         def tick(_elapsed: float) -> float:
             self._maybe_end(proc, run, progress)

@@ -29,6 +29,7 @@ from corral.adapters.files import read_bounded, write_atomic
 from corral.domain.failures import Budgets
 from corral.domain.posture import Posture
 from corral.domain.records import FailureEvidence
+from corral.engine.readonly import Before, Kept
 
 PROTOCOL_VERSION = 2
 #: The one bound on a protocol file: the writer never writes more and the reader never reads more.
@@ -234,8 +235,16 @@ class Command:
     check: CheckSpec
     protected: tuple[str, ...]
     created_at: str
+    #: A read-only turn's branch and worktree before it ran (``corral.engine.readonly``), taken at launch.
+    read_only_before: Before | None = None
 
     def to_json(self) -> JSON:
+        doc = self._to_json()
+        if self.read_only_before is not None:
+            doc["read_only_before"] = self.read_only_before.to_json()
+        return doc
+
+    def _to_json(self) -> JSON:
         return {
             "command_id": self.command_id,
             "task_id": self.task_id,
@@ -271,6 +280,7 @@ class Command:
             data = _command_v1(data)
         watchdog = _obj(data, "watchdog") or {}
         check = _obj(data, "check") or {}
+        before = _obj(data, "read_only_before")
         return cls(
             command_id=_req(data, "command_id", str),
             task_id=_req(data, "task_id", str),
@@ -302,6 +312,7 @@ class Command:
             check=CheckSpec(command=_opt(check, "command", str), timeout_seconds=_num(check, "timeout_seconds")),
             protected=_strs(data, "protected"),
             created_at=_req(data, "created_at", str),
+            read_only_before=Before.from_json(before) if before is not None else None,
         )
 
 
@@ -667,6 +678,8 @@ class Receipt:
     output_window: str | None = None
     stderr_window: str | None = None
     reaped: tuple[Reaped, ...] = ()  # what the agent left running, ended by the supervisor
+    #: What a read-only turn changed, kept on ``refs/corral/kept/<ref>/<turn>`` and reverted.
+    kept: Kept | None = None
     extra: JSON = field(default_factory=dict)  # fields of a newer minor shape, kept as they came
 
     def to_json(self) -> JSON:
@@ -699,6 +712,8 @@ class Receipt:
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.reaped:
             doc["reaped"] = [r.to_json() for r in self.reaped[:REAPED_KEPT]]
+        if self.kept is not None:
+            doc["kept"] = self.kept.to_json()
         if self.git is not None:
             g = self.git
             if g.error is not None:
@@ -731,6 +746,7 @@ class Receipt:
         reaped = data.get("reaped") or []
         if not isinstance(reaped, list) or not all(isinstance(r, dict) for r in reaped):
             raise ShapeError("reaped: expected a list of objects")
+        kept = _obj(data, "kept")
         git: GitFacts | None = None
         if isinstance(data.get("git_error"), str):
             git = GitFacts(error=data["git_error"])
@@ -771,6 +787,7 @@ class Receipt:
             output_window=_opt(data, "output_window", str),
             stderr_window=_opt(data, "stderr_window", str),
             reaped=tuple(Reaped.from_json(r) for r in reaped),
+            kept=Kept.from_json(kept) if kept is not None else None,
         )
 
 
