@@ -284,7 +284,7 @@ def test_codex_argv_and_events():
 
 def test_command_harness():
     h = CommandHarness("my-agent --fast")
-    assert h.work(TurnRequest(prompt="p", cwd="/w")).argv == ["my-agent", "--fast", "p"]
+    assert h.work(TurnRequest(prompt="p", cwd="/w")).argv == ["my-agent", "--fast"]  # the prompt: docs/harnesses.md
     parsed = events(h, [b"step one", b"", b"final words"])
     assert h.classify(AttemptFacts(0, None, parsed, "")).result_text == "step one\nfinal words"
     assert h.classify(AttemptFacts(127, None, [], "")).failure_class is FailureClass.FATAL_CONFIG

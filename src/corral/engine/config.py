@@ -16,6 +16,17 @@ there and reported in ``Config.ignored``. A setting marked ``Trust.EXECUTES`` (i
 corral execute something) is never adopted from there either: it is a :class:`Proposal`
 (``Config.proposals``), which :func:`adopt` writes into the user file's table for this
 repository when the person asks (``corral config adopt NAME``).
+
+A key that names no setting, a value of the wrong type and a file that is not TOML are
+errors (:class:`ConfigError`, naming the file, the line and column, or the nearest
+setting's name). :func:`load_config` raises the first one; inside :func:`lenient` it
+collects them in ``Config.problems`` and leaves out what it could not read, so ``corral
+config`` and ``corral doctor`` still run and report them. A ``CORRAL_*`` variable that
+names no setting but nearly does is only reported (``Config.unknown``): the environment is
+shared with every program corral runs.
+
+:func:`write_setting` changes one ``name = value`` line of a settings file (or removes it),
+keeping every other line, comment and table, and checks the result by reading it back.
 """
 
 from __future__ import annotations
@@ -23,12 +34,22 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.domain.settings import BY_NAME, SETTINGS, SettingValue, toml_value
+from corral.domain.settings import (
+    BY_NAME,
+    SETTINGS,
+    Setting,
+    SettingValue,
+    nearest_setting,
+    toml_value,
+    unknown_setting,
+)
 from corral.errors import ConfigError, UsageError
 
 #: The user file's table of per-repository tables.
@@ -94,6 +115,8 @@ class Config:
     repo: str | None = None  # the repository the settings are for (its main checkout)
     user_file: str | None = None
     user_table: str | None = None  # the key of the user file's table for this repository, when it has one
+    project_file: str | None = None
+    problems: list[ConfigError] = field(default_factory=list)  # collected inside ``lenient()``, else raised
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name].value
@@ -111,21 +134,84 @@ def proposals(config: Config) -> list[Proposal]:
     return list(config.proposals)
 
 
+#: Variables named CORRAL_* that are not settings (so never reported as a misspelt one).
+NOT_SETTINGS = frozenset(
+    {
+        "CORRAL_HOME",
+        "CORRAL_CONFIG_FILE",
+        "CORRAL_ACTOR",
+        "CORRAL_DEBUG",
+        "CORRAL_CRASH_AT",
+        "CORRAL_CRASH_HOW",
+        "CORRAL_CRASH_TRACE",
+        "CORRAL_FAKE_SCENARIO",
+        "CORRAL_FAKE_RECORD",
+    }
+)
+
+_LENIENT: ContextVar[bool] = ContextVar("corral_config_lenient", default=False)
+
+
+@contextmanager
+def lenient() -> Iterator[None]:
+    """Inside, :func:`load_config` collects problems in ``Config.problems`` instead of raising.
+
+    For the commands that must run on broken settings to report them (``config``, ``doctor``).
+    """
+    token = _LENIENT.set(True)
+    try:
+        yield
+    finally:
+        _LENIENT.reset(token)
+
+
+_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_AT_END = re.compile(r"\s*\(at end of document\)$")
+
+
+def _toml_error(path: Path, text: str, exc: Exception) -> ConfigError:
+    """tomllib's message as ``<file>, line L, column C: <reason>``."""
+    reason = str(exc)
+    found = _AT.search(reason)
+    if found:
+        line, column = int(found.group(1)), int(found.group(2))
+        reason = reason[: found.start()]
+    else:
+        lines = text.split("\n")
+        line, column = len(lines), len(lines[-1]) + 1
+        reason = _AT_END.sub("", reason) + " (at the end of the file)"
+    return ConfigError(
+        f"{path} is not valid TOML: line {line}, column {column}: {reason}.",
+        hint=f"Fix that line ({'corral config edit' + _edit_flag(path)}), or move the file aside.",
+    )
+
+
+def _edit_flag(path: Path) -> str:
+    return " --scope project" if path.name == "corral.toml" else ""
+
+
+def parse_toml(text: str, path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _toml_error(path, text, exc) from None
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """A config file's table; missing means empty. Malformed is a clear error, never ignored."""
     if not path.exists():
         return {}
     if not path.is_file():
         raise ConfigError(f"{path} is not a regular file.", hint="Replace it with a TOML file, or remove it.")
-    import tomllib  # only when a settings file exists
-
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}.", hint="Fix the file or move it aside.") from exc
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text.", hint="Fix the file or move it aside.") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc.strerror}.", hint="Fix its permissions.") from exc
+    return parse_toml(text, path)
 
 
 def _same_repo(key: str, repo: Path) -> bool:
@@ -150,14 +236,45 @@ def _split_user_file(
     return top, {}, None
 
 
+class _Loading:
+    """One load's problems: raised at once, or collected when lenient."""
+
+    def __init__(self, config: Config, strict: bool) -> None:
+        self.config = config
+        self.strict = strict
+
+    def problem(self, error: ConfigError) -> None:
+        if self.strict:
+            raise error
+        self.config.problems.append(error)
+
+    def read(self, path: Path) -> dict[str, Any]:
+        try:
+            return read_toml(path)
+        except ConfigError as exc:
+            self.problem(exc)
+            return {}
+
+    def coerce(self, setting: Setting, raw: object, where: str) -> tuple[bool, SettingValue]:
+        try:
+            return True, setting.coerce(raw, where)
+        except ConfigError as exc:
+            self.problem(exc)
+            return False, None
+
+
 def load_config(
     *,
     user_file: Path | None,
     project_file: Path | None,
     env: Mapping[str, str] | None = None,
     repo: Path | None = None,
+    strict: bool | None = None,
 ) -> Config:
-    """The settings for ``repo`` (default: the directory of ``project_file``, the main checkout's root)."""
+    """The settings for ``repo`` (default: the directory of ``project_file``, the main checkout's root).
+
+    ``strict`` (default: true outside :func:`lenient`) raises the first problem found.
+    """
     env = os.environ if env is None else env
     if repo is None and project_file is not None:
         repo = project_file.parent
@@ -166,33 +283,47 @@ def load_config(
         {s.name: Value(s.default_value(), "default") for s in SETTINGS},
         repo=str(repo) if repo is not None else None,
         user_file=str(user_file) if user_file is not None else None,
+        project_file=str(project_file) if project_file is not None else None,
     )
+    load = _Loading(config, not _LENIENT.get() if strict is None else strict)
     values = config.values
     mine: dict[str, Any] = {}
     if user_file is not None:
-        top, mine, config.user_table = _split_user_file(read_toml(user_file), user_file, repo)
-        _take(config, top, "user", str(user_file))
+        doc = load.read(user_file)
+        try:
+            top, mine, config.user_table = _split_user_file(doc, user_file, repo)
+        except ConfigError as exc:
+            load.problem(exc)
+            top = {k: v for k, v in doc.items() if k != PROJECTS_TABLE}
+        _take(load, top, "user", str(user_file))
     found: dict[str, Any] = {}
     if project_file is not None:
-        for key, raw in read_toml(project_file).items():
+        for key, raw in load.read(project_file).items():
             setting = BY_NAME.get(key)
             if setting is None:
-                config.unknown.append(f"{project_file}: {key}")
+                load.problem(unknown_setting(key, str(project_file)))
             elif setting.repository_may_propose:
-                found[key] = setting.coerce(raw, str(project_file))
+                ok, value = load.coerce(setting, raw, str(project_file))
+                if ok:
+                    found[key] = value
             elif not setting.repository_may_set:
                 config.ignored.append(
                     f"{key} in {project_file} (a repository may not set it: it widens what an agent may do;"
                     f" set it in your user file or {setting.env_var} instead)"
                 )
             else:
-                values[key] = Value(setting.coerce(raw, str(project_file)), "project", str(project_file))
+                ok, value = load.coerce(setting, raw, str(project_file))
+                if ok:
+                    values[key] = Value(value, "project", str(project_file))
     if mine:
-        _take(config, mine, "user_project", f"{user_file} [{PROJECTS_TABLE}.{toml_value(config.user_table or '')}]")
+        _take(load, mine, "user_project", f"{user_file} [{PROJECTS_TABLE}.{toml_value(config.user_table or '')}]")
     for setting in SETTINGS:
         var = setting.env_var
         if var in env:
-            values[setting.name] = Value(setting.coerce(env[var], var), "env", var)
+            ok, value = load.coerce(setting, env[var], var)
+            if ok:
+                values[setting.name] = Value(value, "env", var)
+    _near_misses(config, env)
     for key, value in found.items():
         config.proposals.append(
             Proposal(key, value, str(project_file), config.repo or "", adopted=values[key].value == value)
@@ -200,14 +331,62 @@ def load_config(
     return config
 
 
-def _take(config: Config, table: Mapping[str, Any], source: str, where: str) -> None:
+def _near_misses(config: Config, env: Mapping[str, str]) -> None:
+    """``CORRAL_WATCHDOG_TIMOUT``: a variable that nearly names a setting is reported, not used.
+
+    Nearly is one or two letters off: ``CORRAL_COMMAND_ID`` is a variable of its own, not a typo.
+    """
+    for var in env:
+        if not var.startswith("CORRAL_") or var in NOT_SETTINGS or var[7:].lower() in BY_NAME:
+            continue
+        from corral.adapters.harness.command import CONTRACT_VARS  # only once a variable is unknown
+
+        if var in CONTRACT_VARS:  # set for an agent inside a turn, which may run corral itself
+            continue
+        near = nearest_setting(var[7:], most=2)
+        if near is not None:
+            config.unknown.append(f"{var} in the environment is not a setting; did you mean {BY_NAME[near].env_var}?")
+
+
+def _take(load: _Loading, table: Mapping[str, Any], source: str, where: str) -> None:
     """A table of the user's own file: every setting is trusted from it."""
     for key, raw in table.items():
         setting = BY_NAME.get(key)
         if setting is None:
-            config.unknown.append(f"{where}: {key}")
+            load.problem(unknown_setting(key, where))
             continue
-        config.values[key] = Value(setting.coerce(raw, where), source, where)
+        ok, value = load.coerce(setting, raw, where)
+        if ok:
+            load.config.values[key] = Value(value, source, where)
+
+
+def file_problems(text: str, path: Path, *, project: bool) -> list[ConfigError]:
+    """Every problem a settings file's text would have (for ``config edit``, before it is saved)."""
+    try:
+        doc = parse_toml(text, path)
+    except ConfigError as exc:
+        return [exc]
+    config = Config({})
+    load = _Loading(config, strict=False)
+    tables: list[tuple[str, Mapping[str, Any]]] = []
+    if project:
+        tables.append((str(path), doc))
+    else:
+        tables.append((str(path), {k: v for k, v in doc.items() if k != PROJECTS_TABLE}))
+        try:
+            _split_user_file(doc, path, None)
+        except ConfigError as exc:
+            return [exc]
+        for key, table in doc.get(PROJECTS_TABLE, {}).items():
+            tables.append((f"{path} [{PROJECTS_TABLE}.{toml_value(key)}]", table))
+    for where, table in tables:
+        for key, raw in table.items():
+            setting = BY_NAME.get(key)
+            if setting is None:
+                load.problem(unknown_setting(key, where))
+            else:
+                load.coerce(setting, raw, where)
+    return config.problems
 
 
 def harness_settings(config: Config) -> dict[str, Any]:
@@ -250,63 +429,148 @@ def adopt(config: Config, name: str, *, expected: str | None = None) -> Proposal
 
 
 _HEADER = re.compile(r"^\s*\[")
+_CONTENT = re.compile(r"^\s*[^\s#]")
+
+#: Where ``config set`` / ``unset`` / ``edit`` write: your user file (every repository), your
+#: user file's table for this repository, or the repository's own corral.toml (shared).
+SCOPES = ("user", "local", "project")
+
+
+def scope_target(config: Config, scope: str) -> tuple[Path, str | None]:
+    """The file and table (None: its top level) that ``scope`` names for ``config``."""
+    if scope == "project":
+        if config.project_file is None:
+            raise UsageError("There is no repository here, so no corral.toml.", hint="Run it inside a repository.")
+        return Path(config.project_file), None
+    if config.user_file is None:
+        raise UsageError("There is no user file.", hint="Set CORRAL_CONFIG_FILE to a path.")
+    if scope == "local":
+        if config.repo is None:
+            raise UsageError("There is no repository here.", hint="Run it inside a repository, or use --scope user.")
+        return Path(config.user_file), config.user_table or config.repo
+    return Path(config.user_file), None
+
+
+def check_scope(setting: Setting, scope: str) -> None:
+    """A setting a repository may not set is refused in corral.toml (it would be ignored there)."""
+    if scope == "project" and not setting.repository_may_set and not setting.repository_may_propose:
+        raise ConfigError(
+            f"{setting.name} cannot be set in a repository's corral.toml: it widens what an agent may do, "
+            "so corral ignores it there.",
+            hint=f"Set it for yourself: corral config set {setting.name} VALUE (or --scope local for "
+            "this repository only).",
+        )
+
+
+def write_setting(path: Path, table: str | None, name: str, value: SettingValue) -> bool:
+    """Set ``name = value`` in ``path`` (in ``[projects."<table>"]``, or at the top level), or remove it (None).
+
+    Every other line stays as it was, and a comment after the value is kept. The edit is
+    checked by reading the result back: anything else changed, or the value not read back,
+    and nothing is written (the error gives the lines to change by hand). Returns whether
+    the file changed.
+    """
+    from corral.adapters.files import write_atomic
+
+    target = path.resolve() if path.is_symlink() else path
+    before = read_toml(target)
+    text = target.read_text(encoding="utf-8") if target.exists() else ""
+    header = None if table is None else f"[{PROJECTS_TABLE}.{toml_value(table)}]"
+    line = None if value is None else f"{name} = {toml_value(value)}"
+    lines = text.splitlines()
+    if header is None:
+        start = 0
+        end = next((i for i, ln in enumerate(lines) if _HEADER.match(ln)), len(lines))
+    else:
+        at = next((i for i, ln in enumerate(lines) if ln.strip() == header), None)
+        if at is None:
+            if line is None:
+                return False
+            if lines and lines[-1].strip():
+                lines.append("")
+            lines += [header]
+            at = len(lines) - 1
+        start = at + 1
+        end = next((i for i in range(start, len(lines)) if _HEADER.match(lines[i])), len(lines))
+    key = re.compile(rf"^\s*{re.escape(name)}\s*=")
+    existing = next((i for i in range(start, end) if key.match(lines[i])), None)
+    if line is None:
+        if existing is None:
+            return False
+        del lines[existing]
+    elif existing is not None:
+        lines[existing] = line + _trailing_comment(lines[existing])
+    else:
+        content = [i for i in range(start, end) if _CONTENT.match(lines[i])]
+        if content:
+            lines.insert(content[-1] + 1, line)
+        elif header is None and end < len(lines):
+            lines.insert(0, line)
+        else:
+            lines.insert(end, line)
+    after_text = "\n".join(lines) + "\n" if lines else ""
+    where = f"{header}\n" if header else ""
+    by_hand = ConfigError(
+        f"{target} could not be edited safely to {'remove' if line is None else 'set'} {name}.",
+        hint=f"Change it yourself (corral config edit{_edit_flag(target)}): {where}"
+        + (f"{line}" if line else f"remove the {name} line"),
+    )
+    try:
+        after = parse_toml(after_text, target)
+    except ConfigError:
+        raise by_hand from None
+    if _changed(before, table, name, value) != after:
+        raise by_hand
+    mode = _mode_of(target)
+    write_atomic(target, after_text.encode("utf-8"))
+    if mode is not None:
+        os.chmod(target, mode)
+    return True
 
 
 def write_repository_setting(user_file: Path, repo: str, name: str, value: SettingValue) -> None:
-    """Set ``name = value`` in the user file's ``[projects."<repo>"]`` table, keeping the rest of the file.
+    """Set ``name = value`` in the user file's ``[projects."<repo>"]`` table, keeping the rest of the file."""
+    assert value is not None
+    write_setting(user_file, repo, name, value)
 
-    The edit is checked by reading the result back: anything else changed, or the value not
-    read back, and nothing is written (the error gives the lines to add by hand).
-    """
+
+def _mode_of(path: Path) -> int | None:
+    """The permission bits to keep: the file's own, or for a new corral.toml the usual 0644 (less the umask)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        if path.name != "corral.toml":
+            return None  # the user file stays 0600, as write_atomic makes it
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o644 & ~umask
+
+
+def _trailing_comment(line: str) -> str:
+    """The ``  # comment`` after a line's value, or "" (a ``#`` inside a string is not one)."""
     import tomllib
 
-    from corral.adapters.files import write_atomic
-
-    assert value is not None
-    target = user_file.resolve() if user_file.is_symlink() else user_file
-    before = read_toml(target)
-    text = target.read_text(encoding="utf-8") if target.exists() else ""
-    header = f"[{PROJECTS_TABLE}.{toml_value(repo)}]"
-    line = f"{name} = {toml_value(value)}"
-    lines = text.splitlines()
-    at = next((i for i, ln in enumerate(lines) if ln.strip() == header), None)
-    if at is None:
-        if lines and lines[-1].strip():
-            lines.append("")
-        lines += [header, line]
-    else:
-        end = next((i for i in range(at + 1, len(lines)) if _HEADER.match(lines[i])), len(lines))
-        key = re.compile(rf"^\s*{re.escape(name)}\s*=")
-        existing = next((i for i in range(at + 1, end) if key.match(lines[i])), None)
-        if existing is None:
-            lines.insert(at + 1, line)
-        else:
-            lines[existing] = line
-    after_text = "\n".join(lines) + "\n"
-    by_hand = ConfigError(
-        f"{target} could not be edited safely to adopt {name}.",
-        hint=f"Add these lines to it yourself:\n{header}\n{line}",
-    )
-    try:
-        after = tomllib.loads(after_text)
-    except tomllib.TOMLDecodeError:
-        raise by_hand from None
-    table = after.get(PROJECTS_TABLE, {}).get(repo, {})
-    if table.get(name) != value or _without(after, repo, name) != _without(before, repo, name):
-        raise by_hand
-    write_atomic(target, after_text.encode("utf-8"))
+    for at in [i for i, ch in enumerate(line) if ch == "#"]:
+        try:
+            tomllib.loads(line[:at])
+        except tomllib.TOMLDecodeError:
+            continue
+        return "  " + line[at:].strip()
+    return ""
 
 
-def _without(doc: dict[str, Any], repo: str, name: str) -> dict[str, Any]:
-    """``doc`` without ``projects.<repo>.<name>`` (and without that table when it is left empty)."""
+def _changed(doc: dict[str, Any], table: str | None, name: str, value: SettingValue) -> dict[str, Any]:
+    """``doc`` with ``name`` set to ``value`` (or removed) at the top level or in ``projects.<table>``."""
     out = dict(doc)
-    projects = dict(out.get(PROJECTS_TABLE, {}))
-    table = {k: v for k, v in projects.get(repo, {}).items() if k != name}
-    projects.pop(repo, None)
-    if table:
-        projects[repo] = table
-    if projects:
-        out[PROJECTS_TABLE] = projects
+    if table is None:
+        holder = out
     else:
-        out.pop(PROJECTS_TABLE, None)
+        projects = dict(out.get(PROJECTS_TABLE, {}))
+        holder = dict(projects.get(table, {}))
+    holder.pop(name, None)
+    if value is not None:
+        holder[name] = value
+    if table is not None:
+        projects[table] = holder
+        out[PROJECTS_TABLE] = projects
     return out

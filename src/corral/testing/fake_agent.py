@@ -4,7 +4,9 @@ It speaks Claude Code's stream-json, so it stands in for ``claude`` exactly. Eac
 invocation runs the next list of steps from the scenario file named by
 ``CORRAL_FAKE_SCENARIO`` (JSON: ``{"invocations": [[step, …], …], "default": [step, …]}``)
 and appends what it received (argv, cwd, stdin, the prompt, selected environment)
-as one JSON line to ``$CORRAL_FAKE_RECORD/invocations.jsonl``.
+as one JSON line to ``$CORRAL_FAKE_RECORD/invocations.jsonl``. Run by the ``command``
+harness, it takes its prompt from ``CORRAL_PROMPT_FILE`` and records the contract's
+``CORRAL_*`` variables (docs/harnesses.md).
 
 Steps: ``{"init": true}``, ``{"text": s}``, ``{"tool": name, "input": {…}, "is_error": b,
 "output": s}``, ``{"result": s, "is_error": b, "status": n}``, ``{"emit": {…}}``,
@@ -31,7 +33,19 @@ DEFAULT: list[dict[str, Any]] = [
     {"text": "Looking at the task."},
     {"result": "Done."},
 ]
-RECORDED_ENV = ("IS_SANDBOX", "ANTHROPIC_BASE_URL", "CORRAL_PROMPT_ON_STDIN", "HOME")
+RECORDED_ENV = (
+    "IS_SANDBOX",
+    "ANTHROPIC_BASE_URL",
+    "HOME",
+    # the command harness's contract (docs/harnesses.md)
+    "CORRAL_PROMPT_FILE",
+    "CORRAL_TURN_KIND",
+    "CORRAL_TURN_TRIGGER",
+    "CORRAL_TASK",
+    "CORRAL_TASK_ID",
+    "CORRAL_WORKTREE",
+    "CORRAL_READ_ONLY",
+)
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -48,11 +62,15 @@ def arg_after(argv: list[str], flag: str) -> str | None:
 
 
 def prompt_of(argv: list[str], stdin: str) -> str:
+    """The prompt: after ``-p`` as Claude Code takes it, else the command harness's prompt file, else stdin."""
     if "-p" in argv:
         i = argv.index("-p")
         nxt = argv[i + 1] if i + 1 < len(argv) else None
         if nxt is not None and not nxt.startswith("--"):
             return nxt
+    prompt_file = os.environ.get("CORRAL_PROMPT_FILE")
+    if prompt_file:
+        return Path(prompt_file).read_text(encoding="utf-8")
     return stdin
 
 

@@ -1,9 +1,11 @@
 """The harness contract: how to launch an agent CLI, read its stream, classify its failures.
 
-An adapter says how to launch a work turn (the prompt as one argv element, or on
-stdin past 96 KiB; the resume id), an ask (read-only) and an interactive pair or
-chat; how to turn each output line into :class:`Event` values; and how to map a
-failed attempt onto the shared taxonomy. Unknown stays unknown.
+An adapter says how to launch a work turn (the prompt, the resume id), an ask (held to
+read-only by the harness's own mode where it has one) and an interactive pair or chat;
+how to turn each output line into :class:`Event` values; and how to map a failed attempt
+onto the shared taxonomy. Unknown stays unknown. The ``command`` harness's contract (the
+prompt on stdin and in a file, the turn's facts in ``CORRAL_*`` variables) is
+docs/harnesses.md.
 """
 
 from __future__ import annotations
@@ -16,18 +18,28 @@ from typing import Any, Protocol
 from corral.domain.failures import FailureClass
 from corral.domain.posture import Posture
 
-#: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin.
+#: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin (for Claude Code, Pi
+#: and Codex; the ``command`` harness always has it on stdin and in a file).
 ARGV_PROMPT_LIMIT = 96 * 1024
 
 
 @dataclass(frozen=True)
 class TurnRequest:
+    """One launch of a harness. ``kind`` is the command's kind (start, unblock, resume,
+    auto-resume, ask, pre-accept; pair or chat for an interactive session), ``task_ref`` and
+    ``task_id`` name the task, and ``prompt_dir`` is a private directory of the turn where a
+    harness may write the prompt as a file (the ``command`` harness does)."""
+
     prompt: str
     cwd: str
     system: str | None = None
     resume_id: str | None = None
     model: str | None = None
     posture: Posture = field(default_factory=Posture)
+    kind: str | None = None
+    task_ref: str | None = None
+    task_id: str | None = None
+    prompt_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,9 +113,10 @@ class Harness(Protocol):
 
 
 def prompt_arg(prompt: str) -> tuple[list[str], bytes | None]:
-    """The prompt as one argv element, or on stdin (argv empty) when it is too long for argv."""
+    """The prompt as one argv element, or on stdin (argv empty) when it is too long for argv or
+    would read as an option (feedback ``--version`` is a prompt, never a flag of the agent CLI)."""
     data = prompt.encode("utf-8", "surrogatepass")
-    if len(data) > ARGV_PROMPT_LIMIT:
+    if len(data) > ARGV_PROMPT_LIMIT or prompt.startswith("-"):
         return [], data
     return [prompt], None
 

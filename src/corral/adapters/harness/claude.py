@@ -6,6 +6,9 @@ messages carrying ``tool_use`` / ``tool_result`` (``is_error``), and a final
 real CLI: no credentials → "Not logged in · Please run /login"; HTTP 401 → "Invalid
 API key · Fix external API key"; HTTP 529 → the CLI retries by itself, then exit 1;
 ``bypassPermissions`` as root → "cannot be used with root/sudo privileges".
+
+An ask (and a read-only chat) runs in plan mode with the tools that change files or run
+commands disallowed (:data:`READ_ONLY_DENIED`).
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ class ClaudeHarness:
         return {"IS_SANDBOX": "1"} if req.posture.is_sandbox else {}
 
     def work(self, req: TurnRequest) -> Launch:
+        if req.posture.read_only:
+            return self.ask(req)
         argv, stdin = self._base(req, req.posture.permission_mode)
         if req.posture.allowed_tools:
             argv += ["--allowedTools", " ".join(req.posture.allowed_tools)]

@@ -1,5 +1,7 @@
 """Codex: ``codex exec --json [-s workspace-write] <prompt>``; ``codex exec resume <id>`` later.
 
+An ask (and a read-only chat) runs in Codex's read-only sandbox, ``-s read-only``.
+
 Its JSON lines: ``thread.started`` (``thread_id``), ``turn.started``,
 ``item.started`` / ``item.completed`` (``command_execution`` with ``exit_code``,
 ``agent_message`` with ``text``, ``error`` with ``message``), ``turn.completed``
@@ -36,7 +38,7 @@ class CodexHarness:
         return Launch(argv, {}, stdin)
 
     def work(self, req: TurnRequest) -> Launch:
-        return self._argv(req, "workspace-write")
+        return self._argv(req, "read-only" if req.posture.read_only else "workspace-write")
 
     def ask(self, req: TurnRequest) -> Launch:
         return self._argv(req, "read-only")

@@ -7,7 +7,9 @@ Its JSON lines (docs/architecture.md#harnesses): ``session`` (``id``),
 ``finalError``). Pi exits 0 even when every model call failed, so an attempt is
 judged by its events, never by the exit code alone.
 
-Pi has no read-only permission mode; an ask relies on its prompt (documented limit).
+An ask (and a read-only chat) gets Pi's read-only tool set, ``--tools read,grep,find,ls``
+(its ``--help``: "Read-only mode (no file modifications possible)"); corral's before/after
+comparison stands behind it (``corral.engine.readonly``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, json_line, obj, prompt_arg
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common
+
+#: Pi's read-only tool set: no bash, edit or write tool is enabled.
+READ_ONLY_TOOLS = "read,grep,find,ls"
 
 
 def _assistant_text(message: dict[str, Any]) -> str:
@@ -37,9 +42,11 @@ class PiHarness:
         self.executable = executable
         self.provider = provider
 
-    def _argv(self, req: TurnRequest) -> tuple[list[str], bytes | None]:
+    def _argv(self, req: TurnRequest, *, read_only: bool = False) -> tuple[list[str], bytes | None]:
         prompt, stdin = prompt_arg(req.prompt)
         argv = [self.executable, "-p", "--mode", "json"]
+        if read_only:
+            argv += ["--tools", READ_ONLY_TOOLS]
         provider, model = self.provider, req.model
         if model and "/" in model and not provider:
             provider, model = model.split("/", 1)
@@ -55,15 +62,19 @@ class PiHarness:
         return argv, stdin
 
     def work(self, req: TurnRequest) -> Launch:
-        argv, stdin = self._argv(req)
+        argv, stdin = self._argv(req, read_only=req.posture.read_only)
         return Launch(argv, {}, stdin)
 
-    ask = work
+    def ask(self, req: TurnRequest) -> Launch:
+        argv, stdin = self._argv(req, read_only=True)
+        return Launch(argv, {}, stdin)
 
     def interactive(self, req: TurnRequest) -> Launch:
         argv = [self.executable]
         if req.resume_id:
             argv += ["--session", req.resume_id]
+        if req.posture.read_only:
+            argv += ["--tools", READ_ONLY_TOOLS]
         return Launch(argv)
 
     def parse(self, line: bytes) -> list[Event]:

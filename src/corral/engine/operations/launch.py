@@ -2,9 +2,11 @@
 
 Called only after the human turn and the move to ``working`` are committed (save
 first, act second). Every setting the supervisor needs is resolved here, once, into the
-typed :class:`~corral.engine.runtime.protocol.Command`. An exception here, after the task
-went working, rests the task interrupted with the cause "internal fault" instead of
-leaving it with no owner.
+typed :class:`~corral.engine.runtime.protocol.Command`. A read-only turn (an ask) gets its
+branch and worktree recorded in the command before anything runs
+(:func:`corral.engine.readonly.take`), so whatever it changes is kept aside and reverted
+after it. An exception here, after the task went working, rests the task interrupted with
+the cause "internal fault" instead of leaving it with no owner.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from corral import crashpoints
@@ -23,6 +25,7 @@ from corral.domain.failures import TERM_GRACE_SECONDS, WATCHDOG_RELAUNCHES, Budg
 from corral.domain.posture import Posture
 from corral.domain.prompts import system_text
 from corral.domain.records import Session, Task, Turn
+from corral.engine import readonly
 from corral.engine.config import Config, harness_settings
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
@@ -159,6 +162,14 @@ def wait_alive(protocol_dir: Path, pid: int, timeout: float = SUPERVISOR_START_T
     return False
 
 
+def with_before(project: Project, command: proto.Command) -> proto.Command:
+    """A read-only command with its before-state (its branch tip and a snapshot of the worktree)."""
+    if not command.posture.read_only or command.read_only_before is not None:
+        return command
+    before = readonly.take(project.git, Path(command.worktree), command.branch)
+    return replace(command, read_only_before=before)
+
+
 def launch(project: Project, task: Task, command: proto.Command) -> Launched:
     protocol_dir = project.paths.protocol_dir(task.id)
     log_dir = Path(command.log_dir)
@@ -167,6 +178,7 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
         reap_turn(project, task.id)
         file_claimed_receipt(project, task)
         clear_protocol(protocol_dir, keep_into=log_dir)
+        command = with_before(project, command)
         proto.write(protocol_dir, command)
         crashpoints.hit("launch.command-written")
         pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log)

@@ -9,6 +9,13 @@ piece of evidence taken from a receipt passes the safe translator: allowlisted d
 fields, masked secrets, bounded sizes — and so does every text the turn keeps from the
 harness (its result, the check's tail, an interrupt's log). The supervisor masked them with
 its secrets before they reached the receipt; this masks them again with the reconciler's.
+
+A read-only turn (an ask) is held to it here too: when its receipt carries no kept-aside
+result (its supervisor did not compare, or crashed before it could), the branch and worktree
+are compared with the command's before-state and any change is kept on
+``refs/corral/kept/<ref>/<turn>`` and reverted (:mod:`corral.engine.readonly`) before the turn
+is recorded. The turn then carries the typed cause ``read-only-changes-kept`` (and, for an
+ask, so does the status it returns to), which ``show`` explains.
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
+from corral.adapters.locks import lock
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
 from corral.domain.records import AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
+from corral.engine import readonly
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
@@ -38,6 +47,12 @@ ERROR_CAUSES = {
     proto.ErrorKind.MERGE_AND_FIX: "merge-and-fix-failed",
     proto.ErrorKind.INTERNAL: "internal-fault",
 }
+
+#: The typed cause of a read-only turn that changed the branch or the worktree.
+READ_ONLY_KEPT = "read-only-changes-kept"
+#: The flock two reconcilers take before comparing one read-only turn, and how long one waits.
+READ_ONLY_LOCK = "read-only.lock"
+READ_ONLY_LOCK_SECONDS = 30.0
 
 #: The most of a post-turn check's output tail a turn keeps.
 CHECK_TAIL_BYTES = 64 * 1024
@@ -212,11 +227,14 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
         if tx.turn_by_command(command_id, Role.AGENT) is not None:
             return False
         human = tx.turn_by_command(command_id, Role.HUMAN)
+    receipt = hold_read_only(project, task, receipt, command, human.sequence if human else None)
     t = diagnostics.Translator()
     failure = failure_of(receipt, command, t)
     ref = write_diagnostic(project, task, receipt, command, failure, human.sequence if human else None, t)
     if failure is not None and ref is not None:
         failure = replace(failure, diagnostic=ref)
+    if failure is None and receipt.kept is not None:
+        failure = kept_evidence(receipt.kept, t)
     with project.store.write() as tx:
         if tx.turn_by_command(command_id, Role.AGENT) is not None:
             return False  # another reconciler claimed it meanwhile; its row references the same file
@@ -228,6 +246,72 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
         _record(tx, current, receipt, command_id, human.sequence if human else None, failure, ref, t)
     crashpoints.hit("reconcile.after-claim")
     return True
+
+
+def hold_read_only(
+    project: Project, task: Task, receipt: proto.Receipt, command: proto.Command | None, turn: int | None
+) -> proto.Receipt:
+    """The receipt with its read-only turn's changes kept aside and reverted (when its supervisor did not).
+
+    Only for the command this receipt answers, with a before-state recorded at launch; safe
+    to run twice (a crash after the kept ref was written finishes the revert).
+    """
+    if receipt.kept is not None or command is None or command.command_id != receipt.command_id:
+        return receipt
+    kept = keep_read_only_aside(project, task, command, turn)
+    return replace(receipt, kept=kept) if kept is not None else receipt
+
+
+def keep_read_only_aside(
+    project: Project, task: Task, command: proto.Command, turn: int | None = None
+) -> readonly.Kept | None:
+    """A read-only command's changes kept aside and reverted; None when it is not read-only or changed nothing.
+
+    Also for a read-only turn lost with no receipt (``working.lost``). ``turn`` is the
+    sequence of the turn that launched it (the kept ref's name), else the command's.
+    """
+    if command.read_only_before is None:
+        return None
+    number = turn if turn is not None else command.sequence
+    ref = readonly.kept_ref(task.ref, number)
+    # Two reconcilers may record one receipt at once: one compares and reverts, the other then
+    # finds the worktree as it was and the kept ref there (so it reports the same keep-aside).
+    fd = lock(project.paths.protocol_dir(task.id) / READ_ONLY_LOCK, READ_ONLY_LOCK_SECONDS)
+    try:
+        kept = readonly.keep_aside(
+            project.git, Path(command.worktree), command.read_only_before, ref, f"read-only turn {number} of {task.ref}"
+        )
+    finally:
+        if fd is not None:
+            os.close(fd)
+    crashpoints.hit("reconcile.read-only-kept")
+    return kept
+
+
+def kept_summary(kept: readonly.Kept) -> str:
+    """One plain line: what a read-only turn changed, where it is kept, whether it was reverted."""
+    parts = []
+    if kept.commits:
+        parts.append(f"{kept.commits} commit{'' if kept.commits == 1 else 's'}")
+    if kept.path_count:
+        parts.append(f"{kept.path_count} file{'' if kept.path_count == 1 else 's'}")
+    what = " and ".join(parts) or "the branch"
+    done = "reverted" if kept.reverted else f"NOT reverted ({kept.error or 'the revert failed'})"
+    return f"{what} changed, kept on {kept.ref} and {done}"
+
+
+def kept_evidence(kept: readonly.Kept, t: diagnostics.Translator) -> FailureEvidence | None:
+    """The typed cause a read-only turn that changed something records."""
+    return t.evidence(
+        FailureEvidence(
+            source="corral",
+            code=READ_ONLY_KEPT,
+            phase="work",
+            category="read-only",
+            possible_effects=PossibleEffects.NONE if kept.reverted else PossibleEffects.PARTIAL,
+            details={"summary": kept_summary(kept), "files": list(kept.paths), "reason": kept.ref},
+        )
+    )
 
 
 def _details(receipt: proto.Receipt, human_seq: int | None, t: diagnostics.Translator) -> dict[str, Any]:
@@ -261,6 +345,11 @@ def _details(receipt: proto.Receipt, human_seq: int | None, t: diagnostics.Trans
         details["stop_reason"] = receipt.stop_reason
     if receipt.reaped:  # what the agent left running when its turn ended, and corral stopped
         details["reaped"] = [{**r.to_json(), "command": t.mask(r.command)} for r in receipt.reaped]
+    if receipt.kept is not None:  # a read-only turn's changes, kept aside and reverted
+        kept = receipt.kept.to_json()
+        kept["paths"] = [t.text(p, 1024) for p in receipt.kept.paths]
+        kept["error"] = t.text(receipt.kept.error, 500) if receipt.kept.error else None
+        details["kept"] = kept
     details = {k: v for k, v in details.items() if v is not None}
     if human_seq is not None:
         details["log_turn"] = human_seq
@@ -346,6 +435,11 @@ def _record(
             )
         elif status is S.FAILED and not is_ask:
             cause = RestingCause(failure.code if failure else "harness-error", tx.now(), Actor.SYSTEM, evidence=failure)
+        if receipt.kept is not None and (cause is None or is_ask):
+            # The read-only turn's changes were taken away: the task says so until its next turn.
+            kept = failure if failure is not None and failure.code == READ_ONLY_KEPT else kept_evidence(receipt.kept, t)
+            summary = str(kept.details.get("summary") or "") if kept else ""
+            cause = RestingCause(READ_ONLY_KEPT, tx.now(), Actor.SYSTEM, evidence=kept, details={"summary": summary})
         if kind == "pre-accept" and task.metadata.get("accept_in_flight_from") == Status.SUBMITTED.value:
             # The pre-accept turn of a submitted task restores submitted, not a park label.
             tx.set_status(

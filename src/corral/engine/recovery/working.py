@@ -16,18 +16,19 @@ from pathlib import Path
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.explain import RECEIPT_PROBLEMS
-from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
+from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task, Turn
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
 from corral.engine.recovery import receipts
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import Observed, live_of
 from corral.engine.runtime.processes import GONE, reap_turn, supervisor_alive, supervisor_lost
 from corral.engine.runtime.receipt import output_tail
 from corral.errors import CorralError
 
 
-def process_receipt(project: Project, task: Task) -> bool:
+def process_receipt(project: Project, task: Task, protocol_dir: Path | None = None) -> bool:
     """A completed or failed receipt in the task's protocol dir becomes its turn. True if one was there.
 
     A receipt that cannot be used (not a regular file, a symlink, too large, invalid
@@ -37,7 +38,7 @@ def process_receipt(project: Project, task: Task) -> bool:
     execution fault: the task rests interrupted with the cause "internal fault", never
     working with no owner.
     """
-    protocol_dir = project.paths.protocol_dir(task.id)
+    protocol_dir = protocol_dir or project.paths.protocol_dir(task.id)
     path = protocol_dir / proto.RESPONSE
     found = proto.read(path, proto.Receipt)
     if isinstance(found, proto.Unreadable) and found.problem is proto.Problem.MISSING:
@@ -97,29 +98,49 @@ def process_receipt(project: Project, task: Task) -> bool:
     return True
 
 
-def reconcile_working(project: Project, task: Task, grace: timedelta) -> bool:
-    """True when the task's turn ended in this pass."""
-    if process_receipt(project, task):
+def reconcile_working(
+    project: Project,
+    task: Task,
+    grace: timedelta,
+    *,
+    current: Turn | None = None,
+    observed: Observed | None = None,
+) -> bool:
+    """True when the task's turn ended in this pass.
+
+    ``current`` is the task's current command when the caller has read it already (a sweep
+    reads every working task's in one transaction): it is trusted only to confirm that a
+    supervisor alive and beating runs that very command. Anything that could end the turn
+    reads it afresh, so a launch between the two reads is never taken for a loss.
+    ``observed`` collects what was seen of each supervisor found running.
+    """
+    protocol_dir = project.paths.protocol_dir(task.id)
+    if process_receipt(project, task, protocol_dir):
         return True
     if task.status is not Status.WORKING:
         return False
-    protocol_dir = project.paths.protocol_dir(task.id)
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    why = supervisor_lost(status) if status is not None else None
+    if status is not None and why is None and current is not None and status.command_id == current.command_id:
+        if observed is not None:
+            observed[task.id] = live_of(status, alive=True)
+        return False
     with project.store.read() as tx:
         current = tx.current_command(task.id)
-    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
     if status is not None and current is not None and status.command_id != current.command_id:
         # The previous turn's supervisor: the current one has not been seen alive yet (a launch
         # may be between its commit and its spawn), so only the grace period applies.
-        status = None
-    why = supervisor_lost(status) if status is not None else None
+        status, why = None, None
     if status is not None and why is None:
+        if observed is not None:
+            observed[task.id] = live_of(status, alive=True)
         return False
     if status is None:
         # Never seen alive: only the grace period protects it, counted from the launching turn.
         since = current.started_at if current is not None else task.last_interaction_at
         if project.clock() - since < grace:
             return False
-    if not process_receipt(project, task):  # it may have finished between our two looks
+    if not process_receipt(project, task, protocol_dir):  # it may have finished between our two looks
         lost(project, task, status, why)
     return True
 
@@ -168,6 +189,13 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
             }
         ),
     )
+    kept = None
+    if command is not None and command.read_only_before is not None:
+        # A read-only turn lost with no receipt is held to read-only all the same: what it
+        # changed is kept aside and reverted before the task rests again.
+        with project.store.read() as tx:
+            launched = tx.turn_by_command(command.command_id, Role.HUMAN)
+        kept = receipts.keep_read_only_aside(project, task, command, launched.sequence if launched else None)
     content = diagnostics.for_lost(task_id=task.id, status=status, command=command, evidence=evidence, t=t)
     ref = diagnostics.try_write(project.paths, task.id, f"{command_id or new_id()}-lost", content, project.clock())
     evidence = replace(evidence, diagnostic=ref)
@@ -189,8 +217,18 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
                     session_id=current.session_id,
                     failure=evidence,
                     command_id=command_id,
+                    details={"kept": kept.to_json()} if kept is not None else None,
                 )
-            tx.park(task.id, Actor.SYSTEM, f"ask lost: {reason}", expected_from=Status.WORKING)
+            held = receipts.kept_evidence(kept, t) if kept is not None else None
+            tx.park(
+                task.id,
+                Actor.SYSTEM,
+                f"ask lost: {reason}",
+                expected_from=Status.WORKING,
+                resting_cause=RestingCause(receipts.READ_ONLY_KEPT, project.clock(), Actor.SYSTEM, evidence=held)
+                if held is not None
+                else None,
+            )
             return
         if command_id is None or tx.turn_by_command(command_id, Role.AGENT) is None:
             human = tx.turn_by_command(command_id, Role.HUMAN) if command_id else None

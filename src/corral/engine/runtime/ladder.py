@@ -96,6 +96,10 @@ class WorkPhase:
             resume_id=self.runner.session_id,
             model=c.model,
             posture=c.posture,
+            kind=c.kind,
+            task_ref=c.task_ref,
+            task_id=c.task_id,
+            prompt_dir=c.log_dir,
         )
 
     def _error(self, run: AttemptRun, kind: proto.ErrorKind, reason: str) -> WorkOutcome:
