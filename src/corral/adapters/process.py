@@ -169,12 +169,6 @@ def spawn_shell(
     )
 
 
-def run_foreground(argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> int:
-    """Run an interactive program on the person's terminal and return its exit status."""
-    check_argv(argv)
-    return subprocess.run(list(argv), cwd=cwd, env=dict(env) if env is not None else None, check=False).returncode
-
-
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` names a live process; a zombie (exited, not yet reaped) is not alive."""
     if pid <= 0 or pid > MAX_PID:

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from corral.adapters.process import run_foreground
+from corral.adapters.terminal import run_interactive
 from corral.errors import UsageError
 
 SCISSORS = "# ------------------------ >8 ------------------------"
@@ -30,7 +30,8 @@ def from_editor(instructions: str) -> str:
     with tempfile.TemporaryDirectory(prefix="corral-") as tmp:
         path = Path(tmp) / "CORRAL_MESSAGE.md"
         path.write_text(f"\n{SCISSORS}\n# {instructions}\n# Everything from the line above down is removed.\n")
-        code = run_foreground([*shlex.split(editor), str(path)])
+        # The editor owns the terminal as an agent in `pair` does: a Ctrl-C or Ctrl-Z in it is its own.
+        code = run_interactive([*shlex.split(editor), str(path)]).status
         if code != 0:
             raise UsageError(
                 f"The editor exited with status {code}; nothing was saved.",

@@ -3,11 +3,20 @@
 pair: blocked / conflict / interrupted → pairing; the harness runs interactively with
 its session resumed; a pairing lock names the pid; on exit a summary turn is
 synthesized and the task parks (blocked, or conflict while violations are pending).
-A pair whose process died is recovered by the stale-pairing sweep.
+The summary records how the agent really ended (its exit code, or the signal that ended
+it) and how long it ran, in its text and its details. A pair whose process died is
+recovered by the stale-pairing sweep.
+
+Both run the agent through :func:`corral.adapters.terminal.run_interactive`: the agent
+owns the terminal's foreground process group, so Ctrl-C, Ctrl-Z and window-size changes
+are the agent's, and corral never ends it for a keystroke (docs/architecture.md,
+"Interactive sessions").
 
 chat: status-neutral and read-only; it holds the worktree's chat lock for its whole
 duration, so unblock, resume, ask, an accept's pre-accept turn and sync refuse while it is
-open (start never meets one: a chat needs a task that has run).
+open (start never meets one: a chat needs a task that has run). Behind the harness's own
+read-only mode, whatever a chat changed is kept aside and reverted afterwards, and a
+``chat`` turn says so.
 """
 
 from __future__ import annotations
@@ -15,15 +24,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.adapters.files import write_atomic
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import TurnRequest
 from corral.adapters.locks import is_locked, try_lock
-from corral.adapters.process import run_foreground
+from corral.adapters.process import start_ticks
+from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
 from corral.domain.records import Task
 from corral.domain.status import Op, Status, check_operation, check_transition
@@ -31,7 +42,7 @@ from corral.engine.config import harness_settings
 from corral.engine.locks import task_lock
 from corral.engine.operations.launch import posture
 from corral.engine.project import Project
-from corral.engine.recovery.pairs import end_pair, pairing_lock
+from corral.engine.recovery.pairs import chat_held, end_chat, end_pair, hold_chat, pairing_lock, read_hold
 from corral.engine.resolve import resolve_task
 from corral.errors import ChatOpen, CorralError, RefusedError
 
@@ -45,22 +56,45 @@ def chat_is_open(project: Project, task_id: str) -> bool:
 
 
 def refuse_while_chat(project: Project, task: Task, what: str) -> None:
+    """Refuse ``what`` while a chat is open, or while a killed chat's changes still wait to be put aside."""
     if chat_is_open(project, task.id):
         raise ChatOpen(
             f"A chat is open in {task.ref}'s worktree; {what} would start a turn underneath it.",
             hint="End the chat first, then try again.",
         )
+    if chat_held(project, task.id):
+        raise ChatOpen(
+            f"The last chat in {task.ref}'s worktree ended without corral (its process was killed), and what it "
+            f"changed is not put aside yet; {what} would build on it.",
+            hint=f"corral chat {task.ref} puts it aside first (exit the agent at once), then try again.",
+        )
+
+
+def _finish_killed_chat(project: Project, task: Task) -> None:
+    """A chat whose corral was killed left its before-state: keep aside and revert what it changed now."""
+    if chat_held(project, task.id) and not chat_is_open(project, task.id):
+        with project.store.read() as tx:
+            session = tx.get_session(task.session_id) if task.session_id else None
+        end_chat(project, task, session, read_hold(project, task.id), Actor.SYSTEM)
 
 
 @dataclass(frozen=True)
 class Paired:
     task: Task
-    exit_code: int
+    exit_code: int  # as a shell's $? gives it: the agent's exit code, or 128 + the signal that ended it
     commits: list[str]
     dirty: list[str]
+    ended: Ended | None = None  # None when the agent could not start
 
 
-def _interactive(project: Project, task: Task, resume_id: str | None, worktree: str, read_only: bool) -> int:
+def _interactive(
+    project: Project,
+    task: Task,
+    resume_id: str | None,
+    worktree: str,
+    read_only: bool,
+    started: Callable[[int], None] | None = None,
+) -> Ended:
     cfg = project.config
     harness = make_harness(task.harness or cfg["harness"], harness_settings(project.config))
     launch = harness.interactive(
@@ -70,12 +104,15 @@ def _interactive(project: Project, task: Task, resume_id: str | None, worktree: 
             resume_id=resume_id,
             model=task.model or cfg["model"],
             posture=posture(cfg, read_only=read_only),
+            kind="chat" if read_only else "pair",
+            task_ref=task.ref,
+            task_id=task.id,
         )
     )
     env = {**os.environ, **launch.env}
     try:
-        return run_foreground(launch.argv, cwd=worktree, env=env)
-    except FileNotFoundError as exc:
+        return run_interactive(launch.argv, cwd=worktree, env=env, started=started)
+    except (FileNotFoundError, PermissionError) as exc:
         raise CorralError(
             f"{harness.display} could not start: {exc.strerror} ({launch.argv[0]}).",
             code="harness-missing",
@@ -87,24 +124,35 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
     with task_lock(project, task.id, what="pair"):
+        _finish_killed_chat(project, task)
         with project.store.write() as tx:
             task = tx.get_task(task.id) or task
             check_operation(Op.PAIR, task.status, task.ref)
             check_transition(task.status, Status.PAIRING, actor, what=f"pair on {task.ref}")
+            refuse_while_chat(project, task, "pair")
             session = tx.get_session(task.session_id) if task.session_id else None
             if session is None or not session.worktree or not Path(session.worktree).is_dir():
                 raise RefusedError(f"Task {task.ref} has no worktree to pair in.", code="no-session")
             tx.set_status(task.id, Status.PAIRING, actor, "pair", expected_from=task.status)
             tx.register_process(task.id, "pair", os.getpid())
         lock = pairing_lock(project, task.id)
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        lock.write_text(json.dumps({"pid": os.getpid(), "actor": actor.value, "at": time.time()}))
+        held = {"pid": os.getpid(), "actor": actor.value, "at": time.time()}
+        write_atomic(lock, json.dumps(held).encode(), durable=False)  # the sweep never reads half a lock
+
+    def agent_started(pid: int) -> None:
+        # The agent has a process group of its own: should corral die, the stale-pairing sweep
+        # stops it by this pid and start time.
+        write_atomic(lock, json.dumps({**held, "agent": pid, "agent_start": start_ticks(pid)}).encode(), durable=False)
+
     git = project.git
     before = git.rev_parse("HEAD", cwd=session.worktree)
+    started = project.clock()
     began = time.monotonic()
-    code = 1
+    ended: Ended | None = None
     try:
-        code = _interactive(project, task, session.harness_session_id, session.worktree, read_only=False)
+        ended = _interactive(
+            project, task, session.harness_session_id, session.worktree, read_only=False, started=agent_started
+        )
     finally:
         after = git.rev_parse("HEAD", cwd=session.worktree)
         commits = (
@@ -113,21 +161,37 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
             else []
         )
         dirty = git.dirty_paths(session.worktree)
-        task = end_pair(project, task.id, actor, summary(time.monotonic() - began, commits, dirty, code))
-    return Paired(task, code, commits, dirty)
+        seconds = ended.seconds if ended is not None else time.monotonic() - began
+        task = end_pair(
+            project,
+            task.id,
+            actor,
+            summary(seconds, commits, dirty, ended),
+            started_at=started,
+            details={"agent": ended.to_json() if ended is not None else None, "commits": commits},
+        )
+    return Paired(task, ended.status if ended is not None else 1, commits, dirty, ended)
 
 
-def summary(seconds: float, commits: list[str], dirty: list[str], code: int | None) -> str:
-    minutes = max(1, round(seconds / 60))
-    parts = [f"Paired for about {minutes} minute{'s' if minutes != 1 else ''}."]
+def duration_words(seconds: float) -> str:
+    """E.g. "42 s", "3 min 5 s", "1 h 2 min": a pair's length as the summary says it."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def summary(seconds: float, commits: list[str], dirty: list[str], ended: Ended | None) -> str:
+    ending = f"the agent {ended.describe()}" if ended is not None else "the agent could not start"
+    parts = [f"Paired for {duration_words(seconds)}; {ending}."]
     parts.append(
         f"{len(commits)} commit{'s' if len(commits) != 1 else ''} made"
         + (f": {', '.join(c[:10] for c in commits)}." if commits else ".")
     )
     if dirty:
         parts.append(f"Uncommitted changes: {', '.join(dirty[:10])}" + (" …" if len(dirty) > 10 else "") + ".")
-    if code not in (0, None):
-        parts.append(f"The session exited with code {code}.")
     return " ".join(parts)
 
 
@@ -143,6 +207,17 @@ def holding_chat(project: Project, task: Task) -> Iterator[None]:
 
 
 def chat(project: Project, given: str) -> int:
+    """A read-only interactive session; the agent's exit status (as a shell's ``$?``).
+
+    The worktree and branch are compared before and after (:mod:`corral.engine.readonly`,
+    behind the harness's own read-only mode): whatever the chat changed is kept aside on
+    ``refs/corral/kept/<ref>/<turn>`` and reverted, and a ``chat`` turn records it with the
+    typed cause a read-only ask records (``read-only-changes-kept``, which ``show``
+    explains; its details hold the whole record, ``kept``). A chat that changed nothing
+    records no turn. The before-state is on disk while the chat runs, so a chat whose
+    corral was killed is still put back (recovery/pairs.sweep_stale_chats, and the next
+    chat or pair on the task).
+    """
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         session = tx.get_session(task.session_id) if task.session_id else None
@@ -150,4 +225,15 @@ def chat(project: Project, given: str) -> int:
     if session is None or not session.worktree or not Path(session.worktree).is_dir():
         raise RefusedError(f"Task {task.ref} has no worktree to chat in.", code="no-session")
     with holding_chat(project, task):
-        return _interactive(project, task, session.harness_session_id, session.worktree, read_only=True)
+        with project.store.read() as tx:  # a pair may have begun between the check and the lock
+            task = tx.get_task(task.id) or task
+        check_operation(Op.CHAT, task.status, task.ref, hint="chat opens on a task waiting for review.")
+        if chat_held(project, task.id):  # a chat before this one was killed before it was put back
+            end_chat(project, task, session, read_hold(project, task.id), Actor.SYSTEM)
+        hold = hold_chat(project, task, session)
+        ended: Ended | None = None
+        try:
+            ended = _interactive(project, task, session.harness_session_id, session.worktree, read_only=True)
+        finally:
+            end_chat(project, task, session, hold, Actor.HUMAN, ended.to_json() if ended is not None else None)
+    return ended.status
