@@ -31,7 +31,7 @@ TABLE: dict[str, frozenset[str]] = {
     "working": frozenset({"blocked", "conflict", "interrupted", "submitted"}),
     "blocked": frozenset({"working", "conflict", "pairing", "merging", "submitted", "abandoned", "backlog"}),
     "conflict": frozenset({"working", "blocked", "pairing", "abandoned"}),
-    "interrupted": frozenset({"working", "pairing", "abandoned"}),
+    "interrupted": frozenset({"working", "pairing", "abandoned", "blocked"}),
     "pairing": frozenset({"blocked", "conflict"}),
     "merging": frozenset({"complete", "blocked", "submitted"}),
     "submitted": frozenset({"merging", "working", "blocked", "abandoned"}),

@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from corral.adapters.process import Completed, Runner, SubprocessRunner
+from corral.domain import gittext
 from corral.domain.settings import default
 from corral.errors import GitError, GitTimeout, NotARepository
 
@@ -244,8 +245,24 @@ class Git:
         result = self.run("merge-base", "--is-ancestor", ancestor, descendant, cwd=cwd, check=False)
         return result.returncode == 0
 
-    def update_ref(self, ref: str, new: str, *, cwd: str | Path, old: str | None = None) -> None:
-        args = ["update-ref", ref, new] + ([old] if old is not None else [])
+    def update_ref(
+        self,
+        ref: str,
+        new: str,
+        *,
+        cwd: str | Path,
+        old: str | None = None,
+        message: str | None = None,
+        create_reflog: bool = False,
+    ) -> None:
+        """Move ``ref`` to ``new`` (compare-and-swap with ``old``); ``message`` is its reflog entry, made safe.
+
+        ``create_reflog`` keeps a log for a ref git would not log by itself (outside ``refs/heads``).
+        """
+        logged = ["-m", gittext.reflog(message)] if message else []
+        if create_reflog:
+            logged.append("--create-reflog")
+        args = ["update-ref", *logged, ref, new] + ([old] if old is not None else [])
         self.run(*args, cwd=cwd)
 
     def delete_ref(self, ref: str, *, cwd: str | Path) -> None:
@@ -291,10 +308,19 @@ class Git:
             "--quiet",
             "--no-verify",
             "-m",
-            message,
+            gittext.message(message),
             cwd=worktree,
         )
         return self.out("rev-parse", "HEAD", cwd=worktree)
+
+    def unmerged_paths(self, worktree: str | Path) -> list[str]:
+        """Paths with an unresolved merge conflict in ``worktree``'s index."""
+        out = self.run("diff", "--name-only", "--diff-filter=U", "-z", cwd=worktree, check=False).stdout
+        return [p for p in out.split("\0") if p]
+
+    def merge_pending(self, worktree: str | Path) -> bool:
+        """Whether ``worktree`` has a merge begun and not yet committed (or aborted)."""
+        return self.run("rev-parse", "-q", "--verify", "MERGE_HEAD", cwd=worktree, check=False).returncode == 0
 
     def delete_branch(self, branch: str, *, cwd: str | Path) -> None:
         self.run("branch", "-D", branch, cwd=cwd, check=False)
@@ -317,7 +343,8 @@ class Git:
         for parent in parents:
             args += ["-p", parent]
         identity = self.identity_args(cwd)
-        return self.run(*identity, *args, cwd=cwd, input=message).stdout.strip()
+        # Whatever text it was made from, git never gets a byte it refuses (NUL) or a terminal acts on.
+        return self.run(*identity, *args, cwd=cwd, input=gittext.message(message)).stdout.strip()
 
     def identity_args(self, cwd: str | Path) -> list[str]:
         """``-c`` options naming corral when the repository has no identity of its own."""

@@ -73,6 +73,7 @@ _EDGES: dict[tuple[Status, Status], str] = {
     (S.INTERRUPTED, S.WORKING): "auto-resume, resume, unblock, the stale-response sweep",
     (S.INTERRUPTED, S.PAIRING): "pair",
     (S.INTERRUPTED, S.ABANDONED): "reject, close",
+    (S.INTERRUPTED, S.BLOCKED): "the reconciler, doctor T: a merge conflict resolved by hand",
     (S.PAIRING, S.BLOCKED): "the pairing ends",
     (S.PAIRING, S.CONFLICT): "the pairing ends, with violations pending",
     (S.MERGING, S.COMPLETE): "accept",

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.domain.records import Session, Task
+from corral.domain.status import Status
 from corral.engine.project import Project
-from corral.errors import GitError, PrepareFailed, RefusedError
+from corral.errors import GitError, PrepareFailed, RefusedError, TaskAlreadyStarted
 from corral.store import Tx
 
 ARCHIVE_PREFIX = "refs/corral/archive/"
@@ -47,9 +48,38 @@ class Workspace:
     base_commit: str
 
 
+def started_error(task: Task) -> TaskAlreadyStarted:
+    """What a start of ``task``, which has started already (it left backlog), is told."""
+    if task.status is Status.WORKING:
+        hint = f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}"
+    else:
+        hint = f"To give feedback on a started task: corral unblock {task.ref} -m '…'"
+    return TaskAlreadyStarted(f"{task.ref} has already started: it is {task.status.value}.", hint=hint)
+
+
+def already_started(project: Project, task: Task) -> TaskAlreadyStarted | None:
+    """The error for a start that lost to another: ``task`` (as the loser read it) has started since.
+
+    Started means it left backlog, or the store holds another session for it now.
+    """
+    with project.store.read() as tx:
+        current = tx.get_task(task.id)
+    if current is None or (current.status is Status.BACKLOG and current.session_id == task.session_id):
+        return None
+    return started_error(current)
+
+
 def prepare(project: Project, task: Task, target: str) -> Workspace:
-    """Create ``corral/<ref>`` from ``target`` and its worktree; undo both on any failure."""
+    """Create ``corral/<ref>`` from ``target`` and its worktree; undo both on any failure.
+
+    A start that lost to a simultaneous one (the task started meanwhile, or its branch appeared
+    under this one's ``worktree add``) raises :class:`TaskAlreadyStarted` and touches nothing of
+    the winner's.
+    """
     git, repo = project.git, project.repo
+    lost = already_started(project, task)
+    if lost is not None:
+        raise lost
     base = git.rev_parse(f"refs/heads/{target}", cwd=repo) or git.rev_parse(target, cwd=repo)
     if base is None:
         raise PrepareFailed(
@@ -59,12 +89,12 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
     path = project.paths.worktree(task.ref)
     reclaim_orphan(project, task, path, base)
     if path.exists() or path.is_symlink():
-        raise PrepareFailed(
+        raise already_started(project, task) or PrepareFailed(
             f"Something already exists at {path}, where task {task.ref}'s worktree goes.",
             hint="Move it aside (or run `corral prune`), then start the task again.",
         )
     if git.ref_exists(f"refs/heads/{task.branch}", cwd=repo):
-        raise PrepareFailed(
+        raise already_started(project, task) or PrepareFailed(
             f"The branch {task.branch} already exists.",
             hint=f"Rename or delete it (git branch -m {task.branch} OTHER), then start the task again.",
         )
@@ -72,6 +102,13 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
     try:
         git.worktree_add(path, task.branch, base, cwd=repo, new_branch=True)
     except GitError as exc:
+        if git.ref_exists(f"refs/heads/{task.branch}", cwd=repo) and "already exists" in exc.message:
+            # The branch was absent a moment ago: a simultaneous start made it, and the worktree
+            # there is that start's. Nothing of it is removed.
+            raise already_started(project, task) or TaskAlreadyStarted(
+                f"{task.ref} has already started: another `corral start` is making its worktree.",
+                hint=f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}",
+            ) from exc
         git.worktree_remove(path, cwd=repo)
         git.delete_branch(task.branch, cwd=repo)
         raise PrepareFailed(f"corral could not make the worktree of {task.ref}: {exc.message}", hint=exc.hint) from exc
@@ -111,7 +148,14 @@ def save_and_remove(project: Project, task: Task, session: Session, why: str) ->
         git.commit_all(worktree, f"corral: work in progress saved before {why}\n\nCorral-Task: {task.id}")
     tip = git.rev_parse(f"refs/heads/{branch}", cwd=repo)
     if tip is not None:
-        git.update_ref(archive_ref(task), tip, cwd=repo)
+        # The archive's reflog keeps every tip it held (a task reopened and accepted again moves it).
+        git.update_ref(
+            archive_ref(task),
+            tip,
+            cwd=repo,
+            message=f"corral: {branch} archived before {why}: {task.goal}",
+            create_reflog=True,
+        )
     if worktree is not None:
         git.worktree_remove(worktree, cwd=repo)
     if tip is not None:

@@ -19,6 +19,7 @@ holds the task's lifecycle lock, so two accepts merge once and the second report
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
+from corral.domain import gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
 from corral.domain.records import Session, Task
@@ -192,9 +194,15 @@ def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
 
 
 def _message(tx: Any, task: Task, session: Session) -> str:
+    """The squash commit's message: the goal, the agent's last answer, the trailers.
+
+    The agent's words are untrusted: escaped and capped here (:mod:`corral.domain.gittext`),
+    so a NUL, an escape sequence or a flood never blocks the commit or reaches a terminal
+    through ``git log``; the trailers come last and are never cut.
+    """
     answers = [t for t in tx.turns(task.id) if t.role is Role.AGENT and t.kind not in ("error", "stopped", "ask")]
-    summary = answers[-1].content.strip() if answers else ""
-    body = f"{task.goal}\n"
+    summary = gittext.message(answers[-1].content.strip(), cap=gittext.MESSAGE_CAP) if answers else ""
+    body = f"{gittext.message(task.goal, cap=gittext.MESSAGE_CAP)}\n"
     if summary:
         body += f"\n{summary}\n"
     return f"{body}\nCorral-Task: {task.id}\nCorral-Session: {session.id}\n"
@@ -250,6 +258,8 @@ def _pre_accept(project: Project, ready: _Ready, actor: Actor, narrator: Narrato
 TARGET_WAIT = 600.0
 #: How many times an accept merges again onto a target that moved under its compare-and-swap.
 RETRIES = 5
+#: Seconds before trying the swap again when the target did not move (doubled each time).
+RETRY_PAUSE = 0.1
 
 
 @dataclass(frozen=True)
@@ -348,7 +358,8 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
     """
     task, target = ready.task, ready.target
     git, repo = project.git, project.repo
-    for _ in range(RETRIES):
+    refusal, moved = "", False
+    for attempt in range(RETRIES):
         old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
         if old is None:
             raise AcceptRefused(f"The target branch {target} of {task.ref} is gone.")
@@ -372,7 +383,8 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
             flight[:] = [record_]
             stash_overlap(project, destination, old, commit, stash_message)
         crashpoints.hit("accept.before-update-ref")
-        swapped = git.run("update-ref", f"refs/heads/{target}", commit, old, cwd=repo, check=False)
+        logged = gittext.reflog(f"corral accept {task.ref}: {task.goal}")
+        swapped = git.run("update-ref", "-m", logged, f"refs/heads/{target}", commit, old, cwd=repo, check=False)
         if swapped.returncode == 0:
             crashpoints.hit("accept.after-update-ref")
             return _Landed(old, commit, tree, record_)
@@ -382,10 +394,25 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
                 raise kept.error()
             record(project, task.id, None)
             flight.clear()
+        said = (swapped.stderr or swapped.stdout).strip().splitlines()
+        refusal = said[-1][:300] if said else f"exit {swapped.returncode}"
+        if git.rev_parse(f"refs/heads/{target}", cwd=repo) != old:
+            moved = True  # another commit landed first: merge again onto it at once
+        else:
+            # Not moved, yet not swapped: a git command holds the ref's lock (a commit or a push
+            # landing now) or a hook refused; give it a moment before the next try.
+            time.sleep(RETRY_PAUSE * 2**attempt)
+    if moved:
+        raise GitError(
+            f"{target} kept moving while {task.ref} was merged into it; nothing was merged.",
+            code="target-moving",
+            hint=f"Try again: corral accept {task.ref}",
+        )
     raise GitError(
-        f"{target} kept moving while {task.ref} was merged into it; nothing was merged.",
-        code="target-moving",
-        hint=f"Try again: corral accept {task.ref}",
+        f"git would not move {target} to the merge of {task.ref} ({refusal}); nothing was merged.",
+        code="target-refused",
+        hint="A git command still running in the repository, or a reference-transaction hook, holds or guards "
+        f"{target}; once it is done: corral accept {task.ref}",
     )
 
 

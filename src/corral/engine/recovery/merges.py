@@ -301,10 +301,14 @@ def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept 
         project.git.run("stash", "drop", "--quiet", f"stash@{{{n}}}", cwd=wt, check=False)
         return None
     what = "The merge stands, but your" if landed else "Nothing was merged, but your"
-    said = (pop.stderr or pop.stdout).strip().splitlines()
+    if unmerged:
+        clashing = sorted({line.split("\t", 1)[-1] for line in unmerged.splitlines() if "\t" in line})
+        why = f" (they overlap the merge in {', '.join(clashing[:10])}{' …' if len(clashing) > 10 else ''})."
+    else:
+        said = (pop.stderr or pop.stdout).strip().splitlines()
+        why = f" (git: {said[0][:200]})." if said else "."
     return Kept(
-        f"{what} local changes in {wt} conflict with its checkout; they are kept in the stash {sha}"
-        + (f" (git: {said[0][:200]})." if said else "."),
+        f"{what} local changes in {wt} conflict with its checkout; they are kept in the stash {sha}{why}",
         str(wt),
         sha,
         f"git -C {wt} stash apply --index {sha}",

@@ -12,9 +12,11 @@ from datetime import timedelta
 from corral.domain.actors import Actor
 from corral.domain.status import TERMINAL, Status
 from corral.engine.project import Project
+from corral.engine.recovery import hand_merged
 from corral.engine.recovery.merged import sweep_merged_branches
 from corral.engine.recovery.merges import recover_stranded
-from corral.engine.recovery.pairs import sweep_stale_pairs
+from corral.engine.recovery.pairs import sweep_stale_chats, sweep_stale_pairs
+from corral.engine.runtime.liveness import Observed
 
 
 def sweep_blocked_without_session(project: Project) -> int:
@@ -34,15 +36,18 @@ def sweep_blocked_without_session(project: Project) -> int:
     return moved
 
 
-def sweep_working(project: Project, problems: list[str] | None = None) -> list[str]:
+def sweep_working(project: Project, problems: list[str] | None = None, observed: Observed | None = None) -> list[str]:
     """Receipts become turns; a supervisor gone without one → interrupted (docs/lifecycle.md#reconciler-sweeps).
 
     Returns the ids of the tasks whose turn ended in this pass (a receipt recorded or a
     turn found lost): the candidates for auto-resume. One task that cannot be reconciled
-    is reported in ``problems`` and never stops the others.
+    is reported in ``problems`` and never stops the others. Each working task's current
+    command is read in the one transaction that finds the candidates; what is seen of the
+    supervisors still running goes into ``observed``.
     """
     with project.store.read() as tx:
         candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
+        current = {t.id: tx.current_command(t.id) for t in candidates if t.status is Status.WORKING}
     if not candidates:
         return []
     from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
@@ -51,7 +56,7 @@ def sweep_working(project: Project, problems: list[str] | None = None) -> list[s
     ended: list[str] = []
     for task in candidates:
         try:
-            if reconcile_working(project, task, grace):
+            if reconcile_working(project, task, grace, current=current.get(task.id), observed=observed):
                 ended.append(task.id)
         except Exception as exc:  # isolated per task; reported, not swallowed
             if problems is None:
@@ -96,15 +101,21 @@ class Reconciled:
     ended: list[str]
 
 
-def reconcile(project: Project) -> Reconciled:
-    """Run every sweep; problems never stop the others. Auto-resume is the caller's (``settle``)."""
+def reconcile(project: Project, observed: Observed | None = None) -> Reconciled:
+    """Run every sweep; problems never stop the others. Auto-resume is the caller's (``settle``).
+
+    ``observed`` collects what the pass saw of the supervisors still running (see
+    ``liveness.Observed``), for a read that follows in the same command.
+    """
     problems: list[str] = []
-    ended = sweep_working(project, problems)
+    ended = sweep_working(project, problems, observed)
     for sweep in (
         sweep_stranded_merges,
+        hand_merged.sweep,
         sweep_merged_branches,
         sweep_terminal,
         sweep_stale_pairs,
+        sweep_stale_chats,
         sweep_blocked_without_session,
     ):
         try:
