@@ -48,7 +48,7 @@ def test_diff_accept_reopen_delete(corral, tmp_path, repo):
     assert corral.json("show", "feat", env=env)["task"]["worktree"]
     assert corral("delete", "feat", env=env).returncode == 3  # not terminal
     corral.ok("close", "feat", "-m", "superseded", env=env)
-    deleted = corral.json("delete", "feat", env=env)
+    deleted = corral.json("delete", "feat", "--yes", env=env)
     assert deleted["deleted"]["ref"] == "feat"
     assert corral("show", "feat", env=env).returncode == 4
     assert git(repo, "for-each-ref", "refs/corral/") == ""

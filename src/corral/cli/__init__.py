@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = result if isinstance(result, int) else 0
     except CorralError as exc:
         code = _fail(app, exc)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `corral`, `corral config`: the help, not an error
+        code = _help(app, exc.ctx)
     except click.exceptions.NoSuchOption as exc:
         code = _fail(app, UsageError(exc.format_message(), hint=_usage_hint(exc)))
     except click.UsageError as exc:
@@ -54,6 +56,18 @@ def _fail(app: App, error: CorralError) -> int:
         return app.fail(error)
     except BrokenPipeError:
         return error.exit_code
+
+
+def _help(app: App, ctx: click.Context) -> int:
+    text = ctx.get_help()
+    try:
+        if app.json:
+            app.emit({"help": text})
+        else:
+            print(text, file=app.stdout)
+    except BrokenPipeError:
+        pass
+    return 0
 
 
 def _usage_hint(exc: click.UsageError) -> str:

@@ -2,6 +2,11 @@
 
 Command modules are imported only when their command runs (or help lists them),
 so ``corral list`` does not pay for the supervisor, the daemon or the demo.
+
+The global options (``--repo``, ``--json``) work before the command or after it: a
+command gets ``--repo`` when it is loaded (``--json`` it has already), and an argument
+named TASK completes task refs in the shell (``corral completion``). A command that is
+not one is answered with the nearest names.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from typing import Any
 
 import click
 
-from corral.cli.app import App
+from corral.cli.app import App, json_option
 
 # command name -> (module, attribute), in the order help shows them
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -39,14 +44,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "comment": ("notes", "comment"),
     "journal": ("notes", "journal"),
     "paths": ("info", "paths"),
-    "config": ("info", "config"),
+    "project": ("project", "project"),
+    "config": ("config", "config"),
     "doctor": ("info", "doctor"),
     "prune": ("prune", "prune"),
     "backup": ("store", "backup"),
     "restore": ("store", "restore"),
     "daemon": ("daemon", "daemon"),
     "demo": ("demo", "demo"),
+    "completion": ("completion", "completion"),
 }
+
+#: Arguments that name a task (so the shell completes refs for them).
+TASK_ARGUMENTS = frozenset({"task", "tasks", "t", "ref"})
 
 
 class LazyGroup(click.Group):
@@ -58,8 +68,55 @@ class LazyGroup(click.Group):
         if found is None:
             return None
         module = importlib.import_module(f"corral.cli.commands.{found[0]}")
-        command: Any = getattr(module, found[1])
-        return command  # type: ignore[no-any-return]
+        command: click.Command = getattr(module, found[1])
+        _with_globals(command)
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = click.utils.make_str(args[0])
+        if name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
+            raise click.exceptions.NoSuchCommand(name, possibilities=list(COMMANDS), ctx=ctx)
+        return super().resolve_command(ctx, args)
+
+
+def _set_repo(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(App).repo = value
+
+
+def _repo_option() -> click.Option:
+    return click.Option(
+        ["--repo"],
+        metavar="PATH",
+        expose_value=False,
+        callback=_set_repo,
+        help="The repository (default: the one containing the current directory).",
+    )
+
+
+def _with_globals(command: click.Command) -> None:
+    """``--repo`` on the command (and its subcommands), and ref completion on its TASK argument."""
+    if getattr(command, "_corral_globals", False):
+        return
+    command._corral_globals = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_globals(sub)
+        return
+    if not any("--repo" in p.opts for p in command.params):
+        command.params.append(_repo_option())
+    for param in command.params:
+        named_task = isinstance(param, click.Argument) and param.name in TASK_ARGUMENTS
+        if named_task and param._custom_shell_complete is None:
+            param._custom_shell_complete = _complete_refs
+
+
+def _complete_refs(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
+    from corral.cli.commands.completion import complete_refs
+
+    return complete_refs(ctx, incomplete)
 
 
 @click.group(
@@ -74,16 +131,21 @@ Start here:
   corral show fix-the-login-timeout         one task: timeline, why it stopped, what next
 
 \b
-Every command takes --json. T is a task's ref, its id, or a unique prefix of either.
+Every command takes --json and --repo, before or after the command. T is a task's ref,
+its id, or a unique prefix of either. Shell completion: corral completion bash|zsh|fish.
 \b
 Exit codes: 0 done, 1 failed, 2 usage, 3 refused by the task's state, 4 not found,
 124 wait timed out, 130 interrupted.
 """,
 )
-@click.option("--repo", metavar="PATH", help="The repository (default: the one containing the current directory).")
+@click.option(
+    "--repo",
+    metavar="PATH",
+    expose_value=False,
+    callback=_set_repo,
+    help="The repository (default: the one containing the current directory); before or after the command.",
+)
+@json_option
 @click.version_option(package_name="corral", message="corral %(version)s")
-@click.pass_context
-def cli(ctx: click.Context, repo: str | None) -> None:
+def cli() -> None:
     """Run AI coding agents on tasks in a git repository, one worktree and branch per task."""
-    app = ctx.ensure_object(App)
-    app.repo = repo

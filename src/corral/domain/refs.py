@@ -1,8 +1,13 @@
-"""Task refs: short unique slugs that name a task and its branch ``corral/<ref>``."""
+"""Task refs: short unique slugs that name a task and its branch ``corral/<ref>``.
+
+A ref is made from the goal's words; accented letters become their ASCII letters
+("Café crème" → ``cafe-creme``), so a goal in another Latin-script language keeps its words.
+"""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 
 from corral.errors import InvalidRef
@@ -22,8 +27,18 @@ def validate_ref(ref: str) -> str:
     return ref
 
 
+#: Letters that Unicode does not decompose into an ASCII letter and a mark.
+_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "đ": "d", "ł": "l", "þ": "th", "ð": "d", "ı": "i"})
+
+
+def ascii_words(text: str) -> str:
+    """``text`` lowercased with each letter as ASCII: marks dropped (NFKD), ß → ss, æ → ae …"""
+    folded = unicodedata.normalize("NFKD", text.lower().translate(_LETTERS))
+    return "".join(ch for ch in folded if not unicodedata.combining(ch)).translate(_LETTERS)
+
+
 def slugify(goal: str, limit: int = 32) -> str:
-    words = re.findall(r"[a-z0-9]+", goal.lower())
+    words = re.findall(r"[a-z0-9]+", ascii_words(goal))
     slug = ""
     for word in words:
         candidate = f"{slug}-{word}" if slug else word

@@ -13,6 +13,22 @@ from corral.domain.status import Status
 
 RETRY_SNIPPET = 80
 
+#: A supervisor's phase in a person's words, for sentences ("… while merging the target").
+PHASE_WORDS = {
+    "launch": "launching the turn",
+    "command": "starting the turn",
+    "sync": "merging the target into the branch",
+    "work": "running the agent",
+    "check": "running the post-turn check",
+    "response": "writing the turn's receipt",
+    "retrying": "waiting to retry",
+    "reconcile": "recording the turn",
+}
+
+
+def phase_words(phase: str | None) -> str:
+    return PHASE_WORDS.get(phase or "", "running the turn")
+
 
 @dataclass(frozen=True)
 class Live:

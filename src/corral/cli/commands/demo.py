@@ -1,4 +1,4 @@
-"""``demo``: the whole lifecycle on a scratch repository, with a scripted agent.
+"""``demo``: the whole lifecycle on a scratch repository, with a scripted agent, up to accept.
 
 No network and no agent CLI: the scripted agent is corral's own fake agent (test
 seam 1) standing in for Claude Code, so the real supervisor, receipts, reconciler
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -20,8 +21,10 @@ from corral.adapters.git import Git
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
+from corral.engine.operations import accept as accepting
 from corral.engine.operations import control, queries, tasks, turns
 from corral.engine.project import Project
+from corral.errors import UsageError
 from corral.testing.fake_agent import wrapper_script
 
 SCENARIO = {
@@ -61,16 +64,27 @@ def _git(repo: Path, *args: str) -> str:
 @click.command(
     epilog="""\b
 Examples:
-  corral demo
-  corral demo --keep      keep the scratch repository and state to look around
+  corral demo                    the scratch repository stays where it says, to look around
+  corral demo --dir /tmp/try     make it there (a new directory)
+  corral demo --clean            remove it at the end
 """
 )
-@click.option("--keep", is_flag=True, help="Keep the scratch directory and print where it is.")
+@click.option("--dir", "where", metavar="PATH", help="Make the scratch directory here (it must not exist yet).")
+@click.option("--clean", is_flag=True, help="Remove the scratch directory at the end.")
+@click.option("--keep", is_flag=True, hidden=True)  # the default now; kept so old scripts still run
 @json_option
 @pass_app
-def demo(app: App, keep: bool) -> int:
-    """Run start → blocked → unblock with feedback → blocked on a scratch repo with a scripted agent."""
-    scratch = Path(tempfile.mkdtemp(prefix="corral-demo-"))
+def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
+    """Run create → start → blocked → unblock with feedback → accept on a scratch repo with a scripted agent."""
+    keep = not clean
+    if where is not None:
+        scratch = Path(where).expanduser().absolute()
+        try:
+            scratch.mkdir(parents=True)
+        except FileExistsError:
+            raise UsageError(f"{scratch} already exists.", hint="Name a directory that does not exist yet.") from None
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix="corral-demo-"))
     saved = {
         k: os.environ.get(k)
         for k in ("CORRAL_HOME", "CORRAL_CLAUDE_BIN", "CORRAL_FAKE_SCENARIO", "CORRAL_FAKE_RECORD", "CORRAL_HARNESS")
@@ -133,13 +147,29 @@ def demo(app: App, keep: bool) -> int:
             for line in log:
                 say(f"  {line}")
             ok = not first.timed_out and not second.timed_out and second.task.status.value == "blocked"
-            say(
-                f"Done in {time.monotonic() - began:.1f} s: the task is {second.task.status.value}, "
-                "ready for review (corral diff / accept)."
-            )
+            status = second.task.status.value
+            if ok:
+                say("$ corral accept greet")
+                accepted = accepting.accept(project, task.ref, actor=Actor.HUMAN)
+                show_new(project, task.ref)
+                say(f"main now ends with the squashed work: {_git(repo, 'log', '--oneline', '-1', 'main')}")
+                status = accepted.task.status.value
+                ok = status == "complete"
+            say(f"Done in {time.monotonic() - began:.1f} s: the task is {status}.")
         finally:
             project.close()
-        app.answer({"ok": ok, "repository": str(repo) if keep else None, "events": events})  # the lines were said
+        if keep:
+            say(f"The scratch repository stays at {repo}; look around with:")
+            say(f"  cd {shlex.quote(str(repo))} && CORRAL_HOME={shlex.quote(str(scratch / 'home'))} corral show greet")
+            say(f"Remove it with: rm -rf {shlex.quote(str(scratch))}")
+        app.answer(
+            {
+                "ok": ok,
+                "repository": str(repo) if keep else None,
+                "home": str(scratch / "home") if keep else None,
+                "events": events,
+            }
+        )  # the lines were said
         return 0 if ok else 1
     finally:
         for key, value in saved.items():
@@ -147,7 +177,5 @@ def demo(app: App, keep: bool) -> int:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        if keep:
-            app.note(f"Kept {scratch} (CORRAL_HOME={scratch / 'home'}).")
-        else:
+        if not keep:
             shutil.rmtree(scratch, ignore_errors=True)

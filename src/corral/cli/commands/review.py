@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App, color_enabled, json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.engine import workspace
 from corral.engine.operations import queries, tasks
-from corral.errors import UsageError
+from corral.errors import CorralError, UsageError
 
 
 def _abandon(app: App, task: str, message: str | None, how: str) -> None:
@@ -83,13 +89,20 @@ def reopen(app: App, task: str, reason: str | None) -> None:
 Examples:
   corral accept fix-login
   corral accept fix-login --json      progress as JSON Lines, then the result
+\b
+With --json, stdout is JSON Lines, one object per line: {"event": "plan", ...}, then one
+{"event": "phase", ...} per step, then {"event": "result", ...}; a failure ends the stream
+with {"event": "error", "error": {"code", "message", "hint"}}. Human progress goes to stderr.
 """
 )
 @click.argument("task")
 @json_option
 @pass_app
 def accept(app: App, task: str) -> int:
-    """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete)."""
+    """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete).
+
+    It streams: with --json its output is JSON Lines (see below), not one document.
+    """
     from corral.engine.operations import accept as accepting
 
     app.streaming = True
@@ -153,20 +166,32 @@ def submit(app: App, task: str) -> None:
 Examples:
   corral diff fix-login
   corral diff fix-login --stat
+  corral diff fix-login | less          no colour and no pager when stdout is not a terminal
+\b
+On a terminal the patch is coloured and paged as git does (git's color.diff, core.pager,
+GIT_PAGER and PAGER apply; NO_COLOR turns colour off; --no-pager prints it straight).
 """
 )
 @click.argument("task")
 @click.option("--stat", is_flag=True, help="A summary of changed files instead of the patch.")
+@click.option("--no-pager", is_flag=True, help="Print straight to the terminal, without a pager.")
 @json_option
 @pass_app
-def diff(app: App, task: str, stat: bool) -> None:
+def diff(app: App, task: str, stat: bool, no_pager: bool) -> None:
     """What the task changed against its target (uncommitted work too), and its commits."""
-    result = tasks.diff(app.project, task, stat=stat)
+    terminal = not app.json and app.stdout.isatty()
+    pager = _pager(app) if terminal and not no_pager else None
+    with _git_colour(terminal and color_enabled(app.stdout)):
+        result = tasks.diff(app.project, task, stat=stat)
     said = [f"{len(result.commits)} commit(s) on {result.task.branch} beyond its target:"]
     said += [f"  {line}" for line in result.commits]
     said.append("")
     if result.text:
         said.append(result.text.removesuffix("\n"))  # the patch verbatim: its own last newline, no extra one
+    if pager is not None:
+        # git's colours pass; every other escape in the agent's text is made visible first
+        _page(pager, app.safe("\n".join(said), keep_sgr=True) + "\n")
+        return
     app.answer(
         {
             "task": result.task.ref,
@@ -176,22 +201,96 @@ def diff(app: App, task: str, stat: bool) -> None:
             "diff": result.text,
         },
         said,
+        keep_sgr=terminal,
     )
+
+
+@contextmanager
+def _git_colour(on: bool) -> Iterator[None]:
+    """git colours its diffs (with the person's color.diff.* choices) though its output is a pipe to corral."""
+    if not on:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in ("GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0")}
+    try:
+        n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or "0")
+    except ValueError:
+        n = 0
+    added = {"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "color.diff", f"GIT_CONFIG_VALUE_{n}": "always"}
+    saved.update({k: os.environ.get(k) for k in added})
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _pager(app: App) -> str | None:
+    """git's pager for this repository (``git var GIT_PAGER``: GIT_PAGER, core.pager, PAGER, less); None: none."""
+    try:
+        found = subprocess.run(
+            ["git", "var", "GIT_PAGER"], cwd=app.project.repo, capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        return None
+    return found if found and found != "cat" else None
+
+
+def _page(pager: str, text: str) -> None:
+    """Show ``text`` in ``pager`` as git does: through the shell, with LESS=FRX and LV=-c unless set."""
+    env = {**os.environ, "LESS": os.environ.get("LESS", "FRX"), "LV": os.environ.get("LV", "-c")}
+    sys.stdout.flush()
+    with subprocess.Popen(pager, shell=True, stdin=subprocess.PIPE, env=env) as proc:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(text.encode("utf-8", "backslashreplace"))
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the person quit the pager before the end
 
 
 @click.command(
     epilog="""\b
 Examples:
-  corral delete old-experiment
+  corral delete old-experiment            asks first, on a terminal
+  corral delete old-experiment --yes      in a script
+\b
+It cannot be undone. Without a terminal to ask on, it is refused unless --yes is given.
 """
 )
 @click.argument("task")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask; needed when there is no terminal.")
 @json_option
 @pass_app
-def delete(app: App, task: str) -> None:
+def delete(app: App, task: str, yes: bool) -> None:
     """Delete a finished task and everything kept for it (archive ref, logs, evidence)."""
+    if not yes:
+        _confirm_delete(app, task)
     gone = tasks.delete(app.project, task, actor=app.actor)
     app.answer({"deleted": {"id": gone.id, "ref": gone.ref}}, f"Deleted {gone.ref} and everything kept for it.")
+
+
+def _confirm_delete(app: App, given: str) -> None:
+    """Ask on a terminal; without one, refuse. A task that may not be deleted is refused before asking."""
+    from corral.domain.status import Op, check_operation
+    from corral.engine.resolve import resolve_task
+
+    with app.project.store.read() as tx:
+        found = resolve_task(tx, given)
+    check_operation(Op.DELETE, found.status, found.ref, hint=f"Close it first: corral close {found.ref} -m 'why'")
+    ref = found.ref
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError(
+            f"Not deleting {ref}: there is no terminal to ask on, and deleting cannot be undone.",
+            hint=f"Say so with --yes: corral delete {ref} --yes",
+        )
+    question = f"Delete {ref} and everything kept for it (its branch, archived work, logs, evidence)?"
+    if not click.confirm(question, default=False, err=True):
+        raise CorralError(f"{ref} was not deleted.", code="not-confirmed", hint=f"corral delete {ref} --yes")
 
 
 @click.command(
@@ -214,8 +313,10 @@ def pair(app: App, task: str) -> int:
             "commits": result.commits,
             "dirty": result.dirty,
             "exit_code": result.exit_code,
+            "agent": result.ended.to_json() if result.ended else None,
         },
-        f"The pair ended; {result.task.ref} is {result.task.status.value} ({len(result.commits)} commit(s) made).",
+        f"The pair ended: the agent {result.ended.describe() if result.ended else 'could not start'}; "
+        f"{result.task.ref} is {result.task.status.value} ({len(result.commits)} commit(s) made).",
     )
     return 0
 

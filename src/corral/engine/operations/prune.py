@@ -16,6 +16,8 @@
   process, damaged or failing (:meth:`Store.health`) refuses the prune with its coded
   error and nothing is removed. A diagnostic whose task directory still exists is never
   taken for a deleted task's (``delete`` removes the directory first).
+* **A dry run** (``corral prune --dry-run``) finds the same diagnostics and worktrees by the
+  same rules and removes nothing: its result lists what a prune would remove.
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ ORPHAN_GRACE = timedelta(hours=1)
 @dataclass
 class PruneResult:
     diagnostics: diagnostics.PruneReport
-    worktrees_removed: list[str] = field(default_factory=list)
+    worktrees_removed: list[str] = field(default_factory=list)  # in a dry run: would be removed
     worktrees_kept: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
+    dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "dry_run": self.dry_run,
             "diagnostics": self.diagnostics.to_json(),
             "worktrees": {"removed": self.worktrees_removed, "kept": self.worktrees_kept},
         }
@@ -60,7 +64,9 @@ def require_healthy(project: Project) -> None:
         )
 
 
-def prune_diagnostics(project: Project, now: datetime | None = None) -> diagnostics.PruneReport:
+def prune_diagnostics(
+    project: Project, now: datetime | None = None, *, dry_run: bool = False
+) -> diagnostics.PruneReport:
     require_healthy(project)
     with project.store.read() as tx:
         live = {t.id for t in tx.tasks()}
@@ -69,12 +75,44 @@ def prune_diagnostics(project: Project, now: datetime | None = None) -> diagnost
         live |= {entry.name for entry in os.scandir(project.paths.tasks) if entry.is_dir(follow_symlinks=False)}
     except OSError:
         pass
+    if dry_run:
+        return _would_prune(project, now or project.clock(), live)
     return diagnostics.prune(project.paths, now or project.clock(), live)
 
 
-def prune(project: Project, *, now: datetime | None = None, worktrees: bool = True) -> PruneResult:
+def _would_prune(project: Project, now: datetime, live: set[str]) -> diagnostics.PruneReport:
+    """What ``diagnostics.prune`` would remove, by its rules (its RETENTION), removing nothing."""
+    report = diagnostics.PruneReport()
+    cutoff = (now - diagnostics.RETENTION).timestamp()
+    try:
+        task_dirs = sorted(os.scandir(project.paths.diagnostics), key=lambda e: e.name)
+    except OSError:
+        return report
+    for entry in task_dirs:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.name not in live:
+            report.orphaned.append(entry.name)
+            continue
+        for item in os.scandir(entry.path):
+            if item.name.startswith("."):
+                continue  # a half-written temp file: not a diagnostic
+            try:
+                mtime = item.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if mtime <= cutoff:
+                report.removed.append(f"{entry.name}/{item.name}")
+            else:
+                report.kept += 1
+    return report
+
+
+def prune(
+    project: Project, *, now: datetime | None = None, worktrees: bool = True, dry_run: bool = False
+) -> PruneResult:
     when = now or project.clock()
-    result = PruneResult(prune_diagnostics(project, when))
+    result = PruneResult(prune_diagnostics(project, when, dry_run=dry_run), dry_run=dry_run)
     if worktrees:
         prune_worktrees(project, when, result)
     return result
@@ -120,6 +158,9 @@ def prune_worktrees(project: Project, now: datetime, result: PruneResult) -> Non
         if why is not None:
             result.worktrees_kept.append({"path": path, "reason": why})
             continue
+        if result.dry_run:
+            result.worktrees_removed.append(path)
+            continue
         if entry.is_dir() and not any(entry.iterdir()):
             entry.rmdir()
         else:
@@ -128,7 +169,8 @@ def prune_worktrees(project: Project, now: datetime, result: PruneResult) -> Non
             result.worktrees_kept.append({"path": path, "reason": "git could not remove it"})
         else:
             result.worktrees_removed.append(path)
-    git.run("worktree", "prune", cwd=repo, check=False)
+    if not result.dry_run:
+        git.run("worktree", "prune", cwd=repo, check=False)
 
 
 def _why_keep(project: Project, entry: Path) -> str | None:

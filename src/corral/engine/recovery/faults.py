@@ -14,6 +14,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
+from corral.domain.substate import phase_words
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
 from corral.engine.recovery.receipts import interrupt
@@ -77,6 +78,6 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
             current,
             f"internal fault: {error}",
             cause,
-            status_reason=f"internal fault while {'launching' if phase == 'launch' else phase}",
+            status_reason=f"internal fault while {phase_words(phase)}",
             counts=False,
         )
