@@ -1,6 +1,8 @@
 """One repository's corral: its paths, store, settings, git and clock, opened together.
 
-Every engine operation takes a ``Project``; surfaces build one per invocation.
+Every engine operation takes a ``Project``; surfaces build one per invocation. Which state
+directory a checkout uses is its project identity's (:mod:`corral.engine.identity`), so a
+repository that moves keeps its tasks and a copy is told apart.
 Dependencies are injected so tests replace only what they must.
 
 A database that vanished is not a fresh start: when ``corral.db`` is missing or empty but
@@ -23,7 +25,15 @@ from corral.domain.actors import Actor
 from corral.domain.clock import Clock, utcnow
 from corral.domain.status import Status
 from corral.engine.config import Config, load_config
-from corral.engine.paths import ProjectPaths, make_private_dir, prepare_private_state, private_umask, user_config_file
+from corral.engine.identity import Identity, attach_state, find_state, locate
+from corral.engine.paths import (
+    ProjectPaths,
+    corral_home,
+    make_private_dir,
+    prepare_private_state,
+    private_umask,
+    user_config_file,
+)
 from corral.errors import DaemonRunning, RefusedError, StoreError, StoreMissing, UsageError
 from corral.store import SQLiteStore, Store
 
@@ -115,6 +125,8 @@ class Project:
     config: Config
     git: Git
     clock: Clock = utcnow
+    identity: Identity | None = None  # None: a repository without a commit yet
+    moved_from: str | None = None  # opening it found the repository moved from here, and followed
     _store: Store | None = field(default=None, repr=False)
 
     @classmethod
@@ -124,16 +136,45 @@ class Project:
         *,
         git: Git | None = None,
         clock: Clock = utcnow,
+        copy: str | None = None,
     ) -> Project:
+        """The project of the checkout containing ``repo`` (default: the current directory).
+
+        Its state directory is found by the project's identity (:mod:`corral.engine.identity`):
+        a repository that moved is reattached here, and a copy is refused with
+        ``RepositoryCopied`` unless ``copy`` answers the question (``"attach"`` or ``"fresh"``).
+        """
         given = git
         git = git or Git()
         root = git.main_root(Path(repo) if repo else Path.cwd())
-        paths = ProjectPaths.for_repo(root)
-        config = load_config(user_file=user_config_file(), project_file=paths.project_config)
+        config = load_config(user_file=user_config_file(), project_file=root / "corral.toml")
         if given is None:  # an injected Git keeps its own limits (tests)
             git.timeout = float(config["git_timeout"])
             git.hook_timeout = float(config["git_hook_timeout"])
-        return cls(paths=paths, config=config, git=git, clock=clock)
+        located = locate(git, root, choice=copy)
+        return cls(
+            paths=located.paths,
+            config=config,
+            git=git,
+            clock=clock,
+            identity=located.identity,
+            moved_from=located.moved_from,
+        )
+
+    @classmethod
+    def attach(cls, repo: str | Path | None, state: str) -> Project:
+        """Attach the checkout containing ``repo`` to the state directory named ``state`` and open it.
+
+        For a repository found again (re-cloned, or its cache lost) whose old state ``doctor``
+        lists as gone; refused when the state is another project's or its checkout still holds it.
+        """
+        git = Git()
+        root = git.main_root(Path(repo) if repo else Path.cwd())
+        home = corral_home()
+        located = attach_state(git, root, find_state(home, state), home)
+        project = cls.open(root)
+        project.moved_from = located.moved_from
+        return project
 
     @property
     def repo(self) -> Path:

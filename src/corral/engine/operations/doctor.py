@@ -1,6 +1,9 @@
-"""``corral doctor``: checks of the machine, the state directory and the tasks, with repairs.
+"""``corral doctor``: checks of the machine, the harnesses, the state directory and the tasks, with repairs.
 
-Each check says what it found and, when something is wrong, what to do.
+Each check says what it found and, when something is wrong, what to do. ``doctor`` also lists
+every project state under ``CORRAL_HOME`` whose repository moved or is gone (to reattach or
+archive). ``doctor T`` re-derives a paused task's label, and takes an interrupted task whose
+failed upstream merge was resolved by hand to blocked.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral.domain.actors import Actor
+from corral.domain.records import Task
 from corral.domain.status import PAUSED, TERMINAL, Status
 from corral.engine.config import proposals
+from corral.engine.identity import orphans
+from corral.engine.operations.preflight import report
 from corral.engine.paths import private_mode_findings
 from corral.engine.project import Project, backups, backups_dir
+from corral.engine.recovery import hand_merged
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError
 
@@ -178,6 +185,61 @@ def check_private(project: Project) -> list[Check]:
     return shown or [Check("private", "ok", f"{project.paths.root} is private to you")]
 
 
+def check_harnesses(project: Project) -> list[Check]:
+    """Every configured harness: found, its version, whether it can tell it is logged in, how it is held read-only.
+
+    A harness that cannot run is a warning, not a failure: the state is sound, and ``start``
+    refuses it at once with the same hint.
+    """
+    out = []
+    for found in report(project):
+        read_only = f"; read-only: {found.read_only}" if found.read_only else ""
+        if not found.ok:
+            problem = (found.problem or "cannot run").rstrip(".")  # it names the executable it looked for
+            out.append(Check("harness", "warn", f"{found.name}: {problem}{read_only}", found.hint))
+            continue
+        if found.logged_in is True:
+            login = f"logged in ({found.login_source})" if found.login_source else "logged in"
+        elif found.logged_in is False:
+            login = "not logged in"
+        else:
+            login = "cannot tell whether it is logged in" + (f" ({found.login_source})" if found.login_source else "")
+        message = f"{found.name}: {found.version or 'version unknown'} at {found.path}; {login}{read_only}"
+        if found.logged_in is False:
+            out.append(Check("harness", "warn", message, f"Log in to {found.name} (run `{found.executable}` once)."))
+        else:
+            out.append(Check("harness", "ok", message))
+    return out
+
+
+def hand_merge(project: Project, task: Task) -> Check:
+    """``doctor T`` of an interrupted task: its failed upstream merge, if resolved by hand, makes it blocked."""
+    answer = hand_merged.settle(project, task)
+    if answer.moved:
+        return Check("merge", "fixed", f"{task.ref} was interrupted, now blocked: {hand_merged.REASON}.")
+    cause = task.resting_cause.code if task.resting_cause else None
+    if cause == hand_merged.CAUSE:
+        return Check(
+            "merge",
+            "warn",
+            f"{task.ref} stays interrupted: {answer.why_not}.",
+            f"Resolve the merge in its worktree and commit, then run `corral doctor {task.ref}` "
+            f"(or `corral resume {task.ref}` to let the agent try again).",
+        )
+    return Check("merge", "ok", f"{answer.why_not or task.ref}; doctor changes nothing.", None)
+
+
+def check_projects(project: Project) -> list[Check]:
+    """This checkout's project, then every state under CORRAL_HOME whose repository moved or is gone."""
+    ident = project.identity
+    who = f"project {ident.project}, root commit {ident.root_commit[:12]}" if ident else "no commit yet: keyed by path"
+    moved = f"; moved from {project.moved_from}, its tasks followed" if project.moved_from else ""
+    out = [Check("project", "ok", f"{project.paths.root.name} ({who}{moved})")]
+    for orphan in orphans(project.paths.home):
+        out.append(Check("project", "warn", orphan.message, orphan.hint))
+    return out
+
+
 def _guarded(name: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
     """A check that fails reports as a failed check: doctor itself never crashes."""
     try:
@@ -191,6 +253,10 @@ def _guarded(name: str, check: Callable[[], Check | list[Check]]) -> list[Check]
 
 def run(project: Project, task: str | None = None) -> list[Check]:
     if task is not None:
+        with project.store.read() as tx:
+            found = resolve_task(tx, task)
+        if found.status is Status.INTERRUPTED:
+            return [hand_merge(project, found)]
         return [repark(project, task)]
     checks = [
         *_guarded("git", lambda: check_git(project)),
@@ -205,6 +271,8 @@ def run(project: Project, task: str | None = None) -> list[Check]:
         checks += _guarded("worktree", lambda: check_worktrees(project))
         checks += _guarded("checkout", lambda: check_checkouts(project))
     checks += _guarded("private", lambda: check_private(project))
+    checks += _guarded("project", lambda: check_projects(project))
+    checks += _guarded("harness", lambda: check_harnesses(project))
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     checks.append(
         Check(
