@@ -737,13 +737,17 @@ def write_live_status(state_dir: Path, task: TaskPlan, pid: int) -> None:
     proto.mkdir(parents=True, exist_ok=True)
     at = ts(task.events[-1][1])
     command = {"protocol_version": 1, "command_id": command_id, "task_id": task.id, "kind": kind, "created_at": at}
+    # A live supervisor beats every few seconds; the seeded files stand in for supervisors that
+    # beat throughout the benchmark, so their beat is dated a day ahead (its age reads as 0)
+    # and ``list`` sees them working, as in real use, instead of losing them as frozen.
+    beat = datetime.now(UTC) + timedelta(days=1)
     status = {
         "protocol_version": 1,
         "command_id": command_id,
         "pid": pid,
         "phase": "work",
         "kind": kind,
-        "heartbeat_at": at,
+        "heartbeat_at": ts(to_us(beat)),
         "retry": None,
     }
     (proto / "command.json").write_text(json.dumps(command, indent=1))

@@ -20,7 +20,7 @@ from corral.engine.project import Project
 from corral.engine.read import projection
 from corral.engine.recovery import merges
 from corral.engine.resolve import resolve_task
-from corral.engine.runtime.liveness import live_facts
+from corral.engine.runtime.liveness import Observed, live_facts
 from corral.errors import RefusedError, UsageError
 
 # What ``list`` shows for each choice; None: every task, finished ones included.
@@ -35,12 +35,12 @@ LISTS: dict[str | None, frozenset[Status] | None] = {
 PAGE_TURNS = 50
 
 
-def _settle(project: Project) -> list[str]:
+def _settle(project: Project, observed: Observed | None = None) -> list[str]:
     # Imported here: reconciling pulls in the recovery room, which a read right after an
     # operation (create, edit, close) does not need.
     from corral.engine.operations.refresh import settle
 
-    return settle(project)
+    return settle(project, observed)
 
 
 def _threshold(project: Project) -> int:
@@ -66,11 +66,14 @@ def list_tasks(project: Project, which: str | None = None) -> Listing:
     """The rows of ``list``: unfinished tasks (None), ``active``, ``blocked`` or ``all``; settles first."""
     if which not in LISTS:
         raise UsageError(f"There is no '{which}' list.", hint="Choose one of: active, blocked, all.")
-    problems = _settle(project)
+    observed: Observed = {}
+    problems = _settle(project, observed)
     wanted, threshold = LISTS[which], _threshold(project)
     with project.store.read() as tx:
         found = tx.tasks(sorted(wanted) if wanted is not None else None)
-        rows = projection.list_rows(tx, found, lambda t: live_facts(project, t), breaker_threshold=threshold)
+        rows = projection.list_rows(
+            tx, found, lambda t: live_facts(project, t, observed), breaker_threshold=threshold
+        )
     return Listing(rows, problems)
 
 

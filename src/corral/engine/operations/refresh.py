@@ -9,11 +9,17 @@ from __future__ import annotations
 from corral.engine.operations.auto_resume import maybe_auto_resume
 from corral.engine.project import Project
 from corral.engine.recovery.reconcile import reconcile
+from corral.engine.runtime.liveness import Observed
 
 
-def settle(project: Project) -> list[str]:
-    """Reconcile, then auto-resume each task whose turn ended in this pass; returns the problems met."""
-    report = reconcile(project)
+def settle(project: Project, observed: Observed | None = None) -> list[str]:
+    """Reconcile, then auto-resume each task whose turn ended in this pass; returns the problems met.
+
+    ``observed`` collects what the pass saw of the supervisors still running, so a read that
+    follows shows what the pass judged (``liveness.Observed``); it never holds a task whose
+    turn ended, so an auto-resumed task is read afresh.
+    """
+    report = reconcile(project, observed)
     problems = list(report.problems)
     for task_id in report.ended:
         try:

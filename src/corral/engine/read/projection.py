@@ -136,6 +136,9 @@ class _Failures:
             "attempts": self.attempts(t.attempts) if t.attempts else [],
             "failure": self.json(t.failure),
             "reason": self.line(t.failure, with_effects=True) if failed else None,
+            # What the turn kept of its receipt or session (git facts, the check, how a pair's
+            # agent ended, what a read-only turn kept aside), as stored: masked when it was written.
+            "details": t.details,
         }
 
     def cause(self, cause: RestingCause | None) -> dict[str, Any] | None:

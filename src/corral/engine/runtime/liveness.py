@@ -2,31 +2,50 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.domain.substate import Live
 from corral.engine.project import Project
 
+if TYPE_CHECKING:
+    from corral.engine.runtime.protocol import SupervisorStatus
 
-def live_facts(project: Project, task: Task) -> Live | None:
+
+#: What one reconcile pass saw of each working task's supervisor (task id → its live facts).
+#: A read that follows the pass in the same command (``list`` after settling) shows what the
+#: pass judged, instead of reading every ``status.json`` and probing every pid a second time.
+Observed = dict[str, Live]
+
+
+def live_facts(project: Project, task: Task, observed: Observed | None = None) -> Live | None:
     """What the task's supervisor reports right now; None for a task that is not working.
 
     One read of ``status.json`` through the protocol's reader (the one the reconciler
     uses, so ``list`` and a reconcile pass agree on what a supervisor said) and one
-    liveness probe of its pid. A missing or unusable status file is a supervisor not
+    liveness probe of its pid — or, when this command's reconcile pass already judged the
+    task, what it saw (``observed``). A missing or unusable status file is a supervisor not
     (yet) seen alive.
     """
     if task.status is not Status.WORKING:
         return None
+    if observed is not None and task.id in observed:
+        return observed[task.id]
     from corral.engine.runtime import protocol as proto  # only a working task has a supervisor to read
     from corral.engine.runtime.processes import supervisor_alive
 
     status = proto.read_record(project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
+    return live_of(status, status is not None and supervisor_alive(status))
+
+
+def live_of(status: SupervisorStatus | None, alive: bool) -> Live:
+    """The live facts a supervisor's status file gives, judged ``alive`` (or not) by the caller."""
     if status is None:
         return Live(alive=False)
     retry = status.retry
     return Live(
-        alive=supervisor_alive(status),  # frozen, gone or its pid reused: not alive
+        alive=alive,  # frozen, gone or its pid reused: not alive
         phase=status.phase,
         kind=status.kind,
         retry_attempt=retry.attempt if retry else None,

@@ -19,7 +19,6 @@ from corral.adapters.process import (
     ProcInfo,
     all_processes,
     environ_has,
-    pid_alive,
     proc_info,
     send_identified,
     stop_identified,
@@ -87,7 +86,7 @@ def supervisor_lost(status: proto.SupervisorStatus, *, mono_now: float | None = 
     heartbeat older than the bound (frozen or stopped). A status file without a start time
     (an older supervisor's) is judged by its pid and heartbeat alone.
     """
-    info = proc_info(status.pid) if pid_alive(status.pid) else None
+    info = proc_info(status.pid)  # None for no process and for a zombie: one read of /proc, no signal
     if info is None:
         return GONE
     if status.pid_start is not None and info.start != status.pid_start:
