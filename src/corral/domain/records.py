@@ -20,6 +20,13 @@ JSON = dict[str, Any]
 #: The task metadata key of an accept whose merge stands but whose destination's local changes
 #: were kept in a stash (what ``show`` says until the person restores them).
 RESTORE_CONFLICT = "destination_restore_conflict"
+#: The task metadata key of the settings the task keeps as its own: ``{name: {"value": v, "source":
+#: "task" | "env", "origin": where}}`` ("task": ``corral edit --set``; "env": the environment a person
+#: launched one of its turns with). Its turns run with them, whoever launches them.
+TASK_SETTINGS = "settings"
+#: The task metadata key of its latest interruption as the same-cause breaker saw it
+#: (``domain.failures.Interruption.to_json`` and how many in a row had that cause).
+LAST_INTERRUPTION = "last_interruption"
 
 
 class FeedbackDelivery(StrEnum):
@@ -142,6 +149,14 @@ class Task:
     @property
     def branch(self) -> str:
         return f"corral/{self.ref}"
+
+    @property
+    def settings(self) -> dict[str, JSON]:
+        """The settings the task keeps as its own (see :data:`TASK_SETTINGS`), by name."""
+        found = self.metadata.get(TASK_SETTINGS)
+        if not isinstance(found, dict):
+            return {}
+        return {str(k): dict(v) for k, v in found.items() if isinstance(v, dict) and "value" in v}
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
-"""Turning what a person typed into a task: a ref, an id, or a unique prefix of either."""
+"""Resolving what applies to a task: the task a person named (a ref, an id, or a unique prefix
+of either), and the settings its turns run with."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 
 from corral.domain.records import Task
+from corral.domain.settings import TASK_SCOPED
+from corral.engine.config import Config, Value
 from corral.errors import AmbiguousTask, TaskNotFound, UsageError
 from corral.store import Tx
 
@@ -23,3 +27,20 @@ def resolve_task(tx: Tx, given: str) -> Task:
         raise AmbiguousTask(name, [f"{m.ref} ({m.id[:8]}, {m.status.value})" for m in matches])
     nearest = difflib.get_close_matches(name, tx.refs(near=name), n=3, cutoff=0.5)
     raise TaskNotFound(name, nearest)
+
+
+def task_config(config: Config, task: Task) -> Config:
+    """``config`` with the settings ``task`` keeps as its own laid over it (docs/architecture.md#a-tasks-own-settings).
+
+    What the task recorded wins over this process's environment and files: a turn that the
+    system launches later (an auto-resume, a redelivery) runs as the person launched it.
+    """
+    own = {k: v for k, v in task.settings.items() if k in TASK_SCOPED and k in config.values}
+    if not own:
+        return config
+    values = dict(config.values)
+    for name, entry in own.items():
+        source = "task" if entry.get("source") == "task" else "task_env"
+        origin = entry.get("origin")
+        values[name] = Value(entry["value"], source, origin if isinstance(origin, str) else None)
+    return dataclasses.replace(config, values=values)

@@ -6,6 +6,7 @@ import click
 
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import list_lines, show_lines
+from corral.domain.settings import toml_value
 from corral.engine.operations import queries
 
 
@@ -71,6 +72,8 @@ def create(
 Examples:
   corral edit fix-login --goal "Fix the login timeout on slow networks"
   corral edit fix-login -m "Also cover the mobile client." --protect 'db/*'
+  corral edit fix-login --set watchdog_timeout=600     this task's own setting
+  corral edit fix-login --unset watchdog_timeout       back to the repository's
 """
 )
 @click.argument("task")
@@ -81,6 +84,14 @@ Examples:
 @click.option("--harness", help="New harness.")
 @click.option("--model", help="New model.")
 @click.option("--target", metavar="BRANCH", help="New target branch.")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A setting this task keeps as its own, for every later turn, auto-resumes included (repeatable).",
+)
+@click.option("--unset", multiple=True, metavar="KEY", help="Stop keeping a setting of its own (repeatable).")
 @json_option
 @pass_app
 def edit(
@@ -93,8 +104,15 @@ def edit(
     harness: str | None,
     model: str | None,
     target: str | None,
+    settings: tuple[str, ...],
+    unset: tuple[str, ...],
 ) -> None:
-    """Change a task that is not terminal (a finished task's fields are frozen)."""
+    """Change a task that is not terminal (a finished task's fields are frozen).
+
+    A task keeps its own settings (--set): what the environment set when a person launched
+    one of its turns, and what --set gives it. They win over the repository's settings for
+    each of its turns; `corral show TASK --details` lists them.
+    """
     from corral.engine.operations import tasks  # not needed by list and show
 
     patterns: tuple[str, ...] | None = () if no_protect else (protect or None)
@@ -107,8 +125,18 @@ def edit(
         harness=harness,
         model=model,
         target=target,
+        settings=settings,
+        unset=unset,
+        actor=app.actor,
     )
-    app.answer({"task": queries.task_view(app.project, updated).task_json()}, f"Updated {updated.ref}.")
+    lines = [f"Updated {updated.ref}."]
+    own = updated.settings
+    for item in settings:
+        key = item.partition("=")[0].strip()
+        if key in own:
+            lines.append(f"  {key} = {toml_value(own[key]['value'])} (its own, for every later turn)")
+    lines += [f"  {key.strip()} unset (it follows the repository's settings again)" for key in unset]
+    app.answer({"task": queries.task_view(app.project, updated).task_json()}, lines)
 
 
 def _either(which: str) -> str:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from corral.cli import render
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.textinput import obtain
+from corral.domain.records import Task
 from corral.engine.operations import control, queries, turns
+from corral.engine.project import Project
+from corral.engine.read.live import live_turn
 from corral.errors import UsageError
 
 
@@ -31,13 +38,61 @@ def _started(app: App, started: turns.Started, wait: bool, timeout: float | None
     return 0
 
 
+class LiveLine:
+    """One line on a terminal, rewritten in place as the turn goes on, and erased before the answer.
+
+    Only on a terminal (stderr), and never with ``--json``: a script reading either stream
+    sees no carriage returns. Every piece of it passes ``display``: the agent's last line
+    may hold escape sequences.
+    """
+
+    def __init__(self, app: App, project: Project) -> None:
+        self.app = app
+        self.project = project
+        self.stream = app.stderr
+        self.on = not app.json and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.shown = False
+        self.started = time.monotonic()
+        self.width = 79
+        # A terminal that knows no erase-line code is wiped with spaces instead.
+        self.dumb = os.environ.get("TERM") == "dumb"
+
+    def _erase(self) -> str:
+        return "\r" + " " * self.width + "\r" if self.dumb else "\r\x1b[2K"
+
+    def tick(self, task: Task) -> None:
+        if not self.on:
+            return
+        try:
+            line = render.live_text(live_turn(self.project, task).to_json(), time.monotonic() - self.started)
+        except (OSError, ValueError):  # a file half-written or gone: the wait goes on, the line waits a tick
+            return
+        erase = self._erase()
+        self.width = width = max(20, shutil.get_terminal_size((80, 24)).columns - 1)
+        if len(line) > width:
+            line = line[: width - 1] + "…"
+        self.stream.write(erase + line)
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write(self._erase())
+            self.stream.flush()
+            self.shown = False
+
+
 def _wait(app: App, ref: str, timeout: float | None) -> int:
     project = app.project
+    live = LiveLine(app, project)
     try:
-        result = control.wait(project, ref, timeout=timeout)
+        result = control.wait(project, ref, timeout=timeout, on_tick=live.tick)
     except KeyboardInterrupt:
+        live.clear()
         app.note("Stopped waiting; the turn goes on.")
         return 130
+    finally:
+        live.clear()
     doc = queries.task_doc(project, result.task)
     app.answer(
         {

@@ -1,25 +1,32 @@
-"""Auto-resume: a crashed turn is resumed by the system, within the circuit breaker.
+"""Auto-resume: a crashed turn is resumed by the system, within the circuit breakers.
 
 docs/lifecycle.md#auto-resume-and-the-circuit-breaker: never after a merge-and-fix failure, an
 internal fault or a classified (fatal or exhausted) failure — those rest blocked
-anyway; never while violations are pending; never for an ask; and not once the
-session has been interrupted ``breaker_threshold`` times in a row. The resume turn
-carries no feedback itself, so a crash during it redelivers the same feedback.
+anyway; never while violations are pending; never for an ask; not once the session has
+been interrupted ``breaker_threshold`` times in a row; and not once it was interrupted
+``breaker_same_cause`` times in a row by one cause (the same code and exit status, no new
+commit between them, within ten minutes), which is recorded on the resting cause so ``show``
+says so. Each setting is the task's own where it keeps one. The resume turn carries no
+feedback itself, so a crash during it redelivers the same feedback.
 """
 
 from __future__ import annotations
 
 from corral.domain.actors import Actor
-from corral.domain.failures import NO_AUTO_RESUME
+from corral.domain.explain import SAME_CAUSE_BREAKER
+from corral.domain.failures import NO_AUTO_RESUME, Interruption, same_cause_run, same_cause_tripped
 from corral.domain.failures import breaker_tripped as tripped
+from corral.domain.records import LAST_INTERRUPTION, RestingCause, Session, Task
 from corral.domain.status import Status
+from corral.engine.config import Config
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
+from corral.engine.resolve import task_config
 from corral.errors import CorralError, TaskBusy
 
 
-def breaker_tripped(project: Project, consecutive: int) -> bool:
-    return tripped(consecutive, int(project.config["breaker_threshold"]))
+def breaker_tripped(project: Project, consecutive: int, config: Config | None = None) -> bool:
+    return tripped(consecutive, int((config or project.config)["breaker_threshold"]))
 
 
 def resumable(project: Project, task_id: str) -> bool:
@@ -27,23 +34,71 @@ def resumable(project: Project, task_id: str) -> bool:
         task = tx.get_task(task_id)
         if task is None or task.status is not Status.INTERRUPTED or task.session_id is None:
             return False
-        if task.resting_cause is not None and task.resting_cause.code in NO_AUTO_RESUME:
+        config = task_config(project.config, task)
+        if not config["auto_resume"]:
+            return False
+        cause = task.resting_cause
+        if cause is not None and (cause.code in NO_AUTO_RESUME or SAME_CAUSE_BREAKER in cause.details):
             return False
         session = tx.get_session(task.session_id)
-        if session is None or breaker_tripped(project, session.consecutive_interruptions):
+        if session is None or breaker_tripped(project, session.consecutive_interruptions, config):
             return False
         return not tx.pending_paths(task.id)
 
 
+def _interruption(project: Project, task: Task, session: Session) -> Interruption | None:
+    cause = task.resting_cause
+    at = session.interrupt_at or (cause.at if cause is not None else None)
+    if cause is None or at is None:
+        return None
+    exit_code = session.interrupt_exit_code
+    if exit_code is None and cause.evidence is not None:
+        exit_code = cause.evidence.exit_code
+    head = project.git.rev_parse(f"refs/heads/{session.branch or task.branch}", cwd=project.repo)
+    return Interruption(cause.code, exit_code, head, at.timestamp())
+
+
+def same_cause_stop(project: Project, task_id: str) -> bool:
+    """Count this interruption against the one before; True (recorded on the cause) when the breaker trips.
+
+    Counted once per interruption: its time tells it from the one recorded before.
+    """
+    with project.store.write() as tx:
+        task = tx.get_task(task_id)
+        session = tx.get_session(task.session_id) if task is not None and task.session_id else None
+        if task is None or session is None or task.resting_cause is None:
+            return False
+        now = _interruption(project, task, session)
+        if now is None:
+            return False
+        kept = task.metadata.get(LAST_INTERRUPTION)
+        kept = kept if isinstance(kept, dict) else {}
+        before = Interruption.from_json(kept.get("interruption"))
+        run = kept.get("run")
+        run = run if isinstance(run, int) and not isinstance(run, bool) else 1
+        if before is None or before.at != now.at:
+            # A run goes on only while nothing ended it: no turn ended well, no person launched one.
+            run = same_cause_run(before, run, now, in_a_row=session.consecutive_interruptions > 1)
+            record = {"interruption": now.to_json(), "run": run}
+            tx.update_task(task.id, metadata={**task.metadata, LAST_INTERRUPTION: record}, touch=False)
+        threshold = int(task_config(project.config, task)["breaker_same_cause"])
+        if not same_cause_tripped(run, threshold):
+            return False
+        cause = task.resting_cause
+        details = {**cause.details, SAME_CAUSE_BREAKER: {"run": run, "code": now.code, "exit_code": now.exit_code}}
+        tx.set_resting_cause(task.id, RestingCause(cause.code, cause.at, cause.actor, cause.evidence, details))
+        return True
+
+
 def maybe_auto_resume(project: Project, task_id: str) -> bool:
     """Resume an interrupted task as the system, if that is safe; True when a turn was launched."""
-    if not project.config["auto_resume"] or not resumable(project, task_id):
+    if not resumable(project, task_id):
         return False
     from corral.engine.operations import turns  # imported when a resume is due: reconcile passes rarely need it
 
     try:
         with task_lock(project, task_id, what="auto-resume", timeout=0):
-            if not resumable(project, task_id):
+            if not resumable(project, task_id) or same_cause_stop(project, task_id):
                 return False
             turns.resume(project, task_id, actor=Actor.SYSTEM, kind="auto-resume")
             return True

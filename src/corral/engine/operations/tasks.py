@@ -7,20 +7,29 @@ before it touches git (save first, act second).
 
 from __future__ import annotations
 
+import difflib
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from corral.domain.actors import Actor
-from corral.domain.records import Note, Task
+from corral.domain.records import TASK_SETTINGS, Note, Task
 from corral.domain.refs import unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
+from corral.domain.settings import BY_NAME, TASK_SCOPED, Setting, SettingValue, Trust
 from corral.domain.status import Op, Status, check_operation, check_transition, is_terminal, may
 from corral.engine import workspace
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
-from corral.errors import CorralError, NotFoundError, RefusedError, UsageError
+from corral.errors import (
+    CorralError,
+    HarnessMisconfigured,
+    HarnessNotFound,
+    NotFoundError,
+    RefusedError,
+    UsageError,
+)
 from corral.store import UNSET, NewTask
 
 
@@ -131,6 +140,7 @@ def create(
             target_branch=target_branch,
             protected=_protect(protect),
         )
+        refuse_harness_misconfigured(project, new.harness, {})
         return tx.insert_task(new, actor)
 
 
@@ -144,9 +154,19 @@ def edit(
     harness: str | None = None,
     model: str | None = None,
     target: str | None = None,
+    settings: Sequence[str] = (),
+    unset: Sequence[str] = (),
+    actor: Actor = Actor.HUMAN,
 ) -> Task:
+    """Change a task that is not terminal.
+
+    ``settings`` are ``KEY=VALUE`` items the task keeps as its own settings, ``unset`` the keys
+    it stops keeping (it then follows the repository's settings again).
+    """
     clean_goal = _goal(project, goal) if goal is not None else UNSET
     clean_prompt = _prose(project, "prompt", prompt) if prompt is not None else UNSET
+    given_settings = parse_settings(settings, unset, actor)
+    dropped = {k.strip() for k in unset}
     with project.store.write() as tx:
         task = resolve_task(tx, given)
         if not may(Op.EDIT, task.status):
@@ -155,6 +175,12 @@ def edit(
                 code="task-frozen",
                 hint=f"Reopen it first: corral reopen {task.ref}",
             )
+        own = {k: v for k, v in task.settings.items() if k not in dropped}
+        for key, value in given_settings.items():
+            own[key] = {"value": value, "source": "task", "origin": "corral edit --set"}
+        if harness is not None or given_settings:
+            refuse_harness_misconfigured(project, harness or task.harness, {k: v["value"] for k, v in own.items()})
+        metadata = {**task.metadata, TASK_SETTINGS: own} if settings or unset else UNSET
         return tx.update_task(
             task.id,
             goal=clean_goal,
@@ -163,7 +189,82 @@ def edit(
             harness=harness if harness is not None else UNSET,
             model=model if model is not None else UNSET,
             target_branch=_branch(project, sanitize_field(target)) if target is not None else UNSET,
+            metadata=metadata,
         )
+
+
+#: Settings a task has as fields of its own, and the option that sets each.
+_FIELD_OPTIONS = {"harness": "--harness", "model": "--model", "protected": "--protect"}
+
+
+def parse_settings(given: Sequence[str], unset: Sequence[str], actor: Actor) -> dict[str, SettingValue]:
+    """``KEY=VALUE`` items as typed values, each checked against the settings schema; ``unset`` keys checked too.
+
+    A key that is no setting names the nearest; a setting that is not the task's to keep
+    says where it is set instead; a setting that widens what an agent may do, or makes corral
+    execute something, is taken from a person only.
+    """
+    out: dict[str, SettingValue] = {}
+    for item in given:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(
+                f"--set takes KEY=VALUE, not {item!r}.", code="bad-setting", hint="e.g. --set watchdog_timeout=600"
+            )
+        schema = _task_setting(key, actor)
+        out[key] = schema.coerce(raw, f"--set {key}")
+    for key in unset:
+        _task_setting(key.strip(), actor)
+    both = sorted(set(out) & {k.strip() for k in unset})
+    if both:
+        raise UsageError(f"Both set and unset: {', '.join(both)}.", code="bad-setting", hint="Give each key once.")
+    return out
+
+
+def _task_setting(key: str, actor: Actor) -> Setting:
+    schema = BY_NAME.get(key)
+    if schema is None:
+        nearest = difflib.get_close_matches(key.lower().replace("-", "_"), list(BY_NAME), n=1, cutoff=0.6)
+        hint = f"Did you mean {nearest[0]}?" if nearest else "See them all: corral config show"
+        raise UsageError(f"corral has no setting named '{key}'.", code="unknown-setting", hint=hint)
+    if key in _FIELD_OPTIONS:
+        raise UsageError(
+            f"A task's {key} is one of its fields.",
+            code="not-a-task-setting",
+            hint=f"Change it with corral edit TASK {_FIELD_OPTIONS[key]} ….",
+        )
+    if key not in TASK_SCOPED:
+        raise UsageError(
+            f"{key} applies to the whole repository, not to one task.",
+            code="not-a-task-setting",
+            hint=f"Set it in your settings file or with {schema.env_var}. A task keeps its own: "
+            + ", ".join(sorted(TASK_SCOPED))
+            + ".",
+        )
+    if actor is not Actor.HUMAN and schema.trust is not Trust.ANYWHERE:
+        raise RefusedError(
+            f"{key} is taken from a person only: it widens what an agent may do or makes corral execute something.",
+            code="setting-needs-person",
+            hint=f"Run the command yourself (CORRAL_ACTOR is {actor.value}).",
+        )
+    return schema
+
+
+def refuse_harness_misconfigured(project: Project, harness: str | None, own: dict[str, SettingValue]) -> None:
+    """The preflight at create and edit: a harness corral does not know, or one that cannot run as
+    configured (a ``command`` harness with no command), is refused now. A missing executable or an
+    unreadable harness file is left for ``start`` to refuse: it may be installed or fixed by then."""
+    from corral.engine.operations import preflight  # only a create or an edit that names a harness needs it
+
+    try:
+        preflight.check_harness(project, harness, own)
+    except HarnessNotFound:
+        return
+    except HarnessMisconfigured as exc:
+        if exc.code == "harness-config-unreadable":
+            return
+        raise
 
 
 @dataclass(frozen=True)

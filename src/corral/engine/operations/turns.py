@@ -4,20 +4,28 @@ Save first, act second: each writes the human turn (feedback ``pending`` where i
 carries feedback) and the move to ``working`` in one transaction, then launches the
 supervisor through one skeleton (:func:`_launch`). They return once the supervisor runs;
 the turn goes on without the CLI.
+
+A person's launch checks the harness first (:func:`check_harness`), before anything is
+recorded, and keeps on the task the settings its environment gives the turn
+(:func:`record_launch_settings`); every turn runs with the task's own settings over the
+process's (``engine.resolve.task_config``, docs/architecture.md#a-tasks-own-settings).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corral import crashpoints
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.records import (
+    TASK_SETTINGS,
     FailureEvidence,
     FeedbackDelivery,
     PossibleEffects,
@@ -27,15 +35,19 @@ from corral.domain.records import (
     Turn,
 )
 from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
+from corral.domain.settings import TASK_RECORDED
 from corral.domain.status import TERMINAL, Op, Status, check_operation, check_transition
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import workspace
-from corral.engine.operations import launch
+from corral.engine.locks import task_lock
+from corral.engine.operations import launch, preflight
 from corral.engine.operations.pairing import refuse_while_chat
+from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.read.diagnostics import Translator
 from corral.engine.recovery.faults import internal_fault
-from corral.engine.resolve import resolve_task
+from corral.engine.resolve import resolve_task, task_config
+from corral.engine.runtime import protocol as proto
 from corral.errors import (
     CorralError,
     LaunchFailed,
@@ -103,11 +115,13 @@ def _launch(
     """
     with owned(project, task):
         crashpoints.hit(committed)
+        if turn.actor is not Actor.SYSTEM:
+            task = record_launch_settings(project, task)
         if prepare is not None:
             session = prepare(session)
         plan = spec(session) if callable(spec) else spec
         command = launch.build_command(
-            project,
+            dataclasses.replace(project, config=task_config(project.config, task)),
             task,
             session,
             turn,
@@ -119,7 +133,45 @@ def _launch(
             announce_merge=plan.announce_merge,
             read_only=plan.read_only,
         )
+        # The turn's settings stay on record beside its logs: the protocol's copy goes with the next turn.
+        make_private_dir(Path(command.log_dir))
+        proto.write(Path(command.log_dir), command)
         return Started(task, launch.launch(project, task, command))
+
+
+def check_harness(project: Project, task: Task) -> None:
+    """Before a person's launch records anything: a harness that cannot run is refused now, not in the background.
+
+    With the settings the turn would run with (:func:`launch_settings`); see ``operations/preflight.py``.
+    """
+    preflight.check_harness(project, task.harness, {k: v["value"] for k, v in launch_settings(project, task).items()})
+
+
+def launch_settings(project: Project, task: Task) -> dict[str, dict[str, Any]]:
+    """The settings ``task`` keeps as its own once a person launches its turn from this process.
+
+    What this process's environment sets of ``TASK_RECORDED`` is taken (the environment applies only to the
+    process that reads it; recorded, it applies to every later turn of the task, an
+    auto-resume by another process included), except over a value the task was given with
+    ``corral edit --set``: that is the person's word for this one task.
+    """
+    own = task.settings
+    for name in sorted(TASK_RECORDED):
+        found = project.config.values.get(name)
+        if found is not None and found.source == "env" and own.get(name, {}).get("source") != "task":
+            own[name] = {"value": found.value, "source": "env", "origin": found.origin}
+    return own
+
+
+def record_launch_settings(project: Project, task: Task) -> Task:
+    """Keep :func:`launch_settings` on the task (written only when they changed)."""
+    own = launch_settings(project, task)
+    if own == task.settings:
+        return task
+    with project.store.write() as tx:
+        current = tx.get_task(task.id) or task
+        merged = {**current.settings, **{k: v for k, v in own.items() if v.get("source") == "env"}}
+        return tx.update_task(task.id, metadata={**current.metadata, TASK_SETTINGS: merged}, touch=False)
 
 
 def _feedback(project: Project, text: str, field: str = "feedback") -> str:
@@ -151,7 +203,21 @@ def _check_worktree(task: Task, session: Session) -> None:
 def start(project: Project, given: str, *, actor: Actor, message: str | None = None) -> Started:
     msg = _feedback(project, message, "message") if message else None
     with project.store.read() as tx:
-        task = resolve_task(tx, given)
+        first = resolve_task(tx, given)
+    # Two starts at once serialize on the task's lock: the second reads the task only after the
+    # first recorded its session, and is told it already started (never to rename a branch).
+    with task_lock(project, first.id, what=f"start by {actor.value}", timeout=60):
+        task, session, turn, target, content = _start(project, first.id, actor, msg)
+    spec = TurnSpec("start", content, delivered=(turn.id,))
+    return _launch(project, task, session, turn, target, spec, committed="start.committed")
+
+
+def _start(project: Project, task_id: str, actor: Actor, msg: str | None) -> tuple[Task, Session, Turn, str, str]:
+    """The part of a start that holds the task's lock: check, make the workspace, record the session."""
+    with project.store.read() as tx:
+        task = resolve_task(tx, task_id)
+        if task.status is not Status.BACKLOG and task.session_id is not None:
+            raise workspace.started_error(task)
         check_operation(
             Op.START,
             task.status,
@@ -168,6 +234,7 @@ def start(project: Project, given: str, *, actor: Actor, message: str | None = N
                     hint=f"Start the parent first: corral start {parent.ref if parent else '…'}",
                 )
         target = workspace.target_branch(tx, task)
+    check_harness(project, task)
     try:
         ws = workspace.prepare(project, task, target)
     except PrepareFailed as exc:
@@ -204,8 +271,7 @@ def start(project: Project, given: str, *, actor: Actor, message: str | None = N
         )
         tx.set_status(task.id, Status.WORKING, actor, "start", expected_from=Status.BACKLOG, resting_cause=None)
         task = tx.get_task(task.id) or task
-    spec = TurnSpec("start", content, delivered=(turn.id,))
-    return _launch(project, task, session, turn, target, spec, committed="start.committed")
+    return task, session, turn, target, content
 
 
 def _decide_files(
@@ -289,6 +355,7 @@ def unblock(
         session = _session(tx, task)
         _check_worktree(task, session)
         refuse_while_chat(project, task, "unblock")
+        check_harness(project, task)
         reverted = _decide_files(project, tx, task, approve, revert, revert_rest, actor)
         turn = tx.add_turn(
             task.id,
@@ -341,6 +408,8 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
         session = _session(tx, task)
         _check_worktree(task, session)
         refuse_while_chat(project, task, "resume")
+        if actor is not Actor.SYSTEM:  # an auto-resume that cannot run rests the task with its cause
+            check_harness(project, task)
         turn = tx.add_turn(
             task.id,
             role=Role.HUMAN,
@@ -395,6 +464,8 @@ def _status_neutral_turn(
         session = _session(tx, task)
         _check_worktree(task, session)
         refuse_while_chat(project, task, kind)
+        if kind == "ask":
+            check_harness(project, task)
         turn = tx.add_turn(
             task.id,
             role=Role.HUMAN,
