@@ -221,6 +221,35 @@ def failure_details(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def running_time(seconds: float) -> str:
+    """``4:05``, ``1:02:09``: how long a turn has run."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def live_text(live: dict[str, Any], waited: float | None = None) -> str:
+    """One line of a running turn (``LiveTurn.to_json``): status and phase, attempt n of m, elapsed,
+    the retry and its delay, the last output line; ``waited`` stands in for an unknown elapsed time."""
+    phase = live.get("phase")
+    head = live["status"] if phase in (None, "work") else f"{live['status']} ({phase})"
+    parts = [head]
+    if live.get("attempt"):
+        parts.append(f"attempt {live['attempt']}" + (f" of {live['attempts']}" if live.get("attempts") else ""))
+    elapsed = live.get("elapsed_s")
+    if elapsed is not None or waited is not None:
+        parts.append(running_time(elapsed if elapsed is not None else waited or 0.0))
+    if live.get("retry_class") is not None:
+        reason = " ".join((live.get("retry_reason") or "").split())
+        retry = f"retrying ({live['retry_class']}{': ' + reason if reason else ''})"
+        if live.get("next_delay_s") is not None:
+            retry += f", next in {live['next_delay_s']:g} s"
+        parts.append(retry)
+    if live.get("last_line"):
+        parts.append(" ".join(str(live["last_line"]).split()))
+    return display(" · ".join(parts), multiline=False)
+
+
 def show_lines(
     app: App,
     doc: dict[str, Any],
@@ -245,6 +274,8 @@ def show_lines(
     out.append(f"Harness:  {harness}{model}")
     if t["protected"]:
         out.append(f"Protects: {', '.join(t['protected'])}")
+    if doc.get("live"):
+        out.append(f"Running:  {live_text(doc['live'])}")
     if t["prompt"]:
         out.append("Prompt:")
         out.extend(f"  {line}" for line in t["prompt"].splitlines())
@@ -272,6 +303,16 @@ def show_lines(
         out.append("Session:")
         out.append(f"  id {s['id']} · harness session {s['harness_session_id'] or '-'}")
         out.append(f"  consecutive interruptions {s['consecutive_interruptions']} · auto-resumed {s['auto_resumed']}")
+    if details and t.get("settings"):
+        out.append("")
+        out.append("Settings of its own:")
+        for name, own in t["settings"].items():
+            where = (
+                "corral edit --set"
+                if own.get("source") == "task"
+                else f"{own.get('origin') or 'the environment'} at a launch"
+            )
+            out.append(f"  {name} = {own.get('value')!r}  (from {where})")
     if details:
         out.extend(failure_details(doc))
     out.append("")

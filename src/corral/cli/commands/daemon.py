@@ -37,7 +37,9 @@ def run(app: App, tick: float) -> None:
     """Run in the foreground until SIGTERM or Ctrl-C."""
 
     daemons.serve(
-        app.project, tick=tick, on_event=lambda doc: app.event(doc, lambda: f"{local_time(doc['at'])} {doc['event']}", aside=True)
+        app.project,
+        tick=tick,
+        on_event=lambda doc: app.event(doc, lambda: f"{local_time(doc['at'])} {doc['event']}", aside=True),
     )
 
 

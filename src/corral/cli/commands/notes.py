@@ -52,6 +52,5 @@ def journal(app: App, task: str, message: str | None) -> None:
     found, entries = tasks.journal(app.project, task)
     app.answer(
         {"task": found.ref, "journal": [note_json(n) for n in entries]},
-        [f"{local_time(n.at)}  {n.actor.value}: {n.body}" for n in entries]
-        or f"The journal of {found.ref} is empty.",
+        [f"{local_time(n.at)}  {n.actor.value}: {n.body}" for n in entries] or f"The journal of {found.ref} is empty.",
     )

@@ -34,6 +34,7 @@ from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, Op, Status, may, takes
 from corral.engine import workspace
 from corral.engine.locks import task_lock
+from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.recovery.merges import (
     CONFLICT_CAUSE,
@@ -50,7 +51,14 @@ from corral.engine.recovery.merges import (
     without_flight,
 )
 from corral.engine.resolve import resolve_task
-from corral.errors import AcceptRefused, CorralError, DestinationRestoreConflict, GitError, MergeConflictOnAccept
+from corral.errors import (
+    STATUS_WORDS,
+    AcceptRefused,
+    CorralError,
+    DestinationRestoreConflict,
+    GitError,
+    MergeConflictOnAccept,
+)
 
 
 @dataclass(frozen=True)
@@ -153,7 +161,8 @@ def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
             )
         if not may(Op.ACCEPT, task.status):
             raise AcceptRefused(
-                f"Cannot accept {task.ref}: it is {task.status.value}; accept takes a task that is {takes(Op.ACCEPT)}.",
+                f"Cannot accept {task.ref}: it is {STATUS_WORDS.get(task.status.value, task.status.value)}; "
+                f"accept takes a task that is {takes(Op.ACCEPT)}.",
                 hint=f"See what it needs: corral show {task.ref}",
             )
         if session is None or not session.worktree:
@@ -167,6 +176,7 @@ def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
                     hint=f"Wait for {parent.ref} to rest (corral wait {parent.ref}), then accept again.",
                 )
         target = workspace.target_branch(tx, task)
+    refuse_while_chat(project, task, "accept")  # it would merge what a live chat is changing
     git = project.git
     if not Path(session.worktree).is_dir():
         raise AcceptRefused(

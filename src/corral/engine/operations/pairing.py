@@ -43,7 +43,7 @@ from corral.engine.locks import task_lock
 from corral.engine.operations.launch import posture
 from corral.engine.project import Project
 from corral.engine.recovery.pairs import chat_held, end_chat, end_pair, hold_chat, pairing_lock, read_hold
-from corral.engine.resolve import resolve_task
+from corral.engine.resolve import resolve_task, task_config
 from corral.errors import ChatOpen, CorralError, RefusedError
 
 
@@ -95,8 +95,8 @@ def _interactive(
     read_only: bool,
     started: Callable[[int], None] | None = None,
 ) -> Ended:
-    cfg = project.config
-    harness = make_harness(task.harness or cfg["harness"], harness_settings(project.config))
+    cfg = task_config(project.config, task)  # the task's own settings hold in a pair too
+    harness = make_harness(task.harness or cfg["harness"], harness_settings(cfg))
     launch = harness.interactive(
         TurnRequest(
             prompt="",

@@ -19,7 +19,7 @@ from corral.engine import workspace
 from corral.engine.project import Project
 from corral.engine.read import projection
 from corral.engine.recovery import merges
-from corral.engine.resolve import resolve_task
+from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import Observed, live_facts
 from corral.errors import RefusedError, UsageError
 
@@ -43,8 +43,9 @@ def _settle(project: Project, observed: Observed | None = None) -> list[str]:
     return settle(project, observed)
 
 
-def _threshold(project: Project) -> int:
-    return int(project.config["breaker_threshold"])
+def _threshold(project: Project, task: Task) -> int:
+    """The breaker threshold that holds for ``task``: its own, where it keeps one."""
+    return int(task_config(project.config, task)["breaker_threshold"])
 
 
 # -- many tasks ------------------------------------------------------------------------
@@ -68,11 +69,11 @@ def list_tasks(project: Project, which: str | None = None) -> Listing:
         raise UsageError(f"There is no '{which}' list.", hint="Choose one of: active, blocked, all.")
     observed: Observed = {}
     problems = _settle(project, observed)
-    wanted, threshold = LISTS[which], _threshold(project)
+    wanted = LISTS[which]
     with project.store.read() as tx:
         found = tx.tasks(sorted(wanted) if wanted is not None else None)
         rows = projection.list_rows(
-            tx, found, lambda t: live_facts(project, t, observed), breaker_threshold=threshold
+            tx, found, lambda t: live_facts(project, t, observed), breaker_threshold=lambda t: _threshold(project, t)
         )
     return Listing(rows, problems)
 
@@ -103,7 +104,7 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None) ->
     with project.store.read() as tx:
         task = resolve_task(tx, task.id)
         live = live_facts(project, task)
-        threshold, where = _threshold(project), project.paths.diagnostics
+        threshold, where = _threshold(project, task), project.paths.diagnostics
         if last_turns is None:
             doc = projection.show(tx, task, live, breaker_threshold=threshold, diagnostics=where)
         else:
@@ -114,6 +115,12 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None) ->
             merges_into: str | None = workspace.target_branch(tx, task)
         except RefusedError:
             merges_into = None
+    # A working task's running turn as a watcher sees it: how long it has run, its last line.
+    doc["live"] = None
+    if task.status is Status.WORKING:
+        from corral.engine.read.live import live_turn  # the logs' reader: only a working task needs it
+
+        doc["live"] = live_turn(project, task).to_json()
     return Shown(doc, merges_into, earlier, problems)
 
 
@@ -126,14 +133,14 @@ def find_task(project: Project, given: str) -> Task:
 def task_view(project: Project, task: Task) -> projection.TaskView:
     """What surfaces show beside a task an operation just returned (its JSON, its next step)."""
     with project.store.read() as tx:
-        return projection.view(tx, task, live_facts(project, task), breaker_threshold=_threshold(project))
+        return projection.view(tx, task, live_facts(project, task), breaker_threshold=_threshold(project, task))
 
 
 def task_doc(project: Project, task: Task | str) -> dict[str, Any]:
     """The read model of a task that was just settled (``wait``) or is named (the demo); no settling."""
     with project.store.read() as tx:
         found = resolve_task(tx, task) if isinstance(task, str) else task
-        return projection.show(tx, found, live_facts(project, found), breaker_threshold=_threshold(project))
+        return projection.show(tx, found, live_facts(project, found), breaker_threshold=_threshold(project, found))
 
 
 def turn_running(project: Project, task_id: str) -> bool:

@@ -239,6 +239,11 @@ class TaskView:
             "worktree": self.session.worktree if self.session else None,
             "target": t.target_branch,
             "protected": list(t.protected),
+            # The settings the task keeps as its own (corral edit --set, or a launch's environment).
+            "settings": {
+                k: {"value": v.get("value"), "source": v.get("source"), "origin": v.get("origin")}
+                for k, v in sorted(t.settings.items())
+            },
             "created_at": rfc3339(t.created_at),
             "updated_at": rfc3339(t.updated_at),
         }
@@ -373,14 +378,15 @@ def list_rows(
     tasks: Sequence[Task],
     live_of: Callable[[Task], Live | None],
     *,
-    breaker_threshold: int = BREAKER_THRESHOLD,
+    breaker_threshold: Callable[[Task], int] = lambda _t: BREAKER_THRESHOLD,
 ) -> list[dict[str, Any]]:
     """``list_row(view(tx, t, live_of(t)))`` for each task, in order, from two batch reads.
 
     A row needs a session only to tell whether an interrupted task's breaker tripped, and
     a parent only for its ref: both are read for the whole list at once, never per task.
     ``live_of`` (the live facts of a running turn) is asked only for working tasks, the
-    only ones whose substate it decides.
+    only ones whose substate it decides; ``breaker_threshold`` (a task's own, where it keeps
+    one) only for interrupted ones.
     """
     sessions = tx.sessions_by_id(t.session_id for t in tasks if t.status is Status.INTERRUPTED and t.session_id)
     parents = tx.refs_by_id(t.parent_id for t in tasks if t.parent_id)
@@ -388,7 +394,7 @@ def list_rows(
     rows = []
     for t in tasks:
         session = sessions.get(t.session_id) if t.session_id else None
-        because, _tripped = _because(t, session, breaker_threshold)
+        because, _tripped = _because(t, session, breaker_threshold(t) if session is not None else BREAKER_THRESHOLD)
         sub = substate(working, live_of(t)) if t.status is working else None
         rows.append(_row(t, parents.get(t.parent_id) if t.parent_id else None, sub, because))
     return rows

@@ -1,0 +1,112 @@
+"""The running turn of a task as a person watching it sees it: phase, attempt, elapsed time, last line.
+
+Read from its supervisor's files (``status.json``, ``command.json``) and the turn's logs, for
+``wait``'s live line and ``show`` of a working task. Text fields are the agent's own, not
+yet made safe for a terminal: the surface escapes them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.domain.clock import parse_time
+from corral.domain.records import Task
+from corral.domain.status import Status
+from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
+from corral.engine.project import Project
+from corral.engine.read.logs import Line, harness_of, readable
+from corral.engine.runtime import protocol as proto
+
+#: How much of the end of a turn's output is read for its last line.
+TAIL_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class LiveTurn:
+    """What a person watching a wait sees of the running turn, from its supervisor's files."""
+
+    status: str
+    phase: str | None = None  # the supervisor's phase: command, sync, work, retrying, check, response
+    kind: str | None = None
+    attempt: int = 0
+    attempts: int | None = None  # the budget of attempts of the class being retried, when it is counted
+    elapsed: float | None = None  # seconds since the turn was launched
+    last_line: str | None = None
+    retry_class: str | None = None
+    retry_reason: str | None = None
+    next_delay: float | None = None  # seconds the supervisor waits before the next attempt
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "phase": self.phase,
+            "kind": self.kind,
+            "attempt": self.attempt,
+            "attempts": self.attempts,
+            "elapsed_s": round(self.elapsed, 1) if self.elapsed is not None else None,
+            "last_line": self.last_line,
+            "retry_class": self.retry_class,
+            "retry_reason": self.retry_reason,
+            "next_delay_s": self.next_delay,
+        }
+
+
+def live_turn(project: Project, task: Task) -> LiveTurn:
+    """The running turn of ``task`` as its supervisor reports it (``status.json``, ``command.json``, its logs)."""
+    if task.status is not Status.WORKING:
+        return LiveTurn(task.status.value)
+    protocol_dir = project.paths.protocol_dir(task.id)
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
+    elapsed = None
+    if command is not None:
+        launched = parse_time(command.created_at)
+        if launched is not None:
+            elapsed = max(0.0, (project.clock() - launched).total_seconds())
+    retry = status.retry if status is not None else None
+    attempts = None
+    if retry is not None and command is not None:
+        if retry.failure_class == "unknown":
+            attempts = command.budgets.unknown_attempts
+        elif retry.failure_class == "transient_unreachable":
+            attempts = command.budgets.unreachable_attempts
+    return LiveTurn(
+        status=task.status.value,
+        phase=status.phase if status is not None else None,
+        kind=(status.kind if status is not None else None) or (command.kind if command is not None else None),
+        attempt=(retry.attempt + 1 if retry is not None else status.attempt) if status is not None else 0,
+        attempts=attempts,
+        elapsed=elapsed,
+        last_line=_last_line(project, task, Path(command.log_dir)) if command is not None else None,
+        retry_class=retry.failure_class if retry is not None else None,
+        retry_reason=retry.reason if retry is not None else None,
+        next_delay=retry.next_delay_ms / 1000 if retry is not None else None,
+    )
+
+
+def _last_line(project: Project, task: Task, log_dir: Path) -> str | None:
+    """The newest line of the turn's output, as ``corral logs`` reads it (stderr as it came)."""
+    newest: tuple[float, str, bytes] | None = None
+    for stream, name in (("stdout", OUTPUT_LOG), ("stderr", STDERR_LOG)):
+        path = log_dir / name
+        try:
+            with path.open("rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                fh.seek(max(0, size - TAIL_BYTES))
+                data = fh.read(TAIL_BYTES)
+                mtime = os.fstat(fh.fileno()).st_mtime
+        except OSError:
+            continue
+        lines = [ln for ln in data.splitlines() if ln.strip()]
+        if lines and (newest is None or mtime >= newest[0]):
+            newest = (mtime, stream, lines[-1])
+    if newest is None:
+        return None
+    _, stream, data = newest
+    try:
+        shown = list(readable(harness_of(project, task), Line(stream, data, None, None)))
+    except Exception:  # a harness that cannot be made (unknown, misconfigured) still has output to show
+        shown = [data.decode("utf-8", "replace")]
+    return shown[-1] if shown else None
