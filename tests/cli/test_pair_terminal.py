@@ -440,6 +440,8 @@ def test_a_chat_whose_corral_was_killed_is_still_put_back_before_anything_builds
     refused = corral("unblock", "kc", "-m", "carry on")
     assert refused.returncode != 0 and "ended without corral" in refused.stderr, refused.stderr
     assert git(worktree, "rev-parse", "HEAD") != tip  # nothing was started on top of it
+    refused = corral("accept", "kc")  # nor is the chat's commit merged into the target
+    assert refused.returncode != 0 and "ended without corral" in refused.stderr, refused.stderr
 
     if finish == "chat again":
         again = corral("chat", "kc")  # puts the killed chat's changes aside before it starts

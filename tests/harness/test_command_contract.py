@@ -115,7 +115,9 @@ def test_option_like_feedback_and_any_size_reach_the_command_as_the_prompt(corra
         assert "CORRAL_PROMPT_ON_STDIN" not in call["env"]
         assert call["env"]["CORRAL_TASK"] == "contract"
         assert call["env"]["CORRAL_TASK_ID"] == corral.json("show", "contract")["task"]["id"]
-        assert Path(call["env"]["CORRAL_PROMPT_FILE"]).name and ".git" not in Path(call["env"]["CORRAL_PROMPT_FILE"]).parts
+        assert (
+            Path(call["env"]["CORRAL_PROMPT_FILE"]).name and ".git" not in Path(call["env"]["CORRAL_PROMPT_FILE"]).parts
+        )
     assert first["env"]["CORRAL_TURN_TRIGGER"] == "start" and second["env"]["CORRAL_TURN_TRIGGER"] == "unblock"
     assert "--version" in first["stdin"] and first["env"]["CORRAL_TURN_KIND"] == "work"
     assert first["env"]["CORRAL_READ_ONLY"] == "0"
