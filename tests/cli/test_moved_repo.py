@@ -283,3 +283,20 @@ def test_a_second_clone_spelling_the_remote_otherwise_is_the_same_project(corral
     assert str(repo) in err["message"]
     own = CLI(second).json("project", "fresh")["project"]["identity"]
     assert own["project"] == first["project"] and own["key"] != first["key"]  # one project, two task lists
+
+
+def test_settings_kept_for_a_repository_follow_it_when_it_moves(corral, repo, tmp_path):
+    corral.ok("config", "set", "watchdog_timeout", "7", "--scope", "local")
+    user_file = Path(os.environ["CORRAL_CONFIG_FILE"])
+    with user_file.open("a") as fh:
+        fh.write("# a note of the person's\n")
+    corral.ok("create", "Keep me", "--ref", "kept")
+    moved = tmp_path / "moved-here"
+    os.rename(repo, moved)
+    cli = CLI(moved)
+    got = cli.json("config", "get", "watchdog_timeout")
+    assert got["value"] == 7.0  # the table now names the new path
+    text = user_file.read_text()
+    assert f'[projects."{moved.resolve()}"]' in text and str(repo.resolve()) not in text
+    assert "# a note of the person's" in text  # the rest of the file is as the person left it
+    assert [t["ref"] for t in cli.json("list")["tasks"]] == ["kept"]

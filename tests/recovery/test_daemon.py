@@ -420,3 +420,20 @@ def test_the_daemon_log_rotates(dproj, corral):
     assert (logs / "daemon.log.3").read_text() == "generation 2\n"
     assert not (logs / "daemon.log.4").exists()
     corral.ok("daemon", "stop")
+
+
+def test_a_daemon_whose_repository_moved_or_database_went_stops_and_says_why(dproj, corral, repo, tmp_path):
+    pid = start_daemon(corral)
+    dproj.paths.db.unlink()  # the database removed under the daemon: it must not write a file no one reads
+    for suffix in ("-wal", "-shm"):
+        Path(f"{dproj.paths.db}{suffix}").unlink(missing_ok=True)
+    wait_for(lambda: not pid_alive(pid), 10, "the daemon to stop")
+    assert "task database" in log_text(dproj) and "was removed" in log_text(dproj)
+    assert not dproj.paths.db.exists()  # and it made no new one behind the person's back
+
+    corral.ok("list")  # a new database for the same repository
+    pid = start_daemon(corral)
+    moved = tmp_path / "moved-away"
+    os.rename(repo, moved)
+    wait_for(lambda: not pid_alive(pid), 10, "the daemon to stop")
+    assert f"the repository {dproj.repo} is gone" in log_text(dproj)

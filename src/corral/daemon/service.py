@@ -129,6 +129,22 @@ class Daemon:
             self.log.exception("%s failed", what)
             self.event("daemon-error", step=what, message=f"{type(exc).__name__}: {exc}")
 
+    def lost_footing(self) -> str | None:
+        """Why this daemon must stop serving its project: its repository or its database is gone.
+
+        A repository that moved is followed by the next command run in it, under a new daemon
+        started there; this one would reconcile worktrees that no longer link to it, or write
+        into a database file that was deleted and that no one will read again.
+        """
+        if not self.project.repo.is_dir():
+            return (
+                f"the repository {self.project.repo} is gone (moved or removed); "
+                "start the daemon again where it is now: corral daemon start"
+            )
+        if not self.project.paths.db.exists():
+            return f"the task database {self.project.paths.db} was removed; corral daemon start makes a new one"
+        return None
+
     def reconcile_once(self, why: str) -> None:
         try:
             for problem in settle(self.project):
@@ -169,6 +185,11 @@ class Daemon:
                     self.prune_once()
                     next_prune = now + self.prune_every
                 if now >= next_tick:
+                    lost = self.lost_footing()
+                    if lost is not None:
+                        self.log.warning("stopping: %s", lost)
+                        self.event("project-gone", message=lost)
+                        break
                     self.reconcile_once("tick")
                     self.guarded("write-state", lambda: self.write_state(started))
                     next_tick = now + self.tick

@@ -31,6 +31,7 @@ keeping every other line, comment and table, and checks the result by reading it
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -261,6 +262,47 @@ class _Loading:
         except ConfigError as exc:
             self.problem(exc)
             return False, None
+
+
+def follow_move(user_file: Path, old: Path, new: Path) -> bool:
+    """The user file's table for a repository that moved from ``old`` now names ``new``: its settings follow.
+
+    Only that table's header line changes (every other line and comment stays), and only when
+    the file has a table for ``old`` and none for ``new``; True when the file was rewritten.
+    """
+    import tomllib
+
+    from corral.adapters.files import write_atomic
+
+    try:
+        text = user_file.read_text(encoding="utf-8")
+        projects = tomllib.loads(text).get(PROJECTS_TABLE, {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # a missing or broken file: nothing to follow (a broken one is reported elsewhere)
+    if not isinstance(projects, dict) or any(_same_repo(k, new) for k in projects):
+        return False
+    keys = [k for k in projects if _same_repo(k, old)]
+    if len(keys) != 1:
+        return False
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        head = line.strip()
+        if not head.startswith(f"[{PROJECTS_TABLE}") or head.startswith("[["):
+            continue
+        try:
+            parsed = tomllib.loads(head)
+        except tomllib.TOMLDecodeError:
+            continue
+        if list(parsed.get(PROJECTS_TABLE, {})) == keys:
+            # A JSON string is a TOML basic string: the new path is quoted as TOML quotes it.
+            lines[i] = f"[{PROJECTS_TABLE}.{json.dumps(str(new), ensure_ascii=False)}]\n"
+            after = "".join(lines)
+            moved = tomllib.loads(after).get(PROJECTS_TABLE, {})
+            if moved.get(str(new)) != projects[keys[0]]:
+                return False  # never write a file that would not say the same
+            write_atomic(user_file, after.encode("utf-8"))
+            return True
+    return False
 
 
 def load_config(

@@ -24,7 +24,7 @@ from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor
 from corral.domain.clock import Clock, utcnow
 from corral.domain.status import Status
-from corral.engine.config import Config, load_config
+from corral.engine.config import Config, follow_move, load_config
 from corral.engine.identity import Identity, attach_state, find_state, locate
 from corral.engine.paths import (
     ProjectPaths,
@@ -152,6 +152,8 @@ class Project:
             git.timeout = float(config["git_timeout"])
             git.hook_timeout = float(config["git_hook_timeout"])
         located = locate(git, root, choice=copy)
+        if located.moved_from and follow_move(user_config_file(), Path(located.moved_from), root):
+            config = load_config(user_file=user_config_file(), project_file=root / "corral.toml")
         return cls(
             paths=located.paths,
             config=config,

@@ -109,7 +109,7 @@ def accept(app: App, task: str) -> int:
     result = accepting.accept(
         app.project, task, actor=app.actor, report=lambda event: app.event(event, lambda: _progress(event), aside=True)
     )
-    if result.warning:
+    if result.warning and result.conflict is None:  # a kept stash is said once, as the error below
         app.note(f"warning: {result.warning}")
     if result.already:
         said = f"{result.task.ref} was already accepted."
