@@ -89,7 +89,6 @@ def write_prompt(prompt: bytes, directory: str | None, worktree: str = "") -> st
     return str(path)
 
 
-
 #: Every variable of the contract (docs/harnesses.md): what a command may read, and what corral
 #: itself never takes for a misspelt setting when it runs inside a turn.
 CONTRACT_VARS = (
@@ -101,6 +100,7 @@ CONTRACT_VARS = (
     "CORRAL_WORKTREE",
     "CORRAL_READ_ONLY",
 )
+
 
 class CommandHarness:
     name = "command"
