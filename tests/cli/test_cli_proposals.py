@@ -58,11 +58,11 @@ def test_a_check_and_a_command_in_corral_toml_run_nothing_until_adopted(
     (receipt,) = _receipts(corral, "checked")
     assert receipt["result"] == "All done." and "check" not in receipt
 
-    # the command harness does not run the repository's command either
-    corral.ok("create", "Proposed command", "--ref", "commanded", "--harness", "command")
-    started = corral("start", "commanded", "--wait", "--json")
-    assert started.returncode == 1 and started.json()["resting_cause"]["code"] == "harness-missing"
-    assert not (_worktree(corral, "commanded") / "owned-by-the-repository").exists()
+    # the command harness does not take the repository's command either: it has none, so it is refused
+    refused = corral("create", "Proposed command", "--ref", "commanded", "--harness", "command", "--json")
+    err = json_error(refused, 1, "harness-command-unset")
+    assert COMMAND not in err["message"] and "corral config set command" in err["hint"]
+    json_error(corral("show", "commanded", "--json"), 4, "task-not-found")  # refused before a task was made
     assert not (repo / "owned-by-the-repository").exists()
 
     # config show lists each proposal with the exact command that adopts it
@@ -111,7 +111,8 @@ def test_a_check_and_a_command_in_corral_toml_run_nothing_until_adopted(
     assert (worktree / "pwned").read_text().startswith("uid=")
     second = _receipts(corral, "checked")[-1]
     assert second["check"]["command"] == CHECK and second["check"]["exit_code"] == 0
-    corral.ok("unblock", "commanded", "-m", "again", "--wait")
+    corral.ok("create", "Proposed command", "--ref", "commanded", "--harness", "command")
+    corral.ok("start", "commanded", "--wait")
     assert (_worktree(corral, "commanded") / "owned-by-the-repository").is_file()
 
 

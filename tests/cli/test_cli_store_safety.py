@@ -34,9 +34,16 @@ def error_of(result, code: str) -> dict[str, str]:  # type: ignore[no-untyped-de
     return error
 
 
+#: An agent that is not logged in: a fatal failure, so the turn fails at once, never retried.
+NOT_LOGGED_IN = [{"init": True}, {"result": "Invalid API key · Fix external API key", "is_error": True}, {"exit": 1}]
+
+
 def failed_turn(corral, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:  # type: ignore[no-untyped-def]
-    """A task whose real turn failed (its harness is not on PATH): a task dir, a worktree, a diagnostic."""
-    monkeypatch.setenv("CORRAL_CLAUDE_BIN", "claude-not-on-this-path")
+    """A task whose real turn failed (its agent is not logged in): a task dir, a worktree, a diagnostic."""
+    agent = corral.cwd.parent / "not-logged-in"
+    agent.mkdir()
+    for name, value in fake_env(agent, NOT_LOGGED_IN).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
     corral.ok("create", "Keep my history", "--ref", "keep")
     started = corral("start", "keep", "--wait")

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "post_turn_check_timeout": 300.0,
     "auto_resume": True,
     "breaker_threshold": 3,
+    "breaker_same_cause": 2,
     "grace_period": 30.0,
     "budget_overload": 6 * 3600.0,
     "budget_network": 3600.0,
@@ -92,11 +93,13 @@ def test_trust_says_which_settings_a_repository_may_set() -> None:
     assert {s.name for s in SETTINGS if not s.repository_may_set} == USER_ONLY
     assert {s.name for s in SETTINGS if s.repository_may_propose} == EXECUTES
     assert setting("watchdog_timeout").env_var == "CORRAL_WATCHDOG_TIMEOUT"
+    assert setting("breaker_same_cause").env_var == "CORRAL_BREAKER_SAME_CAUSE"
 
 
 def test_the_accessor() -> None:
     assert default("watchdog_timeout") == 1800.0
     assert default("breaker_threshold", int) == 3
+    assert default("breaker_same_cause", int) == 2
     assert default("permission_mode", str) == "acceptEdits"
     assert default("model") is None
     with pytest.raises(TypeError, match="breaker_threshold"):

@@ -15,23 +15,28 @@ from corral.engine.operations import tasks
 from corral.engine.operations.prune import prune
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
-from tests.conftest import FakeClock, git
+from tests.conftest import FakeAgent, FakeClock, git
 from tests.failures.conftest import diagnostic_files, line_after, new_task, run_start, show_json, show_text
 
 
-def failed_task(repo: Path, clock: FakeClock, monkeypatch):
-    """A real failure (the harness is not on PATH) recorded by a project on an injected clock."""
-    monkeypatch.setenv("CORRAL_CLAUDE_BIN", "claude-not-on-this-path")
+#: An agent that is not logged in: a fatal failure, so the turn fails at once, never retried.
+NOT_LOGGED_IN = [{"init": True}, {"result": "Invalid API key · Fix external API key", "is_error": True}, {"exit": 1}]
+
+
+def failed_task(repo: Path, clock: FakeClock, agent: FakeAgent, monkeypatch):
+    """A real failure (the agent is not logged in) recorded by a project on an injected clock."""
     monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    agent.script(NOT_LOGGED_IN)
     proj = Project.open(repo, clock=clock)
     task = new_task(proj)
     done = run_start(proj, task)
-    assert done.resting_cause.code == "harness-missing"
+    assert done.resting_cause.code == "harness-not-authenticated"
+    assert len(agent.calls()) == 1
     return proj, task
 
 
 def test_a_diagnostic_past_90_days_is_removed_and_reads_expired(repo, corral, clock, agent, monkeypatch):
-    proj, task = failed_task(repo, clock, monkeypatch)
+    proj, task = failed_task(repo, clock, agent, monkeypatch)
     (kept,) = diagnostic_files(proj)
     assert kept.stat().st_mode & 0o777 == 0o600
 
@@ -46,24 +51,24 @@ def test_a_diagnostic_past_90_days_is_removed_and_reads_expired(repo, corral, cl
 
     doc = show_json(corral, task.ref)
     cause = doc["resting_cause"]
-    assert cause["code"] == "harness-missing"  # the resting cause stays
+    assert cause["code"] == "harness-not-authenticated"  # the resting cause stays
     evidence = cause["evidence"]
-    assert evidence["native"]["errno"] == 2  # and the evidence with it
+    assert evidence["native"]["exit_code"] == 1  # and the evidence with it
     assert evidence["diagnostic"] == f"{task.id}/{kept.name}"  # the reference too, now expired
     assert evidence["diagnostic_status"] == "expired" and evidence["diagnostic_path"] is None
     assert evidence["diagnostic_note"] == diagnostics.EXPIRED == "Expired after 90 days"
     (turn,) = [t for t in doc["turns"] if t["role"] == "agent"]
-    assert turn["failure"]["code"] == "harness-missing" and turn["failure"]["diagnostic_status"] == "expired"
+    assert turn["failure"]["code"] == "harness-not-authenticated" and turn["failure"]["diagnostic_status"] == "expired"
 
     details = show_text(corral, task.ref, "--details")
     assert line_after(details, "  diagnostic") == "Expired after 90 days"
     text = show_text(corral, task.ref)
-    assert line_after(text, "Stopped because:") == "Claude Code couldn't start: its program was not found."
+    assert line_after(text, "Stopped because:") == "Claude Code is not authenticated — log in through the harness."
     proj.close()
 
 
 def test_corral_prune_cli_and_the_daemon(repo, corral, clock, agent, monkeypatch):
-    proj, _task = failed_task(repo, clock, monkeypatch)
+    proj, _task = failed_task(repo, clock, agent, monkeypatch)
     (diag,) = diagnostic_files(proj)
     old = (clock() - timedelta(days=91)).timestamp()
     os.utime(diag, (old, old))

@@ -10,6 +10,7 @@ failed timeline entry), ``corral show --details`` (the Failure section) and ``--
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from corral.engine.operations import control, launch, turns
 from corral.engine.operations.auto_resume import resumable
 from corral.engine.operations.refresh import settle
 from corral.engine.runtime import protocol as proto
+from corral.errors import HarnessNotFound
 from tests.conftest import git
 from tests.failures.conftest import (
     kill_supervisor,
@@ -77,11 +79,57 @@ def the_diagnostic(proj, failure_json):
 # -- a harness that couldn't start ----------------------------------------------------------------
 
 
-def test_harness_binary_missing_from_path(fproj, agent, corral, monkeypatch):
+def nothing_launched(proj, agent, task) -> None:
+    """The task is as it was before the refused start: backlog, no session, no turn, no agent run."""
+    with proj.store.read() as tx:
+        kept = tx.get_task(task.id)
+        assert kept.status is Status.BACKLOG and kept.session_id is None and kept.resting_cause is None
+        assert tx.turns(task.id) == [] and tx.sessions(task.id) == []
+    assert agent.calls() == []
+
+
+def test_a_harness_missing_from_path_is_refused_at_start_before_anything_runs(fproj, agent, corral, monkeypatch):
     monkeypatch.setenv("CORRAL_CLAUDE_BIN", "claude-not-on-this-path")
     proj = reopen(fproj)
-    task = new_task(proj)
-    done = run_start(proj, task)
+    task = new_task(proj)  # create takes it: the program may be installed before the start
+    refused = corral("start", task.ref)
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert refused.stderr.splitlines()[:2] == [
+        "error: Claude Code (claude-not-on-this-path) is not installed or not on PATH.",
+        "hint: Install Claude Code: npm install -g @anthropic-ai/claude-code (or set claude_bin).",
+    ]
+    assert "working" not in refused.stdout
+    as_json = corral("start", task.ref, "--json")
+    assert as_json.returncode == 1
+    error = as_json.json()["error"]
+    assert error["code"] == "harness-missing" and "claude-not-on-this-path" in error["message"]
+    assert "npm install -g @anthropic-ai/claude-code" in error["hint"]
+    with pytest.raises(HarnessNotFound) as caught:  # the engine's start, as every surface calls it
+        turns.start(proj, task.ref, actor=Actor.HUMAN)
+    assert caught.value.exit_code == 1 and caught.value.code == "harness-missing"
+    nothing_launched(proj, agent, task)
+    text = show_text(corral, task.ref)
+    assert "Stopped because:" not in text and "harness-missing" not in text
+    (row,) = corral.ok("list").stdout.splitlines()
+    assert row.startswith(task.ref) and "backlog" in row and "couldn't start" not in row
+    proj.close()
+
+
+def test_a_harness_gone_between_the_check_and_the_launch_is_fatal_config_on_the_attempt(
+    fproj, agent, corral, monkeypatch
+):
+    # start's check finds the program; it is uninstalled before the supervisor runs it. The
+    # supervisor's own classification of a missing program stands behind the check.
+    checked = turns.check_harness
+
+    def check_then_uninstall(project, task):
+        checked(project, task)
+        agent.bin.unlink()
+
+    monkeypatch.setattr(turns, "check_harness", check_then_uninstall)
+    task = new_task(fproj)
+    done = run_start(fproj, task)
+    assert not agent.bin.exists()
     assert done.status is Status.BLOCKED and done.resting_cause.code == "harness-missing"
     assert agent.calls() == []
 
@@ -107,20 +155,53 @@ def test_harness_binary_missing_from_path(fproj, agent, corral, monkeypatch):
     assert cause["code"] == "harness-missing"
     evidence = cause["evidence"]
     assert evidence["native"] == {"exit_code": None, "errno": 2, "signal": None}
-    assert evidence["details"]["executable"] == "claude-not-on-this-path"
+    assert evidence["details"]["executable"] == str(agent.bin)
     (turn,) = [t for t in doc["turns"] if t["role"] == "agent"]
     assert turn["failure"]["code"] == "harness-missing" and turn["reason"] == because
     (attempt,) = turn["attempts"]
     assert attempt["failure"]["native"]["errno"] == 2 and attempt["summary"] is None
-    diag = the_diagnostic(proj, turn["failure"])
+    diag = the_diagnostic(fproj, turn["failure"])
     assert diag["cause"]["code"] == "harness-missing" and diag["attempts"][0]["native"] == {"errno": 2}
-    proj.close()
 
 
-def test_a_harness_corral_does_not_know_is_a_refused_start_recorded_on_the_attempt(fproj, agent, corral):
-    task = new_task(fproj, harness="no-such-harness")
+def test_a_harness_corral_does_not_know_is_refused_at_create_edit_and_start(fproj, agent, corral):
+    created = corral("create", "Add a greeting", "--harness", "no-such-harness")
+    assert created.returncode == 2, (created.stdout, created.stderr)  # a usage error: the name is wrong
+    assert created.stderr.splitlines()[:2] == [
+        "error: 'no-such-harness' is not a harness corral knows.",
+        "hint: Use one of: claude, pi, codex, command.",
+    ]
+    with fproj.store.read() as tx:
+        assert tx.tasks() == []
+    task = new_task(fproj)
+    edited = corral("edit", task.ref, "--harness", "no-such-harness", "--json")
+    assert edited.returncode == 2 and edited.json()["error"]["code"] == "usage"
+    # A task recorded with a harness this corral does not know (written by a newer corral, say).
+    with fproj.store.write() as tx:
+        tx.update_task(task.id, harness="no-such-harness")
+    started = corral("start", task.ref, "--json")
+    assert started.returncode == 2, started.stdout
+    error = started.json()["error"]
+    assert "'no-such-harness' is not a harness corral knows" in error["message"]
+    assert error["hint"] == "Use one of: claude, pi, codex, command."
+    nothing_launched(fproj, agent, task)
+
+
+def test_a_command_naming_a_harness_the_supervisor_does_not_know_is_a_refusal_recorded_on_the_attempt(
+    fproj, agent, corral, monkeypatch
+):
+    # The supervisor reads the harness from command.json; one it does not know (a command written
+    # by another corral version) is refused there too, as the turn's one failed attempt.
+    built = launch.build_command
+
+    def from_another_version(*args, **kw):
+        return dataclasses.replace(built(*args, **kw), harness="no-such-harness")
+
+    monkeypatch.setattr(launch, "build_command", from_another_version)
+    task = new_task(fproj)
     done = run_start(fproj, task)
     assert done.status is Status.BLOCKED and done.resting_cause.code == "harness-unknown"
+    assert agent.calls() == []
     (turn,) = agent_turns(fproj, task)
     (attempt,) = turn.attempts
     assert attempt.failure.code == "harness-unknown" and attempt.failure.possible_effects.value == "none"
@@ -378,6 +459,9 @@ def test_a_stop_by_a_person(fproj, agent, corral):
 
 def test_the_circuit_breaker(fproj, agent, corral, monkeypatch):
     monkeypatch.setenv("CORRAL_AUTO_RESUME", "1")
+    # Identical crashes would trip the same-cause breaker at the second (its own test is
+    # tests/recovery/test_breaker_same_cause.py); this one is the breaker of consecutive interruptions.
+    monkeypatch.setenv("CORRAL_BREAKER_SAME_CAUSE", "0")
     proj = reopen(fproj)
     crash = [{"init": True}, {"kill": "KILL"}]
     agent.script(crash, crash, crash, default=crash)

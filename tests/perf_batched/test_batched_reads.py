@@ -116,7 +116,7 @@ def test_list_rows_are_the_rows_of_each_view_from_two_batch_reads(project: Proje
         tasks = tx.tasks()
         expected = [projection.list_row(projection.view(tx, t, live_of(t), breaker_threshold=THRESHOLD)) for t in tasks]
         counting = Counting(tx)
-        rows = projection.list_rows(counting, tasks, live_of, breaker_threshold=THRESHOLD)  # type: ignore[arg-type]
+        rows = projection.list_rows(counting, tasks, live_of, breaker_threshold=lambda _t: THRESHOLD)  # type: ignore[arg-type]
     assert rows == expected
     assert sorted(counting.asked) == ["refs_by_id", "sessions_by_id"]  # nothing read per task
     by_ref = {r["ref"]: r for r in rows}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
@@ -17,6 +19,18 @@ from tests.turns.conftest import ok
 
 CRASH = [{"init": True}, {"kill": "KILL"}]
 SLOW_CRASH = [{"init": True}, {"sleep": 1.5}, {"kill": "KILL"}]
+
+
+@pytest.fixture
+def consecutive_proj(monkeypatch, request):  # type: ignore[no-untyped-def]
+    """``rproj`` with the same-cause breaker off, set before the project reads its settings.
+
+    These tests crash the same way again and again to test what the breaker of consecutive
+    interruptions (``breaker_threshold``) and redelivery do over several crashes; with the
+    same-cause breaker on (tests/recovery/test_breaker_same_cause.py) the second would stop them.
+    """
+    monkeypatch.setenv("CORRAL_BREAKER_SAME_CAUSE", "0")
+    return request.getfixturevalue("rproj")
 
 
 def blocked(proj, agent, *invocations):
@@ -129,45 +143,45 @@ def test_scenario_d_a_failed_merge_and_fix_is_never_auto_resumed(rproj, agent, r
     check_invariants(rproj, agent, ["go on"])
 
 
-def test_breaker_stops_exactly_at_the_third_consecutive_crash(rproj, agent):
-    task = blocked(rproj, agent, CRASH, CRASH, CRASH, ok("never"))
-    turns.unblock(rproj, task.ref, actor=Actor.HUMAN, message="try")
-    result = control.wait(rproj, task.ref, timeout=30)
+def test_breaker_stops_exactly_at_the_third_consecutive_crash(consecutive_proj, agent):
+    task = blocked(consecutive_proj, agent, CRASH, CRASH, CRASH, ok("never"))
+    turns.unblock(consecutive_proj, task.ref, actor=Actor.HUMAN, message="try")
+    result = control.wait(consecutive_proj, task.ref, timeout=30)
     for _ in range(3):  # further reconciles do not resume it again
-        result = control.wait(rproj, task.ref, timeout=5)
+        result = control.wait(consecutive_proj, task.ref, timeout=5)
     assert result.task.status is Status.INTERRUPTED
     assert len(agent.calls()) == 4  # the first turn, then crash, auto-resume crash, auto-resume crash
-    with rproj.store.read() as tx:
+    with consecutive_proj.store.read() as tx:
         session = tx.get_session(result.task.session_id)
         doc = show(tx, result.task, breaker_threshold=3)
     assert session.consecutive_interruptions == 3
     assert "circuit breaker" in doc["stopped_because"]
     assert doc["next"] == f"Look at what failed (corral logs {task.ref}), then: corral resume {task.ref}"
     # A person resuming resets the counter, and the feedback is still redelivered verbatim.
-    turns.resume(rproj, task.ref, actor=Actor.HUMAN)
-    done = control.wait(rproj, task.ref, timeout=30)
+    turns.resume(consecutive_proj, task.ref, actor=Actor.HUMAN)
+    done = control.wait(consecutive_proj, task.ref, timeout=30)
     assert done.task.status is Status.BLOCKED
     assert agent.calls()[4]["prompt"] == prompts.resume_after_crash(False, ["try"])
-    check_invariants(rproj, agent, ["try"])
+    check_invariants(consecutive_proj, agent, ["try"])
 
 
-def test_a_completed_turn_in_between_resets_the_breaker(rproj, agent):
-    task = blocked(rproj, agent, CRASH, CRASH, ok("recovered"), CRASH, CRASH, CRASH)
-    turns.unblock(rproj, task.ref, actor=Actor.HUMAN, message="one")
-    assert control.wait(rproj, task.ref, timeout=30).task.status is Status.BLOCKED  # crash, crash, ok
-    turns.unblock(rproj, task.ref, actor=Actor.HUMAN, message="two")
-    result = control.wait(rproj, task.ref, timeout=30)
+def test_a_completed_turn_in_between_resets_the_breaker(consecutive_proj, agent):
+    task = blocked(consecutive_proj, agent, CRASH, CRASH, ok("recovered"), CRASH, CRASH, CRASH)
+    turns.unblock(consecutive_proj, task.ref, actor=Actor.HUMAN, message="one")
+    assert control.wait(consecutive_proj, task.ref, timeout=30).task.status is Status.BLOCKED  # crash, crash, ok
+    turns.unblock(consecutive_proj, task.ref, actor=Actor.HUMAN, message="two")
+    result = control.wait(consecutive_proj, task.ref, timeout=30)
     for _ in range(2):
-        result = control.wait(rproj, task.ref, timeout=5)
+        result = control.wait(consecutive_proj, task.ref, timeout=5)
     assert result.task.status is Status.INTERRUPTED
     assert len(agent.calls()) == 7  # 1 + (crash, crash, ok) + (crash, crash, crash)
-    check_invariants(rproj, agent, ["one", "two"])
+    check_invariants(consecutive_proj, agent, ["one", "two"])
 
 
-def test_the_resume_turn_carries_no_feedback_so_a_crash_during_it_redelivers_again(rproj, agent):
-    task = blocked(rproj, agent, CRASH, CRASH, ok("third time lucky"))
-    turns.unblock(rproj, task.ref, actor=Actor.HUMAN, message="keep me")
-    assert control.wait(rproj, task.ref, timeout=30).task.status is Status.BLOCKED
+def test_the_resume_turn_carries_no_feedback_so_a_crash_during_it_redelivers_again(consecutive_proj, agent):
+    task = blocked(consecutive_proj, agent, CRASH, CRASH, ok("third time lucky"))
+    turns.unblock(consecutive_proj, task.ref, actor=Actor.HUMAN, message="keep me")
+    assert control.wait(consecutive_proj, task.ref, timeout=30).task.status is Status.BLOCKED
     calls = agent.calls()
     assert calls[2]["prompt"] == calls[3]["prompt"] == prompts.resume_after_crash(False, ["keep me"])
 

@@ -594,6 +594,24 @@ def test_turn_sequences_count_per_task(store: Store) -> None:
     ]
 
 
+def test_current_command_ids_agree_with_current_command_for_many_tasks(store: Store) -> None:
+    a, b, c = _create(store, "cmd-a"), _create(store, "cmd-b"), _create(store, "cmd-c")
+    with store.write() as tx:
+        tx.add_turn(a.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go", command_id="a1")
+        tx.add_turn(a.id, role=Role.AGENT, kind="start", content="done", command_id="a1")
+        tx.add_turn(a.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="unblock", content="more", command_id="a2")
+        tx.add_turn(a.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="comment", content="a note")  # no command
+        tx.add_turn(b.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go", command_id="b1")
+    with store.read() as tx:
+        ids = tx.current_command_ids([a.id, b.id, c.id, a.id, "no-such-task"])
+        assert ids == {a.id: "a2", b.id: "b1"}  # c has no command, an unknown id is left out
+        for task in (a, b):
+            current = tx.current_command(task.id)
+            assert current is not None and current.command_id == ids[task.id]
+        assert tx.current_command(c.id) is None
+        assert tx.current_command_ids([]) == {}
+
+
 def test_a_human_role_turn_needs_an_actor_and_an_agent_role_turn_refuses_one(store: Store) -> None:
     task = _create(store)
     with pytest.raises(ValueError), store.write() as tx:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from corral.adapters.harness.base import ARGV_PROMPT_LIMIT
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
@@ -14,6 +16,7 @@ from corral.domain.status import Status
 from corral.engine.config import harness_settings
 from corral.engine.operations import control, tasks, turns
 from corral.engine.read.projection import show
+from corral.errors import HarnessNotFound
 from tests.conftest import git
 from tests.turns.conftest import ok
 
@@ -175,11 +178,34 @@ def test_output_log_is_verbatim_and_private(proj, agent):
     assert parsed[0]["type"] == "system" and parsed[-1]["type"] == "result"
 
 
-def test_harness_missing_from_path_is_fatal_config_and_blocks(proj, agent, monkeypatch):
+def test_harness_missing_from_path_is_refused_before_anything_is_recorded(proj, agent, monkeypatch):
     monkeypatch.setenv("CORRAL_CLAUDE_BIN", "/nonexistent/claude")
     from tests.turns.conftest import reopen
 
     proj = reopen(proj)
+    task = new_task(proj)
+    with pytest.raises(HarnessNotFound) as caught:
+        turns.start(proj, task.ref, actor=Actor.HUMAN)
+    assert caught.value.code == "harness-missing" and caught.value.exit_code == 1
+    assert "/nonexistent/claude" in caught.value.message and "npm install" in (caught.value.hint or "")
+    with proj.store.read() as tx:
+        kept = tx.get_task(task.id)
+        assert kept.status is Status.BACKLOG and kept.session_id is None
+        assert tx.turns(task.id) == []
+    assert agent.calls() == []
+    proj.close()
+
+
+def test_harness_gone_after_starts_check_is_fatal_config_and_blocks(proj, agent, monkeypatch):
+    # The program is there when start checks and gone when the supervisor runs it (an uninstall
+    # meanwhile): the supervisor classifies the missing program itself.
+    checked = turns.check_harness
+
+    def check_then_uninstall(project, task):
+        checked(project, task)
+        agent.bin.unlink()
+
+    monkeypatch.setattr(turns, "check_harness", check_then_uninstall)
     task = new_task(proj)
     result = run_start(proj, task.ref)
     assert result.task.status is Status.BLOCKED
@@ -192,7 +218,7 @@ def test_harness_missing_from_path_is_fatal_config_and_blocks(proj, agent, monke
     assert attempt.failure_class == "fatal_config"
     assert attempt.failure.errno == 2
     assert "npm install" in agent_turn.content
-    proj.close()
+    assert agent.calls() == []
 
 
 def test_invalid_api_key_is_fatal_auth_blocked_without_relaunch(proj, agent):

@@ -210,6 +210,10 @@ class Tx(Protocol):
         """The human turn that launched the task's latest command (the one a supervisor may run now)."""
         ...
 
+    def current_command_ids(self, task_ids: Iterable[str]) -> dict[str, str]:
+        """Each task's latest command id, as ``current_command`` names it; tasks with none are left out."""
+        ...
+
     def turns(self, task_id: str, *, last: int | None = None) -> list[Turn]:
         """The task's turns with their attempts, oldest first; with ``last``, only the latest ``last``."""
         ...

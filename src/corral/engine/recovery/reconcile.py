@@ -47,7 +47,7 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
     """
     with project.store.read() as tx:
         candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
-        current = {t.id: tx.current_command(t.id) for t in candidates if t.status is Status.WORKING}
+        current = tx.current_command_ids(t.id for t in candidates if t.status is Status.WORKING)
     if not candidates:
         return []
     from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
@@ -56,7 +56,7 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
     ended: list[str] = []
     for task in candidates:
         try:
-            if reconcile_working(project, task, grace, current=current.get(task.id), observed=observed):
+            if reconcile_working(project, task, grace, current_id=current.get(task.id), observed=observed):
                 ended.append(task.id)
         except Exception as exc:  # isolated per task; reported, not swallowed
             if problems is None:

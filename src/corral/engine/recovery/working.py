@@ -16,7 +16,7 @@ from pathlib import Path
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.explain import RECEIPT_PROBLEMS
-from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task, Turn
+from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
@@ -103,15 +103,15 @@ def reconcile_working(
     task: Task,
     grace: timedelta,
     *,
-    current: Turn | None = None,
+    current_id: str | None = None,
     observed: Observed | None = None,
 ) -> bool:
     """True when the task's turn ended in this pass.
 
-    ``current`` is the task's current command when the caller has read it already (a sweep
-    reads every working task's in one transaction): it is trusted only to confirm that a
-    supervisor alive and beating runs that very command. Anything that could end the turn
-    reads it afresh, so a launch between the two reads is never taken for a loss.
+    ``current_id`` is the task's current command id when the caller has read it already (a
+    sweep reads every working task's in one transaction): it is trusted only to confirm that
+    a supervisor alive and beating runs that very command. Anything that could end the turn
+    reads the command afresh, so a launch between the two reads is never taken for a loss.
     ``observed`` collects what was seen of each supervisor found running.
     """
     protocol_dir = project.paths.protocol_dir(task.id)
@@ -121,7 +121,7 @@ def reconcile_working(
         return False
     status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
     why = supervisor_lost(status) if status is not None else None
-    if status is not None and why is None and current is not None and status.command_id == current.command_id:
+    if status is not None and why is None and current_id is not None and status.command_id == current_id:
         if observed is not None:
             observed[task.id] = live_of(status, alive=True)
         return False
