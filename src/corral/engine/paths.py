@@ -128,9 +128,15 @@ class ProjectPaths:
     def chat_lock(self, task_id: str) -> Path:
         return self.task_dir(task_id) / "chat.lock"
 
+    @property
+    def chat_holds(self) -> Path:
+        """Where open chats' holds live, one file per task: the reconciler lists this directory on
+        every pass, so it holds only them (never one entry per task ever made)."""
+        return self.root / "chat-holds"
+
     def chat_hold(self, task_id: str) -> Path:
         """The worktree's state before an open chat, until its changes are kept aside (recovery/pairs)."""
-        return self.task_dir(task_id) / "chat-hold.json"
+        return self.chat_holds / f"{task_id}.json"
 
     @property
     def worktrees(self) -> Path:

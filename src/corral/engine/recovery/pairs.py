@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import write_atomic
 from corral.adapters.locks import is_locked
@@ -24,10 +24,13 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time, rfc3339
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
-from corral.engine import readonly
+from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
-from corral.engine.read.diagnostics import Translator
-from corral.engine.recovery.receipts import kept_evidence
+
+if TYPE_CHECKING:
+    # The keep-aside and the receipts' evidence load only when a chat begins or ends: the
+    # reconciler runs this module's sweeps on every read, and there is rarely a chat.
+    from corral.engine import readonly
 
 
 def pairing_lock(project: Project, task_id: str) -> Path:
@@ -144,6 +147,8 @@ def hold_chat(project: Project, task: Task, session: Session) -> ChatHold:
     The label is the sequence the chat's turn will get (no turn starts while the chat lock
     is held), moved on past any kept ref already there so nothing kept is ever reused.
     """
+    from corral.engine import readonly
+
     before = readonly.snapshot(project, session)
     with project.store.read() as tx:
         turns = tx.turns(task.id)
@@ -154,12 +159,15 @@ def hold_chat(project: Project, task: Task, session: Session) -> ChatHold:
         n += 1
         label = f"{sequence}.{n}"
     hold = ChatHold(before, label, project.clock(), os.getpid())
+    make_private_dir(project.paths.chat_holds)
     write_atomic(project.paths.chat_hold(task.id), json.dumps(hold.to_json()).encode())
     return hold
 
 
 def read_hold(project: Project, task_id: str) -> ChatHold | None:
     """The hold a chat left, or None (none, or not one corral wrote)."""
+    from corral.engine import readonly
+
     try:
         with open(project.paths.chat_hold(task_id), "rb") as fh:
             data = json.loads(fh.read(HOLD_BYTES))
@@ -192,6 +200,10 @@ def end_chat(
     None when it changed nothing (then no turn is recorded: a chat is status-neutral).
     ``agent`` is how the agent ended, when corral saw it end.
     """
+    from corral.engine import readonly
+    from corral.engine.read.diagnostics import Translator
+    from corral.engine.recovery.receipts import kept_evidence
+
     kept = None
     if hold is not None and session is not None and session.worktree and Path(session.worktree).is_dir():
         kept = readonly.restore(project, task, session, hold.before, hold.label)
@@ -247,7 +259,10 @@ def sweep_stale_chats(project: Project) -> int:
     Found by the hold files on disk (no store read when there are none: this runs on every
     reconcile).
     """
-    held = [p.parent.name for p in project.paths.tasks.glob("*/chat-hold.json")]
+    try:
+        held = [entry.name.removesuffix(".json") for entry in os.scandir(project.paths.chat_holds)]
+    except FileNotFoundError:
+        return 0
     stale = [task_id for task_id in held if not is_locked(project.paths.chat_lock(task_id))]
     if not stale:
         return 0
@@ -257,6 +272,8 @@ def sweep_stale_chats(project: Project) -> int:
             task = tx.get_task(task_id)
             if task is not None:
                 found.append((task, tx.get_session(task.session_id) if task.session_id else None))
+            else:  # the task was deleted while its chat's hold was left: nothing is left to put back
+                project.paths.chat_hold(task_id).unlink(missing_ok=True)
     for task, session in found:
         end_chat(project, task, session, read_hold(project, task.id), Actor.SYSTEM)
     return len(found)
