@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -47,7 +46,8 @@ _COLORS = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cya
 
 def _style_mark() -> str:
     """Eight random private-use characters: what :meth:`App.style` writes where an escape code goes."""
-    return "".join(chr(0xE000 + secrets.randbelow(0x1900)) for _ in range(8))
+    # os.urandom, not secrets: the mark need only be unguessable, and secrets costs a start-up import.
+    return "".join(chr(0xE000 + int.from_bytes(os.urandom(2)) % 0x1900) for _ in range(8))
 
 
 def color_enabled(stream: TextIO) -> bool:

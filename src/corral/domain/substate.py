@@ -58,7 +58,7 @@ def substate(status: Status, live: Live | None) -> str | None:
         return None
     if live is None or not live.alive:
         return "not-alive"
-    if live.phase == "retrying":
+    if live.phase == "retrying" or live.retry_class is not None:  # corral's wait, or a harness's own retry
         return f"retrying: {retry_summary(live.retry_attempt, live.retry_class, live.retry_reason)}"
     if live.phase in (None, "work"):
         if live.kind == "ask":

@@ -39,11 +39,9 @@ list``) and put aside by :func:`archive` into ``$CORRAL_HOME/archive/`` (nothing
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -115,7 +113,15 @@ class Identity:
 
 
 def _digest(*parts: str) -> str:
+    import hashlib  # only when an identity is first computed: a command that finds it cached never hashes
+
     return hashlib.sha256("\0".join(("corral-project", *parts)).encode()).hexdigest()
+
+
+def _instance() -> str:
+    import secrets  # only for a checkout that starts a list of its own
+
+    return secrets.token_hex(8)
 
 
 # -- computing it ------------------------------------------------------------------------------
@@ -400,7 +406,7 @@ def _first_sight(git: Git, repo: Path, home: Path, identity: Identity, choice: s
     # the project's state, if any, belongs to a checkout that is gone: a fresh clone starts its
     # own list (doctor shows the old one, to reattach or archive)
     if mine:
-        identity = replace(identity, instance=secrets.token_hex(8))
+        identity = replace(identity, instance=_instance())
     return _attach(git, repo, home, identity, _new_state(repo, home, identity))
 
 
@@ -484,7 +490,7 @@ def start_fresh(git: Git, repo: Path, home: Path, identity: Identity, shared: Pa
             continue
         if target.startswith(inside):
             shutil.rmtree(entry.path, ignore_errors=True)
-    own = replace(identity, instance=secrets.token_hex(8))
+    own = replace(identity, instance=_instance())
     return _attach(git, repo, home, own, _new_state(repo, home, own))
 
 

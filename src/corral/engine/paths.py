@@ -17,7 +17,6 @@ are the agent's files, not corral's, and are not judged.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -62,6 +61,8 @@ def user_config_file() -> Path:
 
 def project_slug(repo: Path) -> str:
     name = re.sub(r"[^a-z0-9]+", "-", repo.name.lower()).strip("-") or "repo"
+    import hashlib  # an older corral's path-keyed state: looked for only when no identity is cached
+
     digest = hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:12]
     return f"{name[:40]}--{digest}"
 

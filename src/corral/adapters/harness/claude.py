@@ -4,8 +4,18 @@ Its stream-json lines: ``system``/``init`` (session id), ``assistant`` and ``use
 messages carrying ``tool_use`` / ``tool_result`` (``is_error``), and a final
 ``result`` (``is_error``, ``api_error_status``, ``result``). Verdicts seen with the
 real CLI: no credentials → "Not logged in · Please run /login"; HTTP 401 → "Invalid
-API key · Fix external API key"; HTTP 529 → the CLI retries by itself, then exit 1;
-``bypassPermissions`` as root → "cannot be used with root/sudo privileges".
+API key · Fix external API key"; ``bypassPermissions`` as root → "cannot be used with
+root/sudo privileges".
+
+Retries: at its defaults the CLI retries a failed model call ten times with its own backoff
+(a 401 too: about 170 s before it gives up), announcing each with a ``system``/``api_retry``
+line (``attempt``, ``max_retries``, ``retry_delay_ms``, ``error_status``, ``error``: e.g.
+``authentication_failed``, ``overloaded``, ``rate_limit``, ``server_error``, and ``unknown``
+with no status when the connection itself failed). corral owns the cadence instead
+(:attr:`ClaudeHarness.corral_owns_retries`): the supervisor ends the CLI at its first retry
+line, :func:`classify_stream` reads the class from that line, and corral's ladder decides —
+a fatal class stops at once, a transient one is relaunched with ``--resume`` of the same
+session (docs/harnesses.md, "Who owns the retry cadence").
 
 An ask (and a read-only chat) runs in plan mode with the tools that change files or run
 commands disallowed (:data:`READ_ONLY_DENIED`).
@@ -13,7 +23,6 @@ commands disallowed (:data:`READ_ONLY_DENIED`).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -31,6 +40,19 @@ from corral.domain.failures import FailureClass, classify_common, classify_http_
 
 _SYSTEM = re.compile(rb'\s*\{\s*"type"\s*:\s*"system"')
 KEEPALIVE = Event("keepalive")
+#: How to log in, added to a ``fatal_auth`` reason that does not say it already.
+LOGIN_HINT = "Log in: run `claude` and type /login (or set ANTHROPIC_API_KEY)."
+#: The ``error`` of an ``api_retry`` line with no HTTP status -> its class. With no status the
+#: request never got an answer: the connection failed (refused, unresolved, reset), so the
+#: attempt cap of ``transient_unreachable`` applies rather than an hour of network retries.
+_RETRY_ERRORS = {
+    "authentication_failed": FailureClass.FATAL_AUTH,
+    "billing_error": FailureClass.FATAL_AUTH,
+    "overloaded": FailureClass.TRANSIENT_OVERLOAD,
+    "rate_limit": FailureClass.TRANSIENT_OVERLOAD,
+    "server_error": FailureClass.TRANSIENT_NETWORK,
+    "unknown": FailureClass.TRANSIENT_UNREACHABLE,
+}
 READ_ONLY_DENIED = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit")
 
 _CODES = {
@@ -66,6 +88,9 @@ class ClaudeHarness:
     name = "claude"
     display = "Claude Code"
     install_hint = "Install Claude Code: npm install -g @anthropic-ai/claude-code (or set claude_bin)."
+    login_hint = LOGIN_HINT
+    #: The supervisor ends the CLI at its first ``api_retry`` line: corral's ladder owns the cadence.
+    corral_owns_retries = True
 
     def __init__(self, executable: str = "claude") -> None:
         self.executable = executable
@@ -122,7 +147,7 @@ class ClaudeHarness:
             if data.get("subtype") == "init" and isinstance(data.get("session_id"), str):
                 return [Event("session", session_id=data["session_id"])]
             if data.get("subtype") == "api_retry" or "retry" in str(data.get("subtype", "")):
-                return [Event("retry", text=json.dumps(data)[:300])]
+                return [retry_event(data)]
             return [Event("keepalive")]
         if kind == "assistant":
             events = []
@@ -164,6 +189,40 @@ class ClaudeHarness:
         return classify_stream(self, facts)
 
 
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def retry_event(data: dict[str, Any]) -> Event:
+    """An ``api_retry`` line as a ``retry`` event: ``status`` the HTTP status, ``name`` the CLI's
+    error word, ``text`` one readable line ("HTTP 529 overloaded (Claude Code's retry 1 of 10, in 0.5 s)")."""
+    status = _int(data.get("error_status"))
+    error = str(data.get("error") or "")[:80]
+    what = f"HTTP {status}" if status is not None else "no HTTP answer (the connection failed)"
+    if error and error != "unknown":
+        what += f" {error}"
+    attempt, most, delay = _int(data.get("attempt")), _int(data.get("max_retries")), _int(data.get("retry_delay_ms"))
+    plan = "Claude Code's retry"
+    if attempt is not None:
+        plan += f" {attempt}" + (f" of {most}" if most is not None else "")
+    if delay is not None:
+        plan += f", in {delay / 1000:.1f} s"
+    return Event("retry", text=f"{what} ({plan})", status=status, name=error or None)
+
+
+def retry_verdict(harness: Any, event: Event) -> Verdict:
+    """The verdict of an attempt corral ended at the CLI's retry line ``event`` (no result yet)."""
+    cls = classify_http_status(event.status) or _RETRY_ERRORS.get(event.name or "") or FailureClass.UNKNOWN
+    what = f"HTTP {event.status}" if event.status is not None else "no HTTP answer: the connection failed"
+    if event.name and event.name != "unknown":
+        what += f" ({event.name})"
+    if cls is FailureClass.FATAL_AUTH:
+        reason = f"the model server refused {harness.display}'s credentials ({what}). {harness.login_hint}"
+    else:
+        reason = f"{harness.display}'s model call failed: {what}"
+    return Verdict(False, cls, code_for(cls), reason)
+
+
 def _usage(data: dict[str, Any]) -> dict[str, Any] | None:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     if usage is None and "total_cost_usd" not in data:
@@ -198,7 +257,13 @@ def classify_stream(harness: Any, facts: AttemptFacts) -> Verdict:
             reason or "bypassPermissions cannot be used as root",
         )
     if "Not logged in" in text or "/login" in text or "Invalid API key" in text:
+        hint = getattr(harness, "login_hint", "")
+        if hint and "/login" not in reason:
+            reason = f"{reason}. {hint}" if reason else hint
         return Verdict(False, FailureClass.FATAL_AUTH, "harness-not-authenticated", reason)
+    retries = [e for e in facts.events if e.kind == "retry"]
+    if result is None and retries:  # ended by corral at the CLI's retry line: that line is the verdict
+        return retry_verdict(harness, retries[-1])
     cls = classify_http_status(result.status if result else None) or classify_common(text, facts.exit_code)
     if result is None and cls is FailureClass.UNKNOWN:
         return Verdict(False, cls, "harness-exited", reason or f"{harness.display} exited without a result")

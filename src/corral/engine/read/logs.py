@@ -336,6 +336,10 @@ class TurnLog:
 # -- readable -------------------------------------------------------------------------------
 
 
+#: A harness's retry line is shown as one line of at most this many characters.
+RETRY_LINE_CHARS = 300
+
+
 def render_event(event: Event) -> str | None:
     match event.kind:
         case "session":
@@ -350,8 +354,8 @@ def render_event(event: Event) -> str | None:
             return f"  {mark} {detail[0][:200] if detail else ''}".rstrip()
         case "model_error":
             return f"! {event.text}"
-        case "retry":
-            return f"↻ retrying: {event.text}"
+        case "retry":  # one line, whatever the harness put in it
+            return f"↻ retrying: {' '.join((event.text or '').split())[:RETRY_LINE_CHARS]}".rstrip()
         case "result":
             return f"= {'error: ' if event.is_error else ''}{event.text or ''}".rstrip()
     return None

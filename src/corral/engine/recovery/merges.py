@@ -19,9 +19,7 @@ takes the same lock first, so no accept works on a checkout a dead one left half
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +52,8 @@ CONFLICT_CAUSE = "merge-conflict-on-accept"
 
 
 def target_lock_path(project: Project, target: str) -> Path:
+    import hashlib  # imported by the few paths that lock a target: every reconcile loads this module
+
     digest = hashlib.sha256(target.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return project.paths.root / "locks" / f"target-{digest}.lock"
 
@@ -264,6 +264,8 @@ def _holds(project: Project, wt: Path, sha: str, path: str) -> bool:
     base = _blob(project, wt, f"{sha}^1", path)
     if ours is None or theirs is None or base is None:
         return False
+    import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         names = []
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):

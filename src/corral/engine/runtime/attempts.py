@@ -10,6 +10,13 @@ child (``cmd &``) holding stdout does not keep the turn. Whatever the agent left
 its group, its session, and processes that called ``setsid`` but carry the command's tag —
 is reaped then and named in :attr:`AttemptRun.reaped`. The agent's zombie is kept until
 that is done, so its pid (the group's and session's id) cannot be given to another process.
+
+A harness's own retry line is acted on as it is read. When corral owns that harness's retry
+cadence (``corral_owns_retries``), the first one ends the group at once and is kept as
+:attr:`AttemptRun.harness_retry`: the harness classifies the attempt from it and corral's
+ladder decides (a fatal class stops in seconds, not after the harness's own retries). A
+harness that keeps its retries has them shown live instead: ``status.json``'s ``retry`` with
+``by: "harness"``, cleared at its next completed step.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ from corral.adapters.process import (
     start_ticks,
     stop_child_group,
 )
-from corral.domain.redact import redact
+from corral.domain.failures import classify_common, classify_http_status
+from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.heartbeat import StatusReporter, now
@@ -57,6 +65,8 @@ REAP_GRACE_SECONDS = 1.0
 RESIDUE_QUIET_SECONDS = 0.2
 #: A reaped process is named by this much of its command line (masked).
 COMMAND_CHARS = 200
+#: Characters of a harness's retry line kept in the live retry state.
+RETRY_TEXT_BYTES = 300
 
 
 @dataclass
@@ -81,6 +91,7 @@ class AttemptRun:
     log_end: int = 0
     verdict: Verdict | None = None
     reaped: list[proto.Reaped] = field(default_factory=list)
+    harness_retry: Event | None = None  # the harness's retry line corral ended the attempt at
 
     def facts(self) -> AttemptFacts:
         return AttemptFacts(self.exit_code, self.signal, self.events, self.stderr_tail, self.spawn_error)
@@ -163,7 +174,11 @@ class AttemptRunner:
             run.log_end = os.fstat(out_fd).st_size
             os.close(out_fd)
             os.close(err_fd)
-            self.status.update(agent_pid=None, agent_start=None)
+            retry = self.status.status.retry
+            if retry is not None and retry.by == "harness":  # the harness's retries ended with it
+                self.status.update(agent_pid=None, agent_start=None, retry=None)
+            else:
+                self.status.update(agent_pid=None, agent_start=None)
         run.duration = self.clock() - started
         run.ended_at = now()
         return run
@@ -174,7 +189,9 @@ class AttemptRunner:
         """Copy the output until the agent exits (or its streams close), end what it left, then
         collect its exit, ending the group when asked or silent."""
         assert proc.stdout is not None and proc.stderr is not None
-        copier = OutputCopier(self.harness, out_fd, err_fd, OutputIndex.in_dir(self.log_dir, out_fd, err_fd))
+        on_event = self._retry_watch(proc, run)
+        index = OutputIndex.in_dir(self.log_dir, out_fd, err_fd)
+        copier = OutputCopier(self.harness, out_fd, err_fd, index, on_event=on_event)
 
         def tick(_elapsed: float) -> float:
             self._maybe_end(proc, run, progress)
@@ -204,6 +221,27 @@ class AttemptRunner:
             run.exit_code = code
         run.stderr_tail = redact(copier.stderr_tail.decode("utf-8", "replace"), self.secrets)
 
+    def _retry_watch(self, proc: subprocess.Popen[bytes], run: AttemptRun) -> Callable[[Event], None]:
+        """What a retry line does while the agent runs: end the attempt (corral owns the cadence)
+        or show the harness's own retry in ``status.json`` until its next completed step."""
+        owned = bool(getattr(self.harness, "corral_owns_retries", False))
+        seen = 0
+
+        def on_event(event: Event) -> None:
+            nonlocal seen
+            if event.kind == "retry":
+                seen += 1
+                if owned:
+                    if run.harness_retry is None and not run.we_signalled:
+                        run.harness_retry = event
+                        self._kill(proc, run)
+                    return
+                self.status.update(retry=harness_retry_state(event, seen, self.secrets))
+            elif seen and event.is_progress and self.status.status.retry is not None:
+                self.status.update(retry=None)
+
+        return on_event
+
     def _reap_leftovers(self, proc: subprocess.Popen[bytes]) -> list[proto.Reaped]:
         """End every process the exited agent left: its group, its session, and the command's
         tagged processes (a ``setsid`` grandchild leaves both); the supervisor is never one."""
@@ -230,6 +268,19 @@ class AttemptRunner:
         """SIGTERM to the agent's process group, SIGKILL after the grace period (in the background)."""
         run.we_signalled = True
         threading.Thread(target=stop_child_group, args=(proc, self.term_grace), daemon=True).start()
+
+
+def harness_retry_state(event: Event, attempt: int, secrets: list[str]) -> proto.RetryState:
+    """The live projection of a retry a harness announced and makes itself (its ``attempt``-th)."""
+    text = event.text or ""
+    cls = classify_http_status(event.status) or classify_common(text)
+    return proto.RetryState(
+        attempt=attempt,
+        failure_class=cls.value,
+        reason=redact(text[: RETRY_TEXT_BYTES + CUT_MARGIN], secrets)[:RETRY_TEXT_BYTES],
+        next_delay_ms=0,
+        by="harness",
+    )
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

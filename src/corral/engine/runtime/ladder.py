@@ -3,7 +3,9 @@
 The pace and the stop come from the one retry policy (``corral.domain.failures.decide``);
 a watchdog kill with nothing captured is relaunched (at most the command's relaunch count),
 after work it ends the turn; a kill by a signal corral did not send is a crash. While it
-waits between attempts the live retry state is in ``status.json``.
+waits between attempts the live retry state is in ``status.json``. An attempt corral ended
+at a harness's own retry line (see :mod:`corral.engine.runtime.attempts`) is classified from
+that line and goes through the same policy: the harness's cadence is never the one used.
 """
 
 from __future__ import annotations

@@ -113,10 +113,20 @@ class OutputCopier:
 
     ``index`` is where the order of the two streams goes (``OutputIndex.in_dir`` of the turn's
     log directory); None keeps no index, and the logs are then read as stdout alone.
+    ``on_event`` sees every event as it is parsed, while the agent runs: the supervisor acts
+    on a harness's retry line at once instead of after the harness's own retries.
     """
 
-    def __init__(self, harness: Harness, out_fd: int, err_fd: int, index: OutputIndex | None = None) -> None:
+    def __init__(
+        self,
+        harness: Harness,
+        out_fd: int,
+        err_fd: int,
+        index: OutputIndex | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
         self.harness = harness
+        self.on_event = on_event
         self.out_fd = out_fd
         self.err_fd = err_fd
         self.index = index
@@ -142,6 +152,8 @@ class OutputCopier:
                     self.session_id = event.session_id
                 if event.kind != "keepalive":
                     self.events.append(event)
+                    if self.on_event is not None:
+                        self.on_event(event)
                 progress = progress or event.is_progress
         return progress
 

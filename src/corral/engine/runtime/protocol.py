@@ -338,12 +338,17 @@ def _command_v1(data: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RetryState:
-    """What is being retried right now and when the next attempt starts (rendered by ``domain.substate``)."""
+    """What is being retried right now and when the next attempt starts (rendered by ``domain.substate``).
+
+    ``by`` says whose retry it is: ``corral`` (its ladder waits between attempts) or ``harness``
+    (a harness that keeps its own retries announced one; ``next_delay_ms`` is 0 when it gave none).
+    """
 
     attempt: int
     failure_class: str
     reason: str
     next_delay_ms: int
+    by: str = "corral"
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RetryState:
@@ -352,6 +357,7 @@ class RetryState:
             failure_class=_req(data, "failure_class", str),
             reason=_req(data, "reason", str),
             next_delay_ms=int(_req(data, "next_delay_ms", int)),
+            by=_opt(data, "by", str) or "corral",
         )
 
 
