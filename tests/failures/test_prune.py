@@ -18,7 +18,6 @@ from corral.engine.read import diagnostics
 from tests.conftest import FakeAgent, FakeClock, git
 from tests.failures.conftest import diagnostic_files, line_after, new_task, run_start, show_json, show_text
 
-
 #: An agent that is not logged in: a fatal failure, so the turn fails at once, never retried.
 NOT_LOGGED_IN = [{"init": True}, {"result": "Invalid API key · Fix external API key", "is_error": True}, {"exit": 1}]
 
@@ -125,6 +124,8 @@ def test_the_daemon_loop_prunes_when_it_starts_and_then_once_per_interval(repo, 
     import time
 
     proj = Project.open(repo)
+    tasks.create(proj, "Have a database", actor=Actor.HUMAN)  # a daemon whose database is gone stops at once
+    assert proj.paths.db.exists()
     daemon = Daemon(proj, tick=0.05)
     daemon.prune_every = 0.3
     calls = []

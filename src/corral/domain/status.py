@@ -123,7 +123,7 @@ def check_transition(src: Status, dst: Status, actor: Actor, *, what: str | None
         return
     hint = None
     if dst is S.ZOMBIE and (src, dst) in _EDGES:
-        hint = "Only corral's reconciler completes a task whose work is already on its target."
+        hint = "Only corral's reconciler (the system actor) completes a task whose work is already on its target."
     raise IllegalTransition(src.value, dst.value, [t.value for t in allowed_targets(src, actor)], what=what, hint=hint)
 
 
