@@ -22,7 +22,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -481,3 +482,19 @@ def reap(found: Sequence[ProcInfo], grace: float) -> list[ProcInfo]:
             send(p.pid, signal.SIGKILL)
     _settle(lambda: any(_same(p) for p in signalled))
     return signalled
+
+
+@contextmanager
+def environ_overlay(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in this process's environment (and so in every child's) until the block ends,
+    then each variable back as it was, unset where it was unset."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

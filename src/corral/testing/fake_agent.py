@@ -28,24 +28,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from corral.adapters.harness.command import CONTRACT_VARS
+
 DEFAULT: list[dict[str, Any]] = [
     {"init": True},
     {"text": "Looking at the task."},
     {"result": "Done."},
 ]
-RECORDED_ENV = (
-    "IS_SANDBOX",
-    "ANTHROPIC_BASE_URL",
-    "HOME",
-    # the command harness's contract (docs/harnesses.md)
-    "CORRAL_PROMPT_FILE",
-    "CORRAL_TURN_KIND",
-    "CORRAL_TURN_TRIGGER",
-    "CORRAL_TASK",
-    "CORRAL_TASK_ID",
-    "CORRAL_WORKTREE",
-    "CORRAL_READ_ONLY",
-)
+RECORDED_ENV = ("IS_SANDBOX", "ANTHROPIC_BASE_URL", "HOME", *CONTRACT_VARS)  # with the command harness's contract
 
 
 def emit(obj: dict[str, Any]) -> None:

@@ -215,7 +215,7 @@ def retry_verdict(harness: Any, event: Event) -> Verdict:
     cls = classify_http_status(event.status) or _RETRY_ERRORS.get(event.name or "") or FailureClass.UNKNOWN
     what = f"HTTP {event.status}" if event.status is not None else "no HTTP answer: the connection failed"
     if event.name and event.name != "unknown":
-        what += f" ({event.name})"
+        what += f" {event.name}"
     if cls is FailureClass.FATAL_AUTH:
         reason = f"the model server refused {harness.display}'s credentials ({what}). {harness.login_hint}"
     else:

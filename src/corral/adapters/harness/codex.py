@@ -2,19 +2,60 @@
 
 An ask (and a read-only chat) runs in Codex's read-only sandbox, ``-s read-only``.
 
+corral owns the retry cadence (docs/harnesses.md, "Who owns the retry cadence"): a work turn or
+an ask turns off the request and stream retries of the model provider the user defined in
+``$CODEX_HOME/config.toml`` (``-c model_providers.<id>.request_max_retries=0`` and
+``stream_max_retries=0``), so an error ends the attempt and corral's ladder retries it,
+resuming the same thread. Codex's built-in providers cannot be overridden (Codex refuses the
+whole config) and keep Codex's own retries. Against an unreachable provider Codex prints
+"Reconnecting... waiting for network" for ever, whatever those settings say:
+:meth:`CodexHarness.stop_now` reads that as ``transient_unreachable`` at once, so the attempt
+can be ended and the ladder's cap applies.
+
+A work turn's ``workspace-write`` sandbox keeps git metadata read-only, and a task worktree's
+git metadata lives in the main repository's ``.git``: the turn gets, as extra writable roots,
+exactly what ``git commit`` writes there — the worktree's git directory (index, HEAD, its
+logs), the object store, and the directories holding the branch's ref and its reflog
+(:func:`commit_roots`). A sandbox that cannot run a command (Codex's helper refused under a
+temporary ``CODEX_HOME`` with bubblewrap installed, a namespace bwrap may not create) is
+``fatal_config``, never a turn that succeeded while doing nothing.
+
 Its JSON lines: ``thread.started`` (``thread_id``), ``turn.started``,
-``item.started`` / ``item.completed`` (``command_execution`` with ``exit_code``,
-``agent_message`` with ``text``, ``error`` with ``message``), ``turn.completed``
-(usage) and ``turn.failed`` (``error.message``).
+``item.started`` / ``item.completed`` (``command_execution`` with ``exit_code`` and
+``aggregated_output``, ``agent_message`` with ``text``, ``error`` with ``message``),
+``turn.completed`` (usage), ``turn.failed`` (``error.message``) and ``error`` (``message``;
+"Reconnecting... …" while Codex retries).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, json_line, obj, prompt_arg
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common
+
+#: Providers Codex ships; it refuses a config that sets ``model_providers.<one of these>``.
+BUILT_IN_PROVIDERS = frozenset({"openai", "oss", "ollama", "lmstudio", "amazon-bedrock"})
+#: What the user reads on a refused key (Codex's own login step).
+LOGIN_HINT = "Log in: run `codex login`, or set the API key variable (env_key) of the model provider."
+#: The text Codex prints, over and over, while its provider cannot be reached.
+WAITING_FOR_NETWORK = "Reconnecting... waiting for network"
+#: A command's output that says the sandbox itself failed, not the command (bwrap's own errors,
+#: Codex's sandbox helper missing or panicking).
+_SANDBOX_FAILURE = re.compile(
+    r"^bwrap: .*|.*codex-linux-sandbox.*(?:No such file|not found|Permission denied).*|.*panicked at linux-sandbox.*",
+    re.M,
+)
+#: Codex's stderr line that explains a missing sandbox helper.
+_HELPER_REFUSED = re.compile(r"^.*Refusing to create helper binaries.*$", re.M)
+#: A command's output kept on its tool_end event.
+OUTPUT_CHARS = 2000
 
 
 class CodexHarness:
@@ -29,7 +70,11 @@ class CodexHarness:
     def _argv(self, req: TurnRequest, sandbox: str) -> Launch:
         prompt, stdin = prompt_arg(req.prompt)
         # exec's options go before `resume`: the resume subcommand takes no -s of its own.
-        argv = [self.executable, "exec", "--json", "-s", sandbox, "--skip-git-repo-check", *self.extra]
+        argv = [self.executable, "exec", "--json", "-s", sandbox, "--skip-git-repo-check"]
+        argv += retries_off(user_provider(os.environ, self.extra))
+        if sandbox == "workspace-write":
+            argv += writable_roots(commit_roots(Path(req.cwd)))
+        argv += self.extra
         if req.model:
             argv += ["-m", req.model]
         if req.resume_id:
@@ -64,7 +109,8 @@ class CodexHarness:
         if kind == "item.completed":
             if item.get("type") == "command_execution":
                 failed = item.get("status") == "failed" or item.get("exit_code") not in (0, None)
-                return [Event("tool_end", tool_id=item.get("id"), is_error=failed)]
+                output = str(item.get("aggregated_output") or "")[-OUTPUT_CHARS:]
+                return [Event("tool_end", tool_id=item.get("id"), is_error=failed, text=output or None)]
             if item.get("type") == "agent_message":
                 return [Event("text", text=str(item.get("text", "")))]
             if item.get("type") == "error":
@@ -84,9 +130,31 @@ class CodexHarness:
             return [Event("model_error", text=message)]
         return [Event("keepalive")]
 
+    def stop_now(self, events: Sequence[Event], stderr_tail: str = "") -> Verdict | None:
+        """The verdict of an attempt that must not go on, read from its events so far; None to let it run.
+
+        A supervisor ends the attempt when this returns a verdict: Codex would otherwise keep
+        waiting for an unreachable provider for ever, or keep running commands its broken
+        sandbox cannot run. :meth:`classify` gives the same verdict once the attempt is over.
+        """
+        for event in events:
+            if event.kind == "tool_end" and event.text and (found := _SANDBOX_FAILURE.search(event.text)):
+                why = _HELPER_REFUSED.search(stderr_tail)
+                reason = f"Codex's sandbox could not run a command: {found.group(0).strip()}"
+                if why:
+                    reason += f" ({why.group(0).strip()})"
+                return Verdict(False, FailureClass.FATAL_CONFIG, code_for(FailureClass.FATAL_CONFIG), reason)
+            if event.kind == "retry" and (event.text or "").startswith(WAITING_FOR_NETWORK):
+                cls = FailureClass.TRANSIENT_UNREACHABLE
+                return Verdict(False, cls, code_for(cls), event.text or WAITING_FOR_NETWORK)
+        return None
+
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:
             return Verdict(False, FailureClass.FATAL_CONFIG, "harness-missing", facts.spawn_error)
+        stopped = self.stop_now(facts.events, facts.stderr_tail)
+        if stopped is not None:
+            return stopped
         texts = [e.text for e in facts.events if e.kind == "text" and e.text]
         completed = any(e.kind == "result" for e in facts.events)
         if completed and facts.exit_code == 0:
@@ -99,7 +167,93 @@ class CodexHarness:
             cls = _codex_dialect(text)
         if not errors and cls is FailureClass.UNKNOWN:
             return Verdict(False, cls, "harness-exited", reason)
+        if cls is FailureClass.FATAL_AUTH:
+            reason = f"{reason} — {LOGIN_HINT}"
         return Verdict(False, cls, code_for(cls), reason)
+
+
+def codex_home(env: Mapping[str, str]) -> Path:
+    """Codex's configuration directory: ``$CODEX_HOME``, else ``~/.codex``."""
+    if env.get("CODEX_HOME"):
+        return Path(env["CODEX_HOME"])
+    return Path(env.get("HOME") or Path.home()) / ".codex"
+
+
+def user_provider(env: Mapping[str, str], extra: Sequence[str] = ()) -> str | None:
+    """The model provider a turn uses when the user defined it in ``config.toml`` (and it is not
+    one of Codex's built-ins); None otherwise, or when the file cannot be read (preflight says so)."""
+    try:
+        config = tomllib.loads((codex_home(env) / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    provider = config.get("model_provider")
+    profile = obj(obj(config.get("profiles")).get(str(config.get("profile", ""))))
+    provider = profile.get("model_provider", provider)
+    for option in extra:  # a `-c model_provider=ID` of the harness's own options wins
+        if option.startswith("model_provider="):
+            provider = option.removeprefix("model_provider=").strip().strip('"')
+    if not isinstance(provider, str) or provider in BUILT_IN_PROVIDERS:
+        return None
+    return provider if isinstance(obj(config.get("model_providers")).get(provider), dict) else None
+
+
+def retries_off(provider: str | None) -> list[str]:
+    """The ``-c`` options that leave every retry of ``provider`` to corral's ladder."""
+    if provider is None or not re.fullmatch(r"[A-Za-z0-9_-]+", provider):
+        return []
+    return [
+        "-c",
+        f"model_providers.{provider}.request_max_retries=0",
+        "-c",
+        f"model_providers.{provider}.stream_max_retries=0",
+    ]
+
+
+def commit_roots(worktree: Path) -> list[Path]:
+    """What ``git commit`` in a linked worktree writes outside it, so its sandbox lets it.
+
+    The worktree's git directory (``index.lock``, ``HEAD``, ``logs/HEAD``, ``ORIG_HEAD``), the
+    object store, and the directories of the branch's loose ref and its reflog (git writes
+    ``<ref>.lock`` beside the ref and renames it). Created when missing (a packed ref's
+    directory may be gone), since a writable root must exist. Empty when ``worktree`` is not a
+    linked worktree on a branch.
+    """
+    gitdir = _linked_gitdir(worktree)
+    if gitdir is None:
+        return []
+    try:
+        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+        head = (gitdir / "HEAD").read_text().strip()
+    except OSError:
+        return []
+    if not head.startswith("ref: refs/heads/"):
+        return []  # a detached HEAD moves no ref
+    ref = head.removeprefix("ref: ")
+    roots = [gitdir, common / "objects", (common / ref).parent, (common / "logs" / ref).parent]
+    try:
+        for root in roots:
+            root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return []
+    return roots
+
+
+def _linked_gitdir(worktree: Path) -> Path | None:
+    try:
+        pointer = (worktree / ".git").read_text()
+    except OSError:
+        return None  # a directory (the main checkout) or nothing: not a linked worktree
+    if not pointer.startswith("gitdir: "):
+        return None
+    gitdir = Path(pointer.removeprefix("gitdir: ").strip())
+    return (gitdir if gitdir.is_absolute() else worktree / gitdir).resolve()
+
+
+def writable_roots(roots: Sequence[Path]) -> list[str]:
+    """The ``-c`` option adding ``roots`` to the workspace-write sandbox (a TOML array of strings)."""
+    if not roots:
+        return []
+    return ["-c", f"sandbox_workspace_write.writable_roots={json.dumps([str(r) for r in roots])}"]
 
 
 def _codex_dialect(text: str) -> FailureClass:

@@ -8,16 +8,17 @@ and store all run exactly as they do for a real agent.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
 
 from corral.adapters.git import Git
+from corral.adapters.process import environ_overlay
 from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
@@ -85,10 +86,6 @@ def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
             raise UsageError(f"{scratch} already exists.", hint="Name a directory that does not exist yet.") from None
     else:
         scratch = Path(tempfile.mkdtemp(prefix="corral-demo-"))
-    saved = {
-        k: os.environ.get(k)
-        for k in ("CORRAL_HOME", "CORRAL_CLAUDE_BIN", "CORRAL_FAKE_SCENARIO", "CORRAL_FAKE_RECORD", "CORRAL_HARNESS")
-    }
     began = time.monotonic()
     events: list[dict[str, object]] = []
     shown = 0
@@ -104,6 +101,7 @@ def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
             say(f"  {when}  {line}")
         shown = len(entries)
 
+    cleanup = ExitStack()
     try:
         repo = scratch / "repo"
         repo.mkdir()
@@ -113,7 +111,7 @@ def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
         _git(repo, "commit", "-q", "-m", "initial")
         scenario = scratch / "scenario.json"
         scenario.write_text(json.dumps(SCENARIO))
-        os.environ.update(
+        overlay = environ_overlay(
             {
                 "CORRAL_HOME": str(scratch / "home"),
                 "CORRAL_CLAUDE_BIN": str(wrapper_script(scratch / "bin")),
@@ -122,6 +120,7 @@ def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
                 "CORRAL_HARNESS": "claude",
             }
         )
+        cleanup.enter_context(overlay)
         project = Project.open(repo)
         try:
             say(f"Scratch repository: {repo}")
@@ -172,10 +171,6 @@ def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
         )  # the lines were said
         return 0 if ok else 1
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        cleanup.close()  # the environment as it was
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import click
 
+from corral.adapters.process import environ_overlay
 from corral.cli.app import App, color_enabled, json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.engine import workspace
@@ -211,22 +212,13 @@ def _git_colour(on: bool) -> Iterator[None]:
     if not on:
         yield
         return
-    saved = {k: os.environ.get(k) for k in ("GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0")}
     try:
         n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or "0")
     except ValueError:
         n = 0
     added = {"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "color.diff", f"GIT_CONFIG_VALUE_{n}": "always"}
-    saved.update({k: os.environ.get(k) for k in added})
-    os.environ.update(added)
-    try:
+    with environ_overlay(added):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _pager(app: App) -> str | None:
