@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from corral.domain.actors import Actor, Role
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, RestingCause
 from tests.cli.helpers import RFC3339_Z, create, json_error, no_traceback, park, store_of, times_in, to_working
@@ -301,3 +303,27 @@ def test_show_names_the_branch_a_task_merges_into(corral) -> None:
     assert "Branch:   (not started) → corral/parent" in corral.ok("show", "child").stdout
     assert "Branch:   (not started) → release" in corral.ok("show", "elsewhere").stdout
     assert corral.json("show", "child")["task"]["target"] is None  # the JSON keeps the stored field
+
+
+@pytest.mark.slow
+def test_an_error_turn_is_dated_when_it_ended_not_when_it_began(corral, tmp_path):
+    from tests.cli.test_cli_turns import fake_env
+
+    slow_failure = [
+        {"init": True},
+        {"sleep": 2.5},
+        {"result": "Invalid API key · Fix external API key", "is_error": True},
+        {"exit": 1},
+    ]
+    env = fake_env(tmp_path, slow_failure)
+    corral.ok("create", "Fails slowly", "--ref", "slowfail", env=env)
+    assert corral("start", "slowfail", "--wait", "--timeout", "60", env=env).returncode == 1  # it rests with a cause
+    doc = corral.json("show", "slowfail", env=env)
+    error = doc["turns"][-1]
+    assert error["role"] == "agent" and error["failure"] is not None
+    began, ended = datetime.fromisoformat(error["started_at"]), datetime.fromisoformat(error["ended_at"])
+    assert (ended - began).total_seconds() >= 2
+    text = corral.ok("show", "slowfail", env={**env, "TZ": "UTC"}).stdout
+    line = next(ln for ln in text.splitlines() if f"turn {error['sequence']} · " in ln)
+    assert ended.astimezone(UTC).strftime("%H:%M:%S") in line  # its end, not its start
+    assert began.astimezone(UTC).strftime("%H:%M:%S") not in line

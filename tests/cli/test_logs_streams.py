@@ -160,7 +160,7 @@ def test_a_failed_attempt_and_its_retry_each_get_a_header_and_the_follower_says_
     lines = followed.stdout.splitlines()
     assert lines[1].startswith("── attempt 1 · started ")
     assert lines[2:4] == ["› try 1", "err│ 429 rate limit exceeded"]
-    assert lines[4] == "── attempt 1 failed · transient_overload: 429 rate limit exceeded · retrying in 5 s"
+    assert lines[4] == "── retrying: attempt 1 (transient_overload): 429 rate limit exceeded · next in 5 s"
     assert lines[5].startswith("── attempt 2 · started ")
     assert lines[6:] == [
         "› try 2",

@@ -123,6 +123,6 @@ def test_a_retry_shows_its_reason_attempt_of_budget_and_next_delay(corral, repo,
     assert retrying, text
     line = retrying[-1]
     assert line.startswith("working (retrying)") and "attempt 2 of 6" in line
-    assert "retrying (unknown: " in line and "next in 15 s" in line
+    assert "retrying: attempt 1 (unknown): " in line and "next in 15 s" in line  # as list and show say it
     assert "socket closed by peer" in line
     corral.ok("stop", "retry", env=env)

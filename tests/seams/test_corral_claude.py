@@ -135,14 +135,21 @@ class Rig:
 def make_rig(
     claude: Path, claude_home: Path, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[..., Rig]]:
-    """``make_rig(max_retries=1, **CORRAL_settings)``: the server, the environment, the project."""
+    """``make_rig(**CORRAL_settings)``: the server, the environment, the project.
+
+    The CLI runs at its own retry settings, as a user has it (no ``CLAUDE_CODE_MAX_RETRIES``);
+    ``max_retries=N`` sets that variable, for a test about how corral meets a changed setting.
+    """
     rigs: list[Rig] = []
 
-    def make(*, max_retries: int = 1, **settings: str) -> Rig:
+    def make(*, max_retries: int | None = None, **settings: str) -> Rig:
         server = ScriptedServer([])
         launch_log = tmp_path / "claude-launches.jsonl"
         wrapper = write_wrapper(tmp_path / "bin" / "claude", claude, launch_log)
-        env = claude_env(server, claude_home, max_retries=max_retries)
+        if max_retries is None:
+            env = claude_env(server, claude_home, extra={"CLAUDE_CODE_MAX_RETRIES": None})
+        else:
+            env = claude_env(server, claude_home, max_retries=max_retries)
         env["CORRAL_CLAUDE_BIN"] = str(wrapper)
         env.setdefault("CORRAL_GRACE_PERIOD", "1")
         for name, value in settings.items():
@@ -280,18 +287,17 @@ def test_unblock_resumes_the_harness_session_and_delivers_feedback_verbatim(make
 
 
 def test_401_parks_blocked_not_authenticated_without_a_relaunch(make_rig):
-    max_retries = 1
-    rig = make_rig(max_retries=max_retries, auto_resume="0")
-    # The CLI itself retries a 401 max_retries times; twice as many are scripted, so a relaunch
-    # by corral would meet a 401 too and show up as extra requests.
-    rig.script(*[Error(401)] * (2 * (max_retries + 1)))
+    rig = make_rig(auto_resume="0")
+    # At its defaults the CLI would retry a 401 ten times; corral ends it at its first retry line,
+    # so only the first request is made, and a relaunch by corral would show up as a second one.
+    rig.script(*[Error(401)] * 4)
     task = rig.create()
     done = start(rig, task)
 
     assert done.status is Status.BLOCKED
     assert done.resting_cause is not None and done.resting_cause.code == "harness-not-authenticated"
     assert len(rig.launches()) == 1
-    assert rig.server.consumed == max_retries + 1
+    assert rig.server.consumed == 1
     parked = rig.task(task)
     with rig.proj.store.read() as tx:
         doc = show(tx, parked)
@@ -303,17 +309,17 @@ def test_401_parks_blocked_not_authenticated_without_a_relaunch(make_rig):
     assert attempt.outcome.value == "failed"
     assert attempt.failure_class == "fatal_auth"
     assert attempt.failure is not None and attempt.failure.code == "harness-not-authenticated"
-    assert attempt.failure.exit_code == 1
-    assert "Invalid API key" in agent_turn.content
+    assert attempt.failure.exit_code == EXIT_ON_SIGTERM  # corral ended it; it handles SIGTERM and exits
+    assert "refused Claude Code's credentials (HTTP 401 authentication_failed)" in agent_turn.content
+    assert "/login" in agent_turn.content  # the harness's login hint
 
 
-# -- 4. 529 past the CLI's own retries: corral's overload ladder relaunches it ----------------
+# -- 4. 529: corral's overload ladder relaunches it, not the CLI's own retries ----------------
 
 
 def test_529_is_retried_on_the_overload_ladder_then_completes(make_rig):
-    max_retries = 1
-    rig = make_rig(max_retries=max_retries, auto_resume="0")
-    rig.script(*[Error(529)] * (max_retries + 1), Text("recovered after the overload"))
+    rig = make_rig(auto_resume="0")
+    rig.script(Error(529), Text("recovered after the overload"))
     task = rig.create()
     began = time.monotonic()
     done = start(rig, task)
@@ -324,11 +330,11 @@ def test_529_is_retried_on_the_overload_ladder_then_completes(make_rig):
     assert elapsed >= 5.0  # the first rung of the transient ladder is a real 5 s wait
     (agent_turn,) = rig.agent_turns(task)
     assert agent_turn.content == "recovered after the overload"
-    assert len(agent_turn.attempts) >= 2
-    first, last = agent_turn.attempts[0], agent_turn.attempts[-1]
+    first, last = agent_turn.attempts
     assert first.outcome.value == "failed"
     assert first.failure_class == "transient_overload"
     assert first.failure is not None and first.failure.code == "harness-overloaded"
+    assert first.failure.exit_code == EXIT_ON_SIGTERM  # ended at its first retry line, not after its own retries
     assert last.outcome.value == "succeeded"
 
     launches = rig.launches()

@@ -198,7 +198,7 @@ def claude_env(
     home: Path | str,
     *,
     api_key: str | None = TEST_API_KEY,
-    max_retries: int = 1,
+    max_retries: int | None = None,
     extra: Mapping[str, str | None] | None = None,
 ) -> dict[str, str]:
     """The environment for running ``claude`` against ``server`` (a ScriptedServer or a URL).
@@ -227,11 +227,11 @@ def claude_env(
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
-            # Retries are real sleeps (~0.5 s for the first): keep them few.
-            "CLAUDE_CODE_MAX_RETRIES": str(max_retries),
             "NO_COLOR": "1",
         }
     )
+    if max_retries is not None:  # a user's setting is left alone unless a test is about it and says so
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     if api_key is not None:
         env["ANTHROPIC_API_KEY"] = api_key
     for key, value in (extra or {}).items():

@@ -18,7 +18,7 @@ from corral.cli.app import App
 from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
 from corral.domain.status import Status
-from corral.domain.substate import render_status
+from corral.domain.substate import render_status, retry_summary
 
 _STATUS_COLOR = {
     "working": "cyan",
@@ -120,6 +120,8 @@ def _when(at: str | None) -> str:
 def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(time, line) entries of status changes, turns and comments, in time order.
 
+    A person's turn is dated when it was given, an agent's when it ended.
+
     A failed turn carries its reason; the failed attempts of a turn that had several
     follow it as indented lines ("Attempt 1 of 3 failed: … · retrying").
     """
@@ -143,7 +145,12 @@ def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
         for a in t["attempts"]:
             if a.get("summary"):
                 line += f"\n    {one_line(a['summary'])}"
-        entries.append((t["started_at"], 10_000 + t["sequence"], line))
+        if t["role"] == "agent" and t.get("ended_at"):
+            # An agent's turn is what it came to, when it came to it (a failure after minutes of
+            # retries is dated when it failed), just before the status change it caused.
+            entries.append((t["ended_at"], -100_000 + t["sequence"], line))
+        else:
+            entries.append((t["started_at"], 10_000 + t["sequence"], line))
     for n in doc["comments"]:
         entries.append((n["at"], 20_000, f"comment by {n['actor']}: {clip(n['body'], 100)}"))
     entries.sort(key=lambda e: (e[0], e[1]))
@@ -240,9 +247,8 @@ def live_text(live: dict[str, Any], waited: float | None = None) -> str:
     if elapsed is not None or waited is not None:
         parts.append(running_time(elapsed if elapsed is not None else waited or 0.0))
     if live.get("retry_class") is not None:
-        reason = " ".join((live.get("retry_reason") or "").split())
-        retry = f"retrying ({live['retry_class']}{': ' + reason if reason else ''})"
-        if live.get("next_delay_s") is not None:
+        retry = "retrying: " + retry_summary(live.get("retry_attempt"), live["retry_class"], live.get("retry_reason"))
+        if live.get("next_delay_s"):
             retry += f", next in {live['next_delay_s']:g} s"
         parts.append(retry)
     if live.get("last_line"):

@@ -104,6 +104,9 @@ class Harness(Protocol):
     display: str
     executable: str
     install_hint: str
+    #: True when corral decides the harness's retries: the supervisor ends it at its first retry
+    #: event and corral's ladder takes over (docs/harnesses.md#who-owns-the-retry-cadence).
+    corral_owns_retries: bool
 
     def work(self, req: TurnRequest) -> Launch: ...
     def ask(self, req: TurnRequest) -> Launch: ...

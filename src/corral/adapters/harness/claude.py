@@ -195,7 +195,7 @@ def _int(value: Any) -> int | None:
 
 def retry_event(data: dict[str, Any]) -> Event:
     """An ``api_retry`` line as a ``retry`` event: ``status`` the HTTP status, ``name`` the CLI's
-    error word, ``text`` one readable line ("HTTP 529 overloaded (Claude Code's retry 1 of 10, in 0.5 s)")."""
+    error word, ``text`` one readable line ("HTTP 529 overloaded (Claude Code's retry 1 of 10, due in 0.5 s)")."""
     status = _int(data.get("error_status"))
     error = str(data.get("error") or "")[:80]
     what = f"HTTP {status}" if status is not None else "no HTTP answer (the connection failed)"
@@ -206,7 +206,7 @@ def retry_event(data: dict[str, Any]) -> Event:
     if attempt is not None:
         plan += f" {attempt}" + (f" of {most}" if most is not None else "")
     if delay is not None:
-        plan += f", in {delay / 1000:.1f} s"
+        plan += f", due in {delay / 1000:.1f} s"
     return Event("retry", text=f"{what} ({plan})", status=status, name=error or None)
 
 

@@ -105,6 +105,7 @@ CONTRACT_VARS = (
 class CommandHarness:
     name = "command"
     display = "The command"
+    corral_owns_retries = False  # a command says nothing corral could read as a retry: its exit decides
     install_hint = (
         'Set the command to run: corral config set command "my-agent --flag" (its contract: docs/harnesses.md).'
     )

@@ -36,6 +36,7 @@ def _assistant_text(message: dict[str, Any]) -> str:
 class PiHarness:
     name = "pi"
     display = "Pi"
+    corral_owns_retries = False  # Pi retries on its own (auto_retry_start events): shown live, not ended
     install_hint = "Install Pi: npm install -g @mariozechner/pi-coding-agent (or set pi_bin)."
 
     def __init__(self, executable: str = "pi", provider: str | None = None) -> None:

@@ -19,6 +19,7 @@ from corral.cli.app import App, json_option, pass_app
 from corral.cli.render import local_time
 from corral.domain.clock import rfc3339
 from corral.domain.records import Task
+from corral.domain.substate import retry_summary
 from corral.engine.operations import queries
 from corral.engine.read import logs as turn_logs
 from corral.engine.read.logs import AttemptStart, Line, TurnFacts, TurnLog
@@ -141,7 +142,7 @@ class Follower:
                 "reason": retry.reason,
                 "next_delay_ms": retry.next_delay_ms,
             },
-            f"── attempt {retry.attempt} failed · {retry.failure_class}: {retry.reason} · retrying in {delay:g} s",
+            f"── retrying: {retry_summary(retry.attempt, retry.failure_class, retry.reason)} · next in {delay:g} s",
         )
 
     def footer(self, facts: TurnFacts, running: bool, next_turn: int | None) -> None:

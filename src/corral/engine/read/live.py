@@ -34,8 +34,10 @@ class LiveTurn:
     attempts: int | None = None  # the budget of attempts of the class being retried, when it is counted
     elapsed: float | None = None  # seconds since the turn was launched
     last_line: str | None = None
+    retry_attempt: int | None = None  # the attempt that failed and is being retried
     retry_class: str | None = None
     retry_reason: str | None = None
+    retry_by: str | None = None  # who retries: "corral" (its ladder) or "harness" (the agent CLI itself)
     next_delay: float | None = None  # seconds the supervisor waits before the next attempt
 
     def to_json(self) -> dict[str, object]:
@@ -47,8 +49,10 @@ class LiveTurn:
             "attempts": self.attempts,
             "elapsed_s": round(self.elapsed, 1) if self.elapsed is not None else None,
             "last_line": self.last_line,
+            "retry_attempt": self.retry_attempt,
             "retry_class": self.retry_class,
             "retry_reason": self.retry_reason,
+            "retry_by": self.retry_by,
             "next_delay_s": self.next_delay,
         }
 
@@ -80,8 +84,10 @@ def live_turn(project: Project, task: Task) -> LiveTurn:
         attempts=attempts,
         elapsed=elapsed,
         last_line=_last_line(project, task, Path(command.log_dir)) if command is not None else None,
+        retry_attempt=retry.attempt if retry is not None else None,
         retry_class=retry.failure_class if retry is not None else None,
         retry_reason=retry.reason if retry is not None else None,
+        retry_by=retry.by if retry is not None else None,
         next_delay=retry.next_delay_ms / 1000 if retry is not None else None,
     )
 

@@ -355,7 +355,7 @@ def render_event(event: Event) -> str | None:
         case "model_error":
             return f"! {event.text}"
         case "retry":  # one line, whatever the harness put in it
-            return f"↻ retrying: {' '.join((event.text or '').split())[:RETRY_LINE_CHARS]}".rstrip()
+            return f"↻ harness retry: {' '.join((event.text or '').split())[:RETRY_LINE_CHARS]}".rstrip()
         case "result":
             return f"= {'error: ' if event.is_error else ''}{event.text or ''}".rstrip()
     return None

@@ -224,7 +224,7 @@ class AttemptRunner:
     def _retry_watch(self, proc: subprocess.Popen[bytes], run: AttemptRun) -> Callable[[Event], None]:
         """What a retry line does while the agent runs: end the attempt (corral owns the cadence)
         or show the harness's own retry in ``status.json`` until its next completed step."""
-        owned = bool(getattr(self.harness, "corral_owns_retries", False))
+        owned = self.harness.corral_owns_retries
         seen = 0
 
         def on_event(event: Event) -> None:
