@@ -37,6 +37,7 @@ from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.check import CHECK_TAIL_BYTES
 from corral.store import Tx
 
 #: error kinds of a receipt -> the resting cause code of the interrupted task.
@@ -54,8 +55,6 @@ READ_ONLY_KEPT = "read-only-changes-kept"
 READ_ONLY_LOCK = "read-only.lock"
 READ_ONLY_LOCK_SECONDS = 30.0
 
-#: The most of a post-turn check's output tail a turn keeps.
-CHECK_TAIL_BYTES = 64 * 1024
 
 #: Why a receipt could not be used (``protocol.Problem``) -> its evidence code.
 RECEIPT_CODES = {
