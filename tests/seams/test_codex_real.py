@@ -1,9 +1,13 @@
 """Test seam 2 for Codex: the real ``codex`` binary against the scripted Responses API server.
 
 Each real-binary test runs the argv :class:`CodexHarness` builds (``work()``, with the ``-c``
-options of :func:`codex_config_args` as ``extra``) in a temporary git repository, with HOME and
-CODEX_HOME at temporary directories, against a loopback :class:`ResponsesServer`; its stdout is
-read with ``CodexHarness.parse`` and judged with ``CodexHarness.classify``. The server is also
+options of :func:`codex_config_args` as ``extra``) in a temporary git repository, with HOME in the
+temporary directory and CODEX_HOME outside it (under ``~/.cache``, as a user's ``~/.codex`` is:
+Codex will not make its bubblewrap helper under the temporary directory), against a loopback
+:class:`ResponsesServer`; its stdout is read with ``CodexHarness.parse`` and judged with
+``CodexHarness.classify``. The tests "as users configure it" put the provider in
+``$CODEX_HOME/config.toml`` with no retry settings and add nothing to corral's argv: Codex at
+its defaults, corral turning its retries off. The server is also
 checked on its own, and the parse tests at the end read outputs recorded from the real runs
 (``tests/fixtures/codex/*.jsonl``; re-record with ``CORRAL_RECORD_FIXTURES=1``) — those two
 groups run without the binary.
@@ -13,14 +17,20 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from corral.adapters.harness.base import AttemptFacts, Launch, TurnRequest, Verdict
-from corral.adapters.harness.codex import CodexHarness
+from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict
+from corral.adapters.harness.codex import LOGIN_HINT, CodexHarness
 from corral.domain.failures import TRANSIENT, FailureClass
+from tests.conftest import git
 from tests.support.codex import (
     CODEX_VERSION,
     COMMAND_FORMAT,
@@ -39,10 +49,14 @@ from tests.support.codex import (
     RESUME_SANDBOX_ERROR,
     TEST_API_KEY,
     VERSION_LINE,
+    closed_port_url,
     codex_bin_or_skip,
     codex_config_args,
     codex_env,
+    codex_home_outside_tmp,
     codex_version,
+    path_without_bwrap,
+    write_provider_config,
 )
 from tests.support.pi import HarnessRun, fixture_lines, parse_all, record_fixture, run_launch, run_turn
 from tests.support.responses_server import (
@@ -74,8 +88,11 @@ def codex() -> Path:
 
 
 @pytest.fixture
-def codex_homes(tmp_path: Path) -> tuple[Path, Path]:
-    return tmp_path / "home", tmp_path / "codex-home"
+def codex_homes(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """HOME in the test's temporary directory; CODEX_HOME outside it, where Codex will make its
+    sandbox helper (see tests/support/codex.py)."""
+    with codex_home_outside_tmp() as codex_home:
+        yield tmp_path / "home", codex_home
 
 
 def harness_for(codex: Path, server: ResponsesServer, **options: Any) -> CodexHarness:
@@ -100,6 +117,11 @@ def assert_succeeded(run: HarnessRun) -> Verdict:
     verdict = run.verdict()
     assert verdict.succeeded, (verdict, run.describe())
     return verdict
+
+
+def with_hint(message: str, verdict: Verdict) -> str:
+    """A refused key's reason carries Codex's login step; any other reason is Codex's message."""
+    return f"{message} — {LOGIN_HINT}" if verdict.failure_class is FailureClass.FATAL_AUTH else message
 
 
 def line_types(run: HarnessRun) -> list[str]:
@@ -224,7 +246,7 @@ def test_error_reply_fails_the_turn_with_a_class(
     assert run.lines[-1] == {"type": "turn.failed", "error": {"message": message}}
     verdict = run.verdict()
     assert not verdict.succeeded
-    assert verdict.reason == message
+    assert verdict.reason == with_hint(message, verdict)
     if isinstance(expected, FailureClass):
         assert verdict.failure_class is expected, f"{verdict}"
     else:
@@ -329,6 +351,181 @@ def test_missing_api_key_fails_before_any_request(codex: Path, repo: Path, codex
         "error": {"message": ERROR_MISSING_KEY.format(variable=KEY_VARIABLE)},
     }
     assert not run.verdict().succeeded
+
+
+# ---------------------------------------------------------------------------------------------
+# The real binary as users configure it: a provider in $CODEX_HOME/config.toml, Codex's defaults
+
+
+def at_defaults(codex: Path, codex_home: Path) -> CodexHarness:
+    """The harness as corral makes it (no options of the test's own), reading ``codex_home``."""
+    return CodexHarness(executable=str(codex), env={"CODEX_HOME": str(codex_home)})
+
+
+def test_bubblewrap_is_installed() -> None:
+    # CI installs it (.ci/run) so that every test here meets Codex's bubblewrap sandbox, as many
+    # Linux machines do; on a machine without it Codex falls back to its own sandbox.
+    assert shutil.which("bwrap"), "bubblewrap is not installed: apt-get install bubblewrap"
+
+
+@pytest.mark.parametrize("bubblewrap", ["installed", "absent"])
+def test_a_commit_from_a_task_worktree_lands_on_its_branch_and_nothing_else_is_writable(
+    codex: Path, codex_homes: tuple[Path, Path], tmp_path: Path, bubblewrap: str
+) -> None:
+    path = os.environ["PATH"] if bubblewrap == "installed" else path_without_bwrap(tmp_path / "bin")
+    # Outside the temporary directory, which the sandbox leaves writable as a whole (like a
+    # user's project under their home).
+    with codex_home_outside_tmp("corral-test-codex-repo-") as place:
+        _commit_from_a_worktree(codex, codex_homes, place, path)
+
+
+def _commit_from_a_worktree(codex: Path, codex_homes: tuple[Path, Path], place: Path, path: str) -> None:
+    repo, worktree = place / "repo", place / "worktree"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "initial")
+    git(repo, "worktree", "add", "-q", "-b", "corral/t1", str(worktree))
+    main_before = git(repo, "rev-parse", "main")
+    commit = "echo hi > hello.txt && git add hello.txt && git commit -q -m 'add hello' && git log --format=%s -1"
+    beyond = (
+        f"git update-ref refs/heads/main HEAD; echo main=$?; git config corral.probe yes; echo config=$?; "
+        f"touch {repo}/.git/probe; echo touch=$?; git update-ref refs/heads/elsewhere HEAD; echo elsewhere=$?"
+    )
+    with responses_server([ExecCommand(commit), ExecCommand(beyond), Message("committed")]) as server:
+        write_provider_config(codex_homes[1], server)
+        env = env_for(codex_homes, extra={"PATH": path})
+        run = run_turn(at_defaults(codex, codex_homes[1]), request(worktree, "commit hello"), env=env)
+    assert assert_succeeded(run).result_text == "committed"
+    committed, refused = run.of("tool_end")
+    assert not committed.is_error and (committed.text or "").strip() == "add hello", committed
+    assert git(repo, "log", "--format=%s", "-1", "corral/t1") == "add hello"
+    assert git(repo, "show", "--name-only", "--format=", "corral/t1") == "hello.txt"
+    assert git(worktree, "status", "--porcelain") == ""
+    # Nothing beyond what the commit needs: another branch, the repository's config, its .git.
+    codes = dict(line.split("=") for line in (refused.text or "").splitlines() if "=" in line)
+    assert codes.keys() == {"main", "config", "touch", "elsewhere"} and "0" not in codes.values(), refused
+    assert "Read-only file system" in (refused.text or ""), refused
+    assert git(repo, "rev-parse", "main") == main_before
+    assert subprocess.run(["git", "config", "--get", "corral.probe"], cwd=repo).returncode == 1
+    assert not (repo / ".git" / "probe").exists()
+    assert not (repo / ".git" / "refs" / "heads" / "elsewhere").exists()
+
+
+def test_a_sandbox_that_cannot_run_is_fatal_config_not_a_success(codex: Path, repo: Path, tmp_path: Path) -> None:
+    # CODEX_HOME under the temporary directory, bubblewrap installed: Codex will not make its
+    # sandbox helper, and every command fails while the model carries on to a "successful" turn.
+    homes = (tmp_path / "home", tmp_path / "codex-home-in-tmp")
+    with responses_server([ExecCommand("echo hi > made.txt"), Message("all done")]) as server:
+        write_provider_config(homes[1], server)
+        run = run_turn(at_defaults(codex, homes[1]), request(repo, "make a file"), env=env_for(homes))
+    assert run.returncode == 0 and run.of("result"), run.describe()  # Codex calls it a success
+    assert not (repo / "made.txt").exists()
+    verdict = run.verdict()
+    assert not verdict.succeeded
+    assert verdict.failure_class is FailureClass.FATAL_CONFIG
+    assert "Refusing to create helper binaries under temporary dir" in verdict.reason
+    assert "set CODEX_HOME to a directory outside the temporary directory" in verdict.reason
+    # What the model was told: the command never ran (Codex's stream may not even show it).
+    [output] = server.script_requests[1].function_call_outputs()
+    assert "bwrap: execvp codex-linux-sandbox: No such file or directory" in output["output"]
+    # Read live, Codex's stderr is enough to end the attempt before it runs anything.
+    assert at_defaults(codex, homes[1]).stop_now([], run.stderr) == verdict
+
+
+def test_the_helper_warning_without_bubblewrap_is_no_failure(codex: Path, repo: Path, tmp_path: Path) -> None:
+    # The same temporary CODEX_HOME on a machine without bubblewrap: Codex's own sandbox runs
+    # the command, and its warning on stderr is only a warning.
+    homes = (tmp_path / "home", tmp_path / "codex-home-in-tmp")
+    path = path_without_bwrap(tmp_path / "bin")
+    with responses_server([ExecCommand("echo hi > made.txt"), Message("all done")]) as server:
+        write_provider_config(homes[1], server)
+        harness = CodexHarness(str(codex), env={"CODEX_HOME": str(homes[1]), "PATH": path})
+        run = run_turn(harness, request(repo, "make a file"), env=env_for(homes, extra={"PATH": path}))
+    assert "Refusing to create helper binaries under temporary dir" in run.stderr
+    assert assert_succeeded(run).result_text == "all done"
+    assert (repo / "made.txt").read_text() == "hi\n"
+
+
+def test_a_sandbox_failure_in_a_command_is_fatal_config() -> None:
+    # What a command's output looks like when bwrap itself fails (recorded shapes, no binary).
+    harness = CodexHarness("codex", env={"PATH": ""})
+    for output in ("bwrap: Creating new namespace failed: Operation not permitted\n",
+                   "bwrap: execvp codex-linux-sandbox: No such file or directory\n"):  # fmt: skip
+        end = Event("tool_end", tool_id="item_1", is_error=True, text=output)
+        facts = AttemptFacts(0, None, [end, Event("text", text="done"), Event("result")], "")
+        verdict = harness.classify(facts)
+        assert verdict.failure_class is FailureClass.FATAL_CONFIG, verdict
+        assert verdict.reason == f"Codex's sandbox could not run a command: {output.strip()}"
+    # The same words from a command the agent ran on purpose, mid-output, are not the sandbox's.
+    end = Event("tool_end", tool_id="item_1", is_error=True, text="grep found: see bwrap: docs\n")
+    assert harness.classify(AttemptFacts(0, None, [end, Event("text", text="ok"), Event("result")], "")).succeeded
+
+
+def test_a_401_at_codex_defaults_fails_at_once_with_the_login_hint(
+    codex: Path, repo: Path, codex_homes: tuple[Path, Path]
+) -> None:
+    with responses_server([Error(401)] * 5) as server:
+        write_provider_config(codex_homes[1], server)
+        run = run_turn(at_defaults(codex, codex_homes[1]), request(repo, "hi"), env=env_for(codex_homes), timeout=10)
+        message = _expected_message(Error(401), server)
+    assert run.returncode == 1, run.describe()
+    assert len(server.script_requests) == 1
+    verdict = run.verdict()
+    assert verdict.failure_class is FailureClass.FATAL_AUTH
+    assert verdict.code == "harness-not-authenticated"
+    assert verdict.reason == f"{message} — {LOGIN_HINT}"
+
+
+def test_corral_turns_off_the_configured_providers_retries(
+    codex: Path, repo: Path, codex_homes: tuple[Path, Path]
+) -> None:
+    retries_off = [
+        "-c", "model_providers.scripted.request_max_retries=0",
+        "-c", "model_providers.scripted.stream_max_retries=0",
+    ]  # fmt: skip
+    env = env_for(codex_homes)
+    with responses_server([Error(500), Error(500), Message("rescued")]) as server:
+        write_provider_config(codex_homes[1], server)
+        launch = at_defaults(codex, codex_homes[1]).work(request(repo, "hi"))
+        assert launch.argv[6:10] == retries_off
+        run = run_launch(at_defaults(codex, codex_homes[1]), launch, cwd=repo, env=env)
+        assert len(server.script_requests) == 1  # the ladder retries, not Codex
+        assert run.verdict().failure_class in TRANSIENT
+        # The same argv without those options: Codex retries on its own, silently, and rescues the turn.
+        bare = Launch([a for i, a in enumerate(launch.argv) if not 6 <= i < 10], launch.env, launch.stdin)
+        own = run_launch(at_defaults(codex, codex_homes[1]), bare, cwd=repo, env=env)
+    assert assert_succeeded(own).result_text == "rescued"
+    assert len(server.script_requests) == 3
+    assert not any(e["type"] == "error" for e in own.lines)
+
+
+def test_an_unreachable_provider_is_stopped_as_unreachable(
+    codex: Path, repo: Path, codex_homes: tuple[Path, Path]
+) -> None:
+    write_provider_config(codex_homes[1], closed_port_url())
+    harness = at_defaults(codex, codex_homes[1])
+    launch = harness.work(request(repo, "hi"))
+    proc = subprocess.Popen(
+        launch.argv, cwd=repo, env=env_for(codex_homes), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    events: list[Any] = []
+    verdict = None
+    deadline = time.monotonic() + 40
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # Codex never ends by itself here: corral has to
+            events += harness.parse(line)
+            verdict = harness.stop_now(events)
+            if verdict is not None or time.monotonic() > deadline:
+                break
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    assert verdict is not None, events
+    assert verdict.failure_class is FailureClass.TRANSIENT_UNREACHABLE
+    assert verdict.reason.startswith("Reconnecting... waiting for network")
+    assert harness.classify(AttemptFacts(proc.returncode, 9, events, "")) == verdict
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,7 +657,7 @@ def test_recorded_error_turns_classify(name: str, expected: Any) -> None:
     assert not verdict.succeeded
     assert not any(e.kind == "result" for e in events)
     final = json.loads(fixture_lines("codex", name)[-1])
-    assert final["type"] == "turn.failed" and verdict.reason == final["error"]["message"]
+    assert final["type"] == "turn.failed" and verdict.reason == with_hint(final["error"]["message"], verdict)
     if isinstance(expected, FailureClass):
         assert verdict.failure_class is expected, f"{verdict}"
     else:
@@ -469,7 +666,7 @@ def test_recorded_error_turns_classify(name: str, expected: Any) -> None:
 
 def test_recorded_quota_turn_fails() -> None:
     _, verdict = judge("error_quota.jsonl", 1)
-    assert not verdict.succeeded and verdict.reason == ERROR_QUOTA
+    assert not verdict.succeeded and verdict.reason == f"{ERROR_QUOTA} — {LOGIN_HINT}"
 
 
 def test_recorded_reconnect_then_success_is_a_success() -> None:
@@ -486,3 +683,29 @@ def test_recorded_resume_keeps_the_thread() -> None:
     assert a == b
     assert verdict.succeeded and verdict.result_text == "second answer"
     assert [e.kind for e in second if e.kind in ("tool_start", "tool_end")] == ["tool_start", "tool_end"]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        pytest.param(f"{RECONNECTING_PREFIX}1/5 ({ERROR_401})", FailureClass.FATAL_AUTH, id="401"),
+        pytest.param(f"{RECONNECTING_PREFIX}1/5 ({ERROR_500})", FailureClass.TRANSIENT_OVERLOAD, id="500"),
+        pytest.param(
+            f"{RECONNECTING_PREFIX}1/5 ({ERROR_STREAM_PREFIX}boom)", FailureClass.TRANSIENT_NETWORK, id="stream"
+        ),
+        pytest.param(
+            "Reconnecting... waiting for network (Connection failed: error sending request)",
+            FailureClass.TRANSIENT_UNREACHABLE,
+            id="waiting-for-network",
+        ),
+    ],
+)
+def test_an_attempt_ended_at_a_retry_line_is_classified_from_it(line: str, expected: FailureClass) -> None:
+    # corral ends Codex at its first retry line (corral_owns_retries): SIGTERM, no turn.failed.
+    assert HARNESS.corral_owns_retries is True
+    events = [*HARNESS.parse(json.dumps({"type": "thread.started", "thread_id": "t"}).encode())]
+    events += HARNESS.parse(json.dumps({"type": "error", "message": line}).encode())
+    assert events[-1].kind == "retry"
+    verdict = HARNESS.classify(AttemptFacts(143, 15, events, ""))
+    assert verdict.failure_class is expected, verdict
+    assert not verdict.succeeded

@@ -14,7 +14,11 @@ as root); ``tests/seams/test_codex_real.py`` re-checks them against the real bin
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +170,69 @@ def codex_env(
         else:
             env[key] = value
     return env
+
+
+# ---------------------------------------------------------------------------------------------
+# Configured as users configure it, at a home Codex accepts
+
+#: Where tests put a CODEX_HOME: Codex 0.171.0 refuses to create its ``codex-linux-sandbox``
+#: helper under the temporary directory ("Refusing to create helper binaries under temporary
+#: dir"), and with bubblewrap installed every sandboxed command then fails; a user's ~/.codex
+#: is never there, so neither is a test's.
+CODEX_HOME_PARENT = Path.home() / ".cache"
+
+
+@contextmanager
+def codex_home_outside_tmp(prefix: str = "corral-test-codex-home-") -> Iterator[Path]:
+    """A fresh CODEX_HOME under ``~/.cache/corral-test-codex-home-<random>``, removed afterwards.
+
+    Also a place for a repository outside the temporary directory (``prefix`` names it), which
+    Codex's workspace-write sandbox leaves writable as a whole."""
+    CODEX_HOME_PARENT.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=CODEX_HOME_PARENT))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_provider_config(
+    codex_home: Path, server: Any, *, provider: str = PROVIDER, model: str = MODEL, env_key: str = KEY_VARIABLE
+) -> Path:
+    """``$CODEX_HOME/config.toml`` as a user writes it for a custom provider (``server`` a
+    ResponsesServer or a ``…/v1`` base URL): no retry settings, so Codex's defaults apply
+    unless corral turns them off."""
+    base_url = server if isinstance(server, str) else server.base_url
+    codex_home.mkdir(parents=True, exist_ok=True)
+    path = codex_home / "config.toml"
+    path.write_text(
+        f'model_provider = "{provider}"\nmodel = "{model}"\n'
+        "check_for_update_on_startup = false\n\n"
+        "[analytics]\nenabled = false\n\n"
+        f'[model_providers.{provider}]\nname = "{provider}"\nbase_url = "{base_url}"\n'
+        f'wire_api = "responses"\nenv_key = "{env_key}"\n'
+    )
+    return path
+
+
+def closed_port_url() -> str:
+    """A loopback ``…/v1`` URL nothing listens on (the port was bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def path_without_bwrap(bin_dir: Path, path: str | None = None) -> str:
+    """A PATH like ``path`` (default: this process's) on which there is no ``bwrap``: ``bin_dir``
+    gets a link to every other program of its directories. Codex looks bwrap up on PATH, so this
+    is a machine without bubblewrap, for Codex."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for directory in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep):
+        if not directory or not Path(directory).is_dir():
+            continue
+        for program in Path(directory).iterdir():
+            link = bin_dir / program.name
+            if program.name != "bwrap" and not link.exists() and os.access(program, os.X_OK):
+                link.symlink_to(program)
+    return str(bin_dir)

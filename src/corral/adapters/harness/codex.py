@@ -7,10 +7,11 @@ an ask turns off the request and stream retries of the model provider the user d
 ``$CODEX_HOME/config.toml`` (``-c model_providers.<id>.request_max_retries=0`` and
 ``stream_max_retries=0``), so an error ends the attempt and corral's ladder retries it,
 resuming the same thread. Codex's built-in providers cannot be overridden (Codex refuses the
-whole config) and keep Codex's own retries. Against an unreachable provider Codex prints
-"Reconnecting... waiting for network" for ever, whatever those settings say:
-:meth:`CodexHarness.stop_now` reads that as ``transient_unreachable`` at once, so the attempt
-can be ended and the ladder's cap applies.
+whole config) and keep Codex's silent request retries. Whatever Codex still announces as
+"Reconnecting..." ends the attempt at once (``corral_owns_retries``: the supervisor stops it
+at the first such line) and is classified from it — against an unreachable provider Codex
+prints "Reconnecting... waiting for network" for ever, whatever those settings say, which is
+``transient_unreachable``, so the ladder's attempt cap applies.
 
 A work turn's ``workspace-write`` sandbox keeps git metadata read-only, and a task worktree's
 git metadata lives in the main repository's ``.git``: the turn gets, as extra writable roots,
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -62,16 +64,22 @@ class CodexHarness:
     name = "codex"
     display = "Codex"
     install_hint = "Install Codex: npm install -g @openai/codex (or set codex_bin)."
+    #: The supervisor ends Codex at its first "Reconnecting..." line: whatever Codex still
+    #: retries on its own (a built-in provider's stream, an unreachable provider) is corral's.
+    corral_owns_retries = True
 
-    def __init__(self, executable: str = "codex", extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, executable: str = "codex", extra: tuple[str, ...] = (), env: Mapping[str, str] | None = None
+    ) -> None:
         self.executable = executable
         self.extra = extra
+        self.env = env  # where CODEX_HOME is read; None: this process's environment, at each launch
 
     def _argv(self, req: TurnRequest, sandbox: str) -> Launch:
         prompt, stdin = prompt_arg(req.prompt)
         # exec's options go before `resume`: the resume subcommand takes no -s of its own.
         argv = [self.executable, "exec", "--json", "-s", sandbox, "--skip-git-repo-check"]
-        argv += retries_off(user_provider(os.environ, self.extra))
+        argv += retries_off(user_provider(os.environ if self.env is None else self.env, self.extra))
         if sandbox == "workspace-write":
             argv += writable_roots(commit_roots(Path(req.cwd)))
         argv += self.extra
@@ -131,23 +139,36 @@ class CodexHarness:
         return [Event("keepalive")]
 
     def stop_now(self, events: Sequence[Event], stderr_tail: str = "") -> Verdict | None:
-        """The verdict of an attempt that must not go on, read from its events so far; None to let it run.
+        """The verdict of an attempt that cannot succeed, read from its events and stderr so far;
+        None when nothing says so yet.
 
-        A supervisor ends the attempt when this returns a verdict: Codex would otherwise keep
-        waiting for an unreachable provider for ever, or keep running commands its broken
-        sandbox cannot run. :meth:`classify` gives the same verdict once the attempt is over.
+        A broken sandbox (every command fails, whatever the model says next) and the endless
+        wait for an unreachable provider. :meth:`classify` puts this verdict first, so a turn
+        Codex calls a success is not one; a supervisor may also call it while the attempt runs
+        to end it early.
         """
+        refused = _HELPER_REFUSED.search(stderr_tail)
+        if refused and self._bubblewrap():
+            # Codex then runs every command through bwrap without its helper, and each one fails
+            # (often with no command item in the stream at all): nothing the agent does can work.
+            reason = (
+                f"Codex cannot run its sandbox: {refused.group(0).strip()} — with bubblewrap installed it "
+                "needs that helper (bwrap: execvp codex-linux-sandbox: No such file or directory); "
+                "set CODEX_HOME to a directory outside the temporary directory."
+            )
+            return Verdict(False, FailureClass.FATAL_CONFIG, code_for(FailureClass.FATAL_CONFIG), reason)
         for event in events:
             if event.kind == "tool_end" and event.text and (found := _SANDBOX_FAILURE.search(event.text)):
-                why = _HELPER_REFUSED.search(stderr_tail)
                 reason = f"Codex's sandbox could not run a command: {found.group(0).strip()}"
-                if why:
-                    reason += f" ({why.group(0).strip()})"
                 return Verdict(False, FailureClass.FATAL_CONFIG, code_for(FailureClass.FATAL_CONFIG), reason)
             if event.kind == "retry" and (event.text or "").startswith(WAITING_FOR_NETWORK):
                 cls = FailureClass.TRANSIENT_UNREACHABLE
                 return Verdict(False, cls, code_for(cls), event.text or WAITING_FOR_NETWORK)
         return None
+
+    def _bubblewrap(self) -> bool:
+        env = os.environ if self.env is None else self.env
+        return shutil.which("bwrap", path=env.get("PATH", os.environ.get("PATH"))) is not None
 
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:
@@ -160,6 +181,8 @@ class CodexHarness:
         if completed and facts.exit_code == 0:
             return Verdict.ok(texts[-1] if texts else "")
         errors = [e.text or "" for e in facts.events if e.kind == "model_error"]
+        if not errors:  # ended at a retry line: the cause is the error Codex was about to retry
+            errors = [_retried(e.text or "") for e in facts.events if e.kind == "retry"][:1]
         text = "\n".join([*errors, facts.stderr_tail])
         reason = (errors[-1] if errors else "") or facts.stderr_tail.strip()[-300:] or "Codex ended without a result"
         cls = classify_common(text, facts.exit_code)
@@ -254,6 +277,12 @@ def writable_roots(roots: Sequence[Path]) -> list[str]:
     if not roots:
         return []
     return ["-c", f"sandbox_workspace_write.writable_roots={json.dumps([str(r) for r in roots])}"]
+
+
+def _retried(line: str) -> str:
+    """The error inside ``Reconnecting... 2/5 (<error>)``; the line itself when it has none."""
+    found = re.fullmatch(r"Reconnecting\.\.\. \d+/\d+ \((.*)\)", line.strip(), re.S)
+    return found.group(1) if found else line
 
 
 def _codex_dialect(text: str) -> FailureClass:
