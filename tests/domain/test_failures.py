@@ -69,3 +69,15 @@ def test_common_signals():
     assert classify_common("read ECONNRESET") is FailureClass.TRANSIENT_NETWORK
     assert classify_common("", 127) is FailureClass.FATAL_CONFIG
     assert classify_common("nothing recognisable") is FailureClass.UNKNOWN
+
+
+def test_the_login_step_is_each_harness_own() -> None:
+    from corral.domain.explain import explain_failure
+    from corral.domain.records import FailureEvidence
+
+    evidence = FailureEvidence(source="harness", code="harness-not-authenticated", category="fatal_auth")
+    said = {h: explain_failure(evidence, h, "t").next for h in ("claude", "codex", "pi")}
+    assert "run `claude` and /login" in said["claude"]
+    assert "run `codex login`" in said["codex"] and "claude" not in said["codex"]
+    assert "~/.pi/agent/auth.json" in said["pi"] and "claude" not in said["pi"]
+    assert all(s.endswith("corral unblock t -m 'continue'") for s in said.values())

@@ -20,6 +20,12 @@ MAY_HAVE_CHANGED = "It may have changed files before it stopped."
 
 HARNESS_NAMES = {"claude": "Claude Code", "pi": "Pi", "codex": "Codex", "command": "The agent command"}
 #: The setting that holds each harness's program, by the harness's name in wording.
+#: How a person logs each harness in, for "Next:" (docs/harnesses.md says where each looks).
+_LOGIN = {
+    "Claude Code": "for Claude Code: run `claude` and /login",
+    "Codex": "for Codex: run `codex login`, or set the provider's env_key variable",
+    "Pi": "for Pi: set its provider's API key, or log in to write ~/.pi/agent/auth.json",
+}
 _PATH_SETTING = {"Claude Code": "claude_bin", "Pi": "pi_bin", "Codex": "codex_bin", "The agent command": "command"}
 
 
@@ -122,7 +128,7 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
         case "harness-not-authenticated":
             return Wording(
                 f"{agent} is not authenticated — log in through the harness.",
-                f"Log in (for Claude Code: run `claude` and /login), then: corral unblock {ref} -m 'continue'",
+                f"Log in ({_LOGIN.get(agent, 'as the harness documents')}), then: corral unblock {ref} -m 'continue'",
             )
         case "retry-budget-exhausted":
             reason = _detail(cause, evidence)
