@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +33,7 @@ from tests.support.codex import (
     codex_home_outside_tmp,
     write_provider_config,
 )
-from tests.support.responses_server import Error, ExecCommand, Message, ResponsesServer, Step
+from tests.support.responses_server import Error, ExecCommand, Hang, Message, ResponsesServer, Step
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -218,3 +222,74 @@ def test_an_overload_is_retried_on_corrals_ladder_resuming_the_same_thread(make_
     first, second = rig.server.script_requests
     assert _thread(first) == _thread(second) == shown["session"]["harness_session_id"]
     assert json.loads(second.headers["x-codex-turn-metadata"])["history_initialization"] == "cold_resume"
+
+
+def test_a_sigkilled_codex_is_auto_resumed_by_the_daemon_in_the_same_thread(make_rig: Any) -> None:
+    # Also the daemon's store left its locks to a health check, so CLIs deleted its -wal under it
+    # and never saw what it wrote (tests/store/test_sqlite_faults.py has the store's own test).
+    rig = make_rig([Message("first turn done")], watchdog_timeout="60")
+    ref = rig.create("Write notes")
+    rig.corral.ok("start", ref, env=rig.env)
+    assert rig.run("wait", ref, "--timeout", "45").returncode == 0
+    shown = rig.show(ref)
+    thread, task_id = shown["session"]["harness_session_id"], shown["task"]["id"]
+
+    daemon_env = {**os.environ, **rig.env, "CORRAL_AUTO_RESUME": "1"}
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "corral", "--repo", str(rig.repo), "daemon", "run", "--tick", "0.5"],
+        cwd=rig.repo, env=daemon_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        feedback = "Add notes.txt with one line — «crash-safe» — then stop."
+        rig.server.steps.extend([ExecCommand("echo crash-safe > notes.txt"), Hang(), Message("resumed and finished")])
+        rig.corral.ok("unblock", ref, "-m", feedback, env=rig.env)
+        # Real work happened (the file is written), then the model stream stalls: kill Codex there.
+        assert rig.server.wait_for_requests(3, timeout=30), "Codex never reached the stalled request"
+        paths = rig.corral.json("paths", env=rig.env)["paths"]
+        status = json.loads((Path(paths["tasks"]) / task_id / "protocol" / "status.json").read_text())
+        worktree = Path(paths["worktrees"]) / ref
+        assert (worktree / "notes.txt").read_text() == "crash-safe\n"
+        agent_pid = status.get("agent_pid")
+        assert isinstance(agent_pid, int) and agent_pid > 1
+        # The launched `codex` is npm's node wrapper; the agent itself is its native child.
+        [native] = [pid for pid in _children(agent_pid) if "codex" in Path(f"/proc/{pid}/cmdline").read_text()]
+        os.kill(native, signal.SIGKILL)
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            shown = rig.show(ref)
+            agent_turns = [t for t in shown["turns"] if t["role"] == "agent"]
+            if shown["task"]["status"] == "blocked" and len(agent_turns) == 3:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(
+                f"not auto-resumed: {shown['task']['status']} "
+                f"{[(t['sequence'], t['role'], t['kind'], t['content'][:80]) for t in shown['turns']]}"
+            )
+        assert daemon.poll() is None, "the daemon died"
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=10)
+
+    kinds = [(t["role"], t["kind"]) for t in shown["turns"]]
+    assert kinds[-3:] == [("agent", "error"), ("human", "auto-resume"), ("agent", "auto-resume")], kinds
+    assert shown["turns"][-1]["content"] == "resumed and finished"
+    assert shown["session"]["harness_session_id"] == thread and shown["session"]["auto_resumed"] is True
+    last = rig.server.script_requests[-1]
+    assert _thread(last) == thread  # the same Codex thread, resumed
+    assert any(feedback in text for text in last.texts(role="user"))  # the feedback, delivered again
+    assert rig.server.remaining == []
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found

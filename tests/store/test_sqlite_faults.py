@@ -276,3 +276,42 @@ def test_backup_is_a_consistent_private_single_file_and_restore_keeps_the_replac
     with pytest.raises(StoreCorrupt, match="not a corral database"):
         SQLiteStore.restore_file(db, not_corral, tmp_path / "b" / "never.db")
     assert not (tmp_path / "b" / "never.db").exists() and _refs(db) == ["one"]
+
+
+def test_a_health_check_leaves_the_connection_its_locks_so_no_other_process_deletes_the_wal(tmp_path: Path) -> None:
+    # The daemon runs health() and stays connected. Looking at the database's files must not
+    # release this process's POSIX locks on them (closing any descriptor of a file does), or
+    # the next process to close the database takes itself for the last one and deletes the
+    # -wal under the daemon, whose later commits then go to a log no one else reads.
+    path = tmp_path / "corral.db"
+    store = SQLiteStore(path)
+    try:
+        with store.write() as tx:
+            tx.insert_task(NewTask(ref="before", goal="Written before the check"), Actor.HUMAN)
+        assert store.health() == []
+        other = textwrap.dedent(
+            f"""
+            from corral.store import SQLiteStore
+            s = SQLiteStore({str(path)!r})
+            with s.read() as tx:
+                tx.tasks()
+            s.close()
+            """
+        )
+        subprocess.run([sys.executable, "-c", other], check=True, timeout=60)
+        assert os.path.exists(f"{path}-wal"), "another process deleted the -wal under a live connection"
+        with store.write() as tx:
+            tx.insert_task(NewTask(ref="after", goal="Written after the other process left"), Actor.HUMAN)
+        seen = textwrap.dedent(
+            f"""
+            from corral.store import SQLiteStore
+            s = SQLiteStore({str(path)!r})
+            with s.read() as tx:
+                print(sorted(t.ref for t in tx.tasks()))
+            s.close()
+            """
+        )
+        out = subprocess.run([sys.executable, "-c", seen], check=True, timeout=60, capture_output=True, text=True)
+        assert out.stdout.strip() == "['after', 'before']"  # this process's commit is everyone's
+    finally:
+        store.close()

@@ -934,20 +934,61 @@ def _sidecars(path: str) -> tuple[str, str]:
 
 def _inode_flags(path: str) -> int:
     """The file's inode flags (``lsattr``), 0 when they cannot be read."""
+    return _probe(path)[0]
+
+
+def _probe(path: str) -> tuple[int, bool | None]:
+    """(inode flags, opens read-write) of ``path``, found by a child process.
+
+    Closing any descriptor of a file releases every POSIX lock this process holds on it, and
+    SQLite's locks on the database, its -wal and its -shm are such locks: a connection that
+    lost them lets the next process that closes the database take itself for the last one and
+    delete the -wal under it. So this process never opens those files itself; a forked child
+    (which holds no locks to lose) opens them, and answers through a pipe.
+    """
     import fcntl
     import struct
 
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls, then _exit (no cleanup of the parent's objects)
+        try:
+            os.close(read_end)
+            flags, writable = 0, "-"
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            except FileNotFoundError:
+                fd = None
+            except OSError:
+                fd = None
+                writable = "0"
+            if fd is not None:
+                try:
+                    flags = int(struct.unpack("l", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("l", 0)))[0])
+                except OSError:
+                    pass
+                os.close(fd)
+                try:
+                    os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+                    writable = "1"
+                except OSError:
+                    writable = "0"
+            os.write(write_end, f"{flags} {writable}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return 0
-    try:
-        raw = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("l", 0))
-        return int(struct.unpack("l", raw)[0])
-    except OSError:
-        return 0
+        answer = b""
+        while chunk := os.read(read_end, 64):
+            answer += chunk
     finally:
-        os.close(fd)
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    try:
+        flags_text, writable_text = answer.decode().split()
+        return int(flags_text), None if writable_text == "-" else writable_text == "1"
+    except ValueError:
+        return 0, None
 
 
 def _free_bytes(directory: str) -> int | None:
@@ -1424,13 +1465,8 @@ class SQLiteStore:
         if _read_only_mount(directory):
             return self._read_only_cause()
         for name in (self.path, *_sidecars(self.path)):
-            if _inode_flags(name) & (_FS_IMMUTABLE_FL | _FS_APPEND_FL):
-                return self._read_only_cause()
-            try:
-                os.close(os.open(name, os.O_RDWR))
-            except FileNotFoundError:
-                continue
-            except OSError:
+            flags, writable = _probe(name)
+            if flags & (_FS_IMMUTABLE_FL | _FS_APPEND_FL) or writable is False:
                 return self._read_only_cause()
         try:
             if self._db.execute("PRAGMA query_only").fetchone()[0]:
