@@ -41,6 +41,11 @@ from tests.support.model_server import Error, Hang, Text, ToolUse, scripted_serv
 
 pytestmark = pytest.mark.timeout(60)
 
+#: The tests of the result the CLI ends with once it has spent its own retries lower them, and
+#: say so here: that result is what corral classifies for a user who set CLAUDE_CODE_MAX_RETRIES
+#: low. At the default, corral ends the CLI at its first retry line (tests/seams/test_claude_cadence.py).
+USER_LOWERED_RETRIES = 1
+
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
@@ -157,7 +162,7 @@ def test_resume_sends_the_earlier_conversation(claude: Path, repo: Path, claude_
 def test_401_is_an_invalid_api_key_error(claude: Path, repo: Path, claude_home: Path) -> None:
     # 401 is retried like any API error (CLAUDE_CODE_MAX_RETRIES=1 -> two requests).
     with scripted_server([Error(401), Error(401)]) as server:
-        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=1))
+        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=USER_LOWERED_RETRIES))
     assert run.returncode == EXIT_API_ERROR, run.describe()
     result = run.result
     assert result is not None, run.describe()
@@ -186,18 +191,18 @@ def test_no_api_key_is_not_logged_in(claude: Path, repo: Path, claude_home: Path
 
 def test_529_is_retried_by_the_cli_itself(claude: Path, repo: Path, claude_home: Path) -> None:
     with scripted_server([Error(529), Text("recovered")]) as server:
-        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=1))
+        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=USER_LOWERED_RETRIES))
     assert assert_ok(run)["result"] == "recovered"
     [retry] = run.of("system", API_RETRY_SUBTYPE)
     assert retry["error_status"] == 529 and retry["error"] == "overloaded"
-    assert retry["attempt"] == 1 and retry["max_retries"] == 1
+    assert retry["attempt"] == 1 and retry["max_retries"] == USER_LOWERED_RETRIES
     assert len(server.script_requests) == 2
     # The CLI retries in its own loop: the SDK's x-stainless-retry-count header stays "0".
 
 
 def test_529_exhausted_fails_with_overloaded(claude: Path, repo: Path, claude_home: Path) -> None:
     with scripted_server([Error(529), Error(529)]) as server:
-        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=1))
+        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=USER_LOWERED_RETRIES))
     assert run.returncode == EXIT_API_ERROR, run.describe()
     assert run.result["is_error"] is True
     assert run.result["result"].startswith(RESULT_529_PREFIX)
@@ -210,18 +215,18 @@ def test_529_exhausted_fails_with_overloaded(claude: Path, repo: Path, claude_ho
 def test_529_in_stream_falls_back_to_a_non_streaming_request(claude: Path, repo: Path, claude_home: Path) -> None:
     steps = [Error(529, in_stream=True)] * 3
     with scripted_server(steps) as server:
-        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=1))
+        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=USER_LOWERED_RETRIES))
     assert run.returncode == EXIT_API_ERROR, run.describe()
     assert run.result["result"].startswith(RESULT_529_REPEATED_PREFIX)
     assert run.result["api_error_status"] == 529
-    # Two streamed tries (max_retries=1), then one non-streaming fallback with a smaller max_tokens.
+    # Two streamed tries (max_retries=USER_LOWERED_RETRIES), then one non-streaming fallback with a smaller max_tokens.
     assert [r.body["stream"] for r in server.script_requests] == [True, True, False]
     assert server.remaining == []
 
 
 def test_429_exhausted_fails_with_rate_limit(claude: Path, repo: Path, claude_home: Path) -> None:
     with scripted_server([Error(429, message="slow down"), Error(429, message="slow down")]) as server:
-        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=1))
+        run = run_claude("hi", cwd=repo, env=claude_env(server, claude_home, max_retries=USER_LOWERED_RETRIES))
     assert run.returncode == EXIT_API_ERROR, run.describe()
     assert run.result["result"] == RESULT_429_PREFIX + "slow down"
     assert run.result["api_error_status"] == 429

@@ -118,14 +118,16 @@ def codex_config_args(
     provider: str = PROVIDER,
     model: str | None = None,
     env_key: str = KEY_VARIABLE,
-    request_max_retries: int | None = 0,
-    stream_max_retries: int | None = 0,
+    request_max_retries: int | None = None,
+    stream_max_retries: int | None = None,
     stream_idle_timeout_ms: int | None = None,
 ) -> tuple[str, ...]:
     """The ``-c`` options that point Codex at ``server`` (a ResponsesServer or a ``…/v1`` base URL).
 
-    Retries default to 0 so an error reply fails the turn at once (Codex's defaults are 4 request
-    and 5 stream retries); ``None`` leaves a setting at Codex's default. ``model`` adds ``-c model="…"``;
+    Retry settings are left as a user has them (Codex's own defaults: 4 request and 5 stream
+    retries): the Codex adapter turns them off for the provider itself, which these tests then
+    exercise. A number sets one, for a test about how corral meets a changed setting.
+    ``model`` adds ``-c model="…"``;
     by default the model comes from ``-m`` (``TurnRequest.model``). Analytics and update checks are off.
     """
     base_url = server if isinstance(server, str) else server.base_url

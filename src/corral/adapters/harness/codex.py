@@ -79,10 +79,12 @@ class CodexHarness:
         prompt, stdin = prompt_arg(req.prompt)
         # exec's options go before `resume`: the resume subcommand takes no -s of its own.
         argv = [self.executable, "exec", "--json", "-s", sandbox, "--skip-git-repo-check"]
-        argv += retries_off(user_provider(os.environ if self.env is None else self.env, self.extra))
         if sandbox == "workspace-write":
             argv += writable_roots(commit_roots(Path(req.cwd)))
         argv += self.extra
+        # After the harness's own options: a provider they define as a whole table must not
+        # replace the retry settings corral sets inside it.
+        argv += retries_off(user_provider(os.environ if self.env is None else self.env, self.extra))
         if req.model:
             argv += ["-m", req.model]
         if req.resume_id:
@@ -203,10 +205,13 @@ def codex_home(env: Mapping[str, str]) -> Path:
 
 
 def user_provider(env: Mapping[str, str], extra: Sequence[str] = ()) -> str | None:
-    """The model provider a turn uses when the user defined it in ``config.toml`` (and it is not
-    one of Codex's built-ins); None otherwise, or when the file cannot be read (preflight says so)."""
+    """The model provider a turn uses when the user defined it — in ``config.toml`` or by the
+    harness's own ``-c model_providers.<id>=…`` options — and it is not one of Codex's built-ins;
+    None otherwise, or when ``config.toml`` cannot be read (preflight says so)."""
     try:
         config = tomllib.loads((codex_home(env) / "config.toml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        config = {}
     except (OSError, ValueError):
         return None
     provider = config.get("model_provider")
@@ -217,6 +222,8 @@ def user_provider(env: Mapping[str, str], extra: Sequence[str] = ()) -> str | No
             provider = option.removeprefix("model_provider=").strip().strip('"')
     if not isinstance(provider, str) or provider in BUILT_IN_PROVIDERS:
         return None
+    if any(option.startswith(f"model_providers.{provider}=") for option in extra):
+        return provider
     return provider if isinstance(obj(config.get("model_providers")).get(provider), dict) else None
 
 
