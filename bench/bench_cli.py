@@ -48,7 +48,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +66,8 @@ from benchlib import (
     make_repo,
     median,
     percentile,
+    scratch_dir,
+    scratch_options,
     verdict,
 )
 from seed_store import MANY_REF, TEN_REF, Shape, seed, validate
@@ -183,11 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=int, nargs="*", default=[1_000, 10_000, 50_000], help="terminal-task counts")
     p.add_argument("--scale-turns-per-task", type=float, default=10.0, help="turns per task in the scale stores")
     p.add_argument("--no-scale", action="store_true", help="skip the growth runs")
-    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    scratch_options(p)
     args = p.parse_args(argv)
 
-    base = Path(tempfile.mkdtemp(prefix="corral-bench-cli-", dir=args.tmp))
+    base = scratch_dir("cli", args)
     scratch = base / "out"
     scratch.mkdir()
     cc = corral_command()

@@ -31,7 +31,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -43,7 +42,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.claude import claude_argv, claude_bin, claude_env, claude_version
 from tests.support.model_server import Error, ScriptedServer
 
-from benchlib import drop_scratch, finish, hermetic_env, load, machine, make_repo, median, percentile, verdict
+from benchlib import (
+    drop_scratch,
+    finish,
+    hermetic_env,
+    load,
+    machine,
+    make_repo,
+    median,
+    percentile,
+    scratch_dir,
+    scratch_options,
+    verdict,
+)
 
 TARGET_SECONDS = 10.0
 #: Enough 401s for the CLI's own ten retries and more: a relaunch would be seen, not starved.
@@ -121,11 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=5, help="timed runs (default 5)")
     p.add_argument("--baseline", action="store_true", help="also time the CLI alone at its defaults (~3 minutes)")
-    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    scratch_options(p)
     args = p.parse_args(argv)
 
-    base = Path(tempfile.mkdtemp(prefix="corral-bench-fatal-", dir=args.tmp))
+    base = scratch_dir("fatal", args)
     binary = claude_bin()
     result: dict[str, Any] = {
         "benchmark": "bench_fatal_verdict",

@@ -39,7 +39,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,8 @@ from benchlib import (
     machine,
     make_repo,
     median,
+    scratch_dir,
+    scratch_options,
     verdict,
 )
 from seed_store import Shape
@@ -202,11 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--branches", type=int, nargs="*", default=[150, 1_500], help="resting tasks (default 150 1500)")
     p.add_argument("--reps", type=int, default=10, help="timed rounds per size (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed lists first (default 2)")
-    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    scratch_options(p)
     args = p.parse_args(argv)
 
-    base = Path(tempfile.mkdtemp(prefix="corral-bench-merged-", dir=args.tmp))
+    base = scratch_dir("merged", args)
     cc = corral_command()
     result: dict[str, Any] = {
         "benchmark": "bench_merged_sweep",

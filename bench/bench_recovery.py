@@ -51,7 +51,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +69,8 @@ from benchlib import (
     make_repo,
     median,
     percentile,
+    scratch_dir,
+    scratch_options,
     verdict,
 )
 from seed_store import Shape, seed
@@ -469,12 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=int, nargs="*", default=[1_000, 10_000, 50_000], help="terminal-task counts")
     p.add_argument("--no-latency", action="store_true", help="skip the crash-to-resume runs")
     p.add_argument("--no-reconcile", action="store_true", help="skip the reconcile-pass runs")
-    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    scratch_options(p)
     args = p.parse_args(argv)
 
     saved_env = dict(os.environ)
-    base = Path(tempfile.mkdtemp(prefix="corral-bench-recovery-", dir=args.tmp))
+    base = scratch_dir("recovery", args)
     result: dict[str, Any] = {
         "benchmark": "bench_recovery",
         "machine": machine(),

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,8 @@ from benchlib import (
     load,
     machine,
     make_repo,
+    scratch_dir,
+    scratch_options,
     verdict,
 )
 from seed_store import MANY_REF, Shape
@@ -74,11 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     p.add_argument("--active", type=int, default=5_000, help="active tasks in the wide store (default 5,000)")
     p.add_argument("--turns", type=int, default=10_000, help=f"turns of {MANY_REF} (default 10,000)")
-    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    scratch_options(p)
     args = p.parse_args(argv)
 
-    base = Path(tempfile.mkdtemp(prefix="corral-bench-scale-", dir=args.tmp))
+    base = scratch_dir("scale", args)
     scratch = base / "out"
     scratch.mkdir()
     cc = corral_command()

@@ -45,7 +45,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -63,6 +62,8 @@ from benchlib import (
     load,
     machine,
     make_repo,
+    scratch_dir,
+    scratch_options,
     verdict,
 )
 from corral.domain.actors import Actor, Role
@@ -269,11 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store-turns", type=int, default=100_000, help="turns of the background store")
     p.add_argument("--pruned", type=float, default=0.1, help="share of diagnostics past 90 days (default 0.1)")
     p.add_argument("--profile", action="store_true", help="also profile one show in-process")
-    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    scratch_options(p)
     args = p.parse_args(argv)
 
-    base = Path(tempfile.mkdtemp(prefix="corral-bench-show-failures-", dir=args.tmp))
+    base = scratch_dir("show-failures", args)
     scratch = base / "out"
     scratch.mkdir()
     cc = corral_command()

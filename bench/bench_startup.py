@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,8 @@ from benchlib import (
     load,
     machine,
     make_repo,
+    scratch_dir,
+    scratch_options,
     verdict,
 )
 from seed_store import TEN_REF, Shape
@@ -75,11 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     p.add_argument("--tasks", type=int, default=10_000, help="tasks in the large store (default 10,000)")
     p.add_argument("--turns", type=int, default=100_000, help="turns in the large store (default 100,000)")
-    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    scratch_options(p)
     args = p.parse_args(argv)
 
-    base = Path(tempfile.mkdtemp(prefix="corral-bench-startup-", dir=args.tmp))
+    base = scratch_dir("startup", args)
     scratch = base / "out"
     scratch.mkdir()
     cc = corral_command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -11,6 +12,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,18 @@ def write_results(name: str, doc: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
+
+
+def scratch_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--tmp`` and ``--keep``: where a benchmark makes its scratch directory, and whether it stays."""
+    p.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    return p
+
+
+def scratch_dir(name: str, args: argparse.Namespace) -> Path:
+    """A fresh scratch directory for benchmark ``name`` under ``--tmp`` (see :func:`drop_scratch`)."""
+    return Path(tempfile.mkdtemp(prefix=f"corral-bench-{name}-", dir=args.tmp))
 
 
 def drop_scratch(base: Path, keep: bool) -> None:
