@@ -390,3 +390,40 @@ def test_a_file_where_the_state_directory_must_go_is_a_store_error(tmp_path: Pat
     assert str(blocker) in info.value.message
     assert info.value.hint
     assert blocker.read_text() == "a file, not a directory\n"
+
+
+def test_a_task_read_again_unchanged_is_the_record_already_decoded(store: SQLiteStore, db_path: Path) -> None:
+    with store.write() as tx:
+        tid = tx.insert_task(NewTask(ref="decoded-once", goal="g"), Actor.HUMAN).id
+    with store.read() as tx:
+        first = tx.get_task(tid)
+        listed = tx.tasks([Status.BACKLOG])
+    assert first is not None and listed[0] is first  # one decode serves every read of the same row
+    with store.write() as tx:
+        tx.update_task(tid, goal="changed")
+    with store.read() as tx:
+        again = tx.get_task(tid)
+    assert again is not None and again is not first and again.goal == "changed"
+    # A change made by another process (another connection) is seen: the row decides, not the memo.
+    other = sqlite3.connect(db_path)
+    other.execute("UPDATE tasks SET goal = 'from elsewhere' WHERE id = ?", (tid,))
+    other.commit()
+    other.close()
+    with store.read() as tx:
+        seen = tx.get_task(tid)
+    assert seen is not None and seen.goal == "from elsewhere"
+
+
+def test_a_session_read_again_unchanged_is_the_record_already_decoded(store: SQLiteStore) -> None:
+    with store.write() as tx:
+        tid = tx.insert_task(NewTask(ref="session-once", goal="g"), Actor.HUMAN).id
+        sid = tx.insert_session(tid, worktree="/w", branch="corral/session-once").id
+    with store.read() as tx:
+        first = tx.get_session(sid)
+        by_id = tx.sessions_by_id([sid])
+    assert first is not None and by_id[sid] is first
+    with store.write() as tx:
+        tx.update_session(sid, consecutive_interruptions=2)
+    with store.read() as tx:
+        again = tx.get_session(sid)
+    assert again is not None and again.consecutive_interruptions == 2

@@ -24,10 +24,10 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
+from corral.domain.record import record
 from corral.errors import ArgvError
 
 MAX_PID = 2**22  # Linux's pid_max ceiling; anything larger is not a process
@@ -43,7 +43,7 @@ def check_argv(argv: Sequence[str]) -> None:
             )
 
 
-@dataclass(frozen=True)
+@record
 class Completed:
     argv: tuple[str, ...]
     returncode: int
@@ -291,7 +291,7 @@ def stop_child_group(proc: subprocess.Popen[bytes], grace: float) -> None:
 # -- identity: a pid and what proves it is still the process corral recorded ------------------
 
 
-@dataclass(frozen=True)
+@record
 class ProcInfo:
     """One live process as ``/proc/<pid>/stat`` tells it."""
 
@@ -306,11 +306,16 @@ def proc_info(pid: int) -> ProcInfo | None:
     """The process ``pid`` now, or None when there is none (or it is a zombie)."""
     if pid <= 0 or pid > MAX_PID:
         return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
+    try:  # unbuffered: the reconciler asks this of every running supervisor on every read
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) may hold spaces and parentheses: the fields follow its last ")".
     fields = raw[raw.rfind(b")") + 2 :].split()
     try:
@@ -373,7 +378,7 @@ def all_processes() -> list[ProcInfo]:
 START_SLACK_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
+@record
 class Identity:
     """A pid, and what proves that the process holding it is the one corral recorded.
 

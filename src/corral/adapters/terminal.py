@@ -41,12 +41,12 @@ import termios
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from corral.adapters.process import check_argv
 from corral.domain.failures import signal_name
+from corral.domain.record import record
 
 #: Ignored by corral while the agent runs: the keyboard's signals …
 _KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
@@ -59,7 +59,7 @@ _FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 _Disposition = Callable[[int, FrameType | None], object] | int | None
 
 
-@dataclass(frozen=True)
+@record
 class Ended:
     """How an interactive agent ended: its exit code or the signal that ended it, and how long it ran."""
 

@@ -7,18 +7,17 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import click
-
 from corral.errors import CorralError, Interrupted, UsageError
 
 if TYPE_CHECKING:
+    import click
+
     from corral.cli.app import App
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: every failure becomes a coded message and an exit code, never a traceback."""
     from corral.cli.app import App
-    from corral.cli.root import cli
 
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
@@ -29,17 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.json = "--json" in args
     code: int
     try:
-        result = cli.main(args=args, prog_name="corral", standalone_mode=False, obj=app)
-        code = result if isinstance(result, int) else 0
+        code = _run(app, args)
     except CorralError as exc:
         code = _fail(app, exc)
-    except click.exceptions.NoArgsIsHelpError as exc:  # `corral`, `corral config`: the help, not an error
-        code = _help(app, exc.ctx)
-    except click.exceptions.NoSuchOption as exc:
-        code = _fail(app, UsageError(exc.format_message(), hint=_usage_hint(exc)))
-    except click.UsageError as exc:
-        code = _fail(app, UsageError(exc.format_message(), hint=_usage_hint(exc)))
-    except (KeyboardInterrupt, click.exceptions.Abort):  # click turns a Ctrl-C inside a command into Abort
+    except KeyboardInterrupt:
         code = _fail(app, _interrupted())
     except BrokenPipeError:
         code = 0
@@ -48,6 +40,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         app.close()
     return code
+
+
+def _run(app: App, args: list[str]) -> int:
+    """The plain ``list`` / ``show`` without click (:mod:`corral.cli.reads`), everything else through it."""
+    from corral.cli.reads import quick
+
+    body = quick(app, args)
+    if body is not None:
+        body()
+        return 0
+    import click
+
+    from corral.cli.root import cli
+
+    try:
+        result = cli.main(args=args, prog_name="corral", standalone_mode=False, obj=app)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `corral`, `corral config`: the help, not an error
+        return _help(app, exc.ctx)
+    except click.UsageError as exc:  # NoSuchOption included
+        raise UsageError(exc.format_message(), hint=_usage_hint(exc)) from None
+    except click.exceptions.Abort:  # click turns a Ctrl-C inside a command into Abort
+        raise KeyboardInterrupt from None
+    return result if isinstance(result, int) else 0
 
 
 def _fail(app: App, error: CorralError) -> int:

@@ -30,9 +30,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-import click
-
-from corral.cli.copy_question import open_project
 from corral.domain.actors import Actor
 from corral.domain.sanitize import display
 from corral.engine.project import Project, default_actor
@@ -72,6 +69,8 @@ class App:
     @property
     def project(self) -> Project:
         if self._project is None:
+            from corral.cli.copy_question import open_project  # it imports the engine's project
+
             self._project = open_project(self.repo, ask_ok=not self.json, note=self.note)
         return self._project
 
@@ -184,25 +183,3 @@ def _default(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
-pass_app = click.make_pass_decorator(App)
-
-
-def json_option(f: Any) -> Any:
-    """``--json`` on every command: one JSON document on stdout, human text on stderr."""
-
-    def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-        if value:
-            ctx.ensure_object(App).json = True
-        return value
-
-    return click.option(
-        "--json",
-        "as_json",
-        is_flag=True,
-        expose_value=False,
-        is_eager=True,
-        callback=set_json,
-        help="Print one JSON document on stdout (errors too); human text goes to stderr.",
-    )(f)

@@ -13,8 +13,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import click
-
 from corral.domain.sanitize import display
 from corral.engine.project import Project
 from corral.errors import RepositoryCopied
@@ -28,6 +26,8 @@ def interactive() -> bool:
 
 def ask(error: RepositoryCopied) -> str | None:
     """``"attach"``, ``"fresh"``, or None (the person declined: the error stands)."""
+    import click  # only a copied repository on a terminal asks
+
     click.echo(display(error.message), err=True)  # it names paths, which may hold anything
     click.echo(
         "  [a]ttach: this checkout takes the tasks over (their worktrees follow it)\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,11 @@ def width() -> int:
     try:
         return max(40, int(os.environ.get("COLUMNS", "")))
     except ValueError:
-        return shutil.get_terminal_size((100, 24)).columns
+        pass
+    try:  # what shutil.get_terminal_size asks, without importing shutil for it
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 100  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 100
 
 
 def clip(text: str, room: int) -> str:

@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from corral.cli.app import App, json_option
+from corral.cli.app import App
+from corral.cli.options import json_option
 
 # command name -> (module, attribute), in the order help shows them
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -17,12 +17,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from corral.adapters.locks import is_locked, try_lock
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import rfc3339
+from corral.domain.record import record
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
@@ -34,7 +34,7 @@ TICK_SECONDS = 2.0
 PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when the daemon starts)
 
 
-@dataclass(frozen=True)
+@record
 class DaemonState:
     running: bool
     pid: int | None

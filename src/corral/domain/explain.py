@@ -10,8 +10,8 @@ reasons; a known category gets generic wording by category.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from corral.domain.record import record
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Op, Status, may
 
@@ -33,7 +33,7 @@ def harness_name(harness: str | None) -> str:
     return HARNESS_NAMES.get(harness or "", "The agent")
 
 
-@dataclass(frozen=True)
+@record
 class Wording:
     line: str
     next: str | None = None

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import signal as _signal
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 
+from corral.domain.record import record
 from corral.domain.settings import default
 
 
@@ -34,7 +34,7 @@ TRANSIENT = frozenset(
 FATAL = frozenset({FailureClass.FATAL_AUTH, FailureClass.FATAL_CONFIG})
 
 
-@dataclass(frozen=True)
+@record
 class Budgets:
     """How long each class may keep retrying; the defaults are the ``budget_*`` settings."""
 
@@ -50,12 +50,12 @@ FAST_FAILURE_SECONDS = 10.0
 FAST_FAILURES_FOR_LOOP = 3
 
 
-@dataclass(frozen=True)
+@record
 class Retry:
     delay: float
 
 
-@dataclass(frozen=True)
+@record
 class Stop:
     reason: str  # fatal | budget-exhausted | crash-loop
 
@@ -192,7 +192,7 @@ def breaker_tripped(consecutive: int, threshold: int) -> bool:
 SAME_CAUSE_WINDOW_SECONDS = 600.0
 
 
-@dataclass(frozen=True)
+@record
 class Interruption:
     """What the same-cause breaker compares between two interruptions of a task."""
 

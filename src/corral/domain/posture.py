@@ -6,12 +6,11 @@ in the turn's command; each harness adapter turns it into its own flags.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from corral.domain.record import record
 from corral.domain.settings import default
 
 
-@dataclass(frozen=True)
+@record
 class Posture:
     permission_mode: str = default("permission_mode", str)
     allowed_tools: tuple[str, ...] = ()

@@ -9,7 +9,8 @@ command (``command.json``); the supervisor adds the upstream-merge note with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from corral.domain.record import record
 
 SYSTEM_TEXT = (
     "You are an AI coding agent working on one task that corral manages. You work in a git "
@@ -92,7 +93,7 @@ def ask(question: str) -> str:
     return f"{ASK_PREAMBLE}\n\nThe question:\n\n{question}"
 
 
-@dataclass(frozen=True)
+@record
 class SyncOutcome:
     """How the upstream merge before a turn went, as the supervisor saw it."""
 

@@ -5,13 +5,13 @@ A store returns these; nothing here reads or writes anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time, rfc3339
+from corral.domain.record import field, record
 from corral.domain.status import Status
 from corral.domain.violations import Decision
 
@@ -48,7 +48,7 @@ class PossibleEffects(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@record
 class FailureEvidence:
     """What is kept about one failure: typed codes and small safe facts; wording is derived on read."""
 
@@ -95,7 +95,7 @@ class FailureEvidence:
         )
 
 
-@dataclass(frozen=True)
+@record
 class RestingCause:
     """Why a task rests parked after a failure or a gate; written with the status change."""
 
@@ -127,7 +127,7 @@ class RestingCause:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Task:
     id: str
     ref: str
@@ -159,7 +159,7 @@ class Task:
         return {str(k): dict(v) for k, v in found.items() if isinstance(v, dict) and "value" in v}
 
 
-@dataclass(frozen=True)
+@record
 class Session:
     id: str
     task_id: str
@@ -179,7 +179,7 @@ class Session:
     ended_at: datetime | None
 
 
-@dataclass(frozen=True)
+@record
 class Attempt:
     turn_id: str
     number: int
@@ -190,7 +190,7 @@ class Attempt:
     failure: FailureEvidence | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Turn:
     id: str
     task_id: str
@@ -211,7 +211,7 @@ class Turn:
     command_id: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class StatusChange:
     task_id: str
     from_status: Status | None
@@ -221,7 +221,7 @@ class StatusChange:
     at: datetime
 
 
-@dataclass(frozen=True)
+@record
 class Violation:
     task_id: str
     session_id: str
@@ -234,7 +234,7 @@ class Violation:
     check_from: str | None = None  # the commit a revert restores the file from
 
 
-@dataclass(frozen=True)
+@record
 class ProcessRecord:
     """A process corral started for a task, kept until it is known to be gone."""
 
@@ -245,7 +245,7 @@ class ProcessRecord:
     started_at: datetime
 
 
-@dataclass(frozen=True)
+@record
 class Note:
     """A comment (a person's note on the timeline) or a decision-journal entry."""
 

@@ -28,8 +28,8 @@ is what ``--json`` and ``logs --raw`` give.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from corral.domain.record import record
 from corral.domain.settings import default
 from corral.errors import TextTooLarge
 
@@ -46,7 +46,7 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\u{code:04x}"
 
 
-@dataclass(frozen=True)
+@record
 class Sanitized:
     text: str
     replaced: int

@@ -7,8 +7,7 @@ from the supervisor's ``status.json``, read by the engine and passed in here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from corral.domain.record import record
 from corral.domain.status import Status
 
 RETRY_SNIPPET = 80
@@ -30,7 +29,7 @@ def phase_words(phase: str | None) -> str:
     return PHASE_WORDS.get(phase or "", "running the turn")
 
 
-@dataclass(frozen=True)
+@record
 class Live:
     """What is known right now about a task's running turn."""
 

@@ -14,9 +14,9 @@ again, because the agent redid what a person undid.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 
+from corral.domain.record import field, record
 from corral.domain.status import Status
 
 
@@ -38,7 +38,7 @@ def after_change(current: Decision | None) -> Decision | None:
     return None
 
 
-@dataclass
+@record(frozen=False)
 class DecisionPlan:
     """What an unblock's file decisions do to the violation set."""
 

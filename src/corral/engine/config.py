@@ -38,10 +38,10 @@ import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corral.domain.record import field, record
 from corral.domain.settings import (
     BY_NAME,
     SETTINGS,
@@ -57,14 +57,14 @@ from corral.errors import ConfigError, UsageError
 PROJECTS_TABLE = "projects"
 
 
-@dataclass(frozen=True)
+@record
 class Value:
     value: Any
     source: str  # default | user | project | user_project | env
     origin: str | None = None  # the file (and table) or variable it came from
 
 
-@dataclass(frozen=True)
+@record
 class Proposal:
     """A value ``corral.toml`` gives a setting that makes corral execute something: shown, never used."""
 
@@ -107,7 +107,7 @@ class Proposal:
         }
 
 
-@dataclass
+@record(frozen=False)
 class Config:
     values: dict[str, Value]
     ignored: list[str] = field(default_factory=list)

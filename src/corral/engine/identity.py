@@ -42,8 +42,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +49,7 @@ from typing import Any
 from corral.adapters.files import write_atomic
 from corral.adapters.git import Git
 from corral.adapters.locks import is_locked
+from corral.domain.record import record, replace
 from corral.engine.paths import (
     IDENTITY_CACHE,
     PRIVATE_FILE_MODE,
@@ -69,7 +68,7 @@ VERSION = 1
 _MAX_FILE = 64 * 1024  # both files are a few hundred bytes: anything bigger is not ours
 
 
-@dataclass(frozen=True)
+@record
 class Identity:
     """Who a project is: its root commit, its normalized remote, and (for a copy started fresh) an instance."""
 
@@ -207,7 +206,7 @@ def cache_file(repo: Path) -> Path:
     return repo / ".git" / CACHE
 
 
-@dataclass(frozen=True)
+@record
 class Cache:
     """What a checkout's git directory remembers: its identity, its state directory, where it was seen."""
 
@@ -244,7 +243,7 @@ def write_cache(repo: Path, cache: Cache) -> None:
     _write_json(cache_file(repo), cache.to_json())
 
 
-@dataclass(frozen=True)
+@record
 class Record:
     """A state directory's record of the checkout attached to it."""
 
@@ -355,7 +354,7 @@ def holds(path: str | None, state: str) -> bool:
 # -- choosing the state directory ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Located:
     """Where a checkout's state is, and what opening it found."""
 
@@ -477,6 +476,8 @@ def start_fresh(git: Git, repo: Path, home: Path, identity: Identity, shared: Pa
     records are dropped, so git in the copy neither shows them nor refuses their branches; the
     worktrees themselves, and the original's records of them, are untouched.
     """
+    import shutil  # only a copy starting fresh removes anything
+
     admin = repo / ".git" / "worktrees"
     try:
         entries = list(os.scandir(admin))
@@ -497,7 +498,7 @@ def start_fresh(git: Git, repo: Path, home: Path, identity: Identity, shared: Pa
 # -- state whose repository is gone ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Orphan:
     """A state directory whose checkout is not where it was attached."""
 

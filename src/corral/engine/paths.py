@@ -24,8 +24,9 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+
+from corral.domain.record import record
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -83,7 +84,7 @@ TURN_LOGS = (OUTPUT_LOG, STDERR_LOG)
 OUTPUT_INDEX = "output.index"
 
 
-@dataclass(frozen=True)
+@record
 class ProjectPaths:
     """The layout of one repository's state directory."""
 
@@ -256,7 +257,7 @@ def prepare_private_state(paths: ProjectPaths) -> None:
         _try_private_dir(directory)
 
 
-@dataclass(frozen=True)
+@record
 class ModeFinding:
     """A file or directory of corral's state that others may read, write or enter."""
 

@@ -15,7 +15,6 @@ refused (``store-missing``: what is missing, what remains, the newest backup and
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from corral.adapters.git import Git
 from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor
 from corral.domain.clock import Clock, utcnow
+from corral.domain.record import field, record
 from corral.domain.status import Status
 from corral.engine.config import Config, follow_move, load_config
 from corral.engine.identity import Identity, attach_state, find_state, locate
@@ -119,7 +119,7 @@ def stamp(when: datetime) -> str:
     return when.strftime("%Y%m%dT%H%M%S") + f"{when.microsecond // 1000:03d}Z"
 
 
-@dataclass
+@record(frozen=False)
 class Project:
     paths: ProjectPaths
     config: Config

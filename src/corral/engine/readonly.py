@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral import crashpoints
 from corral.adapters.git import GIT_ENV, Git
+from corral.domain.record import record
 from corral.errors import GitError
 
 if TYPE_CHECKING:  # the record types only: reading a protocol file never loads the project
@@ -48,7 +48,7 @@ def kept_ref(task_ref: str, turn: int | str) -> str:
     return f"{KEPT_PREFIX}{task_ref}/{turn}"
 
 
-@dataclass(frozen=True)
+@record
 class Before:
     """A worktree's state before a read-only turn. ``error`` says why it could not be taken."""
 
@@ -81,7 +81,7 @@ class Before:
         return cls(branch, opt("head"), opt("index_tree"), opt("worktree_tree"), opt("error"))
 
 
-@dataclass(frozen=True)
+@record
 class Kept:
     """What a read-only turn changed and corral kept aside (then reverted, when ``reverted``)."""
 

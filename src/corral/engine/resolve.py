@@ -3,9 +3,7 @@ of either), and the settings its turns run with."""
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-
+from corral.domain.record import replace
 from corral.domain.records import Task
 from corral.domain.settings import TASK_SCOPED
 from corral.engine.config import Config, Value
@@ -25,6 +23,8 @@ def resolve_task(tx: Tx, given: str) -> Task:
         return matches[0]
     if matches:
         raise AmbiguousTask(name, [f"{m.ref} ({m.id[:8]}, {m.status.value})" for m in matches])
+    import difflib  # only a ref that matches nothing
+
     nearest = difflib.get_close_matches(name, tx.refs(near=name), n=3, cutoff=0.5)
     raise TaskNotFound(name, nearest)
 
@@ -43,4 +43,4 @@ def task_config(config: Config, task: Task) -> Config:
         source = "task" if entry.get("source") == "task" else "task_env"
         origin = entry.get("origin")
         values[name] = Value(entry["value"], source, origin if isinstance(origin, str) else None)
-    return dataclasses.replace(config, values=values)
+    return replace(config, values=values)

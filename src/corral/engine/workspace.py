@@ -7,9 +7,9 @@ kept under ``refs/corral/archive/<ref>`` until the task is deleted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -41,7 +41,7 @@ def target_branch(tx: Tx, task: Task) -> str:
     return task.target_branch
 
 
-@dataclass(frozen=True)
+@record
 class Workspace:
     worktree: Path
     branch: str

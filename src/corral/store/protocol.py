@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from corral.domain.actors import Actor, Role
+from corral.domain.record import field, record
 from corral.domain.records import (
     Attempt,
     AttemptOutcome,
@@ -43,7 +43,7 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-@dataclass(frozen=True)
+@record
 class NewTask:
     ref: str
     goal: str

@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
@@ -99,14 +98,32 @@ def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | N
     return tuple(value)
 
 
+class _Decoded:
+    """The records a store already decoded, by id with the row they came from.
+
+    A command reads the same tasks several times (each reconciler sweep, then the listing):
+    a row equal to the one a record was made from gives that record back (records are
+    immutable), so each task is decoded once per process, however often it is read.
+    """
+
+    __slots__ = ("sessions", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, tuple[tuple[Any, ...], Task]] = {}
+        self.sessions: dict[str, tuple[tuple[Any, ...], Session]] = {}
+
+
 class SQLiteTx:
     """One transaction over an open connection; see ``corral.store.protocol.Tx``."""
 
-    def __init__(self, db: sqlite3.Connection, clock: Clock, *, writable: bool) -> None:
+    def __init__(
+        self, db: sqlite3.Connection, clock: Clock, *, writable: bool, decoded: _Decoded | None = None
+    ) -> None:
         self._db = db
         self._clock = clock
         self._writable = writable
         self._now: datetime | None = None
+        self._decoded = decoded or _Decoded()
 
     # One timestamp per transaction: a status and its status change agree on "when".
     def now(self) -> datetime:
@@ -133,8 +150,17 @@ class SQLiteTx:
             yield from self._db.execute(sql.format(marks=",".join("?" * len(part))), part)
 
     # -- tasks -------------------------------------------------------------------
+    def _task(self, row: sqlite3.Row) -> Task:
+        key = tuple(row)
+        seen = self._decoded.tasks.get(key[0])
+        if seen is not None and seen[0] == key:
+            return seen[1]
+        task = self._decode_task(row)
+        self._decoded.tasks[key[0]] = (key, task)
+        return task
+
     @staticmethod
-    def _task(row: sqlite3.Row) -> Task:
+    def _decode_task(row: sqlite3.Row) -> Task:
         # By position (the order of _TASK_COLUMNS): ``list`` decodes thousands of these.
         protected, metadata, cause = row[9], row[10], _loads(row[11])
         return Task(
@@ -422,8 +448,17 @@ class SQLiteTx:
         ]
 
     # -- sessions ----------------------------------------------------------------
+    def _session(self, row: sqlite3.Row) -> Session:
+        key = tuple(row)
+        seen = self._decoded.sessions.get(key[0])
+        if seen is not None and seen[0] == key:
+            return seen[1]
+        session = self._decode_session(row)
+        self._decoded.sessions[key[0]] = (key, session)
+        return session
+
     @staticmethod
-    def _session(row: sqlite3.Row) -> Session:
+    def _decode_session(row: sqlite3.Row) -> Session:
         return Session(
             id=row["id"],
             task_id=row["task_id"],
@@ -1065,6 +1100,7 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self.restore_hint = restore_hint or "`corral restore BACKUP` puts a backup made by `corral backup` back"
         self._identity: tuple[int, int] | None = None
+        self._decoded = _Decoded()
         if not create and self.path != ":memory:" and self.missing():
             raise StoreMissing(
                 f"The corral database {self.path} is {self.missing()}.",
@@ -1349,7 +1385,7 @@ class SQLiteStore:
             self._db.execute(begin)
         except sqlite3.Error as exc:
             raise self._fault(exc) from exc
-        tx = SQLiteTx(self._db, self._clock, writable=writable)
+        tx = SQLiteTx(self._db, self._clock, writable=writable, decoded=self._decoded)
         try:
             yield tx
         except sqlite3.IntegrityError:
@@ -1609,6 +1645,8 @@ def _keep_aside(target: str, aside: Path) -> str | None:
                 copy.execute("PRAGMA journal_mode = DELETE")
     except sqlite3.Error:
         # It does not open as a database: keep its bytes, and its -wal beside them.
+        import shutil  # only here: keeping a broken database's bytes
+
         _unlink(aside)
         for suffix in ("", "-wal"):
             if os.path.exists(target + suffix):

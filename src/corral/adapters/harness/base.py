@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from corral.domain.failures import FailureClass
 from corral.domain.posture import Posture
+from corral.domain.record import field, record
 
 #: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin (for Claude Code, Pi
 #: and Codex; the ``command`` harness always has it on stdin and in a file).
 ARGV_PROMPT_LIMIT = 96 * 1024
 
 
-@dataclass(frozen=True)
+@record
 class TurnRequest:
     """One launch of a harness. ``kind`` is the command's kind (start, unblock, resume,
     auto-resume, ask, pre-accept; pair or chat for an interactive session), ``task_ref`` and
@@ -42,14 +42,14 @@ class TurnRequest:
     prompt_dir: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     stdin: bytes | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Event:
     """One thing the harness reported. ``kind`` is one of:
 
@@ -73,7 +73,7 @@ class Event:
         return self.kind in ("text", "tool_end", "result")
 
 
-@dataclass(frozen=True)
+@record
 class AttemptFacts:
     """What a supervisor saw of one attempt, for the harness to classify."""
 
@@ -84,7 +84,7 @@ class AttemptFacts:
     spawn_error: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     """An attempt's outcome as the harness reads it."""
 

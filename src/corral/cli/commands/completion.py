@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 
 SHELLS = ("bash", "zsh", "fish")
 _RC = {

@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 from corral.domain.settings import BY_NAME, SETTINGS, Setting, SettingValue, lookup, toml_comment, toml_value
 from corral.engine.config import (
     PROJECTS_TABLE,

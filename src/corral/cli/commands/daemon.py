@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 from corral.cli.render import local_time
 from corral.daemon import service as daemons
 

@@ -19,7 +19,8 @@ import click
 
 from corral.adapters.git import Git
 from corral.adapters.process import environ_overlay
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
 from corral.engine.operations import accept as accepting

@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 from corral.cli.render import local_time
 from corral.domain.clock import rfc3339
 from corral.domain.records import Task

@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 from corral.engine import identity
 from corral.engine.paths import corral_home
 from corral.engine.project import Project

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 import click
 
 from corral.adapters.process import environ_overlay
-from corral.cli.app import App, color_enabled, json_option, pass_app
+from corral.cli.app import App, color_enabled
+from corral.cli.options import json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.engine import workspace
 from corral.engine.operations import queries, tasks

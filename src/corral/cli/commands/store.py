@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 
 
 @click.command(

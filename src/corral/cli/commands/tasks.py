@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from corral.cli.app import App, json_option, pass_app
-from corral.cli.render import list_lines, show_lines
+from corral.cli import reads
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 from corral.domain.settings import toml_value
 from corral.engine.operations import queries
 
@@ -161,10 +162,7 @@ Examples:
 @pass_app
 def list_(app: App, which: str | None) -> None:
     """One line per task: ref, status with substate, goal, and why it rests."""
-    listing = queries.list_tasks(app.project, which)
-    _warn(app, listing.problems)
-    empty = "No tasks." if which in (None, "all") else f"No {which} tasks."
-    app.answer({"tasks": listing.rows}, lambda: list_lines(app, listing.rows) or empty)
+    reads.list_body(app, which)
 
 
 @click.command(
@@ -188,16 +186,4 @@ Examples:
 @pass_app
 def show(app: App, task: str, details: bool, every: bool) -> None:
     """The task, its timeline, why it stopped and what to do next."""
-    shown = queries.show_task(app.project, task, last_turns=None if every or app.json else queries.PAGE_TURNS)
-    _warn(app, shown.problems)
-    app.answer(
-        {k: v for k, v in shown.doc.items() if k != "schema_version"},
-        lambda: show_lines(
-            app, shown.doc, details=details, merges_into=shown.merges_into, earlier_turns=shown.earlier_turns
-        ),
-    )
-
-
-def _warn(app: App, problems: list[str]) -> None:
-    for problem in problems:
-        app.note(f"warning: could not reconcile {problem} (see corral doctor)")
+    reads.show_body(app, task, details, every)

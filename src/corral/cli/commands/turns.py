@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from corral.cli import render
-from corral.cli.app import App, json_option, pass_app
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.domain.records import Task
 from corral.engine.operations import control, queries, turns

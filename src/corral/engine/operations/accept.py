@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from corral import crashpoints
 from corral.domain import gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
+from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, Op, Status, may, takes
 from corral.engine import workspace
@@ -42,9 +42,9 @@ from corral.engine.recovery.merges import (
     InFlight,
     Kept,
     note_conflict,
-    record,
     recover_into,
     restore_prior,
+    save_in_flight,
     settle_destination,
     stash_overlap,
     target_lock,
@@ -61,7 +61,7 @@ from corral.errors import (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Phase:
     id: str
     label: str
@@ -121,7 +121,7 @@ class Narrator:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Accepted:
     task: Task
     commit: str | None
@@ -131,7 +131,7 @@ class Accepted:
     conflict: DestinationRestoreConflict | None = None
 
 
-@dataclass(frozen=True)
+@record
 class _Ready:
     task: Task
     session: Session
@@ -272,7 +272,7 @@ RETRIES = 5
 RETRY_PAUSE = 0.1
 
 
-@dataclass(frozen=True)
+@record
 class _Landed:
     old: str
     commit: str
@@ -389,7 +389,7 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
         if destination is not None:
             stash_message = f"corral accept {task.ref} {commit[:12]}: local changes"
             record_ = InFlight(target, old, commit, str(destination), stash_message)
-            record(project, task.id, record_)
+            save_in_flight(project, task.id, record_)
             flight[:] = [record_]
             stash_overlap(project, destination, old, commit, stash_message)
         crashpoints.hit("accept.before-update-ref")
@@ -402,7 +402,7 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
             kept = settle_destination(project, record_, landed=False, recovering=False)
             if kept is not None:
                 raise kept.error()
-            record(project, task.id, None)
+            save_in_flight(project, task.id, None)
             flight.clear()
         said = (swapped.stderr or swapped.stdout).strip().splitlines()
         refusal = said[-1][:300] if said else f"exit {swapped.returncode}"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from corral.adapters.process import send_identified
 from corral.domain.actors import Actor, Role
+from corral.domain.record import record
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import WAIT_RESTS, Op, Status, check_operation
 from corral.engine.operations.refresh import settle
@@ -83,7 +83,7 @@ def _stop(project: Project, task: Task, actor: Actor) -> Task:
 # -- waiting ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class WaitResult:
     task: Task
     timed_out: bool

@@ -12,9 +12,9 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from corral.domain.actors import Actor
+from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import PAUSED, TERMINAL, Status
 from corral.engine.config import proposals
@@ -29,7 +29,7 @@ from corral.errors import CorralError
 MIN_GIT = (2, 38)  # merge-tree --write-tree
 
 
-@dataclass(frozen=True)
+@record
 class Check:
     name: str
     status: str  # ok | warn | fail | fixed

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from corral import crashpoints
@@ -24,6 +23,7 @@ from corral.domain.clock import new_id, rfc3339
 from corral.domain.failures import TERM_GRACE_SECONDS, WATCHDOG_RELAUNCHES, Budgets
 from corral.domain.posture import Posture
 from corral.domain.prompts import system_text
+from corral.domain.record import record, replace
 from corral.domain.records import Session, Task, Turn
 from corral.engine import readonly
 from corral.engine.config import Config, harness_settings
@@ -37,7 +37,7 @@ from corral.errors import CorralError, LaunchFailed
 SUPERVISOR_START_TIMEOUT = 15.0
 
 
-@dataclass(frozen=True)
+@record
 class Launched:
     command_id: str
     supervisor_pid: int

@@ -26,7 +26,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from corral.adapters.files import write_atomic
@@ -36,6 +35,7 @@ from corral.adapters.locks import is_locked, try_lock
 from corral.adapters.process import start_ticks
 from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
+from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine.config import harness_settings
@@ -78,7 +78,7 @@ def _finish_killed_chat(project: Project, task: Task) -> None:
         end_chat(project, task, session, read_hold(project, task.id), Actor.SYSTEM)
 
 
-@dataclass(frozen=True)
+@record
 class Paired:
     task: Task
     exit_code: int  # as a shell's $? gives it: the agent's exit code, or 128 + the signal that ended it

@@ -18,12 +18,12 @@ import os
 import shlex
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from corral.adapters.harness import NAMES, make_harness
 from corral.adapters.harness.base import Harness
+from corral.domain.record import record
 from corral.domain.redact import bounded
 from corral.engine.config import harness_settings
 from corral.engine.project import Project
@@ -53,7 +53,7 @@ def read_only_help() -> str:
     return "Read-only, per harness (docs/harnesses.md):\n" + "\n".join(lines) + "\n" + READ_ONLY_BACKSTOP
 
 
-@dataclass(frozen=True)
+@record
 class HarnessReport:
     """What ``doctor`` says of one harness. ``logged_in`` is None when it cannot tell."""
 

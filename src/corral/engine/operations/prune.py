@@ -23,11 +23,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from corral.domain.record import field, record
 from corral.domain.status import TERMINAL
 from corral.engine.project import Project
 from corral.engine.read import diagnostics
@@ -37,7 +37,7 @@ from corral.errors import GitError
 ORPHAN_GRACE = timedelta(hours=1)
 
 
-@dataclass
+@record(frozen=False)
 class PruneResult:
     diagnostics: diagnostics.PruneReport
     worktrees_removed: list[str] = field(default_factory=list)  # in a dry run: would be removed

@@ -10,9 +10,9 @@ just changed) do not need to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from corral.domain.record import record
 from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
 from corral.engine import workspace
@@ -51,7 +51,7 @@ def _threshold(project: Project, task: Task) -> int:
 # -- many tasks ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Listing:
     rows: list[dict[str, Any]]  # projection rows, oldest task first
     problems: list[str]  # what settling could not reconcile (the reader is told; the read goes on)
@@ -81,7 +81,7 @@ def list_tasks(project: Project, which: str | None = None) -> Listing:
 # -- one task --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Shown:
     doc: dict[str, Any]  # projection.show: the ``show --json`` document (all of it unless paged)
     merges_into: str | None  # the branch the task merges into (a subtask: its parent's); None when it has none

@@ -7,9 +7,9 @@ blocked → submitted. The push is the fact; a pull request is made only when a 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 
 from corral.domain.actors import Actor
+from corral.domain.record import record
 from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine import workspace
 from corral.engine.locks import task_lock
@@ -18,7 +18,7 @@ from corral.engine.resolve import resolve_task
 from corral.errors import CorralError, GitError, RefusedError
 
 
-@dataclass(frozen=True)
+@record
 class Submitted:
     ref: str
     remote: str

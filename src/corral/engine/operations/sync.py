@@ -7,9 +7,8 @@ with the conflicting files and the hint to ``unblock``, which hands the conflict
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from corral.domain.actors import Actor, Role
+from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Op, check_operation
 from corral.engine import workspace
@@ -21,7 +20,7 @@ from corral.engine.resolve import resolve_task
 from corral.errors import GitError, MergeConflict
 
 
-@dataclass(frozen=True)
+@record
 class Synced:
     task: Task
     state: str  # merged | up-to-date

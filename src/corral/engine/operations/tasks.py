@@ -10,10 +10,10 @@ from __future__ import annotations
 import difflib
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from corral.domain.actors import Actor
+from corral.domain.record import record
 from corral.domain.records import TASK_SETTINGS, Note, Task
 from corral.domain.refs import unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
@@ -267,7 +267,7 @@ def refuse_harness_misconfigured(project: Project, harness: str | None, own: dic
         raise
 
 
-@dataclass(frozen=True)
+@record
 class Ended:
     task: Task
     archived: str | None
@@ -352,7 +352,7 @@ def journal(project: Project, given: str) -> tuple[Task, list[Note]]:
         return task, tx.journal(task.id)
 
 
-@dataclass(frozen=True)
+@record
 class Diff:
     task: Task
     base: str

@@ -13,10 +13,8 @@ process's (``engine.resolve.task_config``, docs/architecture.md#a-tasks-own-sett
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from corral import crashpoints
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
+from corral.domain.record import record, replace
 from corral.domain.records import (
     TASK_SETTINGS,
     FailureEvidence,
@@ -58,7 +57,7 @@ from corral.errors import (
 from corral.store import Tx
 
 
-@dataclass(frozen=True)
+@record
 class Started:
     task: Task
     launched: launch.Launched
@@ -85,7 +84,7 @@ def owned(project: Project, task: Task) -> Iterator[None]:
         ) from exc
 
 
-@dataclass(frozen=True)
+@record
 class TurnSpec:
     """What one launched turn is: its kind, its prompt's body, the feedback it delivers, its merge."""
 
@@ -121,7 +120,7 @@ def _launch(
             session = prepare(session)
         plan = spec(session) if callable(spec) else spec
         command = launch.build_command(
-            dataclasses.replace(project, config=task_config(project.config, task)),
+            replace(project, config=task_config(project.config, task)),
             task,
             session,
             turn,

@@ -9,17 +9,17 @@ as a typed finding with the command that repairs it. It only reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corral.domain.record import field, record
 from corral.engine.project import Project
 
 #: How many of the newest corral merge commits on a target are looked behind.
 DEPTH = 50
 
 
-@dataclass(frozen=True)
+@record
 class CheckoutFinding:
     """One problem of one checkout: a stable code, a plain message, the command that repairs it."""
 

@@ -39,15 +39,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import write_atomic
 from corral.domain.clock import rfc3339
+from corral.domain.record import asdict, replace
 from corral.domain.records import FailureEvidence
 from corral.domain.redact import RESULT_BYTES, bounded, masked_head, redact, secret_values
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG, ProjectPaths
@@ -233,6 +232,8 @@ def discard(paths: ProjectPaths, ref: str) -> None:
 
 
 def remove_for_task(paths: ProjectPaths, task_id: str) -> None:
+    import shutil  # deleting is rare; reading diagnostics is not
+
     shutil.rmtree(paths.diagnostics / task_id, ignore_errors=True)
 
 
@@ -510,6 +511,8 @@ def prune(paths: ProjectPaths, now: datetime, live_tasks: set[str] | None = None
     ``live_tasks`` is every task id the store holds; None skips the orphan check.
     Half-written temp files older than a day go too.
     """
+    import shutil  # pruning is rare; reading diagnostics is not
+
     report = PruneReport()
     root = paths.diagnostics
     try:

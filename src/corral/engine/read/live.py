@@ -8,10 +8,10 @@ yet made safe for a terminal: the surface escapes them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from corral.domain.clock import parse_time
+from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
@@ -23,7 +23,7 @@ from corral.engine.runtime import protocol as proto
 TAIL_BYTES = 8192
 
 
-@dataclass(frozen=True)
+@record
 class LiveTurn:
     """What a person watching a wait sees of the running turn, from its supervisor's files."""
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Event, Harness
 from corral.domain.actors import Role
+from corral.domain.record import field, record
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.config import harness_settings
@@ -59,7 +59,7 @@ def log_turns(project: Project, task: Task) -> list[int]:
     return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit() and _has_output(p))
 
 
-@dataclass(frozen=True)
+@record
 class Current:
     """The task's latest command: the sequence of the human turn that launched it, its kind, and
     whether it still runs (the task is working on it)."""
@@ -114,7 +114,7 @@ def log_path(project: Project, task: Task, turn: int | None) -> Path:
 # -- what the store knows of a turn ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class AttemptFacts:
     number: int
     started_at: datetime | None
@@ -124,7 +124,7 @@ class AttemptFacts:
     signal: int | None
 
 
-@dataclass(frozen=True)
+@record
 class TurnFacts:
     """A log turn as recorded: the human turn that launched it, and the agent turn that answered."""
 
@@ -168,7 +168,7 @@ def live_retry(project: Project, task: Task) -> proto.RetryState | None:
 # -- the streams, in order ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Line:
     """One line of one stream (without its newline), with the time its run began."""
 
@@ -178,7 +178,7 @@ class Line:
     attempt: int | None
 
 
-@dataclass(frozen=True)
+@record
 class AttemptStart:
     number: int
     at: datetime | None
@@ -187,7 +187,7 @@ class AttemptStart:
 Piece = Line | AttemptStart
 
 
-@dataclass(frozen=True)
+@record
 class _Record:
     kind: str  # a | o | e
     pos: dict[str, int]

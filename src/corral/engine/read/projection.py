@@ -7,7 +7,6 @@ a substate, a reason or a next step on its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from corral.domain.explain import (
     stopped_because,
 )
 from corral.domain.failures import breaker_tripped
+from corral.domain.record import record
 from corral.domain.records import (
     RESTORE_CONFLICT,
     Attempt,
@@ -211,7 +211,7 @@ def violation_json(v: Violation) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@record
 class TaskView:
     """A task with what every surface shows beside it."""
 

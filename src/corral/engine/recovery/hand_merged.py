@@ -12,10 +12,10 @@ runs :func:`settle` on the one task and reports its answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from corral.domain.actors import Actor
+from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -27,7 +27,7 @@ CAUSE = "merge-and-fix-failed"
 REASON = "merge resolved by hand"
 
 
-@dataclass(frozen=True)
+@record
 class Settled:
     """What :func:`settle` found: whether the task moved, and if not, what still keeps it interrupted."""
 

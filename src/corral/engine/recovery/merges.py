@@ -23,7 +23,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from corral.adapters.locks import lock, try_lock
 from corral.adapters.process import Completed
 from corral.domain.actors import Actor
 from corral.domain.clock import rfc3339
+from corral.domain.record import record
 from corral.domain.records import RESTORE_CONFLICT, RestingCause, Session, Task
 from corral.domain.status import Status
 from corral.engine import workspace
@@ -77,7 +77,7 @@ def target_lock(project: Project, target: str, *, timeout: float) -> Iterator[No
 # -- the in-flight record ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class InFlight:
     """What an accept is about to do to its target and the target's checkout."""
 
@@ -113,7 +113,7 @@ class InFlight:
         )
 
 
-def record(project: Project, task_id: str, flight: InFlight | None) -> None:
+def save_in_flight(project: Project, task_id: str, flight: InFlight | None) -> None:
     """Save (or, with None, drop) the accept's in-flight record: written before the step it describes."""
     with project.store.write() as tx:
         task = tx.get_task(task_id)
@@ -176,7 +176,7 @@ def _index_at(project: Project, wt: Path, tree: str, paths: list[str]) -> bool:
     return _git(project, wt, "diff-index", "--cached", "--quiet", tree, "--", *paths).returncode == 0
 
 
-@dataclass(frozen=True)
+@record
 class Kept:
     """What a destination update could not put back: the stash kept (if any) and the command that restores."""
 

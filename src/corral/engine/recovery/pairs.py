@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from corral.adapters.locks import is_locked
 from corral.adapters.process import Identity, pid_alive, stop_identified
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time, rfc3339
+from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.paths import make_private_dir
@@ -123,7 +123,7 @@ def sweep_stale_pairs(project: Project) -> int:
 HOLD_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
+@record
 class ChatHold:
     """An open chat's before-state: what its end compares with, and the turn label its kept ref gets."""
 

@@ -21,7 +21,6 @@ ask, so does the status it returns to), which ``show`` explains.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from corral.adapters.locks import lock
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
+from corral.domain.record import replace
 from corral.domain.records import AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 from corral.engine import readonly

@@ -6,10 +6,10 @@ receipt is claimed in a transaction, so two reconcilers never process it twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 
 from corral.domain.actors import Actor
+from corral.domain.record import record
 from corral.domain.status import TERMINAL, Status
 from corral.engine.project import Project
 from corral.engine.recovery import hand_merged
@@ -75,14 +75,14 @@ def sweep_terminal(project: Project) -> int:
     from corral.engine.runtime.processes import reap_turn, stop_recorded  # only when something is left
 
     stopped = 0
-    for record, task in ended:
+    for ended_record, task in ended:
         assert task is not None
-        if record.kind == "supervisor":
+        if ended_record.kind == "supervisor":
             stopped += len(reap_turn(project, task.id))
-        if stop_recorded(record):  # only if the pid is still the process the store registered
+        if stop_recorded(ended_record):  # only if the pid is still the process the store registered
             stopped += 1
         with project.store.write() as tx:
-            tx.unregister_process(task.id, record.kind, pid=record.pid)
+            tx.unregister_process(task.id, ended_record.kind, pid=ended_record.pid)
     return stopped
 
 
@@ -93,7 +93,7 @@ def sweep_stranded_merges(project: Project) -> int:
     return sum(recover_stranded(project, task) != "left" for task in merging)
 
 
-@dataclass(frozen=True)
+@record
 class Reconciled:
     """What one pass found: the problems met (one line each) and the tasks whose turn ended."""
 

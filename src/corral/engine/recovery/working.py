@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import traceback
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.explain import RECEIPT_PROBLEMS
+from corral.domain.record import replace
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
-from corral.engine.read import diagnostics
-from corral.engine.recovery import receipts
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.liveness import Observed, live_of
 from corral.engine.runtime.processes import GONE, reap_turn, supervisor_alive, supervisor_lost
-from corral.engine.runtime.receipt import output_tail
 from corral.errors import CorralError
 
 
@@ -40,9 +36,15 @@ def process_receipt(project: Project, task: Task, protocol_dir: Path | None = No
     """
     protocol_dir = protocol_dir or project.paths.protocol_dir(task.id)
     path = protocol_dir / proto.RESPONSE
+    if not os.path.lexists(path):  # the common case, asked of every running turn on every read: one lstat
+        return False
     found = proto.read(path, proto.Receipt)
     if isinstance(found, proto.Unreadable) and found.problem is proto.Problem.MISSING:
         return False
+    import traceback  # a receipt to record: what recording it takes loads here, not in every sweep
+
+    from corral.engine.recovery import receipts
+
     command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
     if isinstance(found, proto.Unreadable):
         status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
@@ -159,6 +161,10 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
     arrives later is recorded too. A supervisor alive with a stale heartbeat is stopped with
     its agent (each only if it is still the process recorded).
     """
+    from corral.engine.read import diagnostics  # a lost turn: what recording it takes loads here
+    from corral.engine.recovery import receipts
+    from corral.engine.runtime.receipt import output_tail
+
     reap_turn(project, task.id)  # an orphaned agent must not work on beside the next turn
     phase = status.phase if status else None
     reason = "the supervisor ended without a receipt" if status else "the supervisor never started"

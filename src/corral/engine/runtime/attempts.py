@@ -28,7 +28,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from corral.adapters.process import (
     stop_child_group,
 )
 from corral.domain.failures import classify_common, classify_http_status
+from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.runtime import protocol as proto
@@ -69,7 +69,7 @@ COMMAND_CHARS = 200
 RETRY_TEXT_BYTES = 300
 
 
-@dataclass
+@record(frozen=False)
 class AttemptRun:
     """What one attempt did and how it ended."""
 

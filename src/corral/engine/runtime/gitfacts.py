@@ -17,10 +17,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from corral.adapters.git import Git
+from corral.domain.record import record
 from corral.engine.runtime import protocol as proto
 from corral.errors import GitError
 
@@ -30,7 +30,7 @@ PROTECTED_KEPT = 1000
 COMMITS_KEPT = 1000
 
 
-@dataclass(frozen=True)
+@record
 class Bounded:
     """The first items of a list, and how many there were in all."""
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from corral.adapters.process import start_ticks
 from corral.domain.clock import parse_time, rfc3339
+from corral.domain.record import replace
 from corral.engine.runtime import protocol as proto
 
 HEARTBEAT_SECONDS = 2.0
@@ -54,7 +54,7 @@ class StatusReporter:
         with self._lock:
             self.status = replace(
                 self.status,
-                **changes,  # type: ignore[arg-type]
+                **changes,
                 heartbeat_at=rfc3339(now()),
                 heartbeat_mono=time.monotonic(),
             )

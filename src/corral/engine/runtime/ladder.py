@@ -11,10 +11,10 @@ that line and goes through the same policy: the harness's cadence is never the o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from corral.adapters.harness.base import Harness, Launch, TurnRequest, Verdict
 from corral.domain.failures import FailureClass, Retry, decide, decide_watchdog_retry, exit_reason
+from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRun, AttemptRunner
@@ -27,7 +27,7 @@ RETRY_REASON_BYTES = 300
 FAILURE_REASON_BYTES = 2000
 
 
-@dataclass
+@record(frozen=False)
 class WorkOutcome:
     """How the work phase ended: success, a classified stop (failed), or an error."""
 

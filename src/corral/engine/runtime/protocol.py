@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -28,6 +27,7 @@ from typing import Any, ClassVar, TypeVar
 from corral.adapters.files import read_bounded, write_atomic
 from corral.domain.failures import Budgets
 from corral.domain.posture import Posture
+from corral.domain.record import asdict, field, record
 from corral.domain.records import FailureEvidence
 from corral.engine.readonly import Before, Kept
 
@@ -58,7 +58,7 @@ class Problem(StrEnum):
     TOO_NEW = "too-new"
 
 
-@dataclass(frozen=True)
+@record
 class Unreadable:
     """A protocol file that could not be used, and why."""
 
@@ -126,7 +126,7 @@ def _obj(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
 # -- command.json --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class HarnessSettings:
     """The trusted settings a harness adapter is made from: its executables and provider."""
 
@@ -150,7 +150,7 @@ class HarnessSettings:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Watchdog:
     """The no-progress watchdog's limits for one turn."""
 
@@ -159,7 +159,7 @@ class Watchdog:
     term_grace_seconds: float
 
 
-@dataclass(frozen=True)
+@record
 class CheckSpec:
     """The post-turn check: a command run in the worktree after the work phase, and its bound."""
 
@@ -203,7 +203,7 @@ def _budgets(data: Mapping[str, Any]) -> Budgets:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Command:
     """What a supervisor is to do: one turn, with every setting resolved by the launching operation."""
 
@@ -336,7 +336,7 @@ def _command_v1(data: Mapping[str, Any]) -> dict[str, Any]:
 # -- status.json, progress.json, stop.json ---------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class RetryState:
     """What is being retried right now and when the next attempt starts (rendered by ``domain.substate``).
 
@@ -361,7 +361,7 @@ class RetryState:
         )
 
 
-@dataclass(frozen=True)
+@record
 class SupervisorStatus:
     """The supervisor's live report: who it is, where the turn is, and its heartbeat.
 
@@ -422,7 +422,7 @@ class SupervisorStatus:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Progress:
     """An agent's latest progress line: ephemeral, latest wins, never stored in the database."""
 
@@ -440,7 +440,7 @@ class Progress:
         return cls(message=_req(data, "message", str), pid=int(_req(data, "pid", int)), at=_req(data, "at", str))
 
 
-@dataclass(frozen=True)
+@record
 class StopRequest:
     """Who asked for the running turn to end (read by the supervisor when SIGTERM arrives)."""
 
@@ -475,7 +475,7 @@ class ErrorKind(StrEnum):
     RECEIPT = "receipt"
 
 
-@dataclass(frozen=True)
+@record
 class TurnError:
     """The evidence of an error receipt: what ended the turn, in which phase, and the output's tail."""
 
@@ -519,7 +519,7 @@ class TurnError:
         )
 
 
-@dataclass(frozen=True)
+@record
 class AttemptRecord:
     """One launch of the harness inside the turn, as the supervisor saw it."""
 
@@ -560,7 +560,7 @@ class AttemptRecord:
         )
 
 
-@dataclass(frozen=True)
+@record
 class SyncReport:
     """How the upstream merge before the work phase went."""
 
@@ -576,7 +576,7 @@ class SyncReport:
         return cls(state=_req(data, "state", str), target=_opt(data, "target", str) or "", files=_strs(data, "files"))
 
 
-@dataclass(frozen=True)
+@record
 class CheckResult:
     """The post-turn check's outcome: its exit, whether it timed out, and its output's (masked) tail."""
 
@@ -600,7 +600,7 @@ class CheckResult:
         )
 
 
-@dataclass(frozen=True)
+@record
 class GitFacts:
     """What the turn changed in git: the head, its commits since the last checked commit, the paths.
 
@@ -632,7 +632,7 @@ class GitFacts:
         return len(self.commits) if self.commit_count is None else self.commit_count
 
 
-@dataclass(frozen=True)
+@record
 class Reaped:
     """A process the supervisor ended at an attempt's end: left behind by the agent (a background
     child, a ``setsid`` grandchild), found by its group, its session or the command's tag."""
@@ -652,7 +652,7 @@ class Reaped:
 REAPED_KEPT = 50
 
 
-@dataclass(frozen=True)
+@record
 class Receipt:
     """The supervisor's receipt for one command (``response.json``); the reconciler records it once."""
 
@@ -823,7 +823,7 @@ def write(
     write_json(directory / record.FILE, record.to_json(), durable=durable)
 
 
-@dataclass(frozen=True)
+@record
 class Document:
     """A protocol file as read: its object and version, or why it could not be used."""
 

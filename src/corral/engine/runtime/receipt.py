@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from corral.domain.clock import rfc3339
 from corral.domain.failures import FailureClass
+from corral.domain.record import replace
 from corral.domain.records import FailureEvidence, PossibleEffects
 from corral.domain.redact import CUT_MARGIN, RESULT_BYTES, bounded, masked_head, redact, truncation_note
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG, TURN_LOGS

@@ -23,7 +23,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from corral import crashpoints
@@ -32,6 +31,7 @@ from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Harness
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
+from corral.domain.record import replace
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir
 from corral.engine.runtime import protocol as proto
@@ -144,7 +144,7 @@ class Supervisor:
             sync=self.sync,
             reaped=tuple(self.runner.reaped),
         )
-        return replace(base, **fields)  # type: ignore[arg-type]
+        return replace(base, **fields)
 
     def _sync(self) -> prompts.SyncOutcome:
         c = self.command
