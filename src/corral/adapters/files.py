@@ -60,7 +60,7 @@ def write_atomic(path: Path, payload: bytes, *, durable: bool = True, mtime: flo
         fsync_dir(path.parent)
 
 
-def read_bounded(path: Path, max_bytes: int) -> tuple[bytes | None, str | None, int | None]:
+def read_bounded(path: str | Path, max_bytes: int) -> tuple[bytes | None, str | None, int | None]:
     """(content, problem, size): the file's bytes, or why they cannot be used — ``missing``,
     ``symlink``, ``not-regular`` or ``too-large`` (then ``size`` says how large)."""
     try:

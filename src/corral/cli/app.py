@@ -89,8 +89,14 @@ class App:
         return self.stderr if self.json else self.stdout
 
     def style(self, text: str, color: str, stream: TextIO | None = None) -> str:
-        if not color_enabled(stream or self.human):
-            return text
+        return self.paint(text, color) if self.colors(stream) else text
+
+    def colors(self, stream: TextIO | None = None) -> bool:
+        """Whether text styled for ``stream`` (default: where human text goes) is coloured."""
+        return color_enabled(stream or self.human)
+
+    def paint(self, text: str, color: str) -> str:
+        """``text`` in ``color``, whatever the stream: for a caller that asked :meth:`colors` once."""
         return f"{self._mark}[{_COLORS[color]}m{text}{self._mark}[0m"
 
     def safe(self, text: str, *, keep_sgr: bool = False) -> str:

@@ -101,6 +101,7 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
     ages = [ago(r.get("updated_at"), now) for r in rows]
     age_w = max(len(a) for a in ages)
     total = width()
+    colored = app.colors()  # asked once: a list of thousands of rows styles each status word
     lines = []
     for r, word, age in zip(rows, words, ages, strict=True):
         pad = " " * (st_w - len(word))
@@ -108,7 +109,7 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
         goal = r["goal"]
         if r.get("reason"):
             goal = f"{goal} — {r['reason']}"
-        status = status_word(app, r["status"], r["substate"])
+        status = app.paint(word, _STATUS_COLOR.get(r["status"], "bold")) if colored else word
         lines.append(f"{clip(r['ref'], ref_w):<{ref_w}}  {status}{pad}  {age:<{age_w}}  {clip(goal, room)}")
     return lines
 

@@ -644,18 +644,13 @@ class SQLiteTx:
         return self.get_turn(row[0]) if row else None
 
     def current_command_ids(self, task_ids: Iterable[str]) -> dict[str, str]:
-        # One short indexed query per task, in the caller's one transaction: the reconciler asks
-        # this of every working task on every pass, and needs the id alone.
-        found: dict[str, str] = {}
-        for task_id in dict.fromkeys(task_ids):
-            row = self._db.execute(
-                "SELECT command_id FROM turns WHERE task_id = ? AND role = 'human' AND command_id IS NOT NULL "
-                "ORDER BY sequence DESC LIMIT 1",
-                (task_id,),
-            ).fetchone()
-            if row is not None:
-                found[task_id] = row[0]
-        return found
+        # A batch of tasks per query, each answered by its own indexed look-up: the reconciler
+        # asks this of every working task on every pass, and needs the id alone.
+        sql = (
+            "SELECT id, (SELECT command_id FROM turns WHERE task_id = tasks.id AND role = 'human' "
+            "AND command_id IS NOT NULL ORDER BY sequence DESC LIMIT 1) FROM tasks WHERE id IN ({marks})"
+        )
+        return {task_id: command_id for task_id, command_id in self._each_in(sql, task_ids) if command_id is not None}
 
     def turn_by_command(self, command_id: str, role: Role) -> Turn | None:
         row = self._one("SELECT id FROM turns WHERE command_id = ? AND role = ?", (command_id, role.value))

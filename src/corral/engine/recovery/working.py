@@ -35,9 +35,10 @@ def process_receipt(project: Project, task: Task, protocol_dir: Path | None = No
     working with no owner.
     """
     protocol_dir = protocol_dir or project.paths.protocol_dir(task.id)
-    path = protocol_dir / proto.RESPONSE
-    if not os.path.lexists(path):  # the common case, asked of every running turn on every read: one lstat
+    # the common case, asked of every running turn on every read: one lstat, no Path built
+    if not os.path.lexists(os.path.join(protocol_dir, proto.RESPONSE)):
         return False
+    path = protocol_dir / proto.RESPONSE
     found = proto.read(path, proto.Receipt)
     if isinstance(found, proto.Unreadable) and found.problem is proto.Problem.MISSING:
         return False
@@ -121,7 +122,7 @@ def reconcile_working(
         return True
     if task.status is not Status.WORKING:
         return False
-    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    status = proto.read_record(os.path.join(protocol_dir, proto.STATUS), proto.SupervisorStatus)
     why = supervisor_lost(status) if status is not None else None
     if status is not None and why is None and current_id is not None and status.command_id == current_id:
         if observed is not None:

@@ -833,7 +833,7 @@ class Document:
     version: int = PROTOCOL_VERSION
 
 
-def read_document(path: Path, max_bytes: int = MAX_BYTES) -> Document:
+def read_document(path: str | Path, max_bytes: int = MAX_BYTES) -> Document:
     """Read a protocol file defensively: no symlink followed, no FIFO waited on, no unbounded read."""
     raw, problem, size = read_bounded(path, max_bytes)
     if raw is None:
@@ -858,7 +858,7 @@ def read_document(path: Path, max_bytes: int = MAX_BYTES) -> Document:
     return Document(data, None, len(raw), version)
 
 
-def read(path: Path, kind: type[R]) -> R | Unreadable:
+def read(path: str | Path, kind: type[R]) -> R | Unreadable:
     """The typed record in ``path``, or why it could not be used."""
     doc = read_document(path)
     if doc.data is None:
@@ -872,13 +872,13 @@ def read(path: Path, kind: type[R]) -> R | Unreadable:
         return Unreadable(Problem.WRONG_SHAPE, doc.size, str(exc)[:300])
 
 
-def read_record(path: Path, kind: type[R]) -> R | None:
+def read_record(path: str | Path, kind: type[R]) -> R | None:
     """The typed record in ``path``, or None when there is none that can be used."""
     found = read(path, kind)
     return None if isinstance(found, Unreadable) else found
 
 
-def read_raw(path: Path) -> JSON | None:
+def read_raw(path: str | Path) -> JSON | None:
     """A protocol file's object as it is on disk (for diagnostics and tests), or None."""
     return read_document(path).data
 
