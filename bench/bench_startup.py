@@ -54,6 +54,9 @@ from seed_store import TEN_REF, Shape
 
 RATIO_TARGET = 5.0
 BIG_STORE_TARGET_MS = 75.0
+# Where the 75 ms target was set, the bare interpreter took about 10 ms: the target was 7.5x it.
+# Printed beside the absolute verdict (never instead of it) for a machine whose interpreter is slower.
+REFERENCE_BARE_MS = 10.0
 
 # 20 tasks: 12 not finished (2 working, 1 interrupted, 4 blocked, 1 conflict, 1 submitted,
 # 3 backlog) and 8 terminal; the ten-turn task is one of the blocked.
@@ -138,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  list --active ({big['tasks']:,} tasks) median: {list_big:.1f} ms  "
             f"(target < {BIG_STORE_TARGET_MS:g} ms)  {verdict(big_ok)}"
+        )
+        print(
+            f"  list --active ({big['tasks']:,} tasks) / bare interpreter: {list_big / bare:.2f}x  (reported: the "
+            f"target was {BIG_STORE_TARGET_MS / REFERENCE_BARE_MS:.1f}x where the bare interpreter took "
+            f"~{REFERENCE_BARE_MS:g} ms; here it takes {bare:.1f} ms)"
         )
         result["commands"] = stats
         result["ratios"] = {

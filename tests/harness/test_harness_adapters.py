@@ -167,7 +167,7 @@ def result(text, status=None, is_error=True):
             "",
             1,
             FailureClass.TRANSIENT_OVERLOAD,
-            "harness-overloaded",
+            "usage-limit",  # the account's window: waited for with every task of the account
         ),
         (
             [],
@@ -299,3 +299,64 @@ def test_spawn_wrapper_refuses_a_nul_in_argv_with_an_actionable_error():
     with pytest.raises(ArgvError) as caught:
         check_argv(["claude", "-p", "bad\x00prompt"])
     assert "argument 2" in caught.value.message and "NUL" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        "Claude AI usage limit reached|1767225600",
+        "5-hour limit reached ∙ resets 2pm",
+        "You've hit your limit · resets 3pm (Europe/Berlin)",
+    ],
+)
+def test_claude_reports_its_accounts_usage_limit_as_a_wait_never_fatal(words):
+    h = ClaudeHarness()
+    verdict = h.classify(facts(h, [result(words)], exit_code=1))
+    assert verdict.failure_class is FailureClass.TRANSIENT_OVERLOAD
+    assert verdict.code == "usage-limit" and verdict.usage_limit == words
+
+
+def test_codex_reports_its_accounts_usage_limit():
+    h = CodexHarness("codex")
+    words = "You've hit your usage limit. Upgrade to Pro or try again in 2 hours 5 minutes."
+    failed = events(
+        h,
+        lines({"type": "thread.started", "thread_id": "t"}, {"type": "turn.failed", "error": {"message": words}}),
+    )
+    verdict = h.classify(AttemptFacts(1, None, failed, ""))
+    assert verdict.failure_class is FailureClass.TRANSIENT_OVERLOAD and verdict.usage_limit == words
+    plain = events(
+        h,
+        lines({"type": "thread.started", "thread_id": "t"}, {"type": "turn.failed", "error": {"message": "503"}}),
+    )
+    assert h.classify(AttemptFacts(1, None, plain, "")).usage_limit is None
+
+
+def test_an_account_is_the_harness_and_a_digest_of_its_credentials(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-one")
+    one = ClaudeHarness().account()
+    assert one is not None and one.startswith("claude:") and "sk-ant" not in one
+    assert ClaudeHarness().account() == one
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-two")
+    assert ClaudeHarness().account() != one
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", "/a")
+    logged_in_a = ClaudeHarness().account()
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", "/b")
+    assert ClaudeHarness().account() != logged_in_a  # another login, another account
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    assert (
+        CodexHarness("codex", env={"OPENAI_API_KEY": "k", "HOME": "/h"}).account()
+        != CodexHarness("codex", env={"OPENAI_API_KEY": "other", "HOME": "/h"}).account()
+    )
+    assert CommandHarness("run-it").account() is None
+
+
+def test_pi_reports_its_providers_usage_limit():
+    h = PiHarness("pi")
+    words = "429 You've hit your usage limit. Try again in 40 minutes."
+    line = {"type": "message_end", "message": {"role": "assistant", "stopReason": "error", "errorMessage": words}}
+    parsed = events(h, lines(line))
+    verdict = h.classify(AttemptFacts(1, None, parsed, ""))
+    assert verdict.failure_class is FailureClass.TRANSIENT_OVERLOAD
+    assert verdict.code == "usage-limit" and verdict.usage_limit == words

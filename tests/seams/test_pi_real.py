@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from corral.adapters.harness.base import AttemptFacts, Event, TurnRequest, Verdict
-from corral.adapters.harness.pi import PiHarness
+from corral.adapters.harness.pi import LOGIN_HINT, PiHarness
 from corral.domain.failures import TRANSIENT, FailureClass
 from tests.support.model_server import Error, Step, Text, ToolUse, scripted_server
 from tests.support.pi import (
@@ -194,7 +194,7 @@ def test_401_is_not_retried_and_is_fatal_auth(pi: Path, repo: Path, pi_home: Pat
     assert not [e for e in run.lines if e["type"].startswith("auto_retry")]
     verdict = run.verdict()
     assert not verdict.succeeded and verdict.failure_class is FailureClass.FATAL_AUTH
-    assert verdict.reason == ERROR_MESSAGE_401
+    assert verdict.reason == REFUSED_401
 
 
 @pytest.mark.slow
@@ -275,6 +275,10 @@ def test_long_prompt_goes_on_stdin(pi: Path, repo: Path, pi_home: Path) -> None:
 # Recorded outputs (no binary needed)
 
 HARNESS = PiHarness(executable="pi", provider=PROVIDER)
+#: The verdict's reason for a 401: readable, with how a Pi user logs in.
+REFUSED_401 = (
+    f"the model server refused Pi's credentials (HTTP 401 authentication failed: invalid x-api-key). {LOGIN_HINT}"
+)
 
 
 def recorded(name: str) -> list[bytes]:
@@ -325,14 +329,87 @@ def test_recorded_failures_classify_despite_exit_0(name: str, message: str, expe
     assert [e.text for e in events if e.kind == "model_error"][-1] == message
     assert not verdict.succeeded
     assert verdict.failure_class is expected
-    assert verdict.reason == message
+    assert verdict.reason == (REFUSED_401 if expected is FailureClass.FATAL_AUTH else message)
 
 
 def test_recorded_retries_become_retry_events() -> None:
     events, _ = judge("error_529.jsonl")
-    assert [e.text for e in events if e.kind == "retry"] == [ERROR_MESSAGE_529] * DEFAULT_MAX_ATTEMPTS
+    retries = [e for e in events if e.kind == "retry"]
+    # Each of Pi's announcements as one readable line (what `logs` shows), its status and raw error kept.
+    assert [e.text for e in retries] == [
+        "HTTP 529 overloaded (Pi's retry 1 of 3, due in 0.1 s)",
+        "HTTP 529 overloaded (Pi's retry 2 of 3, due in 0.1 s)",
+        "HTTP 529 overloaded (Pi's retry 3 of 3, due in 0.2 s)",
+    ]
+    assert all(e.status == 529 and e.name == ERROR_MESSAGE_529 for e in retries)
     # One model_error per failed call, and one more for auto_retry_end.
     assert len([e for e in events if e.kind == "model_error"]) == DEFAULT_MAX_ATTEMPTS + 2
+
+
+@pytest.mark.parametrize(
+    ("name", "expected", "reason"),
+    [
+        pytest.param("error_529.jsonl", FailureClass.TRANSIENT_OVERLOAD, "HTTP 529 overloaded", id="529"),
+        pytest.param(
+            "error_500.jsonl", FailureClass.TRANSIENT_NETWORK, "HTTP 500 server error: Internal server error", id="500"
+        ),
+    ],
+)
+def test_an_attempt_ended_at_the_first_retry_line_is_classified_from_it(
+    name: str, expected: FailureClass, reason: str
+) -> None:
+    # What the supervisor has when it ended Pi at its first auto_retry_start (corral owns the cadence).
+    assert HARNESS.corral_owns_retries is True
+    lines = recorded(name)
+    first_retry = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "auto_retry_start")
+    events = parse_all(HARNESS, lines[: first_retry + 1])
+    verdict = HARNESS.classify(AttemptFacts(143, None, events, ""))
+    assert not verdict.succeeded
+    assert (verdict.failure_class, verdict.code) == (
+        expected,
+        f"harness-{'overloaded' if expected is FailureClass.TRANSIENT_OVERLOAD else 'network'}",
+    )
+    assert verdict.reason == f"Pi's model call failed: {reason}"
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        pytest.param("Connection error.", FailureClass.TRANSIENT_UNREACHABLE, id="unreachable"),
+        pytest.param(ERROR_MESSAGE_401, FailureClass.FATAL_AUTH, id="401"),
+        pytest.param(
+            '403 {"type":"error","error":{"type":"permission_error","message":"no"}}', FailureClass.FATAL_AUTH, id="403"
+        ),
+        pytest.param("429 status code (no body)", FailureClass.TRANSIENT_OVERLOAD, id="429"),
+        pytest.param("502 Bad Gateway", FailureClass.TRANSIENT_NETWORK, id="502"),
+    ],
+)
+def test_a_retry_line_classifies_by_its_error(message: str, expected: FailureClass) -> None:
+    line = {"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3, "delayMs": 2000, "errorMessage": message}
+    events = parse_all(HARNESS, [b'{"type":"session","id":"s1"}', json.dumps(line).encode()])
+    verdict = HARNESS.classify(AttemptFacts(143, None, events, ""))
+    assert verdict.failure_class is expected
+    if expected is FailureClass.FATAL_AUTH:
+        assert verdict.reason.endswith(LOGIN_HINT) and "refused Pi's credentials" in verdict.reason
+    else:
+        assert LOGIN_HINT not in verdict.reason
+
+
+def test_a_result_after_a_retry_line_is_a_success() -> None:
+    retry = {
+        "type": "auto_retry_start",
+        "attempt": 1,
+        "maxAttempts": 3,
+        "delayMs": 2000,
+        "errorMessage": ERROR_MESSAGE_529,
+    }
+    done = {
+        "type": "message_end",
+        "message": {"role": "assistant", "stopReason": "stop", "content": [{"type": "text", "text": "ok"}]},
+    }
+    # Pi got through on its own retry before corral's stop took effect: the result is the last word.
+    events = parse_all(HARNESS, [json.dumps(retry).encode(), json.dumps(done).encode()])
+    assert HARNESS.classify(AttemptFacts(0, None, events, "")).succeeded
 
 
 def test_recorded_resumed_turn_keeps_its_session() -> None:

@@ -226,6 +226,27 @@ def write_pi_config(
     return agent
 
 
+#: The variable a user's provider reads its key from (``"apiKey": "SCRIPTED_API_KEY"`` in models.json).
+KEY_VARIABLE = "SCRIPTED_API_KEY"
+
+
+def write_user_provider(agent_dir: Path | str, server: Any, *, provider: str = PROVIDER, model: str = MODEL) -> Path:
+    """Pi configured as its users configure a custom provider: ``<agent_dir>/models.json`` (the
+    directory ``PI_CODING_AGENT_DIR`` names) with a provider pointing at ``server``, its API key
+    read from :data:`KEY_VARIABLE`, and no ``settings.json`` — Pi's own retry settings at their
+    defaults. Returns the agent directory."""
+    agent = Path(agent_dir)
+    agent.mkdir(parents=True, exist_ok=True)
+    url = server if isinstance(server, str) else server.url
+    models = {
+        "providers": {
+            provider: {"baseUrl": url, "api": "anthropic-messages", "apiKey": KEY_VARIABLE, "models": [{"id": model}]}
+        }
+    }
+    (agent / "models.json").write_text(json.dumps(models, indent=2))
+    return agent
+
+
 #: Variables never passed through: they would point Pi at a real account, another config dir or
 #: change how it starts.
 _DROPPED_PREFIXES = ("ANTHROPIC_", "PI_", "OPENAI_", "GEMINI_", "GOOGLE_", "AWS_", "AZURE_", "OPENROUTER_")

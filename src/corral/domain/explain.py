@@ -136,6 +136,13 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
                 f"{agent} kept failing and corral's retry budget ran out" + (f" ({reason})." if reason else "."),
                 f"When the service is healthy again: corral unblock {ref} -m 'continue'",
             )
+        case "usage-limit-beyond-budget":
+            reason = _detail(cause, evidence)
+            return Wording(
+                f"{agent}'s account hit its usage limit, and it resets later than corral's retry budget waits"
+                + (f": {reason}" if reason else "."),
+                f"After the reset: corral unblock {ref} -m 'continue'",
+            )
         case "harness-exited":
             reason = _detail(cause, evidence)
             return Wording(

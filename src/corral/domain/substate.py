@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from corral.domain.record import record
 from corral.domain.status import Status
+from corral.domain.usage_limit import reset_words
 
 RETRY_SNIPPET = 80
 
@@ -21,6 +22,7 @@ PHASE_WORDS = {
     "check": "running the post-turn check",
     "response": "writing the turn's receipt",
     "retrying": "waiting to retry",
+    "waiting": "waiting for the account's usage limit to reset",
     "reconcile": "recording the turn",
 }
 
@@ -39,6 +41,17 @@ class Live:
     retry_attempt: int | None = None
     retry_class: str | None = None
     retry_reason: str | None = None
+    #: Waiting with its harness account for a usage limit: when it resets (RFC 3339), and whether
+    #: the reset has passed and the turn waits for the first one after it to get through.
+    limit_resets_at: str | None = None
+    limit_behind_first: bool = False
+
+
+def limit_summary(resets_at: str | None, behind_first: bool) -> str:
+    """``usage limit (resets 14:00)``, or, once the reset has passed, that another task goes first."""
+    if behind_first:
+        return "usage limit (reset passed; another task goes first)"
+    return f"usage limit ({reset_words(resets_at)})"
 
 
 def retry_summary(attempt: int | None, failure_class: str | None, reason: str | None) -> str:
@@ -57,6 +70,8 @@ def substate(status: Status, live: Live | None) -> str | None:
         return None
     if live is None or not live.alive:
         return "not-alive"
+    if live.phase == "waiting":
+        return f"waiting: {limit_summary(live.limit_resets_at, live.limit_behind_first)}"
     if live.phase == "retrying" or live.retry_class is not None:  # corral's wait, or a harness's own retry
         return f"retrying: {retry_summary(live.retry_attempt, live.retry_class, live.retry_reason)}"
     if live.phase in (None, "work"):

@@ -53,6 +53,14 @@ def corral_home() -> Path:
     return _user_dir("data")
 
 
+#: The shared usage-limit pause of every project under one CORRAL_HOME (engine/runtime/usage_pause.py).
+USAGE_LIMITS = "usage-limits.json"
+
+
+def usage_limits_file(home: Path | None = None) -> Path:
+    return (home or corral_home()) / USAGE_LIMITS
+
+
 def user_config_file() -> Path:
     env = os.environ.get("CORRAL_CONFIG_FILE")
     if env:

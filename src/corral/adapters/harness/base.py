@@ -11,6 +11,7 @@ docs/harnesses.md.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -93,6 +94,9 @@ class Verdict:
     code: str | None = None  # a typed evidence code, e.g. harness-not-authenticated
     reason: str = ""
     result_text: str | None = None
+    #: The harness's words when it reported its account's usage limit (they may state the reset):
+    #: every task on that account then waits for the reset together (docs/harnesses.md#usage-limits).
+    usage_limit: str | None = None
 
     @classmethod
     def ok(cls, text: str | None) -> Verdict:
@@ -113,6 +117,31 @@ class Harness(Protocol):
     def interactive(self, req: TurnRequest) -> Launch: ...
     def parse(self, line: bytes) -> list[Event]: ...
     def classify(self, facts: AttemptFacts) -> Verdict: ...
+    def account(self) -> str | None:
+        """Who the model server bills: a digest of the harness's credential identity, or None."""
+        ...
+
+
+def account_digest(harness: str, parts: Sequence[str | None]) -> str:
+    """``<harness>:<digest>`` of the credential identity ``parts`` (key values are hashed, never kept)."""
+    import hashlib
+
+    digest = hashlib.sha256("\0".join(p or "" for p in (harness, *parts)).encode("utf-8", "surrogatepass"))
+    return f"{harness}:{digest.hexdigest()[:16]}"
+
+
+#: What an account's usage limit reads like in any harness's words (each adapter adds its dialect).
+USAGE_LIMIT_WORDS = re.compile(
+    r"usage limit|hit your limit|limit reached|usage_limit_reached|quota (?:will )?reset", re.I
+)
+
+
+def usage_limit_in(texts: Sequence[str], extra: re.Pattern[str] | None = None) -> str | None:
+    """The first of ``texts`` that reports an account's usage limit, or None."""
+    for text in texts:
+        if text and (USAGE_LIMIT_WORDS.search(text) or (extra is not None and extra.search(text))):
+            return text
+    return None
 
 
 def prompt_arg(prompt: str) -> tuple[list[str], bytes | None]:

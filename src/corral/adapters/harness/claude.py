@@ -23,7 +23,9 @@ commands disallowed (:data:`READ_ONLY_DENIED`).
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from corral.adapters.harness.base import (
@@ -32,9 +34,11 @@ from corral.adapters.harness.base import (
     Launch,
     TurnRequest,
     Verdict,
+    account_digest,
     json_line,
     last_result,
     prompt_arg,
+    usage_limit_in,
 )
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
 
@@ -188,6 +192,13 @@ class ClaudeHarness:
     def classify(self, facts: AttemptFacts) -> Verdict:
         return classify_stream(self, facts)
 
+    def account(self) -> str | None:
+        """The API key or token in use (hashed), its server, else the CLI's login (its config directory)."""
+        env = os.environ
+        home = env.get("CLAUDE_CONFIG_DIR") or str(Path(env.get("HOME") or Path.home()) / ".claude")
+        key = env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")
+        return account_digest(self.name, [key, env.get("ANTHROPIC_BASE_URL"), None if key else home])
+
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -261,6 +272,9 @@ def classify_stream(harness: Any, facts: AttemptFacts) -> Verdict:
         if hint and "/login" not in reason:
             reason = f"{reason}. {hint}" if reason else hint
         return Verdict(False, FailureClass.FATAL_AUTH, "harness-not-authenticated", reason)
+    if words := usage_limit_in([result.text or "" if result else "", *errors, facts.stderr_tail]):
+        cls = FailureClass.TRANSIENT_OVERLOAD  # a self-healing window: waited for, never fatal
+        return Verdict(False, cls, "usage-limit", reason or words, usage_limit=words)
     retries = [e for e in facts.events if e.kind == "retry"]
     if result is None and retries:  # ended by corral at the CLI's retry line: that line is the verdict
         return retry_verdict(harness, retries[-1])

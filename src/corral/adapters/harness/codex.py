@@ -38,7 +38,18 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, json_line, obj, prompt_arg
+from corral.adapters.harness.base import (
+    AttemptFacts,
+    Event,
+    Launch,
+    TurnRequest,
+    Verdict,
+    account_digest,
+    json_line,
+    obj,
+    prompt_arg,
+    usage_limit_in,
+)
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common
 
@@ -172,6 +183,10 @@ class CodexHarness:
         env = os.environ if self.env is None else self.env
         return shutil.which("bwrap", path=env.get("PATH", os.environ.get("PATH"))) is not None
 
+    def account(self) -> str | None:
+        """The provider and its API key (hashed), else Codex's login (its ``CODEX_HOME``)."""
+        return _account(self)
+
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:
             return Verdict(False, FailureClass.FATAL_CONFIG, "harness-missing", facts.spawn_error)
@@ -187,6 +202,9 @@ class CodexHarness:
             errors = [_retried(e.text or "") for e in facts.events if e.kind == "retry"][:1]
         text = "\n".join([*errors, facts.stderr_tail])
         reason = (errors[-1] if errors else "") or facts.stderr_tail.strip()[-300:] or "Codex ended without a result"
+        if words := usage_limit_in([*errors, facts.stderr_tail]):
+            cls = FailureClass.TRANSIENT_OVERLOAD  # the account's window: waited for together, never fatal
+            return Verdict(False, cls, "usage-limit", reason, usage_limit=words)
         cls = classify_common(text, facts.exit_code)
         if cls is FailureClass.UNKNOWN:
             cls = _codex_dialect(text)
@@ -195,6 +213,20 @@ class CodexHarness:
         if cls is FailureClass.FATAL_AUTH:
             reason = f"{reason} — {LOGIN_HINT}"
         return Verdict(False, cls, code_for(cls), reason)
+
+
+def _account(harness: CodexHarness) -> str | None:
+    env = os.environ if harness.env is None else harness.env
+    provider = user_provider(env, harness.extra)
+    key_var = "OPENAI_API_KEY"
+    if provider is not None:
+        try:
+            config = tomllib.loads((codex_home(env) / "config.toml").read_text(encoding="utf-8"))
+            key_var = str(obj(obj(config.get("model_providers")).get(provider)).get("env_key") or key_var)
+        except (OSError, ValueError):
+            pass
+    key = env.get(key_var)
+    return account_digest(harness.name, [provider, key, None if key else str(codex_home(env))])
 
 
 def codex_home(env: Mapping[str, str]) -> Path:

@@ -159,6 +159,9 @@ class CommandHarness:
         text = line.decode("utf-8", "replace").rstrip("\n")
         return [Event("text", text=text)] if text.strip() else [Event("keepalive")]
 
+    def account(self) -> str | None:
+        return None  # a command says nothing of an account: no usage limit is shared
+
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:
             return Verdict(False, FailureClass.FATAL_CONFIG, "harness-missing", facts.spawn_error)

@@ -7,6 +7,17 @@ Its JSON lines (docs/architecture.md#harnesses): ``session`` (``id``),
 ``finalError``). Pi exits 0 even when every model call failed, so an attempt is
 judged by its events, never by the exit code alone.
 
+Retries: at its defaults Pi retries a failed model call itself — the provider SDK twice,
+silently (about 1.5 s), then up to three agent-level retries 2 s, 4 s, 8 s apart, each announced
+with ``auto_retry_start`` (``attempt``, ``maxAttempts``, ``delayMs``, ``errorMessage``: the HTTP
+status and the raw error body, e.g. ``529 {"type":"error","error":{"type":"overloaded_error",…}}``,
+or ``Connection error.`` when the server cannot be reached). A 401 is not retried. corral owns
+the cadence (:attr:`PiHarness.corral_owns_retries`): the supervisor ends Pi at its first
+``auto_retry_start``, :meth:`PiHarness.classify` reads the class from that line, and corral's
+ladder decides — a fatal class stops at once (the reason says how to log in), a transient one
+is relaunched with ``--session`` of the same session (docs/harnesses.md, "Who owns the retry
+cadence"). Pi offers no command-line switch for its retry settings, so corral changes none.
+
 An ask (and a read-only chat) gets Pi's read-only tool set, ``--tools read,grep,find,ls``
 (its ``--help``: "Read-only mode (no file modifications possible)"); corral's before/after
 comparison stands behind it (``corral.engine.readonly``).
@@ -14,14 +25,104 @@ comparison stands behind it (``corral.engine.readonly``).
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
-from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict, json_line, obj, prompt_arg
+from corral.adapters.harness.base import (
+    AttemptFacts,
+    Event,
+    Launch,
+    TurnRequest,
+    Verdict,
+    account_digest,
+    json_line,
+    obj,
+    prompt_arg,
+    usage_limit_in,
+)
 from corral.adapters.harness.claude import code_for
-from corral.domain.failures import FailureClass, classify_common
+from corral.domain.failures import FailureClass, classify_common, classify_http_status
 
 #: Pi's read-only tool set: no bash, edit or write tool is enabled.
 READ_ONLY_TOOLS = "read,grep,find,ls"
+#: How a Pi user logs in, added to a ``fatal_auth`` reason (Pi's /login writes ~/.pi/agent/auth.json;
+#: a custom provider's key is the variable its ``apiKey`` in models.json names).
+LOGIN_HINT = (
+    "Log in: run `pi` and type /login, or set the API key variable the provider's `apiKey` in models.json names."
+)
+#: Pi's word for a server it cannot reach (its ``errorMessage`` then has no HTTP status).
+CONNECTION_ERROR = "Connection error"
+#: Characters of the error's own words kept in a readable line.
+WORDS_CHARS = 80
+_STATUS = re.compile(r"\s*(\d{3})\b\s*(.*)", re.S)
+
+
+def describe_error(message: str) -> tuple[int | None, str]:
+    """Pi's ``errorMessage`` as (its HTTP status, one readable phrase): ``529 {"type":"error",
+    "error":{"type":"overloaded_error",…}}`` is (529, "HTTP 529 overloaded"); ``Connection
+    error.`` is (None, "no HTTP answer: Connection error.")."""
+    found = _STATUS.fullmatch(message)
+    if found is None:
+        words = " ".join(message.split())[:WORDS_CHARS] or "no error text"
+        return None, f"no HTTP answer: {words}"
+    status, rest = int(found.group(1)), found.group(2).strip()
+    try:
+        body = json.loads(rest) if rest else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = obj(body.get("error"))
+        kind = str(error.get("type") or "").removesuffix("_error")
+        words = {"api": "server error", "authentication": "authentication failed"}.get(kind, kind.replace("_", " "))
+        detail = str(error.get("message") or "")
+        if detail and detail.lower() != words.lower():
+            words = f"{words}: {detail}" if words else detail
+    else:
+        words = rest
+    words = " ".join(words.split())[:WORDS_CHARS]
+    return status, f"HTTP {status}" + (f" {words}" if words else "")
+
+
+def retry_event(data: dict[str, Any]) -> Event:
+    """An ``auto_retry_start`` line as a ``retry`` event: ``status`` the HTTP status, ``name`` Pi's
+    raw ``errorMessage`` (cut), ``text`` one readable line ("HTTP 529 overloaded (Pi's retry 1 of 3,
+    due in 2.0 s)")."""
+    message = str(data.get("errorMessage") or "")
+    status, what = describe_error(message)
+    attempt, most, delay = _int(data.get("attempt")), _int(data.get("maxAttempts")), _int(data.get("delayMs"))
+    plan = "Pi's retry"
+    if attempt is not None:
+        plan += f" {attempt}" + (f" of {most}" if most is not None else "")
+    if delay is not None:
+        plan += f", due in {delay / 1000:.1f} s"
+    return Event("retry", text=f"{what} ({plan})", status=status, name=message[:300] or None)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _class_of(status: int | None, message: str, exit_code: int | None = None) -> FailureClass:
+    cls = classify_http_status(status) or classify_common(message, exit_code)
+    if cls is FailureClass.UNKNOWN and CONNECTION_ERROR in message:
+        cls = FailureClass.TRANSIENT_UNREACHABLE  # Pi's word for a server it cannot reach
+    return cls
+
+
+def _refused(what: str) -> str:
+    return f"the model server refused Pi's credentials ({what}). {LOGIN_HINT}"
+
+
+def retry_verdict(event: Event) -> Verdict:
+    """The verdict of an attempt corral ended at Pi's ``auto_retry_start`` line ``event``."""
+    message = event.name or ""
+    if words := usage_limit_in([message]):  # the provider's words for its account's limit
+        return Verdict(False, FailureClass.TRANSIENT_OVERLOAD, "usage-limit", message, usage_limit=words)
+    cls = _class_of(event.status, message)
+    _, what = describe_error(message)
+    reason = _refused(what) if cls is FailureClass.FATAL_AUTH else f"Pi's model call failed: {what}"
+    return Verdict(False, cls, code_for(cls), reason)
 
 
 def _assistant_text(message: dict[str, Any]) -> str:
@@ -36,8 +137,10 @@ def _assistant_text(message: dict[str, Any]) -> str:
 class PiHarness:
     name = "pi"
     display = "Pi"
-    corral_owns_retries = False  # Pi retries on its own (auto_retry_start events): shown live, not ended
     install_hint = "Install Pi: npm install -g @mariozechner/pi-coding-agent (or set pi_bin)."
+    login_hint = LOGIN_HINT
+    #: The supervisor ends Pi at its first ``auto_retry_start`` line: corral's ladder owns the cadence.
+    corral_owns_retries = True
 
     def __init__(self, executable: str = "pi", provider: str | None = None) -> None:
         self.executable = executable
@@ -104,26 +207,40 @@ class PiHarness:
         if kind == "tool_execution_end":
             return [Event("tool_end", tool_id=data.get("toolCallId"), is_error=data.get("isError") is True)]
         if kind == "auto_retry_start":
-            return [Event("retry", text=str(data.get("errorMessage") or ""))]
+            return [retry_event(data)]
         if kind == "auto_retry_end" and data.get("success") is False:
             return [Event("model_error", text=str(data.get("finalError") or "model retry exhausted"))]
         return [Event("keepalive")]
 
+    def account(self) -> str | None:
+        """The provider and its agent directory (where Pi keeps its logins), hashed."""
+        import os
+        from pathlib import Path
+
+        agent_dir = os.environ.get("PI_CODING_AGENT_DIR") or str(Path.home() / ".pi" / "agent")
+        return account_digest(self.name, [self.provider, agent_dir])
+
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:
             return Verdict(False, FailureClass.FATAL_CONFIG, "harness-missing", facts.spawn_error)
-        # The outcome is the last word: a model error after the final result, or no result at all, fails.
+        # The outcome is the last word: a model error after the final result, or no result at all,
+        # fails; an attempt corral ended at Pi's retry line is judged from that line.
         last = None
         for event in facts.events:
-            if event.kind in ("result", "model_error"):
+            if event.kind in ("result", "model_error", "retry"):
                 last = event
         if last is not None and last.kind == "result" and facts.signal is None:
             return Verdict.ok(last.text)
+        if last is not None and last.kind == "retry":
+            return retry_verdict(last)
         text = "\n".join([last.text or "" if last else "", facts.stderr_tail])
         reason = (last.text if last else None) or facts.stderr_tail.strip()[-300:] or "Pi ended without a result"
-        cls = classify_common(text, facts.exit_code)
-        if cls is FailureClass.UNKNOWN and "Connection error" in text:
-            cls = FailureClass.TRANSIENT_UNREACHABLE  # Pi's word for a server it cannot reach
+        if words := usage_limit_in([last.text or "" if last else "", facts.stderr_tail]):
+            return Verdict(False, FailureClass.TRANSIENT_OVERLOAD, "usage-limit", reason, usage_limit=words)
+        status, what = describe_error(last.text or "") if last is not None else (None, reason)
+        cls = _class_of(status, text, facts.exit_code)
         if last is None and cls is FailureClass.UNKNOWN:
             return Verdict(False, cls, "harness-exited", reason)
+        if cls is FailureClass.FATAL_AUTH:
+            reason = _refused(what) if last is not None else f"{reason} — {LOGIN_HINT}"
         return Verdict(False, cls, code_for(cls), reason)

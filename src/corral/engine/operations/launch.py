@@ -27,7 +27,7 @@ from corral.domain.record import record, replace
 from corral.domain.records import Session, Task, Turn
 from corral.engine import readonly
 from corral.engine.config import Config, harness_settings
-from corral.engine.paths import make_private_dir
+from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.runtime import protocol as proto
@@ -111,6 +111,7 @@ def build_command(
         check=proto.CheckSpec(cfg["post_turn_check"], float(cfg["post_turn_check_timeout"])),
         protected=tuple(sorted({*cfg["protected"], *task.protected})),
         created_at=rfc3339(project.clock()) or "",
+        usage_limits=str(usage_limits_file(project.paths.home)),
     )
 
 

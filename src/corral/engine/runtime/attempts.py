@@ -134,6 +134,8 @@ class AttemptRunner:
         self.clock = clock  # attempt durations, for the crash-loop detector; tests pass a virtual one
         self.session_id: str | None = None
         self.reaped: list[proto.Reaped] = []  # every attempt's leftovers, for the receipt
+        #: Called at an attempt's first completed step (the first model response got through).
+        self.on_progress: Callable[[], None] | None = None
 
     def run(self, number: int, launch: Callable[[], Launch], watchdog_seconds: float) -> AttemptRun:
         run = AttemptRun(number, now())
@@ -239,6 +241,9 @@ class AttemptRunner:
                 self.status.update(retry=harness_retry_state(event, seen, self.secrets))
             elif seen and event.is_progress and self.status.status.retry is not None:
                 self.status.update(retry=None)
+            if event.is_progress and self.on_progress is not None:
+                through, self.on_progress = self.on_progress, None
+                through()
 
         return on_event
 

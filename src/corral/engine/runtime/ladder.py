@@ -11,16 +11,24 @@ that line and goes through the same policy: the harness's cadence is never the o
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from corral.adapters.harness.base import Harness, Launch, TurnRequest, Verdict
+from corral.domain.clock import rfc3339, utcnow
 from corral.domain.failures import FailureClass, Retry, decide, decide_watchdog_retry, exit_reason
 from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
+from corral.domain.usage_limit import POLL_SECONDS, Beyond, reset_of
+from corral.domain.usage_limit import verdict as usage_verdict
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRun, AttemptRunner
 from corral.engine.runtime.gitfacts import GitProbe
 from corral.engine.runtime.heartbeat import StatusReporter
 from corral.engine.runtime.stopping import StopFlag, Stopped
+from corral.engine.runtime.usage_pause import UsagePauses
+
+#: The longest a turn waiting for a usage limit's reset sleeps before it looks again.
+RESET_NAP_SECONDS = 30.0
 
 #: Bytes of a failure's reason kept in the live retry state and in the receipt.
 RETRY_REASON_BYTES = 300
@@ -70,7 +78,13 @@ class WorkPhase:
         secrets: list[str],
         clock: Callable[[], float],
         error_tail: Callable[[], str],
+        pauses: UsagePauses | None = None,
+        wall: Callable[[], datetime] = utcnow,
     ) -> None:
+        self.pauses = pauses
+        self.wall = wall
+        self.account = harness.account() if pauses is not None else None
+        self.first = False  # this turn goes first after its account's reset, until it gets through
         self.command = command
         self.harness = harness
         self.runner = runner
@@ -118,6 +132,68 @@ class WorkPhase:
 
     def run(self, prompt: str) -> WorkOutcome:
         """Attempts until one succeeds or the policy says stop; raises :class:`Stopped` on a stop request."""
+        try:
+            return self._run(prompt)
+        finally:
+            if self.first and self.pauses is not None and self.account is not None:
+                self.pauses.give_up(self.account, self.command.task_id)  # the next one may go first
+
+    def _await_account(self) -> None:
+        """Wait while the harness account's usage limit holds (no attempt, no budget, no watchdog spent)."""
+        if self.pauses is None or self.account is None:
+            return
+        waited = False
+        while True:
+            turn = self.pauses.turn(self.account, self.command.task_id)
+            if turn.go:
+                self.first = turn.first
+                if waited:
+                    self.status.update(phase="work", waiting=None)
+                return
+            waited = True
+            wait = proto.AccountWait(
+                resets_at=rfc3339(turn.resets_at) if turn.resets_at else None,
+                harness=self.harness.name,
+                behind_first=turn.until is None,
+            )
+            self.status.update(phase="waiting", waiting=wait, retry=None)
+            nap = POLL_SECONDS
+            if turn.until is not None:
+                nap = min(max((turn.until - self.wall()).total_seconds(), 0.0) + 0.05, RESET_NAP_SECONDS)
+            self.stop.wait(nap)
+            if self.stop.is_set():
+                raise Stopped
+
+    def _got_through(self) -> None:
+        if self.first and self.pauses is not None and self.account is not None:
+            self.first = False
+            self.pauses.got_through(self.account, self.command.task_id)
+
+    def _limit(self, verdict: Verdict) -> bool | WorkOutcome:
+        """A usage limit that states its reset: noted for the account (True: wait for it), or past
+        the budget (the outcome: parked with the date); False when it states no reset."""
+        if verdict.usage_limit is None or self.pauses is None or self.account is None:
+            return False
+        now = self.wall()
+        resets_at = reset_of(verdict.usage_limit, now)
+        if resets_at is None:
+            return False  # no reset stated: an overload like any other, on the ladder
+        decided = usage_verdict(resets_at, now, self.command.budgets.overload_seconds)
+        if isinstance(decided, Beyond):
+            out = self.outcome
+            out.status = proto.ReceiptStatus.FAILED
+            out.failure_class = FailureClass.TRANSIENT_OVERLOAD.value
+            out.failure_code = "usage-limit-beyond-budget"
+            out.failure_reason = _reason(f"{decided.reason} ({verdict.reason})", self.secrets, FAILURE_REASON_BYTES)
+            out.failure_attempts = 1
+            out.stop_reason = "usage-limit-beyond-budget"
+            return out
+        reason = _reason(verdict.usage_limit, self.secrets, RETRY_REASON_BYTES)
+        self.pauses.note(self.account, self.harness.name, resets_at, reason, self.command.task_id)
+        self.first = False
+        return True
+
+    def _run(self, prompt: str) -> WorkOutcome:
         c = self.command
         out = self.outcome
         relaunches = 0
@@ -129,9 +205,11 @@ class WorkPhase:
         while True:
             if self.stop.is_set():
                 raise Stopped
+            self._await_account()
             number += 1
             self.status.update(attempt=number)
             head_before = self.probe.head()
+            self.runner.on_progress = self._got_through if self.first else None
             run = self.runner.run(number, self.launch_for(prompt), c.watchdog.timeout_seconds)
             out.attempts.append(run)
             if run.stopped:
@@ -151,6 +229,11 @@ class WorkPhase:
                 verdict = run.verdict = Verdict(False, FailureClass.FATAL_CONFIG, "prompt-unrenderable", verdict.reason)
             if verdict.succeeded:
                 return out
+            limited = self._limit(verdict)
+            if isinstance(limited, WorkOutcome):
+                return limited
+            if limited:
+                continue  # the account waits for its reset: no streak, no budget spent
             failure_class = verdict.failure_class or FailureClass.UNKNOWN
             if failure_class is not streak_class:
                 streak_class, streak, streak_started, durations = failure_class, 0, self.clock(), []

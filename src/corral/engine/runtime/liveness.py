@@ -43,7 +43,7 @@ def live_of(status: SupervisorStatus | None, alive: bool) -> Live:
     """The live facts a supervisor's status file gives, judged ``alive`` (or not) by the caller."""
     if status is None:
         return Live(alive=False)
-    retry = status.retry
+    retry, waiting = status.retry, status.waiting
     return Live(
         alive=alive,  # frozen, gone or its pid reused: not alive
         phase=status.phase,
@@ -51,6 +51,8 @@ def live_of(status: SupervisorStatus | None, alive: bool) -> Live:
         retry_attempt=retry.attempt if retry else None,
         retry_class=retry.failure_class if retry else None,
         retry_reason=retry.reason if retry else None,
+        limit_resets_at=waiting.resets_at if waiting else None,
+        limit_behind_first=waiting.behind_first if waiting else False,
     )
 
 

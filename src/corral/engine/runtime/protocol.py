@@ -237,11 +237,15 @@ class Command:
     created_at: str
     #: A read-only turn's branch and worktree before it ran (``corral.engine.readonly``), taken at launch.
     read_only_before: Before | None = None
+    #: The shared usage-limit pause file of the launching ``CORRAL_HOME`` (None: the supervisor's own).
+    usage_limits: str | None = None
 
     def to_json(self) -> JSON:
         doc = self._to_json()
         if self.read_only_before is not None:
             doc["read_only_before"] = self.read_only_before.to_json()
+        if self.usage_limits is not None:
+            doc["usage_limits"] = self.usage_limits
         return doc
 
     def _to_json(self) -> JSON:
@@ -313,6 +317,7 @@ class Command:
             protected=_strs(data, "protected"),
             created_at=_req(data, "created_at", str),
             read_only_before=Before.from_json(before) if before is not None else None,
+            usage_limits=_opt(data, "usage_limits", str),
         )
 
 
@@ -362,6 +367,27 @@ class RetryState:
 
 
 @record
+class AccountWait:
+    """A turn waiting with its harness account for a usage limit's reset (``corral.engine.runtime.usage_pause``).
+
+    ``resets_at`` is when the limit clears (RFC 3339); ``behind_first`` says the reset has passed
+    and the turn waits for the first task after it to get through.
+    """
+
+    resets_at: str | None
+    harness: str
+    behind_first: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AccountWait:
+        return cls(
+            resets_at=_opt(data, "resets_at", str),
+            harness=_req(data, "harness", str),
+            behind_first=bool(_opt(data, "behind_first", bool)),
+        )
+
+
+@record
 class SupervisorStatus:
     """The supervisor's live report: who it is, where the turn is, and its heartbeat.
 
@@ -385,9 +411,11 @@ class SupervisorStatus:
     pid_start: int | None = None
     agent_start: int | None = None
     heartbeat_mono: float | None = None
+    waiting: AccountWait | None = None
 
     def to_json(self) -> JSON:
         return {
+            "waiting": asdict(self.waiting) if self.waiting else None,
             "command_id": self.command_id,
             "pid": self.pid,
             "pid_start": self.pid_start,
@@ -406,7 +434,9 @@ class SupervisorStatus:
     def from_json(cls, data: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> SupervisorStatus:
         retry = _obj(data, "retry")
         mono = _opt(data, "heartbeat_mono", (int, float))
+        waiting = _obj(data, "waiting")
         return cls(
+            waiting=AccountWait.from_json(waiting) if waiting else None,
             command_id=_req(data, "command_id", str),
             pid=int(_req(data, "pid", int)),
             phase=_req(data, "phase", str),

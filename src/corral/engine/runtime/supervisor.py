@@ -29,11 +29,12 @@ from corral import crashpoints
 from corral.adapters.git import Git
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Harness
+from corral.adapters.process import start_ticks
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from corral.domain.record import replace
 from corral.domain.redact import bounded, redact, secret_values
-from corral.engine.paths import make_private_dir
+from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import receipt
 from corral.engine.runtime.attempts import AttemptRunner
@@ -43,6 +44,7 @@ from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.ladder import WorkOutcome, WorkPhase
 from corral.engine.runtime.stopping import StopFlag, Stopped
 from corral.engine.runtime.sync import merge_upstream
+from corral.engine.runtime.usage_pause import UsagePauses
 from corral.errors import UsageError
 
 STACK_BYTES = 8000
@@ -91,6 +93,10 @@ class Supervisor:
             self.secrets,
             ladder_clock,
             lambda: receipt.output_tail(self.log_dir, self.secrets),
+            pauses=UsagePauses(
+                Path(command.usage_limits) if command.usage_limits else usage_limits_file(),
+                pid_start=start_ticks(os.getpid()),
+            ),
         )
         self.sync: proto.SyncReport | None = None
 

@@ -1,0 +1,163 @@
+"""The shared usage-limit pause: one record per harness account, in one file under ``CORRAL_HOME``.
+
+When a harness reports its account's usage limit, every task on that account waits for the
+reset together (docs/harnesses.md#usage-limits). The file is shared by every project and
+process through a lock, so no daemon is needed. At the reset one task goes first — the
+*first* — and the rest wait until it gets through (its first model response), so nobody
+stampedes into a limit that has not really cleared. A first that ends without getting
+through gives its place up; one that died, or took longer than ``FIRST_THROUGH_SECONDS``,
+loses it to the next task that asks.
+
+Record (``accounts[account]``): ``harness``, ``resets_at`` and ``noted_at`` (RFC 3339),
+``reason`` (the harness's words, masked), ``first`` (``task_id``, ``pid``, ``pid_start``,
+``since``) or null.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from corral.adapters.files import read_bounded, write_atomic
+from corral.adapters.locks import lock
+from corral.adapters.process import proc_info
+from corral.domain.clock import parse_time, rfc3339, utcnow
+from corral.domain.record import record
+from corral.domain.usage_limit import FIRST_THROUGH_SECONDS
+
+MAX_BYTES = 1 << 20
+LOCK_TIMEOUT_SECONDS = 10.0
+
+
+@record
+class Turn:
+    """What :meth:`UsagePauses.turn` answers: go now, or wait (until ``until`` at most, then ask again)."""
+
+    go: bool
+    until: datetime | None = None
+    resets_at: datetime | None = None
+    first: bool = False  # this task goes first after the reset
+
+
+class UsagePauses:
+    """The pause file of one ``CORRAL_HOME``; ``clock`` and ``pid`` are injectable for tests."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        pid: int | None = None,
+        pid_start: int | None = None,
+    ) -> None:
+        self.path = path
+        self.lock_path = path.with_suffix(".lock")
+        self.clock = clock
+        self.pid = os.getpid() if pid is None else pid
+        self.pid_start = pid_start
+
+    # -- what a supervisor does ---------------------------------------------------------
+    def note(self, account: str, harness: str, resets_at: datetime, reason: str, task_id: str) -> datetime:
+        """The account hit its limit until ``resets_at`` (a later reset already noted wins); returns the reset."""
+        with self._accounts() as accounts:
+            entry = accounts.get(account)
+            known = parse_time(entry.get("resets_at")) if entry else None
+            at = max(resets_at, known) if known else resets_at
+            first = entry.get("first") if entry else None
+            accounts[account] = {
+                "harness": harness,
+                "resets_at": rfc3339(at),
+                "noted_at": rfc3339(self.clock()),
+                "reason": reason,
+                # the first one hitting the limit again means it has not cleared: nobody is first now
+                "first": None if first is None or first.get("task_id") == task_id else first,
+            }
+        return at
+
+    def turn(self, account: str, task_id: str) -> Turn:
+        """Whether ``task_id`` may call its harness now, taking the first place when it is free."""
+        now = self.clock()
+        with self._accounts() as accounts:
+            entry = accounts.get(account)
+            if entry is None:
+                return Turn(True)
+            resets_at = parse_time(entry.get("resets_at"))
+            if resets_at is not None and now < resets_at:
+                return Turn(False, until=resets_at, resets_at=resets_at)
+            first = entry.get("first")
+            if first is not None and first.get("task_id") == task_id:
+                return Turn(True, resets_at=resets_at, first=True)
+            if first is None or not self._holds(first, now):
+                entry["first"] = {
+                    "task_id": task_id,
+                    "pid": self.pid,
+                    "pid_start": self.pid_start,
+                    "since": rfc3339(now),
+                }
+                return Turn(True, resets_at=resets_at, first=True)
+            return Turn(False, until=None, resets_at=resets_at)
+
+    def got_through(self, account: str, task_id: str) -> bool:
+        """A model response after the reset: the limit cleared, everyone goes. True if this ended a pause."""
+        with self._accounts() as accounts:
+            entry = accounts.get(account)
+            if entry is None:
+                return False
+            resets_at = parse_time(entry.get("resets_at"))
+            if resets_at is not None and self.clock() < resets_at:
+                return False  # a response before the reset it waits for is no proof it cleared
+            del accounts[account]
+            return True
+
+    def give_up(self, account: str, task_id: str) -> None:
+        """The first one's turn ended without getting through: the next one may go first."""
+        with self._accounts() as accounts:
+            entry = accounts.get(account)
+            if entry is not None and (entry.get("first") or {}).get("task_id") == task_id:
+                entry["first"] = None
+
+    def read(self) -> dict[str, Any]:
+        """Every account's record, as stored (for ``doctor`` and tests)."""
+        return self._load()
+
+    # -- the file ---------------------------------------------------------------------------
+    def _holds(self, first: dict[str, Any], now: datetime) -> bool:
+        """Whether the first one still holds its place: alive, and not past its time to get through."""
+        since = parse_time(first.get("since"))
+        if since is not None and now - since > timedelta(seconds=FIRST_THROUGH_SECONDS):
+            return False
+        pid = first.get("pid")
+        if not isinstance(pid, int):
+            return False
+        info = proc_info(pid)
+        return info is not None and (first.get("pid_start") is None or info.start == first.get("pid_start"))
+
+    def _load(self) -> dict[str, Any]:
+        raw, _problem, _size = read_bounded(self.path, MAX_BYTES)
+        if not raw:
+            return {}
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return {}  # a torn or foreign file is no pause: tasks go, and a new limit writes it anew
+        accounts = doc.get("accounts") if isinstance(doc, dict) else None
+        return {k: v for k, v in accounts.items() if isinstance(v, dict)} if isinstance(accounts, dict) else {}
+
+    @contextmanager
+    def _accounts(self) -> Iterator[dict[str, Any]]:
+        fd = lock(self.lock_path, LOCK_TIMEOUT_SECONDS)
+        try:
+            accounts = self._load()
+            before = json.dumps(accounts, sort_keys=True)
+            yield accounts
+            if json.dumps(accounts, sort_keys=True) != before:
+                payload = json.dumps({"version": 1, "accounts": accounts}, indent=2, sort_keys=True) + "\n"
+                write_atomic(self.path, payload.encode("utf-8"))
+        finally:
+            if fd is not None:
+                os.close(fd)

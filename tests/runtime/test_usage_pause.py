@@ -1,0 +1,129 @@
+"""The shared usage-limit pause file: three tasks on one account, with an injected clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from corral.adapters.process import start_ticks
+from corral.domain.clock import rfc3339
+from corral.domain.usage_limit import FIRST_THROUGH_SECONDS
+from corral.engine.runtime.usage_pause import UsagePauses
+
+T0 = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)
+ACCOUNT = "claude:0123456789abcdef"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _pauses(path: Path, clock: Clock) -> UsagePauses:
+    return UsagePauses(path, clock=clock, pid=os.getpid(), pid_start=start_ticks(os.getpid()))
+
+
+def test_three_tasks_wait_for_the_reset_then_one_goes_first_and_the_rest_after_it(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "home" / "usage-limits.json"
+    pauses = _pauses(path, clock)
+    reset = T0 + timedelta(minutes=30)
+    assert pauses.turn(ACCOUNT, "a").go  # nothing noted: go
+    pauses.note(ACCOUNT, "claude", reset, "usage limit reached", "a")
+    # Before the reset, nobody goes: each is told when to look again.
+    for task in ("a", "b", "c"):
+        turn = pauses.turn(ACCOUNT, task)
+        assert not turn.go and turn.until == reset and turn.resets_at == reset
+    clock.now = reset + timedelta(seconds=1)
+    first = pauses.turn(ACCOUNT, "b")
+    assert first.go and first.first
+    for task in ("a", "c"):
+        turn = pauses.turn(ACCOUNT, task)
+        assert not turn.go and turn.until is None  # behind the first: poll
+    assert pauses.turn(ACCOUNT, "b").go  # the first asking again still goes
+    assert pauses.got_through(ACCOUNT, "b")
+    assert all(pauses.turn(ACCOUNT, task).go for task in ("a", "c"))
+    assert pauses.read() == {}
+
+
+def test_a_later_reset_wins_and_the_first_hitting_the_limit_again_gives_its_place_up(tmp_path: Path) -> None:
+    clock = Clock()
+    pauses = _pauses(tmp_path / "usage-limits.json", clock)
+    early, late = T0 + timedelta(minutes=5), T0 + timedelta(minutes=50)
+    pauses.note(ACCOUNT, "claude", late, "limit", "a")
+    assert pauses.note(ACCOUNT, "claude", early, "limit", "b") == late
+    clock.now = late
+    assert pauses.turn(ACCOUNT, "a").first
+    later = late + timedelta(minutes=20)
+    pauses.note(ACCOUNT, "claude", later, "limit again", "a")
+    stored = pauses.read()[ACCOUNT]
+    assert stored["first"] is None and stored["resets_at"] == rfc3339(later)
+    assert not pauses.turn(ACCOUNT, "b").go
+
+
+def test_a_first_that_died_or_took_too_long_loses_its_place(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "usage-limits.json"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = UsagePauses(path, clock=clock, pid=int(dead.stdout), pid_start=None)
+    pauses = _pauses(path, clock)
+    pauses.note(ACCOUNT, "claude", T0, "limit", "x")
+    assert gone.turn(ACCOUNT, "a").first  # taken by a process that no longer exists
+    turn = pauses.turn(ACCOUNT, "b")
+    assert turn.go and turn.first  # so the next one asking goes first
+    assert not pauses.turn(ACCOUNT, "c").go
+    clock.now = T0 + timedelta(seconds=FIRST_THROUGH_SECONDS + 1)
+    assert pauses.turn(ACCOUNT, "c").first  # b never got through in time
+
+
+def test_a_first_that_ends_without_getting_through_lets_the_next_go(tmp_path: Path) -> None:
+    clock = Clock()
+    pauses = _pauses(tmp_path / "usage-limits.json", clock)
+    pauses.note(ACCOUNT, "claude", T0, "limit", "x")
+    assert pauses.turn(ACCOUNT, "a").first
+    pauses.give_up(ACCOUNT, "b")  # not the first: changes nothing
+    assert not pauses.turn(ACCOUNT, "b").go
+    pauses.give_up(ACCOUNT, "a")
+    assert pauses.turn(ACCOUNT, "b").first
+
+
+def test_a_response_before_the_reset_proves_nothing(tmp_path: Path) -> None:
+    clock = Clock()
+    pauses = _pauses(tmp_path / "usage-limits.json", clock)
+    pauses.note(ACCOUNT, "claude", T0 + timedelta(minutes=1), "limit", "a")
+    assert not pauses.got_through(ACCOUNT, "a")
+    assert ACCOUNT in pauses.read()
+
+
+def test_accounts_are_apart_and_the_file_is_shared_by_every_process(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "usage-limits.json"
+    _pauses(path, clock).note(ACCOUNT, "claude", T0 + timedelta(hours=1), "limit", "a")
+    assert UsagePauses(path, clock=clock).turn("codex:fedcba9876543210", "z").go
+    probe = (
+        "import sys; from datetime import datetime, UTC; from pathlib import Path; "
+        "from corral.engine.runtime.usage_pause import UsagePauses; "
+        "at = datetime(2026, 12, 1, 13, 0, tzinfo=UTC); "
+        f"t = UsagePauses(Path(sys.argv[1]), clock=lambda: at).turn({ACCOUNT!r}, 'q'); "
+        "print(t.go, t.until)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "False" and "14:00:00" in out.stdout
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_torn_or_foreign_file_is_no_pause_and_the_next_limit_writes_it_anew(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "usage-limits.json"
+    path.write_text('{"version": 1, "accounts": {"claude:0123', encoding="utf-8")
+    pauses = _pauses(path, clock)
+    assert pauses.turn(ACCOUNT, "a").go
+    pauses.note(ACCOUNT, "claude", T0 + timedelta(minutes=3), "limit", "a")
+    assert json.loads(path.read_text())["accounts"][ACCOUNT]["harness"] == "claude"
