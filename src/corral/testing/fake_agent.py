@@ -18,6 +18,7 @@ Steps: ``{"init": true}``, ``{"text": s}``, ``{"tool": name, "input": {…}, "is
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -71,8 +72,12 @@ def next_steps(record_dir: Path | None) -> list[dict[str, Any]]:
     scenario = json.loads(Path(scenario_path).read_text())
     invocations = scenario.get("invocations") or []
     counter = (record_dir or Path(scenario_path).parent) / "fake-agent.count"
-    n = int(counter.read_text()) if counter.exists() else 0
-    counter.write_text(str(n + 1))
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    # Several agents may start at once (tasks in parallel): each takes the next number, none the same.
+    with open(counter.with_suffix(".lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        n = int(counter.read_text() or 0) if counter.exists() else 0
+        counter.write_text(str(n + 1))
     if n < len(invocations):
         return list(invocations[n])
     return list(scenario.get("default") or DEFAULT)
