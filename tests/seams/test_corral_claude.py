@@ -283,6 +283,33 @@ def test_unblock_resumes_the_harness_session_and_delivers_feedback_verbatim(make
     assert rig.agent_turns(task)[-1].content == "au revoir"
 
 
+def test_ask_runs_read_only_in_plan_mode_and_restores_the_status(make_rig):
+    rig = make_rig(auto_resume="0")
+    task = rig.create(prompt="Say hello.")
+    rig.script(Text("first answer"))
+    assert start(rig, task).status is Status.BLOCKED
+    sid = rig.session(task).harness_session_id
+    before = git(rig.worktree(task), "rev-parse", "HEAD")
+
+    rig.script(Text("Because the API said so."))
+    started = turns.ask(rig.proj, task.ref, actor=Actor.HUMAN, question="Why 30 s?")
+    answer = control.wait_answer(rig.proj, started, timeout=45)
+    assert answer is not None and answer.content == "Because the API said so."
+
+    asked = rig.launches()[-1]["argv"]
+    assert asked[asked.index("--permission-mode") + 1] == "plan"
+    assert resume_id(asked) == sid  # the question is asked in the task's own session
+    request = rig.server.script_requests[-1]
+    assert request.texts(role="user")[-1] == prompts.ask("Why 30 s?")
+    tools = {t.get("name") for t in request.body.get("tools", [])}
+    worked = {t.get("name") for t in rig.server.script_requests[0].body.get("tools", [])}
+    assert {"Write", "Edit", "Bash"} <= worked  # the work turn had them
+    assert not tools & {"Write", "Edit", "Bash", "NotebookEdit"}  # the ask has the harness's read-only set
+    assert rig.task(task).status is Status.BLOCKED
+    assert git(rig.worktree(task), "rev-parse", "HEAD") == before
+    assert not [t for t in rig.turns(task) if t.kind == "ask" and t.feedback_delivery is FeedbackDelivery.PENDING]
+
+
 # -- 3. 401: not authenticated, parked at once ------------------------------------------------
 
 
