@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sync": ("turns", "sync"),
     "wait": ("turns", "wait"),
     "logs": ("logs", "logs"),
+    "failures": ("failures", "failures"),
     "pair": ("review", "pair"),
     "chat": ("review", "chat"),
     "diff": ("review", "diff"),

@@ -123,6 +123,10 @@ class ProjectPaths:
     def turns_dir(self, task_id: str) -> Path:
         return self.task_dir(task_id) / "turns"
 
+    def journal_dir(self, task_id: str, session_id: str) -> Path:
+        """Where a session's failure journal lives (docs/incidents.md): it goes with the task."""
+        return self.task_dir(task_id) / "sessions" / session_id
+
     def turn_dir(self, task_id: str, sequence: int) -> Path:
         return self.turns_dir(task_id) / str(sequence)
 

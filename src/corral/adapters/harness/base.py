@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from corral.domain.failures import FailureClass
+from corral.domain.incidents import Fact
 from corral.domain.posture import Posture
 from corral.domain.record import field, record
 
@@ -119,6 +120,13 @@ class Harness(Protocol):
     def classify(self, facts: AttemptFacts) -> Verdict: ...
     def account(self) -> str | None:
         """Who the model server bills: a digest of the harness's credential identity, or None."""
+        ...
+
+    #: Byte strings one of which every line holding an incident fact contains (a prefilter).
+    incident_markers: tuple[bytes, ...]
+
+    def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
+        """The incident facts of one output line (``docs/incidents.md``): structured fields only."""
         ...
 
 

@@ -41,6 +41,7 @@ from corral.adapters.harness.base import (
     usage_limit_in,
 )
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
+from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
 _SYSTEM = re.compile(rb'\s*\{\s*"type"\s*:\s*"system"')
 KEEPALIVE = Event("keepalive")
@@ -191,6 +192,35 @@ class ClaudeHarness:
 
     def classify(self, facts: AttemptFacts) -> Verdict:
         return classify_stream(self, facts)
+
+    #: The lines that can hold an incident fact (the collector parses no other).
+    incident_markers: tuple[bytes, ...] = (b'"tool_use"', b'"tool_result"', b'"result"', b'"api_retry"', b'"assistant"')
+
+    def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
+        """stream-json's structured failure fields: tool_use / tool_result ``is_error``, ``result``
+        ``is_error`` / ``api_error_status``, ``system/api_retry``; an assistant message is a model response."""
+        kind = data.get("type")
+        if kind == "assistant":
+            message = data.get("message")
+            facts: list[Fact] = [
+                ToolStart(str(b.get("id")), str(b.get("name") or "tool"), b.get("input"), cwd)
+                for b in _blocks(message)
+                if b.get("type") == "tool_use"
+            ]
+            return [ModelOk(), *facts]
+        if kind == "user":
+            return [
+                ToolEnd(str(b.get("tool_use_id")), b.get("is_error") is True, _text_of(b.get("content")), offset)
+                for b in _blocks(data.get("message"))
+                if b.get("type") == "tool_result"
+            ]
+        if kind == "system" and data.get("subtype") == "api_retry":
+            return [ModelFailure(retry_event(data).text or "model call failed", offset)]
+        if kind == "result" and (data.get("is_error") is True or data.get("subtype", "success") != "success"):
+            status = data.get("api_error_status")
+            text = str(data.get("result") or data.get("error") or "the turn ended in an error")
+            return [ModelFailure(f"HTTP {status}: {text}" if isinstance(status, int) else text, offset)]
+        return []
 
     def account(self) -> str | None:
         """The API key or token in use (hashed), its server, else the CLI's login (its config directory)."""

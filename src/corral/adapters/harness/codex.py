@@ -37,6 +37,7 @@ import shutil
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from corral.adapters.harness.base import (
     AttemptFacts,
@@ -52,6 +53,7 @@ from corral.adapters.harness.base import (
 )
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common
+from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
 #: Providers Codex ships; it refuses a config that sets ``model_providers.<one of these>``.
 BUILT_IN_PROVIDERS = frozenset({"openai", "oss", "ollama", "lmstudio", "amazon-bedrock"})
@@ -186,6 +188,31 @@ class CodexHarness:
     def account(self) -> str | None:
         """The provider and its API key (hashed), else Codex's login (its ``CODEX_HOME``)."""
         return _account(self)
+
+    #: The lines that can hold an incident fact (the collector parses no other).
+    incident_markers: tuple[bytes, ...] = (b'"command_execution"', b'"turn.failed"', b'"error"', b'"agent_message"')
+
+    def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
+        """Codex JSON's structured failure fields: a ``command_execution`` item's ``exit_code`` and
+        ``status``, ``turn.failed``, a top-level ``error``; an agent message is a model response."""
+        kind = data.get("type")
+        item = obj(data.get("item"))
+        if item.get("type") == "command_execution":
+            call = str(item.get("id"))
+            if kind == "item.started":
+                return [ToolStart(call, "shell", {"command": item.get("command")}, cwd)]
+            if kind == "item.completed":
+                code = item.get("exit_code")
+                failed = item.get("status") == "failed" or (isinstance(code, int) and code != 0)
+                text = f"exit {code}: " if isinstance(code, int) and code != 0 else ""
+                return [ToolEnd(call, failed, text + str(item.get("aggregated_output") or "")[-400:], offset)]
+        if kind == "item.completed" and item.get("type") == "agent_message":
+            return [ModelOk()]
+        if kind == "turn.failed":
+            return [ModelFailure(str(obj(data.get("error")).get("message") or "the turn failed"), offset)]
+        if kind == "error":
+            return [ModelFailure(str(data.get("message") or "model call failed"), offset)]
+        return []
 
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:

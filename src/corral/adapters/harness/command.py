@@ -22,10 +22,12 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common
+from corral.domain.incidents import Fact
 from corral.errors import ArgvError
 
 #: The file name of the prompt in the turn's private directory.
@@ -161,6 +163,11 @@ class CommandHarness:
 
     def account(self) -> str | None:
         return None  # a command says nothing of an account: no usage limit is shared
+
+    incident_markers: tuple[bytes, ...] = ()  # a command's output is its own: corral reads no facts in it
+
+    def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
+        return []
 
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:

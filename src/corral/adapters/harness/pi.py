@@ -43,6 +43,7 @@ from corral.adapters.harness.base import (
 )
 from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
+from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
 #: Pi's read-only tool set: no bash, edit or write tool is enabled.
 READ_ONLY_TOOLS = "read,grep,find,ls"
@@ -123,6 +124,14 @@ def retry_verdict(event: Event) -> Verdict:
     _, what = describe_error(message)
     reason = _refused(what) if cls is FailureClass.FATAL_AUTH else f"Pi's model call failed: {what}"
     return Verdict(False, cls, code_for(cls), reason)
+
+
+def _result_text(result: Any) -> str:
+    """A tool result's text: its text blocks, else the result itself (never parsed for meaning)."""
+    content = result.get("content") if isinstance(result, dict) else None
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return "" if result is None else str(result)[:2000]
 
 
 def _assistant_text(message: dict[str, Any]) -> str:
@@ -219,6 +228,41 @@ class PiHarness:
 
         agent_dir = os.environ.get("PI_CODING_AGENT_DIR") or str(Path.home() / ".pi" / "agent")
         return account_digest(self.name, [self.provider, agent_dir])
+
+    #: The lines that can hold an incident fact (the collector parses no other).
+    incident_markers: tuple[bytes, ...] = (b'"tool_execution_', b'"message_end"', b'"auto_retry_')
+
+    def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
+        """Pi JSON's structured failure fields: ``tool_execution_start`` / ``_end`` with ``isError``,
+        ``message_end`` with ``stopReason: "error"``, ``auto_retry_start`` / ``_end``."""
+        kind = data.get("type")
+        if kind == "tool_execution_start":
+            return [ToolStart(str(data.get("toolCallId")), str(data.get("toolName") or "tool"), data.get("args"), cwd)]
+        if kind == "tool_execution_end":
+            result = data.get("result")
+            return [
+                ToolEnd(
+                    str(data.get("toolCallId")),
+                    data.get("isError") is True,
+                    _result_text(result),
+                    offset,
+                    name=str(data.get("toolName") or "tool"),
+                )
+            ]
+        if kind == "message_end":
+            message = obj(data.get("message"))
+            if message.get("role") != "assistant":
+                return []
+            if message.get("stopReason") == "error" or isinstance(message.get("errorMessage"), str):
+                return [ModelFailure(str(message.get("errorMessage") or "model call failed"), offset)]
+            return [ModelOk()]
+        if kind == "auto_retry_start":
+            return [ModelFailure(str(data.get("errorMessage") or "model call failed"), offset)]
+        if kind == "auto_retry_end":
+            if data.get("success") is True:
+                return [ModelOk()]
+            return [ModelFailure(str(data.get("finalError") or "model retry exhausted"), offset)]
+        return []
 
     def classify(self, facts: AttemptFacts) -> Verdict:
         if facts.spawn_error:

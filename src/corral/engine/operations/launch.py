@@ -112,6 +112,7 @@ def build_command(
         protected=tuple(sorted({*cfg["protected"], *task.protected})),
         created_at=rfc3339(project.clock()) or "",
         usage_limits=str(usage_limits_file(project.paths.home)),
+        journal_dir=str(project.paths.journal_dir(task.id, session.id)),
     )
 
 

@@ -10,6 +10,7 @@ just changed) do not need to.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from corral.domain.record import record
@@ -17,7 +18,7 @@ from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
 from corral.engine import workspace
 from corral.engine.project import Project
-from corral.engine.read import projection
+from corral.engine.read import incidents, projection
 from corral.engine.recovery import merges
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import Observed, live_facts
@@ -121,7 +122,36 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None) ->
         from corral.engine.read.live import live_turn  # the logs' reader: only a working task needs it
 
         doc["live"] = live_turn(project, task).to_json()
+    state = incidents.session_state(project, task)
+    doc["incidents"] = {**incidents.summary(state), "rows": incidents.rows(state) if state else []}
     return Shown(doc, merges_into, earlier, problems)
+
+
+@record
+class Failures:
+    task: Task | None
+    doc: dict[str, Any]  # summary (line, note, counts) and rows
+    problems: list[str]
+
+
+def failures(
+    project: Project, given: str, *, history: bool = False, raw: bool = False, session: str | None = None
+) -> Failures:
+    """A task's incidents (its current session's by default): those needing action, or every one."""
+    problems = _settle(project)
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    state = incidents.session_state(project, task, session)
+    rows = incidents.rows(state, history=history, raw=raw) if state else []
+    return Failures(
+        task, {**incidents.summary(state), "rows": rows, "session_id": session or task.session_id}, problems
+    )
+
+
+def failures_of_log(path: str, harness: str, *, history: bool = False, raw: bool = False) -> Failures:
+    """The incidents a log outside any task holds, scanned from its start (measurable beside others)."""
+    state = incidents.scan_log(Path(path), harness)
+    return Failures(None, {**incidents.summary(state), "rows": incidents.rows(state, history=history, raw=raw)}, [])
 
 
 def find_task(project: Project, given: str) -> Task:

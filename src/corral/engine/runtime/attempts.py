@@ -107,6 +107,10 @@ class AttemptRun:
         return code is not None and code - 128 in signals and not has_result
 
 
+#: How often a running attempt's output is scanned for incidents (docs/incidents.md).
+OBSERVE_SECONDS = 2.0
+
+
 class AttemptRunner:
     """Runs attempts of one turn's harness in the worktree, logging to the turn's log directory."""
 
@@ -136,6 +140,9 @@ class AttemptRunner:
         self.reaped: list[proto.Reaped] = []  # every attempt's leftovers, for the receipt
         #: Called at an attempt's first completed step (the first model response got through).
         self.on_progress: Callable[[], None] | None = None
+        #: Called every ``OBSERVE_SECONDS`` while an attempt runs (the failure journal's scan).
+        self.observe: Callable[[], None] | None = None
+        self._observed = 0.0
 
     def run(self, number: int, launch: Callable[[], Launch], watchdog_seconds: float) -> AttemptRun:
         run = AttemptRun(number, now())
@@ -197,7 +204,10 @@ class AttemptRunner:
 
         def tick(_elapsed: float) -> float:
             self._maybe_end(proc, run, progress)
-            return progress.remaining()
+            if self.observe is not None and time.monotonic() - self._observed >= OBSERVE_SECONDS:
+                self._observed = time.monotonic()
+                self.observe()
+            return min(progress.remaining(), OBSERVE_SECONDS)
 
         closed = copier.pump(proc.stdout, proc.stderr, tick, progress.progressed, lambda: exited(proc))
         # The streams closed; the process may linger (a daemonized child): the watchdog still applies.

@@ -85,6 +85,8 @@ class WorkPhase:
         self.wall = wall
         self.account = harness.account() if pauses is not None else None
         self.first = False  # this turn goes first after its account's reset, until it gets through
+        #: Called after each attempt with what it saw (the failure journal's scan and observations).
+        self.observe: Callable[[AttemptRun], None] | None = None
         self.command = command
         self.harness = harness
         self.runner = runner
@@ -212,6 +214,8 @@ class WorkPhase:
             self.runner.on_progress = self._got_through if self.first else None
             run = self.runner.run(number, self.launch_for(prompt), c.watchdog.timeout_seconds)
             out.attempts.append(run)
+            if self.observe is not None:
+                self.observe(run)
             if run.stopped:
                 raise Stopped
             if run.watchdog:

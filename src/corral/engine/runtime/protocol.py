@@ -239,6 +239,8 @@ class Command:
     read_only_before: Before | None = None
     #: The shared usage-limit pause file of the launching ``CORRAL_HOME`` (None: the supervisor's own).
     usage_limits: str | None = None
+    #: The directory of the session's failure journal (None: an older launcher's command, no journal).
+    journal_dir: str | None = None
 
     def to_json(self) -> JSON:
         doc = self._to_json()
@@ -246,6 +248,8 @@ class Command:
             doc["read_only_before"] = self.read_only_before.to_json()
         if self.usage_limits is not None:
             doc["usage_limits"] = self.usage_limits
+        if self.journal_dir is not None:
+            doc["journal_dir"] = self.journal_dir
         return doc
 
     def _to_json(self) -> JSON:
@@ -318,6 +322,7 @@ class Command:
             created_at=_req(data, "created_at", str),
             read_only_before=Before.from_json(before) if before is not None else None,
             usage_limits=_opt(data, "usage_limits", str),
+            journal_dir=_opt(data, "journal_dir", str),
         )
 
 

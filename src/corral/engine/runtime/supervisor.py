@@ -42,6 +42,7 @@ from corral.engine.runtime.check import run_check
 from corral.engine.runtime.gitfacts import GitProbe
 from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.ladder import WorkOutcome, WorkPhase
+from corral.engine.runtime.observer import TurnObserver
 from corral.engine.runtime.stopping import StopFlag, Stopped
 from corral.engine.runtime.sync import merge_upstream
 from corral.engine.runtime.usage_pause import UsagePauses
@@ -99,6 +100,18 @@ class Supervisor:
             ),
         )
         self.sync: proto.SyncReport | None = None
+        self.observer: TurnObserver | None = None
+        if command.journal_dir:
+            self.observer = TurnObserver(
+                Path(command.journal_dir),
+                self.log_dir,
+                self.harness,
+                command.worktree,
+                command.sequence,
+                self.secrets,
+            )
+            self.runner.observe = self.observer.scan
+            self.work.observe = self.observer.attempt
 
     def on_sigterm(self, signum: int, frame: object) -> None:
         self.stop.on_sigterm(signum, frame)
@@ -125,6 +138,8 @@ class Supervisor:
         return result
 
     def finish(self, result: proto.Receipt) -> None:
+        if self.observer is not None:
+            self.observer.scan(final=True)  # before the receipt: whoever records the turn reads it whole
         self.status.update(phase="response")
         crashpoints.hit("supervisor.before-response")
         try:

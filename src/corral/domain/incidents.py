@@ -1,0 +1,417 @@
+"""Incidents: the failures a turn's agent, its model and its supervision ran into, kept apart from status.
+
+A task's lifecycle says where it is; its incidents say what went wrong on the way, and a
+blocked task whose tests failed eight times is not healthy because it is blocked
+(docs/incidents.md). Two pure folds live here:
+
+- :class:`Collector` turns a harness's structured facts (:class:`ToolStart`, :class:`ToolEnd`,
+  :class:`ModelFailure`, :class:`ModelOk`, :class:`Gap`; each adapter makes them from its own
+  log lines, from structured fields only) into journal events. Recovery is by **exact retry**
+  only: the same tool, the same canonical arguments and working directory, started after the
+  failure. Another command's success, a parallel success and whatever the assistant writes
+  clear nothing. A failed model call is recovered by the next successful model response.
+- :func:`reduce` folds journal events into :class:`FailureState`: one incident per failing
+  operation, labelled as :class:`Label` says. It is incremental (a state and the events after
+  it), so its cost is linear in the journal.
+
+Journal events (one JSON object per line of ``failures.jsonl``): ``{"kind": "failure", "id",
+"operation", "category", "summary", "evidence", "at", "expected"}``, ``{"kind": "recovered",
+"id", "operation", "incidents", "at"}``, ``{"kind": "incomplete", "id", "operation",
+"summary"}`` and ``{"kind": "disposition", "id", "disposition", "targets", "reason"}``
+(dispositions come only from confined runs; the reducer is ready for them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import Any
+
+from corral.domain.record import field, record
+
+#: Failures of one operation, with no recovery between, that make it need someone.
+THRICE = 3
+#: A summary's and an excerpt's length in a journal event, and in a compact row.
+SUMMARY_CHARS = 180
+EXCERPT_BYTES = 120
+#: The model call is one operation: every failed call is the same incident until one succeeds.
+MODEL_CALL = "model-call"
+
+
+class Label(StrEnum):
+    ACTION_REQUIRED = "Action required"
+    UNCLASSIFIED = "Unclassified failure observation"
+    EXPECTED = "Expected failure"
+    INCOMPLETE = "Observation incomplete"
+    RECOVERED = "Recovered"
+    SUPERSEDED = "Superseded"
+
+
+#: What needs someone: shown by default; the rest is history.
+NEEDS_ACTION = (Label.ACTION_REQUIRED, Label.INCOMPLETE)
+CLOSED = (Label.RECOVERED, Label.SUPERSEDED)
+
+
+class Category(StrEnum):
+    TOOL = "tool"
+    MODEL = "model"
+    EXIT = "exit"  # the agent's process ended badly (a signal, a crash)
+    SUPERVISION = "supervision"  # corral's own observation: a watchdog kill, a lost turn, a spawn failure
+    OBSERVATION = "observation"  # the evidence itself: a rewritten log, an oversized record
+
+
+# -- the collector's facts -------------------------------------------------------------------------
+
+
+@record
+class ToolStart:
+    call_id: str
+    name: str
+    args: Any
+    cwd: str
+
+
+@record
+class ToolEnd:
+    call_id: str
+    is_error: bool
+    text: str = ""
+    offset: int = 0  # where in output.log: the evidence
+    name: str | None = None
+    args: Any = None
+    expected: bool = False
+
+
+@record
+class ModelFailure:
+    text: str
+    offset: int = 0
+
+
+@record
+class ModelOk:
+    """A successful model response: what recovers a failed model call."""
+
+
+@record
+class Gap:
+    """Evidence that is missing, torn or unreadable."""
+
+    key: str
+    summary: str
+
+
+Fact = ToolStart | ToolEnd | ModelFailure | ModelOk | Gap
+
+
+def operation_of(name: str, args: Any, cwd: str) -> str:
+    """A tool operation's identity: its name, canonical arguments (keys sorted) and working directory."""
+    return "tool\0" + json.dumps([name, args if args is not None else {}, cwd], sort_keys=True, default=str)
+
+
+def excerpt(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """One line of at most ``limit`` characters, controls blanked (a journal field, not a display)."""
+    flat = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in text)
+    flat = " ".join(flat.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class Collector:
+    """The fold from facts to journal events, with what it must remember between scans.
+
+    ``starts`` are tool calls begun and not ended; ``failed`` the open failure of each
+    operation (its incident id and the sequence number of the failing call's start), so a
+    later start of the same operation can recover it. The whole state is JSON (:meth:`to_json`),
+    kept beside the cursor of the scan it belongs to.
+    """
+
+    def __init__(self, evidence_of: str = "output.log") -> None:
+        self.evidence_of = evidence_of
+        self.sequence = 0
+        self.starts: dict[str, tuple[str, int, str]] = {}  # call id -> (operation, sequence, name)
+        self.failed: dict[str, tuple[str, int]] = {}  # operation -> (incident id, sequence)
+        self.gaps: set[str] = set()
+
+    def fold(self, fact: Fact, at: str | None = None) -> list[dict[str, Any]]:
+        self.sequence += 1
+        if isinstance(fact, ToolStart):
+            self.starts[fact.call_id] = (operation_of(fact.name, fact.args, fact.cwd), self.sequence, fact.name)
+            return []
+        if isinstance(fact, ToolEnd):
+            return self._tool_end(fact, at)
+        if isinstance(fact, ModelFailure):
+            incident = self.failed.get(MODEL_CALL, (f"model:{fact.offset}", 0))[0]
+            self.failed[MODEL_CALL] = (incident, self.sequence)
+            return [
+                _failure(incident, MODEL_CALL, Category.MODEL, excerpt(fact.text) or "the model call failed", at)
+                | {"evidence": f"{self.evidence_of}#byte={fact.offset}"}
+            ]
+        if isinstance(fact, ModelOk):
+            open_model = self.failed.pop(MODEL_CALL, None)
+            if open_model is None:
+                return []
+            return [
+                {
+                    "kind": "recovered",
+                    "id": f"recovered:{open_model[0]}:{self.sequence}",
+                    "operation": MODEL_CALL,
+                    "incidents": [open_model[0]],
+                    "at": at,
+                }
+            ]
+        if fact.key in self.gaps:
+            return []
+        self.gaps.add(fact.key)
+        return [
+            {"kind": "incomplete", "id": f"incomplete:{fact.key}", "operation": "evidence", "summary": fact.summary}
+        ]
+
+    def _tool_end(self, fact: ToolEnd, at: str | None) -> list[dict[str, Any]]:
+        started = self.starts.pop(fact.call_id, None)
+        if started is not None:
+            operation, began, name = started
+        else:  # an end whose start was never seen: it cannot be a retry of anything
+            name = fact.name or "tool"
+            operation, began = operation_of(name, fact.args, ""), self.sequence
+        if fact.is_error:
+            incident = self.failed.get(operation, (f"tool:{fact.call_id}", 0))[0]
+            self.failed[operation] = (incident, began)
+            summary = f"{name} failed: {excerpt(fact.text)}" if fact.text else f"{name} failed"
+            event = _failure(incident, operation, Category.TOOL, excerpt(summary), at)
+            event["evidence"] = f"{self.evidence_of}#byte={fact.offset}"
+            if fact.expected:
+                event["expected"] = True
+            return [event]
+        open_failure = self.failed.get(operation)
+        if open_failure is not None and began > open_failure[1]:  # started after the failure: an exact retry
+            del self.failed[operation]
+            return [
+                {
+                    "kind": "recovered",
+                    "id": f"recovered:{fact.call_id}",
+                    "operation": operation,
+                    "incidents": [open_failure[0]],
+                    "at": at,
+                }
+            ]
+        return []
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sequence": self.sequence,
+            "starts": {k: list(v) for k, v in self.starts.items()},
+            "failed": {k: list(v) for k, v in self.failed.items()},
+            "gaps": sorted(self.gaps),
+            "evidence_of": self.evidence_of,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Collector:
+        made = cls(str(data.get("evidence_of") or "output.log"))
+        made.sequence = int(data.get("sequence") or 0)
+        made.starts = {str(k): (str(v[0]), int(v[1]), str(v[2])) for k, v in dict(data.get("starts") or {}).items()}
+        made.failed = {str(k): (str(v[0]), int(v[1])) for k, v in dict(data.get("failed") or {}).items()}
+        made.gaps = {str(g) for g in data.get("gaps") or ()}
+        return made
+
+
+def _failure(incident: str, operation: str, category: Category, summary: str, at: str | None) -> dict[str, Any]:
+    return {
+        "kind": "failure",
+        "id": incident,
+        "operation": operation,
+        "category": category.value,
+        "summary": summary,
+        "at": at,
+    }
+
+
+def supervision_failure(key: str, category: Category, summary: str, at: str | None) -> dict[str, Any]:
+    """A failure corral itself observed (a watchdog kill, a signal, a lost turn): never a tool's."""
+    return _failure(f"{category.value}:{key}", f"{category.value}:{key}", category, excerpt(summary), at)
+
+
+# -- the reducer --------------------------------------------------------------------------------------
+
+
+@record(frozen=False)
+class Incident:
+    id: str
+    operation: str
+    category: str
+    summary: str
+    evidence: str | None = None
+    first_at: str | None = None
+    last_at: str | None = None
+    failures: int = 1
+    label: Label = Label.UNCLASSIFIED
+    closed_by: str | None = None
+    expected: bool = False
+    disposition: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "label": self.label.value,
+            "category": self.category,
+            "summary": self.summary,
+            "evidence": self.evidence,
+            "failures": self.failures,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "closed_by": self.closed_by,
+            "disposition": self.disposition,
+            "operation": self.operation,
+        }
+
+
+@record(frozen=False)
+class FailureState:
+    """Every incident of a session, and how many journal bytes and records it covers."""
+
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    offset: int = 0
+    records: int = 0
+    unreadable: int = 0  # journal records that could not be read (reported, never fatal)
+    torn: bool = False  # the journal's last line is incomplete (power loss mid-append)
+
+    def by_label(self, *labels: Label) -> list[Incident]:
+        return [i for i in self.incidents.values() if i.label in labels]
+
+    @property
+    def needs_action(self) -> list[Incident]:
+        return self.by_label(*NEEDS_ACTION)
+
+    def counts(self) -> dict[str, int]:
+        out = {label.value: 0 for label in Label}
+        for incident in self.incidents.values():
+            out[incident.label.value] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "incidents": [i.to_json() for i in self.incidents.values()],
+            "counts": self.counts(),
+            "needs_action": len(self.needs_action),
+            "journal": {"records": self.records, "unreadable": self.unreadable, "torn": self.torn},
+        }
+
+
+def reduce(state: FailureState, events: Iterable[Mapping[str, Any]]) -> FailureState:
+    """Fold ``events`` (in journal order) into ``state``, which it changes and returns."""
+    for event in events:
+        state.records += 1
+        _apply(state, event)
+    return state
+
+
+def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
+    kind = event.get("kind")
+    key = str(event.get("id") or "")
+    at = event.get("at") if isinstance(event.get("at"), str) else None
+    if kind == "failure":
+        known = state.incidents.get(key)
+        if known is not None and known.label not in CLOSED:
+            known.failures += 1
+            known.last_at = at or known.last_at
+            known.summary = str(event.get("summary") or known.summary)
+            known.evidence = event.get("evidence") or known.evidence
+        else:
+            if known is not None:  # failing again after it was closed: a new incident, the old one kept
+                key = f"{key}#{state.records}"
+            known = state.incidents[key] = Incident(
+                id=key,
+                operation=str(event.get("operation") or key),
+                category=str(event.get("category") or Category.TOOL.value),
+                summary=str(event.get("summary") or ""),
+                evidence=event.get("evidence") if isinstance(event.get("evidence"), str) else None,
+                first_at=at,
+                last_at=at,
+                expected=event.get("expected") is True,
+            )
+        known.label = _label(known)
+    elif kind == "recovered":
+        for target in event.get("incidents") or ():
+            _close(state, str(target), Label.RECOVERED, key)
+    elif kind == "incomplete":
+        if key not in state.incidents:
+            state.incidents[key] = Incident(
+                id=key,
+                operation=str(event.get("operation") or "evidence"),
+                category=Category.OBSERVATION.value,
+                summary=str(event.get("summary") or "evidence is missing or unreadable"),
+                label=Label.INCOMPLETE,
+            )
+    elif kind == "disposition":
+        disposition = str(event.get("disposition") or "")
+        for target in event.get("targets") or ():
+            incident = _open_incident(state, str(target))
+            if incident is None:
+                continue
+            incident.disposition = disposition
+            if disposition == "recovered":
+                _close(state, incident.id, Label.RECOVERED, key)
+            elif disposition == "superseded":
+                _close(state, incident.id, Label.SUPERSEDED, key)
+            elif disposition == "expected":
+                incident.expected = True
+                incident.label = Label.EXPECTED
+            elif disposition == "open":
+                incident.label = Label.ACTION_REQUIRED
+    else:
+        state.unreadable += 1
+
+
+def _open_incident(state: FailureState, key: str) -> Incident | None:
+    incident = state.incidents.get(key)
+    if incident is None or incident.label in CLOSED:
+        return None
+    return incident
+
+
+def _close(state: FailureState, key: str, label: Label, by: str) -> None:
+    incident = _open_incident(state, key)
+    if incident is not None and not (incident.expected and label is Label.RECOVERED):
+        incident.label = label
+        incident.closed_by = by
+    elif incident is not None:
+        incident.closed_by = by  # an expected failure keeps its label when it later passes
+
+
+def _label(incident: Incident) -> Label:
+    if incident.disposition == "open":
+        return Label.ACTION_REQUIRED
+    if incident.expected:
+        return Label.EXPECTED
+    if incident.category != Category.TOOL.value:
+        return Label.ACTION_REQUIRED  # a non-tool failure needs someone other than the agent
+    if incident.failures >= THRICE:
+        return Label.ACTION_REQUIRED
+    return Label.UNCLASSIFIED
+
+
+def summary_line(state: FailureState) -> str:
+    """``No failures need action · 8 unclassified tool errors · 2 expected (history)``, or what needs action."""
+    counts = state.counts()
+    act = counts[Label.ACTION_REQUIRED.value]
+    gaps = counts[Label.INCOMPLETE.value]
+    history = []
+    if n := counts[Label.UNCLASSIFIED.value]:
+        history.append(f"{n} unclassified tool error{'s' if n != 1 else ''}")
+    if n := counts[Label.EXPECTED.value]:
+        history.append(f"{n} expected")
+    if n := counts[Label.RECOVERED.value] + counts[Label.SUPERSEDED.value]:
+        history.append(f"{n} recovered")
+    tail = f" · {' · '.join(history)} (history)" if history else ""
+    if not act and not gaps:
+        return f"No failures need action{tail}"
+    head = []
+    if act:
+        head.append(f"{act} failure{'s' if act != 1 else ''} need{'s' if act == 1 else ''} action")
+    if gaps:
+        head.append(f"{gaps} observation{'s' if gaps != 1 else ''} incomplete")
+    return " · ".join(head) + tail
+
+
+CORRECTNESS_NOTE = "Work correctness was not inferred from lifecycle alone."

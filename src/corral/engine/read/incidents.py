@@ -1,0 +1,80 @@
+"""Reading a task's incidents: its session's reduced journal, and a scan of any log (docs/incidents.md).
+
+Every surface (``show``, ``list``, ``corral failures``, their ``--json``) reads the one reduced
+state from here; none re-derives a label.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from corral.adapters.harness import make_harness
+from corral.domain.incidents import (
+    CLOSED,
+    CORRECTNESS_NOTE,
+    EXCERPT_BYTES,
+    NEEDS_ACTION,
+    FailureState,
+    Incident,
+    reduce,
+    summary_line,
+)
+from corral.domain.records import Task
+from corral.engine.project import Project
+from corral.engine.runtime.journal import Cursors, Journal, scan
+
+
+def session_state(project: Project, task: Task, session_id: str | None = None) -> FailureState | None:
+    """The reduced journal of the task's session (its current one by default); None with no session."""
+    sid = session_id or task.session_id
+    if sid is None:
+        return None
+    return Journal(project.paths.journal_dir(task.id, sid)).read()
+
+
+def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
+    """A log outside any task scanned from its start into a fresh state (``corral failures --log``)."""
+    facts = make_harness(harness, {})
+    cursors = Cursors(None)
+    events = scan(path, facts, cwd, cursors, final=True, evidence_of=path.name)
+    return reduce(FailureState(), events)
+
+
+def rows(state: FailureState, *, history: bool = False, raw: bool = False) -> list[dict[str, Any]]:
+    """The incidents to show: those needing action (all, with ``history``), compact unless ``raw``."""
+    chosen = list(state.incidents.values()) if history else state.needs_action
+    return [_row(i, raw) for i in sorted(chosen, key=_order)]
+
+
+def _order(incident: Incident) -> tuple[int, str]:
+    rank = 0 if incident.label in NEEDS_ACTION else 2 if incident.label in CLOSED else 1
+    return rank, incident.first_at or ""
+
+
+def _row(incident: Incident, raw: bool) -> dict[str, Any]:
+    doc = incident.to_json()
+    if not raw:
+        doc["summary"] = _cap(incident.summary, EXCERPT_BYTES)
+        if incident.evidence and "/" in incident.evidence:
+            doc["evidence"] = incident.evidence.rsplit("/", 1)[-1]  # output.log#byte=N
+    return doc
+
+
+def _cap(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "…"
+
+
+def summary(state: FailureState | None) -> dict[str, Any]:
+    """The one-line account and the counts every surface shows (``needs_action`` decides a badge)."""
+    if state is None:
+        return {"line": "No failures observed", "note": CORRECTNESS_NOTE, "needs_action": 0, "counts": {}}
+    return {
+        "line": summary_line(state),
+        "note": CORRECTNESS_NOTE,
+        "needs_action": len(state.needs_action),
+        "counts": state.counts(),
+    }

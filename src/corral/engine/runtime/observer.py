@@ -1,0 +1,67 @@
+"""The supervisor's incident observer: it scans the turn's output log into the session's journal.
+
+While an attempt runs, every few seconds; after each attempt, with what corral itself saw of it
+(a watchdog kill, an exit by a signal corral did not send, a harness that could not start);
+and once more when the turn ends, when a partial last record is an incomplete observation.
+Every summary is masked for the turn's secrets before it is written. Bookkeeping never breaks
+the turn it observes: a failure here is reported on stderr (the supervisor's log) and the turn
+goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from corral.domain.clock import rfc3339
+from corral.domain.incidents import Category, supervision_failure
+from corral.domain.redact import redact
+from corral.engine.paths import OUTPUT_LOG
+from corral.engine.runtime.attempts import AttemptRun
+from corral.engine.runtime.heartbeat import now
+from corral.engine.runtime.journal import Cursors, Facts, Journal, scan
+
+
+class TurnObserver:
+    def __init__(
+        self, journal_dir: Path, log_dir: Path, harness: Facts, cwd: str, sequence: int, secrets: list[str]
+    ) -> None:
+        self.journal = Journal(journal_dir)
+        self.cursors = Cursors(journal_dir)
+        self.log = log_dir / OUTPUT_LOG
+        self.harness = harness
+        self.cwd = cwd
+        self.evidence_of = f"turns/{sequence}/{OUTPUT_LOG}"
+        self.sequence = sequence
+        self.secrets = secrets
+
+    def scan(self, *, final: bool = False, extra: list[dict[str, Any]] | None = None) -> None:
+        try:
+            at = rfc3339(now())
+            events = scan(
+                self.log, self.harness, self.cwd, self.cursors, at=at, final=final, evidence_of=self.evidence_of
+            )
+            events += extra or []
+            for event in events:
+                if isinstance(event.get("summary"), str):
+                    event["summary"] = redact(event["summary"], self.secrets)
+            self.journal.append(events)
+            self.cursors.save()
+        except Exception as exc:  # never the turn's failure: said where the supervisor's log is read
+            print(f"corral: the failure journal could not be updated: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def attempt(self, run: AttemptRun) -> None:
+        """After an attempt: its log, and what corral saw of it."""
+        at = rfc3339(now())
+        key = f"{self.sequence}.{run.number}"
+        seen: list[dict[str, Any]] = []
+        if run.spawn_error:
+            seen.append(supervision_failure(f"spawn:{key}", Category.SUPERVISION, run.spawn_error, at))
+        if run.watchdog:
+            summary = f"the no-progress watchdog ended attempt {run.number} of turn {self.sequence}"
+            seen.append(supervision_failure(f"watchdog:{key}", Category.SUPERVISION, summary, at))
+        elif run.signal is not None and not run.we_signalled:
+            summary = f"the agent was killed by signal {run.signal} (attempt {run.number} of turn {self.sequence})"
+            seen.append(supervision_failure(f"signal:{key}", Category.EXIT, summary, at))
+        self.scan(extra=seen)
