@@ -110,6 +110,9 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
         if r.get("reason"):
             goal = f"{goal} — {r['reason']}"
         status = app.paint(word, _STATUS_COLOR.get(r["status"], "bold")) if colored else word
+        if r.get("needs_action"):
+            n = r["needs_action"]
+            goal = f"[{n} need{'s' if n == 1 else ''} action] {goal}"
         lines.append(f"{clip(r['ref'], ref_w):<{ref_w}}  {status}{pad}  {age:<{age_w}}  {clip(goal, room)}")
     return lines
 
@@ -295,6 +298,12 @@ def show_lines(
         out.extend(f"  {v['decision']:<9} {one_line(v['path'])}" for v in doc["violations"])
     if doc["children"]:
         out.append("Subtasks: " + ", ".join(f"{c['ref']} ({c['status']})" for c in doc["children"]))
+    incidents = doc.get("incidents")
+    if incidents and doc.get("session"):
+        # Before the agent's own account of its progress: what went wrong is never hidden by a status.
+        out.append(f"Failures: {incidents['line']}")
+        out.extend(f"  {incident_line(row)}" for row in incidents["rows"])
+        out.append(f"  {incidents['note']}")
     out.append("")
     out.append("Timeline:")
     if earlier_turns:
@@ -336,3 +345,10 @@ def show_lines(
     if doc["next"]:
         out.append(f"{app.style('Next:', 'bold')} {one_line(doc['next'])}")
     return out
+
+
+def incident_line(row: dict[str, Any]) -> str:
+    """One incident: ``Action required ×3: bash failed: E1  [output.log#byte=1641]``."""
+    times = f" ×{row['failures']}" if row.get("failures", 1) > 1 else ""
+    where = f"  [{row['evidence']}]" if row.get("evidence") else ""
+    return f"{row['label']}{times}: {row['summary']}{where}"

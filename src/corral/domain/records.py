@@ -24,6 +24,9 @@ RESTORE_CONFLICT = "destination_restore_conflict"
 #: "task" | "env", "origin": where}}`` ("task": ``corral edit --set``; "env": the environment a person
 #: launched one of its turns with). Its turns run with them, whoever launches them.
 TASK_SETTINGS = "settings"
+#: The task metadata key of what its session's failure journal said when its last turn was
+#: recorded: ``{"needs_action": n, "session_id": id}`` (the badge ``list`` shows; docs/incidents.md).
+INCIDENTS = "incidents"
 #: The task metadata key of its latest interruption as the same-cause breaker saw it
 #: (``domain.failures.Interruption.to_json`` and how many in a row had that cause).
 LAST_INTERRUPTION = "last_interruption"

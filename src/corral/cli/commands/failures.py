@@ -8,6 +8,7 @@ import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
+from corral.cli.render import incident_line
 from corral.engine.operations import queries
 from corral.errors import UsageError
 
@@ -60,13 +61,4 @@ def failures(
 
 def lines(doc: dict[str, Any]) -> list[str]:
     """The incident rows, then the one-line account and the correctness note (kept whole)."""
-    out = [_row(r) for r in doc["rows"]]
-    out.append(doc["line"])
-    out.append(doc["note"])
-    return out
-
-
-def _row(row: dict[str, Any]) -> str:
-    times = f" ×{row['failures']}" if row.get("failures", 1) > 1 else ""
-    where = f"  [{row['evidence']}]" if row.get("evidence") else ""
-    return f"{row['label']}{times}: {row['summary']}{where}"
+    return [*(incident_line(r) for r in doc["rows"]), doc["line"], doc["note"]]

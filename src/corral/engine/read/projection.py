@@ -23,6 +23,7 @@ from corral.domain.explain import (
 from corral.domain.failures import breaker_tripped
 from corral.domain.record import record
 from corral.domain.records import (
+    INCIDENTS,
     RESTORE_CONFLICT,
     Attempt,
     AttemptOutcome,
@@ -366,7 +367,17 @@ def _row(task: Task, parent_ref: str | None, sub: str | None, because: str | Non
         "parent": parent_ref,
         "reason": because,
         "updated_at": rfc3339(task.updated_at),
+        "needs_action": needs_action(task),
     }
+
+
+def needs_action(task: Task) -> int:
+    """Incidents of the task's current session that need action, as its last recorded turn left them."""
+    known = task.metadata.get(INCIDENTS)
+    if not isinstance(known, dict) or known.get("session_id") != task.session_id:
+        return 0
+    count = known.get("needs_action")
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 def list_row(v: TaskView) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
 from corral.domain.record import replace
-from corral.domain.records import AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
+from corral.domain.records import INCIDENTS, AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 from corral.engine import readonly
 from corral.engine.paths import make_private_dir
@@ -38,6 +38,7 @@ from corral.engine.project import Project
 from corral.engine.read import diagnostics
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.check import CHECK_TAIL_BYTES
+from corral.engine.runtime.journal import Journal
 from corral.store import Tx
 
 #: error kinds of a receipt -> the resting cause code of the interrupted task.
@@ -234,6 +235,7 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
         failure = replace(failure, diagnostic=ref)
     if failure is None and receipt.kept is not None:
         failure = kept_evidence(receipt.kept, t)
+    incidents = incident_summary(command)
     with project.store.write() as tx:
         if tx.turn_by_command(command_id, Role.AGENT) is not None:
             return False  # another reconciler claimed it meanwhile; its row references the same file
@@ -243,8 +245,20 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
                 diagnostics.discard(project.paths, ref)
             return False
         _record(tx, current, receipt, command_id, human.sequence if human else None, failure, ref, t)
+        if incidents is not None:
+            again = tx.get_task(task.id)
+            if again is not None:
+                tx.update_task(task.id, metadata={**again.metadata, INCIDENTS: incidents}, touch=False)
     crashpoints.hit("reconcile.after-claim")
     return True
+
+
+def incident_summary(command: proto.Command | None) -> dict[str, object] | None:
+    """What the session's journal says when its turn is recorded: the badge ``list`` shows, read once."""
+    if command is None or not command.journal_dir:
+        return None
+    state = Journal(Path(command.journal_dir)).read()
+    return {"needs_action": len(state.needs_action), "session_id": Path(command.journal_dir).name}
 
 
 def hold_read_only(

@@ -20,6 +20,7 @@ from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.liveness import Observed, live_of
+from corral.engine.runtime.observer import observe_lost
 from corral.engine.runtime.processes import GONE, reap_turn, supervisor_alive, supervisor_lost
 from corral.errors import CorralError
 
@@ -203,6 +204,8 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
         with project.store.read() as tx:
             launched = tx.turn_by_command(command.command_id, Role.HUMAN)
         kept = receipts.keep_read_only_aside(project, task, command, launched.sequence if launched else None)
+    if command is not None:
+        observe_lost(command, reason, t.secrets)  # the turn's last observation: its log, and that it was lost
     content = diagnostics.for_lost(task_id=task.id, status=status, command=command, evidence=evidence, t=t)
     ref = diagnostics.try_write(project.paths, task.id, f"{command_id or new_id()}-lost", content, project.clock())
     evidence = replace(evidence, diagnostic=ref)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from corral.adapters.harness import make_harness
 from corral.domain.clock import rfc3339
 from corral.domain.incidents import Category, supervision_failure
 from corral.domain.redact import redact
@@ -21,6 +22,7 @@ from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime.attempts import AttemptRun
 from corral.engine.runtime.heartbeat import now
 from corral.engine.runtime.journal import Cursors, Facts, Journal, scan
+from corral.engine.runtime.protocol import Command
 
 
 class TurnObserver:
@@ -65,3 +67,17 @@ class TurnObserver:
             summary = f"the agent was killed by signal {run.signal} (attempt {run.number} of turn {self.sequence})"
             seen.append(supervision_failure(f"signal:{key}", Category.EXIT, summary, at))
         self.scan(extra=seen)
+
+
+def observe_lost(command: Command, reason: str, secrets: list[str]) -> None:
+    """A lost turn's last observation, by the reconciler (its only writer now): the rest of its log,
+    read to the end, and the loss itself — a supervision failure, which needs someone."""
+    if not command.journal_dir:
+        return
+    harness = make_harness(command.harness, command.harness_settings.as_mapping())
+    observer = TurnObserver(
+        Path(command.journal_dir), Path(command.log_dir), harness, command.worktree, command.sequence, secrets
+    )
+    summary = f"turn {command.sequence} was lost: {reason}"
+    lost = supervision_failure(f"lost:{command.command_id}", Category.SUPERVISION, summary, rfc3339(now()))
+    observer.scan(final=True, extra=[lost])

@@ -1,0 +1,77 @@
+"""Incidents on the CLI's surfaces: show above the timeline, list's badge, corral failures, --json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import CLI, FakeAgent
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _bash(command: str, *, fails: bool, output: str) -> dict[str, Any]:
+    return {"tool": "Bash", "input": {"command": command}, "is_error": fails, "output": output}
+
+
+def _run(corral: CLI, agent: FakeAgent, ref: str, *steps: dict[str, Any]) -> None:
+    agent.script([{"init": True}, *steps, {"text": "All tests pass now."}, {"result": "All tests pass now."}])
+    corral.ok("create", f"Make {ref} pass", "--ref", ref)
+    corral.ok("start", ref)
+    corral.ok("wait", ref, "--timeout", "60")
+
+
+def test_a_command_failing_three_times_needs_action_on_every_surface(agent: FakeAgent, corral: CLI) -> None:
+    failing = _bash("pytest -q", fails=True, output="FAILED tests/test_x.py::test_y")
+    _run(corral, agent, "thrice", failing, failing, failing)
+
+    shown = corral.ok("show", "thrice").stdout
+    before_timeline = shown.split("Timeline:")[0]
+    assert "Failures: 1 failure needs action" in before_timeline  # above the agent's own account
+    assert "Action required ×3: Bash failed: FAILED tests/test_x.py::test_y  [output.log#byte=" in before_timeline
+    assert "Work correctness was not inferred from lifecycle alone." in before_timeline
+    assert "[1 needs action] Make thrice pass" in corral.ok("list").stdout
+
+    listed = {t["ref"]: t for t in corral.json("list")["tasks"]}
+    assert listed["thrice"]["needs_action"] == 1
+    doc = corral.json("failures", "thrice")["failures"]
+    assert doc["needs_action"] == 1 and doc["counts"]["Action required"] == 1
+    (row,) = doc["rows"]
+    assert row["label"] == "Action required" and row["category"] == "tool" and row["failures"] == 3
+    assert row["evidence"].startswith("output.log#byte=")
+    raw = corral.json("failures", "thrice", "--raw")["failures"]["rows"][0]
+    assert raw["evidence"].startswith("turns/1/output.log#byte=")
+    assert corral.json("show", "thrice")["incidents"]["rows"][0]["id"] == row["id"]
+
+
+def test_an_exact_retry_recovers_and_another_commands_success_does_not(agent: FakeAgent, corral: CLI) -> None:
+    _run(
+        corral,
+        agent,
+        "exact",
+        _bash("pytest -q", fails=True, output="FAILED 2"),
+        _bash("ls", fails=False, output="ok"),  # another command's success: clears nothing
+        _bash("make lint", fails=True, output="E501"),
+        _bash("pytest -q", fails=False, output="2 passed"),  # the same command again: recovered
+    )
+    shown = corral.ok("show", "exact").stdout
+    assert "Failures: No failures need action · 1 unclassified tool error · 1 recovered (history)" in shown
+    assert "need action]" not in corral.ok("list").stdout
+    history = corral.json("failures", "exact", "--history")["failures"]["rows"]
+    assert sorted((r["label"], r["summary"]) for r in history) == [
+        ("Recovered", "Bash failed: FAILED 2"),
+        ("Unclassified failure observation", "Bash failed: E501"),
+    ]
+    text = corral.ok("failures", "exact").stdout.splitlines()
+    assert text == [
+        "No failures need action · 1 unclassified tool error · 1 recovered (history)",
+        "Work correctness was not inferred from lifecycle alone.",
+    ]
+
+
+def test_failures_names_what_it_needs(corral: CLI) -> None:
+    assert corral("failures").returncode == 2
+    bad = corral("failures", "--log", "x.log")
+    assert bad.returncode == 2 and "--harness" in bad.stderr
+    assert corral("failures", "no-such-task").returncode == 4
