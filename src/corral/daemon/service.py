@@ -23,6 +23,7 @@ from corral.adapters.locks import is_locked, try_lock
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import rfc3339
 from corral.domain.record import record
+from corral.engine.operations import notify
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
@@ -149,6 +150,7 @@ class Daemon:
         try:
             for problem in settle(self.project):
                 self.event("reconcile-error", why=why, code="task-unreconciled", message=problem)
+            notify.from_daemon(self.project, lambda doc: self.event(str(doc.pop("event")), **doc))
         except CorralError as exc:
             self.event("reconcile-error", why=why, code=exc.code, message=exc.message)
         except Exception as exc:  # a tick that fails must not end the daemon

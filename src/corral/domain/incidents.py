@@ -249,6 +249,8 @@ class Incident:
     closed_by: str | None = None
     expected: bool = False
     disposition: str | None = None
+    #: When it first needed action (its grace period for a notice counts from here).
+    actionable_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -331,6 +333,8 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
                 expected=event.get("expected") is True,
             )
         known.label = _label(known)
+        if known.label is Label.ACTION_REQUIRED and known.actionable_at is None:
+            known.actionable_at = at
     elif kind == "recovered":
         for target in event.get("incidents") or ():
             _close(state, str(target), Label.RECOVERED, key)
@@ -359,6 +363,7 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
                 incident.label = Label.EXPECTED
             elif disposition == "open":
                 incident.label = Label.ACTION_REQUIRED
+                incident.actionable_at = incident.actionable_at or (at or incident.last_at)
     else:
         state.unreadable += 1
 

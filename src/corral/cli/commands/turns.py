@@ -14,8 +14,9 @@ from corral.cli import render
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.textinput import obtain
+from corral.domain.attention import Notice
 from corral.domain.records import Task
-from corral.engine.operations import control, queries, turns
+from corral.engine.operations import control, notify, queries, turns
 from corral.engine.project import Project
 from corral.engine.read.live import live_turn
 from corral.errors import UsageError
@@ -86,14 +87,24 @@ class LiveLine:
 def _wait(app: App, ref: str, timeout: float | None) -> int:
     project = app.project
     live = LiveLine(app, project)
+
+    def show(notice: Notice, task: Task) -> None:
+        live.clear()  # the notice on a line of its own; the live line comes back at the next tick
+        app.note(f"{task.ref}: {notice.line()}")
+
+    def tick(task: Task) -> None:
+        notify.for_wait(project, task, lambda n: show(n, task))
+        live.tick(task)
+
     try:
-        result = control.wait(project, ref, timeout=timeout, on_tick=live.tick)
+        result = control.wait(project, ref, timeout=timeout, on_tick=tick)
     except KeyboardInterrupt:
         live.clear()
         app.note("Stopped waiting; the turn goes on.")
         return 130
     finally:
         live.clear()
+    notify.for_wait(project, result.task, lambda n: show(n, result.task))  # the turn's end, told once
     doc = queries.task_doc(project, result.task)
     app.answer(
         {

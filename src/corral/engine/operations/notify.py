@@ -1,0 +1,84 @@
+"""Telling a person about incidents: the daemon's notices and hook, and what ``corral wait`` prints.
+
+The rule of what is due and when is ``corral.domain.attention``; receipts per channel are
+``corral.engine.read.notices``. The hook is the user's ``notify_command`` — trusted only from
+their own settings or environment, never from a repository's ``corral.toml`` (which may only
+propose it) — run with the notice as JSON on stdin, a few seconds at most.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Callable
+from datetime import timedelta
+
+from corral.adapters.process import Runner, SubprocessRunner
+from corral.domain.attention import Notice
+from corral.domain.records import Task
+from corral.domain.status import TERMINAL, Status
+from corral.engine.project import Project
+from corral.engine.read import notices
+
+HOOK_TIMEOUT_SECONDS = 10.0
+#: A turn that ended this recently is still looked at for its completion notice.
+RECENT = timedelta(hours=1)
+
+
+def notice_doc(project: Project, task: Task, notice: Notice) -> dict[str, object]:
+    return {
+        "event": "notice",
+        "project": str(project.repo),
+        "task": {"id": task.id, "ref": task.ref},
+        **notice.to_json(),
+    }
+
+
+def for_wait(project: Project, task: Task, show: Callable[[Notice], None]) -> Notice | None:
+    """The waited task's due notice, shown by ``corral wait`` (channel ``wait``)."""
+    return notices.deliver(project, task, "wait", show, project.clock())
+
+
+def from_daemon(
+    project: Project, log: Callable[[dict[str, object]], None], runner: Runner | None = None
+) -> list[tuple[Task, Notice]]:
+    """Every due notice of the project's running and recently ended turns: logged, and handed to the hook."""
+    runner = runner or SubprocessRunner()
+    hook = project.config["notify_command"]
+    now = project.clock()
+    with project.store.read() as tx:
+        tasks = [
+            t
+            for t in tx.tasks(set(Status) - TERMINAL)
+            if t.session_id and (t.status is Status.WORKING or now - t.updated_at <= RECENT)
+        ]
+    delivered = []
+    for task in tasks:
+
+        def hand_over(notice: Notice, task: Task = task) -> None:
+            doc = notice_doc(project, task, notice)
+            log(doc)
+            if hook:
+                _run_hook(runner, str(hook), doc, log)
+
+        notice = notices.deliver(project, task, "daemon", hand_over, now)
+        if notice is not None:
+            delivered.append((task, notice))
+    return delivered
+
+
+def _run_hook(runner: Runner, hook: str, doc: dict[str, object], log: Callable[[dict[str, object]], None]) -> None:
+    try:
+        done = runner.run(shlex.split(hook), input=json.dumps(doc), timeout=HOOK_TIMEOUT_SECONDS)
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        log({"event": "notify-failed", "key": doc.get("key"), "message": f"{type(exc).__name__}: {exc}"})
+        return
+    if done.returncode != 0:
+        log(
+            {
+                "event": "notify-failed",
+                "key": doc.get("key"),
+                "message": f"exit {done.returncode}: {done.stderr[-300:]}",
+            }
+        )
