@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -31,7 +32,40 @@ NOW = datetime(2026, 12, 1, 13, 20, tzinfo=UTC)
     ],
 )
 def test_the_reset_a_message_states(text: str, expected: datetime) -> None:
-    assert reset_of(text, NOW) == expected
+    assert reset_of(text, NOW, local=UTC) == expected
+
+
+def test_a_time_of_day_is_read_in_the_zone_it_names_else_in_the_machines() -> None:
+    berlin = ZoneInfo("Europe/Berlin")  # UTC+1 in December
+    assert reset_of("You've hit your 5-hour limit · resets 3:11pm (UTC)", NOW, local=berlin) == datetime(
+        2026, 12, 1, 15, 11, tzinfo=UTC
+    )
+    assert reset_of("resets 3pm (Europe/Berlin)", NOW, local=UTC) == datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
+    # Codex prints its local time with no zone: read in the machine's zone.
+    assert reset_of("You’ve hit your usage limit. Try again at 2:38 PM.", NOW, local=berlin) == datetime(
+        2026, 12, 1, 13, 38, tzinfo=UTC
+    )
+    new_york = ZoneInfo("America/New_York")
+    assert reset_of("Try again at 9:19 AM.", NOW, local=new_york) == datetime(2026, 12, 1, 14, 19, tzinfo=UTC)
+
+
+def test_a_time_of_day_that_just_passed_is_now_not_tomorrow() -> None:
+    stated = NOW.replace(second=45)  # "2:08 PM" read at 14:08:45, or a few seconds into the next minute
+    assert reset_of("Try again at 1:20 PM.", stated, local=UTC) == NOW
+    later = NOW + timedelta(seconds=75)
+    assert reset_of("Try again at 1:20 PM.", later, local=UTC) == NOW + timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("You’ve hit your usage limit. Try again at Dec 3rd, 2026 4:08 PM.", datetime(2026, 12, 3, 16, 8, tzinfo=UTC)),
+        ("You've hit your weekly limit · resets Dec 3, 9:45pm (UTC)", datetime(2026, 12, 3, 21, 45, tzinfo=UTC)),
+        ("resets Jan 2, 9am (UTC)", datetime(2027, 1, 2, 9, 0, tzinfo=UTC)),  # no year: the next Jan 2
+    ],
+)
+def test_a_date_with_a_months_name(text: str, expected: datetime) -> None:
+    assert reset_of(text, NOW, local=UTC) == expected
 
 
 @pytest.mark.parametrize(
@@ -39,7 +73,7 @@ def test_the_reset_a_message_states(text: str, expected: datetime) -> None:
     ["usage limit reached", "HTTP 429 too many requests", "resets 14", "try again later", "on 13/45/2026", ""],
 )
 def test_a_message_that_states_no_reset(text: str) -> None:
-    assert reset_of(text, NOW) is None
+    assert reset_of(text, NOW, local=UTC) is None
 
 
 def test_a_reset_within_the_budget_is_waited_for_and_one_beyond_it_parks_with_the_date() -> None:

@@ -231,3 +231,68 @@ def test_a_harness_that_keeps_its_retries_has_each_shown_live_until_its_next_ste
     assert shown.reason.startswith("HTTP 529 overloaded (Claude Code's retry 1 of 10, due in ")
     on_disk = proto.read_raw(dirs["protocol"] / proto.STATUS) or {}
     assert on_disk["retry"] is None
+
+
+# -- an account's usage limit: waited for together, no budget spent ---------------------------
+
+
+@pytest.mark.timeout(180)  # the reset is up to a minute ahead
+def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_session(
+    make_rig: Any,  # noqa: F811
+    corral: CLI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A subscription login (a long-lived token, as `claude setup-token` gives): Claude Code 2.1.332
+    # does not retry a 429 that carries the unified rate-limit headers with status "rejected";
+    # it prints a rate_limit_event line and ends with the reset as a clock time to the minute in
+    # its local zone — for the "overage" claim "You've hit your usage limit · resets 2:13pm (UTC)".
+    # (An API key gets none of that: api_retry lines with error "rate_limit", no reset.) So the
+    # reset is on a minute boundary, at least a few seconds ahead.
+    rig = make_rig(auto_resume="0")
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-test-0000000000000000")
+    monkeypatch.setenv("TZ", "UTC")
+    reset = (int(time.time()) + 5 + 59) // 60 * 60
+    unified = {
+        "anthropic-ratelimit-unified-status": "rejected",
+        "anthropic-ratelimit-unified-reset": str(reset),
+        "anthropic-ratelimit-unified-representative-claim": "overage",
+    }
+    rig.script(Error(429, headers=unified), Text("through after the reset"))
+    task = rig.create()
+    turns.start(rig.proj, task.ref, actor=Actor.HUMAN)
+
+    def paused() -> str | None:
+        """show's substate, once the task waits on the account"""
+        shown = corral.json("show", task.ref)["task"]
+        substate = str(shown["substate"])
+        return substate if shown["status"] == "working" and substate.startswith("waiting: usage limit") else None
+
+    substate = poll("the task to wait on the usage limit", paused)
+    assert substate == f"waiting: usage limit (resets {time.strftime('%H:%M', time.gmtime(reset))})"
+    assert "working(waiting: usage limit (resets " in corral.ok("list").stdout
+    assert rig.status_json(task)["waiting"]["harness"] == "claude"
+    [limit_line] = [e for e in rig.output_events(task, 1) if e.get("type") == "rate_limit_event"]
+    assert limit_line["rate_limit_info"]["status"] == "rejected" and limit_line["rate_limit_info"]["resetsAt"] == reset
+    assert rig.server.consumed == 1 and len(rig.launches()) == 1
+
+    done = rig.wait(task, timeout=90)
+    assert done.status is Status.BLOCKED and done.resting_cause is None
+    assert rig.server.remaining == []
+    _first, second = rig.server.script_requests
+    assert second.at >= reset, "no model request before the reset"
+    launches = rig.launches()
+    assert len(launches) == 2
+    (init, *_) = init_events(rig.output_events(task, 1))
+    assert resume_id(launches[1]["argv"]) == init["session_id"]  # the same session, resumed
+    (agent_turn,) = rig.agent_turns(task)
+    assert agent_turn.content == "through after the reset"
+    assert [(a.outcome.value, a.failure_class) for a in agent_turn.attempts] == [
+        ("failed", "transient_overload"),
+        ("succeeded", None),
+    ]
+    assert retry_lines(rig, task) == []  # the CLI made no retry of its own
+    doc = corral.json("show", task.ref)
+    assert [c["to"] for c in doc["status_changes"]][-2:] == ["working", "blocked"]  # never interrupted
+    assert "interrupted" not in [c["to"] for c in doc["status_changes"]]
+    assert "You've hit your usage limit · resets " in doc["turns"][-1]["attempts"][0]["failure"]["details"]["reason"]

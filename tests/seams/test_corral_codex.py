@@ -293,3 +293,58 @@ def _children(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
+
+
+@pytest.mark.timeout(180)  # the reset is up to a minute ahead
+def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_thread(make_rig: Any) -> None:
+    # ChatGPT's 429 for an account's usage limit. Codex 0.171 does not retry it and prints the
+    # reset as a clock time to the minute: "You’ve hit your usage limit. Try again at 2:09 PM."
+    # (local time; TZ pins it to UTC, the zone corral reads a clock time in). So the reset is on
+    # a minute boundary, at least a few seconds ahead.
+    reset = (int(time.time()) + 5 + 59) // 60 * 60
+    limit = {
+        "error": {
+            "type": "usage_limit_reached",
+            "message": "The usage limit has been reached",
+            "plan_type": None,
+            "resets_at": reset,
+            "resets_in_seconds": reset - int(time.time()),
+        }
+    }
+    rig = make_rig([Error(429, body=limit), Message("done after the reset")])
+    rig.env["TZ"] = "UTC"
+    ref = rig.create("Say hello")
+    rig.corral.ok("start", ref, env=rig.env)
+    assert rig.server.wait_for_requests(1, timeout=30)
+
+    deadline = time.monotonic() + 30
+    while not str(rig.show(ref)["task"]["substate"]).startswith("waiting: usage limit"):
+        assert time.monotonic() < deadline, rig.show(ref)["task"]
+        time.sleep(0.3)
+    paused = rig.show(ref)
+    assert paused["task"]["status"] == "working"
+    assert paused["task"]["substate"] == f"waiting: usage limit (resets {time.strftime('%H:%M', time.gmtime(reset))})"
+    assert "working(waiting: usage limit (resets " in rig.run("list").stdout
+    pauses = json.loads((Path(os.environ["CORRAL_HOME"]) / "usage-limits.json").read_text())
+    [record] = pauses["accounts"].values()
+    assert record["harness"] == "codex" and "hit your usage limit" in record["reason"]
+
+    waited = rig.run("wait", ref, "--timeout", "90")
+    assert waited.returncode == 0, (waited.stderr, rig.run("show", ref).stdout)
+    first, second = rig.server.script_requests
+    assert second.at >= reset, "no model request before the reset"
+    shown = rig.show(ref)
+    assert shown["task"]["status"] == "blocked"
+    assert [c["to"] for c in shown["status_changes"]][-2:] == ["working", "blocked"]  # never interrupted
+    assert "interrupted" not in [c["to"] for c in shown["status_changes"]]
+    turn = shown["turns"][-1]
+    assert turn["content"] == "done after the reset"
+    assert [(a["outcome"], a["failure_class"]) for a in turn["attempts"]] == [
+        ("failed", "transient_overload"),
+        ("succeeded", None),
+    ]
+    assert "hit your usage limit" in turn["attempts"][0]["failure"]["details"]["reason"]
+    assert _thread(first) == _thread(second) == shown["session"]["harness_session_id"]
+    assert json.loads(second.headers["x-codex-turn-metadata"])["history_initialization"] == "cold_resume"
+    pauses = json.loads((Path(os.environ["CORRAL_HOME"]) / "usage-limits.json").read_text())
+    assert pauses["accounts"] == {}  # the relaunch got through: the pause is over

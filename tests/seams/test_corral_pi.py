@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +287,50 @@ def test_a_sigkilled_pi_is_auto_resumed_by_the_daemon_in_the_same_session(make_r
     assert [r["tool_use_id"] for r in last.tool_results()] == [tool_use["id"]]
     assert any(feedback in text for text in last.texts(role="user"))
     assert rig.server.remaining == []
+
+
+def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_session(make_rig: Any) -> None:
+    # At Pi's defaults its SDK retries a 429 twice without a word, then Pi announces its own retry
+    # with the provider's words: auto_retry_start's errorMessage is `429 {"type":"error","error":
+    # {"type":"rate_limit_error","message":"You've hit your usage limit. Try again in 8 seconds."}}`.
+    # The supervisor ends Pi there; the account waits for the reset those words state.
+    words = "You've hit your usage limit. Try again in 8 seconds."
+    rig = make_rig([Error(429, words)] * 3 + [Text("done after the reset")])
+    ref = rig.create("Say hello")
+    rig.corral.ok("start", ref, env=rig.env)
+    assert rig.server.wait_for_requests(3, timeout=30)
+
+    deadline = time.monotonic() + 20
+    while not str(rig.show(ref)["task"]["substate"]).startswith("waiting: usage limit (resets "):
+        assert time.monotonic() < deadline, rig.show(ref)["task"]
+        time.sleep(0.2)
+    paused = rig.show(ref)
+    assert paused["task"]["status"] == "working"
+    assert "working(waiting: usage limit (resets " in rig.run("list").stdout
+    pauses = json.loads((Path(os.environ["CORRAL_HOME"]) / "usage-limits.json").read_text())
+    [record] = pauses["accounts"].values()
+    assert record["harness"] == "pi" and words in record["reason"]
+    reset = datetime.fromisoformat(record["resets_at"].replace("Z", "+00:00")).timestamp()
+    assert 0 < reset - rig.server.script_requests[2].at <= 10
+    assert len(rig.server.script_requests) == 3  # Pi's own 2-4-8 s retries never ran
+
+    waited = rig.run("wait", ref, "--timeout", "45")
+    assert waited.returncode == 0, (waited.stderr, rig.run("show", ref).stdout)
+    requests = rig.server.script_requests
+    assert len(requests) == 4 and requests[3].at >= reset, "no model request before the reset"
+    shown = rig.show(ref)
+    assert shown["task"]["status"] == "blocked"
+    assert [c["to"] for c in shown["status_changes"]][-2:] == ["working", "blocked"]  # never interrupted
+    assert "interrupted" not in [c["to"] for c in shown["status_changes"]]
+    turn = shown["turns"][-1]
+    assert turn["content"] == "done after the reset"
+    assert [(a["outcome"], a["failure_class"]) for a in turn["attempts"]] == [
+        ("failed", "transient_overload"),
+        ("succeeded", None),
+    ]
+    assert words in turn["attempts"][0]["failure"]["details"]["reason"]
+    session = shown["session"]["harness_session_id"]
+    assert rig.sessions_in_logs(ref) == [session, session]  # the relaunch resumed the same session
+    assert rig.server.remaining == []
+    pauses = json.loads((Path(os.environ["CORRAL_HOME"]) / "usage-limits.json").read_text())
+    assert pauses["accounts"] == {}  # the relaunch got through: the pause is over

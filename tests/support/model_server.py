@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -160,6 +161,7 @@ class Request:
     raw: bytes
     kind: str = "other"  # "script" (consumed a step) | "side" | "other" (not a model call)
     step: int | None = None  # index of the consumed step; None when the script was exhausted
+    at: float = field(default_factory=time.time)  # when it arrived (epoch seconds)
 
     @property
     def messages(self) -> list[dict[str, Any]]:

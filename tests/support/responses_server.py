@@ -17,9 +17,11 @@ Steps, consumed one per ``POST /v1/responses``, in order:
   then ``response.completed``: Codex runs the tool and sends another request with a
   ``function_call_output`` item for ``call_id``. ``ExecCommand(cmd, **more)`` is the
   ``exec_command`` call Codex 0.171 declares (``{"cmd": ..., "workdir"?, "login"?, ...}``).
-- ``Error(status, message=None, type=None, code=None, headers={})`` — an HTTP error with the
-  OpenAI JSON body ``{"error": {"message", "type", "param": null, "code"}}`` (401
-  ``invalid_api_key``, 429 ``rate_limit_exceeded``, 500 ``server_error``, 503 overloaded, ...).
+- ``Error(status, message=None, type=None, code=None, headers={}, body=None)`` — an HTTP error
+  with the OpenAI JSON body ``{"error": {"message", "type", "param": null, "code"}}`` (401
+  ``invalid_api_key``, 429 ``rate_limit_exceeded``, 500 ``server_error``, 503 overloaded, ...);
+  ``body`` replaces that body with its own JSON (e.g. ChatGPT's 429 ``{"error": {"type":
+  "usage_limit_reached", "resets_at": <epoch>, ...}}``).
 - ``Failed(code, message)`` — a 200 stream whose ``response.created`` is followed by
   ``response.failed`` carrying ``{"error": {"code", "message"}}``, as the real API reports a
   failure that happens after the stream began.
@@ -120,6 +122,7 @@ class Error:
     type: str | None = None
     code: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] | None = None  # the whole JSON body, instead of the OpenAI error body
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ class Request:
     raw: bytes
     kind: str = "other"  # "script" (a POST /v1/responses) | "other"
     step: int | None = None  # index of the consumed step; None when the script was exhausted
+    at: float = field(default_factory=time.time)  # when it arrived (epoch seconds)
 
     @property
     def input(self) -> list[dict[str, Any]]:
@@ -367,7 +371,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, req: Request, step: Step) -> None:
         model = str(req.body.get("model") or "scripted-model")
         if isinstance(step, Error):
-            self._send_json(step.status, error_body(step.status, step.message, step.type, step.code), step.headers)
+            body = step.body if step.body is not None else error_body(step.status, step.message, step.type, step.code)
+            self._send_json(step.status, body, step.headers)
             return
         rid = self.owner.new_id("resp")
         if isinstance(step, Hang):

@@ -3,16 +3,17 @@
 A harness that reports its account's usage limit (its own dialect is matched in its adapter)
 hands the words here; :func:`reset_of` reads the reset they state — an epoch after a ``|``
 (Claude Code's ``usage limit reached|1767225600``), a duration (``try again in 2 hours 5
-minutes``, ``resets in 20 minutes``), or a clock time or date (``resets 2pm``, ``try again at
-3:45 PM``, ``resets at 2026-12-01T14:00:00Z``). :func:`verdict` decides: wait for the reset
-together with every task of that account, or — a reset beyond the retry budget, which no
-ladder outlives (a monthly quota) — park blocked with the date.
+minutes``, ``resets in 20 minutes``), a date (``Dec 3rd, 2026 4:08 PM``, ``12/19/2026``) or a time
+of day (``resets 3:11pm (UTC)``, ``try again at 3:45 PM``, ``2026-12-01T14:00:00Z``).
+:func:`verdict` decides: wait for the reset together with every task of that account, or — a
+reset beyond the retry budget, which no ladder outlives (a monthly quota) — park blocked with
+the date.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from corral.domain.record import record
 
@@ -30,14 +31,28 @@ _DURATION = re.compile(
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(day|hour|hr|minute|min|second|sec)s?", re.I)
 _ISO = re.compile(r"\b(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)")
 _DATE = re.compile(r"\b(?:on\s+)?(\d{1,2})/(\d{1,2})/(\d{4})\b")
-_CLOCK = re.compile(r"\b(?:resets?|reset at|again at|at)\s+(\d{1,2})(?::(\d{2}))?\s*([ap]\.?m\.?)?(?![\d/])", re.I)
+_TIME = r"(\d{1,2})(?::(\d{2}))?\s*([ap]\.?m\.?)?"
+_ZONE = r"(?:\s*\(([A-Za-z_]+(?:/[A-Za-z_+-]+)*)\))?"
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+#: ``Dec 3rd, 2026 4:08 PM`` (Codex), ``Dec 3, 9:45pm (UTC)`` (Claude Code): a month's name, a day, a year
+#: or none, a time of day.
+_NAMED = re.compile(
+    r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+"
+    r"(?:(\d{4}),?\s+)?(?:at\s+)?" + _TIME + _ZONE,
+    re.I,
+)
+_CLOCK = re.compile(r"\b(?:resets?|reset at|again at|at)\s+" + _TIME + r"(?![\d/])" + _ZONE, re.I)
+#: A time of day that has just passed (to the minute a message states) is the reset now, not tomorrow's.
+JUST_PASSED = timedelta(seconds=60)
 
 
-def reset_of(text: str, now: datetime) -> datetime | None:
-    """The reset ``text`` states, as an aware UTC time, or None when it states none.
+def reset_of(text: str, now: datetime, local: tzinfo | None = None) -> datetime | None:
+    """The reset ``text`` states, as an aware time, or None when it states none.
 
-    A clock time without a date is the next such time (today, or tomorrow when it has passed);
-    a clock time or date without a zone is read as UTC.
+    A time of day in a zone the text names (``3:11pm (UTC)``, ``(Europe/Berlin)``) is read there;
+    one without a zone in ``local`` (the machine's own zone by default: the harness printed it in
+    its local time). A time of day without a date is the next such time — today, or tomorrow when
+    it passed more than a minute ago (the text is exact only to the minute).
     """
     if found := _EPOCH.search(text):
         return datetime.fromtimestamp(int(found.group(1)), UTC)
@@ -47,29 +62,68 @@ def reset_of(text: str, now: datetime) -> datetime | None:
         except ValueError:
             at = None
         if at is not None:
-            return at if at.tzinfo else at.replace(tzinfo=UTC)
+            return at if at.tzinfo else at.replace(tzinfo=local or _local(now))
     if found := _DURATION.search(text):
         seconds = sum(float(n) * _UNITS[unit.lower()] for n, unit in _PART.findall(found.group(1)))
         if seconds > 0:
             return now + timedelta(seconds=seconds)
+    if found := _NAMED.search(text):
+        month = _MONTHS.index(found.group(1).lower()[:3]) + 1
+        clock = _clock(found.group(4), found.group(5), found.group(6))
+        zone = _zone(found.group(7)) or local or _local(now)
+        if clock is not None:
+            year = int(found.group(3)) if found.group(3) else now.astimezone(zone).year
+            try:
+                at = datetime(year, month, int(found.group(2)), *clock, tzinfo=zone)
+            except ValueError:
+                return None
+            if not found.group(3) and at < now - JUST_PASSED:
+                at = at.replace(year=year + 1)  # no year: the next such date
+            return at
     if found := _DATE.search(text):
         month, day, year = (int(g) for g in found.groups())
         try:
-            return datetime(year, month, day, tzinfo=UTC)
+            return datetime(year, month, day, tzinfo=local or _local(now))
         except ValueError:
             return None
     if found := _CLOCK.search(text):
-        hour, minute = int(found.group(1)), int(found.group(2) or 0)
-        meridian = (found.group(3) or "").lower().replace(".", "")
-        if meridian == "pm" and hour < 12:
-            hour += 12
-        elif meridian == "am" and hour == 12:
-            hour = 0
-        if hour > 23 or minute > 59 or (not meridian and found.group(2) is None):
+        clock = _clock(found.group(1), found.group(2), found.group(3))
+        if clock is None:
             return None  # a bare number is no time of day
-        at = now.astimezone(UTC).replace(hour=hour, minute=minute, second=0, microsecond=0)
-        return at if at > now else at + timedelta(days=1)
+        zone = _zone(found.group(4)) or local or _local(now)
+        at = now.astimezone(zone).replace(hour=clock[0], minute=clock[1], second=0, microsecond=0)
+        return at if at > now - JUST_PASSED else at + timedelta(days=1)
     return None
+
+
+def _clock(hour_text: str, minute_text: str | None, meridian_text: str | None) -> tuple[int, int] | None:
+    hour, minute = int(hour_text), int(minute_text or 0)
+    meridian = (meridian_text or "").lower().replace(".", "")
+    if meridian == "pm" and hour < 12:
+        hour += 12
+    elif meridian == "am" and hour == 12:
+        hour = 0
+    if hour > 23 or minute > 59 or (not meridian and minute_text is None):
+        return None
+    return hour, minute
+
+
+def _zone(name: str | None) -> tzinfo | None:
+    if not name:
+        return None
+    if name.upper() in ("UTC", "GMT", "Z"):
+        return UTC
+    try:
+        from zoneinfo import ZoneInfo  # only a message that names its zone
+
+        return ZoneInfo(name)
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def _local(now: datetime) -> tzinfo:
+    zone = datetime.now(UTC).astimezone().tzinfo
+    return zone or UTC
 
 
 @record

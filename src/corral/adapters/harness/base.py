@@ -140,7 +140,7 @@ def account_digest(harness: str, parts: Sequence[str | None]) -> str:
 
 #: What an account's usage limit reads like in any harness's words (each adapter adds its dialect).
 USAGE_LIMIT_WORDS = re.compile(
-    r"usage limit|hit your limit|limit reached|usage_limit_reached|quota (?:will )?reset", re.I
+    r"usage limit|hit your (?:[\w-]+ )?limit|limit reached|usage_limit_reached|quota (?:will )?reset", re.I
 )
 
 

@@ -148,6 +148,13 @@ class ClaudeHarness:
         if data is None:
             return []
         kind = data.get("type")
+        if kind == "rate_limit_event":
+            info = data.get("rate_limit_info")
+            if isinstance(info, dict) and info.get("status") == "rejected" and isinstance(info.get("resetsAt"), int):
+                # The account's limit with its exact reset (a subscription's 5-hour or weekly window).
+                what = str(info.get("rateLimitType") or "usage")
+                return [Event("model_error", text=f"{what} usage limit reached|{info['resetsAt']}")]
+            return [Event("keepalive")]
         if kind == "system":
             if data.get("subtype") == "init" and isinstance(data.get("session_id"), str):
                 return [Event("session", session_id=data["session_id"])]
