@@ -17,13 +17,25 @@ def at(seconds: float) -> str:
 
 
 def tool_failure(op: str, seconds: float) -> dict[str, Any]:
-    return {"kind": "failure", "id": f"tool:{op}", "operation": op, "category": "tool", "summary": f"{op} failed",
-            "at": at(seconds)}  # fmt: skip
+    return {
+        "kind": "failure",
+        "id": f"tool:{op}",
+        "operation": op,
+        "category": "tool",
+        "summary": f"{op} failed",
+        "at": at(seconds),
+    }
 
 
 def model_failure(seconds: float) -> dict[str, Any]:
-    return {"kind": "failure", "id": "model:1", "operation": "model-call", "category": "model",
-            "summary": "HTTP 529", "at": at(seconds)}  # fmt: skip
+    return {
+        "kind": "failure",
+        "id": "model:1",
+        "operation": "model-call",
+        "category": "model",
+        "summary": "HTTP 529",
+        "at": at(seconds),
+    }
 
 
 def state(*events: dict[str, Any]) -> FailureState:
@@ -77,6 +89,6 @@ def test_the_end_of_the_turn_tells_what_is_open_once_counting_what_was_told() ->
 
 
 def test_a_turn_with_nothing_open_ends_without_a_notice() -> None:
-    s = state(tool_failure("pytest", 0),
-              {"kind": "recovered", "id": "r", "operation": "pytest", "incidents": ["tool:pytest"], "at": at(1)})  # fmt: skip
+    recovered = {"kind": "recovered", "id": "r", "operation": "pytest", "incidents": ["tool:pytest"], "at": at(1)}
+    s = state(tool_failure("pytest", 0), recovered)
     assert due(s, set(), T0, ended="completion:2") is None

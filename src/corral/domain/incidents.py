@@ -23,6 +23,7 @@ Journal events (one JSON object per line of ``failures.jsonl``): ``{"kind": "fai
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -106,8 +107,10 @@ Fact = ToolStart | ToolEnd | ModelFailure | ModelOk | Gap
 
 
 def operation_of(name: str, args: Any, cwd: str) -> str:
-    """A tool operation's identity: its name, canonical arguments (keys sorted) and working directory."""
-    return "tool\0" + json.dumps([name, args if args is not None else {}, cwd], sort_keys=True, default=str)
+    """A tool operation's identity: its name and a digest of its canonical arguments (keys sorted)
+    and working directory — a digest, so no argument (a token on a command line) is ever stored."""
+    canonical = json.dumps([name, args if args is not None else {}, cwd], sort_keys=True, default=str)
+    return f"{name}:{hashlib.sha256(canonical.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
 
 
 def excerpt(text: str, limit: int = SUMMARY_CHARS) -> str:
@@ -141,7 +144,7 @@ class Collector:
         if isinstance(fact, ToolEnd):
             return self._tool_end(fact, at)
         if isinstance(fact, ModelFailure):
-            incident = self.failed.get(MODEL_CALL, (f"model:{fact.offset}", 0))[0]
+            incident = self.failed.get(MODEL_CALL, (f"model:{self.evidence_of}:{fact.offset}", 0))[0]
             self.failed[MODEL_CALL] = (incident, self.sequence)
             return [
                 _failure(incident, MODEL_CALL, Category.MODEL, excerpt(fact.text) or "the model call failed", at)
@@ -175,8 +178,9 @@ class Collector:
             name = fact.name or "tool"
             operation, began = operation_of(name, fact.args, ""), self.sequence
         if fact.is_error:
-            incident = self.failed.get(operation, (f"tool:{fact.call_id}", 0))[0]
-            self.failed[operation] = (incident, began)
+            incident = self.failed.get(operation, (f"tool:{self.evidence_of}:{fact.call_id}", 0))[0]
+            # when it ended: only a call of the operation started after this is a retry of it
+            self.failed[operation] = (incident, self.sequence)
             summary = f"{name} failed: {excerpt(fact.text)}" if fact.text else f"{name} failed"
             event = _failure(incident, operation, Category.TOOL, excerpt(summary), at)
             event["evidence"] = f"{self.evidence_of}#byte={fact.offset}"
@@ -273,10 +277,15 @@ class FailureState:
     """Every incident of a session, and how many journal bytes and records it covers."""
 
     incidents: dict[str, Incident] = field(default_factory=dict)
+    #: An id seen again after its incident closed names the new incident from then on.
+    aliases: dict[str, str] = field(default_factory=dict)
     offset: int = 0
     records: int = 0
     unreadable: int = 0  # journal records that could not be read (reported, never fatal)
     torn: bool = False  # the journal's last line is incomplete (power loss mid-append)
+    #: A state with what is only true now added (events not yet written, a torn journal) keeps the
+    #: state of the journal alone here: the next incremental read goes on from that one.
+    clean: FailureState | None = field(default=None, repr=False)
 
     def by_label(self, *labels: Label) -> list[Incident]:
         return [i for i in self.incidents.values() if i.label in labels]
@@ -310,7 +319,8 @@ def reduce(state: FailureState, events: Iterable[Mapping[str, Any]]) -> FailureS
 
 def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
     kind = event.get("kind")
-    key = str(event.get("id") or "")
+    given = str(event.get("id") or "")
+    key = state.aliases.get(given, given)
     at = event.get("at") if isinstance(event.get("at"), str) else None
     if kind == "failure":
         known = state.incidents.get(key)
@@ -321,7 +331,8 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
             known.evidence = event.get("evidence") or known.evidence
         else:
             if known is not None:  # failing again after it was closed: a new incident, the old one kept
-                key = f"{key}#{state.records}"
+                key = f"{given}#{state.records}"
+                state.aliases[given] = key
             known = state.incidents[key] = Incident(
                 id=key,
                 operation=str(event.get("operation") or key),
@@ -337,7 +348,7 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
             known.actionable_at = at
     elif kind == "recovered":
         for target in event.get("incidents") or ():
-            _close(state, str(target), Label.RECOVERED, key)
+            _close(state, state.aliases.get(str(target), str(target)), Label.RECOVERED, key)
     elif kind == "incomplete":
         if key not in state.incidents:
             state.incidents[key] = Incident(
@@ -350,7 +361,7 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
     elif kind == "disposition":
         disposition = str(event.get("disposition") or "")
         for target in event.get("targets") or ():
-            incident = _open_incident(state, str(target))
+            incident = _open_incident(state, state.aliases.get(str(target), str(target)))
             if incident is None:
                 continue
             incident.disposition = disposition

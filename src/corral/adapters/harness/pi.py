@@ -126,6 +126,48 @@ def retry_verdict(event: Event) -> Verdict:
     return Verdict(False, cls, code_for(cls), reason)
 
 
+# A tool call's start and its successful end on the next line, in a shape whose parse is certain
+# (PiHarness.incident_pair): only ASCII, only the separators ``,``/``:`` with at most one space,
+# the keys in Pi's order, each once; the arguments flat, the result at most two levels deep.
+_CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7f]"  # printable ASCII but '"' and '\'
+_PLAIN = rb'"' + _CHARS + rb'*+"'  # a string without escapes: its bytes are its value
+_STRING = rb'"' + _CHARS + rb'*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})' + _CHARS + rb'*+)*+"'
+_SCALAR = rb"(?:" + _STRING + rb"|true|false|null|-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?)"
+_FLAT = rb"\{(?:" + _STRING + rb": ?" + _SCALAR + rb"(?:, ?" + _STRING + rb": ?" + _SCALAR + rb")*+)?\}"
+_VALUE = (
+    rb"(?:"
+    + _SCALAR
+    + rb"|"
+    + _FLAT
+    + rb"|\[(?:(?:"
+    + _SCALAR
+    + rb"|"
+    + _FLAT
+    + rb")(?:, ?(?:"
+    + _SCALAR
+    + rb"|"
+    + _FLAT
+    + rb"))*+)?\])"
+)
+_RESULT = (
+    rb"(?:" + _SCALAR + rb"|\{(?:" + _STRING + rb": ?" + _VALUE + rb"(?:, ?" + _STRING + rb": ?" + _VALUE + rb")*+)?\})"
+)
+_PAIR = re.compile(
+    rb'\{"type": ?"tool_execution_start", ?"toolCallId": ?"(?P<id>'
+    + _CHARS
+    + rb'*+)", ?"toolName": ?"(?P<name>'
+    + _CHARS
+    + rb'*+)", ?"args": ?(?P<args>'
+    + _FLAT
+    + rb")\}\n"
+    rb'\{"type": ?"tool_execution_end", ?"toolCallId": ?"(?P=id)", ?"toolName": ?'
+    + _PLAIN
+    + rb', ?"result": ?'
+    + _RESULT
+    + rb', ?"isError": ?false\}\n'
+)
+
+
 def _result_text(result: Any) -> str:
     """A tool result's text: its text blocks, else the result itself (never parsed for meaning)."""
     content = result.get("content") if isinstance(result, dict) else None
@@ -232,6 +274,19 @@ class PiHarness:
     #: The lines that can hold an incident fact (the collector parses no other).
     incident_markers: tuple[bytes, ...] = (b'"tool_execution_', b'"message_end"', b'"auto_retry_')
 
+    def incident_pair(self, data: bytes, start: int, end: int) -> tuple[str, str, bytes, int] | None:
+        """A ``tool_execution_start`` at ``data[start]`` and, on the next line, its successful end.
+
+        Only a plain shape is recognised (ASCII, the keys in Pi's order, flat arguments), where
+        the two lines' facts are certain without parsing them: ``ToolStart(id, tool, args)`` and
+        ``ToolEnd(id, is_error=False)``. The call id, the tool's name (as :meth:`incident_facts`
+        gives it), the arguments' JSON and where the line after the pair begins; else None.
+        """
+        found = _PAIR.match(data, start, end)
+        if found is None:
+            return None
+        return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"], found.end()
+
     def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
         """Pi JSON's structured failure fields: ``tool_execution_start`` / ``_end`` with ``isError``,
         ``message_end`` with ``stopReason: "error"``, ``auto_retry_start`` / ``_end``."""
@@ -257,7 +312,7 @@ class PiHarness:
                 return [ModelFailure(str(message.get("errorMessage") or "model call failed"), offset)]
             return [ModelOk()]
         if kind == "auto_retry_start":
-            return [ModelFailure(str(data.get("errorMessage") or "model call failed"), offset)]
+            return []  # the failed call it retries was its message_end error: one failure, not two
         if kind == "auto_retry_end":
             if data.get("success") is True:
                 return [ModelOk()]

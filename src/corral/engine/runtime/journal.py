@@ -16,15 +16,18 @@ says the observation is incomplete.
 
 from __future__ import annotations
 
+import copy
 import errno
 import hashlib
 import json
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from corral.adapters.files import fsync_dir, private_dirs, read_bounded, write_atomic
-from corral.domain.incidents import Collector, Fact, FailureState, Gap, reduce
+from corral.domain.incidents import Collector, Fact, FailureState, Gap, operation_of, reduce
 
 JOURNAL = "failures.jsonl"
 OBSERVED = "failures.observed"
@@ -36,7 +39,12 @@ CHUNK = 1 << 20
 
 
 class Facts(Protocol):
-    """What a scan needs of a harness adapter: its prefilter and its structured facts."""
+    """What a scan needs of a harness adapter: its prefilter and its structured facts.
+
+    A harness may also have ``incident_pair(data, start, end)``: for a tool call's start at
+    ``data[start]`` ended successfully on the next line, in a shape whose facts are certain
+    unparsed, (its call id, tool name, arguments' JSON, where the next line begins), else None.
+    """
 
     incident_markers: tuple[bytes, ...]
 
@@ -61,8 +69,14 @@ class Journal:
         try:
             self._mark_observed()
             payload = b"".join(json.dumps(e, sort_keys=True).encode("utf-8") + b"\n" for e in self.pending)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            # Non-blocking and no symlink: a FIFO or a link where the journal belongs is refused, never waited on.
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
             try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise OSError(errno.EINVAL, "not a regular file")
+                if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                    payload = b"\n" + payload  # a torn last line stays a line of its own: the new events are whole
                 written = 0
                 while written < len(payload):
                     written += os.write(fd, payload[written:])
@@ -85,36 +99,52 @@ class Journal:
 
     # -- reading -------------------------------------------------------------------------------
     def read(self, state: FailureState | None = None) -> FailureState:
-        """The reduced state, from ``state`` (which covers the journal up to its ``offset``) on."""
-        state = state or FailureState()
+        """The reduced state, from ``state`` (which covers the journal up to its ``offset``) on.
+
+        ``state`` is advanced over what the journal holds; what is only true now — events a failed
+        write still holds, a torn or missing journal — is added to the copy returned, so the next
+        incremental read never counts them twice.
+        """
+        state = (state.clean or state) if state is not None else FailureState()
         events, state.offset, torn, unreadable = read_events(self.path, state.offset)
         state.torn = torn
         state.unreadable += unreadable
         reduce(state, events)
-        if not self.path.exists() and (self.dir / OBSERVED).exists():
+        if not (torn or unreadable or self.pending or self._missing()):
+            return state
+        clean, state = state, copy.deepcopy(state)
+        state.clean = clean
+        if self._missing():
             reduce(state, [_gap("journal-missing", "the failure journal is missing: it was written, then lost")])
         if torn:
             reduce(state, [_gap("journal-torn", "the journal's last record is incomplete (cut off mid-write)")])
-        if unreadable:
-            reduce(state, [_gap("journal-unreadable", f"{unreadable} journal record(s) could not be read")])
+        if state.unreadable:
+            reduce(state, [_gap("journal-unreadable", f"{state.unreadable} journal record(s) could not be read")])
         if self.pending:
             reduce(state, self.pending)  # what storage has not taken yet is still evidence
             reason = self.write_error or "storage refused the write"
             reduce(state, [_gap("journal-write", f"the failure journal could not be written: {reason}")])
         return state
 
+    def _missing(self) -> bool:
+        return not self.path.exists() and (self.dir / OBSERVED).exists()
+
 
 def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int, bool, int]:
     """(events, the offset after the last complete line, whether a torn line follows, unreadable lines)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return [], offset, False, 0
+    chunks = []
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return [], offset, False, 1  # a directory or a FIFO where the journal belongs: unreadable
         os.lseek(fd, offset, os.SEEK_SET)
-        chunks = []
         while chunk := os.read(fd, CHUNK):
             chunks.append(chunk)
+    except OSError:
+        return [], offset, False, 1
     finally:
         os.close(fd)
     data = b"".join(chunks)
@@ -198,6 +228,8 @@ def scan(
         return collector.fold(Gap(f"log-unreadable:{log.name}", f"the output log {log.name} cannot be read"), at)
     try:
         info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return collector.fold(Gap(f"log-unreadable:{log.name}", f"the output log {log.name} is not a file"), at)
         head = os.pread(fd, HEAD_BYTES, 0)
         identity = [info.st_dev, info.st_ino]
         digest = hashlib.sha256(head).hexdigest()[:16]
@@ -236,9 +268,17 @@ def _scan_bytes(
     cursors: Cursors,
     key: str,
 ) -> list[dict[str, Any]]:
+    """The events of ``fd``'s complete lines from ``offset`` to ``size``; the cursor stops after the last.
+
+    Only lines holding one of the harness's markers are parsed. They are found with byte
+    searches, not line by line, and a harness's ``incident_pair`` (optional) spares the parse
+    of a tool call begun and ended successfully on the next line when no failure of its
+    operation is open: that pair's facts change nothing but the collector's sequence.
+    """
     events: list[dict[str, Any]] = []
-    markers = harness.incident_markers
-    loads = json.loads
+    markers = tuple(harness.incident_markers)
+    by_line = any(not m or b"\n" in m for m in markers)  # a marker a byte search would not find per line
+    lines = _Lines(harness, cwd, collector, at, events)
     position = offset
     carry = b""
     skipping = False  # inside a record over MAX_RECORD: drop bytes until its newline
@@ -249,37 +289,17 @@ def _scan_bytes(
         base = position - len(carry)
         data = carry + chunk
         position += len(chunk)
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            line = data[start:nl]
-            line_at = base + start
-            start = nl + 1
-            if skipping:
-                skipping = False
-                continue
-            if len(line) > MAX_RECORD:
-                events += collector.fold(Gap(f"oversized:{line_at}", f"a record over 2 MiB at byte {line_at}"), at)
-                continue
-            if not markers or not any(m in line for m in markers):
-                continue
-            try:
-                record = loads(line)
-            except ValueError:
-                if line.lstrip().startswith(b"{"):
-                    gap = Gap(f"malformed:{line_at}", f"a malformed structured record at byte {line_at}")
-                    events += collector.fold(gap, at)
-                continue
-            if isinstance(record, dict):
-                for fact in harness.incident_facts(record, line_at, cwd):
-                    events += collector.fold(fact, at)
-        carry = data[start:]
+        start, end = 0, data.rfind(b"\n") + 1  # the complete lines are data[start:end]
+        if skipping and end:
+            start, skipping = data.find(b"\n") + 1, False
+        if start < end:
+            if by_line:
+                lines.each(data, start, end, base, markers)
+            else:
+                lines.marked(data, start, end, base, markers)
+        carry = data[end:]
         if len(carry) > MAX_RECORD:
-            events += collector.fold(
-                Gap(f"oversized:{base + start}", f"a record over 2 MiB at byte {base + start}"), at
-            )
+            events += collector.fold(Gap(f"oversized:{base + end}", f"a record over 2 MiB at byte {base + end}"), at)
             carry, skipping = b"", True
     end = position - len(carry)
     if final and carry.strip():
@@ -287,3 +307,113 @@ def _scan_bytes(
         end = position
     cursors.logs[key] = {"offset": end}
     return events
+
+
+class _Lines:
+    """The complete lines of a buffer, folded into ``events`` in order (a helper of :func:`_scan_bytes`)."""
+
+    def __init__(self, harness: Facts, cwd: str, collector: Collector, at: str | None, events: list[dict[str, Any]]):
+        self.harness = harness
+        self.cwd = cwd
+        self.collector = collector
+        self.at = at
+        self.events = events
+        self.pair: Callable[[bytes, int, int], tuple[str, str, bytes, int] | None] | None = getattr(
+            harness, "incident_pair", None
+        )
+        self.operations: dict[tuple[str, bytes], str] = {}  # (tool, its arguments' JSON) -> operation
+
+    def each(self, data: bytes, start: int, end: int, base: int, markers: tuple[bytes, ...]) -> None:
+        """Every line of ``data[start:end]`` tested for a marker in turn."""
+        while start < end:
+            nl = data.find(b"\n", start, end)
+            line = data[start:nl]
+            if len(line) > MAX_RECORD:
+                self.oversized(base + start)
+            elif markers and any(m in line for m in markers):
+                self.parse(line, base + start)
+            start = nl + 1
+
+    def marked(self, data: bytes, start: int, end: int, base: int, markers: tuple[bytes, ...]) -> None:
+        """The lines of ``data[start:end]`` (``data[end - 1]`` a newline) that hold a marker, and those too long."""
+        find, rfind = data.find, data.rfind
+        big = _oversized(data, start, end)
+        next_big = big.pop(0) if big else end
+        ahead = [find(m, start, end) for m in markers]
+        while True:
+            hit = min((h for h in ahead if h >= 0), default=-1)
+            if hit < 0:
+                break
+            line_start = rfind(b"\n", start, hit) + 1 or start
+            while next_big <= line_start:
+                self.oversized(base + next_big)
+                skip = next_big == line_start
+                next_big = big.pop(0) if big else end
+                if skip:
+                    break
+            else:
+                skip = False
+            line_end = find(b"\n", hit, end)
+            after = line_end + 1
+            if not skip:
+                after = self.line(data, line_start, line_end, end, base)
+            start = after
+            ahead = [h if h >= after or h < 0 else find(m, after, end) for h, m in zip(ahead, markers, strict=True)]
+        while next_big < end:
+            self.oversized(base + next_big)
+            next_big = big.pop(0) if big else end
+
+    def line(self, data: bytes, start: int, nl: int, end: int, base: int) -> int:
+        """Fold the marked line ``data[start:nl]`` (and its pair, if it begins one); where the next line starts."""
+        if self.pair is not None:
+            pair = self.pair(data, start, end)
+            if pair is not None and pair[3] - nl - 2 <= MAX_RECORD and not self._recovers(pair[1], pair[2]):
+                collector = self.collector
+                collector.sequence += 2  # its start and its end: folded, they would leave nothing else
+                if collector.starts:
+                    collector.starts.pop(pair[0], None)
+                return pair[3]
+        self.parse(data[start:nl], base + start)
+        return nl + 1
+
+    def _recovers(self, name: str, args: bytes) -> bool:
+        """Whether a successful call of ``name`` with ``args`` (JSON) would recover an open failure."""
+        failed = self.collector.failed
+        if not failed:
+            return False
+        operation = self.operations.get((name, args))
+        if operation is None:
+            if len(self.operations) >= 4096:
+                self.operations.clear()
+            operation = self.operations[name, args] = operation_of(name, json.loads(args), self.cwd)
+        return operation in failed
+
+    def parse(self, line: bytes, line_at: int) -> None:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if line.lstrip().startswith(b"{"):
+                self.gap(f"malformed:{line_at}", f"a malformed structured record at byte {line_at}")
+            return
+        if isinstance(record, dict):
+            for fact in self.harness.incident_facts(record, line_at, self.cwd):
+                self.events += self.collector.fold(fact, self.at)
+
+    def oversized(self, line_at: int) -> None:
+        self.gap(f"oversized:{line_at}", f"a record over 2 MiB at byte {line_at}")
+
+    def gap(self, key: str, summary: str) -> None:
+        self.events += self.collector.fold(Gap(key, summary), self.at)
+
+
+def _oversized(data: bytes, start: int, end: int) -> list[int]:
+    """Where the lines of ``data[start:end]`` longer than ``MAX_RECORD`` begin (a jump per 2 MiB, not per line)."""
+    found = []
+    while start < end:
+        last = data.rfind(b"\n", start, min(end, start + MAX_RECORD + 1))
+        if last >= 0:
+            start = last + 1
+            continue
+        found.append(start)
+        start = data.find(b"\n", start, end) + 1
+    return found

@@ -1,0 +1,190 @@
+#!/usr/bin/env python
+"""The incident scan of a Pi output log: a whole log from a new process, and an appended megabyte.
+
+1. Writes three Pi ``--mode json`` logs with bench/gen_pi_logs.py (each tool call a text
+   delta, a ``bash`` start and its end): 100 MB with no failing call, 100 MB with 1 % failing,
+   20 MB with 10 % failing.
+
+2. Scans each with ``corral failures --log PATH --harness pi --json`` as a new process
+   (bench/benchlib.Spawner; the file read once first, so it is in the page cache; no cursor):
+   wall time (median of ``--reps``) and peak RSS, and checks the counts it reports. Call ``i``
+   runs ``pytest tests/test_mod<i % 97>.py -q``, so a failing call is retried exactly 97 calls
+   later, and that retry passes (a multiple of 10 or 100 plus 97 is not one): every failure is
+   recovered, but for those of the last 97 calls, which stay unclassified. No operation fails
+   twice before its retry, so none reaches the thrice rule: nothing needs action.
+
+3. In-process, with ``journal.Cursors`` on a directory: scans the 100 MB 1 % log, appends
+   1 MB more calls, scans again; the second scan's time should be about 1/100 of the first,
+   and the two scans' events must be those of one scan of the grown log.
+
+Targets: each scan from a new process under 0.45 s; the appended scan under 1/20 of the first.
+
+Usage::
+
+    .venv/bin/python bench/bench_incident_scan.py            # ~1-2 minutes (writes 220 MB of logs)
+    .venv/bin/python bench/bench_incident_scan.py --reps 9
+
+Results are printed and written to bench/results/bench_incident_scan.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from benchlib import (
+    Spawner,
+    corral_command,
+    drop_scratch,
+    finish,
+    hermetic_env,
+    load,
+    machine,
+    median,
+    scratch_dir,
+    scratch_options,
+    verdict,
+)
+from gen_pi_logs import COMMANDS, LOGS, MB, write_log
+
+TARGET_SECONDS = 0.45
+#: The appended megabyte's scan, beside the whole log's (its share of the bytes is 1/100).
+INCREMENTAL_SHARE = 1 / 20
+
+
+def expected_counts(calls: int, fail_every: int) -> dict[str, int]:
+    """The labels a log of ``calls`` calls, one in ``fail_every`` failing, must come to."""
+    if not fail_every:
+        return {"Action required": 0, "Unclassified failure observation": 0, "Recovered": 0}
+    failing = [i for i in range(fail_every, calls + 1, fail_every)]
+    # the retry of call i is call i + 97 (the next with the same command), which never fails
+    assert all((i + COMMANDS) % fail_every for i in failing)
+    open_ = sum(1 for i in failing if i + COMMANDS > calls)
+    return {"Action required": 0, "Unclassified failure observation": open_, "Recovered": len(failing) - open_}
+
+
+def warm(path: Path) -> None:
+    with path.open("rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
+def scan_runs(spawner: Spawner, log: Path, base: Path, reps: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    argv = [*corral_command(), "failures", "--log", str(log), "--harness", "pi", "--json"]
+    out, err = base / "out.json", base / "err.txt"
+    runs = []
+    for _ in range(reps + 1):  # the first warms the bytecode cache
+        runs.append(spawner.run(argv, out, err))
+        if runs[-1]["rc"] != 0:
+            raise RuntimeError(f"corral failures exited {runs[-1]['rc']}: {err.read_text()[-2000:]}")
+    return runs[1:], json.loads(out.read_text())["failures"]
+
+
+def incremental(base: Path, fail_every: int) -> dict[str, Any]:
+    from corral.adapters.harness.pi import PiHarness
+    from corral.engine.runtime import journal
+
+    log = base / "incremental" / "output.log"
+    size, after = write_log(log, 100 * MB, fail_every)
+    warm(log)
+    harness = PiHarness()
+    cursors = journal.Cursors(base / "incremental")
+    began = time.perf_counter()
+    first = journal.scan(log, harness, "", cursors)
+    first_s = time.perf_counter() - began
+    cursors.save()
+    added, _ = write_log(log, MB, fail_every, first=after, append=True)
+    warm(log)
+    cursors = journal.Cursors(base / "incremental")
+    began = time.perf_counter()
+    second = journal.scan(log, harness, "", cursors)
+    second_s = time.perf_counter() - began
+    whole = journal.scan(log, harness, "", journal.Cursors(None))
+    return {
+        "log_bytes": size,
+        "appended_bytes": added,
+        "first_scan_s": round(first_s, 4),
+        "appended_scan_s": round(second_s, 4),
+        "ratio": round(second_s / first_s, 4),
+        "events": [len(first), len(second)],
+        "same_as_one_scan": first + second == whole,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=5, help="timed runs per log (default 5)")
+    scratch_options(p)
+    args = p.parse_args(argv)
+
+    base = scratch_dir("incident-scan", args)
+    result: dict[str, Any] = {
+        "benchmark": "bench_incident_scan",
+        "machine": machine(),
+        "targets": {"scan_max_s": TARGET_SECONDS, "appended_scan_max_share": INCREMENTAL_SHARE},
+        "load_before": load(),
+    }
+    ok = True
+    spawner = Spawner(hermetic_env(base / "home", base / "pycache"), base)
+    try:
+        logs = {}
+        print(f"corral failures --log PATH --harness pi --json, a new process each, median of {args.reps}:")
+        for name, mb, every in LOGS:
+            path = base / name / "output.log"
+            size, after = write_log(path, mb * MB, every)
+            warm(path)
+            runs, doc = scan_runs(spawner, path, base, args.reps)
+            want = expected_counts(after - 1, every)
+            got = {k: doc["counts"][k] for k in want}
+            correct = got == want and doc["needs_action"] == 0 and not doc["rows"]
+            secs = median([r["ms"] for r in runs]) / 1000
+            rss = max(r["rss_mb"] for r in runs)
+            fast = secs < TARGET_SECONDS
+            ok = ok and fast and correct
+            logs[name] = {
+                "bytes": size,
+                "calls": after - 1,
+                "median_s": round(secs, 3),
+                "min_s": round(min(r["ms"] for r in runs) / 1000, 3),
+                "peak_rss_mb": round(rss, 1),
+                "counts": got,
+                "expected": want,
+                "correct": correct,
+            }
+            print(
+                f"  {name:9} {size / MB:5.0f} MB  {secs:.3f} s (target < {TARGET_SECONDS} s) {verdict(fast)}  "
+                f"RSS {rss:.1f} MB  counts {got} {verdict(correct)}"
+            )
+        small, big = logs["fail10pc"], logs["fail1pc"]
+        result["linearity"] = {
+            "bytes_ratio": round(big["bytes"] / small["bytes"], 2),
+            "time_ratio_100MB_1pc_vs_20MB_10pc": round(big["median_s"] / small["median_s"], 2),
+            "rss_delta_mb": round(big["peak_rss_mb"] - small["peak_rss_mb"], 1),
+        }
+        print(f"  linearity: {result['linearity']}")
+        inc = incremental(base, 100)
+        share_ok = inc["ratio"] < INCREMENTAL_SHARE and inc["same_as_one_scan"]
+        ok = ok and share_ok
+        print(
+            f"\n  in-process, journal.Cursors on a directory: 100 MB scan {inc['first_scan_s']} s, "
+            f"+1 MB scan {inc['appended_scan_s']} s (ratio {inc['ratio']}, target < {INCREMENTAL_SHARE}) "
+            f"{verdict(inc['ratio'] < INCREMENTAL_SHARE)}; events {inc['events']}, "
+            f"the same as one scan of the grown log: {verdict(inc['same_as_one_scan'])}"
+        )
+        result["logs"] = logs
+        result["incremental"] = inc
+    finally:
+        spawner.close()
+        drop_scratch(base, args.keep)
+    return finish("bench_incident_scan", result, ok)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""The failure journal (append, the observed marker, tolerant reads, pending writes) and the log scan."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.domain.incidents import Fact, FailureState, Label, ModelFailure, ModelOk, ToolEnd, ToolStart, reduce
+from corral.engine.runtime.journal import (
+    CURSOR,
+    JOURNAL,
+    MAX_RECORD,
+    OBSERVED,
+    Cursors,
+    Facts,
+    Journal,
+    read_events,
+    scan,
+)
+
+
+def failure(key: str, category: str = "tool", **kw: Any) -> dict[str, Any]:
+    return {"kind": "failure", "id": key, "operation": f"op-{key}", "category": category, "summary": key, **kw}
+
+
+def labels(state: FailureState) -> dict[str, str]:
+    return {k: i.label.value for k, i in state.incidents.items()}
+
+
+def gaps(state: FailureState) -> list[str]:
+    return sorted(k for k, i in state.incidents.items() if i.label is Label.INCOMPLETE)
+
+
+# -- the journal ------------------------------------------------------------------------------------
+
+
+def test_appends_are_read_back_in_order_behind_the_observed_marker(tmp_path):
+    journal = Journal(tmp_path / "s")
+    assert not (tmp_path / "s" / OBSERVED).exists()
+    assert journal.read().incidents == {}  # never observed: nothing, and nothing missing
+    assert journal.append([failure("a"), failure("b", "model")])
+    assert journal.append([failure("a")])
+    assert (tmp_path / "s" / OBSERVED).read_bytes() == b"observed\n"
+    lines = (tmp_path / "s" / JOURNAL).read_bytes().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["a", "b", "a"]
+    assert oct((tmp_path / "s" / JOURNAL).stat().st_mode & 0o777) == "0o600"
+    state = journal.read()
+    assert labels(state) == {"a": Label.UNCLASSIFIED.value, "b": Label.ACTION_REQUIRED.value}
+    assert state.incidents["a"].failures == 2
+    assert (state.records, state.unreadable, state.torn) == (3, 0, False)
+    assert journal.append([]) and journal.pending == []
+
+
+def test_an_incremental_read_from_a_state_sees_only_what_was_appended_since(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append([failure("a")])
+    state = journal.read()
+    journal.append([failure("a"), failure("b")])
+    again = journal.read(state)
+    assert again.incidents["a"].failures == 2 and set(again.incidents) == {"a", "b"}
+    assert again.records == 3
+    assert again.to_json() == Journal(tmp_path).read().to_json()
+
+
+def test_a_torn_last_line_is_tolerated_reported_and_reads_fine_once_completed(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append([failure("a")])
+    whole = json.dumps(failure("b")).encode() + b"\n"
+    with (tmp_path / JOURNAL).open("ab") as fh:
+        fh.write(whole[:20])  # the writer was cut off mid-line
+    state = journal.read()
+    assert state.torn
+    assert set(labels(state)) == {"a", "incomplete:journal-torn"}
+    assert labels(state)["incomplete:journal-torn"] == Label.INCOMPLETE.value
+    with (tmp_path / JOURNAL).open("ab") as fh:
+        fh.write(whole[20:])
+    healed = journal.read()
+    assert not healed.torn and gaps(healed) == []
+    assert set(healed.incidents) == {"a", "b"}
+
+
+def test_an_append_after_a_torn_last_line_keeps_the_appended_event(tmp_path):
+    # A torn tail (power lost mid-append) must not swallow the next event written after it.
+    journal = Journal(tmp_path)
+    journal.append([failure("a")])
+    with (tmp_path / JOURNAL).open("ab") as fh:
+        fh.write(b'{"kind": "failure", "id": "lost-half')
+    assert Journal(tmp_path).append([failure("b", "supervision")])
+    state = Journal(tmp_path).read()
+    assert "b" in state.incidents, labels(state)
+    assert state.incidents["b"].label is Label.ACTION_REQUIRED
+
+
+def test_an_unreadable_complete_line_is_reported_never_fatal(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append([failure("a")])
+    with (tmp_path / JOURNAL).open("ab") as fh:
+        fh.write(b"\x00\xffgarbage{{\n[1, 2]\n\n")
+    journal.append([failure("c")])
+    state = journal.read()
+    assert set(state.incidents) == {"a", "c", "incomplete:journal-unreadable"}
+    assert state.unreadable == 2 and not state.torn
+    assert "2 journal record(s)" in state.incidents["incomplete:journal-unreadable"].summary
+    assert read_events(tmp_path / JOURNAL)[3] == 2
+
+
+def test_a_journal_deleted_after_it_was_observed_is_an_incomplete_observation(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append([failure("a")])
+    (tmp_path / JOURNAL).unlink()
+    state = Journal(tmp_path).read()
+    assert labels(state) == {"incomplete:journal-missing": Label.INCOMPLETE.value}
+    assert state.needs_action
+
+
+def test_a_write_that_fails_is_kept_in_memory_and_written_once_when_storage_recovers(tmp_path):
+    where = tmp_path / "session"
+    journal = Journal(where)
+    journal.append([failure("a")])
+    (tmp_path / "aside").mkdir()
+    os.replace(where, tmp_path / "aside" / "session")
+    where.write_bytes(b"")  # the journal's directory cannot be one: every write fails
+    assert not journal.append([failure("b", "model")])
+    assert journal.write_error and JOURNAL in journal.write_error
+    state = journal.read()  # the pending events are still evidence, and the warning is shown
+    assert set(state.incidents) == {"b", "incomplete:journal-write"}
+    assert state.incidents["b"].label is Label.ACTION_REQUIRED
+    assert state.incidents["incomplete:journal-write"].label is Label.INCOMPLETE
+    assert "could not be written" in state.incidents["incomplete:journal-write"].summary
+    assert not journal.append([failure("c")])
+    assert [e["id"] for e in journal.pending] == ["b", "c"]
+    where.unlink()
+    os.replace(tmp_path / "aside" / "session", where)
+    assert journal.append([])  # the next append after storage recovers
+    assert journal.pending == [] and journal.write_error is None
+    ids = [json.loads(line)["id"] for line in (where / JOURNAL).read_bytes().splitlines()]
+    assert ids == ["a", "b", "c"]
+    state = journal.read()
+    assert set(state.incidents) == {"a", "b", "c"}
+    assert journal.append([failure("d")])
+    ids = [json.loads(line)["id"] for line in (where / JOURNAL).read_bytes().splitlines()]
+    assert ids == ["a", "b", "c", "d"]  # written once
+
+
+def test_an_incremental_read_across_a_failed_write_and_its_recovery_counts_each_event_once(tmp_path):
+    # ``read(state)`` continues a state that covers the journal up to its offset; what a failed
+    # write still held was folded into that state, and must not be folded again once written.
+    where = tmp_path / "session"
+    journal = Journal(where)
+    journal.append([failure("a")])
+    (tmp_path / "aside").mkdir()
+    os.replace(where, tmp_path / "aside" / "session")
+    where.write_bytes(b"")
+    assert not journal.append([failure("b")])
+    state = journal.read()
+    assert state.incidents["b"].failures == 1
+    where.unlink()
+    os.replace(tmp_path / "aside" / "session", where)
+    assert journal.append([])
+    again = journal.read(state)
+    assert again.incidents["b"].failures == 1, "the pending event was counted twice"
+    assert gaps(again) == [], "the write warning outlived the recovery"
+    assert again.to_json() == Journal(where).read().to_json()
+
+
+def test_a_directory_where_the_journal_belongs_fails_the_write_and_keeps_the_events(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append([failure("a")])
+    (tmp_path / JOURNAL).unlink()
+    (tmp_path / JOURNAL).mkdir()
+    assert not journal.append([failure("b")])
+    assert [e["id"] for e in journal.pending] == ["b"] and journal.write_error
+    (tmp_path / JOURNAL).rmdir()
+    assert journal.append([])
+    assert [json.loads(line)["id"] for line in (tmp_path / JOURNAL).read_bytes().splitlines()] == ["b"]
+
+
+def _in_thread(fn: Any, timeout: float = 5) -> tuple[bool, list[Any]]:
+    out: list[Any] = []
+
+    def go() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # reported to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return not thread.is_alive(), out
+
+
+def test_a_fifo_where_the_journal_belongs_fails_the_write_without_hanging(tmp_path):
+    journal = Journal(tmp_path)
+    journal.append([failure("a")])
+    (tmp_path / JOURNAL).unlink()
+    os.mkfifo(tmp_path / JOURNAL)
+    finished, out = _in_thread(lambda: journal.append([failure("b", "model")]))
+    if not finished:  # release the blocked open so the thread ends
+        os.close(os.open(tmp_path / JOURNAL, os.O_RDONLY | os.O_NONBLOCK))
+    assert finished, "Journal.append blocked on a FIFO"
+    assert out == [False]
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo"])
+def test_reading_a_journal_that_is_a_fifo_or_a_directory_does_not_hang_or_raise(tmp_path, kind):
+    Journal(tmp_path).append([failure("a")])
+    (tmp_path / JOURNAL).unlink()
+    if kind == "dir":
+        (tmp_path / JOURNAL).mkdir()
+    else:
+        os.mkfifo(tmp_path / JOURNAL)
+    finished, out = _in_thread(lambda: Journal(tmp_path).read())
+    if not finished:
+        os.close(os.open(tmp_path / JOURNAL, os.O_WRONLY | os.O_NONBLOCK))
+    assert finished, f"Journal.read blocked on a {kind}"
+    assert isinstance(out[0], FailureState), f"{kind}: {out[0]!r}"
+    assert gaps(out[0]), f"{kind}: a journal that cannot be read is an incomplete observation"
+
+
+# -- the scan -----------------------------------------------------------------------------------------
+
+
+class Fake:
+    """A harness whose records are ``{"t": "fail"|"ok"|"model-fail"|"model-ok", "id", "cmd"}``."""
+
+    incident_markers: tuple[bytes, ...] = (b'"t"',)
+
+    def __init__(self) -> None:
+        self.parsed: list[int] = []
+
+    def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
+        self.parsed.append(offset)
+        kind, call = data.get("t"), str(data.get("id"))
+        if kind in ("fail", "ok"):
+            return [
+                ToolStart(call, "sh", {"cmd": data.get("cmd", "make")}, cwd),
+                ToolEnd(call, kind == "fail", "x", offset),
+            ]
+        if kind == "model-fail":
+            return [ModelFailure("HTTP 529", offset)]
+        if kind == "model-ok":
+            return [ModelOk()]
+        return []
+
+
+def rec(kind: str, call: str = "1", **kw: Any) -> bytes:
+    return json.dumps({"t": kind, "id": call, **kw}).encode() + b"\n"
+
+
+def scanned(log: Path, cursors: Cursors, harness: Facts | None = None, **kw: Any) -> list[dict[str, Any]]:
+    return scan(log, harness or Fake(), "/wt", cursors, **kw)
+
+
+def test_the_scan_is_incremental_and_its_cursor_survives_a_reload(tmp_path):
+    log = tmp_path / "output.log"
+    log.write_bytes(b"plain text line\n" + rec("fail", "1"))
+    cursors = Cursors(tmp_path)
+    first = scanned(log, cursors, evidence_of="turns/1/output.log")
+    assert [(e["kind"], e["id"], e["evidence"]) for e in first] == [
+        ("failure", "tool:turns/1/output.log:1", "turns/1/output.log#byte=16")
+    ]
+    assert scanned(log, cursors) == []
+    cursors.save()
+    with log.open("ab") as fh:
+        fh.write(rec("ok", "2"))
+    reloaded = Cursors(tmp_path)
+    assert (tmp_path / CURSOR).exists()
+    harness = Fake()
+    second = scanned(log, reloaded, harness)
+    assert [(e["kind"], e["incidents"]) for e in second] == [("recovered", ["tool:turns/1/output.log:1"])]
+    assert harness.parsed == [log.stat().st_size - len(rec("ok", "2"))]  # only the new record was parsed
+
+
+def test_a_partial_record_waits_for_its_newline_unless_the_turn_is_over(tmp_path):
+    log = tmp_path / "output.log"
+    whole = rec("fail", "1")
+    log.write_bytes(whole[:10])
+    cursors = Cursors(None)
+    assert scanned(log, cursors) == []
+    with log.open("ab") as fh:
+        fh.write(whole[10:])
+    assert [e["id"] for e in scanned(log, cursors)] == ["tool:output.log:1"]
+    with log.open("ab") as fh:
+        fh.write(b'{"t": "ok", "id": "2"')
+    final = scanned(log, cursors, final=True)
+    assert [(e["kind"], e["id"]) for e in final] == [("incomplete", f"incomplete:partial:{len(whole)}")]
+    assert scanned(log, cursors, final=True) == []  # the partial record is reported once
+
+
+@pytest.mark.parametrize("how", ["rewritten", "truncated", "replaced"])
+def test_a_rewritten_or_truncated_log_is_reported_and_scanned_again(tmp_path, how):
+    log = tmp_path / "output.log"
+    log.write_bytes(rec("fail", "1", cmd="aaaa") + rec("model-fail"))
+    cursors = Cursors(None)
+    assert len(scanned(log, cursors)) == 2
+    if how == "rewritten":  # in place, the same size, another head
+        data = log.read_bytes().replace(b"aaaa", b"bbbb")
+        with log.open("r+b") as fh:
+            fh.write(data)
+    elif how == "truncated":
+        with log.open("r+b") as fh:
+            fh.truncate(len(rec("fail", "1", cmd="aaaa")))
+    else:  # a new file (another inode) at the same path, the same bytes
+        fresh = tmp_path / "fresh.log"
+        fresh.write_bytes(log.read_bytes())
+        os.replace(fresh, log)
+    events = scanned(log, cursors)
+    assert events[0]["kind"] == "incomplete" and events[0]["id"].startswith("incomplete:log-rewritten:output.log")
+    assert "truncated or rewritten" in events[0]["summary"]
+    assert [e["kind"] for e in events[1:]] and all(e["kind"] == "failure" for e in events[1:])
+
+
+def test_a_record_over_two_mebibytes_is_an_incomplete_observation_and_the_scan_goes_on(tmp_path):
+    log = tmp_path / "output.log"
+    huge = b'{"t": "fail", "id": "huge", "pad": "' + b"x" * (MAX_RECORD + 10) + b'"}\n'
+    log.write_bytes(rec("fail", "1") + huge + rec("fail", "2", cmd="other"))
+    events = scanned(log, Cursors(None))
+    at = len(rec("fail", "1"))
+    assert [(e["kind"], e["id"]) for e in events] == [
+        ("failure", "tool:output.log:1"),
+        ("incomplete", f"incomplete:oversized:{at}"),
+        ("failure", "tool:output.log:2"),
+    ]
+    assert "over 2 MiB" in events[1]["summary"]
+
+
+def test_a_record_over_two_mebibytes_seen_across_incremental_scans_is_reported_once(tmp_path):
+    log = tmp_path / "output.log"
+    huge = b'{"t": "fail", "id": "huge", "pad": "' + b"x" * (MAX_RECORD + 10)
+    log.write_bytes(rec("fail", "1") + huge)
+    cursors = Cursors(None)
+    first = scanned(log, cursors)
+    with log.open("ab") as fh:
+        fh.write(b'"}\n' + rec("fail", "2", cmd="other"))
+    events = first + scanned(log, cursors)
+    assert [e["kind"] for e in events] == ["failure", "incomplete", "failure"]
+
+
+def test_a_malformed_structured_record_is_an_incomplete_observation(tmp_path):
+    log = tmp_path / "output.log"
+    bad = b'{"t": "fail", "id": oops}\n'
+    log.write_bytes(bad + b'not json but "t" marked\n' + rec("model-fail"))
+    events = scanned(log, Cursors(None))
+    assert [(e["kind"], e["id"]) for e in events] == [
+        ("incomplete", "incomplete:malformed:0"),
+        ("failure", f"model:output.log:{len(bad) + 24}"),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_symlink_or_fifo_where_the_log_belongs_is_not_followed_and_does_not_hang(tmp_path, kind):
+    target = tmp_path / "elsewhere.log"
+    target.write_bytes(rec("fail", "secret"))
+    log = tmp_path / "output.log"
+    if kind == "symlink":
+        log.symlink_to(target)
+    else:
+        os.mkfifo(log)
+    finished, out = _in_thread(lambda: scanned(log, Cursors(None), final=True))
+    if not finished:
+        os.close(os.open(log, os.O_WRONLY | os.O_NONBLOCK))
+    assert finished, f"scan blocked on a {kind}"
+    assert not isinstance(out[0], BaseException), f"scan raised on a {kind}: {out[0]!r}"
+    assert [e["id"] for e in out[0]] == ["incomplete:log-unreadable:output.log"]
+
+
+def test_a_missing_log_never_seen_is_nothing_and_one_seen_then_lost_is_reported(tmp_path):
+    log = tmp_path / "output.log"
+    cursors = Cursors(None)
+    assert scanned(log, cursors) == []
+    log.write_bytes(rec("ok"))
+    assert scanned(log, cursors) == []
+    log.unlink()
+    assert [e["id"] for e in scanned(log, cursors)] == ["incomplete:log-unreadable:output.log"]
+
+
+def test_scanned_events_reduce_to_the_labels(tmp_path):
+    log = tmp_path / "output.log"
+    log.write_bytes(rec("fail", "1") + rec("fail", "2") + rec("fail", "3") + rec("model-fail") + rec("model-ok"))
+    state = reduce(FailureState(), scanned(log, Cursors(None), final=True))
+    assert sorted(labels(state).values()) == [Label.ACTION_REQUIRED.value, Label.RECOVERED.value]
+    assert state.incidents["tool:output.log:1"].failures == 3
