@@ -75,3 +75,36 @@ def test_failures_names_what_it_needs(corral: CLI) -> None:
     bad = corral("failures", "--log", "x.log")
     assert bad.returncode == 2 and "--harness" in bad.stderr
     assert corral("failures", "no-such-task").returncode == 4
+
+
+def _pi_log(path: Any, failing: list[str]) -> Any:
+    import json
+
+    lines = []
+    for n, command in enumerate(failing):
+        args = {"command": command}
+        lines.append({"type": "tool_execution_start", "toolCallId": f"t{n}", "toolName": "bash", "args": args})
+        result = {"content": [{"type": "text", "text": f"{command}: FAILED"}]}
+        end = {"type": "tool_execution_end", "toolCallId": f"t{n}", "toolName": "bash", "result": result}
+        lines.append({**end, "isError": True})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_a_small_page_drops_incident_rows_before_the_notes_and_a_cursor_goes_on(corral: CLI, tmp_path: Any) -> None:
+    log = _pi_log(tmp_path / "output.log", [f"make step{n}" for n in range(4)])
+    args = ["failures", "--log", str(log), "--harness", "pi", "--history"]
+    whole = corral.json(*args)["failures"]
+    assert whole["rows_total"] == 4 and len(whole["rows"]) == 4 and whole["next_cursor"] is None
+    small = corral.ok(*args, "--max-bytes", "250").stdout.splitlines()
+    assert small[-2] == "Work correctness was not inferred from lifecycle alone."  # kept whole
+    assert small[-1].startswith(f"More: corral failures --log {log} --harness pi --cursor i")
+    page = corral.json(*args, "--max-bytes", "250")["failures"]
+    shown = len(page["rows"])
+    assert 0 < shown < 4 and page["next_cursor"] == f"i{shown}"
+    rest = corral.json(*args, "--cursor", page["next_cursor"])["failures"]
+    assert [r["id"] for r in page["rows"] + rest["rows"]] == [r["id"] for r in whole["rows"]]
+    tiny = corral.json(*args, "--max-bytes", "10")["failures"]
+    assert tiny["rows"] == [] and tiny["note"] == ""  # nothing fits: the note goes whole, never cut
+    bad = corral(*args, "--cursor", "nope")
+    assert bad.returncode == 2 and "not a cursor" in bad.stderr

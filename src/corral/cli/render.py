@@ -16,6 +16,7 @@ from typing import Any
 
 from corral.cli.app import App
 from corral.domain.clock import parse_time
+from corral.domain.incidents import row_text
 from corral.domain.sanitize import display
 from corral.domain.status import Status
 from corral.domain.substate import render_status, retry_summary
@@ -349,6 +350,4 @@ def show_lines(
 
 def incident_line(row: dict[str, Any]) -> str:
     """One incident: ``Action required ×3: bash failed: E1  [output.log#byte=1641]``."""
-    times = f" ×{row['failures']}" if row.get("failures", 1) > 1 else ""
-    where = f"  [{row['evidence']}]" if row.get("evidence") else ""
-    return f"{row['label']}{times}: {row['summary']}{where}"
+    return row_text(row)

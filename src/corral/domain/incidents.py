@@ -23,7 +23,6 @@ Journal events (one JSON object per line of ``failures.jsonl``): ``{"kind": "fai
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -109,6 +108,8 @@ Fact = ToolStart | ToolEnd | ModelFailure | ModelOk | Gap
 def operation_of(name: str, args: Any, cwd: str) -> str:
     """A tool operation's identity: its name and a digest of its canonical arguments (keys sorted)
     and working directory — a digest, so no argument (a token on a command line) is ever stored."""
+    import hashlib  # only a tool operation needs it; reading incidents does not
+
     canonical = json.dumps([name, args if args is not None else {}, cwd], sort_keys=True, default=str)
     return f"{name}:{hashlib.sha256(canonical.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
 
@@ -431,3 +432,10 @@ def summary_line(state: FailureState) -> str:
 
 
 CORRECTNESS_NOTE = "Work correctness was not inferred from lifecycle alone."
+
+
+def row_text(row: Mapping[str, Any]) -> str:
+    """One incident row as a line: ``Action required ×3: bash failed: E1  [output.log#byte=1641]``."""
+    times = f" ×{row['failures']}" if row.get("failures", 1) > 1 else ""
+    where = f"  [{row['evidence']}]" if row.get("evidence") else ""
+    return f"{row['label']}{times}: {row['summary']}{where}"

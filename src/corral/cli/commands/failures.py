@@ -30,6 +30,13 @@ Examples:
 @click.option("--session", metavar="ID", help="Another session of the task than its current one.")
 @click.option("--log", "log", metavar="PATH", help="Scan this output log instead of a task's (with --harness).")
 @click.option("--harness", type=click.Choice(HARNESSES), help="Whose log --log is.")
+@click.option("--cursor", metavar="C", help="Go on from a page's next_cursor.")
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="A page of at most N bytes of text: incident rows go first, the correctness note stays whole.",
+)
 @json_option
 @pass_app
 def failures(
@@ -40,6 +47,8 @@ def failures(
     session: str | None,
     log: str | None,
     harness: str | None,
+    cursor: str | None,
+    max_bytes: int | None,
 ) -> None:
     """A task's incidents: tool, model and supervision failures, labelled, apart from its status."""
     if log is not None:
@@ -48,17 +57,25 @@ def failures(
                 "--log scans one log and needs --harness, without a task.",
                 hint="corral failures --log PATH --harness pi",
             )
-        found = queries.failures_of_log(log, harness, history=history, raw=raw)
+        found = queries.failures_of_log(log, harness, history=history, raw=raw, cursor=cursor, max_bytes=max_bytes)
     elif task is None:
         raise UsageError("Name a task (or a log with --log).", hint="corral failures T")
     else:
-        found = queries.failures(app.project, task, history=history, raw=raw, session=session)
+        found = queries.failures(
+            app.project, task, history=history, raw=raw, session=session, cursor=cursor, max_bytes=max_bytes
+        )
     for problem in found.problems:
         app.note(f"warning: could not reconcile {problem} (see corral doctor)")
     doc = found.doc
-    app.answer({"failures": doc}, lambda: lines(doc))
+    again = f"corral failures --log {log} --harness {harness}" if log is not None else f"corral failures {task}"
+    app.answer({"failures": doc}, lambda: lines(doc, again))
 
 
-def lines(doc: dict[str, Any]) -> list[str]:
+def lines(doc: dict[str, Any], again: str) -> list[str]:
     """The incident rows, then the one-line account and the correctness note (kept whole)."""
-    return [*(incident_line(r) for r in doc["rows"]), doc["line"], doc["note"]]
+    out = [*(incident_line(r) for r in doc["rows"]), doc["line"]]
+    if doc["note"]:
+        out.append(doc["note"])
+    if doc.get("next_cursor"):
+        out.append(f"More: {again} --cursor {doc['next_cursor']}")
+    return out

@@ -135,23 +135,38 @@ class Failures:
 
 
 def failures(
-    project: Project, given: str, *, history: bool = False, raw: bool = False, session: str | None = None
+    project: Project,
+    given: str,
+    *,
+    history: bool = False,
+    raw: bool = False,
+    session: str | None = None,
+    cursor: str | None = None,
+    max_bytes: int | None = None,
 ) -> Failures:
-    """A task's incidents (its current session's by default): those needing action, or every one."""
+    """A task's incidents (its current session's by default): those needing action, or every one; one page."""
     problems = _settle(project)
     with project.store.read() as tx:
         task = resolve_task(tx, given)
     state = incidents.session_state(project, task, session)
     rows = incidents.rows(state, history=history, raw=raw) if state else []
-    return Failures(
-        task, {**incidents.summary(state), "rows": rows, "session_id": session or task.session_id}, problems
-    )
+    doc = {**incidents.summary(state), "rows": rows, "session_id": session or task.session_id}
+    return Failures(task, incidents.page(doc, cursor=cursor, max_bytes=max_bytes), problems)
 
 
-def failures_of_log(path: str, harness: str, *, history: bool = False, raw: bool = False) -> Failures:
+def failures_of_log(
+    path: str,
+    harness: str,
+    *,
+    history: bool = False,
+    raw: bool = False,
+    cursor: str | None = None,
+    max_bytes: int | None = None,
+) -> Failures:
     """The incidents a log outside any task holds, scanned from its start (measurable beside others)."""
     state = incidents.scan_log(Path(path), harness)
-    return Failures(None, {**incidents.summary(state), "rows": incidents.rows(state, history=history, raw=raw)}, [])
+    doc = {**incidents.summary(state), "rows": incidents.rows(state, history=history, raw=raw)}
+    return Failures(None, incidents.page(doc, cursor=cursor, max_bytes=max_bytes), [])
 
 
 def find_task(project: Project, given: str) -> Task:

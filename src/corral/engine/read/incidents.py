@@ -18,6 +18,7 @@ from corral.domain.incidents import (
     FailureState,
     Incident,
     reduce,
+    row_text,
     summary_line,
 )
 from corral.domain.records import Task
@@ -78,3 +79,48 @@ def summary(state: FailureState | None) -> dict[str, Any]:
         "needs_action": len(state.needs_action),
         "counts": state.counts(),
     }
+
+
+def page(doc: dict[str, Any], *, cursor: str | None = None, max_bytes: int | None = None) -> dict[str, Any]:
+    """``doc`` (a summary with its rows) cut to one page: from ``cursor`` on, at most ``max_bytes`` of text.
+
+    The one-line account and the correctness note always stay; when the page is small, incident
+    rows go first, and the note is kept whole whenever it fits. ``next_cursor`` names where the
+    next page begins (None on the last).
+    """
+    rows: list[dict[str, Any]] = doc["rows"]
+    first = _cursor_index(cursor, len(rows))
+    budget = None if max_bytes is None else max_bytes - _size(doc["line"]) - _size(doc["note"])
+    kept: list[dict[str, Any]] = []
+    for row in rows[first:]:
+        size = _size(row_text(row))
+        if budget is not None and size > budget:
+            break
+        kept.append(row)
+        if budget is not None:
+            budget -= size
+    after = first + len(kept)
+    note = doc["note"]
+    if max_bytes is not None and _size(doc["line"]) + _size(note) > max_bytes:
+        note = ""  # not even the account and the note fit: the note goes, never cut in half
+    return {
+        **doc,
+        "rows": kept,
+        "note": note,
+        "next_cursor": f"i{after}" if after < len(rows) else None,
+        "rows_total": len(rows),
+    }
+
+
+def _cursor_index(cursor: str | None, total: int) -> int:
+    if cursor is None:
+        return 0
+    if not cursor.startswith("i") or not cursor[1:].isdigit():
+        from corral.errors import UsageError
+
+        raise UsageError(f"'{cursor}' is not a cursor this command gave.", hint="Use the next_cursor of a page.")
+    return min(int(cursor[1:]), total)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8")) + 1  # and its newline
