@@ -58,10 +58,12 @@ def test_the_daemon_logs_each_notice_and_hands_it_to_the_users_hook_once(
         delivered = notify.from_daemon(project, logged.append, hook)
         assert [task.ref for task, _ in delivered] == ["hooked"]
         (doc,) = logged
-        assert doc["event"] == "notice" and doc["kind"] == "completion" and doc["task"]["ref"] == "hooked"
-        assert doc["incidents"][0]["label"] == "Action required"
+        assert doc["event"] == "notice" and doc["task"]["ref"] == "hooked"
+        assert doc["notice"]["kind"] == "completion"
+        assert doc["notice"]["incidents"][0]["label"] == "Action required"
         (call,) = hook.calls
-        assert call["argv"] == ["notify-me", "--urgent"] and json.loads(call["input"])["key"] == doc["key"]
+        assert call["argv"] == ["notify-me", "--urgent"]
+        assert json.loads(call["input"])["notice"]["key"] == doc["notice"]["key"]
         assert notify.from_daemon(project, logged.append, hook) == [] and len(hook.calls) == 1  # once
     finally:
         project.close()

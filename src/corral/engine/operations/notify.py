@@ -27,11 +27,13 @@ RECENT = timedelta(hours=1)
 
 
 def notice_doc(project: Project, task: Task, notice: Notice) -> dict[str, object]:
+    """A notice as the daemon logs it and the hook reads it on stdin: ``{"event": "notice", "project",
+    "task": {"id", "ref"}, "notice": {"kind", "key", "incidents", "unclassified", "already_told"}}``."""
     return {
         "event": "notice",
         "project": str(project.repo),
         "task": {"id": task.id, "ref": task.ref},
-        **notice.to_json(),
+        "notice": notice.to_json(),
     }
 
 
@@ -72,13 +74,18 @@ def _run_hook(runner: Runner, hook: str, doc: dict[str, object], log: Callable[[
     try:
         done = runner.run(shlex.split(hook), input=json.dumps(doc), timeout=HOOK_TIMEOUT_SECONDS)
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        log({"event": "notify-failed", "key": doc.get("key"), "message": f"{type(exc).__name__}: {exc}"})
+        log({"event": "notify-failed", "notice": _key(doc), "message": f"{type(exc).__name__}: {exc}"})
         return
     if done.returncode != 0:
         log(
             {
                 "event": "notify-failed",
-                "key": doc.get("key"),
+                "notice": _key(doc),
                 "message": f"exit {done.returncode}: {done.stderr[-300:]}",
             }
         )
+
+
+def _key(doc: dict[str, object]) -> object:
+    notice = doc.get("notice")
+    return notice.get("key") if isinstance(notice, dict) else None
