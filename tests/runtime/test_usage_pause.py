@@ -127,3 +127,15 @@ def test_a_torn_or_foreign_file_is_no_pause_and_the_next_limit_writes_it_anew(tm
     assert pauses.turn(ACCOUNT, "a").go
     pauses.note(ACCOUNT, "claude", T0 + timedelta(minutes=3), "limit", "a")
     assert json.loads(path.read_text())["accounts"][ACCOUNT]["harness"] == "claude"
+
+
+def test_a_pause_file_that_cannot_be_kept_never_stops_a_turn(tmp_path: Path, capsys: object) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where CORRAL_HOME's directory should be")
+    pauses = _pauses(blocker / "usage-limits.json", Clock())
+    assert pauses.turn(ACCOUNT, "a").go  # the lock cannot be made: as if nothing were paused
+    reset = T0 + timedelta(minutes=5)
+    assert pauses.note(ACCOUNT, "claude", reset, "limit", "a") == reset
+    assert pauses.turn(ACCOUNT, "a").go
+    pauses.give_up(ACCOUNT, "a")
+    assert pauses.got_through(ACCOUNT, "a") is False

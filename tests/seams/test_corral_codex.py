@@ -25,6 +25,7 @@ import pytest
 
 from corral.adapters.harness.codex import LOGIN_HINT, WAITING_FOR_NETWORK
 from tests.conftest import CLI, git
+from tests.support.auto_resume import until_auto_resumed
 from tests.support.codex import (
     KEY_VARIABLE,
     TEST_API_KEY,
@@ -255,18 +256,7 @@ def test_a_sigkilled_codex_is_auto_resumed_by_the_daemon_in_the_same_thread(make
         [native] = [pid for pid in _children(agent_pid) if "codex" in Path(f"/proc/{pid}/cmdline").read_text()]
         os.kill(native, signal.SIGKILL)
 
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            shown = rig.show(ref)
-            agent_turns = [t for t in shown["turns"] if t["role"] == "agent"]
-            if shown["task"]["status"] == "blocked" and len(agent_turns) == 3:
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(
-                f"not auto-resumed: {shown['task']['status']} "
-                f"{[(t['sequence'], t['role'], t['kind'], t['content'][:80]) for t in shown['turns']]}"
-            )
+        shown = until_auto_resumed(lambda: rig.show(ref))
         assert daemon.poll() is None, "the daemon died"
     finally:
         daemon.terminate()

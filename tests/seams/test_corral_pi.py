@@ -26,6 +26,7 @@ import pytest
 
 from corral.adapters.harness.pi import LOGIN_HINT, READ_ONLY_TOOLS
 from tests.conftest import CLI, git
+from tests.support.auto_resume import until_auto_resumed
 from tests.support.model_server import Error, Hang, ScriptedServer, Step, Text, ToolUse
 from tests.support.pi import KEY_VARIABLE, MODEL, PROVIDER, TEST_API_KEY, pi_bin_or_skip, write_user_provider
 
@@ -256,18 +257,7 @@ def test_a_sigkilled_pi_is_auto_resumed_by_the_daemon_in_the_same_session(make_r
         assert "pi" in Path(f"/proc/{agent_pid}/cmdline").read_text()  # the launched `pi` (node) itself
         os.kill(agent_pid, signal.SIGKILL)
 
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            shown = rig.show(ref)
-            agent_turns = [t for t in shown["turns"] if t["role"] == "agent"]
-            if shown["task"]["status"] == "blocked" and len(agent_turns) == 3:
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(
-                f"not auto-resumed: {shown['task']['status']} "
-                f"{[(t['sequence'], t['role'], t['kind'], t['content'][:80]) for t in shown['turns']]}"
-            )
+        shown = until_auto_resumed(lambda: rig.show(ref))
         assert daemon.poll() is None, "the daemon died"
     finally:
         daemon.terminate()

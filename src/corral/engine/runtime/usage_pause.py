@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -150,14 +151,28 @@ class UsagePauses:
 
     @contextmanager
     def _accounts(self) -> Iterator[dict[str, Any]]:
-        fd = lock(self.lock_path, LOCK_TIMEOUT_SECONDS)
+        """The accounts, changed in place under the lock and written back if they changed.
+
+        The pause is bookkeeping beside the turn, never the turn's failure: a lock that cannot be
+        taken or a file that cannot be written is said on stderr (the supervisor's log), and the
+        turn goes on as if no account were paused.
+        """
+        try:
+            fd = lock(self.lock_path, LOCK_TIMEOUT_SECONDS)
+        except OSError as exc:
+            print(f"corral: the usage-limit pause cannot be read: {exc}", file=sys.stderr)
+            yield {}
+            return
         try:
             accounts = self._load()
             before = json.dumps(accounts, sort_keys=True)
             yield accounts
             if json.dumps(accounts, sort_keys=True) != before:
                 payload = json.dumps({"version": 1, "accounts": accounts}, indent=2, sort_keys=True) + "\n"
-                write_atomic(self.path, payload.encode("utf-8"))
+                try:
+                    write_atomic(self.path, payload.encode("utf-8"))
+                except OSError as exc:
+                    print(f"corral: the usage-limit pause cannot be written: {exc}", file=sys.stderr)
         finally:
             if fd is not None:
                 os.close(fd)
