@@ -108,3 +108,15 @@ def test_a_small_page_drops_incident_rows_before_the_notes_and_a_cursor_goes_on(
     assert tiny["rows"] == [] and tiny["note"] == ""  # nothing fits: the note goes whole, never cut
     bad = corral(*args, "--cursor", "nope")
     assert bad.returncode == 2 and "not a cursor" in bad.stderr
+
+
+def test_a_clean_turn_was_observed_and_says_so(agent: FakeAgent, corral: CLI) -> None:
+    _run(corral, agent, "clean", _bash("pytest -q", fails=False, output="3 passed"))
+    shown = corral.ok("show", "clean").stdout
+    assert "Failures: No failures need action\n" in shown
+    assert corral.ok("failures", "clean").stdout.splitlines()[0] == "No failures need action"
+
+
+def test_a_task_never_observed_is_not_said_to_have_no_failures(corral: CLI) -> None:
+    corral.ok("create", "Not started", "--ref", "fresh")
+    assert corral.ok("failures", "fresh").stdout.splitlines()[0] == "No failures observed"

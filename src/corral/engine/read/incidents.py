@@ -31,7 +31,10 @@ def session_state(project: Project, task: Task, session_id: str | None = None) -
     sid = session_id or task.session_id
     if sid is None:
         return None
-    return Journal(project.paths.journal_dir(task.id, sid)).read()
+    where = project.paths.journal_dir(task.id, sid)
+    if not where.exists():
+        return None  # nothing was ever observed there (a turn from before the journal): not "no failures"
+    return Journal(where).read()
 
 
 def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:

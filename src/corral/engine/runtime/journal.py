@@ -64,9 +64,9 @@ class Journal:
     def append(self, events: list[dict[str, Any]]) -> bool:
         """Append ``events`` (after any still pending), fsynced; False (and kept in memory) if it failed."""
         self.pending.extend(events)
-        if not self.pending:
+        if not self.pending and self.path.exists():
             return True
-        try:
+        try:  # an observation that found nothing still leaves the (empty) journal: "observed, no failures"
             self._mark_observed()
             payload = b"".join(json.dumps(e, sort_keys=True).encode("utf-8") + b"\n" for e in self.pending)
             # Non-blocking and no symlink: a FIFO or a link where the journal belongs is refused, never waited on.
