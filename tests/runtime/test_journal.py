@@ -386,3 +386,86 @@ def test_scanned_events_reduce_to_the_labels(tmp_path):
     state = reduce(FailureState(), scanned(log, Cursors(None), final=True))
     assert sorted(labels(state).values()) == [Label.ACTION_REQUIRED.value, Label.RECOVERED.value]
     assert state.incidents["tool:output.log:1"].failures == 3
+
+
+class _PlainPi:
+    """Pi's collector without its shortcuts (no pair, no run): every marked line parsed."""
+
+    def __init__(self) -> None:
+        from corral.adapters.harness.pi import PiHarness
+
+        self.inner = PiHarness("pi")
+        self.incident_markers = self.inner.incident_markers
+
+    def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Any]:
+        return self.inner.incident_facts(data, offset, cwd)
+
+
+def _pi_line(kind: str, n: int, command: str, *, error: bool = False, spaced: bool = False) -> bytes:
+    import json as _json
+
+    sep = (", ", ": ") if spaced else (",", ":")
+    if kind == "update":
+        doc: dict[str, Any] = {"type": "message_update", "delta": f"thinking {n}", "partial": "x" * 200}
+    elif kind == "start":
+        doc = {"type": "tool_execution_start", "toolCallId": f"t{n}", "toolName": "bash", "args": {"command": command}}
+    else:
+        result = {"content": [{"type": "text", "text": ("FAILED " if error else "ok ") + "é\\" * (n % 3)}]}
+        doc = {"type": "tool_execution_end", "toolCallId": f"t{n}", "toolName": "bash", "result": result}
+        doc["isError"] = error
+    return _json.dumps(doc, separators=sep, ensure_ascii=n % 5 != 0).encode("utf-8") + b"\n"
+
+
+def test_pis_shortcuts_fold_exactly_what_parsing_every_line_folds(tmp_path: Path) -> None:
+    from corral.adapters.harness.pi import PiHarness
+
+    lines: list[bytes] = []
+    for n in range(400):
+        command = f"pytest tests/test_mod{n % 13}.py -q"
+        lines.append(_pi_line("update", n, command))
+        lines.append(_pi_line("start", n, command, spaced=n % 7 == 0))
+        lines.append(_pi_line("end", n, command, error=n % 17 == 0 or n % 29 == 0, spaced=n % 11 == 0))
+        if n == 150:
+            lines.append(b'{"type": "tool_execution_end", "toolCallId": "t150", "bad json\n')
+        if n == 222:  # a model error and its recovery in the middle of the runs
+            msg = {
+                "type": "message_end",
+                "message": {"role": "assistant", "stopReason": "error", "errorMessage": "529"},
+            }
+            lines.append(json.dumps(msg).encode() + b"\n")
+            ok = {"type": "message_end", "message": {"role": "assistant", "stopReason": "stop", "content": "ok"}}
+            lines.append(json.dumps(ok).encode() + b"\n")
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join(lines))
+    for cut in (None, len(log.read_bytes()) // 3):
+        fast, plain = Cursors(None), Cursors(None)
+        if cut is None:
+            got = scan(log, PiHarness("pi"), "/wt", fast, final=True)
+            want = scan(log, _PlainPi(), "/wt", plain, final=True)
+        else:  # the same across two scans, the log growing in between
+            whole = log.read_bytes()
+            log.write_bytes(whole[:cut])
+            got = scan(log, PiHarness("pi"), "/wt", fast)
+            want = scan(log, _PlainPi(), "/wt", plain)
+            log.write_bytes(whole)
+            got += scan(log, PiHarness("pi"), "/wt", fast, final=True)
+            want += scan(log, _PlainPi(), "/wt", plain, final=True)
+        assert got == want and got  # the same events, in the same order
+        parsed_fast, parsed_plain = _parsed(log, PiHarness("pi")), _parsed(log, _PlainPi())
+        assert parsed_fast * 3 < parsed_plain  # the shortcuts were taken: most lines were never parsed
+        assert reduce(FailureState(), got).to_json() == reduce(FailureState(), want).to_json()
+        assert fast.collector.failed == plain.collector.failed and fast.collector.starts == plain.collector.starts
+
+
+def _parsed(log: Path, harness: Any) -> int:
+    """How many lines a whole scan of ``log`` handed to ``harness.incident_facts``."""
+    calls = [0]
+    inner = harness.incident_facts
+
+    def counting(data: dict[str, Any], offset: int, cwd: str) -> list[Any]:
+        calls[0] += 1
+        return inner(data, offset, cwd)
+
+    harness.incident_facts = counting
+    scan(log, harness, "/wt", Cursors(None), final=True)
+    return calls[0]

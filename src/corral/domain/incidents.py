@@ -114,10 +114,12 @@ def operation_of(name: str, args: Any, cwd: str) -> str:
     return f"{name}:{hashlib.sha256(canonical.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
 
 
+_BLANK_CONTROLS = {c: " " for c in (*range(32), 127)}
+
+
 def excerpt(text: str, limit: int = SUMMARY_CHARS) -> str:
     """One line of at most ``limit`` characters, controls blanked (a journal field, not a display)."""
-    flat = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in text)
-    flat = " ".join(flat.split())
+    flat = " ".join(text.translate(_BLANK_CONTROLS).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

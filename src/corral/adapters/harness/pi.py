@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from corral.adapters.harness.base import (
@@ -166,6 +167,11 @@ _PAIR = re.compile(
     + _RESULT
     + rb', ?"isError": ?false\}\n'
 )
+#: A run of such pairs, each maybe after ``message_update`` lines (text on its way, no fact in it):
+#: what a long healthy turn is made of, matched in one go.
+_UPDATE = rb'\{"type": ?"message_update"[^\n]*+\n'
+_RUN = re.compile(rb"(?:(?:" + _UPDATE + rb")*+" + _PAIR.pattern + rb")++")
+_UPDATE_LINE = re.compile(_UPDATE)
 
 
 def _result_text(result: Any) -> str:
@@ -286,6 +292,27 @@ class PiHarness:
         if found is None:
             return None
         return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"], found.end()
+
+    def incident_run(self, data: bytes, start: int, limit: int) -> int | None:
+        """Where a run of plain pairs (see :meth:`incident_pair`) beginning at ``data[start]`` ends,
+        ``message_update`` lines between them included; None when no pair begins there."""
+        found = _RUN.match(data, start, limit)
+        return found.end() if found else None
+
+    def incident_run_calls(self, data: bytes, start: int, end: int) -> Iterator[tuple[str, bytes, int, int]]:
+        """The calls of a run found by :meth:`incident_run`: (tool name, arguments' JSON, where the
+        pair begins, where it ends), in order."""
+        at = start
+        while at < end:
+            update = _UPDATE_LINE.match(data, at, end)
+            if update is not None:
+                at = update.end()
+                continue
+            found = _PAIR.match(data, at, end)
+            if found is None:
+                return  # not a run after all: the caller reads on from here line by line
+            yield found["name"].decode("ascii") or "tool", found["args"], found.start(), found.end()
+            at = found.end()
 
     def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
         """Pi JSON's structured failure fields: ``tool_execution_start`` / ``_end`` with ``isError``,

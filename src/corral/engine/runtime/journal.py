@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -321,6 +321,10 @@ class _Lines:
         self.pair: Callable[[bytes, int, int], tuple[str, str, bytes, int] | None] | None = getattr(
             harness, "incident_pair", None
         )
+        self.run: Callable[[bytes, int, int], int | None] | None = getattr(harness, "incident_run", None)
+        self.run_calls: Callable[[bytes, int, int], Iterable[tuple[str, bytes, int, int]]] = getattr(
+            harness, "incident_run_calls", lambda *_: ()
+        )
         self.operations: dict[tuple[str, bytes], str] = {}  # (tool, its arguments' JSON) -> operation
 
     def each(self, data: bytes, start: int, end: int, base: int, markers: tuple[bytes, ...]) -> None:
@@ -356,15 +360,39 @@ class _Lines:
             line_end = find(b"\n", hit, end)
             after = line_end + 1
             if not skip:
-                after = self.line(data, line_start, line_end, end, base)
+                after = self.line(data, line_start, line_end, end, base, next_big)
             start = after
             ahead = [h if h >= after or h < 0 else find(m, after, end) for h, m in zip(ahead, markers, strict=True)]
         while next_big < end:
             self.oversized(base + next_big)
             next_big = big.pop(0) if big else end
 
-    def line(self, data: bytes, start: int, nl: int, end: int, base: int) -> int:
-        """Fold the marked line ``data[start:nl]`` (and its pair, if it begins one); where the next line starts."""
+    def line(self, data: bytes, start: int, nl: int, end: int, base: int, limit: int | None = None) -> int:
+        """Fold the marked line ``data[start:nl]`` (and its pair, if it begins one); where the next line starts.
+
+        With no call begun, a run of successful pairs (the harness's ``incident_run``) changes
+        nothing but the collector's sequence — up to the first pair that would recover an open
+        failure — so it is passed over: in one step when no failure is open, else pair by pair;
+        never past ``limit`` (the next line too long to be a record).
+        """
+        collector = self.collector
+        if self.run is not None and not collector.starts:
+            bound = end if limit is None else min(limit, end)
+            if not collector.failed:
+                run_end = self.run(data, start, bound)
+                if run_end is not None:
+                    # at least the pairs' number of steps: the sequence only orders what comes later
+                    collector.sequence += 2 * data.count(b'"tool_execution_start"', start, run_end)
+                    return run_end
+            else:  # failures are open: pass over the pairs up to the first that would recover one
+                passed = start
+                for name, args, _pair_start, pair_end in self.run_calls(data, start, bound):
+                    if self._recovers(name, args):
+                        break
+                    collector.sequence += 2
+                    passed = pair_end
+                if passed > start:
+                    return passed  # the loop reads on from there (the recovering pair, or what follows)
         if self.pair is not None:
             pair = self.pair(data, start, end)
             if pair is not None and pair[3] - nl - 2 <= MAX_RECORD and not self._recovers(pair[1], pair[2]):
