@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ import pytest
 
 from corral.adapters.harness.codex import LOGIN_HINT, WAITING_FOR_NETWORK
 from tests.conftest import CLI, git
-from tests.support.auto_resume import until_auto_resumed
+from tests.support.auto_resume import spawn_daemon, until_auto_resumed, until_substate
 from tests.support.codex import (
     KEY_VARIABLE,
     TEST_API_KEY,
@@ -236,10 +234,7 @@ def test_a_sigkilled_codex_is_auto_resumed_by_the_daemon_in_the_same_thread(make
     thread, task_id = shown["session"]["harness_session_id"], shown["task"]["id"]
 
     daemon_env = {**os.environ, **rig.env, "CORRAL_AUTO_RESUME": "1"}
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "corral", "--repo", str(rig.repo), "daemon", "run", "--tick", "0.5"],
-        cwd=rig.repo, env=daemon_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    daemon = spawn_daemon(rig.repo, daemon_env)
     try:
         feedback = "Add notes.txt with one line — «crash-safe» — then stop."
         rig.server.steps.extend([ExecCommand("echo crash-safe > notes.txt"), Hang(), Message("resumed and finished")])
@@ -307,11 +302,7 @@ def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_thr
     rig.corral.ok("start", ref, env=rig.env)
     assert rig.server.wait_for_requests(1, timeout=30)
 
-    deadline = time.monotonic() + 30
-    while not str(rig.show(ref)["task"]["substate"]).startswith("waiting: usage limit"):
-        assert time.monotonic() < deadline, rig.show(ref)["task"]
-        time.sleep(0.3)
-    paused = rig.show(ref)
+    paused = until_substate(lambda: rig.show(ref), "waiting: usage limit", timeout=30)
     assert paused["task"]["status"] == "working"
     assert paused["task"]["substate"] == f"waiting: usage limit (resets {time.strftime('%H:%M', time.gmtime(reset))})"
     assert "working(waiting: usage limit (resets " in rig.run("list").stdout

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ import pytest
 
 from corral.adapters.harness.pi import LOGIN_HINT, READ_ONLY_TOOLS
 from tests.conftest import CLI, git
-from tests.support.auto_resume import until_auto_resumed
+from tests.support.auto_resume import spawn_daemon, until_auto_resumed, until_substate
 from tests.support.model_server import Error, Hang, ScriptedServer, Step, Text, ToolUse
 from tests.support.pi import KEY_VARIABLE, MODEL, PROVIDER, TEST_API_KEY, pi_bin_or_skip, write_user_provider
 
@@ -236,10 +234,7 @@ def test_a_sigkilled_pi_is_auto_resumed_by_the_daemon_in_the_same_session(make_r
     session, task_id = shown["session"]["harness_session_id"], shown["task"]["id"]
 
     daemon_env = {**os.environ, **rig.env, "CORRAL_AUTO_RESUME": "1"}
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "corral", "--repo", str(rig.repo), "daemon", "run", "--tick", "0.5"],
-        cwd=rig.repo, env=daemon_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    daemon = spawn_daemon(rig.repo, daemon_env)
     try:
         feedback = "Add notes.txt with one line — «crash-safe» — then stop."
         rig.server.steps.extend(
@@ -290,11 +285,7 @@ def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_ses
     rig.corral.ok("start", ref, env=rig.env)
     assert rig.server.wait_for_requests(3, timeout=30)
 
-    deadline = time.monotonic() + 20
-    while not str(rig.show(ref)["task"]["substate"]).startswith("waiting: usage limit (resets "):
-        assert time.monotonic() < deadline, rig.show(ref)["task"]
-        time.sleep(0.2)
-    paused = rig.show(ref)
+    paused = until_substate(lambda: rig.show(ref), "waiting: usage limit (resets ", timeout=20)
     assert paused["task"]["status"] == "working"
     assert "working(waiting: usage limit (resets " in rig.run("list").stdout
     pauses = json.loads((Path(os.environ["CORRAL_HOME"]) / "usage-limits.json").read_text())

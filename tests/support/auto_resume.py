@@ -1,9 +1,12 @@
-"""What the real-harness seam tests share about a turn auto-resumed by the daemon."""
+"""What the real-harness seam tests share: a daemon of their own, and waiting for a task's state."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -22,3 +25,22 @@ def until_auto_resumed(show: Callable[[], dict[str, Any]], timeout: float = 60) 
         f"not auto-resumed: {shown['task']['status']} "
         f"{[(t['sequence'], t['role'], t['kind'], t['content'][:80]) for t in shown['turns']]}"
     )
+
+
+def spawn_daemon(repo: Path, env: Mapping[str, str], tick: float = 0.5) -> subprocess.Popen[bytes]:
+    """``corral daemon run`` for ``repo`` as a process of its own, silent, ticking every ``tick`` s."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "corral", "--repo", str(repo), "daemon", "run", "--tick", str(tick)],
+        cwd=repo, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def until_substate(show: Callable[[], dict[str, Any]], prefix: str, timeout: float = 30) -> dict[str, Any]:
+    """``show()`` once the task's substate begins with ``prefix``."""
+    deadline = time.monotonic() + timeout
+    shown = show()
+    while not str(shown["task"]["substate"]).startswith(prefix):
+        assert time.monotonic() < deadline, shown["task"]
+        time.sleep(0.2)
+        shown = show()
+    return shown
