@@ -139,3 +139,13 @@ def test_a_pause_file_that_cannot_be_kept_never_stops_a_turn(tmp_path: Path, cap
     assert pauses.turn(ACCOUNT, "a").go
     pauses.give_up(ACCOUNT, "a")
     assert pauses.got_through(ACCOUNT, "a") is False
+
+
+def test_a_record_no_supervisor_would_write_is_dropped_not_obeyed(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "usage-limits.json"
+    for resets_at in ("9999-12-31T00:00:00Z", "not a time", None):
+        record = {"harness": "claude", "resets_at": resets_at, "first": None}
+        path.write_text(json.dumps({"version": 1, "accounts": {ACCOUNT: record}}))
+        assert _pauses(path, clock).turn(ACCOUNT, "a").go  # a tampered or broken record holds nobody
+        assert ACCOUNT not in _pauses(path, clock).read()

@@ -32,6 +32,9 @@ from corral.domain.record import record
 from corral.domain.usage_limit import FIRST_THROUGH_SECONDS
 
 MAX_BYTES = 1 << 20
+#: No reset a supervisor notes is further away than its overload budget (whose default is 6 h and
+#: whose user may raise it); a record further than this was not written by one.
+MAX_PAUSE = timedelta(days=31)
 LOCK_TIMEOUT_SECONDS = 10.0
 
 
@@ -67,7 +70,7 @@ class UsagePauses:
         """The account hit its limit until ``resets_at`` (a later reset already noted wins); returns the reset."""
         with self._accounts() as accounts:
             entry = accounts.get(account)
-            known = parse_time(entry.get("resets_at")) if entry else None
+            known = _time(entry.get("resets_at")) if entry else None
             at = max(resets_at, known) if known else resets_at
             first = entry.get("first") if entry else None
             accounts[account] = {
@@ -87,8 +90,13 @@ class UsagePauses:
             entry = accounts.get(account)
             if entry is None:
                 return Turn(True)
-            resets_at = parse_time(entry.get("resets_at"))
-            if resets_at is not None and now < resets_at:
+            resets_at = _time(entry.get("resets_at"))
+            if resets_at is None or resets_at - now > MAX_PAUSE:
+                # A record no supervisor writes (unreadable, or past any budget: a limit that far
+                # parks its task instead): it must not hold every task of the account. Dropped.
+                del accounts[account]
+                return Turn(True)
+            if now < resets_at:
                 return Turn(False, until=resets_at, resets_at=resets_at)
             first = entry.get("first")
             if first is not None and first.get("task_id") == task_id:
@@ -109,7 +117,7 @@ class UsagePauses:
             entry = accounts.get(account)
             if entry is None:
                 return False
-            resets_at = parse_time(entry.get("resets_at"))
+            resets_at = _time(entry.get("resets_at"))
             if resets_at is not None and self.clock() < resets_at:
                 return False  # a response before the reset it waits for is no proof it cleared
             del accounts[account]
@@ -129,7 +137,7 @@ class UsagePauses:
     # -- the file ---------------------------------------------------------------------------
     def _holds(self, first: dict[str, Any], now: datetime) -> bool:
         """Whether the first one still holds its place: alive, and not past its time to get through."""
-        since = parse_time(first.get("since"))
+        since = _time(first.get("since"))
         if since is not None and now - since > timedelta(seconds=FIRST_THROUGH_SECONDS):
             return False
         pid = first.get("pid")
@@ -176,3 +184,14 @@ class UsagePauses:
         finally:
             if fd is not None:
                 os.close(fd)
+
+
+def _time(value: Any) -> datetime | None:
+    """A stored time, or None for one that is missing or not a time (a foreign or broken record)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
