@@ -98,14 +98,15 @@ def test_a_small_page_drops_incident_rows_before_the_notes_and_a_cursor_goes_on(
     assert whole["rows_total"] == 4 and len(whole["rows"]) == 4 and whole["next_cursor"] is None
     small = corral.ok(*args, "--max-bytes", "250").stdout.splitlines()
     assert small[-2] == "Work correctness was not inferred from lifecycle alone."  # kept whole
-    assert small[-1].startswith(f"More: corral failures --log {log} --harness pi --cursor i")
+    assert small[-1].startswith(f"More: corral failures --log {log} --harness pi --history --max-bytes 250 --cursor i")
     page = corral.json(*args, "--max-bytes", "250")["failures"]
     shown = len(page["rows"])
     assert 0 < shown < 4 and page["next_cursor"] == f"i{shown}"
     rest = corral.json(*args, "--cursor", page["next_cursor"])["failures"]
     assert [r["id"] for r in page["rows"] + rest["rows"]] == [r["id"] for r in whole["rows"]]
     tiny = corral.json(*args, "--max-bytes", "10")["failures"]
-    assert tiny["rows"] == [] and tiny["note"] == ""  # nothing fits: the note goes whole, never cut
+    # nothing fits: the note goes whole (never cut), and still one row, so the next page moves on
+    assert len(tiny["rows"]) == 1 and tiny["note"] == "" and tiny["next_cursor"] == "i1"
     bad = corral(*args, "--cursor", "nope")
     assert bad.returncode == 2 and "not a cursor" in bad.stderr
 
@@ -120,3 +121,31 @@ def test_a_clean_turn_was_observed_and_says_so(agent: FakeAgent, corral: CLI) ->
 def test_a_task_never_observed_is_not_said_to_have_no_failures(corral: CLI) -> None:
     corral.ok("create", "Not started", "--ref", "fresh")
     assert corral.ok("failures", "fresh").stdout.splitlines()[0] == "No failures observed"
+
+
+def test_a_missing_log_or_session_is_not_found(agent: FakeAgent, corral: CLI, tmp_path: Any) -> None:
+    missing = corral("failures", "--log", str(tmp_path / "nothing.log"), "--harness", "pi")
+    assert missing.returncode == 4 and "no log" in missing.stderr
+    _run(corral, agent, "sess", _bash("true", fails=False, output=""))
+    unknown = corral("failures", "sess", "--session", str(tmp_path))
+    assert unknown.returncode == 4 and "has no session" in unknown.stderr
+
+
+def test_a_symlink_where_the_journal_belongs_is_reported_never_read_as_all_clear(
+    agent: FakeAgent, corral: CLI, tmp_path: Any
+) -> None:
+    import os
+    from pathlib import Path
+
+    _run(corral, agent, "linked", _bash("pytest -q", fails=True, output="FAILED"))
+    doc = corral.json("show", "linked")
+    paths = corral.json("paths")["paths"]
+    journal = Path(paths["tasks"]) / doc["task"]["id"] / "sessions" / doc["session"]["id"] / "failures.jsonl"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not a journal\n")
+    journal.unlink()
+    os.symlink(victim, journal)
+    text = corral.ok("failures", "linked").stdout
+    assert "No failures need action" not in text.splitlines()[-2]
+    assert "could not be read" in text
+    assert victim.read_text() == "not a journal\n"

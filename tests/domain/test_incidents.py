@@ -392,3 +392,15 @@ def test_the_state_as_json_counts_every_label_and_what_needs_action():
     }
     assert {i["label"] for i in doc["incidents"]} == {"Action required", "Unclassified failure observation"}
     assert doc["journal"] == {"records": 2, "unreadable": 0, "torn": False}
+
+
+def test_a_secret_is_masked_before_the_summary_is_cut_and_a_lone_surrogate_is_replaced():
+    from corral.domain.incidents import Collector, ToolEnd, ToolStart
+
+    secret = "sk-ant-api03-SECRETSECRETSECRET"
+    collector = Collector(mask=lambda text: text.replace(secret, "[masked]"))
+    collector.fold(ToolStart("c1", "bash", {"command": "x"}, "/wt"))
+    (event,) = collector.fold(ToolEnd("c1", True, "x" * 150 + " " + secret + " lone \ud800 end", 7))
+    assert "sk-an" not in event["summary"] and "SECRET" not in event["summary"]
+    assert "\ud800" not in event["summary"]
+    event["summary"].encode("utf-8")  # always encodable

@@ -182,3 +182,14 @@ def test_unusable_bytes_are_named(tmp_path: Path, raw: bytes, problem: proto.Pro
     (tmp_path / proto.RESPONSE).write_bytes(raw)
     found = proto.read(tmp_path / proto.RESPONSE, proto.Receipt)
     assert isinstance(found, proto.Unreadable) and found.problem is problem
+
+
+def test_a_lone_surrogate_is_written_as_its_escape_and_read_back_as_it_was(tmp_path):
+    from corral.engine.runtime import protocol as proto
+
+    path = tmp_path / "doc.json"
+    proto.write_json(path, {"text": "cut inside \ud800 a character", "plain": "é"})
+    raw = path.read_bytes()
+    raw.decode("utf-8")  # valid UTF-8: no reader refuses it
+    assert b"\\ud800" in raw and "é".encode() in raw
+    assert proto.read_raw(path)["text"] == "cut inside \ud800 a character"

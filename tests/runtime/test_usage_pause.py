@@ -149,3 +149,24 @@ def test_a_record_no_supervisor_would_write_is_dropped_not_obeyed(tmp_path: Path
         path.write_text(json.dumps({"version": 1, "accounts": {ACCOUNT: record}}))
         assert _pauses(path, clock).turn(ACCOUNT, "a").go  # a tampered or broken record holds nobody
         assert ACCOUNT not in _pauses(path, clock).read()
+
+
+def test_a_tampered_record_never_breaks_or_freezes_a_turn(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "usage-limits.json"
+    passed = rfc3339(T0 - timedelta(minutes=1))
+    for first in (
+        "garbage",
+        [1, 2],
+        {"task_id": "zzz", "pid": 1},
+        {"task_id": "zzz", "pid": 1, "since": "9999-01-01T00:00:00Z"},
+    ):
+        record = {"harness": "claude", "resets_at": passed, "first": first}
+        path.write_text(json.dumps({"version": 1, "accounts": {ACCOUNT: record}}))
+        turn = _pauses(path, clock).turn(ACCOUNT, "a")
+        assert turn.go and turn.first  # a first with no believable place holds nothing: "a" goes
+    for naive in ("2099-01-01T00:00:00", "2026-12-01T13:05:00"):
+        path.write_text(json.dumps({"version": 1, "accounts": {ACCOUNT: {"harness": "c", "resets_at": naive}}}))
+        assert _pauses(path, clock).turn(ACCOUNT, "a").go  # a time with no zone is no time: dropped
+    path.write_text("[" * 200_000)
+    assert _pauses(path, clock).turn(ACCOUNT, "a").go

@@ -108,3 +108,14 @@ def test_a_reset_beyond_the_retry_budget_parks_the_task_blocked_with_the_date(ag
     assert len(agent.calls()) == 1
     text = corral.ok("show", "far").stdout
     assert when in text
+
+
+def test_a_reset_already_past_is_an_overload_on_the_ladder_not_a_loop(agent: FakeAgent, corral: CLI) -> None:
+    agent.script(default=_limit(1_000_000_000))  # a reset in 2001: a skewed clock, a limit outliving its words
+    corral.ok("create", "Past reset", "--ref", "past")
+    corral.ok("start", "past")
+    time.sleep(4)
+    assert len(agent.calls()) <= 2  # the overload ladder's first wait is 5 s: no relaunch in a tight loop
+    substate = str(_rows(corral)["past"]["substate"])
+    assert substate.startswith("retrying: attempt 1 (transient_overload)"), substate
+    corral.ok("stop", "past")

@@ -24,7 +24,7 @@ Journal events (one JSON object per line of ``failures.jsonl``): ``{"kind": "fai
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -114,7 +114,8 @@ def operation_of(name: str, args: Any, cwd: str) -> str:
     return f"{name}:{hashlib.sha256(canonical.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
 
 
-_BLANK_CONTROLS = {c: " " for c in (*range(32), 127)}
+# controls blank; a lone surrogate (output cut inside a character) is the replacement character
+_BLANK_CONTROLS = {c: " " for c in (*range(32), 127)} | {c: "\ufffd" for c in range(0xD800, 0xE000)}
 
 
 def excerpt(text: str, limit: int = SUMMARY_CHARS) -> str:
@@ -132,8 +133,10 @@ class Collector:
     kept beside the cursor of the scan it belongs to.
     """
 
-    def __init__(self, evidence_of: str = "output.log") -> None:
+    def __init__(self, evidence_of: str = "output.log", mask: Callable[[str], str] | None = None) -> None:
         self.evidence_of = evidence_of
+        #: Applied to a whole text before it is cut to a summary: a secret is masked before any cut.
+        self.mask = mask or (lambda text: text)
         self.sequence = 0
         self.starts: dict[str, tuple[str, int, str]] = {}  # call id -> (operation, sequence, name)
         self.failed: dict[str, tuple[str, int]] = {}  # operation -> (incident id, sequence)
@@ -150,7 +153,9 @@ class Collector:
             incident = self.failed.get(MODEL_CALL, (f"model:{self.evidence_of}:{fact.offset}", 0))[0]
             self.failed[MODEL_CALL] = (incident, self.sequence)
             return [
-                _failure(incident, MODEL_CALL, Category.MODEL, excerpt(fact.text) or "the model call failed", at)
+                _failure(
+                    incident, MODEL_CALL, Category.MODEL, excerpt(self.mask(fact.text)) or "the model call failed", at
+                )
                 | {"evidence": f"{self.evidence_of}#byte={fact.offset}"}
             ]
         if isinstance(fact, ModelOk):
@@ -184,7 +189,7 @@ class Collector:
             incident = self.failed.get(operation, (f"tool:{self.evidence_of}:{fact.call_id}", 0))[0]
             # when it ended: only a call of the operation started after this is a retry of it
             self.failed[operation] = (incident, self.sequence)
-            summary = f"{name} failed: {excerpt(fact.text)}" if fact.text else f"{name} failed"
+            summary = f"{name} failed: {excerpt(self.mask(fact.text))}" if fact.text else f"{name} failed"
             event = _failure(incident, operation, Category.TOOL, excerpt(summary), at)
             event["evidence"] = f"{self.evidence_of}#byte={fact.offset}"
             if fact.expected:

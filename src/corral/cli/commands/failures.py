@@ -68,6 +68,10 @@ def failures(
         app.note(f"warning: could not reconcile {problem} (see corral doctor)")
     doc = found.doc
     again = f"corral failures --log {log} --harness {harness}" if log is not None else f"corral failures {task}"
+    for flag, on in (("--history", history), ("--raw", raw)):
+        again += f" {flag}" if on else ""
+    again += f" --session {session}" if session else ""
+    again += f" --max-bytes {max_bytes}" if max_bytes else ""
     app.answer({"failures": doc}, lambda: lines(doc, again))
 
 

@@ -22,7 +22,7 @@ from corral.engine.read import incidents, projection
 from corral.engine.recovery import merges
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import Observed, live_facts
-from corral.errors import RefusedError, UsageError
+from corral.errors import NotFoundError, RefusedError, UsageError
 
 # What ``list`` shows for each choice; None: every task, finished ones included.
 LISTS: dict[str | None, frozenset[Status] | None] = {
@@ -148,6 +148,12 @@ def failures(
     problems = _settle(project)
     with project.store.read() as tx:
         task = resolve_task(tx, given)
+        known = [s.id for s in tx.sessions(task.id)]
+    if session is not None and session not in known:
+        raise NotFoundError(
+            f"{task.ref} has no session '{session}'.",
+            hint=f"Its sessions: {', '.join(known)}." if known else f"{task.ref} never started.",
+        )
     state = incidents.session_state(project, task, session)
     rows = incidents.rows(state, history=history, raw=raw) if state else []
     doc = {**incidents.summary(state), "rows": rows, "session_id": session or task.session_id}

@@ -6,6 +6,7 @@ state from here; none re-derives a label.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from corral.domain.incidents import (
 from corral.domain.records import Task
 from corral.engine.project import Project
 from corral.engine.runtime.journal import Cursors, Journal, scan
+from corral.errors import NotFoundError
 
 
 def session_state(project: Project, task: Task, session_id: str | None = None) -> FailureState | None:
@@ -39,6 +41,8 @@ def session_state(project: Project, task: Task, session_id: str | None = None) -
 
 def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
     """A log outside any task scanned from its start into a fresh state (``corral failures --log``)."""
+    if not os.path.lexists(path):
+        raise NotFoundError(f"There is no log at {path}.", hint="Name an output log: corral failures --log PATH")
     facts = make_harness(harness, {})
     cursors = Cursors(None)
     events = scan(path, facts, cwd, cursors, final=True, evidence_of=path.name)
@@ -66,7 +70,7 @@ def _row(incident: Incident, raw: bool) -> dict[str, Any]:
 
 
 def _cap(text: str, limit: int) -> str:
-    data = text.encode("utf-8")
+    data = text.encode("utf-8", "replace")
     if len(data) <= limit:
         return text
     return data[: limit - 3].decode("utf-8", "ignore") + "…"
@@ -88,8 +92,8 @@ def page(doc: dict[str, Any], *, cursor: str | None = None, max_bytes: int | Non
     """``doc`` (a summary with its rows) cut to one page: from ``cursor`` on, at most ``max_bytes`` of text.
 
     The one-line account and the correctness note always stay; when the page is small, incident
-    rows go first, and the note is kept whole whenever it fits. ``next_cursor`` names where the
-    next page begins (None on the last).
+    rows go first (but one: every page moves on), and the note is kept whole whenever it fits.
+    ``next_cursor`` names where the next page begins (None on the last).
     """
     rows: list[dict[str, Any]] = doc["rows"]
     first = _cursor_index(cursor, len(rows))
@@ -97,8 +101,8 @@ def page(doc: dict[str, Any], *, cursor: str | None = None, max_bytes: int | Non
     kept: list[dict[str, Any]] = []
     for row in rows[first:]:
         size = _size(row_text(row))
-        if budget is not None and size > budget:
-            break
+        if budget is not None and size > budget and kept:
+            break  # (the first row of a page always comes: a page that showed none would never move on)
         kept.append(row)
         if budget is not None:
             budget -= size

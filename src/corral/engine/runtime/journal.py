@@ -127,15 +127,17 @@ class Journal:
         return state
 
     def _missing(self) -> bool:
-        return not self.path.exists() and (self.dir / OBSERVED).exists()
+        return not os.path.lexists(self.path) and (self.dir / OBSERVED).exists()
 
 
 def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int, bool, int]:
     """(events, the offset after the last complete line, whether a torn line follows, unreadable lines)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    except FileNotFoundError:
         return [], offset, False, 0
+    except OSError:
+        return [], offset, False, 1  # a symlink (or anything else that will not open) where the journal belongs
     chunks = []
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -241,7 +243,13 @@ def scan(
             )
             events += collector.fold(gap, at)
             offset = 0
-        events += _scan_bytes(fd, offset, info.st_size, harness, cwd, collector, at, final, cursors, key)
+        try:
+            events += _scan_bytes(fd, offset, info.st_size, harness, cwd, collector, at, final, cursors, key)
+        except OSError as exc:  # a read the file refuses (an I/O error, a special file): reported, never raised
+            return events + collector.fold(
+                Gap(f"log-unreadable:{log.name}", f"the output log {log.name} cannot be read: {exc.strerror or exc}"),
+                at,
+            )
         cursors.logs[key]["identity"] = identity
         cursors.logs[key]["head"] = digest
         cursors.logs[key]["head_len"] = len(head)

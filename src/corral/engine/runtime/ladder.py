@@ -140,10 +140,11 @@ class WorkPhase:
             if self.first and self.pauses is not None and self.account is not None:
                 self.pauses.give_up(self.account, self.command.task_id)  # the next one may go first
 
-    def _await_account(self) -> None:
-        """Wait while the harness account's usage limit holds (no attempt, no budget, no watchdog spent)."""
+    def _await_account(self) -> WorkOutcome | None:
+        """Wait while the harness account's usage limit holds (no attempt, no budget, no watchdog spent);
+        the outcome when the reset it waits for is past the budget (the task parks with the date)."""
         if self.pauses is None or self.account is None:
-            return
+            return None
         waited = False
         while True:
             turn = self.pauses.turn(self.account, self.command.task_id)
@@ -151,7 +152,11 @@ class WorkPhase:
                 self.first = turn.first
                 if waited:
                     self.status.update(phase="work", waiting=None)
-                return
+                return None
+            if turn.until is not None:
+                decided = usage_verdict(turn.until, self.wall(), self.command.budgets.overload_seconds)
+                if isinstance(decided, Beyond):  # noted by another task, with a longer budget of its own
+                    return self._park(decided, "the account's usage limit, noted by another task")
             waited = True
             wait = proto.AccountWait(
                 resets_at=rfc3339(turn.resets_at) if turn.resets_at else None,
@@ -178,22 +183,28 @@ class WorkPhase:
             return False
         now = self.wall()
         resets_at = reset_of(verdict.usage_limit, now)
-        if resets_at is None:
-            return False  # no reset stated: an overload like any other, on the ladder
+        if resets_at is None or resets_at <= now:
+            # no reset stated, or one already past (a skewed clock, a limit that outlived its
+            # stated reset): an overload like any other, on the ladder's pace and budget
+            return False
         decided = usage_verdict(resets_at, now, self.command.budgets.overload_seconds)
         if isinstance(decided, Beyond):
-            out = self.outcome
-            out.status = proto.ReceiptStatus.FAILED
-            out.failure_class = FailureClass.TRANSIENT_OVERLOAD.value
-            out.failure_code = "usage-limit-beyond-budget"
-            out.failure_reason = _reason(f"{decided.reason} ({verdict.reason})", self.secrets, FAILURE_REASON_BYTES)
-            out.failure_attempts = 1
-            out.stop_reason = "usage-limit-beyond-budget"
-            return out
+            return self._park(decided, verdict.reason)
         reason = _reason(verdict.usage_limit, self.secrets, RETRY_REASON_BYTES)
         self.pauses.note(self.account, self.harness.name, resets_at, reason, self.command.task_id)
         self.first = False
         return True
+
+    def _park(self, decided: Beyond, words: str) -> WorkOutcome:
+        """The turn's outcome for a usage limit past the budget: failed, the date in its reason."""
+        out = self.outcome
+        out.status = proto.ReceiptStatus.FAILED
+        out.failure_class = FailureClass.TRANSIENT_OVERLOAD.value
+        out.failure_code = "usage-limit-beyond-budget"
+        out.failure_reason = _reason(f"{decided.reason} ({words})", self.secrets, FAILURE_REASON_BYTES)
+        out.failure_attempts = 1
+        out.stop_reason = "usage-limit-beyond-budget"
+        return out
 
     def _run(self, prompt: str) -> WorkOutcome:
         c = self.command
@@ -207,7 +218,9 @@ class WorkPhase:
         while True:
             if self.stop.is_set():
                 raise Stopped
-            self._await_account()
+            parked = self._await_account()
+            if parked is not None:
+                return parked
             number += 1
             self.status.update(attempt=number)
             head_before = self.probe.head()

@@ -31,6 +31,7 @@ class TurnObserver:
     ) -> None:
         self.journal = Journal(journal_dir)
         self.cursors = Cursors(journal_dir)
+        self.cursors.collector.mask = lambda text: redact(text, secrets)
         self.log = log_dir / OUTPUT_LOG
         self.harness = harness
         self.cwd = cwd

@@ -19,6 +19,7 @@ file from an older ``protocol_version`` is still read.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -838,6 +839,9 @@ class Receipt:
 R = TypeVar("R", Command, SupervisorStatus, Progress, StopRequest, Receipt)
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
 class TooLarge(ValueError):
     """A protocol document over :data:`MAX_BYTES`: the writer refuses it rather than write what no reader takes."""
 
@@ -845,7 +849,10 @@ class TooLarge(ValueError):
 def write_json(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> None:
     """Atomically replace ``path`` with ``data`` plus ``protocol_version`` (0600)."""
     doc = {"protocol_version": PROTOCOL_VERSION, **data}
-    payload = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass")
+    text = json.dumps(doc, ensure_ascii=False, indent=1)
+    # A lone surrogate (a harness that cut its output inside a character) is written as its JSON
+    # escape: the file stays valid UTF-8, and the reader gets the very same text back.
+    payload = _SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
     if len(payload) > MAX_BYTES:
         raise TooLarge(f"{path.name} would be {len(payload):,} bytes; the protocol's bound is {MAX_BYTES:,}")
     write_atomic(path, payload, durable=durable)

@@ -138,8 +138,8 @@ class UsagePauses:
     def _holds(self, first: dict[str, Any], now: datetime) -> bool:
         """Whether the first one still holds its place: alive, and not past its time to get through."""
         since = _time(first.get("since"))
-        if since is not None and now - since > timedelta(seconds=FIRST_THROUGH_SECONDS):
-            return False
+        if since is None or not timedelta(0) <= now - since <= timedelta(seconds=FIRST_THROUGH_SECONDS):
+            return False  # no time it took its place, one ahead of now, or too long ago: it holds nothing
         pid = first.get("pid")
         if not isinstance(pid, int):
             return False
@@ -152,10 +152,18 @@ class UsagePauses:
             return {}
         try:
             doc = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}  # a torn or foreign file is no pause: tasks go, and a new limit writes it anew
         accounts = doc.get("accounts") if isinstance(doc, dict) else None
-        return {k: v for k, v in accounts.items() if isinstance(v, dict)} if isinstance(accounts, dict) else {}
+        if not isinstance(accounts, dict):
+            return {}
+        kept = {}
+        for key, entry in accounts.items():
+            if isinstance(entry, dict):
+                if not isinstance(entry.get("first"), dict):
+                    entry["first"] = None  # anything else there names no task
+                kept[str(key)] = entry
+        return kept
 
     @contextmanager
     def _accounts(self) -> Iterator[dict[str, Any]]:
@@ -191,7 +199,7 @@ def _time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        return parse_time(value)
+        at = parse_time(value)
     except ValueError:
         return None
-
+    return at if at is not None and at.tzinfo is not None else None  # a time with no zone is no time here
