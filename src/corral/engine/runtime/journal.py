@@ -134,8 +134,8 @@ def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int,
     """(events, the offset after the last complete line, whether a torn line follows, unreadable lines)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return [], offset, False, 0
+    except (FileNotFoundError, NotADirectoryError):
+        return [], offset, False, 0  # no journal there (the marker says whether there should be)
     except OSError:
         return [], offset, False, 1  # a symlink (or anything else that will not open) where the journal belongs
     chunks = []
