@@ -35,6 +35,7 @@ MAX_BYTES = 1 << 20
 #: No reset a supervisor notes is further away than its overload budget (whose default is 6 h and
 #: whose user may raise it); a record further than this was not written by one.
 MAX_PAUSE = timedelta(days=31)
+SKEW = timedelta(seconds=5)
 LOCK_TIMEOUT_SECONDS = 10.0
 
 
@@ -85,8 +86,8 @@ class UsagePauses:
 
     def turn(self, account: str, task_id: str) -> Turn:
         """Whether ``task_id`` may call its harness now, taking the first place when it is free."""
-        now = self.clock()
         with self._accounts() as accounts:
+            now = self.clock()  # read under the lock: a first place taken while we waited for it is not ahead of now
             entry = accounts.get(account)
             if entry is None:
                 return Turn(True)
@@ -138,8 +139,10 @@ class UsagePauses:
     def _holds(self, first: dict[str, Any], now: datetime) -> bool:
         """Whether the first one still holds its place: alive, and not past its time to get through."""
         since = _time(first.get("since"))
-        if since is None or not timedelta(0) <= now - since <= timedelta(seconds=FIRST_THROUGH_SECONDS):
-            return False  # no time it took its place, one ahead of now, or too long ago: it holds nothing
+        # no time it took its place, one well ahead of now (a clock is read to the millisecond, in
+        # another process), or too long ago: it holds nothing
+        if since is None or not -SKEW <= now - since <= timedelta(seconds=FIRST_THROUGH_SECONDS):
+            return False
         pid = first.get("pid")
         if not isinstance(pid, int):
             return False
