@@ -53,6 +53,9 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
         if key.startswith("CORRAL_") or key in _DROPPED:
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(home))
+    # A turn's agent gets corral's tools from a home daemon that its launch starts: a test about
+    # them turns this on (tests/mcp/), every other test runs its turns without a daemon.
+    monkeypatch.setenv("CORRAL_AGENT_TOOLS", "0")
     monkeypatch.setenv("CORRAL_HOME", str(base / "corral-home"))
     monkeypatch.setenv("CORRAL_CONFIG_FILE", str(base / "user-config.toml"))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))

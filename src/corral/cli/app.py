@@ -28,13 +28,17 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from corral.domain.actors import Actor
+from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.sanitize import display
 from corral.engine.project import Project, default_actor
 from corral.engine.read.projection import SCHEMA_VERSION
 from corral.errors import CorralError
+
+if TYPE_CHECKING:
+    from corral.engine.operations.gates import Caller
 
 Text = str | Iterable[str]  # one string, or lines
 
@@ -61,6 +65,7 @@ class App:
         # not a document after the lines a reader is already parsing.
         self.streaming = False
         self._project: Project | None = None
+        self._caller: Caller | None = None
         self.stdout: TextIO = sys.stdout
         self.stderr: TextIO = sys.stderr
         self._mark = _style_mark()
@@ -75,8 +80,31 @@ class App:
         return self._project
 
     @property
+    def caller(self) -> Caller:
+        """Who runs this command: a person (``CORRAL_ACTOR`` aside), or, inside a turn's process
+        tree, that turn's agent, named by the token its supervisor put in the environment."""
+        if self._caller is None:
+            from corral.engine.operations.gates import Caller, agent_of_token  # the CLI's start stays lean
+
+            token = os.environ.get(TOKEN_ENV, "").strip()
+            self._caller = agent_of_token(self.project, token) if token else Caller(default_actor())
+        return self._caller
+
+    @property
     def actor(self) -> Actor:
-        return default_actor()
+        return self.caller.actor if os.environ.get(TOKEN_ENV, "").strip() else default_actor()
+
+    def gate(self, command: str, params: dict[str, Any]) -> None:
+        """An agent's gates on a command it runs (docs/mcp.md#gates): its own task or a direct subtask."""
+        if not os.environ.get(TOKEN_ENV, "").strip():
+            return
+        caller = self.caller
+        from corral.engine.operations import gates
+
+        if command == "create":
+            params["parent"] = gates.parent_for_create(caller, params.get("parent"), self.project)
+        elif isinstance(params.get("task"), str):
+            gates.target(self.project, caller, command, params["task"])
 
     def close(self) -> None:
         if self._project is not None:

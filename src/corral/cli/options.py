@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import click
 
 from corral.cli.app import App
 
-pass_app = click.make_pass_decorator(App)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def pass_app(f: F) -> F:
+    """The application object as the command's first argument, once an agent's gates let it run."""
+
+    @functools.wraps(f)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        app = ctx.ensure_object(App)
+        app.gate(ctx.info_name or (ctx.command.name or ""), kwargs)
+        return f(app, *args, **kwargs)
+
+    return cast(F, run)
 
 
 def json_option(f: Any) -> Any:

@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backup": ("store", "backup"),
     "restore": ("store", "restore"),
     "daemon": ("daemon", "daemon"),
+    "mcp": ("mcp", "mcp"),
     "demo": ("demo", "demo"),
     "completion": ("completion", "completion"),
 }

@@ -177,6 +177,8 @@ SETTINGS: tuple[Setting, ...] = (
         _USER,
     ),
     Setting("is_sandbox", bool, False, "tell the harness it runs inside a real sandbox", _USER),
+    # User-only: corral's tools let an agent create and run tasks, which a repository may not grant.
+    Setting("agent_tools", bool, True, "give each turn's agent corral's MCP tools for its own subtasks", _USER),
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),
     Setting("pi_provider", str, None, "the Pi provider (--provider)"),

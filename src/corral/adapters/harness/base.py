@@ -26,11 +26,27 @@ ARGV_PROMPT_LIMIT = 96 * 1024
 
 
 @record
+class AgentTools:
+    """How a turn's agent reaches corral's tools (docs/harnesses.md#agent-tools): the daemon's
+    MCP endpoint, the turn's bearer token and the tool timeout to set in the agent's client.
+
+    The token goes in the harness's environment (:data:`~corral.domain.agent_tools.TOKEN_ENV`)
+    and a config refers to that variable: never in argv, which any process on the machine can
+    read in ``/proc``."""
+
+    url: str
+    token: str = field(repr=False)  # a record's repr lands in logs and assertion messages
+    timeout_seconds: float
+
+
+@record
 class TurnRequest:
     """One launch of a harness. ``kind`` is the command's kind (start, unblock, resume,
     auto-resume, ask, pre-accept; pair or chat for an interactive session), ``task_ref`` and
     ``task_id`` name the task, and ``prompt_dir`` is a private directory of the turn where a
-    harness may write the prompt as a file (the ``command`` harness does)."""
+    harness may write the prompt as a file (the ``command`` harness does). ``tools``, when
+    given, is the agent's door to corral's tools: a work turn and an ask render it, an
+    interactive session does not."""
 
     prompt: str
     cwd: str
@@ -42,6 +58,7 @@ class TurnRequest:
     task_ref: str | None = None
     task_id: str | None = None
     prompt_dir: str | None = None
+    tools: AgentTools | None = None
 
 
 @record
@@ -112,6 +129,16 @@ class Harness(Protocol):
     #: True when corral decides the harness's retries: the supervisor ends it at its first retry
     #: event and corral's ladder takes over (docs/harnesses.md#who-owns-the-retry-cadence).
     corral_owns_retries: bool
+
+    @property
+    def takes_agent_tools(self) -> bool:
+        """True when a turn's agent can be given corral's MCP endpoint (``TurnRequest.tools``)."""
+        ...
+
+    @property
+    def agent_tools_absent(self) -> str | None:
+        """One line saying why this harness's turns get no corral tools (doctor, show); None when they do."""
+        ...
 
     def work(self, req: TurnRequest) -> Launch: ...
     def ask(self, req: TurnRequest) -> Launch: ...

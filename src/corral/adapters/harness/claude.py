@@ -19,16 +19,29 @@ session (docs/harnesses.md, "Who owns the retry cadence").
 
 An ask (and a read-only chat) runs in plan mode with the tools that change files or run
 commands disallowed (:data:`READ_ONLY_DENIED`).
+
+Agent tools (docs/harnesses.md#agent-tools): a work turn or an ask given ``TurnRequest.tools``
+gets ``--mcp-config`` with one streamable-HTTP server named ``corral`` (:func:`mcp_config`), whose
+``Authorization`` header reads ``Bearer ${CORRAL_AGENT_TOKEN}`` — Claude Code expands the
+variable from its environment, where the token is, so argv holds no secret —
+``--strict-mcp-config`` (no other MCP server of the user's), ``mcp__corral__*`` added to the
+allowed tools (in ``-p`` mode it refuses an MCP tool that is not allowed: "Claude requested
+permissions to use mcp__corral__ping, but you haven't granted it yet"), and
+``MCP_TOOL_TIMEOUT`` (milliseconds) from the request's timeout. In an ask's plan mode Claude
+Code runs only the allowed MCP tools whose ``readOnlyHint`` annotation is true ("Cannot call
+mcp__corral__… while in plan mode" otherwise): the read tools, nothing that changes a task.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 from corral.adapters.harness.base import (
+    AgentTools,
     AttemptFacts,
     Event,
     Launch,
@@ -40,6 +53,7 @@ from corral.adapters.harness.base import (
     prompt_arg,
     usage_limit_in,
 )
+from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
@@ -59,6 +73,8 @@ _RETRY_ERRORS = {
     "unknown": FailureClass.TRANSIENT_UNREACHABLE,
 }
 READ_ONLY_DENIED = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit")
+#: The allowed-tools rule for every tool of corral's MCP server (``mcp__corral`` works too).
+AGENT_TOOLS_RULE = f"mcp__{SERVER_NAME}__*"
 
 _CODES = {
     FailureClass.FATAL_AUTH: "harness-not-authenticated",
@@ -96,6 +112,9 @@ class ClaudeHarness:
     login_hint = LOGIN_HINT
     #: The supervisor ends the CLI at its first ``api_retry`` line: corral's ladder owns the cadence.
     corral_owns_retries = True
+    #: corral's MCP endpoint through ``--mcp-config`` (docs/harnesses.md#agent-tools).
+    takes_agent_tools = True
+    agent_tools_absent: str | None = None
 
     def __init__(self, executable: str = "claude") -> None:
         self.executable = executable
@@ -115,18 +134,34 @@ class ClaudeHarness:
     def _env(self, req: TurnRequest) -> dict[str, str]:
         return {"IS_SANDBOX": "1"} if req.posture.is_sandbox else {}
 
+    def _tools(self, req: TurnRequest, argv: list[str], env: dict[str, str]) -> None:
+        """corral's MCP server for this turn, the token in ``env`` only (see the module docstring)."""
+        if req.tools is None:
+            return
+        argv += ["--mcp-config", json.dumps(mcp_config(req.tools)), "--strict-mcp-config"]
+        env.update(tools_env(req.tools))
+
     def work(self, req: TurnRequest) -> Launch:
         if req.posture.read_only:
             return self.ask(req)
         argv, stdin = self._base(req, req.posture.permission_mode)
-        if req.posture.allowed_tools:
-            argv += ["--allowedTools", " ".join(req.posture.allowed_tools)]
-        return Launch(argv, self._env(req), stdin)
+        allowed = list(req.posture.allowed_tools)
+        if req.tools is not None:
+            allowed.append(AGENT_TOOLS_RULE)
+        if allowed:
+            argv += ["--allowedTools", " ".join(allowed)]
+        env = self._env(req)
+        self._tools(req, argv, env)
+        return Launch(argv, env, stdin)
 
     def ask(self, req: TurnRequest) -> Launch:
         argv, stdin = self._base(req, "plan")
         argv += ["--disallowedTools", " ".join(READ_ONLY_DENIED)]
-        return Launch(argv, self._env(req), stdin)
+        if req.tools is not None:  # plan mode then runs only the read tools (readOnlyHint)
+            argv += ["--allowedTools", AGENT_TOOLS_RULE]
+        env = self._env(req)
+        self._tools(req, argv, env)
+        return Launch(argv, env, stdin)
 
     def interactive(self, req: TurnRequest) -> Launch:
         argv = [self.executable]
@@ -235,6 +270,19 @@ class ClaudeHarness:
         home = env.get("CLAUDE_CONFIG_DIR") or str(Path(env.get("HOME") or Path.home()) / ".claude")
         key = env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")
         return account_digest(self.name, [key, env.get("ANTHROPIC_BASE_URL"), None if key else home])
+
+
+def mcp_config(tools: AgentTools) -> dict[str, Any]:
+    """The ``--mcp-config`` of a turn: corral's server over streamable HTTP, the bearer token a
+    reference to :data:`TOKEN_ENV` that Claude Code expands from its environment."""
+    headers = {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"}
+    return {"mcpServers": {SERVER_NAME: {"type": "http", "url": tools.url, "headers": headers}}}
+
+
+def tools_env(tools: AgentTools) -> dict[str, str]:
+    """The token, the endpoint, and Claude Code's MCP tool timeout (``MCP_TOOL_TIMEOUT``, in ms)."""
+    timeout_ms = max(1, round(tools.timeout_seconds * 1000))
+    return {TOKEN_ENV: tools.token, URL_ENV: tools.url, "MCP_TOOL_TIMEOUT": str(timeout_ms)}
 
 
 def _int(value: Any) -> int | None:

@@ -21,9 +21,23 @@ logs), the object store, and the directories holding the branch's ref and its re
 temporary ``CODEX_HOME`` with bubblewrap installed, a namespace bwrap may not create) is
 ``fatal_config``, never a turn that succeeded while doing nothing.
 
+Agent tools (docs/harnesses.md#agent-tools): a work turn or an ask given ``TurnRequest.tools``
+gets corral's streamable-HTTP server as ``-c mcp_servers.corral.url=…``,
+``…bearer_token_env_var="CORRAL_AGENT_TOKEN"`` (Codex reads the token from that variable of its
+environment and sends it as ``Authorization: Bearer``; argv holds only the variable's name),
+``…tool_timeout_sec=…`` and ``…default_tools_approval_mode=…`` (:func:`tools_options`). Codex's
+``exec`` never asks for approval, so an MCP tool that needs one fails ("MCP tool call requires
+approval, but approval policy is never"): a work turn says ``"approve"`` (every corral tool
+runs), an ask ``"auto"`` (only the tools annotated ``readOnlyHint``, the read tools, run
+without approval). Codex merges ``-c`` into the user's ``config.toml`` key by key, even a whole
+inline table, so a ``[mcp_servers.corral]`` of the user's own with a ``command`` (the builder's
+stdio server, ``corral mcp``) cannot be pointed at a URL ("url is not supported for stdio"):
+such a turn gets no corral tools and :attr:`CodexHarness.agent_tools_absent` says why.
+
 Its JSON lines: ``thread.started`` (``thread_id``), ``turn.started``,
 ``item.started`` / ``item.completed`` (``command_execution`` with ``exit_code`` and
-``aggregated_output``, ``agent_message`` with ``text``, ``error`` with ``message``),
+``aggregated_output``, ``agent_message`` with ``text``, ``error`` with ``message``,
+``mcp_tool_call`` with ``server``, ``tool``, ``status``, ``result.content`` and ``error.message``),
 ``turn.completed`` (usage), ``turn.failed`` (``error.message``) and ``error`` (``message``;
 "Reconnecting... …" while Codex retries).
 """
@@ -40,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.adapters.harness.base import (
+    AgentTools,
     AttemptFacts,
     Event,
     Launch,
@@ -52,6 +67,7 @@ from corral.adapters.harness.base import (
     usage_limit_in,
 )
 from corral.adapters.harness.claude import code_for
+from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
 from corral.domain.failures import FailureClass, classify_common
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
@@ -80,6 +96,7 @@ class CodexHarness:
     #: The supervisor ends Codex at its first "Reconnecting..." line: whatever Codex still
     #: retries on its own (a built-in provider's stream, an unreachable provider) is corral's.
     corral_owns_retries = True
+    # takes_agent_tools / agent_tools_absent: properties below (the user's config may forbid them)
 
     def __init__(
         self, executable: str = "codex", extra: tuple[str, ...] = (), env: Mapping[str, str] | None = None
@@ -87,6 +104,21 @@ class CodexHarness:
         self.executable = executable
         self.extra = extra
         self.env = env  # where CODEX_HOME is read; None: this process's environment, at each launch
+
+    @property
+    def agent_tools_absent(self) -> str | None:
+        """Why a turn gets no corral tools: the user's own stdio ``mcp_servers.corral`` (see above)."""
+        env = os.environ if self.env is None else self.env
+        if stdio_server_named(SERVER_NAME, env, self.extra):
+            return (
+                f"Codex's config.toml defines its own stdio MCP server `{SERVER_NAME}`, which corral "
+                "cannot point at its endpoint: rename it there (e.g. corral-builder)"
+            )
+        return None
+
+    @property
+    def takes_agent_tools(self) -> bool:
+        return self.agent_tools_absent is None
 
     def _argv(self, req: TurnRequest, sandbox: str) -> Launch:
         prompt, stdin = prompt_arg(req.prompt)
@@ -98,12 +130,16 @@ class CodexHarness:
         # After the harness's own options: a provider they define as a whole table must not
         # replace the retry settings corral sets inside it.
         argv += retries_off(user_provider(os.environ if self.env is None else self.env, self.extra))
+        env: dict[str, str] = {}
+        if req.tools is not None and self.takes_agent_tools:
+            argv += tools_options(req.tools, approve_all=sandbox != "read-only")
+            env.update({TOKEN_ENV: req.tools.token, URL_ENV: req.tools.url})
         if req.model:
             argv += ["-m", req.model]
         if req.resume_id:
             argv += ["resume", req.resume_id]
         argv += prompt if prompt else ["-"]
-        return Launch(argv, {}, stdin)
+        return Launch(argv, env, stdin)
 
     def work(self, req: TurnRequest) -> Launch:
         return self._argv(req, "read-only" if req.posture.read_only else "workspace-write")
@@ -129,7 +165,16 @@ class CodexHarness:
             return [Event("session", session_id=data["thread_id"])]
         if kind == "item.started" and item.get("type") == "command_execution":
             return [Event("tool_start", tool_id=item.get("id"), name=str(item.get("command", "")))]
+        if kind == "item.started" and item.get("type") == "mcp_tool_call":
+            return [Event("tool_start", tool_id=item.get("id"), name=mcp_tool_name(item))]
         if kind == "item.completed":
+            if item.get("type") == "mcp_tool_call":
+                error = obj(item.get("error")).get("message")
+                failed = item.get("status") == "failed" or error is not None or obj(item.get("result")).get("is_error")
+                text = str(error) if error is not None else _content_text(obj(item.get("result")).get("content"))
+                return [
+                    Event("tool_end", tool_id=item.get("id"), is_error=bool(failed), text=text[-OUTPUT_CHARS:] or None)
+                ]
             if item.get("type") == "command_execution":
                 failed = item.get("status") == "failed" or item.get("exit_code") not in (0, None)
                 output = str(item.get("aggregated_output") or "")[-OUTPUT_CHARS:]
@@ -296,6 +341,50 @@ def retries_off(provider: str | None) -> list[str]:
         "-c",
         f"model_providers.{provider}.stream_max_retries=0",
     ]
+
+
+def mcp_tool_name(item: Mapping[str, Any]) -> str:
+    """An ``mcp_tool_call`` item's tool as Claude Code names one: ``mcp__<server>__<tool>``."""
+    return f"mcp__{item.get('server') or '?'}__{item.get('tool') or '?'}"
+
+
+def _content_text(content: Any) -> str:
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+
+
+def tools_options(tools: AgentTools, *, approve_all: bool) -> list[str]:
+    """The ``-c`` options naming corral's MCP server for a turn (see the module docstring); the
+    token stays in the environment, under :data:`TOKEN_ENV`."""
+    key = f"mcp_servers.{SERVER_NAME}"
+    timeout = tools.timeout_seconds
+    seconds = str(int(timeout)) if float(timeout).is_integer() else repr(float(timeout))
+    return [
+        "-c",
+        f"{key}.url={json.dumps(tools.url)}",
+        "-c",
+        f'{key}.bearer_token_env_var="{TOKEN_ENV}"',
+        "-c",
+        f"{key}.tool_timeout_sec={seconds}",
+        "-c",
+        f'{key}.default_tools_approval_mode="{"approve" if approve_all else "auto"}"',
+    ]
+
+
+def stdio_server_named(name: str, env: Mapping[str, str], extra: Sequence[str] = ()) -> bool:
+    """Whether the user's Codex config (``config.toml`` or the harness's own ``-c`` options)
+    defines an MCP server ``name`` run as a command: one corral cannot give a URL."""
+    for option in extra:
+        if option.startswith(f"mcp_servers.{name}.command=") or (
+            option.startswith(f"mcp_servers.{name}=") and "command" in option
+        ):
+            return True
+    try:
+        config = tomllib.loads((codex_home(env) / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # unreadable: the preflight says so; missing: no server of the user's
+    return "command" in obj(obj(config.get("mcp_servers")).get(name))
 
 
 def commit_roots(worktree: Path) -> list[Path]:

@@ -8,7 +8,9 @@ named by ``CORRAL_PROMPT_FILE`` (0600). The turn's facts are environment variabl
 (the command that launched it: start, unblock, resume, auto-resume, ask, pre-accept, pair,
 chat), ``CORRAL_TASK`` (the ref), ``CORRAL_TASK_ID``, ``CORRAL_WORKTREE`` (also the working
 directory) and ``CORRAL_READ_ONLY`` (``1`` in an ask or a read-only chat: the command must
-change nothing; corral reverts and keeps aside whatever it changes anyway).
+change nothing; corral reverts and keeps aside whatever it changes anyway). A turn given
+corral's tools (``TurnRequest.tools``) also gets ``CORRAL_MCP_URL`` (the daemon's MCP endpoint,
+streamable HTTP) and ``CORRAL_AGENT_TOKEN`` (the turn's bearer token for it).
 
 Success is exit 0, and the last lines of output are the turn's result. A command has no
 session to resume. A ``command`` unset or empty is refused before anything runs
@@ -26,6 +28,7 @@ from typing import Any
 
 from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict
 from corral.adapters.harness.claude import code_for
+from corral.domain.agent_tools import TOKEN_ENV, URL_ENV
 from corral.domain.failures import FailureClass, classify_common
 from corral.domain.incidents import Fact
 from corral.errors import ArgvError
@@ -101,6 +104,8 @@ CONTRACT_VARS = (
     "CORRAL_TASK_ID",
     "CORRAL_WORKTREE",
     "CORRAL_READ_ONLY",
+    URL_ENV,
+    TOKEN_ENV,
 )
 
 
@@ -108,6 +113,9 @@ class CommandHarness:
     name = "command"
     display = "The command"
     corral_owns_retries = False  # a command says nothing corral could read as a retry: its exit decides
+    #: The endpoint and the token in its environment: the command brings its own MCP client.
+    takes_agent_tools = True
+    agent_tools_absent: str | None = None
     install_hint = (
         'Set the command to run: corral config set command "my-agent --flag" (its contract: docs/harnesses.md).'
     )
@@ -142,6 +150,9 @@ class CommandHarness:
         data = req.prompt.encode("utf-8", "surrogatepass")
         env = self._env(req, trigger)
         env["CORRAL_PROMPT_FILE"] = write_prompt(data, req.prompt_dir, req.cwd)
+        if req.tools is not None:
+            env[URL_ENV] = req.tools.url
+            env[TOKEN_ENV] = req.tools.token
         return Launch(list(self.argv0), env, data)
 
     def work(self, req: TurnRequest) -> Launch:

@@ -18,8 +18,9 @@ ladder decides — a fatal class stops at once (the reason says how to log in), 
 is relaunched with ``--session`` of the same session (docs/harnesses.md, "Who owns the retry
 cadence"). Pi offers no command-line switch for its retry settings, so corral changes none.
 
-An ask (and a read-only chat) gets Pi's read-only tool set, ``--tools read,grep,find,ls``
-(its ``--help``: "Read-only mode (no file modifications possible)"); corral's before/after
+Pi has no MCP client, so a turn's agent gets no corral tools (``takes_agent_tools`` is False;
+``TurnRequest.tools`` is ignored). An ask (and a read-only chat) gets Pi's read-only tool set,
+``--tools read,grep,find,ls`` (its ``--help``: "Read-only mode (no file modifications possible)"); corral's before/after
 comparison stands behind it (``corral.engine.readonly``).
 """
 
@@ -198,6 +199,9 @@ class PiHarness:
     login_hint = LOGIN_HINT
     #: The supervisor ends Pi at its first ``auto_retry_start`` line: corral's ladder owns the cadence.
     corral_owns_retries = True
+    #: Pi has no MCP client (docs/harnesses.md#agent-tools): ``TurnRequest.tools`` is not rendered.
+    takes_agent_tools = False
+    agent_tools_absent: str | None = "Pi has no MCP client: Pi tasks have no corral tools yet"
 
     def __init__(self, executable: str = "pi", provider: str | None = None) -> None:
         self.executable = executable

@@ -147,7 +147,7 @@ def _worktree_on(project: Project, branch: str) -> Path | None:
     return None
 
 
-def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
+def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | None = None) -> _Ready | Accepted:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         session = tx.get_session(task.session_id) if task.session_id else None
@@ -169,7 +169,7 @@ def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
             raise AcceptRefused(f"Task {task.ref} has no work to accept.", hint=f"corral start {task.ref}")
         if task.parent_id:
             parent = tx.get_task(task.parent_id)
-            if parent is not None and parent.status in ACTIVE:
+            if parent is not None and parent.status in ACTIVE and not _exempt(parent, caller_task_id):
                 raise AcceptRefused(
                     f"Cannot accept {task.ref} into {parent.ref} while {parent.ref} is {parent.status.value}: "
                     "merging into a live worktree would corrupt what runs in it.",
@@ -203,6 +203,18 @@ def preflight(project: Project, given: str, actor: Actor) -> _Ready | Accepted:
     return _Ready(task, session, target, tip, task.status)
 
 
+def _exempt(parent: Task, caller_task_id: str | None) -> bool:
+    """The one exemption from "the parent must not be active" (seed 002): the caller is the parent's
+    own agent, blocked inside this very call, so it is the only actor in the destination worktree.
+
+    ``caller_task_id`` comes from the caller's token only (``engine/operations/gates.py``); a person's
+    command never carries one. Merging and interrupted parents refuse everyone.
+    """
+    return (
+        caller_task_id is not None and caller_task_id == parent.id and parent.status in (Status.WORKING, Status.PAIRING)
+    )
+
+
 def _message(tx: Any, task: Task, session: Session) -> str:
     """The squash commit's message: the goal, the agent's last answer, the trailers.
 
@@ -218,13 +230,22 @@ def _message(tx: Any, task: Task, session: Session) -> str:
     return f"{body}\nCorral-Task: {task.id}\nCorral-Session: {session.id}\n"
 
 
-def accept(project: Project, given: str, *, actor: Actor, report: Reporter | None = None) -> Accepted:
+def accept(
+    project: Project,
+    given: str,
+    *,
+    actor: Actor,
+    report: Reporter | None = None,
+    caller_task_id: str | None = None,
+) -> Accepted:
+    """Merge a task into its target and complete it. ``caller_task_id``: the task whose agent calls
+    (from its token), which may accept a subtask into its own live worktree (:func:`_exempt`)."""
     narrator = Narrator(report)
     with project.store.read() as tx:
         first = resolve_task(tx, given)
     with task_lock(project, first.id, what=f"accept by {actor.value}", timeout=600):
         narrator.phase(PREFLIGHT, "start")
-        ready = preflight(project, first.id, actor)
+        ready = preflight(project, first.id, actor, caller_task_id)
         if isinstance(ready, Accepted):
             narrator.phase(PREFLIGHT, "done", "already accepted")
             return ready

@@ -17,19 +17,23 @@ import time
 from pathlib import Path
 
 from corral import crashpoints
+from corral.adapters.harness import make_harness
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.actors import Role
+from corral.domain.agent_tools import TOKEN_ENV, TOOL_TIMEOUT_SECONDS
 from corral.domain.clock import new_id, rfc3339
 from corral.domain.failures import TERM_GRACE_SECONDS, WATCHDOG_RELAUNCHES, Budgets
 from corral.domain.posture import Posture
 from corral.domain.prompts import system_text
 from corral.domain.record import record, replace
-from corral.domain.records import Session, Task, Turn
-from corral.engine import readonly
+from corral.domain.records import AGENT_TOOLS, Session, Task, Turn
+from corral.engine import daemons, readonly
 from corral.engine.config import Config, harness_settings
 from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
+from corral.engine.resolve import task_config
+from corral.engine.runtime import agent_marks, agent_tokens
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.processes import COMMAND_TAG, reap_turn
 from corral.errors import CorralError, LaunchFailed
@@ -125,6 +129,7 @@ def clear_protocol(protocol_dir: Path, keep_into: Path | None = None) -> None:
         make_private_dir(dest.parent)
         os.replace(stale, dest)
     proto.remove(protocol_dir, proto.STATUS, proto.PROGRESS, proto.STOP, proto.COMMAND)
+    agent_marks.clear(protocol_dir)  # a new command begins with no wait marker and no progress line
 
 
 def file_claimed_receipt(project: Project, task: Task) -> None:
@@ -141,12 +146,71 @@ def file_claimed_receipt(project: Project, task: Task) -> None:
         receipts.file_away(project, task, path, found.command_id)
 
 
-def spawn_supervisor(protocol_dir: Path, log_path: Path) -> int:
-    """Start the supervisor of the command in ``protocol_dir``, tagged with its command id (its identity)."""
+def spawn_supervisor(protocol_dir: Path, log_path: Path, token: str | None = None) -> int:
+    """Start the supervisor of the command in ``protocol_dir``, tagged with its command id (its identity).
+
+    ``token`` is the turn's bearer token for corral's tools: it travels in the environment only.
+    """
     command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
-    env = {COMMAND_TAG: command.command_id} if command is not None else None
+    env = {COMMAND_TAG: command.command_id} if command is not None else {}
+    if token is not None:
+        env[TOKEN_ENV] = token
     argv = [sys.executable, "-m", "corral.engine.runtime.supervisor", str(protocol_dir)]
-    return spawn_detached(argv, log=log_path, env=env)
+    return spawn_detached(argv, log=log_path, env=env or None)
+
+
+def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[proto.Command, str | None]:
+    """The command with its agent's door to corral's tools, and the turn's token (docs/mcp.md).
+
+    A token is minted for every turn while ``agent_tools`` is on, also when the harness takes
+    no MCP server: a corral CLI the agent runs carries it and acts as the agent. The daemon,
+    which serves the MCP endpoint, is started when none runs; when it cannot serve one, the
+    turn runs without the tools and ``show`` says why.
+    """
+    if not bool(task_config(project.config, task)["agent_tools"]):
+        return replace(command, agent_tools_absent="agent_tools is off in the settings"), None
+    if command.posture.read_only:
+        return replace(command, agent_tools_absent="a read-only turn (an ask) gets no corral tools"), None
+    home = project.paths.home
+    token, grant = agent_tokens.mint(
+        home,
+        task_id=task.id,
+        task_ref=task.ref,
+        command_id=command.command_id,
+        state=project.paths.root,
+        repo=project.repo,
+    )
+    spec = proto.AgentToolsSpec(
+        url=None,
+        token_hash=grant.token_hash,
+        token_file=str(agent_tokens.grant_file(home, grant.token_hash)),
+        timeout_seconds=TOOL_TIMEOUT_SECONDS,
+    )
+    command = replace(command, agent_tools=spec)
+    harness = make_harness(command.harness, command.harness_settings.as_mapping())
+    if not harness.takes_agent_tools:
+        return replace(command, agent_tools_absent=harness.agent_tools_absent), token
+    try:
+        url = daemons.ensure_running(home).mcp_url
+    except CorralError as exc:
+        return replace(command, agent_tools_absent=f"the daemon did not start: {exc.message}"), token
+    if not url:
+        return replace(
+            command, agent_tools_absent="the daemon serves no MCP endpoint (see corral daemon status)"
+        ), token
+    return replace(command, agent_tools=replace(spec, url=url)), token
+
+
+def _note_agent_tools(project: Project, task: Task, command: proto.Command) -> None:
+    """What the task's agent had of corral's tools this turn, for ``show`` (kept in the task's metadata)."""
+    doc = {
+        "command_id": command.command_id,
+        "mcp": command.agent_tools is not None,
+        "absent": command.agent_tools_absent,
+    }
+    with project.store.write() as tx:
+        current = tx.get_task(task.id) or task
+        tx.update_task(task.id, metadata={**current.metadata, AGENT_TOOLS: doc}, touch=False)
 
 
 def wait_alive(protocol_dir: Path, pid: int, timeout: float = SUPERVISOR_START_TIMEOUT) -> bool:
@@ -179,11 +243,14 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
         # Never two live agents for one task: whatever the previous command left alive goes first.
         reap_turn(project, task.id)
         file_claimed_receipt(project, task)
+        agent_tokens.revoke_command(protocol_dir)
         clear_protocol(protocol_dir, keep_into=log_dir)
         command = with_before(project, command)
+        command, token = agent_tools(project, task, command)
         proto.write(protocol_dir, command)
         crashpoints.hit("launch.command-written")
-        pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log)
+        _note_agent_tools(project, task, command)
+        pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log, token)
         crashpoints.hit("launch.supervisor-spawned")
         with project.store.write() as tx:
             tx.register_process(task.id, "supervisor", pid, command.command_id)

@@ -10,6 +10,7 @@ just changed) do not need to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +65,15 @@ def list_statuses(which: str) -> list[str]:
     return [s.value for s in Status if s in wanted]
 
 
-def list_tasks(project: Project, which: str | None = None) -> Listing:
-    """The rows of ``list``: unfinished tasks (None), ``active``, ``blocked`` or ``all``; settles first."""
+def list_tasks(project: Project, which: str | None = None, *, settle: bool = True) -> Listing:
+    """The rows of ``list``: unfinished tasks (None), ``active``, ``blocked`` or ``all``; settles first.
+
+    ``settle=False`` is for a reader inside the daemon, whose own ticks keep the project settled.
+    """
     if which not in LISTS:
         raise UsageError(f"There is no '{which}' list.", hint="Choose one of: active, blocked, all.")
     observed: Observed = {}
-    problems = _settle(project, observed)
+    problems = _settle(project, observed) if settle else []
     wanted = LISTS[which]
     with project.store.read() as tx:
         found = tx.tasks(sorted(wanted) if wanted is not None else None)
@@ -77,6 +81,41 @@ def list_tasks(project: Project, which: str | None = None) -> Listing:
             tx, found, lambda t: live_facts(project, t, observed), breaker_threshold=lambda t: _threshold(project, t)
         )
     return Listing(rows, problems)
+
+
+@record
+class Page:
+    rows: list[dict[str, Any]]  # one page of projection rows, oldest task first
+    total: int  # rows of the whole list (those ``keep`` kept)
+    next_offset: int | None  # where the next page starts; None after the last
+
+
+def list_page(
+    project: Project,
+    which: str | None = None,
+    *,
+    offset: int = 0,
+    limit: int = 50,
+    keep: Callable[[Task], bool] | None = None,
+    settle: bool = True,
+) -> Page:
+    """One page of ``list``'s rows (the tasks ``keep`` keeps): only the page's rows are built."""
+    if which not in LISTS:
+        raise UsageError(f"There is no '{which}' list.", hint="Choose one of: active, blocked, all.")
+    observed: Observed = {}
+    if settle:
+        _settle(project, observed)
+    wanted = LISTS[which]
+    with project.store.read() as tx:
+        found = tx.tasks(sorted(wanted) if wanted is not None else None)
+        if keep is not None:
+            found = [t for t in found if keep(t)]
+        page = found[offset : offset + limit]
+        rows = projection.list_rows(
+            tx, page, lambda t: live_facts(project, t, observed), breaker_threshold=lambda t: _threshold(project, t)
+        )
+    end = offset + len(page)
+    return Page(rows, len(found), end if end < len(found) else None)
 
 
 # -- one task --------------------------------------------------------------------------
@@ -90,13 +129,14 @@ class Shown:
     problems: list[str]  # what settling could not reconcile
 
 
-def show_task(project: Project, given: str, *, last_turns: int | None = None) -> Shown:
+def show_task(project: Project, given: str, *, last_turns: int | None = None, settle: bool = True) -> Shown:
     """One task's whole read model with its live facts, diagnostics resolved; settles first.
 
     With ``last_turns``, only that many of the latest turns are kept, and the status
     changes and comments from before the first kept turn are left out with them.
+    ``settle=False``: as for :func:`list_tasks`.
     """
-    problems = _settle(project)
+    problems = _settle(project) if settle else []
     earlier = 0
     with project.store.read() as tx:
         task = resolve_task(tx, given)

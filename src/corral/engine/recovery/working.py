@@ -99,7 +99,16 @@ def process_receipt(project: Project, task: Task, protocol_dir: Path | None = No
         if fault.command_id is None or not receipts.apply(project, task, fault, command):
             raise
     receipts.file_away(project, task, path, receipt.command_id)
+    teardown(protocol_dir)
     return True
+
+
+def teardown(protocol_dir: Path) -> None:
+    """A recorded turn's ephemera go: its agent's token, its wait markers and progress line."""
+    from corral.engine.runtime import agent_marks, agent_tokens
+
+    agent_tokens.revoke_command(protocol_dir)
+    agent_marks.clear(protocol_dir)
 
 
 def reconcile_working(
@@ -168,6 +177,7 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
     from corral.engine.runtime.receipt import output_tail
 
     reap_turn(project, task.id)  # an orphaned agent must not work on beside the next turn
+    teardown(project.paths.protocol_dir(task.id))
     phase = status.phase if status else None
     reason = "the supervisor ended without a receipt" if status else "the supervisor never started"
     frozen = why is not None and why != GONE

@@ -10,10 +10,12 @@ that line and goes through the same policy: the harness's cadence is never the o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from corral.adapters.harness.base import Harness, Launch, TurnRequest, Verdict
+from corral.adapters.harness.base import AgentTools, Harness, Launch, TurnRequest, Verdict
+from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.clock import rfc3339, utcnow
 from corral.domain.failures import FailureClass, Retry, decide, decide_watchdog_retry, exit_reason
 from corral.domain.record import field, record
@@ -33,6 +35,16 @@ RESET_NAP_SECONDS = 30.0
 #: Bytes of a failure's reason kept in the live retry state and in the receipt.
 RETRY_REASON_BYTES = 300
 FAILURE_REASON_BYTES = 2000
+
+
+def agent_tools(command: proto.Command, env: Mapping[str, str]) -> AgentTools | None:
+    """The agent's door to corral's tools: the command's endpoint and the token the launch put in
+    this supervisor's environment (never in a file), or None when the turn runs without them."""
+    spec = command.agent_tools
+    token = env.get(TOKEN_ENV, "").strip()
+    if spec is None or not spec.url or not token:
+        return None
+    return AgentTools(url=spec.url, token=token, timeout_seconds=spec.timeout_seconds)
 
 
 @record(frozen=False)
@@ -97,6 +109,7 @@ class WorkPhase:
         self.clock = clock
         self.error_tail = error_tail
         self.outcome = WorkOutcome()
+        self.tools = agent_tools(command, os.environ)
 
     def launch_for(self, prompt: str) -> Callable[[], Launch]:
         def launch() -> Launch:
@@ -118,6 +131,7 @@ class WorkPhase:
             task_ref=c.task_ref,
             task_id=c.task_id,
             prompt_dir=c.log_dir,
+            tools=self.tools,
         )
 
     def _error(self, run: AttemptRun, kind: proto.ErrorKind, reason: str) -> WorkOutcome:

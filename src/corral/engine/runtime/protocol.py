@@ -205,6 +205,34 @@ def _budgets(data: Mapping[str, Any]) -> Budgets:
 
 
 @record
+class AgentToolsSpec:
+    """How a turn's agent reaches corral's tools: its token's hash and file, the daemon's MCP endpoint.
+
+    The token itself is never written here: the launch hands it to the supervisor in its
+    environment, and the supervisor to the agent (docs/mcp.md#tokens). ``url`` is None when the
+    agent has no MCP endpoint (its harness takes none, or no daemon serves one): the token then
+    still names it to a corral CLI it runs.
+    """
+
+    url: str | None
+    token_hash: str
+    token_file: str  # the grant's file, which the supervisor removes when the turn ends
+    timeout_seconds: float
+
+    def to_json(self) -> JSON:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentToolsSpec:
+        return cls(
+            url=_opt(data, "url", str),
+            token_hash=_req(data, "token_hash", str),
+            token_file=_req(data, "token_file", str),
+            timeout_seconds=_num(data, "timeout_seconds"),
+        )
+
+
+@record
 class Command:
     """What a supervisor is to do: one turn, with every setting resolved by the launching operation."""
 
@@ -242,9 +270,16 @@ class Command:
     usage_limits: str | None = None
     #: The directory of the session's failure journal (None: an older launcher's command, no journal).
     journal_dir: str | None = None
+    #: The agent's door to corral's tools; None, or no url in it: ``agent_tools_absent`` says why.
+    agent_tools: AgentToolsSpec | None = None
+    agent_tools_absent: str | None = None
 
     def to_json(self) -> JSON:
         doc = self._to_json()
+        if self.agent_tools is not None:
+            doc["agent_tools"] = self.agent_tools.to_json()
+        if self.agent_tools_absent is not None:
+            doc["agent_tools_absent"] = self.agent_tools_absent
         if self.read_only_before is not None:
             doc["read_only_before"] = self.read_only_before.to_json()
         if self.usage_limits is not None:
@@ -324,6 +359,8 @@ class Command:
             read_only_before=Before.from_json(before) if before is not None else None,
             usage_limits=_opt(data, "usage_limits", str),
             journal_dir=_opt(data, "journal_dir", str),
+            agent_tools=AgentToolsSpec.from_json(tools) if (tools := _obj(data, "agent_tools")) is not None else None,
+            agent_tools_absent=_opt(data, "agent_tools_absent", str),
         )
 
 

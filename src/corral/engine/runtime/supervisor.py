@@ -35,8 +35,8 @@ from corral.domain.clock import rfc3339
 from corral.domain.record import replace
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir, usage_limits_file
+from corral.engine.runtime import agent_tokens, receipt
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import receipt
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.check import run_check
 from corral.engine.runtime.gitfacts import GitProbe
@@ -267,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, sup.on_sigterm)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sup.run()
+    try:
+        sup.run()
+    finally:  # the turn is over: its agent's token dies with it
+        agent_tokens.revoke(command.agent_tools.token_file if command.agent_tools else None)
     return 0
 
 

@@ -1,0 +1,140 @@
+"""Who is calling, and what a task agent may touch: the caller from its token, and the agent's gates.
+
+Seed 002 "Actors" and the accept rules. A person (the CLI) and a builder (``corral mcp``)
+are unrestricted. A task agent is known by the bearer token its turn was given, never by
+what a request says: the token's grant names its task (:mod:`corral.engine.runtime.agent_tokens`),
+and it holds only while that turn is the task's current command on a working task. The agent
+may then act on its own task or a direct subtask of it; it may accept a direct subtask only,
+never its own task (accepting is "merge upward and mark complete", which would skip the review
+its task exists for); and what it creates is a subtask of its own task.
+
+The gates are correct attribution and guard rails, not a security boundary: an agent that is
+not confined can still act as its user by other means (docs/mcp.md#what-the-gates-are).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.domain.actors import Actor
+from corral.domain.record import record
+from corral.domain.records import Task
+from corral.domain.status import Status
+from corral.engine.project import Project
+from corral.engine.resolve import resolve_task
+from corral.engine.runtime import agent_tokens
+from corral.engine.runtime.agent_tokens import Grant
+from corral.errors import RefusedError, UsageError
+
+#: Tools (and CLI commands) an agent may aim at its direct subtasks only, never at its own task.
+CHILD_ONLY = frozenset({"accept"})
+#: Tools that name no task, or name one only to read it without acting on it beyond the caller's subtree.
+UNTARGETED = frozenset({"list", "create", "update_progress"})
+
+
+class AgentTokenInvalid(RefusedError):
+    code = "agent-token-invalid"
+
+
+class OutOfScope(RefusedError):
+    code = "agent-out-of-scope"
+
+
+@record
+class Caller:
+    """Who a call comes from. ``task_id`` is the agent's own task (None for a person or a builder)."""
+
+    actor: Actor
+    task_id: str | None = None
+    task_ref: str | None = None
+    command_id: str | None = None
+
+    @property
+    def is_agent(self) -> bool:
+        return self.task_id is not None
+
+
+def person(actor: Actor) -> Caller:
+    return Caller(actor)
+
+
+def agent(project: Project, grant: Grant) -> Caller:
+    """The agent a grant stands for, once its turn is seen still running; refused otherwise."""
+    if Path(grant.state) != project.paths.root:
+        raise AgentTokenInvalid(
+            f"This token belongs to a turn of another project ({grant.repo}).",
+            hint="Each turn's agent acts in its own project only.",
+        )
+    with project.store.read() as tx:
+        task = tx.get_task(grant.task_id)
+        current = tx.current_command_ids([grant.task_id]).get(grant.task_id) if task is not None else None
+    if task is None or task.status is not Status.WORKING or current != grant.command_id:
+        raise AgentTokenInvalid(
+            f"The turn this token was minted for ({grant.task_ref}) has ended; its token is revoked.",
+            hint="A token lives as long as its turn: the next turn of the task gets a new one.",
+        )
+    return Caller(Actor.AGENT, task.id, task.ref, grant.command_id)
+
+
+def agent_of_token(project: Project, token: str) -> Caller:
+    """The agent whose turn ``token`` was minted for (refused for an unknown or revoked token)."""
+    grant = agent_tokens.find(project.paths.home, token)
+    if grant is None:
+        raise AgentTokenInvalid(
+            "This token is not one corral minted, or its turn has ended.",
+            hint="A token lives as long as its turn: the next turn of the task gets a new one.",
+        )
+    return agent(project, grant)
+
+
+def target(project: Project, caller: Caller, tool: str, given: str) -> Task:
+    """The task ``given`` names, once ``caller`` may aim ``tool`` at it (``OutOfScope`` otherwise)."""
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    if not caller.is_agent:
+        return task
+    own = task.id == caller.task_id
+    child = task.parent_id is not None and task.parent_id == caller.task_id
+    if tool in CHILD_ONLY and own:
+        raise OutOfScope(
+            f"An agent may not {tool} its own task ({task.ref}): a person reviews it.",
+            hint=f"Finish your turn; the person who reviews {task.ref} accepts it.",
+        )
+    if child or (own and tool not in CHILD_ONLY):
+        return task
+    scope = "its direct subtasks" if tool in CHILD_ONLY else f"its own task ({caller.task_ref}) and its direct subtasks"
+    raise OutOfScope(
+        f"An agent may {tool} {scope}; {task.ref} is not one of them.",
+        hint="Create a subtask of your own task (the create tool), or ask the person who runs you.",
+    )
+
+
+def parent_for_create(caller: Caller, parent: str | None, project: Project) -> str | None:
+    """The parent a new task gets: an agent's subtasks are always its own task's."""
+    if not caller.is_agent:
+        return parent
+    if parent is not None:
+        with project.store.read() as tx:
+            named = resolve_task(tx, parent)
+        if named.id != caller.task_id:
+            raise OutOfScope(
+                f"An agent creates subtasks of its own task ({caller.task_ref}) only, not of {named.ref}.",
+                hint="Leave out the parent: a subtask of your own task is made.",
+            )
+    return caller.task_id
+
+
+def in_subtree(caller: Caller, task: Task) -> bool:
+    """Whether ``task`` is one an agent caller may see in a listing (its own task and direct subtasks)."""
+    return not caller.is_agent or task.id == caller.task_id or task.parent_id == caller.task_id
+
+
+def require_agent(caller: Caller, tool: str) -> str:
+    """The caller's own task id for a tool only an agent may call (``update_progress``)."""
+    if caller.task_id is None:
+        raise UsageError(
+            f"{tool} is a task agent's tool: it reports on the caller's own running turn.",
+            code="agent-only",
+            hint="A builder or a person reads progress with show; only a turn's agent posts it.",
+        )
+    return caller.task_id

@@ -1,0 +1,178 @@
+"""The task agents' door: MCP over streamable HTTP on loopback, served by the daemon, the caller known by its token.
+
+Every turn corral launches gets a bearer token (:mod:`corral.engine.runtime.agent_tokens`);
+its grant names the caller's task and project, and nothing a request says can change that:
+there is one endpoint, ``/mcp``, and no task in the URL. A request without a live token is
+answered 401 before the SDK sees it; each tool call checks the token again, so a turn that
+ended mid-session loses its tools at once.
+
+Only loopback is served, and a request whose ``Host`` is not the loopback address and port
+served here, or whose ``Origin`` (when a browser sends one) is not that same origin, is
+refused 403 — a web page cannot reach the daemon by DNS rebinding.
+
+The server runs in a thread of the daemon with its own event loop (:func:`start`).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corral.domain.record import record
+from corral.engine.operations import gates
+from corral.engine.runtime import agent_tokens
+from corral.errors import CorralError
+from corral.mcp.server import Projects, build
+from corral.mcp.tools import Calling
+
+HOST = "127.0.0.1"
+PATH = "/mcp"
+
+
+@record(frozen=False)
+class Served:
+    url: str
+    stop: Callable[[], None]
+
+
+def bearer(headers: Any) -> str | None:
+    value = headers.get("authorization") if headers is not None else None
+    if not isinstance(value, str) or not value.lower().startswith("bearer "):
+        return None
+    return value[7:].strip() or None
+
+
+def _allowed_hosts(port: int) -> set[str]:
+    return {f"{HOST}:{port}", f"localhost:{port}"}
+
+
+def _allowed_origins(port: int) -> set[str]:
+    return {f"http://{HOST}:{port}", f"http://localhost:{port}"}
+
+
+class Guard:
+    """ASGI middleware: loopback Host and Origin only, and a token corral minted."""
+
+    def __init__(self, app: Any, home: Path, port: Callable[[], int]) -> None:
+        self.app = app
+        self.home = home
+        self.port = port
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        port = self.port()
+        origin = headers.get("origin")
+        if headers.get("host") not in _allowed_hosts(port) or (
+            origin is not None and origin not in _allowed_origins(port)
+        ):
+            await _deny(
+                send, 403, "forbidden-origin", "corral's MCP endpoint answers loopback requests from itself only."
+            )
+            return
+        token = bearer(headers)
+        if token is None or agent_tokens.find(self.home, token) is None:
+            await _deny(send, 401, "agent-token-invalid", "A bearer token corral minted for a running turn is needed.")
+            return
+        await self.app(scope, receive, send)
+
+
+async def _deny(send: Any, status: int, code: str, message: str) -> None:
+    import json
+
+    body = json.dumps({"error": {"code": code, "message": message, "hint": None}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="corral"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) -> Any:
+    """The ASGI application: corral's tools for the agent each request's token names."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    projects = Projects()
+
+    def resolve(ctx: Any) -> Calling:
+        request = getattr(ctx, "request", None)
+        token = bearer(getattr(request, "headers", None))
+        grant = agent_tokens.find(home, token) if token else None
+        if grant is None:
+            raise gates.AgentTokenInvalid(
+                "This token is not one corral minted, or its turn has ended.",
+                hint="A token lives as long as its turn: the next turn of the task gets a new one.",
+            )
+        project = projects.get(grant.repo, grant.state)
+        return Calling(lambda: projects.get(grant.repo, grant.state), gates.agent(project, grant), settles=False)
+
+    server = build(resolve)
+    p = port()
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(_allowed_hosts(p)),
+        allowed_origins=sorted(_allowed_origins(p)),
+    )
+    inner = server.streamable_http_app(streamable_http_path=PATH, host=HOST, transport_security=security)
+    return Guard(inner, home, port)
+
+
+def start(home: Path, log: logging.Logger | None = None) -> Served:
+    """Serve the agents' door on a free loopback port in a thread; returns once it answers."""
+    import asyncio
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app(home, lambda: port, log),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    ready = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+
+            async def main() -> None:
+                serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+                while not server.started and not serving.done():
+                    await asyncio.sleep(0.01)
+                ready.set()
+                await serving
+
+            loop.run_until_complete(main())
+        except BaseException as exc:  # reported to start(), which raises it in the daemon's thread
+            failed.append(exc)
+        finally:
+            ready.set()
+
+    thread = threading.Thread(target=run, name="corral-mcp", daemon=True)
+    thread.start()
+    ready.wait(30)
+    if failed or not server.started:
+        sock.close()
+        why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else "it did not start within 30 s"
+        raise CorralError(f"The MCP endpoint did not start: {why}", code="mcp-unavailable")
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+    return Served(f"http://{HOST}:{port}{PATH}", stop)

@@ -1,0 +1,126 @@
+"""The task agents' door end to end: a real daemon, a real minted token, a scripted agent using the official MCP client.
+
+The agent (tests/support/mcp_agent.py, run by the ``command`` harness) creates a subtask,
+starts it, waits on it (its own task reads ``waiting on kid`` meanwhile), posts progress,
+accepts the subtask into its own branch, and is refused what its gates forbid. Then the
+person accepts the parent, and the subtask's work is on the target.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CLI, git
+
+AGENT = Path(__file__).resolve().parents[1] / "support" / "mcp_agent.py"
+
+
+def results(out: Path, ref: str) -> list[dict[str, Any]]:
+    path = out / f"{ref}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def calls(out: Path, ref: str) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for doc in results(out, ref):
+        if "tool" in doc:
+            found.setdefault(doc["tool"], []).append(doc)
+    return found
+
+
+@pytest.fixture
+def door(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The agent door on: the command harness runs the scripted MCP agent; the daemon is stopped after."""
+    plan, out = tmp_path / "plan.json", tmp_path / "out"
+    monkeypatch.setenv("CORRAL_AGENT_TOOLS", "1")
+    monkeypatch.setenv("CORRAL_HARNESS", "command")
+    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {AGENT}")
+    monkeypatch.setenv("MCP_AGENT_PLAN", str(plan))
+    monkeypatch.setenv("MCP_AGENT_OUT", str(out))
+    cli = CLI(repo)
+
+    class Door:
+        def __init__(self) -> None:
+            self.cli, self.plan, self.out = cli, plan, out
+
+        def script(self, steps: dict[str, list[dict[str, Any]]]) -> None:
+            plan.write_text(json.dumps(steps))
+
+    yield Door()
+    cli("daemon", "stop")
+
+
+def test_an_agent_drives_its_own_subtask_through_the_daemon(door: Any, repo: Path) -> None:
+    corral = door.cli
+    corral.ok("create", "Parent work", "--ref", "parent")
+    corral.ok("create", "Someone else's", "--ref", "other")
+    door.script(
+        {
+            "parent": [
+                {"tool": "create", "args": {"goal": "Child work", "ref": "kid"}},
+                {"tool": "start", "args": {"task": "kid"}},
+                {"tool": "wait", "args": {"task": "kid"}},
+                {"tool": "update_progress", "args": {"message": "merging   kid\n" + "x" * 200}},
+                {"tool": "accept", "args": {"task": "kid"}},
+                {"tool": "accept", "args": {"task": "parent"}},
+                {"tool": "show", "args": {"task": "other"}},
+                {"tool": "create", "args": {"goal": "Sneaky", "parent": "other"}},
+                {"tool": "show", "args": {"task": "kid"}},
+            ],
+            "kid": [
+                {"sleep": 2.5},
+                {"write": ["kid.txt", "from the kid\n"]},
+                {"commit": "kid work"},
+            ],
+        }
+    )
+    corral.ok("start", "parent")
+    saw_waiting = None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        doc = corral.json("show", "parent")
+        sub = doc["task"]["substate"] or ""
+        if "waiting on kid" in sub:
+            saw_waiting = sub
+        if doc["task"]["status"] != "working":
+            break
+        time.sleep(0.2)
+    assert saw_waiting is not None, "the parent never read waiting on kid"
+    done = corral.json("show", "parent")
+    assert done["task"]["status"] == "blocked", done
+    got = calls(door.out, "parent")
+    assert [d["is_error"] for d in got["create"]] == [False, True]
+    assert got["create"][0]["result"]["task"]["parent"] == "parent"  # an agent's tasks are its subtasks
+    assert got["create"][1]["result"]["error"]["code"] == "agent-out-of-scope"
+    assert got["start"][0]["is_error"] is False
+    waited = got["wait"][0]["result"]
+    assert waited["rests"] is True and waited["task"]["status"] == "blocked", waited
+    progress = got["update_progress"][0]["result"]
+    assert progress["truncated"] is True and progress["message"].startswith("merging kid x")
+    assert len(progress["message"]) <= 120
+    accepts = got["accept"]
+    assert accepts[0]["is_error"] is False, accepts[0]
+    assert accepts[0]["result"]["task"]["status"] == "complete"
+    assert accepts[1]["is_error"] is True and accepts[1]["result"]["error"]["code"] == "agent-out-of-scope"
+    assert got["show"][0]["result"]["error"]["code"] == "agent-out-of-scope"
+    assert got["show"][1]["result"]["task"]["ref"] == "kid"
+    # Recorded with actor agent: the subtask's creation, start and accept.
+    kid = corral.json("show", "kid")
+    actors = {(c["to"], c["actor"]) for c in kid["status_changes"]}
+    assert ("backlog", "agent") in actors and ("working", "agent") in actors and ("complete", "agent") in actors
+    human_turns = [t for t in kid["turns"] if t["role"] == "human"]
+    assert human_turns and all(t["actor"] == "agent" for t in human_turns)
+    # The kid's work landed on the parent's branch; the person accepts the parent onto main.
+    parent_branch = done["task"]["branch"]
+    assert "kid.txt" in git(repo, "ls-tree", "-r", "--name-only", parent_branch).split()
+    corral.ok("accept", "parent")
+    assert "kid.txt" in git(repo, "ls-tree", "-r", "--name-only", "main").split()
+    # The turn's token died with it: no grant file is left.
+    tokens = Path(corral.json("paths")["paths"]["home"]) / "agent-tokens"
+    assert not tokens.exists() or list(tokens.iterdir()) == []
