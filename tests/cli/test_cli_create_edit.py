@@ -89,7 +89,7 @@ def test_create_a_subtask_with_parent(corral) -> None:
     child = create(corral, "Child work", "--ref", "child", "--parent", "par")  # a unique prefix works
     assert child["parent"] == "parent"
     shown = corral.json("show", "parent")
-    assert shown["children"] == [{"ref": "child", "status": "backlog"}]
+    assert shown["children"] == [{"ref": "child", "status": "backlog", "substate": None}]
     assert corral.json("show", "child")["task"]["parent"] == "parent"
     assert parent["id"] != child["id"]
     json_error(corral("create", "Orphan", "--parent", "no-such-task", "--json"), 4, "task-not-found")

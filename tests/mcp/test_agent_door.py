@@ -9,16 +9,11 @@ person accepts the parent, and the subtask's work is on the target.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import CLI, git
-
-AGENT = Path(__file__).resolve().parents[1] / "support" / "mcp_agent.py"
+from tests.conftest import git
 
 
 def results(out: Path, ref: str) -> list[dict[str, Any]]:
@@ -32,28 +27,6 @@ def calls(out: Path, ref: str) -> dict[str, list[dict[str, Any]]]:
         if "tool" in doc:
             found.setdefault(doc["tool"], []).append(doc)
     return found
-
-
-@pytest.fixture
-def door(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The agent door on: the command harness runs the scripted MCP agent; the daemon is stopped after."""
-    plan, out = tmp_path / "plan.json", tmp_path / "out"
-    monkeypatch.setenv("CORRAL_AGENT_TOOLS", "1")
-    monkeypatch.setenv("CORRAL_HARNESS", "command")
-    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {AGENT}")
-    monkeypatch.setenv("MCP_AGENT_PLAN", str(plan))
-    monkeypatch.setenv("MCP_AGENT_OUT", str(out))
-    cli = CLI(repo)
-
-    class Door:
-        def __init__(self) -> None:
-            self.cli, self.plan, self.out = cli, plan, out
-
-        def script(self, steps: dict[str, list[dict[str, Any]]]) -> None:
-            plan.write_text(json.dumps(steps))
-
-    yield Door()
-    cli("daemon", "stop")
 
 
 def test_an_agent_drives_its_own_subtask_through_the_daemon(door: Any, repo: Path) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from corral.cli.app import App
 from corral.cli.render import list_lines, show_lines
 from corral.engine.operations import queries
+from corral.engine.read.projection import as_tree
 
 #: ``list``'s filters: flag -> the value of its one ``which`` parameter.
 LIST_FILTERS = {"--active": "active", "--blocked": "blocked", "--all": "all"}
@@ -27,7 +28,8 @@ def list_body(app: App, which: str | None) -> None:
     listing = queries.list_tasks(app.project, which)
     warn(app, listing.problems)
     empty = "No tasks." if which in (None, "all") else f"No {which} tasks."
-    app.answer({"tasks": listing.rows}, lambda: list_lines(app, listing.rows) or empty)
+    rows = as_tree(listing.rows)  # a subtask directly under its parent, with its depth
+    app.answer({"tasks": rows}, lambda: list_lines(app, rows) or empty)
 
 
 def show_body(app: App, task: str, details: bool, every: bool) -> None:

@@ -88,14 +88,16 @@ def ago(at: datetime | str | None, now: datetime | None = None) -> str:
 
 
 def status_word(app: App, status: str, substate: str | None) -> str:
-    word = render_status(Status(status), substate)
+    word = one_line(render_status(Status(status), substate))  # a substate may carry an agent's words
     return app.style(word, _STATUS_COLOR.get(status, "bold"))
 
 
 def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
-    ref_w = min(max(len(r["ref"]) for r in rows), 32)
+    # A subtask sits under its parent, indented (``projection.as_tree`` gives each row its depth).
+    refs = [INDENT * int(r.get("depth") or 0) + r["ref"] for r in rows]
+    ref_w = min(max(len(ref) for ref in refs), 32)
     words = [render_status_plain(r) for r in rows]
     st_w = min(max(len(w) for w in words), 40)
     now = datetime.now(UTC)
@@ -104,7 +106,7 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
     total = width()
     colored = app.colors()  # asked once: a list of thousands of rows styles each status word
     lines = []
-    for r, word, age in zip(rows, words, ages, strict=True):
+    for r, ref, word, age in zip(rows, refs, words, ages, strict=True):
         pad = " " * (st_w - len(word))
         room = total - ref_w - st_w - age_w - 6
         goal = r["goal"]
@@ -114,12 +116,22 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
         if r.get("needs_action"):
             n = r["needs_action"]
             goal = f"[{n} need{'s' if n == 1 else ''} action] {goal}"
-        lines.append(f"{clip(r['ref'], ref_w):<{ref_w}}  {status}{pad}  {age:<{age_w}}  {clip(goal, room)}")
+        lines.append(f"{clip_ref(ref, ref_w):<{ref_w}}  {status}{pad}  {age:<{age_w}}  {clip(goal, room)}")
     return lines
 
 
+#: One level of the task tree in ``list``.
+INDENT = "  "
+
+
+def clip_ref(ref: str, room: int) -> str:
+    """A ref, maybe indented, clipped to ``room`` (its indentation kept)."""
+    body = ref.lstrip(" ")
+    return ref[: len(ref) - len(body)] + clip(body, max(1, room - (len(ref) - len(body))))
+
+
 def render_status_plain(row: dict[str, Any]) -> str:
-    return render_status(Status(row["status"]), row["substate"])
+    return one_line(render_status(Status(row["status"]), row["substate"]))
 
 
 def _when(at: str | None) -> str:
@@ -260,6 +272,8 @@ def live_text(live: dict[str, Any], waited: float | None = None) -> str:
         if live.get("next_delay_s"):
             retry += f", next in {live['next_delay_s']:g} s"
         parts.append(retry)
+    if live.get("substate") and (live.get("waits") or live.get("progress")):
+        parts.append(str(live["substate"]))  # what the agent waits on, what it says it is at
     if live.get("last_line"):
         parts.append(" ".join(str(live["last_line"]).split()))
     return display(" · ".join(parts), multiline=False)
@@ -298,7 +312,11 @@ def show_lines(
         out.append("Protected files changed:")
         out.extend(f"  {v['decision']:<9} {one_line(v['path'])}" for v in doc["violations"])
     if doc["children"]:
-        out.append("Subtasks: " + ", ".join(f"{c['ref']} ({c['status']})" for c in doc["children"]))
+        out.append("Subtasks:")
+        ref_w = min(max(len(c["ref"]) for c in doc["children"]), 32)
+        for c in doc["children"]:
+            word = status_word(app, c["status"], c.get("substate"))
+            out.append(f"  {clip(c['ref'], ref_w):<{ref_w}}  {word}")
     incidents = doc.get("incidents")
     if incidents and doc.get("session"):
         # Before the agent's own account of its progress: what went wrong is never hidden by a status.

@@ -1,8 +1,19 @@
 """The substate a task shows beside its status, derived in one place for every surface.
 
-``working(agent)``, ``working(harness:<phase>)``, ``working(retrying: …)``, or
-``not-alive`` for a working task whose supervisor is gone. The live facts come
-from the supervisor's ``status.json``, read by the engine and passed in here.
+``working(agent)``, ``working(harness:<phase>)``, ``working(retrying: …)``,
+``working(waiting on fix-foo (2m10s))``, or ``not-alive`` for a working task whose
+supervisor is gone. The live facts come from the supervisor's ``status.json`` and the
+agent's tool-call markers (``engine/runtime/agent_marks``), read by the engine and passed
+in here.
+
+Precedence, highest first: not-alive (a marker never resurrects a dead run); the usage-limit
+wait and the retry (``waiting: usage limit …``, ``retrying: …``); a harness phase
+(``harness:<phase>``: the supervisor, not the agent, is the active thing); the agent's waits on
+subtasks (``waiting on a (2m10s), b (45s)``; more than two: ``waiting on a, b +2``); the agent
+kinds (``agent``, ``agent:answering``, ``agent:pre-accept``). The agent's progress line
+decorates only the agent kinds (``agent: running migration 3/7``) and a wait (``waiting on
+fix-foo (2m10s) · running migration 3/7``: the wait first, since it says what the agent is
+doing this second); never a harness phase, a retry or not-alive.
 """
 
 from __future__ import annotations
@@ -31,6 +42,20 @@ def phase_words(phase: str | None) -> str:
     return PHASE_WORDS.get(phase or "", "running the turn")
 
 
+#: More waits than this are summarized: ``waiting on a, b +2``.
+WAITS_LISTED = 2
+#: How a progress line joins a wait: ``waiting on fix-foo (2m10s) · running migration 3/7``.
+WAIT_PROGRESS_SEPARATOR = " · "
+
+
+@record
+class Waiting:
+    """One subtask the agent waits on right now (a ``wait`` tool call), and for how long."""
+
+    ref: str
+    seconds: float
+
+
 @record
 class Live:
     """What is known right now about a task's running turn."""
@@ -45,6 +70,11 @@ class Live:
     #: the reset has passed and the turn waits for the first one after it to get through.
     limit_resets_at: str | None = None
     limit_behind_first: bool = False
+    #: The subtasks the agent waits on (its ``wait`` tool calls), oldest first; their seconds
+    #: are counted by the engine at read time.
+    waits: tuple[Waiting, ...] = ()
+    #: The agent's own progress line (``update_progress``), already collapsed and capped.
+    progress: str | None = None
 
 
 def limit_summary(resets_at: str | None, behind_first: bool) -> str:
@@ -65,6 +95,27 @@ def retry_summary(attempt: int | None, failure_class: str | None, reason: str | 
     return f"{head}: {text}" if text else head
 
 
+def waited(seconds: float) -> str:
+    """``45s``, ``2m10s``, ``1h02m``: how long a wait has lasted."""
+    whole = max(0, int(seconds))
+    hours, rest = divmod(whole, 3600)
+    if hours:
+        return f"{hours}h{rest // 60:02d}m"
+    minutes, secs = divmod(rest, 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def waits_summary(waits: tuple[Waiting, ...]) -> str:
+    """``waiting on fix-foo (2m10s)``; two: both with their times; more: ``waiting on a, b +2``."""
+    seen: dict[str, float] = {}
+    for w in waits:  # one target waited on twice at once reads once, by its longer wait
+        seen[w.ref] = max(w.seconds, seen.get(w.ref, 0.0))
+    refs = list(seen)
+    if len(refs) <= WAITS_LISTED:
+        return "waiting on " + ", ".join(f"{ref} ({waited(seen[ref])})" for ref in refs)
+    return f"waiting on {', '.join(refs[:WAITS_LISTED])} +{len(refs) - WAITS_LISTED}"
+
+
 def substate(status: Status, live: Live | None) -> str | None:
     if status is not Status.WORKING:
         return None
@@ -74,13 +125,19 @@ def substate(status: Status, live: Live | None) -> str | None:
         return f"waiting: {limit_summary(live.limit_resets_at, live.limit_behind_first)}"
     if live.phase == "retrying" or live.retry_class is not None:  # corral's wait, or a harness's own retry
         return f"retrying: {retry_summary(live.retry_attempt, live.retry_class, live.retry_reason)}"
-    if live.phase in (None, "work"):
-        if live.kind == "ask":
-            return "agent:answering"
-        if live.kind == "pre-accept":
-            return "agent:pre-accept"
-        return "agent"
-    return f"harness:{live.phase}"
+    if live.phase not in (None, "work"):
+        return f"harness:{live.phase}"
+    progress = " ".join((live.progress or "").split())
+    if live.waits:
+        head = waits_summary(live.waits)
+        return f"{head}{WAIT_PROGRESS_SEPARATOR}{progress}" if progress else head
+    if live.kind == "ask":
+        kind = "agent:answering"
+    elif live.kind == "pre-accept":
+        kind = "agent:pre-accept"
+    else:
+        kind = "agent"
+    return f"{kind}: {progress}" if progress else kind
 
 
 def render_status(status: Status, sub: str | None) -> str:

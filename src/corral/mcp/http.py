@@ -77,9 +77,24 @@ class Guard:
             )
             return
         token = bearer(headers)
-        if token is None or agent_tokens.find(self.home, token) is None:
+        grant = agent_tokens.find(self.home, token) if token is not None else None
+        if grant is None:
             await _deny(send, 401, "agent-token-invalid", "A bearer token corral minted for a running turn is needed.")
             return
+        path = scope.get("path", "")
+        if path != PATH:
+            # ``/mcp/<task>``: a caller naming the task it acts as. Its task is the token's, never the
+            # URL's: naming another is refused outright; naming its own is the one endpoint.
+            named = path[len(PATH) + 1 :].split("/", 1)[0] if path.startswith(PATH + "/") else None
+            if named is None:
+                await _deny(send, 404, "not-found", f"corral serves MCP at {PATH} only.")
+                return
+            if named not in (grant.task_id, grant.task_ref):
+                await _deny(
+                    send, 403, "agent-identity-mismatch", f"This token is {grant.task_ref}'s; it cannot act as {named}."
+                )
+                return
+            scope = {**scope, "path": PATH, "raw_path": PATH.encode()}
         await self.app(scope, receive, send)
 
 

@@ -84,7 +84,12 @@ def build(resolve: Resolve, name: str = "corral") -> Any:
         calling = await off(lambda: resolve(ctx))
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=t.name, description=t.description, input_schema=t.schema)
+                types.Tool(
+                    name=t.name,
+                    description=t.description,
+                    input_schema=t.schema,
+                    annotations=types.ToolAnnotations(read_only_hint=t.read_only, open_world_hint=False),
+                )
                 for t in visible(calling.caller)
             ]
         )

@@ -1,6 +1,6 @@
 """corral's MCP tools: each a thin call of the lifecycle operation the CLI calls, with its input schema.
 
-Every argument is sanitized at intake (seed 002 "Text intake"): prose (a message, a question, a
+Every argument is sanitized at intake (docs/lifecycle.md, text intake): prose (a message, a question, a
 reason, a comment, a prompt) has its control characters escaped with a note saying so; every
 other string, and each element of an array (file paths, which become git argv), is escaped
 without one. Nothing is rejected for its characters.
@@ -45,6 +45,9 @@ TEXT_BYTES = 200_000
 
 #: The channel whose receipts record which incident notices a tool caller was shown.
 NOTICE_CHANNEL = "mcp"
+
+#: The tools that change nothing.
+READ_ONLY = frozenset({"show", "list", "logs", "diff", "wait", "failures"})
 
 #: Fields that become prose in a prompt or on the timeline: escaped with a disclosure note.
 PROSE = frozenset({"message", "question", "reason", "body", "prompt", "entry"})
@@ -128,6 +131,12 @@ class Tool:
     run: Run | None = None  # a call that returns at once (run in a worker thread)
     block: Block | None = None  # a call that polls until something rests (``wait``, ``ask``)
     agents_only: bool = False
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the tool changes nothing (MCP's ``readOnlyHint``: a client in a read-only mode
+        — Claude Code's plan mode, Codex's ``auto`` approval — runs only these)."""
+        return self.name in READ_ONLY
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -239,7 +248,12 @@ def _show(c: Calling, a: Args) -> dict[str, Any]:
 def _list(c: Calling, a: Args) -> dict[str, Any]:
     caller = c.caller
     which = a.text("which")
-    offset = a.whole("cursor", 0) if isinstance(a.raw.get("cursor"), int) else int(a.text("cursor") or 0)
+    cursor = a.text("cursor") or "0"
+    if not (cursor.isascii() and cursor.isdigit()):
+        raise UsageError(
+            f"'{cursor}' is not a cursor list gave.", code="bad-cursor", hint="Pass next_cursor from the previous page."
+        )
+    offset = int(cursor)
     page = queries.list_page(
         c.project(),
         None if which in (None, "", "unfinished") else which,

@@ -204,7 +204,7 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
 
 
 def _exempt(parent: Task, caller_task_id: str | None) -> bool:
-    """The one exemption from "the parent must not be active" (seed 002): the caller is the parent's
+    """The one exemption from "the parent must not be active" (docs/mcp.md#accept): the caller is the parent's
     own agent, blocked inside this very call, so it is the only actor in the destination worktree.
 
     ``caller_task_id`` comes from the caller's token only (``engine/operations/gates.py``); a person's

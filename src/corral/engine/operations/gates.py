@@ -1,6 +1,6 @@
 """Who is calling, and what a task agent may touch: the caller from its token, and the agent's gates.
 
-Seed 002 "Actors" and the accept rules. A person (the CLI) and a builder (``corral mcp``)
+docs/mcp.md#gates. A person (the CLI) and a builder (``corral mcp``)
 are unrestricted. A task agent is known by the bearer token its turn was given, never by
 what a request says: the token's grant names its task (:mod:`corral.engine.runtime.agent_tokens`),
 and it holds only while that turn is the task's current command on a working task. The agent

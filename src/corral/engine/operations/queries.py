@@ -146,11 +146,12 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None, se
         task = resolve_task(tx, task.id)
         live = live_facts(project, task)
         threshold, where = _threshold(project, task), project.paths.diagnostics
+        marks = _marks(project, task)
         if last_turns is None:
-            doc = projection.show(tx, task, live, breaker_threshold=threshold, diagnostics=where)
+            doc = projection.show(tx, task, live, breaker_threshold=threshold, diagnostics=where, **marks)
         else:
             doc, earlier = projection.show_latest(
-                tx, task, live, turns=last_turns, breaker_threshold=threshold, diagnostics=where
+                tx, task, live, turns=last_turns, breaker_threshold=threshold, diagnostics=where, **marks
             )
         try:
             merges_into: str | None = workspace.target_branch(tx, task)
@@ -165,6 +166,13 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None, se
     state = incidents.session_state(project, task)
     doc["incidents"] = {**incidents.summary(state), "rows": incidents.rows(state) if state else []}
     return Shown(doc, merges_into, earlier, problems)
+
+
+def _marks(project: Project, task: Task) -> dict[str, Any]:
+    """What ``projection.show`` counts an agent's waited time and its children's substates from."""
+    from corral.engine.runtime.agent_marks import intervals  # the waits' file: only a show reads it
+
+    return {"intervals": intervals(project, task.id), "live_of": lambda t: live_facts(project, t)}
 
 
 @record
@@ -231,7 +239,13 @@ def task_doc(project: Project, task: Task | str) -> dict[str, Any]:
     """The read model of a task that was just settled (``wait``) or is named (the demo); no settling."""
     with project.store.read() as tx:
         found = resolve_task(tx, task) if isinstance(task, str) else task
-        return projection.show(tx, found, live_facts(project, found), breaker_threshold=_threshold(project, found))
+        return projection.show(
+            tx,
+            found,
+            live_facts(project, found),
+            breaker_threshold=_threshold(project, found),
+            **_marks(project, found),
+        )
 
 
 def turn_running(project: Project, task_id: str) -> bool:

@@ -14,6 +14,7 @@ from corral.domain.clock import parse_time
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status
+from corral.domain.substate import substate
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.project import Project
 from corral.engine.read.logs import Line, harness_of, readable
@@ -39,6 +40,11 @@ class LiveTurn:
     retry_reason: str | None = None
     retry_by: str | None = None  # who retries: "corral" (its ladder) or "harness" (the agent CLI itself)
     next_delay: float | None = None  # seconds the supervisor waits before the next attempt
+    #: The substate every surface shows (``domain/substate``), with the agent's waits and
+    #: progress line folded in where the agent is the active thing.
+    substate: str | None = None
+    waits: tuple[tuple[str, float], ...] = ()  # (ref, seconds waited) of each subtask waited on
+    progress: str | None = None  # the agent's own progress line
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -54,6 +60,9 @@ class LiveTurn:
             "retry_reason": self.retry_reason,
             "retry_by": self.retry_by,
             "next_delay_s": self.next_delay,
+            "substate": self.substate,
+            "waits": [{"ref": ref, "waited_s": round(seconds, 1)} for ref, seconds in self.waits],
+            "progress": self.progress,
         }
 
 
@@ -76,7 +85,14 @@ def live_turn(project: Project, task: Task) -> LiveTurn:
             attempts = command.budgets.unknown_attempts
         elif retry.failure_class == "transient_unreachable":
             attempts = command.budgets.unreachable_attempts
+    from corral.engine.runtime.liveness import live_of, with_marks
+    from corral.engine.runtime.processes import supervisor_alive
+
+    facts = with_marks(project, task.id, live_of(status, status is not None and supervisor_alive(status)))
     return LiveTurn(
+        substate=substate(task.status, facts),
+        waits=tuple((w.ref, w.seconds) for w in facts.waits),
+        progress=facts.progress,
         status=task.status.value,
         phase=status.phase if status is not None else None,
         kind=(status.kind if status is not None else None) or (command.kind if command is not None else None),

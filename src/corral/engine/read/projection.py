@@ -2,6 +2,11 @@
 
 Built from the store and the live supervisor facts; no surface derives a status,
 a substate, a reason or a next step on its own.
+
+Two things a surface hands in beside the store when it has them: the task's persisted wait
+intervals (``agent_marks.intervals``), so each agent turn reports its waited time apart from
+the agent's own (``agent_s``, ``waited_s``), and the live facts of the task's children, so
+each child's substate shows beside its status.
 """
 
 from __future__ import annotations
@@ -9,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from corral.domain.actors import Role
 from corral.domain.clock import rfc3339
 from corral.domain.explain import (
     attempt_line,
@@ -42,6 +48,12 @@ from corral.domain.substate import Live, substate
 from corral.engine.read.diagnostics import EXPIRED, present
 from corral.store import Tx
 
+if TYPE_CHECKING:
+    from corral.engine.runtime.agent_marks import WaitInterval
+
+#: The live facts of a task, for those the read shows beside another (a task's children).
+LiveOf = Callable[[Task], Live | None]
+
 SCHEMA_VERSION = 1
 #: The breaker's threshold when a caller has no settings at hand (the schema's default).
 BREAKER_THRESHOLD = default("breaker_threshold", int)
@@ -56,8 +68,11 @@ class _Failures:
     rendered once: the JSON and the wording are kept per evidence object for this read.
     """
 
-    def __init__(self, task: Task, diagnostics_dir: Path | None) -> None:
+    def __init__(
+        self, task: Task, diagnostics_dir: Path | None, intervals: Sequence[WaitInterval] | None = None
+    ) -> None:
         self.task = task
+        self.intervals = intervals
         self.dir = str(diagnostics_dir) if diagnostics_dir is not None else None
         self._kept: set[str] | None = None
         self._json: dict[int, tuple[FailureEvidence, dict[str, Any]]] = {}
@@ -140,7 +155,23 @@ class _Failures:
             # What the turn kept of its receipt or session (git facts, the check, how a pair's
             # agent ended, what a read-only turn kept aside), as stored: masked when it was written.
             "details": t.details,
+            **self.times(t),
         }
+
+    def times(self, t: Turn) -> dict[str, float | None]:
+        """An agent turn's time, split: ``waited_s`` the agent spent blocked in ``wait`` calls on
+        its subtasks (the persisted intervals inside the turn's window), ``agent_s`` the rest.
+        None where it cannot be told: a person's turn, a turn without both ends, or waits not
+        read (``waited_s``)."""
+        if t.role is not Role.AGENT or t.started_at is None or t.ended_at is None:
+            return {"agent_s": None, "waited_s": None}
+        total = max(0.0, (t.ended_at - t.started_at).total_seconds())
+        if self.intervals is None:
+            return {"agent_s": round(total, 1), "waited_s": None}
+        from corral.engine.runtime.agent_marks import waited_seconds  # only a read that has intervals
+
+        waited = min(total, waited_seconds(self.intervals, t.started_at, t.ended_at)) if self.intervals else 0.0
+        return {"agent_s": round(total - waited, 1), "waited_s": round(waited, 1)}
 
     def cause(self, cause: RestingCause | None) -> dict[str, Any] | None:
         if cause is None:
@@ -287,11 +318,14 @@ def show(
     *,
     breaker_threshold: int = BREAKER_THRESHOLD,
     diagnostics: Path | None = None,
+    intervals: Sequence[WaitInterval] | None = None,
+    live_of: LiveOf | None = None,
 ) -> dict[str, Any]:
     """The whole read model of one task. With ``diagnostics`` (the state's diagnostics
     directory), each failure's diagnostic reference is resolved: its path, or
-    "Expired after 90 days" once pruned."""
-    return _show(tx, task, live, tx.turns(task.id), None, breaker_threshold, diagnostics)
+    "Expired after 90 days" once pruned. With ``intervals`` (the task's persisted waits),
+    each agent turn's ``waited_s`` is counted; with ``live_of``, each working child's substate."""
+    return _show(tx, task, live, tx.turns(task.id), None, breaker_threshold, diagnostics, intervals, live_of)
 
 
 def show_latest(
@@ -302,6 +336,8 @@ def show_latest(
     turns: int,
     breaker_threshold: int = BREAKER_THRESHOLD,
     diagnostics: Path | None = None,
+    intervals: Sequence[WaitInterval] | None = None,
+    live_of: LiveOf | None = None,
 ) -> tuple[dict[str, Any], int]:
     """:func:`show` with only the latest ``turns`` turns (at least one), and how many were left out.
 
@@ -312,10 +348,20 @@ def show_latest(
     keep = max(turns, 1)
     total = tx.turn_count(task.id)
     if total <= keep:
-        return show(tx, task, live, breaker_threshold=breaker_threshold, diagnostics=diagnostics), 0
+        shown = show(
+            tx,
+            task,
+            live,
+            breaker_threshold=breaker_threshold,
+            diagnostics=diagnostics,
+            intervals=intervals,
+            live_of=live_of,
+        )
+        return shown, 0
     kept = tx.turns(task.id, last=keep)
     since = kept[0].started_at if kept else None
-    return _show(tx, task, live, kept, since, breaker_threshold, diagnostics), total - len(kept)
+    doc = _show(tx, task, live, kept, since, breaker_threshold, diagnostics, intervals, live_of)
+    return doc, total - len(kept)
 
 
 def _show(
@@ -326,9 +372,11 @@ def _show(
     since: datetime | None,
     breaker_threshold: int,
     diagnostics: Path | None,
+    intervals: Sequence[WaitInterval] | None = None,
+    live_of: LiveOf | None = None,
 ) -> dict[str, Any]:
     v = view(tx, task, live, breaker_threshold=breaker_threshold)
-    failures = _Failures(task, diagnostics)
+    failures = _Failures(task, diagnostics, intervals)
     comments = tx.comments(task.id)
     if since is not None:
         comments = [n for n in comments if n.at >= since]
@@ -341,12 +389,20 @@ def _show(
         "violations": [violation_json(x) for x in tx.violations(task.id)],
         "comments": [note_json(n) for n in comments],
         "journal": [note_json(n) for n in tx.journal(task.id)],
-        "children": [{"ref": c.ref, "status": c.status.value} for c in tx.children(task.id)],
+        "children": [child_json(c, live_of) for c in tx.children(task.id)],
         "resting_cause": failures.cause(task.resting_cause),
         "destination_restore_conflict": _restore_conflict(task),
         "stopped_because": v.stopped_because,
         "next": v.next,
     }
+
+
+def child_json(child: Task, live_of: LiveOf | None = None) -> dict[str, Any]:
+    """A subtask as its parent's read shows it: ref, status and substate (a working child's
+    substate is None when its live facts were not read)."""
+    working = child.status is Status.WORKING
+    sub = substate(child.status, live_of(child)) if working and live_of is not None else None
+    return {"ref": child.ref, "status": child.status.value, "substate": sub}
 
 
 def _restore_conflict(task: Task) -> dict[str, Any] | None:
@@ -409,3 +465,37 @@ def list_rows(
         sub = substate(working, live_of(t)) if t.status is working else None
         rows.append(_row(t, parents.get(t.parent_id) if t.parent_id else None, sub, because))
     return rows
+
+
+def as_tree(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (``list_rows``) in tree order, each with its ``depth``: a subtask directly under
+    its parent (depth one more), siblings in their given order. A row whose parent is not
+    listed is a root (depth 0); no row is ever left out, a loop of parents included."""
+    listed = {r["ref"] for r in rows}
+    kids: dict[str, list[dict[str, Any]]] = {}
+    roots: list[dict[str, Any]] = []
+    for r in rows:
+        parent = r.get("parent")
+        if parent is not None and parent in listed and parent != r["ref"]:
+            kids.setdefault(parent, []).append(r)
+        else:
+            roots.append(r)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+
+    def walk(start: dict[str, Any]) -> None:
+        stack = [(start, 0)]
+        while stack:
+            row, depth = stack.pop()
+            if row["ref"] in seen:
+                continue
+            seen.add(row["ref"])
+            out.append({**row, "depth": depth})
+            stack.extend((k, depth + 1) for k in reversed(kids.get(row["ref"], [])))
+
+    for root in roots:
+        walk(root)
+    for r in rows:  # parents in a loop: none of them is a root
+        if r["ref"] not in seen:
+            walk(r)
+    return out

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
+from corral.domain.record import replace
 from corral.domain.records import Task
 from corral.domain.status import Status
-from corral.domain.substate import Live
+from corral.domain.substate import Live, Waiting
+from corral.engine.paths import TASKS_DIR
 from corral.engine.project import Project
 
 if TYPE_CHECKING:
     from corral.engine.runtime.protocol import SupervisorStatus
 
+
+#: The agent's markers in a protocol directory (``agent_marks.WAITING`` and ``protocol.PROGRESS``).
+MARKERS = ("waiting.json", "progress.json")
 
 #: What one reconcile pass saw of each working task's supervisor (task id → its live facts).
 #: A read that follows the pass in the same command (``list`` after settling) shows what the
@@ -26,17 +32,48 @@ def live_facts(project: Project, task: Task, observed: Observed | None = None) -
     uses, so ``list`` and a reconcile pass agree on what a supervisor said) and one
     liveness probe of its pid — or, when this command's reconcile pass already judged the
     task, what it saw (``observed``). A missing or unusable status file is a supervisor not
-    (yet) seen alive.
+    (yet) seen alive. Where the agent is the active thing, the agent's tool-call markers (its
+    waits on subtasks, its progress line) are read too (:func:`with_marks`).
     """
     if task.status is not Status.WORKING:
         return None
     if observed is not None and task.id in observed:
-        return observed[task.id]
+        return with_marks(project, task.id, observed[task.id])
     from corral.engine.runtime import protocol as proto  # only a working task has a supervisor to read
     from corral.engine.runtime.processes import supervisor_alive
 
     status = proto.read_record(project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
-    return live_of(status, status is not None and supervisor_alive(status))
+    return with_marks(project, task.id, live_of(status, status is not None and supervisor_alive(status)))
+
+
+def marks_matter(live: Live) -> bool:
+    """Whether the substate can show the agent's markers: alive, and the agent is the active thing
+    (no harness phase, no retry, no usage-limit wait outranks them)."""
+    return live.alive and live.phase in (None, "work") and live.retry_class is None
+
+
+def with_marks(project: Project, task_id: str, live: Live) -> Live:
+    """``live`` with the agent's waits (seconds counted now) and progress line, where they can show.
+
+    Read only when they matter (:func:`marks_matter`), so a list of thousands of working
+    tasks pays two failed opens per agent-phase task, and nothing more, when no agent
+    reports anything.
+    """
+    if not marks_matter(live):
+        return live
+    base = os.path.join(project.paths.root, TASKS_DIR, task_id, "protocol")  # protocol_dir, as a string
+    if not any(os.access(os.path.join(base, name), os.F_OK, follow_symlinks=False) for name in MARKERS):
+        return live  # the common case (about 3 µs), without loading the markers' reader
+    from corral.engine.runtime import agent_marks  # only a live agent phase has markers to read
+
+    protocol_dir = project.paths.protocol_dir(task_id)
+    found = agent_marks.active_waits(protocol_dir)
+    line = agent_marks.progress(protocol_dir)
+    if not found and line is None:
+        return live
+    now = project.clock()
+    waits = tuple(Waiting(w.target, max(0.0, (now - w.since).total_seconds())) for w in found)
+    return replace(live, waits=waits, progress=line)
 
 
 def live_of(status: SupervisorStatus | None, alive: bool) -> Live:
