@@ -6,6 +6,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from corral.domain.settings import SETTINGS, toml_value
 from tests.cli.helpers import create, json_error, no_traceback, park, state_paths, store_of, to_working
 
@@ -138,7 +140,7 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
     json_error(bad_env, 2, "config-invalid")
 
 
-WIDENS = {"permission_mode", "allowed_tools", "is_sandbox"}
+WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "agent_tools"}
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 USER_ONLY = WIDENS | EXECUTES
 TRUST_WORDS = {
@@ -165,7 +167,10 @@ def _every_setting_changed() -> tuple[str, dict[str, Any]]:
     return "".join(f"{name} = {toml_value(value)}\n" for name, value in values.items()), values
 
 
-def test_config_show_is_toml_that_reads_back_as_the_values(corral, repo: Path, isolated_env: Path) -> None:
+def test_config_show_is_toml_that_reads_back_as_the_values(
+    corral, repo: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CORRAL_AGENT_TOOLS")  # every setting's source is the file's or the default here
     (isolated_env / "user-config.toml").write_text('model = "from-user"\nallowed_tools = ["Read", "Grep"]\n')
     (repo / "corral.toml").write_text('watchdog_timeout = 42\nprotected = ["secrets/*", "a \\"quoted\\" path"]\n')
     env = {"CORRAL_AUTO_RESUME": "off", "CORRAL_REMOTE": "up\tstream"}
@@ -212,7 +217,10 @@ def test_config_show_json_carries_each_settings_help_default_and_trust(corral) -
     assert doc["model"]["default"] is None and doc["text_cap"]["default"] == 100 * 1024
 
 
-def test_corral_toml_sets_only_what_a_repository_may(corral, repo: Path, isolated_env: Path) -> None:
+def test_corral_toml_sets_only_what_a_repository_may(
+    corral, repo: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CORRAL_AGENT_TOOLS")  # every setting's source is the file's or the default here
     text, values = _every_setting_changed()
     (repo / "corral.toml").write_text(text)
     doc = _settings(corral)

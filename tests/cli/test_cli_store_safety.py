@@ -88,11 +88,11 @@ def test_a_vanished_database_is_refused_with_evidence_kept_and_nothing_pruned(
     assert check["status"] == "fail" and check["message"].startswith("store-missing: ")
     # the daemon's daily prune deletes nothing either
     proj = Project.open(corral.cwd)
-    daemon = Daemon(proj)
     events: list[dict[str, object]] = []
-    daemon.on_event = events.append
-    daemon.prune_once()
+    daemon = Daemon(on_event=events.append)
+    daemon.prune_once(daemon.adopt(proj))
     assert [e["event"] for e in events] == ["prune-refused"] and events[0]["code"] == "store-missing"
+    assert events[0]["project"] == str(proj.repo)
     proj.close()
     assert evidence(paths) == before and paths["diagnostic"].exists()
     assert (db.read_bytes() == b"") if damage == "truncated" else not db.exists()
@@ -145,12 +145,13 @@ def test_restore_refuses_while_a_turn_works_or_a_daemon_runs_unless_forced(corra
     assert corral.json("show", "busy")["task"]["status"] == "working"
     forced = corral.json("restore", made, "--force")["restored"]
     assert forced["kept"] and corral.json("show", "busy")["task"]["status"] == "backlog"
-    corral.ok("daemon", "start")
+    corral.ok("daemon", "start")  # the home's daemon, which serves this project: it holds its database open
     try:
         refused = corral("restore", made, "--json")
         assert json.loads(refused.stdout)["error"]["code"] == "daemon-running" and refused.returncode == 3
     finally:
         corral.ok("daemon", "stop")
+    assert corral.json("restore", made)["restored"]  # stopped: nothing holds it
 
 
 def test_flipped_database_bytes_are_store_corrupt_everywhere_and_doctor_reports_them(corral) -> None:
@@ -229,9 +230,9 @@ def test_a_database_deleted_under_a_running_daemon_stops_its_prune(corral, monke
     """The daemon's open connection still reads the deleted file: its health says so and nothing goes."""
     paths = failed_turn(corral, monkeypatch)
     proj = Project.open(corral.cwd)
-    daemon = Daemon(proj)
     events: list[dict[str, object]] = []
-    daemon.on_event = events.append
+    daemon = Daemon(on_event=events.append)
+    slot = daemon.adopt(proj)
     with proj.store.read() as tx:
         assert [t.ref for t in tx.tasks()] == ["keep"]  # the daemon has it open
     before = evidence(paths)
@@ -241,7 +242,7 @@ def test_a_database_deleted_under_a_running_daemon_stops_its_prune(corral, monke
     db = paths["database"]
     for name in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
         name.unlink(missing_ok=True)
-    daemon.prune_once()
+    daemon.prune_once(slot)
     assert [e["event"] for e in events] == ["prune-refused"] and events[0]["code"] == "store-missing"
     assert "deleted or replaced after corral opened it" in str(events[0]["message"])
     assert orphan.exists() and set(before) <= set(evidence(paths))

@@ -75,12 +75,14 @@ def test_corral_prune_cli_and_the_daemon(repo, corral, clock, agent, monkeypatch
     orphan.parent.mkdir(parents=True)
     orphan.write_text("{}")
 
-    daemon = Daemon(proj)
     events = []
-    daemon.on_event = events.append
-    daemon.prune_once()
+    daemon = Daemon(on_event=events.append)
+    daemon.prune_once(daemon.adopt(proj))
     assert not diag.exists() and not orphan.parent.exists()
-    assert any(e["event"] == "pruned" and e["diagnostics"] == 1 and e["orphaned_tasks"] == 1 for e in events)
+    assert any(
+        e["event"] == "pruned" and e["diagnostics"] == 1 and e["orphaned_tasks"] == 1 and e["project"] == str(proj.repo)
+        for e in events
+    )
 
     doc = corral.json("prune")
     assert doc["pruned"]["diagnostics"] == {"removed": [], "orphaned_tasks": [], "kept": 0}
@@ -119,23 +121,37 @@ def test_prune_removes_stale_clean_worktrees_and_keeps_unsaved_work(repo, corral
     proj.close()
 
 
-def test_the_daemon_loop_prunes_when_it_starts_and_then_once_per_interval(repo, agent, monkeypatch):
+def test_the_daemon_loop_prunes_each_project_when_first_served_and_then_once_per_interval(
+    repo, agent, monkeypatch, tmp_path
+):
     import threading
     import time
 
     proj = Project.open(repo)
-    tasks.create(proj, "Have a database", actor=Actor.HUMAN)  # a daemon whose database is gone stops at once
+    tasks.create(proj, "Have a database", actor=Actor.HUMAN)  # a project without one is not served
     assert proj.paths.db.exists()
-    daemon = Daemon(proj, tick=0.05)
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q", "-b", "main")
+    git(other, "commit", "-q", "--allow-empty", "-m", "other's first")
+    second = Project.open(other)
+    tasks.create(second, "Have one too", actor=Actor.HUMAN)
+    daemon = Daemon(tick=0.05)
     daemon.prune_every = 0.3
-    calls = []
-    monkeypatch.setattr(daemon, "prune_once", lambda: calls.append(time.monotonic()))
+    calls: dict[str, list[float]] = {}
+    monkeypatch.setattr(daemon, "prune_once", lambda slot: calls.setdefault(slot.repo, []).append(time.monotonic()))
     runner = threading.Thread(target=daemon.run)
     runner.start()
+    deadline = time.monotonic() + 20  # the daemon starts its MCP endpoint first (the SDK is slow to load)
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(1.0)
     daemon.request_stop()
     runner.join(10)
     assert not runner.is_alive()
-    assert 2 <= len(calls) <= 5  # at start, then once per interval (a day by default)
+    assert set(calls) == {str(proj.repo), str(second.repo)}  # each project pruned on its own
+    for times in calls.values():
+        assert 3 <= len(times) <= 6  # when first served, then once per interval (a day by default)
     assert PRUNE_SECONDS == 24 * 3600
     proj.close()
+    second.close()

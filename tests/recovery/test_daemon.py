@@ -1,6 +1,7 @@
-"""The daemon, as a real background process: one per state directory, stale state replaced,
+"""The daemon, as a real background process: one per CORRAL_HOME, stale state replaced,
 supervisor deaths reconciled within about a second, auto-resume with nobody typing a command,
-a reconcile that raises survived, and a log that rotates.
+a reconcile that raises survived, and a log that rotates. (Several projects under one daemon,
+and the per-project daemons of older corrals replaced: test_home_daemon.py.)
 
 While the daemon runs, these tests read the store directly (``Project.store.read()``) and
 never call anything that reconciles, so whatever recovery happens is the daemon's doing.
@@ -22,9 +23,9 @@ from typing import Any
 import pytest
 
 from corral.adapters.process import pid_alive
-from corral.daemon import service as daemons
 from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
+from corral.engine import daemons
 from corral.engine.operations import tasks, turns
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
@@ -58,7 +59,7 @@ def wait_for(
                     f"\n  {c.from_status} -> {c.to_status} {c.reason}" for c in tx.status_changes(task.id)
                 )
         detail += f"\n--- daemon.log (tail) ---\n{log_text(proj)[-3000:]}"
-        out = proj.paths.logs / "daemon.out"
+        out = daemons.out_file()
         if out.exists():
             detail += f"\n--- daemon.out (tail) ---\n{out.read_text(errors='replace')[-1500:]}"
     raise AssertionError(f"timed out after {timeout} s waiting for {what}{detail}")
@@ -97,17 +98,18 @@ def live_pids(proj: Project, task_id: str, agent: FakeAgent) -> tuple[int, int]:
     return wait_for(both, 20, "the supervisor and its agent to run")
 
 
-def daemon_log(proj: Project) -> Path:
-    return proj.paths.logs / "daemon.log"
+def daemon_log(proj: Project | None = None) -> Path:
+    """The home daemon's log (one for every project: ``proj`` is only for the callers' symmetry)."""
+    return daemons.log_file()
 
 
-def log_text(proj: Project) -> str:
+def log_text(proj: Project | None = None) -> str:
     path = daemon_log(proj)
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def running_daemon(proj: Project) -> daemons.DaemonState:
-    state = daemons.state(proj)
+def running_daemon(proj: Project | None = None) -> daemons.DaemonState:
+    state = daemons.state()
     assert state.running and state.pid, "the daemon is not running"
     return state
 
@@ -120,11 +122,13 @@ def dproj(agent: FakeAgent, repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "30")
     proj = Project.open(repo)
     assert proj.config["auto_resume"] is False
+    with proj.store.read():  # a project has its database once a command has run there: the daemon serves it
+        pass
     yield proj
-    # Whatever a test left: the daemon (only the one this state directory's lock names), turns, agents.
-    state = daemons.state(proj)
+    # Whatever a test left: the daemon (only the one this home's lock names), turns, agents.
+    state = daemons.state()
     if state.running and state.pid:
-        daemons.stop_running(proj)
+        daemons.stop_running()
     with proj.store.read() as tx:
         ids = [t.id for t in tx.tasks()]
     for task_id in ids:
@@ -152,9 +156,13 @@ def test_start_status_refuses_a_second_start_and_stops(dproj, corral):
 
     status = corral("daemon", "status", "--json")
     assert status.returncode == 0, status.stderr
-    assert status.json()["daemon"]["running"] is True and status.json()["daemon"]["pid"] == pid
+    doc = status.json()["daemon"]
+    assert doc["running"] is True and doc["pid"] == pid
+    assert doc["projects"] == [str(dproj.repo)]  # the repository it was started from is served
     human = corral("daemon", "status")
     assert human.returncode == 0 and f"running (pid {pid}" in human.stdout
+    assert "serving 1 project:" in human.stdout and f"  {dproj.repo}" in human.stdout
+    assert "MCP endpoint:" in human.stdout
 
     again = corral("daemon", "start", "--json", env=DAEMON_ENV)
     assert again.returncode == 3, again.stderr
@@ -167,6 +175,7 @@ def test_start_status_refuses_a_second_start_and_stops(dproj, corral):
     wait_for(lambda: not pid_alive(pid), 10, "the daemon to exit")
     after = corral("daemon", "status", "--json")
     assert after.returncode == 1 and after.json()["daemon"]["running"] is False
+    assert after.json()["daemon"]["projects"] == [] and after.json()["daemon"]["mcp_url"] is None
     assert "stopped" in log_text(dproj)
     again = corral.json("daemon", "stop")
     assert again["was_running"] is False
@@ -177,9 +186,9 @@ def test_a_sigkilled_daemon_leaves_stale_files_that_do_not_block_a_new_one(dproj
     os.kill(old, signal.SIGKILL)
     wait_for(lambda: not pid_alive(old), 10, "the killed daemon to die")
     # It had no chance to tidy up: its state file and lock file are still there, naming it.
-    state_file = dproj.paths.daemon_state
+    state_file = daemons.state_file()
     assert json.loads(state_file.read_text())["pid"] == old
-    assert dproj.paths.daemon_lock.exists()
+    assert daemons.lock_file().exists()
 
     status = corral("daemon", "status", "--json")
     assert status.returncode == 1, status.stdout
@@ -283,8 +292,8 @@ def test_a_sigkilled_supervisor_is_seen_at_once_its_agent_stopped_and_the_turn_r
 # -- a reconcile that raises ---------------------------------------------------------------------
 
 
-def ticks(proj: Project) -> str | None:
-    return daemons.state(proj).last_tick
+def ticks(proj: Project | None = None) -> str | None:
+    return daemons.state().last_tick
 
 
 @pytest.mark.slow
@@ -386,8 +395,8 @@ def test_the_daemon_survives_a_status_file_with_an_impossible_pid(dproj, agent, 
     (dproj.paths.protocol_dir(task.id) / proto.STATUS).write_text(json.dumps(status))
     started = corral("daemon", "start", "--json", env=DAEMON_ENV)
     time.sleep(3.0)  # a tick and a watch refresh or two
-    state = daemons.state(dproj)
-    out = (dproj.paths.logs / "daemon.out").read_text(errors="replace")
+    state = daemons.state()
+    out = daemons.out_file().read_text(errors="replace")
     assert started.returncode == 0 and state.running, f"the daemon died:\n{started.stdout}\n{out[-1500:]}"
 
 
@@ -395,10 +404,9 @@ def test_the_daemon_survives_a_status_file_with_an_impossible_pid(dproj, agent, 
 
 
 def test_the_daemon_log_rotates(dproj, corral):
-    paths = corral.json("paths")["paths"]
-    log = Path(paths["daemon_log"])
+    log = daemons.log_file()
     logs = log.parent
-    assert log == daemon_log(dproj)
+    assert logs == Path(os.environ["CORRAL_HOME"]) / "daemon"  # the home's, not a project's
     logs.mkdir(parents=True, exist_ok=True)
     filler = "x" * 99 + "\n"
     log.write_text(filler * 10_000)  # 1,000,000 bytes: the next record rolls it over
@@ -422,18 +430,31 @@ def test_the_daemon_log_rotates(dproj, corral):
     corral.ok("daemon", "stop")
 
 
-def test_a_daemon_whose_repository_moved_or_database_went_stops_and_says_why(dproj, corral, repo, tmp_path):
+def test_a_project_whose_repository_moved_or_database_went_is_no_longer_served_and_the_log_says_why(
+    dproj, corral, repo, tmp_path
+):
+    """The daemon serves the home, so it goes on running; it only stops serving that project
+    (it must not write into a database no one will read again, nor reconcile worktrees that no
+    longer link to it), and serves it again once a command runs where the repository is now."""
     pid = start_daemon(corral)
+    assert running_daemon().projects == (str(dproj.repo),)
+    dproj.close()
     dproj.paths.db.unlink()  # the database removed under the daemon: it must not write a file no one reads
     for suffix in ("-wal", "-shm"):
         Path(f"{dproj.paths.db}{suffix}").unlink(missing_ok=True)
-    wait_for(lambda: not pid_alive(pid), 10, "the daemon to stop")
+    wait_for(lambda: running_daemon().projects == (), 10, "the daemon to stop serving the project")
+    assert pid_alive(pid) and running_daemon().pid == pid
     assert "task database" in log_text(dproj) and "was removed" in log_text(dproj)
+    time.sleep(1.0)  # a few more ticks
     assert not dproj.paths.db.exists()  # and it made no new one behind the person's back
 
     corral.ok("list")  # a new database for the same repository
-    pid = start_daemon(corral)
+    wait_for(lambda: running_daemon().projects == (str(dproj.repo),), 10, "the project to be served again")
     moved = tmp_path / "moved-away"
     os.rename(repo, moved)
-    wait_for(lambda: not pid_alive(pid), 10, "the daemon to stop")
+    wait_for(lambda: running_daemon().projects == (), 10, "the daemon to stop serving the moved project")
     assert f"the repository {dproj.repo} is gone" in log_text(dproj)
+    assert running_daemon().pid == pid
+    CLI(moved).ok("list")  # the next command where it is now reattaches the state
+    wait_for(lambda: running_daemon().projects == (str(moved),), 10, "the moved project to be served where it is")
+    assert running_daemon().pid == pid

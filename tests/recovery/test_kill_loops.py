@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 
 from corral.adapters.process import pid_alive
-from corral.daemon import service as daemons
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FeedbackDelivery
 from corral.domain.status import Status
+from corral.engine import daemons
 from corral.engine.operations import control, tasks, turns
 from corral.engine.operations.auto_resume import resumable
 from corral.engine.operations.refresh import settle
@@ -275,7 +275,7 @@ def spawn_daemon(proj: Project, trace: Path) -> subprocess.Popen[bytes]:
     out = proj.paths.root / "kill-loop-daemon.out"
     with open(out, "ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "corral", "--repo", str(proj.repo), "daemon", "run", "--tick", "0.25"],
+            [sys.executable, "-m", "corral", "daemon", "run", "--tick", "0.25"],  # the home's: serves proj
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=fh,
@@ -285,8 +285,8 @@ def spawn_daemon(proj: Project, trace: Path) -> subprocess.Popen[bytes]:
 
 
 def lock_holders(proj: Project) -> list[str]:
-    """Who holds the daemon's flock, from /proc/locks (pid and command line)."""
-    inode = proj.paths.daemon_lock.stat().st_ino
+    """Who holds the home daemon's flock, from /proc/locks (pid and command line)."""
+    inode = daemons.lock_file().stat().st_ino
     holders = []
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
@@ -339,10 +339,10 @@ def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path):
         # The flock dies with it: no daemon is seen running, and a new one can start. (A child the
         # daemon forked at that very instant shares the lock's open file until it execs: allow
         # that moment, never a lock that stays.)
-        if daemons.state(kproj).running:
+        if daemons.state().running:
             lingering += 1
             held = time.monotonic() + 2
-            while daemons.state(kproj).running:
+            while daemons.state().running:
                 assert time.monotonic() < held, f"the killed daemon's lock is still held: {lock_holders(kproj)} {seed}"
                 time.sleep(0.01)
         checked(kproj, agent, submitted, settled=False)

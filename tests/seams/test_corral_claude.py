@@ -430,8 +430,9 @@ def test_watchdog_relaunches_a_zero_work_stall_three_times_then_interrupts(make_
 def start_daemon(rig: Rig, repo: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     log = open(rig.proj.paths.root / "test-daemon.out", "ab")  # noqa: SIM115 (closed in cleanup)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "--repo", str(repo), "daemon", "run", "--tick", "0.5"],
+        [sys.executable, "-m", "corral", "daemon", "run", "--tick", "0.5"],  # the home's daemon: it serves repo
         env=env,
+        cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -28,9 +28,10 @@ def until_auto_resumed(show: Callable[[], dict[str, Any]], timeout: float = 60) 
 
 
 def spawn_daemon(repo: Path, env: Mapping[str, str], tick: float = 0.5) -> subprocess.Popen[bytes]:
-    """``corral daemon run`` for ``repo`` as a process of its own, silent, ticking every ``tick`` s."""
+    """``corral daemon run`` as a process of its own, silent, ticking every ``tick`` s: the daemon of
+    ``env``'s CORRAL_HOME, which serves ``repo`` with every other project kept there."""
     return subprocess.Popen(
-        [sys.executable, "-m", "corral", "--repo", str(repo), "daemon", "run", "--tick", str(tick)],
+        [sys.executable, "-m", "corral", "daemon", "run", "--tick", str(tick)],
         cwd=repo, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 

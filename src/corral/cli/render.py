@@ -305,6 +305,9 @@ def show_lines(
         out.append(f"Protects: {', '.join(t['protected'])}")
     if doc.get("live"):
         out.append(f"Running:  {live_text(doc['live'])}")
+    tools = doc.get("agent_tools")
+    if tools and not tools["mcp"]:
+        out.append(f"Tools:    the agent had no corral tools ({one_line(tools['absent'] or 'not given')})")
     if t["prompt"]:
         out.append("Prompt:")
         out.extend(f"  {line}" for line in t["prompt"].splitlines())

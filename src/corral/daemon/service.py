@@ -1,9 +1,23 @@
-"""The daemon: reconcile ticks, and supervisors watched so a death is reconciled within a second.
+"""The daemon of a ``CORRAL_HOME``: every project kept there served by one process.
 
-Optional: everything works without it (the CLI reconciles before reads); with it,
-auto-resume happens without anyone typing a command. One per state directory,
-held by an flock that the kernel releases when the daemon dies, so a stale lock
-or pid file from a killed daemon is simply replaced.
+Optional: everything works without it (the CLI reconciles before reads); with it, auto-resume
+happens without anyone typing a command, and task agents reach corral's tools over MCP.
+One per ``CORRAL_HOME``, held by an flock in ``$CORRAL_HOME/daemon/`` that the kernel
+releases when the daemon dies, so a stale lock or state file from a killed daemon is simply
+replaced (:mod:`corral.engine.daemons` finds, starts and stops it).
+
+The projects are the state directories under ``$CORRAL_HOME/projects/``, each opened from the
+checkout its ``repository.json`` names, and looked for again on every tick (a new project is
+served from its first command on). A project whose checkout is gone, moved or no longer holds
+that state, or whose database was removed, is not served (said once in the log); the others
+go on. Per project: the reconcile tick, its notices, the daily prune of expired diagnostics,
+and its supervisors watched through pidfds, so a death is reconciled within a second. Each
+step is guarded: one broken project never stops the others.
+
+While it serves a project the daemon holds that project's ``daemon.lock`` (in its state
+directory), so ``restore`` and ``project archive`` know the database is open. That is the lock
+the daemons of older corrals (one per project) held: one found running is stopped (SIGTERM,
+proven by the start time its ``daemon.json`` recorded) and replaced.
 """
 
 from __future__ import annotations
@@ -13,250 +27,436 @@ import logging.handlers
 import os
 import select
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from corral.adapters.locks import is_locked, try_lock
-from corral.adapters.process import pid_alive, spawn_detached
-from corral.domain.clock import rfc3339
-from corral.domain.record import record
+from corral.adapters.locks import lock
+from corral.domain.clock import rfc3339, utcnow
+from corral.engine import daemons
+from corral.engine.daemons import DaemonState
+from corral.engine.identity import _states, holds, read_record
 from corral.engine.operations import notify
 from corral.engine.operations.refresh import settle
+from corral.engine.paths import corral_home, make_private_dir, private_umask
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.liveness import supervisor_pids
 from corral.engine.runtime.processes import signal_daemon
 from corral.errors import CorralError, DaemonRunning
 
+__all__ = ["PRUNE_SECONDS", "TICK_SECONDS", "Daemon", "DaemonState", "Slot", "serve"]
+
 TICK_SECONDS = 2.0
-PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when the daemon starts)
+PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when a project is first served)
+#: How long an older corral's per-project daemon has to exit on SIGTERM before it gets SIGKILL.
+OLD_DAEMON_GRACE = 5.0
+#: A lock that another process only looks at (``is_locked`` takes it for an instant) is retried this long.
+LOCK_RETRY = 0.5
 
 
-@record
-class DaemonState:
-    running: bool
-    pid: int | None
-    started_at: str | None
-    last_tick: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"running": self.running, "pid": self.pid, "started_at": self.started_at, "last_tick": self.last_tick}
-
-
-def state(project: Project) -> DaemonState:
-    """Whether a daemon holds this state directory's lock, and what it last wrote."""
-    info = proto.read_raw(project.paths.daemon_state) or {}
-    running = is_locked(project.paths.daemon_lock)
-    pid = info.get("pid") if isinstance(info.get("pid"), int) else None
-    return DaemonState(running, pid if running else None, info.get("started_at"), info.get("last_tick"))
-
-
-def _logger(project: Project) -> logging.Logger:
-    project.paths.logs.mkdir(parents=True, exist_ok=True)
-    logger = logging.getLogger(f"corral.daemon.{project.paths.root.name}")
+def _logger(home: Path) -> logging.Logger:
+    make_private_dir(daemons.daemon_dir(home))
+    logger = logging.getLogger(f"corral.daemon.{home}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
     if not logger.handlers:
-        handler = logging.handlers.RotatingFileHandler(
-            project.paths.daemon_log, maxBytes=1_000_000, backupCount=3, encoding="utf-8"
-        )
+        with private_umask():  # the log names the user's repositories: theirs alone
+            handler = logging.handlers.RotatingFileHandler(
+                daemons.log_file(home), maxBytes=1_000_000, backupCount=3, encoding="utf-8"
+            )
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
     return logger
 
 
+class Slot:
+    """One project the daemon serves: the project opened, its lock, when it is next pruned."""
+
+    def __init__(self, state: Path, project: Project, lock_fd: int | None, recorded: str | None = None) -> None:
+        self.state = state
+        self.project = project
+        self.recorded = recorded or str(project.repo)  # the checkout its record named when it was opened
+        self.lock_fd = lock_fd
+        self.next_prune = 0.0
+
+    @property
+    def repo(self) -> str:
+        return str(self.project.repo)
+
+    def close(self) -> None:
+        try:
+            self.project.close()
+        finally:
+            if self.lock_fd is not None:
+                os.close(self.lock_fd)
+                self.lock_fd = None
+
+
 class Daemon:
     def __init__(
-        self, project: Project, *, tick: float = TICK_SECONDS, on_event: Callable[[dict[str, Any]], None] | None = None
+        self,
+        home: Path | None = None,
+        *,
+        tick: float = TICK_SECONDS,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        self.project = project
+        self.home = home or corral_home()
         self.tick = tick
         self.stop_event = threading.Event()
         self.on_event = on_event
-        self.log = _logger(project)
-        self.watched: dict[int, int] = {}  # supervisor pid -> pidfd
+        self.log = _logger(self.home)
+        self.slots: dict[str, Slot] = {}  # state directory name -> the project served
+        self.skipped: dict[str, str] = {}  # state directory name -> why it is not served (said once)
+        self.watched: dict[int, tuple[int, str]] = {}  # supervisor pid -> (pidfd, state directory name)
         self.prune_every = PRUNE_SECONDS
+        self.mcp_url: str | None = None
+        self._served: Any = None  # the MCP endpoint (corral.mcp.http's Served)
+        self._started = ""
+        self._mcp_ready = threading.Event()
+        self._mcp_thread: threading.Thread | None = None
+        self._tick_now = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
 
     def request_stop(self, *_: Any) -> None:
         self.stop_event.set()
+        self._wake()
+
+    def request_tick(self) -> None:
+        """Tick at once (the MCP endpoint is up: the state file says so without waiting a tick)."""
+        self._tick_now.set()
+        self._wake()
+
+    def _wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
         except OSError:
             pass
 
     def event(self, kind: str, **fields: Any) -> None:
-        doc = {"event": kind, "at": rfc3339(self.project.clock()), **fields}
+        doc = {"event": kind, "at": rfc3339(utcnow()), **fields}
         self.log.info("%s %s", kind, {k: v for k, v in fields.items()})
         if self.on_event is not None:
             self.on_event(doc)
 
-    def acquire(self) -> int:
-        fd = try_lock(self.project.paths.daemon_lock)
-        if fd is None:
-            current = state(self.project)
-            raise DaemonRunning(
-                f"A corral daemon already runs for this repository (pid {current.pid}).",
-                hint="See it with `corral daemon status`; stop it with `corral daemon stop`.",
-            )
-        return fd
-
-    def write_state(self, started: str) -> None:
-        proto.write_json(
-            self.project.paths.daemon_state,
-            {"pid": os.getpid(), "started_at": started, "last_tick": rfc3339(self.project.clock())},
-            durable=False,
-        )
-
-    def refresh_watch(self) -> None:
-        pids = supervisor_pids(self.project)
-        for pid in list(self.watched):
-            if pid not in pids:
-                os.close(self.watched.pop(pid))
-        for pid in pids - set(self.watched):
-            try:
-                self.watched[pid] = os.pidfd_open(pid)
-            except (ProcessLookupError, OSError):
-                continue
-
-    def guarded(self, what: str, step: Callable[[], None]) -> None:
+    def guarded(self, what: str, step: Callable[[], None], slot: Slot | None = None) -> None:
         """Run one housekeeping step; a failure is logged and the daemon goes on."""
         try:
             step()
         except Exception as exc:
             self.log.exception("%s failed", what)
-            self.event("daemon-error", step=what, message=f"{type(exc).__name__}: {exc}")
+            where = {"project": slot.repo} if slot is not None else {}
+            self.event("daemon-error", step=what, message=f"{type(exc).__name__}: {exc}", **where)
 
-    def lost_footing(self) -> str | None:
-        """Why this daemon must stop serving its project: its repository or its database is gone.
+    # -- the home's lock and state ---------------------------------------------------------------
 
-        A repository that moved is followed by the next command run in it, under a new daemon
-        started there; this one would reconcile worktrees that no longer link to it, or write
-        into a database file that was deleted and that no one will read again.
-        """
-        if not self.project.repo.is_dir():
-            return (
-                f"the repository {self.project.repo} is gone (moved or removed); "
-                "start the daemon again where it is now: corral daemon start"
+    def acquire(self) -> int:
+        fd = lock(daemons.lock_file(self.home), LOCK_RETRY)
+        if fd is None:
+            current = daemons.state(self.home)
+            raise DaemonRunning(
+                f"A corral daemon already runs for {self.home} (pid {current.pid}).",
+                hint="See it with `corral daemon status`; stop it with `corral daemon stop`.",
             )
-        if not self.project.paths.db.exists():
-            return f"the task database {self.project.paths.db} was removed; corral daemon start makes a new one"
-        return None
+        return fd
 
-    def reconcile_once(self, why: str) -> None:
+    def write_state(self) -> None:
+        if not self._mcp_ready.is_set():
+            return
+        proto.write_json(
+            daemons.state_file(self.home),
+            {
+                "pid": os.getpid(),
+                "started_at": self._started,
+                "last_tick": rfc3339(utcnow()),
+                "mcp_url": self.mcp_url,
+                "projects": sorted(slot.repo for slot in self.slots.values()),
+            },
+            durable=False,
+        )
+
+    # -- MCP ---------------------------------------------------------------------------------------
+
+    def start_mcp(self) -> None:
         try:
-            for problem in settle(self.project):
-                self.event("reconcile-error", why=why, code="task-unreconciled", message=problem)
-            notify.from_daemon(self.project, lambda doc: self.event(str(doc.pop("event")), **doc))
+            from corral.mcp import http  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+            self._served = http.start(self.home, self.log)
+            self.mcp_url = str(self._served.url)
+        except Exception as exc:  # no MCP is a degraded daemon, never a dead one
+            self._served = None
+            self.mcp_url = None
+            self.log.warning("MCP unavailable: %s: %s", type(exc).__name__, exc)
+            self.event("mcp-unavailable", message=f"{type(exc).__name__}: {exc}")
+            return
+        self.event("mcp-serving", url=self.mcp_url)
+
+    def _start_mcp_then_say(self) -> None:
+        try:
+            self.start_mcp()
+        finally:
+            self._mcp_ready.set()
+            self.request_tick()
+
+    def stop_mcp(self) -> None:
+        served, self._served = self._served, None
+        if served is not None:
+            served.stop()
+
+    # -- which projects ----------------------------------------------------------------------------
+
+    def why_not(self, state: Path) -> tuple[str | None, str | None]:
+        """The checkout recorded for a state directory, and why it cannot be served (None: it can)."""
+        record = read_record(state)
+        path = record.path if record is not None else None
+        if path is None:
+            return None, "no repository is recorded for it yet (a corral command run in its repository records it)"
+        if not holds(path, state.name):
+            return path, (
+                f"the repository {path} is gone (moved or removed) or no longer holds this state; "
+                "it is served again once a corral command runs where it is now"
+            )
+        db = state / "corral.db"
+        if not db.exists():  # never made anew here: a database someone removed stays removed
+            served = state.name in self.slots
+            return path, f"the task database {db} was removed" if served else f"it has no task database ({db}) yet"
+        return path, None
+
+    def scan(self) -> None:
+        """Serve the projects that can be served, and stop serving those that no longer can."""
+        states = _states(self.home)
+        names = {s.name for s in states}
+        for name in [n for n in self.slots if n not in names]:
+            self.drop(name, f"its state directory {self.home / 'projects' / name} was removed")
+        for name in [n for n in self.skipped if n not in names]:
+            del self.skipped[name]
+        for state in states:
+            self.guarded("scan", partial(self.look_at, state), self.slots.get(state.name))
+
+    def look_at(self, state: Path) -> None:
+        path, reason = self.why_not(state)
+        slot = self.slots.get(state.name)
+        if slot is not None and reason is None and path == slot.recorded:
+            return
+        if slot is not None:
+            self.drop(state.name, reason or f"its repository is now {path}")
+        if reason is not None:
+            if self.skipped.get(state.name) != reason:
+                self.skipped[state.name] = reason
+                self.log.warning("not serving %s: %s", path or state, reason)
+                self.event("project-skipped", project=path, state=str(state), message=reason)
+            return
+        assert path is not None
+        self.open(state, path)
+
+    def open(self, state: Path, path: str) -> None:
+        try:
+            project = Project.open(path)
+        except Exception as exc:  # a project that cannot be opened is skipped, logged once
+            reason = f"it cannot be opened: {getattr(exc, 'message', None) or f'{type(exc).__name__}: {exc}'}"
+            if self.skipped.get(state.name) != reason:
+                self.skipped[state.name] = reason
+                self.log.warning("not serving %s: %s", path, reason)
+                self.event("project-skipped", project=path, state=str(state), message=reason)
+            return
+        if project.paths.root.resolve() != state.resolve():
+            project.close()
+            reason = f"the repository {path} now keeps its tasks in {project.paths.root}"
+            if self.skipped.get(state.name) != reason:
+                self.skipped[state.name] = reason
+                self.event("project-skipped", project=path, state=str(state), message=reason)
+            return
+        self.skipped.pop(state.name, None)
+        slot = Slot(state, project, self.take_project_lock(project), path)
+        self.slots[state.name] = slot
+        self.event("serving", project=slot.repo, state=str(state))
+
+    def adopt(self, project: Project) -> Slot:
+        """Serve ``project`` as it is (without looking at its record): what a test drives directly."""
+        slot = Slot(project.paths.root, project, None)
+        self.slots[project.paths.root.name] = slot
+        return slot
+
+    def drop(self, name: str, reason: str) -> None:
+        slot = self.slots.pop(name)
+        for pid, (pfd, owner) in list(self.watched.items()):
+            if owner == name:
+                os.close(pfd)
+                del self.watched[pid]
+        self.log.warning("no longer serving %s: %s", slot.repo, reason)
+        self.event("project-gone", project=slot.repo, message=reason)
+        self.guarded("close", slot.close)
+        self.skipped[name] = reason
+
+    def take_project_lock(self, project: Project) -> int | None:
+        """The project's ``daemon.lock``; an older corral's daemon holding it is stopped first."""
+        path = project.paths.daemon_lock
+        fd = lock(path, LOCK_RETRY)
+        if fd is not None:
+            return fd
+        old = proto.read_raw(project.paths.daemon_state) or {}
+        pid, started = old.get("pid"), old.get("started_at")
+        repo = str(project.repo)
+        if not isinstance(pid, int) or not isinstance(started, str):
+            self.event(
+                "old-daemon-unstoppable",
+                project=repo,
+                message=f"{path} is held and {project.paths.daemon_state} names no daemon",
+            )
+            return None
+        self.event(
+            "old-daemon", project=repo, pid=pid, message="an older corral's daemon serves this project: stopping it"
+        )
+        signal_daemon(pid, started, signal.SIGTERM)
+        fd = lock(path, OLD_DAEMON_GRACE)
+        if fd is None:
+            signal_daemon(pid, started, signal.SIGKILL)
+            fd = lock(path, 2.0)
+        if fd is None:
+            self.event(
+                "old-daemon-unstoppable", project=repo, pid=pid, message=f"it still holds {path}; serving beside it"
+            )
+            return None
+        self.event("old-daemon-replaced", project=repo, pid=pid)
+        return fd
+
+    # -- per project ---------------------------------------------------------------------------------
+
+    def refresh_watch(self) -> None:
+        wanted: dict[int, str] = {}
+        for name, slot in list(self.slots.items()):
+            try:
+                for pid in supervisor_pids(slot.project):
+                    wanted.setdefault(pid, name)
+            except Exception as exc:
+                self.log.exception("watch failed")
+                self.event("daemon-error", step="watch", project=slot.repo, message=f"{type(exc).__name__}: {exc}")
+                wanted.update({pid: owner for pid, (_, owner) in self.watched.items() if owner == name})
+        for pid in list(self.watched):
+            if pid not in wanted:
+                os.close(self.watched.pop(pid)[0])
+        for pid, name in wanted.items():
+            if pid in self.watched:
+                continue
+            try:
+                self.watched[pid] = (os.pidfd_open(pid), name)
+            except (ProcessLookupError, OSError, OverflowError):
+                continue
+
+    def reconcile_once(self, slot: Slot, why: str) -> None:
+        repo = slot.repo
+        try:
+            for problem in settle(slot.project):
+                self.event("reconcile-error", project=repo, why=why, code="task-unreconciled", message=problem)
+            notify.from_daemon(slot.project, lambda doc: self.event(str(doc.pop("event")), **doc))
         except CorralError as exc:
-            self.event("reconcile-error", why=why, code=exc.code, message=exc.message)
+            self.event("reconcile-error", project=repo, why=why, code=exc.code, message=exc.message)
         except Exception as exc:  # a tick that fails must not end the daemon
             self.log.exception("reconcile failed")
-            self.event("reconcile-error", why=why, code="internal-error", message=f"{type(exc).__name__}: {exc}")
+            self.event(
+                "reconcile-error", project=repo, why=why, code="internal-error", message=f"{type(exc).__name__}: {exc}"
+            )
 
-    def prune_once(self) -> None:
+    def prune_once(self, slot: Slot) -> None:
         """Remove diagnostics past 90 days (never worktrees: that is `corral prune`'s, run by a person)."""
         from corral.engine.operations.prune import prune_diagnostics
 
+        repo = slot.repo
         try:
-            report = prune_diagnostics(self.project)
+            report = prune_diagnostics(slot.project)
         except CorralError as exc:  # an unhealthy store: nothing was pruned, and the log says why
-            self.log.warning("prune refused: %s", exc.message)
-            self.event("prune-refused", code=exc.code, message=exc.message, hint=exc.hint)
+            self.log.warning("prune refused for %s: %s", repo, exc.message)
+            self.event("prune-refused", project=repo, code=exc.code, message=exc.message, hint=exc.hint)
             return
         except Exception as exc:  # a prune that fails must not end the daemon
             self.log.exception("prune failed")
-            self.event("prune-error", message=f"{type(exc).__name__}: {exc}")
+            self.event("prune-error", project=repo, message=f"{type(exc).__name__}: {exc}")
             return
         if report.removed or report.orphaned:
-            self.event("pruned", diagnostics=len(report.removed), orphaned_tasks=len(report.orphaned))
+            self.event("pruned", project=repo, diagnostics=len(report.removed), orphaned_tasks=len(report.orphaned))
+
+    def clear_marks(self) -> None:
+        """A clean stop takes back the wait markers this daemon wrote (helper B's bookkeeping)."""
+        try:
+            from corral.engine.runtime import agent_marks
+        except ImportError:
+            return
+        for slot in self.slots.values():
+            self.guarded("clear-marks", partial(agent_marks.clear_owned, slot.project, os.getpid()), slot)
+
+    # -- the loop ------------------------------------------------------------------------------------
 
     def run(self) -> None:
         fd = self.acquire()
-        started = rfc3339(self.project.clock()) or ""
-        self.event("started", pid=os.getpid())
+        self._started = rfc3339(utcnow()) or ""
         try:
-            next_tick = 0.0
-            next_prune = 0.0
-            while not self.stop_event.is_set():
-                now = time.monotonic()
-                if now >= next_prune:
-                    self.prune_once()
-                    next_prune = now + self.prune_every
-                if now >= next_tick:
-                    lost = self.lost_footing()
-                    if lost is not None:
-                        self.log.warning("stopping: %s", lost)
-                        self.event("project-gone", message=lost)
-                        break
-                    self.reconcile_once("tick")
-                    self.guarded("write-state", lambda: self.write_state(started))
-                    next_tick = now + self.tick
-                self.guarded("watch", self.refresh_watch)
-                timeout = max(0.0, min(next_tick - time.monotonic(), 1.0))
-                ready, _, _ = select.select([*self.watched.values(), self._wake_r], [], [], timeout)
-                gone = [pid for pid, pfd in self.watched.items() if pfd in ready]
-                if gone:
-                    for pid in gone:
-                        os.close(self.watched.pop(pid))
-                    self.event("supervisor-exited", pids=gone)
-                    self.reconcile_once("supervisor-exited")
+            self.event("started", pid=os.getpid(), home=str(self.home))
+            # The MCP endpoint starts beside the first ticks (loading the SDK takes a second or two,
+            # and a supervisor's death is not left waiting for it); the state file, which a starter
+            # waits for, is written once it is up or known to be unavailable.
+            self._mcp_thread = threading.Thread(target=self._start_mcp_then_say, name="mcp-start", daemon=True)
+            self._mcp_thread.start()
+            self.loop()
         finally:
-            for pfd in self.watched.values():
-                os.close(pfd)
-            self.watched.clear()
-            self.event("stopped", pid=os.getpid())
-            os.close(fd)
+            try:
+                self.clear_marks()
+                if self._mcp_thread is not None:
+                    self._mcp_thread.join(30)
+                self.guarded("mcp-stop", self.stop_mcp)
+                for pfd, _ in self.watched.values():
+                    os.close(pfd)
+                self.watched.clear()
+                for name in list(self.slots):
+                    self.guarded("close", self.slots.pop(name).close)
+                self.event("stopped", pid=os.getpid())
+            finally:
+                os.close(fd)
+
+    def loop(self) -> None:
+        next_tick = 0.0
+        while not self.stop_event.is_set():
+            now = time.monotonic()
+            if now >= next_tick or self._tick_now.is_set():
+                self._tick_now.clear()
+                self.guarded("scan", self.scan)
+                for slot in list(self.slots.values()):
+                    if now >= slot.next_prune:
+                        slot.next_prune = now + self.prune_every
+                        self.guarded("prune", partial(self.prune_once, slot), slot)
+                    self.reconcile_once(slot, "tick")
+                self.guarded("write-state", self.write_state)
+                next_tick = now + self.tick
+            self.guarded("watch", self.refresh_watch)
+            timeout = max(0.0, min(next_tick - time.monotonic(), 1.0))
+            fds = [pfd for pfd, _ in self.watched.values()]
+            ready, _, _ = select.select([*fds, self._wake_r], [], [], timeout)
+            if self._wake_r in ready:
+                os.read(self._wake_r, 64)
+            gone: dict[str, list[int]] = {}
+            for pid, (pfd, name) in list(self.watched.items()):
+                if pfd in ready:
+                    os.close(pfd)
+                    del self.watched[pid]
+                    gone.setdefault(name, []).append(pid)
+            for name, pids in gone.items():
+                died = self.slots.get(name)
+                if died is None:
+                    continue
+                self.event("supervisor-exited", project=died.repo, pids=pids)
+                self.reconcile_once(died, "supervisor-exited")
 
 
 def serve(
-    project: Project, *, tick: float = TICK_SECONDS, on_event: Callable[[dict[str, Any]], None] | None = None
+    home: Path | None = None, *, tick: float = TICK_SECONDS, on_event: Callable[[dict[str, Any]], None] | None = None
 ) -> None:
-    daemon = Daemon(project, tick=tick, on_event=on_event)
+    home = home or corral_home()
+    if corral_home() != home:  # the projects it opens find their state under this home
+        os.environ["CORRAL_HOME"] = str(home)
+    daemon = Daemon(home, tick=tick, on_event=on_event)
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     daemon.run()
-
-
-def start_detached(project: Project, timeout: float = 10.0) -> DaemonState:
-    current = state(project)
-    if current.running:
-        raise DaemonRunning(
-            f"A corral daemon already runs for this repository (pid {current.pid}).",
-            hint="`corral daemon stop` stops it.",
-        )
-    pid = spawn_detached(
-        [sys.executable, "-m", "corral", "--repo", str(project.repo), "daemon", "run"],
-        log=project.paths.daemon_out,
-    )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        current = state(project)
-        if current.running and current.pid == pid:
-            return current
-        if not pid_alive(pid):
-            break
-        time.sleep(0.05)
-    raise CorralError(
-        "The daemon did not start.",
-        code="daemon-failed",
-        hint=f"See {project.paths.daemon_out} and {project.paths.daemon_log}.",
-    )
-
-
-def stop_running(project: Project, timeout: float = 10.0) -> DaemonState:
-    current = state(project)
-    if not current.running or current.pid is None:
-        return current
-    signal_daemon(current.pid, current.started_at, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and state(project).running:
-        time.sleep(0.05)
-    if state(project).running:
-        signal_daemon(current.pid, current.started_at, signal.SIGKILL)
-        time.sleep(0.2)
-    return state(project)

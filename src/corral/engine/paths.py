@@ -57,6 +57,11 @@ def corral_home() -> Path:
 USAGE_LIMITS = "usage-limits.json"
 
 
+#: The home daemon's directory under ``CORRAL_HOME`` (engine/daemons.py), and its log there.
+DAEMON_DIR = "daemon"
+DAEMON_LOG = "daemon.log"
+
+
 def usage_limits_file(home: Path | None = None) -> Path:
     return (home or corral_home()) / USAGE_LIMITS
 
@@ -177,12 +182,8 @@ class ProjectPaths:
 
     @property
     def daemon_log(self) -> Path:
-        return self.logs / "daemon.log"
-
-    @property
-    def daemon_out(self) -> Path:
-        """The daemon's own stdout and stderr (what it prints before its log is set up)."""
-        return self.logs / "daemon.out"
+        """The log of the home's daemon, which serves this project among others."""
+        return self.home / DAEMON_DIR / DAEMON_LOG
 
     @property
     def supervisor_log(self) -> Path:

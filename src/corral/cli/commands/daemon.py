@@ -1,13 +1,24 @@
-"""``daemon run | start | stop | status``: the optional background reconciler."""
+"""``daemon run | start | stop | status``: the optional background reconciler of a ``CORRAL_HOME``.
+
+One daemon serves every project kept under ``CORRAL_HOME``, so these commands need no
+repository: they work from any directory (``--repo`` is accepted and changes nothing).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import local_time
-from corral.daemon import service as daemons
+from corral.engine import daemons
+from corral.engine.daemons import DaemonState
+from corral.engine.paths import corral_home
+
+TICK_SECONDS = 2.0  # corral.daemon.service.TICK_SECONDS, without loading the daemon for `status`
 
 
 @click.group(
@@ -20,14 +31,24 @@ Examples:
 """
 )
 def daemon() -> None:
-    """The daemon: reconcile ticks and supervisor watching (optional; one per repository)."""
+    """The daemon: reconcile ticks, supervisor watching and the agents' MCP endpoint, for every
+    project under CORRAL_HOME (optional; one per CORRAL_HOME, run from any directory)."""
+
+
+def _event_text(doc: dict[str, Any]) -> str:
+    text = f"{local_time(doc['at'])} {doc['event']}"
+    if doc.get("project"):
+        text += f" {doc['project']}"
+    if doc.get("message"):
+        text += f": {doc['message']}"
+    return text
 
 
 @daemon.command("run")
 @click.option(
     "--tick",
     type=float,
-    default=daemons.TICK_SECONDS,
+    default=TICK_SECONDS,
     show_default=True,
     metavar="S",
     help="Seconds between reconcile ticks.",
@@ -36,24 +57,36 @@ def daemon() -> None:
 @pass_app
 def run(app: App, tick: float) -> None:
     """Run in the foreground until SIGTERM or Ctrl-C."""
+    from corral.daemon import service
 
-    daemons.serve(
-        app.project,
+    service.serve(
+        corral_home(),
         tick=tick,
-        on_event=lambda doc: app.event(doc, lambda: f"{local_time(doc['at'])} {doc['event']}", aside=True),
+        on_event=lambda doc: app.event(doc, lambda: _event_text(doc), aside=True),
     )
+
+
+def _described(current: DaemonState) -> Iterator[str]:
+    if not current.running:
+        yield "not running"
+        return
+    yield f"running (pid {current.pid}, since {current.started_at}, last tick {current.last_tick})"
+    yield f"MCP endpoint: {current.mcp_url}" if current.mcp_url else "MCP endpoint: none (see the daemon's log)"
+    if current.projects:
+        yield f"serving {len(current.projects)} project{'s' if len(current.projects) != 1 else ''}:"
+        yield from (f"  {repo}" for repo in current.projects)
+    else:
+        yield "serving no project yet"
+    yield f"log: {daemons.log_file()}"
 
 
 @daemon.command("start")
 @json_option
 @pass_app
 def start(app: App) -> None:
-    """Start it in the background."""
-    current = daemons.start_detached(app.project)
-    app.answer(
-        {"daemon": current.to_json()},
-        f"The daemon runs (pid {current.pid}); its log is {app.project.paths.daemon_log}.",
-    )
+    """Start it in the background (refused when it runs already)."""
+    current = daemons.start_detached()
+    app.answer({"daemon": current.to_json()}, lambda: list(_described(current)))
 
 
 @daemon.command("stop")
@@ -61,8 +94,8 @@ def start(app: App) -> None:
 @pass_app
 def stop(app: App) -> None:
     """Stop it (SIGTERM, then SIGKILL after 10 s)."""
-    was = daemons.state(app.project)
-    current = daemons.stop_running(app.project)
+    was = daemons.state()
+    current = daemons.stop_running()
     app.answer(
         {"daemon": current.to_json(), "was_running": was.running},
         "The daemon stopped." if was.running else "No daemon was running.",
@@ -73,12 +106,7 @@ def stop(app: App) -> None:
 @json_option
 @pass_app
 def status(app: App) -> int:
-    """Whether it runs; exit 0 when it does, 1 when it does not."""
-    current = daemons.state(app.project)
-    app.answer(
-        {"daemon": current.to_json()},
-        f"running (pid {current.pid}, since {current.started_at}, last tick {current.last_tick})"
-        if current.running
-        else "not running",
-    )
+    """Whether it runs, its MCP endpoint and the projects it serves; exit 0 when it runs, 1 when not."""
+    current = daemons.state()
+    app.answer({"daemon": current.to_json()}, lambda: list(_described(current)))
     return 0 if current.running else 1

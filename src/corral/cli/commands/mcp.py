@@ -10,9 +10,10 @@ from corral.cli.options import pass_app
 
 @click.command(
     epilog="""\b
-Add it to your own agent, run in the repository whose tasks it drives:
+Examples (add it to your own agent, in the repository whose tasks it drives):
   claude mcp add corral -- corral mcp
-  codex: [mcp_servers.corral] command = "corral", args = ["mcp"]   (in ~/.codex/config.toml)
+  codex mcp add corral -- corral mcp
+\b
 Everything it does is recorded with actor `builder`. Task agents get the same tools from the
 daemon, each turn with its own token (docs/mcp.md).
 """

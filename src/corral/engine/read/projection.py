@@ -29,6 +29,7 @@ from corral.domain.explain import (
 from corral.domain.failures import breaker_tripped
 from corral.domain.record import record
 from corral.domain.records import (
+    AGENT_TOOLS,
     INCIDENTS,
     RESTORE_CONFLICT,
     Attempt,
@@ -392,6 +393,7 @@ def _show(
         "children": [child_json(c, live_of) for c in tx.children(task.id)],
         "resting_cause": failures.cause(task.resting_cause),
         "destination_restore_conflict": _restore_conflict(task),
+        "agent_tools": agent_tools_json(task),
         "stopped_because": v.stopped_because,
         "next": v.next,
     }
@@ -403,6 +405,16 @@ def child_json(child: Task, live_of: LiveOf | None = None) -> dict[str, Any]:
     working = child.status is Status.WORKING
     sub = substate(child.status, live_of(child)) if working and live_of is not None else None
     return {"ref": child.ref, "status": child.status.value, "substate": sub}
+
+
+def agent_tools_json(task: Task) -> dict[str, Any] | None:
+    """What the agent of the task's latest turn had of corral's tools (None: it never ran a turn):
+    ``mcp`` whether it had the MCP endpoint, ``absent`` why not."""
+    note = task.metadata.get(AGENT_TOOLS)
+    if not isinstance(note, dict):
+        return None
+    absent = note.get("absent")
+    return {"mcp": note.get("mcp") is True, "absent": absent if isinstance(absent, str) else None}
 
 
 def _restore_conflict(task: Task) -> dict[str, Any] | None:

@@ -1,0 +1,214 @@
+"""The daemon of a ``CORRAL_HOME``: one for every project kept there, found, started and stopped here.
+
+The daemon itself is a surface (``corral daemon run``, :mod:`corral.daemon.service`); this module
+is what the rest of corral needs of it without loading it: whether it runs and what it serves
+(:func:`state`), starting it in the background (:func:`start_detached`, and :func:`ensure_running`
+for a launch that needs its MCP endpoint) and stopping it (:func:`stop_running`).
+
+Its files live in ``$CORRAL_HOME/daemon/``: ``daemon.lock`` (an flock the running daemon holds
+for its whole life; the kernel drops it when the process dies, so a killed daemon leaves
+nothing that blocks the next one), ``daemon.json`` (its pid, start time, last tick, MCP
+endpoint and the repositories it serves), ``daemon.log`` (its log, rotated) and ``daemon.out``
+(what it prints before its log is set up). ``start.lock`` orders starters: two launches that
+both find no daemon start one, and the second joins it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.adapters.locks import is_locked, lock
+from corral.adapters.process import Identity, pid_alive, send_identified, spawn_detached
+from corral.domain.clock import parse_time
+from corral.domain.record import record
+from corral.engine.paths import DAEMON_DIR, DAEMON_LOG, corral_home, make_private_dir
+from corral.errors import CorralError, DaemonRunning
+
+#: How long a stopped daemon has to exit after SIGTERM before it gets SIGKILL.
+STOP_GRACE = 10.0
+
+
+def daemon_dir(home: Path | None = None) -> Path:
+    return (home or corral_home()) / DAEMON_DIR
+
+
+def lock_file(home: Path | None = None) -> Path:
+    """Held by the running daemon for its whole life."""
+    return daemon_dir(home) / "daemon.lock"
+
+
+def start_lock_file(home: Path | None = None) -> Path:
+    """Held by whoever is starting a daemon, until it runs (or failed to)."""
+    return daemon_dir(home) / "start.lock"
+
+
+def state_file(home: Path | None = None) -> Path:
+    return daemon_dir(home) / "daemon.json"
+
+
+def log_file(home: Path | None = None) -> Path:
+    return daemon_dir(home) / DAEMON_LOG
+
+
+def out_file(home: Path | None = None) -> Path:
+    """The daemon's own stdout and stderr (what it prints before its log is set up)."""
+    return daemon_dir(home) / "daemon.out"
+
+
+@record
+class DaemonState:
+    """Whether the home's daemon runs, and what it last wrote of itself."""
+
+    running: bool
+    pid: int | None
+    started_at: str | None
+    last_tick: str | None
+    mcp_url: str | None = None
+    projects: tuple[str, ...] = ()  # the repositories it serves
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "running": self.running,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "last_tick": self.last_tick,
+            "mcp_url": self.mcp_url,
+            "projects": list(self.projects),
+        }
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1_000_000)
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def state(home: Path | None = None) -> DaemonState:
+    """Whether a daemon holds the home's lock, and what it last wrote (a stopped one serves nothing)."""
+    home = home or corral_home()
+    info = _read(state_file(home))
+    running = is_locked(lock_file(home))
+    pid = info.get("pid")
+    projects = info.get("projects")
+    served = tuple(p for p in projects if isinstance(p, str)) if isinstance(projects, list) else ()
+    return DaemonState(
+        running,
+        pid if running and isinstance(pid, int) and not isinstance(pid, bool) else None,
+        _text(info.get("started_at")),
+        _text(info.get("last_tick")),
+        _text(info.get("mcp_url")) if running else None,
+        served if running else (),
+    )
+
+
+def signal_recorded(pid: int, started_at: str | None, signum: int) -> bool:
+    """Signal the daemon a state file names (``pid``, ``started_at`` as it wrote them), only if that
+    pid is still a process that started no later than the daemon wrote it; False otherwise.
+
+    The same proof as :func:`corral.engine.runtime.processes.signal_daemon` (this module sits
+    below the runtime, so it asks the adapter directly).
+    """
+    try:
+        when = parse_time(started_at)
+    except ValueError:
+        return False
+    return when is not None and send_identified(Identity(pid, not_after=when.timestamp()), signum)
+
+
+def _spawn(home: Path, timeout: float) -> DaemonState:
+    make_private_dir(daemon_dir(home))
+    pid = spawn_detached(
+        [sys.executable, "-m", "corral", "daemon", "run"],
+        log=out_file(home),
+        cwd=str(daemon_dir(home)),  # no repository needed, and none held open
+        env={"CORRAL_HOME": str(home)},
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = state(home)
+        if current.running and current.pid == pid:
+            return current
+        if not pid_alive(pid):
+            break
+        time.sleep(0.05)
+    raise CorralError(
+        "The daemon did not start.",
+        code="daemon-failed",
+        hint=f"See {out_file(home)} and {log_file(home)}.",
+    )
+
+
+def _starting(home: Path, timeout: float) -> int:
+    make_private_dir(daemon_dir(home))
+    fd = lock(start_lock_file(home), timeout + 5.0)
+    if fd is None:
+        raise CorralError(
+            "Another corral is starting the daemon and has not finished.",
+            code="daemon-failed",
+            hint=f"See {out_file(home)} and {log_file(home)}; `corral daemon status` tells whether it runs.",
+        )
+    return fd
+
+
+def start_detached(home: Path | None = None, timeout: float = 10.0) -> DaemonState:
+    """Start the home's daemon in the background; refused when one already runs."""
+    home = home or corral_home()
+    fd = _starting(home, timeout)
+    try:
+        current = state(home)
+        if current.running:
+            raise DaemonRunning(
+                f"A corral daemon already runs for {home} (pid {current.pid}).",
+                hint="It serves every project there; `corral daemon status` shows it, `corral daemon stop` stops it.",
+            )
+        return _spawn(home, timeout)
+    finally:
+        os.close(fd)
+
+
+def ensure_running(home: Path | None = None, timeout: float = 10.0) -> DaemonState:
+    """The home's daemon, started when none runs; never two (a concurrent start is joined)."""
+    home = home or corral_home()
+    current = state(home)
+    if current.running:
+        return current
+    fd = _starting(home, timeout)
+    try:
+        current = state(home)
+        if current.running:
+            return current
+        return _spawn(home, timeout)
+    finally:
+        os.close(fd)
+
+
+def stop_running(home: Path | None = None, timeout: float = STOP_GRACE) -> DaemonState:
+    """Stop the home's daemon: SIGTERM, then SIGKILL after ``timeout`` s (each only to the process recorded)."""
+    home = home or corral_home()
+    current = state(home)
+    if not current.running or current.pid is None:
+        return current
+    signal_recorded(current.pid, current.started_at, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and state(home).running:
+        time.sleep(0.05)
+    if state(home).running:
+        signal_recorded(current.pid, current.started_at, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and state(home).running:
+            time.sleep(0.05)
+    return state(home)
