@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from corral.cli.app import App
 from corral.cli.render import list_lines, show_lines
+from corral.domain.agent_tools import TOKEN_ENV
 from corral.engine.operations import queries
 from corral.engine.read.projection import as_tree
 
@@ -50,8 +51,8 @@ def warn(app: App, problems: list[str]) -> None:
 
 def quick(app: App, args: Sequence[str]) -> Callable[[], None] | None:
     """The body to run for ``args`` if they are a plain ``list`` or ``show``; else None (click's turn)."""
-    if "_CORRAL_COMPLETE" in os.environ:
-        return None
+    if "_CORRAL_COMPLETE" in os.environ or os.environ.get(TOKEN_ENV, "").strip():
+        return None  # completion, or a turn's agent: its gates are click's commands' (App.gate)
     words: list[str] = []
     flags: list[str] = []
     repo: str | None = None
