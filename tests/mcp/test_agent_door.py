@@ -89,6 +89,10 @@ def test_an_agent_drives_its_own_subtask_through_the_daemon(door: Any, repo: Pat
     assert ("backlog", "agent") in actors and ("working", "agent") in actors and ("complete", "agent") in actors
     human_turns = [t for t in kid["turns"] if t["role"] == "human"]
     assert human_turns and all(t["actor"] == "agent" for t in human_turns)
+    # Waited time is not the agent's: the parent's agent turn reports both, apart.
+    (turn,) = [t for t in done["turns"] if t["role"] == "agent"]
+    assert turn["waited_s"] >= 2.0 and turn["agent_s"] is not None, turn
+    assert done["agent_tools"] == {"mcp": True, "absent": None}
     # The kid's work landed on the parent's branch; the person accepts the parent onto main.
     parent_branch = done["task"]["branch"]
     assert "kid.txt" in git(repo, "ls-tree", "-r", "--name-only", parent_branch).split()
@@ -97,3 +101,28 @@ def test_an_agent_drives_its_own_subtask_through_the_daemon(door: Any, repo: Pat
     # The turn's token died with it: no grant file is left.
     tokens = Path(corral.json("paths")["paths"]["home"]) / "agent-tokens"
     assert not tokens.exists() or list(tokens.iterdir()) == []
+
+
+def test_without_its_tools_the_turn_still_runs_and_show_says_why(door: Any, repo: Path) -> None:
+    corral = door.cli
+    door.script({"*": [{"write": ["x.txt", "x\n"]}, {"commit": "x"}]})
+    corral.ok("create", "Quietly", "--ref", "off")
+    corral.ok("start", "off", "--wait", env={"CORRAL_AGENT_TOOLS": "0"})
+    shown = corral.json("show", "off")
+    assert shown["task"]["status"] == "blocked" and shown["agent_tools"] == {
+        "mcp": False,
+        "absent": "agent_tools is off in the settings",
+    }
+    assert (
+        "Tools:    the agent had no corral tools (agent_tools is off in the settings)"
+        in corral.ok("show", "off").stdout
+    )
+    # The daemon cannot start (its directory is a file): the turn runs without the endpoint.
+    home = Path(corral.json("paths")["paths"]["home"])
+    (home / "daemon").write_text("not a directory")
+    corral.ok("create", "Without a daemon", "--ref", "nodaemon")
+    corral.ok("start", "nodaemon", "--wait")
+    shown = corral.json("show", "nodaemon")
+    assert shown["task"]["status"] == "blocked"
+    assert shown["agent_tools"]["mcp"] is False and "daemon" in shown["agent_tools"]["absent"], shown["agent_tools"]
+    (home / "daemon").unlink()

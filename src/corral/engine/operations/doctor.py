@@ -13,11 +13,12 @@ import re
 import shutil
 from collections.abc import Callable
 
+from corral.adapters.harness import make_harness
 from corral.domain.actors import Actor
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import PAUSED, TERMINAL, Status
-from corral.engine.config import proposals
+from corral.engine.config import harness_settings, proposals
 from corral.engine.identity import orphans
 from corral.engine.operations.preflight import report
 from corral.engine.paths import private_mode_findings
@@ -204,12 +205,26 @@ def check_harnesses(project: Project) -> list[Check]:
             login = "not logged in"
         else:
             login = "cannot tell whether it is logged in" + (f" ({found.login_source})" if found.login_source else "")
-        message = f"{found.name}: {found.version or 'version unknown'} at {found.path}; {login}{read_only}"
+        tools = _agent_tools(project, found.name)
+        message = f"{found.name}: {found.version or 'version unknown'} at {found.path}; {login}{read_only}; {tools}"
         if found.logged_in is False:
             out.append(Check("harness", "warn", message, f"Log in to {found.name} (run `{found.executable}` once)."))
         else:
             out.append(Check("harness", "ok", message))
     return out
+
+
+def _agent_tools(project: Project, name: str) -> str:
+    """Whether a turn's agent on this harness gets corral's tools (docs/mcp.md), in a few words."""
+    if not bool(project.config["agent_tools"]):
+        return "no corral tools for its agents (agent_tools is off)"
+    try:
+        harness = make_harness(name, harness_settings(project.config))
+    except CorralError as exc:
+        return f"corral tools unknown: {exc.message}"
+    if harness.takes_agent_tools:
+        return "its agents get corral's tools over MCP"
+    return f"no corral tools for its agents: {harness.agent_tools_absent}"
 
 
 def hand_merge(project: Project, task: Task) -> Check:

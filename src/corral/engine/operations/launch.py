@@ -192,8 +192,9 @@ def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[p
         return replace(command, agent_tools_absent=harness.agent_tools_absent), token
     try:
         url = daemons.ensure_running(home).mcp_url
-    except CorralError as exc:
-        return replace(command, agent_tools_absent=f"the daemon did not start: {exc.message}"), token
+    except (CorralError, OSError) as exc:  # the turn runs on without the endpoint, and says why
+        why = exc.message if isinstance(exc, CorralError) else f"{exc.strerror or exc} ({exc.filename})"
+        return replace(command, agent_tools_absent=f"the daemon did not start: {why}"), token
     if not url:
         return replace(
             command, agent_tools_absent="the daemon serves no MCP endpoint (see corral daemon status)"
@@ -205,7 +206,7 @@ def _note_agent_tools(project: Project, task: Task, command: proto.Command) -> N
     """What the task's agent had of corral's tools this turn, for ``show`` (kept in the task's metadata)."""
     doc = {
         "command_id": command.command_id,
-        "mcp": command.agent_tools is not None,
+        "mcp": command.agent_tools is not None and command.agent_tools.url is not None,
         "absent": command.agent_tools_absent,
     }
     with project.store.write() as tx:
