@@ -17,7 +17,9 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── AcceptRefused                         accept's pre-flight says no
     │   ├── DaemonRunning                         a daemon already runs
     │   ├── RepositoryCopied                      a copy of a checkout whose tasks corral keeps
-    │   └── TaskAlreadyStarted                    a second start lost to the first: the task runs
+    │   ├── TaskAlreadyStarted                    a second start lost to the first: the task runs
+    │   ├── AgentTokenInvalid                     a task agent's token is unknown, or its turn ended
+    │   └── OutOfScope                            a task agent aims past its own task and subtasks
     ├── NotFoundError                    exit 4   no such task (or turn, or file)
     │   └── TaskNotFound
     ├── StoreError                       exit 1   the database cannot be used as it is
@@ -246,6 +248,14 @@ class TaskAlreadyStarted(RefusedError):
     """Two starts of one task at once: the one that lost is told the task already started."""
 
     code = "already-started"
+
+
+class AgentTokenInvalid(RefusedError):
+    code = "agent-token-invalid"
+
+
+class OutOfScope(RefusedError):
+    code = "agent-out-of-scope"
 
 
 class PrepareFailed(CorralError):

@@ -389,9 +389,9 @@ def test_a_supervisor_killed_before_it_names_its_agent_leaves_no_second_agent(kp
     real = launch.spawn_supervisor
     spawned: list[int] = []
 
-    def spawn(protocol_dir: Path, log_path: Path) -> int:
+    def spawn(protocol_dir: Path, log_path: Path, token: str | None = None) -> int:
         if spawned:
-            return real(protocol_dir, log_path)
+            return real(protocol_dir, log_path, token)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(

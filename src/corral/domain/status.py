@@ -34,6 +34,10 @@ TERMINAL: frozenset[Status] = frozenset({S.COMPLETE, S.ABANDONED})
 #: The two labels a paused task wears (waiting for a person); which one is derived by the park function.
 PAUSED: frozenset[Status] = frozenset({S.BLOCKED, S.CONFLICT})
 ACTIVE: frozenset[Status] = frozenset({S.WORKING, S.INTERRUPTED, S.PAIRING, S.MERGING})
+#: The active statuses in which exactly one actor is in the task's worktree, and it is the one
+#: calling: its own agent (working) or the person pairing. A subtask may be accepted into such a
+#: parent by that caller only (engine/operations/accept.py, the one exemption; docs/mcp.md#accept).
+SOLE_ACTOR: frozenset[Status] = frozenset({S.WORKING, S.PAIRING})
 #: Statuses a task can rest in with no turn running and none starting by itself.
 RESTING: frozenset[Status] = frozenset({S.BACKLOG, S.BLOCKED, S.CONFLICT, S.INTERRUPTED, S.SUBMITTED})
 

@@ -25,7 +25,7 @@ from typing import Any
 from corral.domain.record import record
 from corral.engine.operations import gates
 from corral.engine.runtime import agent_tokens
-from corral.errors import CorralError
+from corral.errors import AgentTokenInvalid, CorralError
 from corral.mcp.server import Projects, build
 from corral.mcp.tools import Calling
 
@@ -120,7 +120,7 @@ def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) 
         token = bearer(getattr(request, "headers", None))
         grant = agent_tokens.find(home, token) if token else None
         if grant is None:
-            raise gates.AgentTokenInvalid(
+            raise AgentTokenInvalid(
                 "This token is not one corral minted, or its turn has ended.",
                 hint="A token lives as long as its turn: the next turn of the task gets a new one.",
             )
@@ -144,8 +144,11 @@ def start(home: Path, log: logging.Logger | None = None) -> Served:
 
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP and TCP_NODELAY: a response's last small write must not wait ~40 ms for the
+    # client's delayed acknowledgement (accepted connections inherit the listener's option).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((HOST, 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(

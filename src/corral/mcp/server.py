@@ -26,6 +26,9 @@ Resolve = Callable[[Any], Calling]
 
 log = logging.getLogger("corral.mcp")
 
+#: Worker threads that run the operations of tool calls (a blocking tool holds none while it waits).
+WORKER_THREADS = 8
+
 
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
@@ -77,8 +80,12 @@ def build(resolve: Resolve, name: str = "corral") -> Any:
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
+    # A bounded pool of worker threads: each keeps an open project (a store connection and its
+    # decoded rows), so the pool's size bounds the memory, whatever the number of calls in flight.
+    limiter = anyio.CapacityLimiter(WORKER_THREADS)
+
     async def off(fn: Callable[[], Any]) -> Any:
-        return await anyio.to_thread.run_sync(fn)
+        return await anyio.to_thread.run_sync(fn, limiter=limiter)
 
     async def on_list_tools(ctx: Any, _params: Any) -> Any:
         calling = await off(lambda: resolve(ctx))

@@ -259,7 +259,7 @@ def _list(c: Calling, a: Args) -> dict[str, Any]:
         None if which in (None, "", "unfinished") else which,
         offset=max(0, offset),
         limit=a.whole("limit", PAGE_ROWS, low=1, high=MAX_PAGE_ROWS),
-        keep=(lambda t: gates.in_subtree(caller, t)) if caller.is_agent else None,
+        subtree_of=caller.task_id,
         settle=c.settles,
     )
     return {

@@ -31,7 +31,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
 from corral.domain.record import record
 from corral.domain.records import Session, Task
-from corral.domain.status import ACTIVE, Op, Status, may, takes
+from corral.domain.status import ACTIVE, SOLE_ACTOR, Op, Status, may, takes
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.operations.pairing import refuse_while_chat
@@ -210,9 +210,7 @@ def _exempt(parent: Task, caller_task_id: str | None) -> bool:
     ``caller_task_id`` comes from the caller's token only (``engine/operations/gates.py``); a person's
     command never carries one. Merging and interrupted parents refuse everyone.
     """
-    return (
-        caller_task_id is not None and caller_task_id == parent.id and parent.status in (Status.WORKING, Status.PAIRING)
-    )
+    return caller_task_id is not None and caller_task_id == parent.id and parent.status in SOLE_ACTOR
 
 
 def _message(tx: Any, task: Task, session: Session) -> str:

@@ -6,7 +6,8 @@ what a request says: the token's grant names its task (:mod:`corral.engine.runti
 and it holds only while that turn is the task's current command on a working task. The agent
 may then act on its own task or a direct subtask of it; it may accept a direct subtask only,
 never its own task (accepting is "merge upward and mark complete", which would skip the review
-its task exists for); and what it creates is a subtask of its own task.
+its task exists for); what it creates is a subtask of its own task; and what it lists is its
+own task and its direct subtasks (``queries.list_page(subtree_of=…)``).
 
 The gates are correct attribution and guard rails, not a security boundary: an agent that is
 not confined can still act as its user by other means (docs/mcp.md#what-the-gates-are).
@@ -24,20 +25,12 @@ from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.agent_tokens import Grant
-from corral.errors import RefusedError, UsageError
+from corral.errors import AgentTokenInvalid, OutOfScope, UsageError
 
 #: Tools (and CLI commands) an agent may aim at its direct subtasks only, never at its own task.
 CHILD_ONLY = frozenset({"accept"})
 #: Tools that name no task, or name one only to read it without acting on it beyond the caller's subtree.
 UNTARGETED = frozenset({"list", "create", "update_progress"})
-
-
-class AgentTokenInvalid(RefusedError):
-    code = "agent-token-invalid"
-
-
-class OutOfScope(RefusedError):
-    code = "agent-out-of-scope"
 
 
 @record
@@ -122,11 +115,6 @@ def parent_for_create(caller: Caller, parent: str | None, project: Project) -> s
                 hint="Leave out the parent: a subtask of your own task is made.",
             )
     return caller.task_id
-
-
-def in_subtree(caller: Caller, task: Task) -> bool:
-    """Whether ``task`` is one an agent caller may see in a listing (its own task and direct subtasks)."""
-    return not caller.is_agent or task.id == caller.task_id or task.parent_id == caller.task_id
 
 
 def require_agent(caller: Caller, tool: str) -> str:

@@ -10,7 +10,6 @@ just changed) do not need to.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +95,11 @@ def list_page(
     *,
     offset: int = 0,
     limit: int = 50,
-    keep: Callable[[Task], bool] | None = None,
+    subtree_of: str | None = None,
     settle: bool = True,
 ) -> Page:
-    """One page of ``list``'s rows (the tasks ``keep`` keeps): only the page's rows are built."""
+    """One page of ``list``'s rows: only the page's rows are built. ``subtree_of``: only that task
+    and its direct subtasks (what a task agent sees), read by the parent index, not the whole list."""
     if which not in LISTS:
         raise UsageError(f"There is no '{which}' list.", hint="Choose one of: active, blocked, all.")
     observed: Observed = {}
@@ -107,9 +107,12 @@ def list_page(
         _settle(project, observed)
     wanted = LISTS[which]
     with project.store.read() as tx:
-        found = tx.tasks(sorted(wanted) if wanted is not None else None)
-        if keep is not None:
-            found = [t for t in found if keep(t)]
+        if subtree_of is None:
+            found = tx.tasks(sorted(wanted) if wanted is not None else None)
+        else:
+            own = tx.get_task(subtree_of)
+            family = ([own] if own is not None else []) + tx.children(subtree_of)
+            found = [t for t in family if wanted is None or t.status in wanted]
         page = found[offset : offset + limit]
         rows = projection.list_rows(
             tx, page, lambda t: live_facts(project, t, observed), breaker_threshold=lambda t: _threshold(project, t)
