@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.processes import reap_turn
 from tests.conftest import CLI, FakeAgent
+from tests.support.polling import until
 
 
 @pytest.fixture
@@ -59,13 +59,7 @@ def run_start(proj: Project, task: Task, timeout: float = 40) -> Task:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return until(predicate, timeout, what)
 
 
 def live_supervisor(proj: Project, task: Task) -> tuple[int, int]:

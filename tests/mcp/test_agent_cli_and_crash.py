@@ -5,23 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 from corral.engine.project import Project
 from corral.engine.runtime import agent_marks
 from tests.mcp.conftest import Door
-
-
-def until(pred: Any, timeout: float = 60.0, what: str = "the condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = pred()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.support.polling import until
 
 
 def entries(door: Door, ref: str) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ agent writes it out and holds its turn open while the test calls as that agent).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,7 @@ import httpx2
 import pytest
 
 from tests.mcp.conftest import Door
-
-
-def until(pred: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = pred()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError("timed out")
+from tests.support.polling import until
 
 
 async def _call(url: str, token: str, tool: str, args: dict[str, Any]) -> Any:
