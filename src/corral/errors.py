@@ -19,7 +19,8 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── RepositoryCopied                      a copy of a checkout whose tasks corral keeps
     │   ├── TaskAlreadyStarted                    a second start lost to the first: the task runs
     │   ├── AgentTokenInvalid                     a task agent's token is unknown, or its turn ended
-    │   └── OutOfScope                            a task agent aims past its own task and subtasks
+    │   ├── OutOfScope                            a task agent aims past its own task and subtasks
+    │   └── DispositionRefused                    a failure_disposition refused whole, nothing recorded
     ├── NotFoundError                    exit 4   no such task (or turn, or file)
     │   └── TaskNotFound
     ├── StoreError                       exit 1   the database cannot be used as it is
@@ -256,6 +257,10 @@ class AgentTokenInvalid(RefusedError):
 
 class OutOfScope(RefusedError):
     code = "agent-out-of-scope"
+
+
+class DispositionRefused(RefusedError):
+    code = "disposition-refused"
 
 
 class PrepareFailed(CorralError):

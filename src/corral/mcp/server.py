@@ -122,7 +122,7 @@ def build(resolve: Resolve, name: str = "corral") -> Any:
                 assert tool.run is not None
                 run = tool.run
                 doc = await off(lambda: run(calling, args))
-            return _result(doc)
+            return _result(doc, error=tool.failed is not None and tool.failed(doc))
         except CorralError as exc:
             return _result(error_json(exc), error=True)
         except Exception as exc:  # a fault corral did not foresee: logged whole, answered in one line

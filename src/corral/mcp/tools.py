@@ -22,8 +22,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
+from corral.adapters.harness.base import SHELL_RESULT_KEY
 from corral.domain.actors import Role
 from corral.domain.agent_tools import WAIT_CALL_SECONDS
+from corral.domain.intents import DISPOSITIONS, ID_PATTERN, MAX_EXPECTED, MAX_TARGETS, PERMISSION_RESOURCES
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
@@ -31,7 +33,7 @@ from corral.engine.operations import control, gates, queries, tasks, turns
 from corral.engine.operations.gates import Caller
 from corral.engine.project import Project
 from corral.engine.read import notices
-from corral.errors import UsageError
+from corral.errors import DispositionRefused, UsageError
 
 #: How often a blocking tool looks again.
 POLL_SECONDS = 0.5
@@ -42,6 +44,11 @@ PAGE_ROWS = 50
 MAX_PAGE_ROWS = 500
 #: The most text a ``diff`` or ``logs`` result carries; the rest is cut, and the result says so.
 TEXT_BYTES = 200_000
+
+#: corral's shell: its default and longest run, and its record of the attempt ids a session used.
+SHELL_SECONDS = 120.0
+SHELL_MAX_SECONDS = 540.0
+SHELL_ATTEMPTS = "shell-attempts.jsonl"
 
 #: The channel whose receipts record which incident notices a tool caller was shown.
 NOTICE_CHANNEL = "mcp"
@@ -131,6 +138,9 @@ class Tool:
     run: Run | None = None  # a call that returns at once (run in a worker thread)
     block: Block | None = None  # a call that polls until something rests (``wait``, ``ask``)
     agents_only: bool = False
+    #: Whether an answer is a failure the client must see as one (corral's shell: a non-zero exit
+    #: the intent did not declare); every other answer is a success, a refusal an error.
+    failed: Callable[[dict[str, Any]], bool] | None = None
 
     @property
     def read_only(self) -> bool:
@@ -378,6 +388,202 @@ def _failures(c: Calling, a: Args) -> dict[str, Any]:
         max_bytes=a.whole("max_bytes", 64_000, low=1024) if "max_bytes" in a.raw else None,
     )
     return {"task": task.ref, **found.doc}
+
+
+# -- confined runs: the shell with intents, and dispositions ------------------------------------
+
+
+@record
+class Turn:
+    """The caller's running turn, as its command says (the sandbox, the worktree, the logs)."""
+
+    project: Project
+    task: Task
+    command: Any  # engine.runtime.protocol.Command
+
+
+def _own_turn(c: Calling, tool: str) -> Turn:
+    from corral.engine.runtime import protocol as proto
+
+    own = gates.require_agent(c.caller, tool)
+    project = c.project()
+    command = proto.read_record(project.paths.protocol_dir(own) / proto.COMMAND, proto.Command)
+    if command is None or command.command_id != c.caller.command_id:
+        raise gates.AgentTokenInvalid(
+            "This token's turn is no longer the task's current one.", hint="A new turn gets a new token."
+        )
+    with project.store.read() as tx:
+        task = tx.get_task(own)
+    assert task is not None
+    return Turn(project, task, command)
+
+
+def _confined(turn: Turn) -> bool:
+    return turn.command.sandbox is not None and turn.command.sandbox.confined
+
+
+def _attempt_ledger(turn: Turn) -> Any:
+    from pathlib import Path
+
+    return Path(turn.command.journal_dir or turn.project.paths.root) / SHELL_ATTEMPTS
+
+
+def _reused(turn: Turn, attempt_id: str) -> bool:
+    """Whether ``attempt_id`` was used before in the session (corral's own record of its shell's calls)."""
+    import json
+
+    try:
+        lines = _attempt_ledger(turn).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        try:
+            if json.loads(line).get("attempt_id") == attempt_id:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _note_attempt(turn: Turn, attempt_id: str) -> None:
+    """Save first, run second: the attempt id is on record before its command runs."""
+    import json
+    import os
+
+    path = _attempt_ledger(turn)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"attempt_id": attempt_id, "command_id": turn.command.command_id}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _bash(c: Calling, a: Args) -> dict[str, Any]:
+    """corral's shell: a command run in the caller's own sandbox, in its worktree, with an optional intent."""
+    from corral.domain.intents import Rejected, parse_intent
+
+    turn = _own_turn(c, "bash")
+    if not _confined(turn):
+        raise UsageError(
+            "corral's shell runs only in a confined turn (sandbox bwrap); this turn is not confined.",
+            code="shell-needs-sandbox",
+            hint="Use your harness's own shell tool: its failures are recovered by an exact retry.",
+        )
+    command = a.need("command")
+    intent = parse_intent(a.raw)
+    if isinstance(intent, Rejected):
+        raise UsageError(
+            "The intent was rejected, so the command did not run: " + "; ".join(intent.reasons),
+            code="intent-rejected",
+            hint="operationId and attemptId match ^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$; expectedExitCodes "
+            "are up to 16 whole numbers 1-255.",
+        )
+    if intent.attempt_id is not None:
+        if _reused(turn, intent.attempt_id):
+            raise UsageError(
+                f"attemptId '{intent.attempt_id}' was used before in this session, so the command did not run.",
+                code="intent-rejected",
+                hint="Give every execution an attemptId of its own; operationId is what names the operation.",
+            )
+        _note_attempt(turn, intent.attempt_id)
+    timeout = a.number("timeout_seconds", SHELL_SECONDS, low=1.0, high=SHELL_MAX_SECONDS)
+    exit_code, out, err, timed_out = _run_confined(turn, command, timeout)
+    expected = exit_code is not None and exit_code in intent.expected
+    return {
+        SHELL_RESULT_KEY: 1,
+        "exit_code": exit_code,
+        "timed_out": timed_out,
+        "expected": expected,
+        "stdout": out,
+        "stderr": err,
+        "intent": {
+            "operationId": intent.operation_id,
+            "attemptId": intent.attempt_id,
+            "expectedExitCodes": list(intent.expected),
+        },
+    }
+
+
+def _run_confined(turn: Turn, command: str, timeout: float) -> tuple[int | None, str, str, bool]:
+    """``sh -c command`` in the turn's sandbox and worktree (never in this process); output capped and masked."""
+    import os
+    import signal
+    import subprocess
+
+    from corral.adapters import sandbox
+    from corral.domain.redact import redact, secret_values
+
+    spec = turn.command.sandbox
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    sandbox.prepare(spec, turn.command.harness, env)
+    prefix, inside = sandbox.bwrap_argv(
+        spec, worktree=turn.command.worktree, program="/bin/sh", harness=turn.command.harness, read_only=False, env=env
+    )
+    proc = subprocess.Popen(
+        [*prefix, "/bin/sh", "-c", command],
+        cwd=turn.command.worktree,
+        env={**env, **inside},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    secrets = secret_values(os.environ)
+
+    def shown(data: bytes) -> str:
+        return _cut(redact(data.decode("utf-8", "replace"), secrets))[0]
+
+    return (None if timed_out else proc.returncode), shown(out), shown(err), timed_out
+
+
+def _failure_disposition(c: Calling, a: Args) -> dict[str, Any]:
+    """Validate a disposition of the caller's own incidents; the scan of its log records it (once)."""
+    from pathlib import Path
+
+    from corral.adapters.harness import make_harness
+    from corral.domain.incidents import Refused, check_disposition, open_incidents
+    from corral.engine.paths import OUTPUT_LOG
+    from corral.engine.runtime.journal import Cursors, scan
+
+    turn = _own_turn(c, "failure_disposition")
+    if not _confined(turn) or not turn.command.journal_dir:
+        return {
+            "recorded": False,
+            "ignored": True,
+            "why": "Dispositions are honoured only in a confined turn (sandbox bwrap): this one is not, so "
+            "nothing was recorded. Your failures are recovered by an exact retry of the same command.",
+        }
+    cursors = Cursors(Path(turn.command.journal_dir))  # read, never saved: the observer owns the cursor
+    harness = make_harness(turn.command.harness, turn.command.harness_settings.as_mapping())
+    scan(Path(turn.command.log_dir) / OUTPUT_LOG, harness, turn.command.worktree, cursors)
+    verdict = check_disposition(cursors.collector, None, a.raw, call_id="pending")
+    if isinstance(verdict, Refused):
+        listed = [
+            {
+                "id": i.id,
+                "label": i.label,
+                "summary": i.summary,
+                "attemptId": i.attempt_id,
+                "operationId": i.operation_id,
+            }
+            for i in verdict.open_incidents
+        ]
+        raise DispositionRefused(
+            "The disposition was refused whole, and nothing was recorded: " + "; ".join(verdict.reasons),
+            hint="Open incidents: " + (", ".join(f"{i['id']} ({i['summary']})" for i in listed) or "none"),
+        )
+    still_open = [i.id for i in open_incidents(cursors.collector)]
+    return {"recorded": True, "disposition": a.raw.get("disposition"), "open_incidents": still_open}
 
 
 # -- blocking tools ------------------------------------------------------------------------------
@@ -681,6 +887,54 @@ TOOLS: dict[str, Tool] = {
             "Shown as working(agent: <message>).",
             _schema(["message"], message=_s("at most 120 characters; longer is cut, and the result says so")),
             run=_update_progress,
+            agents_only=True,
+        ),
+        Tool(
+            "bash",
+            "Run a shell command in your worktree, inside your turn's sandbox (confined turns only). Optional "
+            "intent: operationId names one logical operation across modified retries (a later success with "
+            "the same operationId recovers its failure); attemptId names this execution (never reuse one); "
+            "expectedExitCodes declares intended non-zero exits (e.g. [1] for a grep with no match).",
+            _schema(
+                ["command"],
+                command=_s("the shell command (sh -c)"),
+                timeout_seconds={"type": "number", "minimum": 1, "maximum": SHELL_MAX_SECONDS},
+                operationId={"type": "string", "pattern": ID_PATTERN},
+                attemptId={"type": "string", "pattern": ID_PATTERN},
+                expectedExitCodes={
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 0, "maximum": 255},
+                    "maxItems": MAX_EXPECTED,
+                },
+            ),
+            run=_bash,
+            agents_only=True,
+            failed=lambda doc: doc.get("exit_code") != 0 and not doc.get("expected"),
+        ),
+        Tool(
+            "failure_disposition",
+            "Classify your own failed tool calls (confined turns only): recovered or superseded (evidence: a "
+            "successful attempt that started after the failure), expected, or open (it needs the person; "
+            "permissionResource says which permission blocked it).",
+            _schema(
+                ["disposition", "targets", "reason"],
+                disposition={"type": "string", "enum": list(DISPOSITIONS)},
+                targets={
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "minItems": 1,
+                    "maxItems": MAX_TARGETS,
+                    "description": "incident ids, attemptIds, operationIds or tool call ids",
+                },
+                reason={"type": "string", "maxLength": 400},
+                evidence={
+                    "type": "string",
+                    "maxLength": 200,
+                    "description": "the attemptId or call id of a later success",
+                },
+                permissionResource={"type": "string", "enum": list(PERMISSION_RESOURCES)},
+            ),
+            run=_failure_disposition,
             agents_only=True,
         ),
         Tool(

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from corral.domain.failures import FailureClass
-from corral.domain.incidents import Fact
+from corral.domain.incidents import Fact, ToolStart
 from corral.domain.posture import Posture
 from corral.domain.record import field, record
 
@@ -37,6 +37,8 @@ class AgentTools:
     url: str
     token: str = field(repr=False)  # a record's repr lands in logs and assertion messages
     timeout_seconds: float
+    #: The turn is confined: corral's own shell (with intents) stands in for the harness's shell tool.
+    shell: bool = False
 
 
 @record
@@ -155,6 +157,41 @@ class Harness(Protocol):
     def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
         """The incident facts of one output line (``docs/incidents.md``): structured fields only."""
         ...
+
+
+#: corral's own MCP tools whose calls the incident collector reads structurally (docs/incidents.md,
+#: "Confined runs"): the shell with intents, and the disposition of the agent's own incidents.
+SHELL_TOOL = "bash"
+DISPOSITION_TOOL = "failure_disposition"
+#: The key corral's shell puts in its structured result, beside the final exit code.
+SHELL_RESULT_KEY = "corral_shell"
+
+
+def corral_tool_start(call_id: str, tool: str, args: Any, cwd: str, display: str) -> ToolStart:
+    """A tool call's start; for corral's own shell and disposition tools, with their intent or request
+    (the collector honours them only in a trusted run)."""
+    if tool == SHELL_TOOL and isinstance(args, dict):
+        from corral.domain.intents import parse_intent
+
+        return ToolStart(call_id, display, args, cwd, intent=parse_intent(args))
+    if tool == DISPOSITION_TOOL and isinstance(args, dict):
+        return ToolStart(call_id, display, args, cwd, disposition=args)
+    return ToolStart(call_id, display, args, cwd)
+
+
+def shell_exit_code(text: str) -> int | None:
+    """The final exit code in corral's shell's structured result (its JSON), else None — never
+    read from what the command printed."""
+    if SHELL_RESULT_KEY not in text[:200]:
+        return None
+    try:
+        doc, _end = json.JSONDecoder().raw_decode(text.lstrip())
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get(SHELL_RESULT_KEY) != 1:
+        return None
+    code = doc.get("exit_code")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def account_digest(harness: str, parts: Sequence[str | None]) -> str:

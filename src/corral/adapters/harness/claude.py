@@ -48,9 +48,11 @@ from corral.adapters.harness.base import (
     TurnRequest,
     Verdict,
     account_digest,
+    corral_tool_start,
     json_line,
     last_result,
     prompt_arg,
+    shell_exit_code,
     usage_limit_in,
 )
 from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
@@ -150,6 +152,9 @@ class ClaudeHarness:
             allowed.append(AGENT_TOOLS_RULE)
         if allowed:
             argv += ["--allowedTools", " ".join(allowed)]
+        if req.tools is not None and req.tools.shell:
+            # Confined: corral's shell (mcp__corral__bash), whose calls may carry an intent, is the shell.
+            argv += ["--disallowedTools", "Bash"]
         env = self._env(req)
         self._tools(req, argv, env)
         return Launch(argv, env, stdin)
@@ -245,17 +250,19 @@ class ClaudeHarness:
         if kind == "assistant":
             message = data.get("message")
             facts: list[Fact] = [
-                ToolStart(str(b.get("id")), str(b.get("name") or "tool"), b.get("input"), cwd)
+                _tool_start(str(b.get("id")), str(b.get("name") or "tool"), b.get("input"), cwd)
                 for b in _blocks(message)
                 if b.get("type") == "tool_use"
             ]
             return [ModelOk(), *facts]
         if kind == "user":
-            return [
-                ToolEnd(str(b.get("tool_use_id")), b.get("is_error") is True, _text_of(b.get("content")), offset)
-                for b in _blocks(data.get("message"))
-                if b.get("type") == "tool_result"
-            ]
+            ends: list[Fact] = []
+            for b in _blocks(data.get("message")):
+                if b.get("type") == "tool_result":
+                    text = _text_of(b.get("content"))
+                    call = str(b.get("tool_use_id"))
+                    ends.append(ToolEnd(call, b.get("is_error") is True, text, offset, exit_code=shell_exit_code(text)))
+            return ends
         if kind == "system" and data.get("subtype") == "api_retry":
             return [ModelFailure(retry_event(data).text or "model call failed", offset)]
         if kind == "result" and (data.get("is_error") is True or data.get("subtype", "success") != "success"):
@@ -270,6 +277,15 @@ class ClaudeHarness:
         home = env.get("CLAUDE_CONFIG_DIR") or str(Path(env.get("HOME") or Path.home()) / ".claude")
         key = env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")
         return account_digest(self.name, [key, env.get("ANTHROPIC_BASE_URL"), None if key else home])
+
+
+#: How Claude Code names corral's tools: ``mcp__corral__<tool>``.
+CORRAL_TOOL_PREFIX = f"mcp__{SERVER_NAME}__"
+
+
+def _tool_start(call_id: str, name: str, args: Any, cwd: str) -> ToolStart:
+    tool = name.removeprefix(CORRAL_TOOL_PREFIX) if name.startswith(CORRAL_TOOL_PREFIX) else ""
+    return corral_tool_start(call_id, tool, args, cwd, name)
 
 
 def mcp_config(tools: AgentTools) -> dict[str, Any]:

@@ -61,9 +61,11 @@ from corral.adapters.harness.base import (
     TurnRequest,
     Verdict,
     account_digest,
+    corral_tool_start,
     json_line,
     obj,
     prompt_arg,
+    shell_exit_code,
     usage_limit_in,
 )
 from corral.adapters.harness.claude import code_for
@@ -77,6 +79,12 @@ BUILT_IN_PROVIDERS = frozenset({"openai", "oss", "ollama", "lmstudio", "amazon-b
 LOGIN_HINT = "Log in: run `codex login`, or set the API key variable (env_key) of the model provider."
 #: The text Codex prints, over and over, while its provider cannot be reached.
 WAITING_FOR_NETWORK = "Reconnecting... waiting for network"
+#: Codex's sandbox inside a real one (corral's bubblewrap, ``Posture.is_sandbox``): its own bwrap
+#: cannot nest there ("bwrap: setting up uid map: Operation not permitted" for every command) and
+#: is not needed — the outer sandbox holds the worktree read-only in an ask and everything but
+#: the worktree and git's own files read-only in a work turn.
+INSIDE_SANDBOX = "danger-full-access"
+
 #: A command's output that says the sandbox itself failed, not the command (bwrap's own errors,
 #: Codex's sandbox helper missing or panicking).
 _SANDBOX_FAILURE = re.compile(
@@ -122,6 +130,9 @@ class CodexHarness:
 
     def _argv(self, req: TurnRequest, sandbox: str) -> Launch:
         prompt, stdin = prompt_arg(req.prompt)
+        read_only = sandbox == "read-only"
+        if req.posture.is_sandbox:  # inside corral's sandbox, which confines it (docs/harnesses.md#sandbox)
+            sandbox = INSIDE_SANDBOX
         # exec's options go before `resume`: the resume subcommand takes no -s of its own.
         argv = [self.executable, "exec", "--json", "-s", sandbox, "--skip-git-repo-check"]
         if sandbox == "workspace-write":
@@ -132,7 +143,7 @@ class CodexHarness:
         argv += retries_off(user_provider(os.environ if self.env is None else self.env, self.extra))
         env: dict[str, str] = {}
         if req.tools is not None and self.takes_agent_tools:
-            argv += tools_options(req.tools, approve_all=sandbox != "read-only")
+            argv += tools_options(req.tools, approve_all=not read_only)
             env.update({TOKEN_ENV: req.tools.token, URL_ENV: req.tools.url})
         if req.model:
             argv += ["-m", req.model]
@@ -251,6 +262,17 @@ class CodexHarness:
                 failed = item.get("status") == "failed" or (isinstance(code, int) and code != 0)
                 text = f"exit {code}: " if isinstance(code, int) and code != 0 else ""
                 return [ToolEnd(call, failed, text + str(item.get("aggregated_output") or "")[-400:], offset)]
+        if item.get("type") == "mcp_tool_call":
+            call = str(item.get("id"))
+            if kind == "item.started":
+                tool = str(item.get("tool") or "") if item.get("server") == SERVER_NAME else ""
+                return [corral_tool_start(call, tool, item.get("arguments"), cwd, mcp_tool_name(item))]
+            if kind == "item.completed":
+                error = obj(item.get("error")).get("message")
+                result = obj(item.get("result"))
+                text = str(error) if error is not None else _content_text(result.get("content"))
+                failed = item.get("status") == "failed" or error is not None or result.get("is_error") is True
+                return [ToolEnd(call, failed, text[-400:], offset, exit_code=shell_exit_code(text))]
         if kind == "item.completed" and item.get("type") == "agent_message":
             return [ModelOk()]
         if kind == "turn.failed":

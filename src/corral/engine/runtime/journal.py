@@ -22,12 +22,14 @@ import hashlib
 import json
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from corral.adapters.files import fsync_dir, private_dirs, read_bounded, write_atomic
 from corral.domain.incidents import Collector, Fact, FailureState, Gap, operation_of, reduce
+from corral.engine.runtime import provenance
 
 JOURNAL = "failures.jsonl"
 OBSERVED = "failures.observed"
@@ -236,6 +238,21 @@ def scan(
         identity = [info.st_dev, info.st_ino]
         digest = hashlib.sha256(head).hexdigest()[:16]
         known = cursors.logs.get(key)
+        decided = known is None or "trusted" not in known
+        trusted = _trusted(log, known, cursors, key, final)
+        if trusted is None:
+            return events  # its provenance cannot be read yet: the scan waits for it (bounded)
+        if decided and cursors.logs[key].get("provenance") == "unreadable":
+            events += collector.fold(
+                Gap(
+                    f"provenance-unreadable:{log.name}",
+                    f"the provenance of {log.name}'s run could not be read: its intents and dispositions "
+                    "are not honoured, the exact-retry rule applies",
+                ),
+                at,
+            )
+        collector.trusted = trusted
+        known = known if known is not None and "identity" in known else None  # None: first scanned now
         offset = int(known["offset"]) if known else 0
         if known and (known.get("identity") != identity or info.st_size < offset or not _same_head(known, head)):
             gap = Gap(
@@ -257,6 +274,23 @@ def scan(
     finally:
         os.close(fd)
     return events
+
+
+def _trusted(log: Path, known: dict[str, Any] | None, cursors: Cursors, key: str, final: bool) -> bool | None:
+    """Whether ``log``'s run is trusted (its intents and dispositions honoured), decided once, when a
+    scan first meets it, and kept with its cursor; None while its provenance is unreadable and the
+    bounded wait (:data:`provenance.WAIT_SECONDS`, or the turn's end) is not over."""
+    if known is not None and "trusted" in known:
+        return bool(known["trusted"])
+    found = provenance.trust(log.parent)
+    if found is provenance.Trust.UNREADABLE:
+        first = cursors.logs.setdefault(key, {}).setdefault("waiting_since", time.time())
+        if not final and time.time() - float(first) < provenance.WAIT_SECONDS:
+            return None
+        cursors.logs[key].update(trusted=False, provenance="unreadable")
+        return False
+    cursors.logs.setdefault(key, {})["trusted"] = found is provenance.Trust.TRUSTED
+    return found is provenance.Trust.TRUSTED
 
 
 def _same_head(known: dict[str, Any], head: bytes) -> bool:
@@ -313,7 +347,7 @@ def _scan_bytes(
     if final and carry.strip():
         events += collector.fold(Gap(f"partial:{end}", f"the turn ended inside a record (byte {end})"), at)
         end = position
-    cursors.logs[key] = {"offset": end}
+    cursors.logs.setdefault(key, {})["offset"] = end
     return events
 
 
@@ -384,6 +418,9 @@ class _Lines:
         never past ``limit`` (the next line too long to be a record).
         """
         collector = self.collector
+        if collector.trusted:  # a trusted run folds every call: intents, attempts and evidence count
+            self.parse(data[start:nl], base + start)
+            return nl + 1
         if self.run is not None and not collector.starts:
             bound = end if limit is None else min(limit, end)
             if not collector.failed:

@@ -44,7 +44,8 @@ def agent_tools(command: proto.Command, env: Mapping[str, str]) -> AgentTools | 
     token = env.get(TOKEN_ENV, "").strip()
     if spec is None or not spec.url or not token:
         return None
-    return AgentTools(url=spec.url, token=token, timeout_seconds=spec.timeout_seconds)
+    confined = command.sandbox is not None and command.sandbox.confined and not command.posture.read_only
+    return AgentTools(url=spec.url, token=token, timeout_seconds=spec.timeout_seconds, shell=confined)
 
 
 @record(frozen=False)
