@@ -107,3 +107,15 @@ def test_host_origin_and_a_url_naming_another_task_are_refused(held: Any) -> Non
     assert mismatch.status_code == 403 and mismatch.json()["error"]["code"] == "agent-identity-mismatch"
     own = httpx2.post(f"{url}/holder", headers={**auth, "Origin": f"http://{_host(url)}"}, json=_initialize())
     assert own.status_code == 200, own.text
+
+
+def test_an_unconfined_turn_gets_no_shell_and_its_dispositions_are_ignored(held: Any) -> None:
+    _door, url, token, _hold = held
+    shell = call(url, token, "bash", {"command": "touch ran", "operationId": "build"})
+    assert shell.is_error and shell.structured_content["error"]["code"] == "shell-needs-sandbox"
+    ignored = call(
+        url, token, "failure_disposition", {"disposition": "expected", "targets": ["x"], "reason": "intended"}
+    )
+    assert not ignored.is_error
+    assert ignored.structured_content["recorded"] is False and ignored.structured_content["ignored"] is True
+    assert "confined" in ignored.structured_content["why"]
