@@ -308,6 +308,8 @@ def show_lines(
     tools = doc.get("agent_tools")
     if tools and not tools["mcp"]:
         out.append(f"Tools:    the agent had no corral tools ({one_line(tools['absent'] or 'not given')})")
+    if sandbox := doc.get("sandbox"):
+        out.append(f"Sandbox:  {sandbox['mode']} ({one_line(sandbox['reason'] or 'no reason recorded')})")
     if t["prompt"]:
         out.append("Prompt:")
         out.extend(f"  {line}" for line in t["prompt"].splitlines())
@@ -320,6 +322,13 @@ def show_lines(
         for c in doc["children"]:
             word = status_word(app, c["status"], c.get("substate"))
             out.append(f"  {clip(c['ref'], ref_w):<{ref_w}}  {word}")
+    hold = doc.get("permission_hold")
+    if hold:
+        out.append(
+            f"Held:     the agent reported that a permission ({hold['permission_resource']}) blocked "
+            f"{one_line(hold['summary'])} (agent-reported; the remote outcome is unknown)"
+        )
+        out.append(f"          confirm one retry (nothing more is granted): corral unblock {t['ref']} --retry-blocked")
     incidents = doc.get("incidents")
     if incidents and doc.get("session"):
         # Before the agent's own account of its progress: what went wrong is never hidden by a status.
@@ -362,6 +371,9 @@ def show_lines(
     if kept:
         out.append(f"{app.style('Your local changes are kept aside:', 'bold')} {kept['message']}")
         out.append(f"  Restore them: {kept['command']}")
+    for put in doc.get("refs_put_back") or []:
+        label = app.style(f"Refs guarded (turn {put['turn']}):", "bold")
+        out.append(f"{label} {one_line(put['line'])}")
     if doc["stopped_because"]:
         out.append(f"{app.style('Stopped because:', 'bold')} {one_line(doc['stopped_because'])}")
     if doc["next"]:

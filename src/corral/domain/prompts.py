@@ -51,6 +51,15 @@ def first_turn(goal: str, prompt: str, message: str | None = None) -> str:
     return "\n\n".join(parts)
 
 
+def retry_confirmed(summary: str, resource: str) -> str:
+    """What the agent is told when a person confirms one retry of the operation it reported blocked."""
+    return (
+        f"[corral: the person confirmed ONE retry of the operation you reported blocked by a permission "
+        f"({resource}): {summary}. Retry that same operation, in the same scope. Nothing more is granted: "
+        "no other access, and no other tests or changes on its account.]"
+    )
+
+
 def feedback_block(pending: Sequence[str]) -> str:
     """Every pending feedback, older ones first and counted, then the newest verbatim."""
     if not pending:

@@ -23,6 +23,9 @@ RESTORE_CONFLICT = "destination_restore_conflict"
 #: The task metadata key of what its agent had of corral's tools in its latest turn: ``{"command_id",
 #: "mcp": bool, "absent": why it had no MCP endpoint, or None}`` (written by the launch, shown by ``show``).
 AGENT_TOOLS = "agent_tools"
+#: The task metadata key of the permission blockers a person released with ``unblock --retry-blocked``
+#: (their incident ids): each allowed one retry, and holds the task no more.
+PERMISSION_RELEASED = "permission_released"
 #: The task metadata key of the settings the task keeps as its own: ``{name: {"value": v, "source":
 #: "task" | "env", "origin": where}}`` ("task": ``corral edit --set``; "env": the environment a person
 #: launched one of its turns with). Its turns run with them, whoever launches them.

@@ -206,10 +206,11 @@ def _unblock(c: Calling, a: Args) -> dict[str, Any]:
         c.project(),
         task.id,
         actor=c.caller.actor,
-        message=a.need("message"),
+        message=a.text("message") or ("" if a.flag("retry_blocked") else a.need("message")),
         approve=a.texts("approved_files"),
         revert=a.texts("reverted_files"),
         revert_rest=a.flag("revert_unapproved"),
+        retry_blocked=a.flag("retry_blocked"),
     )
     return _answer(c, started.task, command_id=started.launched.command_id)
 
@@ -744,12 +745,16 @@ TOOLS: dict[str, Tool] = {
             "Give a resting task feedback and run its agent again. With protected-file violations pending, "
             "approved_files (kept) and reverted_files (undone) decide them.",
             _schema(
-                ["task", "message"],
+                ["task"],
                 task=_TASK,
-                message=_s("the feedback, delivered verbatim"),
+                message=_s("the feedback, delivered verbatim (may be left out with retry_blocked)"),
                 approved_files=_list_of("protected paths whose change is kept"),
                 reverted_files=_list_of("protected paths whose change is undone"),
                 revert_unapproved={"type": "boolean", "description": "revert every pending path not approved"},
+                retry_blocked={
+                    "type": "boolean",
+                    "description": "confirm one retry of the operation the agent reported blocked by a permission",
+                },
             ),
             run=_unblock,
         ),

@@ -175,6 +175,7 @@ Examples:
   git diff | corral unblock fix-login            feedback from stdin
   corral unblock fix-login                       feedback in $EDITOR
   corral unblock fix-login -m "Keep the schema" --revert-file db/schema.sql --approve-file db/seed.sql
+  corral unblock fix-login --retry-blocked      confirm one retry of an operation its agent reported blocked
 """
 )
 @click.argument("task")
@@ -182,6 +183,11 @@ Examples:
 @click.option("--approve-file", "approve", multiple=True, metavar="P", help="Keep the agent's change to protected P.")
 @click.option("--revert-file", "revert", multiple=True, metavar="P", help="Undo the agent's change to protected P.")
 @click.option("--no-approve-files", is_flag=True, help="Revert every pending protected file not approved here.")
+@click.option(
+    "--retry-blocked",
+    is_flag=True,
+    help="Confirm one retry of the operation the agent reported blocked by a permission (nothing more is granted).",
+)
 @wait_options
 @json_option
 @pass_app
@@ -192,11 +198,15 @@ def unblock(
     approve: tuple[str, ...],
     revert: tuple[str, ...],
     no_approve_files: bool,
+    retry_blocked: bool,
     wait: bool,
     timeout: float | None,
 ) -> int:
     """Give feedback and run the agent again; upstream is merged first (→ working)."""
-    feedback = obtain(message, "Your feedback for the agent. It is delivered verbatim.")
+    # A confirmed retry needs no words: corral tells the agent what was confirmed.
+    feedback = (
+        message or "" if retry_blocked else obtain(message, "Your feedback for the agent. It is delivered verbatim.")
+    )
     if feedback is None:
         raise UsageError(
             "unblock needs feedback.",
@@ -211,6 +221,7 @@ def unblock(
         approve=approve,
         revert=revert,
         revert_rest=no_approve_files,
+        retry_blocked=retry_blocked,
     )
     return _started(app, started, wait, timeout)
 

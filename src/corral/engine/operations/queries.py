@@ -168,6 +168,8 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None, se
         doc["live"] = live_turn(project, task).to_json()
     state = incidents.session_state(project, task)
     doc["incidents"] = {**incidents.summary(state), "rows": incidents.rows(state) if state else []}
+    hold = incidents.permission_hold(project, task)
+    doc["permission_hold"] = hold.to_json() if hold is not None else None
     return Shown(doc, merges_into, earlier, problems)
 
 

@@ -24,6 +24,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.record import record, replace
 from corral.domain.records import (
+    PERMISSION_RELEASED,
     TASK_SETTINGS,
     FailureEvidence,
     FeedbackDelivery,
@@ -44,6 +45,7 @@ from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.read.diagnostics import Translator
+from corral.engine.read.incidents import permission_hold
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime import protocol as proto
@@ -344,11 +346,40 @@ def unblock(
     approve: Sequence[str] = (),
     revert: Sequence[str] = (),
     revert_rest: bool = False,
+    retry_blocked: bool = False,
 ) -> Started:
+    """Feedback, and the agent runs again. A task held by a permission blocker its agent reported
+    runs again only with ``retry_blocked``: a person (or a builder) confirming one retry of that
+    operation, in the same scope — it grants nothing more (docs/incidents.md#permission-blockers)."""
+    with project.store.read() as tx:
+        held = permission_hold(project, resolve_task(tx, given))
+    if held is None and retry_blocked:
+        raise UsageError(
+            f"{given} is not held by a permission blocker: there is no blocked retry to confirm.",
+            code="no-permission-hold",
+            hint=f"corral unblock {given} -m '…'",
+        )
+    if held is not None and not retry_blocked:
+        raise RefusedError(
+            f"{given} is {held.line()}.",
+            code="permission-hold",
+            hint=f"Confirm one retry of it (that grants nothing more): corral unblock {given} --retry-blocked",
+        )
+    if held is not None and actor is Actor.AGENT:
+        raise RefusedError(
+            "An agent cannot confirm a permission blocker's retry: a person (or the builder) does.",
+            code="agent-out-of-scope",
+            hint="Wait for the person who runs you.",
+        )
+    if held is not None:
+        message = (message + "\n\n" if message.strip() else "") + prompts.retry_confirmed(held.summary, held.resource)
     feedback = _feedback(project, message)
     command_id = new_id()
     with project.store.write() as tx:
         task = resolve_task(tx, given)
+        if held is not None:  # released before the turn: one retry is what this unblock grants
+            released = [*task.metadata.get(PERMISSION_RELEASED, []), held.incident]
+            task = tx.update_task(task.id, metadata={**task.metadata, PERMISSION_RELEASED: released}, touch=False)
         check_operation(Op.UNBLOCK, task.status, task.ref)
         check_transition(task.status, Status.WORKING, actor, what=f"unblock {task.ref}")
         session = _session(tx, task)

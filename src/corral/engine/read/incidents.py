@@ -18,11 +18,13 @@ from corral.domain.incidents import (
     NEEDS_ACTION,
     FailureState,
     Incident,
+    Label,
     reduce,
     row_text,
     summary_line,
 )
-from corral.domain.records import Task
+from corral.domain.record import record
+from corral.domain.records import PERMISSION_RELEASED, Task
 from corral.engine.project import Project
 from corral.engine.runtime.journal import Cursors, Journal, scan
 from corral.errors import NotFoundError
@@ -47,6 +49,50 @@ def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
     cursors = Cursors(None)
     events = scan(path, facts, cwd, cursors, final=True, evidence_of=path.name)
     return reduce(FailureState(), events)
+
+
+@record
+class Hold:
+    """A permission blocker the task's agent reported: the task is held until a person confirms one retry.
+
+    Agent-reported, with the remote outcome unknown: it proves no sandbox causation, no expired
+    login, no denial. Derived from the session's incidents (an open incident with a
+    ``permission_resource``), so an ask or an unrelated success never releases it; only
+    ``corral unblock T --retry-blocked`` (which records the release) or the operation's own
+    recovery does.
+    """
+
+    incident: str
+    resource: str
+    summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "incident": self.incident,
+            "permission_resource": self.resource,
+            "summary": self.summary,
+            "reported_by": "agent",
+            "remote_outcome": "unknown",
+        }
+
+    def line(self) -> str:
+        return (
+            f"held: the agent reported that a permission ({self.resource}) blocked {self.summary} "
+            "(agent-reported; the remote outcome is unknown)"
+        )
+
+
+def permission_hold(project: Project, task: Task) -> Hold | None:
+    """The permission blocker holding ``task``, if one does (its current session's; not yet released)."""
+    state = session_state(project, task)
+    if state is None:
+        return None
+    released = task.metadata.get(PERMISSION_RELEASED)
+    done = set(released) if isinstance(released, list) else set()
+    for incident in state.incidents.values():
+        if incident.permission_resource and incident.label is Label.ACTION_REQUIRED and incident.id not in done:
+            return Hold(incident.id, incident.permission_resource, incident.summary)
+    return None
 
 
 def rows(state: FailureState, *, history: bool = False, raw: bool = False) -> list[dict[str, Any]]:
