@@ -26,6 +26,7 @@ run bench/bench_scale_reads.py
 run bench/bench_lines.py
 run bench/bench_usage_reset.py
 run bench/bench_incident_scan.py
+run bench/bench_sandbox_launch.py
 echo
 if [ "$status" -eq 0 ]; then echo "run_all: every benchmark met its targets"; else echo "run_all: some target missed (see FAIL above)"; fi
 exit "$status"

@@ -56,6 +56,9 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     # A turn's agent gets corral's tools from a home daemon that its launch starts: a test about
     # them turns this on (tests/mcp/), every other test runs its turns without a daemon.
     monkeypatch.setenv("CORRAL_AGENT_TOOLS", "0")
+    # The fake agent's scenario and record files live under /tmp, which a sandboxed turn cannot see:
+    # turns run unconfined unless a test is about the sandbox (tests/runtime/test_sandbox.py).
+    monkeypatch.setenv("CORRAL_SANDBOX", "off")
     monkeypatch.setenv("CORRAL_HOME", str(base / "corral-home"))
     monkeypatch.setenv("CORRAL_CONFIG_FILE", str(base / "user-config.toml"))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from corral.domain.settings import SETTINGS, toml_value
+from corral.domain.settings import BY_NAME, SETTINGS, toml_value
 from tests.cli.helpers import create, json_error, no_traceback, park, state_paths, store_of, to_working
 
 PATH_KEYS = {
@@ -140,7 +140,7 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
     json_error(bad_env, 2, "config-invalid")
 
 
-WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "agent_tools"}
+WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools"}
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 USER_ONLY = WIDENS | EXECUTES
 TRUST_WORDS = {
@@ -159,7 +159,8 @@ def _another_value(kind: type, default: Any, name: str) -> Any:
         return default + 0.5
     if kind is list:
         return [f"{name}-1", f"{name} 2"]
-    return f"{name} value"
+    choices = [c for c in BY_NAME[name].choices if c != default and c not in BY_NAME[name].narrowing]
+    return choices[0] if choices else f"{name} value"
 
 
 def _every_setting_changed() -> tuple[str, dict[str, Any]]:
@@ -171,6 +172,7 @@ def test_config_show_is_toml_that_reads_back_as_the_values(
     corral, repo: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CORRAL_AGENT_TOOLS")  # every setting's source is the file's or the default here
+    monkeypatch.delenv("CORRAL_SANDBOX")
     (isolated_env / "user-config.toml").write_text('model = "from-user"\nallowed_tools = ["Read", "Grep"]\n')
     (repo / "corral.toml").write_text('watchdog_timeout = 42\nprotected = ["secrets/*", "a \\"quoted\\" path"]\n')
     env = {"CORRAL_AUTO_RESUME": "off", "CORRAL_REMOTE": "up\tstream"}
@@ -221,6 +223,7 @@ def test_corral_toml_sets_only_what_a_repository_may(
     corral, repo: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CORRAL_AGENT_TOOLS")  # every setting's source is the file's or the default here
+    monkeypatch.delenv("CORRAL_SANDBOX")
     text, values = _every_setting_changed()
     (repo / "corral.toml").write_text(text)
     doc = _settings(corral)

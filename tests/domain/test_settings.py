@@ -46,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "permission_mode": "acceptEdits",
     "allowed_tools": ["Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "TodoWrite"],
     "is_sandbox": False,
+    "sandbox": "auto",
+    "agent_tools": True,
     "claude_bin": "claude",
     "pi_bin": "pi",
     "pi_provider": None,
@@ -53,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "command": None,
 }
 #: Settings that widen what an agent may do: never from corral.toml, which may not even propose them.
-WIDENS = {"permission_mode", "allowed_tools", "is_sandbox"}
+WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools"}
 #: Settings that make corral execute something: never from corral.toml, which may only propose them.
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 USER_ONLY = WIDENS | EXECUTES

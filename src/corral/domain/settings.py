@@ -49,6 +49,12 @@ class Setting(NamedTuple):
     default: Default  # None: not set unless a source sets it
     help: str
     trust: Trust = Trust.ANYWHERE
+    #: The values it may take (empty: any value of its type).
+    choices: tuple[str, ...] = ()
+    #: For a ``USER_ONLY`` setting, the values a repository's ``corral.toml`` may still set
+    #: because they only narrow what an agent may do (``sandbox = "bwrap"``); any other value
+    #: there is ignored and reported like the setting itself.
+    narrowing: tuple[str, ...] = ()
 
     @property
     def optional(self) -> bool:
@@ -57,6 +63,11 @@ class Setting(NamedTuple):
     @property
     def repository_may_set(self) -> bool:
         return self.trust is Trust.ANYWHERE
+
+    def repository_may_set_value(self, value: SettingValue) -> bool:
+        """Whether ``corral.toml`` may give this setting ``value``: any value of a setting it may
+        set, or one of the narrowing values of a user-only one."""
+        return self.repository_may_set or (self.trust is Trust.USER_ONLY and value in self.narrowing)
 
     @property
     def repository_may_propose(self) -> bool:
@@ -112,6 +123,11 @@ class Setting(NamedTuple):
                 return float(raw)
             raise self._wrong_type(raw, where)
         if isinstance(raw, str):
+            if self.choices and raw not in self.choices:
+                raise ConfigError(
+                    f"{where}: '{self.name}' must be one of {', '.join(self.choices)}, not {raw!r}.",
+                    hint=f"{self.name}: {self.help}.",
+                )
             return raw
         raise self._wrong_type(raw, where)
 
@@ -177,6 +193,16 @@ SETTINGS: tuple[Setting, ...] = (
         _USER,
     ),
     Setting("is_sandbox", bool, False, "tell the harness it runs inside a real sandbox", _USER),
+    # User-only, since "off" widens what an agent may do; a repository may require "bwrap" (it narrows).
+    Setting(
+        "sandbox",
+        str,
+        "auto",
+        "confine each turn's agent with bubblewrap: auto (where it works), bwrap (required), off",
+        _USER,
+        choices=("auto", "bwrap", "off"),
+        narrowing=("bwrap",),
+    ),
     # User-only: corral's tools let an agent create and run tasks, which a repository may not grant.
     Setting("agent_tools", bool, True, "give each turn's agent corral's MCP tools for its own subtasks", _USER),
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
@@ -206,6 +232,7 @@ TASK_SCOPED: frozenset[str] = frozenset(
         "permission_mode",
         "allowed_tools",
         "is_sandbox",
+        "sandbox",
         "claude_bin",
         "pi_bin",
         "pi_provider",

@@ -349,10 +349,16 @@ def load_config(
                 if ok:
                     found[key] = value
             elif not setting.repository_may_set:
-                config.ignored.append(
-                    f"{key} in {project_file} (a repository may not set it: it widens what an agent may do;"
-                    f" set it in your user file or {setting.env_var} instead)"
-                )
+                # A user-only setting: ignored and reported, unless the value only narrows (schema's ``narrowing``).
+                ok, value = load.coerce(setting, raw, str(project_file)) if setting.narrowing else (False, None)
+                if ok and setting.repository_may_set_value(value):
+                    values[key] = Value(value, "project", str(project_file))
+                else:
+                    allowed = f"; it may only require {', '.join(setting.narrowing)}" if setting.narrowing else ""
+                    config.ignored.append(
+                        f"{key} in {project_file} (a repository may not set it: it widens what an agent may do"
+                        f"{allowed}; set it in your user file or {setting.env_var} instead)"
+                    )
             else:
                 ok, value = load.coerce(setting, raw, str(project_file))
                 if ok:
@@ -493,8 +499,11 @@ def scope_target(config: Config, scope: str) -> tuple[Path, str | None]:
     return Path(config.user_file), None
 
 
-def check_scope(setting: Setting, scope: str) -> None:
-    """A setting a repository may not set is refused in corral.toml (it would be ignored there)."""
+def check_scope(setting: Setting, scope: str, value: SettingValue = None) -> None:
+    """A setting a repository may not set is refused in corral.toml (it would be ignored there);
+    with ``value``, one of its narrowing values is not (``sandbox = "bwrap"``)."""
+    if value is not None and setting.narrowing and setting.repository_may_set_value(value):
+        return
     if scope == "project" and not setting.repository_may_set and not setting.repository_may_propose:
         raise ConfigError(
             f"{setting.name} cannot be set in a repository's corral.toml: it widens what an agent may do, "

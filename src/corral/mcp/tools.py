@@ -33,7 +33,7 @@ from corral.engine.operations import control, gates, queries, tasks, turns
 from corral.engine.operations.gates import Caller
 from corral.engine.project import Project
 from corral.engine.read import notices
-from corral.errors import DispositionRefused, UsageError
+from corral.errors import AgentTokenInvalid, DispositionRefused, UsageError
 
 #: How often a blocking tool looks again.
 POLL_SECONDS = 0.5
@@ -410,7 +410,7 @@ def _own_turn(c: Calling, tool: str) -> Turn:
     project = c.project()
     command = proto.read_record(project.paths.protocol_dir(own) / proto.COMMAND, proto.Command)
     if command is None or command.command_id != c.caller.command_id:
-        raise gates.AgentTokenInvalid(
+        raise AgentTokenInvalid(
             "This token's turn is no longer the task's current one.", hint="A new turn gets a new token."
         )
     with project.store.read() as tx:

@@ -11,7 +11,9 @@ harness, it takes its prompt from ``CORRAL_PROMPT_FILE`` and records the contrac
 Steps: ``{"init": true}``, ``{"text": s}``, ``{"tool": name, "input": {…}, "is_error": b,
 "output": s}``, ``{"result": s, "is_error": b, "status": n}``, ``{"emit": {…}}``,
 ``{"stdout": s}``, ``{"stderr": s}``, ``{"sleep": seconds}``, ``{"keepalive": seconds}``,
-``{"write": {"path": p, "content": s}}``, ``{"commit": message}``, ``{"exit": code}``,
+``{"write": {"path": p, "content": s}}``, ``{"commit": message}``, ``{"git": [arg, …]}`` (runs
+``git arg …`` in the agent's working directory with the agent's environment, and fails the
+agent when git fails), ``{"exit": code}``,
 ``{"kill": "KILL"}``, ``{"ignore_sigterm": true}``, ``{"bytes": n}``, ``{"echo_env": name}``,
 ``{"say_prompt": true}``.
 """
@@ -212,6 +214,8 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
             ],
             check=True,
         )
+    if "git" in step:
+        subprocess.run(["git", *[str(a) for a in step["git"]]], check=True)
     if step.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if "keepalive" in step:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from corral import crashpoints
+from corral.adapters import sandbox as sandboxing
 from corral.adapters.harness import make_harness
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.actors import Role
@@ -33,7 +34,7 @@ from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.resolve import task_config
-from corral.engine.runtime import agent_marks, agent_tokens
+from corral.engine.runtime import agent_marks, agent_tokens, provenance
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.processes import COMMAND_TAG, reap_turn
 from corral.errors import CorralError, LaunchFailed
@@ -58,14 +59,42 @@ def budgets(config: Config) -> Budgets:
     )
 
 
-def posture(config: Config, *, read_only: bool) -> Posture:
-    """What the agent may do, from the trusted settings (a repository's corral.toml never widens it)."""
+#: Claude Code's permission mode for a work turn corral confines: every tool allowed, since the
+#: sandbox, not the harness's prompts, is what holds the agent (docs/harnesses.md#sandbox).
+CONFINED_PERMISSION_MODE = "bypassPermissions"
+
+
+def posture(config: Config, *, read_only: bool, confined: bool = False) -> Posture:
+    """What the agent may do, from the trusted settings (a repository's corral.toml never widens it).
+
+    A work turn in corral's sandbox (``confined``) may run every tool (Claude Code requires
+    ``IS_SANDBOX=1`` for that as root). Every confined turn says it is sandboxed, an ask too: it
+    keeps its read-only mode, and a harness whose own sandbox cannot nest in bwrap (Codex) leaves
+    it to corral's.
+    """
+    work = confined and not read_only
     return Posture(
-        permission_mode=str(config["permission_mode"]),
+        permission_mode=CONFINED_PERMISSION_MODE if work else str(config["permission_mode"]),
         allowed_tools=tuple(config["allowed_tools"]),
         read_only=read_only,
-        is_sandbox=bool(config["is_sandbox"]),
+        is_sandbox=confined or bool(config["is_sandbox"]),
     )
+
+
+def sandbox_spec(project: Project, worktree: str, branch: str) -> sandboxing.SandboxSpec:
+    """The turn's sandbox from the ``sandbox`` setting, resolved once here (``auto`` probes bwrap
+    once per process), with the worktree's git directories the agent must write to commit."""
+    spec = sandboxing.resolve(str(project.config["sandbox"]), hidden=[str(project.paths.home)])
+    if not spec.confined:
+        return spec
+    common = git_dir = None
+    try:
+        out = project.git.out("rev-parse", "--git-common-dir", "--git-dir", cwd=worktree).splitlines()
+        if len(out) == 2:
+            common, git_dir = (str((Path(worktree) / line).resolve()) for line in out)
+    except CorralError:
+        pass  # not a git worktree: the worktree alone is writable
+    return replace(spec, git_common_dir=common, git_dir=git_dir, branch=f"refs/heads/{branch}")
 
 
 def build_command(
@@ -84,6 +113,7 @@ def build_command(
 ) -> proto.Command:
     cfg = project.config
     assert session.worktree is not None and human_turn.command_id is not None
+    sandbox = sandbox_spec(project, session.worktree, session.branch or task.branch)
     return proto.Command(
         command_id=human_turn.command_id,
         task_id=task.id,
@@ -95,7 +125,7 @@ def build_command(
         harness=task.harness or cfg["harness"],
         harness_settings=proto.HarnessSettings(**harness_settings(cfg)),
         model=task.model or cfg["model"],
-        posture=posture(cfg, read_only=read_only),
+        posture=posture(cfg, read_only=read_only, confined=sandbox.confined and sandbox.error is None),
         prompt_body=body,
         system=system_text(session.worktree, session.branch or task.branch),
         resume_id=session.harness_session_id,
@@ -117,6 +147,7 @@ def build_command(
         created_at=rfc3339(project.clock()) or "",
         usage_limits=str(usage_limits_file(project.paths.home)),
         journal_dir=str(project.paths.journal_dir(task.id, session.id)),
+        sandbox=sandbox,
     )
 
 
@@ -144,6 +175,22 @@ def file_claimed_receipt(project: Project, task: Task) -> None:
         claimed = tx.turn_by_command(found.command_id, Role.AGENT) is not None
     if claimed:
         receipts.file_away(project, task, path, found.command_id)
+
+
+def write_provenance(task: Task, command: proto.Command) -> None:
+    """The turn's provenance, before its agent starts, where the agent cannot write (runtime/provenance.py)."""
+    provenance.write(
+        Path(command.log_dir),
+        {
+            "task_id": task.id,
+            "session_id": task.session_id,
+            "command_id": command.command_id,
+            "sequence": command.sequence,
+            "sandbox": command.sandbox.mode if command.sandbox is not None else "off",
+            "harness": command.harness,
+            "launched_at": command.created_at,
+        },
+    )
 
 
 def spawn_supervisor(protocol_dir: Path, log_path: Path, token: str | None = None) -> int:
@@ -204,10 +251,13 @@ def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[p
 
 def _note_agent_tools(project: Project, task: Task, command: proto.Command) -> None:
     """What the task's agent had of corral's tools this turn, for ``show`` (kept in the task's metadata)."""
+    sandbox = command.sandbox
     doc = {
         "command_id": command.command_id,
         "mcp": command.agent_tools is not None and command.agent_tools.url is not None,
         "absent": command.agent_tools_absent,
+        # Which sandbox the turn had, and why (``show``'s Sandbox line).
+        "sandbox": None if sandbox is None else {"mode": sandbox.mode, "reason": sandbox.error or sandbox.reason},
     }
     with project.store.write() as tx:
         current = tx.get_task(task.id) or task
@@ -249,6 +299,7 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
         command = with_before(project, command)
         command, token = agent_tools(project, task, command)
         proto.write(protocol_dir, command)
+        write_provenance(task, command)
         crashpoints.hit("launch.command-written")
         _note_agent_tools(project, task, command)
         pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log, token)

@@ -393,7 +393,9 @@ def _show(
         "children": [child_json(c, live_of) for c in tx.children(task.id)],
         "resting_cause": failures.cause(task.resting_cause),
         "destination_restore_conflict": _restore_conflict(task),
+        "refs_put_back": refs_put_back(turns),
         "agent_tools": agent_tools_json(task),
+        "sandbox": sandbox_json(task),
         "stopped_because": v.stopped_because,
         "next": v.next,
     }
@@ -415,6 +417,33 @@ def agent_tools_json(task: Task) -> dict[str, Any] | None:
         return None
     absent = note.get("absent")
     return {"mcp": note.get("mcp") is True, "absent": absent if isinstance(absent, str) else None}
+
+
+def sandbox_json(task: Task) -> dict[str, Any] | None:
+    """Which sandbox the agent of the task's latest turn ran in (None: it never ran a turn, or an
+    older corral launched it): ``mode`` bwrap or off, and ``reason`` why."""
+    note = task.metadata.get(AGENT_TOOLS)
+    sandbox = note.get("sandbox") if isinstance(note, dict) else None
+    if not isinstance(sandbox, dict) or sandbox.get("mode") not in ("bwrap", "off"):
+        return None
+    reason = sandbox.get("reason")
+    return {"mode": sandbox["mode"], "reason": reason if isinstance(reason, str) else None}
+
+
+def refs_put_back(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """Each shown agent turn that moved refs other than its branch: the moves and one plain line."""
+    out = []
+    for t in turns:
+        refs = t.details.get("refs") if t.role is Role.AGENT and t.details else None
+        if isinstance(refs, dict) and (refs.get("moves") or refs.get("error")):
+            from corral.engine.runtime.ref_guard import summary  # only a task whose agent moved refs
+
+            try:
+                line = summary(refs) or f"corral could not check the refs after the turn ({refs.get('error')})."
+            except ValueError:
+                continue
+            out.append({"turn": t.sequence, "moves": refs.get("moves") or [], "line": line})
+    return out
 
 
 def _restore_conflict(task: Task) -> dict[str, Any] | None:

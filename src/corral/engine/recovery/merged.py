@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from corral.adapters.files import read_bounded, write_atomic
+from corral.domain.actors import Role
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -83,6 +84,8 @@ def sweep_merged_branches(project: Project) -> int:
                 found = git.trailers(target_tip, cwd=repo, limit=500)
                 trailers[target_tip] = {(t["task"], t["session"]) for t in found}
             merged = (task.id, session.id) in trailers[target_tip]
+        if merged and _agent_moved_target(project, task, session, targets[task.id]):
+            merged = False  # the agent put its work there itself: never a completion (docs/lifecycle.md)
         if merged:
             complete_merged(project, task, session, "its work is on its target")
             completed += 1
@@ -134,6 +137,45 @@ def _own_work_landed(project: Project, task: Task, session: Session, target: str
         if target_reached and target_reached[-1] < first_when:
             return False
     return True
+
+
+def _agent_moved_target(project: Project, task: Task, session: Session, target: str) -> bool:
+    """Whether a turn of this session had its agent move ``target`` and the move still stands: its
+    put-back did not finish, or the target still holds what the agent left.
+
+    Read from each turn's recorded receipt (``details.refs``) and, for a turn recorded without it
+    (its supervisor died before the receipt), from the ref guard's own files in the turn's log
+    directory, finishing an interrupted put-back there first (``ref_guard.settle`` is idempotent).
+    """
+    from corral.engine.runtime import ref_guard  # only a task whose work looks merged pays for it
+
+    with project.store.read() as tx:
+        turns = [t for t in tx.turns(task.id) if t.session_id == session.id]
+    tip = project.git.rev_parse(f"refs/heads/{target}", cwd=project.repo)  # before a put-back finished below
+    reports: list[ref_guard.RefGuard] = []
+    recorded: set[str] = set()
+    for t in turns:
+        refs = t.details.get("refs") if t.role is Role.AGENT and t.details else None
+        if isinstance(refs, dict):
+            try:
+                reports.append(ref_guard.RefGuard.from_json(refs))
+            except ValueError:
+                continue
+            if t.command_id:
+                recorded.add(t.command_id)
+    for t in turns:
+        if t.role is not Role.HUMAN or t.command_id in recorded or not session.worktree:
+            continue
+        log_dir = project.paths.turn_dir(task.id, t.sequence)
+        branch = session.branch or task.branch
+        found = ref_guard.settle(project.git, log_dir, session.worktree, branch, task.ref, t.sequence)
+        if found is not None:
+            reports.append(found)
+    for report in reports:
+        move = ref_guard.target_moved(report, target)
+        if move is not None and (not move.restored or tip == move.after):
+            return True
+    return False
 
 
 def _follows(subject: str, target: str) -> bool:

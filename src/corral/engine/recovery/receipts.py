@@ -39,6 +39,7 @@ from corral.engine.read import diagnostics
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.check import CHECK_TAIL_BYTES
 from corral.engine.runtime.journal import Journal
+from corral.engine.runtime.ref_guard import RefGuard
 from corral.store import Tx
 
 #: error kinds of a receipt -> the resting cause code of the interrupted task.
@@ -363,10 +364,23 @@ def _details(receipt: proto.Receipt, human_seq: int | None, t: diagnostics.Trans
         kept["paths"] = [t.text(p, 1024) for p in receipt.kept.paths]
         kept["error"] = t.text(receipt.kept.error, 500) if receipt.kept.error else None
         details["kept"] = kept
+    if receipt.refs is not None and (receipt.refs.moves or receipt.refs.error):  # refs the agent moved, put back
+        details["refs"] = guarded_json(receipt.refs, t)
     details = {k: v for k, v in details.items() if v is not None}
     if human_seq is not None:
         details["log_turn"] = human_seq
     return details
+
+
+def guarded_json(guard: RefGuard, t: diagnostics.Translator) -> dict[str, Any]:
+    """The ref guard's report as a turn keeps it: ref names and errors are the agent's text, masked."""
+    doc = guard.to_json()
+    for move in doc["moves"]:
+        move["ref"] = t.text(move["ref"], 300)
+        move["kept"] = t.text(move["kept"], 400) if move["kept"] else None
+        move["error"] = t.text(move["error"], 300) if move["error"] else None
+    doc["error"] = t.text(guard.error, 300) if guard.error else None
+    return doc
 
 
 def _record(

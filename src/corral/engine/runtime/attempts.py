@@ -40,16 +40,19 @@ from corral.adapters.process import (
     command_line,
     environ_has,
     exited,
+    proc_info,
     reap,
     spawn_piped,
     start_ticks,
     stop_child_group,
 )
+from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, prepare
 from corral.domain.failures import classify_common, classify_http_status
 from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime import ref_guard
 from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier, OutputIndex
 from corral.engine.runtime.processes import COMMAND_TAG, tag
@@ -107,6 +110,9 @@ class AttemptRun:
         return code is not None and code - 128 in signals and not has_result
 
 
+#: ``AttemptRunner``'s ``sandbox`` when none is given: the one in the turn's ``command.json``.
+_FROM_COMMAND: object = object()
+
 #: How often a running attempt's output is scanned for incidents (docs/incidents.md).
 OBSERVE_SECONDS = 2.0
 
@@ -126,6 +132,8 @@ class AttemptRunner:
         stop: StopFlag,
         term_grace: float,
         clock: Callable[[], float] = time.monotonic,
+        sandbox: SandboxSpec | object | None = _FROM_COMMAND,
+        read_only: bool | None = None,
     ) -> None:
         self.harness = harness
         self.worktree = worktree
@@ -143,6 +151,10 @@ class AttemptRunner:
         #: Called every ``OBSERVE_SECONDS`` while an attempt runs (the failure journal's scan).
         self.observe: Callable[[], None] | None = None
         self._observed = 0.0
+        #: The turn's sandbox (docs/harnesses.md#sandbox) and whether its worktree is read-only: given,
+        #: or read from the turn's ``command.json`` beside ``status.json`` (as the supervisor read it).
+        self._sandbox = sandbox
+        self._read_only = read_only
 
     def run(self, number: int, launch: Callable[[], Launch], watchdog_seconds: float) -> AttemptRun:
         run = AttemptRun(number, now())
@@ -159,17 +171,40 @@ class AttemptRunner:
         for var in PRIVATE_ENV:
             env.pop(var, None)
         env[COMMAND_TAG] = self.command_id
+        env.update(ref_guard.hook_env(self.log_dir, self.worktree, self.command_id, env))  # refs are guarded
+        argv = spec.argv
+        box = self.sandbox()
+        if box is not None and box.confined:
+            if box.error is not None:  # bwrap required and unable to run: nothing runs unconfined
+                run.spawn_error = box.error
+                run.ended_at = now()
+                return run
+            harness = getattr(self.harness, "name", "")
+            prepare(box, harness, env)
+            prompt_file = env.get("CORRAL_PROMPT_FILE")
+            guard = ref_guard.guard_dir(self.log_dir)
+            prefix, _inside = bwrap_argv(
+                box,
+                worktree=str(self.worktree),
+                program=argv[0],
+                harness=harness,
+                read_only=self.read_only(),
+                env=env,
+                read_paths=[*([prompt_file] if prompt_file else []), str(guard / ref_guard.HOOKS)],
+                write_paths=[str(guard / ref_guard.MOVES)],  # the ref guard's hook logs the agent's moves
+            )
+            argv = [*prefix, *argv]
         out_fd = os.open(self.log_dir / OUTPUT_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err_fd = os.open(self.log_dir / STDERR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         run.log_start = os.fstat(out_fd).st_size
         started = self.clock()
         try:
             try:
-                proc = spawn_piped(spec.argv, cwd=self.worktree, env=env, stdin=spec.stdin is not None)
+                proc = spawn_piped(argv, cwd=self.worktree, env=env, stdin=spec.stdin is not None)
             except OSError as exc:
                 run.spawn_error = (
-                    f"{self.harness.display} could not start: {exc.strerror or exc} ({spec.argv[0]}). "
-                    f"{self.harness.install_hint}"
+                    f"{self.harness.display} could not start: {exc.strerror or exc} ({argv[0]}). "
+                    f"{self.harness.install_hint if argv is spec.argv else INSTALL_HINT}"
                 )
                 run.spawn_errno = exc.errno
                 run.ended_at = now()
@@ -179,6 +214,8 @@ class AttemptRunner:
             if spec.stdin is not None:
                 threading.Thread(target=_feed, args=(proc, spec.stdin), daemon=True).start()
             self._watch(proc, run, out_fd, err_fd, ProgressClock(watchdog_seconds))
+            if argv is not spec.argv:
+                _sandbox_failed(run)
         finally:
             run.log_end = os.fstat(out_fd).st_size
             os.close(out_fd)
@@ -282,7 +319,56 @@ class AttemptRunner:
     def _kill(self, proc: subprocess.Popen[bytes], run: AttemptRun) -> None:
         """SIGTERM to the agent's process group, SIGKILL after the grace period (in the background)."""
         run.we_signalled = True
-        threading.Thread(target=stop_child_group, args=(proc, self.term_grace), daemon=True).start()
+        box = self.sandbox()
+        stop = stop_sandboxed_group if box is not None and box.confined else stop_child_group
+        threading.Thread(target=stop, args=(proc, self.term_grace), daemon=True).start()
+
+    def sandbox(self) -> SandboxSpec | None:
+        if self._sandbox is _FROM_COMMAND:
+            command = proto.read_record(self.status.dir / proto.COMMAND, proto.Command)
+            self._sandbox = command.sandbox if command is not None else None
+            if self._read_only is None:
+                self._read_only = command is not None and command.posture.read_only
+        assert self._sandbox is None or isinstance(self._sandbox, SandboxSpec)
+        return self._sandbox
+
+    def read_only(self) -> bool:
+        self.sandbox()
+        return bool(self._read_only)
+
+
+def _sandbox_failed(run: AttemptRun) -> None:
+    """bwrap's own error before the agent ran (exit 1, ``bwrap: …`` on stderr, not a word on stdout):
+    the harness could not start in the sandbox, a ``fatal_config`` like a harness that is missing."""
+    said = run.stderr_tail.strip()
+    if run.exit_code == 1 and not run.events and said.startswith("bwrap: "):
+        run.spawn_error = f"The sandbox could not start the agent: {said.splitlines()[-1]}. {INSTALL_HINT}"
+
+
+def stop_sandboxed_group(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """End a sandboxed agent's group: SIGTERM to each process in it but bwrap itself, then SIGKILL
+    to the whole group after ``grace`` seconds.
+
+    bwrap dies at a SIGTERM, and with ``--die-with-parent`` takes the sandbox with it by SIGKILL at
+    once; spared, it lives until the agent has ended in its own way, then exits with its status.
+    """
+    deadline = time.monotonic() + grace
+    signalled = False
+    for info in all_processes():
+        if info.pgrp == proc.pid and info.pid != proc.pid:
+            try:
+                os.kill(info.pid, signal.SIGTERM)
+                signalled = True
+            except ProcessLookupError:
+                pass
+    if not signalled and proc_info(proc.pid) is None:
+        return
+    while time.monotonic() < deadline and not exited(proc):
+        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def harness_retry_state(event: Event, attempt: int, secrets: list[str]) -> proto.RetryState:

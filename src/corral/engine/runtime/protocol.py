@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from corral.adapters.files import read_bounded, write_atomic
+from corral.adapters.sandbox import SandboxSpec
 from corral.domain.failures import Budgets
 from corral.domain.posture import Posture
 from corral.domain.record import asdict, field, record
 from corral.domain.records import FailureEvidence
 from corral.engine.readonly import Before, Kept
+from corral.engine.runtime.ref_guard import RefGuard
 
 PROTOCOL_VERSION = 2
 #: The one bound on a protocol file: the writer never writes more and the reader never reads more.
@@ -273,9 +275,13 @@ class Command:
     #: The agent's door to corral's tools; None, or no url in it: ``agent_tools_absent`` says why.
     agent_tools: AgentToolsSpec | None = None
     agent_tools_absent: str | None = None
+    #: The sandbox the agent runs in, resolved at launch (None: an older launcher's command, unconfined).
+    sandbox: SandboxSpec | None = None
 
     def to_json(self) -> JSON:
         doc = self._to_json()
+        if self.sandbox is not None:
+            doc["sandbox"] = self.sandbox.to_json()
         if self.agent_tools is not None:
             doc["agent_tools"] = self.agent_tools.to_json()
         if self.agent_tools_absent is not None:
@@ -361,7 +367,17 @@ class Command:
             journal_dir=_opt(data, "journal_dir", str),
             agent_tools=AgentToolsSpec.from_json(tools) if (tools := _obj(data, "agent_tools")) is not None else None,
             agent_tools_absent=_opt(data, "agent_tools_absent", str),
+            sandbox=_sandbox(_obj(data, "sandbox")),
         )
+
+
+def _sandbox(data: Mapping[str, Any] | None) -> SandboxSpec | None:
+    if data is None:
+        return None
+    try:
+        return SandboxSpec.from_json(data)
+    except ValueError as exc:
+        raise ShapeError(str(exc)) from None
 
 
 def _command_v1(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -759,6 +775,8 @@ class Receipt:
     reaped: tuple[Reaped, ...] = ()  # what the agent left running, ended by the supervisor
     #: What a read-only turn changed, kept on ``refs/corral/kept/<ref>/<turn>`` and reverted.
     kept: Kept | None = None
+    #: Refs other than the task's branch the agent moved, kept and put back (``runtime/ref_guard``).
+    refs: RefGuard | None = None
     extra: JSON = field(default_factory=dict)  # fields of a newer minor shape, kept as they came
 
     def to_json(self) -> JSON:
@@ -793,6 +811,8 @@ class Receipt:
             doc["reaped"] = [r.to_json() for r in self.reaped[:REAPED_KEPT]]
         if self.kept is not None:
             doc["kept"] = self.kept.to_json()
+        if self.refs is not None:
+            doc["refs"] = self.refs.to_json()
         if self.git is not None:
             g = self.git
             if g.error is not None:
@@ -825,7 +845,7 @@ class Receipt:
         reaped = data.get("reaped") or []
         if not isinstance(reaped, list) or not all(isinstance(r, dict) for r in reaped):
             raise ShapeError("reaped: expected a list of objects")
-        kept = _obj(data, "kept")
+        kept, refs = _obj(data, "kept"), _obj(data, "refs")
         git: GitFacts | None = None
         if isinstance(data.get("git_error"), str):
             git = GitFacts(error=data["git_error"])
@@ -867,6 +887,7 @@ class Receipt:
             stderr_window=_opt(data, "stderr_window", str),
             reaped=tuple(Reaped.from_json(r) for r in reaped),
             kept=Kept.from_json(kept) if kept is not None else None,
+            refs=RefGuard.from_json(refs) if refs is not None else None,
         )
 
 

@@ -35,7 +35,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.record import replace
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir, usage_limits_file
-from corral.engine.runtime import agent_tokens, receipt
+from corral.engine.runtime import agent_tokens, receipt, ref_guard
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.check import run_check
@@ -133,6 +133,7 @@ class Supervisor:
                     tail=redact(bounded(traceback.format_exc(), STACK_BYTES), self.secrets),
                 ),
             )
+        result = replace(result, refs=ref_guard.for_command(self.probe.git, self.command))  # after any ending
         result = self._with_windows(result)
         self.finish(result)
         return result

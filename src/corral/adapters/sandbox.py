@@ -1,0 +1,294 @@
+"""The bubblewrap sandbox a turn's agent runs in: its posture, the probe, and the ``bwrap`` argv prefix.
+
+The ``sandbox`` setting (``auto`` | ``bwrap`` | ``off``) is resolved once, at launch
+(:func:`resolve`), into a :class:`SandboxSpec` that the turn's command carries; the supervisor
+puts :func:`bwrap_argv` in front of each attempt's argv. Inside (docs/harnesses.md#sandbox):
+
+- the whole filesystem read-only (``--ro-bind / /``), a fresh ``/dev`` and ``/proc``;
+- writable: the task's worktree (read-only in an ask), what ``git commit`` there writes — the
+  object store, the worktree's own directory under the main git directory
+  (``.git/worktrees/<name>``), and the directories of the branch's ref and its reflog
+  (``refs/heads/corral/`` and ``logs/refs/heads/corral/``: git writes ``<ref>.lock`` beside
+  the ref and renames it, so the directory must be writable, not only the file; every
+  ``corral/*`` ref is then writable, which the ref guard answers for). ``packed-refs`` stays
+  read-only: a commit on a branch that is only packed writes a loose ref, which wins over the
+  packed one; only deleting or packing refs rewrites ``packed-refs``, and an agent needs neither;
+- a private ``/tmp`` (a tmpfs; ``TMPDIR`` points there), and the harness's own state
+  directories (Claude Code's ``~/.claude`` and ``~/.claude.json``, ``$CODEX_HOME``, Pi's ``~/.pi``);
+- not visible at all: corral's state directory (``$CORRAL_HOME``: other turns' tokens, logs,
+  provenance, and the other tasks' worktrees, which live there), and the person's home beyond
+  the harness's directories (``~/.ssh`` and every other credential), and ``$XDG_RUNTIME_DIR``
+  (the sockets of the person's ssh-agent, keyring and session bus): each is an empty,
+  read-only tmpfs. The git configuration (``~/.gitconfig``, ``$XDG_CONFIG_HOME/git``,
+  ``$GIT_CONFIG_GLOBAL``), the directories on ``PATH`` and the harness's own executable are
+  put back read-only where they were hidden, so git and the agent still run;
+- the network is shared (the agent needs its model API); a PID namespace of its own
+  (``--unshare-pid``: no other process, and so no other turn's environment, is visible in
+  ``/proc``), no capabilities (``--cap-drop ALL``, also as root), and ``--die-with-parent``:
+  when the supervisor dies, bwrap and everything inside die with it. No ``--new-session``:
+  the agent stays in bwrap's process group, which is what the supervisor signals.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from corral.domain.record import asdict, record
+
+#: The values of the ``sandbox`` setting.
+AUTO, BWRAP, OFF = "auto", "bwrap", "off"
+MODES = (AUTO, BWRAP, OFF)
+INSTALL_HINT = 'Install bubblewrap: apt install bubblewrap (or set sandbox = "off" in your user file).'
+#: How long the probe may take (a bwrap that hangs never hangs a launch).
+PROBE_TIMEOUT = 10.0
+#: The flags every sandbox runs with, the probe's included (so the probe proves what a turn needs).
+CORE_FLAGS = ("--die-with-parent", "--unshare-pid", "--cap-drop", "ALL")
+#: Variables naming a temporary directory: inside, each names the private ``/tmp``.
+TMP_VARS = ("TMPDIR", "TMP", "TEMP", "CLAUDE_CODE_TMPDIR")
+SANDBOX_TMP = "/tmp"
+
+
+@record
+class SandboxSpec:
+    """A turn's sandbox, resolved once at launch and carried in its command.
+
+    ``mode`` is ``bwrap`` or ``off``; ``reason`` says why (for ``show``). ``error``: bwrap was
+    required but cannot run here — every attempt then fails ``fatal_config`` with it, nothing
+    runs unconfined. ``hidden``: directories the agent must not see (corral's state). The git
+    paths are the worktree's: its common git directory, its own git directory, and the branch.
+    """
+
+    mode: str
+    reason: str
+    bwrap: str | None = None
+    error: str | None = None
+    hidden: tuple[str, ...] = ()
+    git_common_dir: str | None = None
+    git_dir: str | None = None
+    branch: str | None = None  # the branch's full ref, refs/heads/corral/<ref>
+
+    @property
+    def confined(self) -> bool:
+        return self.mode == BWRAP
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["hidden"] = list(self.hidden)
+        return doc
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SandboxSpec:
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"sandbox.{key}: expected a string")
+            return value
+
+        mode, reason = data.get("mode"), data.get("reason")
+        if mode not in (BWRAP, OFF) or not isinstance(reason, str):
+            raise ValueError("sandbox: mode must be bwrap or off, with a reason")
+        hidden = data.get("hidden") or []
+        if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
+            raise ValueError("sandbox.hidden: expected a list of strings")
+        return cls(
+            mode=mode,
+            reason=reason,
+            bwrap=text("bwrap"),
+            error=text("error"),
+            hidden=tuple(hidden),
+            git_common_dir=text("git_common_dir"),
+            git_dir=text("git_dir"),
+            branch=text("branch"),
+        )
+
+
+def find_bwrap(env: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if env is None else env
+    return shutil.which("bwrap", path=env.get("PATH", os.defpath))
+
+
+@cache
+def probe(bwrap: str) -> str | None:
+    """Why ``bwrap`` cannot make a sandbox here, or None when it can (asked once per process)."""
+    argv = [bwrap, *CORE_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{bwrap} did not run: {exc}"
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return f"{bwrap} exited {done.returncode}" + (f": {said[-1]}" if said else "")
+
+
+def resolve(
+    setting: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    hidden: Sequence[str] = (),
+    git_common_dir: str | None = None,
+    git_dir: str | None = None,
+    branch: str | None = None,
+) -> SandboxSpec:
+    """The sandbox a turn gets from the ``sandbox`` setting: ``auto`` is bwrap where it works, else off.
+
+    ``bwrap`` where bubblewrap is missing or does not work is a spec with ``error`` (the turn
+    fails ``fatal_config`` with the install hint), never an unconfined turn.
+    """
+    paths = {"hidden": tuple(hidden), "git_common_dir": git_common_dir, "git_dir": git_dir, "branch": branch}
+    if setting == OFF:
+        return SandboxSpec(OFF, "sandbox = off in the settings")
+    found = find_bwrap(env)
+    broken = probe(found) if found is not None else None
+    if setting == AUTO:
+        if found is None:
+            return SandboxSpec(OFF, "sandbox = auto, and bubblewrap (bwrap) is not installed")
+        if broken is not None:
+            return SandboxSpec(OFF, f"sandbox = auto, and bubblewrap does not work here: {broken}")
+        return SandboxSpec(BWRAP, "sandbox = auto: bubblewrap works here", bwrap=found, **paths)  # type: ignore[arg-type]
+    if found is None:
+        error = f"The sandbox is bwrap, but bubblewrap (bwrap) is not on PATH. {INSTALL_HINT}"
+    elif broken is not None:
+        error = f"The sandbox is bwrap, but bubblewrap does not work here ({broken}). {INSTALL_HINT}"
+    else:
+        error = None
+    return SandboxSpec(BWRAP, "sandbox = bwrap in the settings", bwrap=found, error=error, **paths)  # type: ignore[arg-type]
+
+
+# -- what the agent keeps -------------------------------------------------------------------
+
+
+def state_dirs(harness: str, env: Mapping[str, str]) -> list[Path]:
+    """The harness's own state (writable inside): directories, and Claude Code's ``~/.claude.json``."""
+    home = Path(env.get("HOME") or "/")
+    if harness == "claude":
+        config = env.get("CLAUDE_CONFIG_DIR")
+        return [Path(config)] if config else [home / ".claude", home / ".claude.json"]
+    if harness == "codex":
+        return [Path(env.get("CODEX_HOME") or home / ".codex")]
+    if harness == "pi":
+        agent_dir = env.get("PI_CODING_AGENT_DIR")
+        return [home / ".pi", *([Path(agent_dir)] if agent_dir else [])]
+    return []
+
+
+def prepare(spec: SandboxSpec, harness: str, env: Mapping[str, str]) -> None:
+    """Create the directories a bind needs that are missing: the harness's state directories (a
+    home hidden read-only would refuse its own ``mkdir``; files such as ``~/.claude.json`` are left
+    alone) and the branch's ref and reflog directories (``git pack-refs --prune`` removes them)."""
+    paths = [p for p in state_dirs(harness, env) if p.suffix != ".json"]
+    if spec.git_common_dir and spec.branch:
+        ref_dir = os.path.dirname(spec.branch)
+        paths += [Path(spec.git_common_dir, ref_dir), Path(spec.git_common_dir, "logs", ref_dir)]
+    for path in paths:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # the bind is skipped (``--bind-try``) and what needed it fails, saying so
+
+
+def _hidden_roots(spec: SandboxSpec, env: Mapping[str, str]) -> list[str]:
+    home, runtime = env.get("HOME"), env.get("XDG_RUNTIME_DIR")
+    # The runtime directory holds the person's agent sockets (ssh-agent, the keyring, the session bus).
+    roots = [SANDBOX_TMP, *([home] if home and home != "/" else []), *([runtime] if runtime else []), *spec.hidden]
+    found = {os.path.normpath(r) for r in roots if os.path.isdir(r)}  # a mount point needs a directory
+    return sorted(found, key=lambda r: (r.count("/"), r))
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def program_paths(program: str, env: Mapping[str, str]) -> list[str]:
+    """What running ``program`` needs to see: where it is, where its link points, and for a Node
+    package the directory that holds its ``node_modules`` (its dependencies)."""
+    found = shutil.which(program, path=env.get("PATH", os.defpath)) if "/" not in program else program
+    if not found:
+        return []
+    found = os.path.abspath(found)
+    real = os.path.realpath(found)
+    # The files themselves, for when their directory may not be shown (it holds a hidden one).
+    out = [found, real, os.path.dirname(found)]
+    parts = Path(real).parts
+    if "node_modules" in parts:
+        out.append(str(Path(*parts[: parts.index("node_modules")])))
+    else:
+        out.append(os.path.dirname(real))
+    return out
+
+
+def bwrap_argv(
+    spec: SandboxSpec,
+    *,
+    worktree: str,
+    program: str,
+    harness: str,
+    read_only: bool,
+    env: Mapping[str, str],
+    read_paths: Sequence[str] = (),
+    write_paths: Sequence[str] = (),
+) -> tuple[list[str], dict[str, str]]:
+    """The ``bwrap … --`` prefix for one attempt, and the variables to change inside.
+
+    ``program`` is the harness's executable (argv[0]); ``read_paths`` are what the launch hands
+    the agent that may lie in a hidden directory (its prompt file, the ref guard's hooks), and
+    ``write_paths`` what it must write there (the ref guard's log of the agent's ref moves).
+    """
+    assert spec.bwrap is not None
+    hidden = _hidden_roots(spec, env)
+    argv = [spec.bwrap, *CORE_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for root in hidden:
+        argv += ["--tmpfs", root]
+    reads: list[str] = []
+    home = env.get("HOME")
+    if home:
+        reads += [f"{home}/.gitconfig", f"{home}/.config/git"]
+    for var in ("GIT_CONFIG_GLOBAL", "XDG_CONFIG_HOME"):
+        value = env.get(var)
+        if value:
+            reads.append(value if var == "GIT_CONFIG_GLOBAL" else f"{value}/git")
+    reads += [d for d in env.get("PATH", "").split(":") if d]
+    reads += program_paths(program, env)
+    if spec.git_common_dir:
+        reads.append(spec.git_common_dir)
+        if os.path.basename(spec.git_common_dir) == ".git":  # the main checkout: seen, never written
+            reads.append(os.path.dirname(spec.git_common_dir))
+    reads += list(read_paths)
+    writes: list[str] = []
+    if not read_only:
+        if spec.git_common_dir:
+            common = spec.git_common_dir
+            writes.append(f"{common}/objects")
+            if spec.branch:
+                ref_dir = os.path.dirname(spec.branch)
+                writes += [f"{common}/{ref_dir}", f"{common}/logs/{ref_dir}"]
+        if spec.git_dir and spec.git_dir != spec.git_common_dir:
+            writes.append(spec.git_dir)
+    writes += [str(p) for p in state_dirs(harness, env)]
+    writes += list(write_paths)
+    mounts: dict[str, str] = {}
+    for path in reads:
+        path = os.path.normpath(os.path.abspath(path))
+        # Visible already where nothing hides it; never a hidden directory or one above it.
+        if _under(path, hidden) and not any(_under(root, [path]) for root in hidden):
+            mounts.setdefault(path, "--ro-bind-try")
+    for path in writes:
+        mounts[os.path.normpath(os.path.abspath(path))] = "--bind-try"
+    worktree = os.path.normpath(os.path.abspath(worktree))
+    mounts[worktree] = "--ro-bind" if read_only else "--bind"
+    for path in sorted(mounts, key=lambda p: (p.count("/"), p)):
+        argv += [mounts[path], path, path]
+    for root in hidden:
+        if root != SANDBOX_TMP:
+            argv += ["--remount-ro", root]
+    changes = {var: SANDBOX_TMP for var in TMP_VARS if var == "TMPDIR" or env.get(var)}
+    for var, value in changes.items():
+        argv += ["--setenv", var, value]
+    argv += ["--chdir", worktree, "--"]
+    return argv, changes
