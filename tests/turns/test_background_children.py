@@ -101,12 +101,13 @@ def test_an_attempt_names_what_it_reaped(name, tmp_path, pidfile):
     protocol = tmp_path / "protocol"
     protocol.mkdir()
     harness = make_harness("command", {"command": f"sh {script(tmp_path, name)}"})
-    status = StatusReporter(protocol, "cmd-reap", "start")
+    command_id = f"cmd-reap-{name}"  # its own identity: the parallel case must not reap this one's leftovers
+    status = StatusReporter(protocol, command_id, "start")
     runner = AttemptRunner(
         harness,
         worktree=worktree,
         log_dir=logs,
-        command_id="cmd-reap",
+        command_id=command_id,
         secrets=[],
         status=status,
         stop=StopFlag(protocol),
