@@ -28,6 +28,7 @@ from corral.engine.read.projection import show
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import ref_guard
 from corral.engine.runtime.processes import reap_turn, tag
+from corral.errors import HarnessMisconfigured
 from corral.testing.fake_agent import wrapper_script
 from tests.conftest import CLI, git
 
@@ -257,22 +258,18 @@ def path_without_bwrap(tmp_path: Path) -> str:
     return str(bin_dir)
 
 
-def test_sandbox_bwrap_without_bubblewrap_is_fatal_config_with_the_install_hint(
+def test_sandbox_bwrap_without_bubblewrap_is_refused_at_start_with_the_install_hint(
     boxed: Any, tmp_path: Any, monkeypatch: Any
 ) -> None:
     proj = boxed
     monkeypatch.setenv("PATH", path_without_bwrap(tmp_path))
     task = tasks.create(proj, "Probe without bwrap", actor=Actor.HUMAN, harness="command")
-    turns.start(proj, task.ref, actor=Actor.HUMAN)
-    done = finished(proj, task.ref)
-    (turn,) = agent_turns(proj, task)
-    assert [a.failure_class for a in turn.attempts] == ["fatal_config"]
-    assert "apt install bubblewrap" in (turn.details.get("failure_reason") or turn.content)
-    assert done.status is Status.BLOCKED
-    assert not (proj.paths.worktree(task.ref) / "inside.txt").exists()  # nothing ran unconfined
+    with pytest.raises(HarnessMisconfigured) as refused:
+        turns.start(proj, task.ref, actor=Actor.HUMAN)
+    assert refused.value.code == "sandbox-unavailable" and "apt install bubblewrap" in refused.value.message
     with proj.store.read() as tx:
-        doc = show(tx, tx.get_task(task.id))
-    assert doc["sandbox"]["mode"] == "bwrap" and "apt install bubblewrap" in doc["sandbox"]["reason"]
+        assert tx.get_task(task.id).status is Status.BACKLOG  # refused before anything was recorded
+    assert not (proj.paths.worktree(task.ref) / "inside.txt").exists()  # nothing ran, confined or not
 
 
 def test_sandbox_bwrap_that_does_not_work_is_fatal_config(boxed: Any, tmp_path: Any, monkeypatch: Any) -> None:
@@ -280,7 +277,12 @@ def test_sandbox_bwrap_that_does_not_work_is_fatal_config(boxed: Any, tmp_path: 
     bin_dir = tmp_path / "broken-bwrap"
     bin_dir.mkdir()
     fake = bin_dir / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    # It passes the launch's probe (``bwrap … true``) and fails every real run: the supervisor's
+    # attempt is where it is met, and it is fatal_config there, never a turn run unconfined.
+    fake.write_text(
+        '#!/bin/sh\nfor last; do :; done\n[ "$last" = true ] && exit 0\n'
+        "echo 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     task = tasks.create(proj, "Probe a broken bwrap", actor=Actor.HUMAN, harness="command")

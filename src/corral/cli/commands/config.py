@@ -194,8 +194,9 @@ Examples:
   corral config set watchdog_timeout 900 --scope project    in corral.toml, for everyone
 \b
 The rest of the file (other settings, tables, comments) is kept as it is. A setting that
-widens what an agent may do (permission_mode, allowed_tools, is_sandbox) is refused with
---scope project: corral ignores it in corral.toml.
+widens what an agent may do (permission_mode, allowed_tools, is_sandbox, agent_tools, sandbox)
+is refused with --scope project: corral ignores it in corral.toml. A value that only narrows is
+taken there (sandbox = bwrap).
 """,
 )
 @click.argument("name")
@@ -206,10 +207,10 @@ widens what an agent may do (permission_mode, allowed_tools, is_sandbox) is refu
 def config_set(app: App, name: str, value: str, scope: str) -> None:
     """Set NAME to VALUE in a settings file (checked against the setting's type first)."""
     s = lookup(name, "corral config set")
-    check_scope(s, scope)
+    parsed = _parse(s, value, "corral config set")
+    check_scope(s, scope, parsed)  # a narrowing value a repository may set (sandbox = "bwrap") is taken
     cfg = settings(app)
     path, table = scope_target(cfg, scope)
-    parsed = _parse(s, value, "corral config set")
     changed = write_setting(path, table, s.name, parsed)
     _answer_write(app, s, scope, path, table, changed, f"Set {s.name} = {_shown(parsed)}")
 

@@ -51,6 +51,7 @@ from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime import protocol as proto
 from corral.errors import (
     CorralError,
+    HarnessMisconfigured,
     LaunchFailed,
     PrepareFailed,
     RefusedError,
@@ -145,7 +146,15 @@ def check_harness(project: Project, task: Task) -> None:
 
     With the settings the turn would run with (:func:`launch_settings`); see ``operations/preflight.py``.
     """
-    preflight.check_harness(project, task.harness, {k: v["value"] for k, v in launch_settings(project, task).items()})
+    settings = {k: v["value"] for k, v in launch_settings(project, task).items()}
+    preflight.check_harness(project, task.harness, settings)
+    wanted = str(settings.get("sandbox") or task_config(project.config, task)["sandbox"])
+    if wanted == "bwrap":  # required and unable to run: refused now, never a turn run unconfined
+        from corral.adapters.sandbox import resolve
+
+        error = resolve(wanted).error
+        if error is not None:
+            raise HarnessMisconfigured(error, code="sandbox-unavailable", hint="See docs/harnesses.md#sandbox.")
 
 
 def launch_settings(project: Project, task: Task) -> dict[str, dict[str, Any]]:

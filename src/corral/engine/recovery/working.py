@@ -103,6 +103,17 @@ def process_receipt(project: Project, task: Task, protocol_dir: Path | None = No
     return True
 
 
+def _finish_ref_guard(project: Project, task: Task) -> None:
+    """A supervisor that died after its agent ran left the ref guard's check undone: done here
+    (idempotent; it never raises), so a ref the agent moved is put back even with no receipt."""
+    command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
+    if command is None:
+        return
+    from corral.engine.runtime import ref_guard
+
+    ref_guard.for_command(project.git, command)
+
+
 def teardown(protocol_dir: Path) -> None:
     """A recorded turn's ephemera go: its agent's token, its wait markers and progress line."""
     from corral.engine.runtime import agent_marks, agent_tokens
@@ -177,6 +188,7 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
     from corral.engine.runtime.receipt import output_tail
 
     reap_turn(project, task.id)  # an orphaned agent must not work on beside the next turn
+    _finish_ref_guard(project, task)
     teardown(project.paths.protocol_dir(task.id))
     phase = status.phase if status else None
     reason = "the supervisor ended without a receipt" if status else "the supervisor never started"

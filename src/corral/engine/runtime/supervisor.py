@@ -82,6 +82,8 @@ class Supervisor:
             stop=self.stop,
             term_grace=command.watchdog.term_grace_seconds,
             clock=ladder_clock,
+            sandbox=command.sandbox,
+            read_only=command.posture.read_only,
         )
         self.runner.session_id = command.resume_id
         self.work = WorkPhase(
