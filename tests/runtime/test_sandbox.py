@@ -466,3 +466,17 @@ def test_the_spec_round_trips_through_the_command_json() -> None:
     assert sandboxing.SandboxSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
     with pytest.raises(ValueError):
         sandboxing.SandboxSpec.from_json({"mode": "maybe", "reason": "x"})
+
+
+def test_a_chat_runs_in_the_sandbox_with_the_worktree_read_only(box_env: Any, repo: Any) -> None:
+    from tests.conftest import CLI
+
+    corral = CLI(repo)
+    corral.ok("create", "Probe then chat", "--ref", "chatty", "--harness", "command")
+    corral.ok("start", "chatty", "--wait")
+    chat = corral("chat", "chatty", input="")
+    assert chat.returncode == 0, chat.stderr
+    seen = lines(chat.stdout)
+    # read-only inside the sandbox: the worktree refuses, and so do the checkout, corral's state and the home
+    assert seen["worktree"] == "REFUSED" and seen["main"] == "REFUSED" and seen["corral_home"] == "REFUSED"
+    assert seen["home"] == "REFUSED" and seen["ssh"] == "REFUSED" and seen["tokens"] == "REFUSED"

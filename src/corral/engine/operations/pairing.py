@@ -40,11 +40,11 @@ from corral.domain.records import Task
 from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine.config import harness_settings
 from corral.engine.locks import task_lock
-from corral.engine.operations.launch import posture
+from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project
 from corral.engine.recovery.pairs import chat_held, end_chat, end_pair, hold_chat, pairing_lock, read_hold
 from corral.engine.resolve import resolve_task, task_config
-from corral.errors import ChatOpen, CorralError, RefusedError
+from corral.errors import ChatOpen, CorralError, HarnessMisconfigured, RefusedError
 
 
 def chat_lock(project: Project, task_id: str) -> Path:
@@ -110,14 +110,34 @@ def _interactive(
         )
     )
     env = {**os.environ, **launch.env}
+    argv = _confined(project, task, harness.name, launch.argv, worktree, read_only, env)
     try:
-        return run_interactive(launch.argv, cwd=worktree, env=env, started=started)
+        return run_interactive(argv, cwd=worktree, env=env, started=started)
     except (FileNotFoundError, PermissionError) as exc:
         raise CorralError(
             f"{harness.display} could not start: {exc.strerror} ({launch.argv[0]}).",
             code="harness-missing",
             hint=harness.install_hint,
         ) from exc
+
+
+def _confined(
+    project: Project, task: Task, harness: str, argv: list[str], worktree: str, read_only: bool, env: dict[str, str]
+) -> list[str]:
+    """The session's argv inside the task's sandbox, as a turn's would be (a chat's worktree read-only)."""
+    from corral.adapters import sandbox
+
+    spec = sandbox_spec(project, worktree, task.branch)
+    if not spec.confined:
+        return argv
+    if spec.error is not None:
+        raise HarnessMisconfigured(spec.error, code="sandbox-unavailable", hint="See docs/harnesses.md#sandbox.")
+    sandbox.prepare(spec, harness, env)
+    prefix, inside = sandbox.bwrap_argv(
+        spec, worktree=worktree, program=argv[0], harness=harness, read_only=read_only, env=env
+    )
+    env.update(inside)
+    return [*prefix, *argv]
 
 
 def pair(project: Project, given: str, *, actor: Actor) -> Paired:
