@@ -25,6 +25,7 @@ from typing import Any
 from corral.domain.record import record
 from corral.engine.operations import gates
 from corral.engine.runtime import agent_tokens
+from corral.engine.runtime.liveness import LiveCache
 from corral.errors import AgentTokenInvalid, CorralError
 from corral.mcp.server import Projects, build
 from corral.mcp.tools import Calling
@@ -114,6 +115,7 @@ def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) 
     from mcp.server.transport_security import TransportSecuritySettings
 
     projects = Projects()
+    live = LiveCache()
 
     def resolve(ctx: Any) -> Calling:
         request = getattr(ctx, "request", None)
@@ -125,7 +127,8 @@ def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) 
                 hint="A token lives as long as its turn: the next turn of the task gets a new one.",
             )
         project = projects.get(grant.repo, grant.state)
-        return Calling(lambda: projects.get(grant.repo, grant.state), gates.agent(project, grant), settles=False)
+        caller = gates.agent(project, grant)
+        return Calling(lambda: projects.get(grant.repo, grant.state), caller, settles=False, live=live)
 
     server = build(resolve)
     p = port()

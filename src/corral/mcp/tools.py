@@ -33,6 +33,7 @@ from corral.engine.operations import control, gates, queries, tasks, turns
 from corral.engine.operations.gates import Caller
 from corral.engine.project import Project
 from corral.engine.read import notices
+from corral.engine.runtime.liveness import LiveCache, LiveOf
 from corral.errors import AgentTokenInvalid, DispositionRefused, UsageError
 
 #: How often a blocking tool looks again.
@@ -68,6 +69,15 @@ class Calling:
     project: Callable[[], Project]
     caller: Caller
     settles: bool = True
+    #: Live facts kept a moment, for a door serving many calls a second (the daemon's); None: read each time.
+    live: LiveCache | None = None
+
+    def live_of(self) -> LiveOf | None:
+        cache = self.live
+        if cache is None:
+            return None
+        project = self.project()
+        return lambda t: cache.facts(project, t)
 
 
 class Args:
@@ -155,7 +165,7 @@ class Tool:
 def projection(c: Calling, task: Task | str, last_turns: int = RESULT_TURNS) -> dict[str, Any]:
     """The ``show --json`` document of a task, as a task-targeting tool answers."""
     given = task.id if isinstance(task, Task) else task
-    return queries.show_task(c.project(), given, last_turns=last_turns, settle=c.settles).doc
+    return queries.show_task(c.project(), given, last_turns=last_turns, settle=c.settles, live=c.live_of()).doc
 
 
 def _target(c: Calling, tool: str, args: Args) -> Task:
@@ -272,6 +282,7 @@ def _list(c: Calling, a: Args) -> dict[str, Any]:
         limit=a.whole("limit", PAGE_ROWS, low=1, high=MAX_PAGE_ROWS),
         subtree_of=caller.task_id,
         settle=c.settles,
+        live=c.live_of(),
     )
     return {
         "rows": page.rows,

@@ -21,7 +21,7 @@ from corral.engine.project import Project
 from corral.engine.read import incidents, projection
 from corral.engine.recovery import merges
 from corral.engine.resolve import resolve_task, task_config
-from corral.engine.runtime.liveness import Observed, live_facts
+from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 from corral.errors import NotFoundError, RefusedError, UsageError
 
 # What ``list`` shows for each choice; None: every task, finished ones included.
@@ -97,9 +97,11 @@ def list_page(
     limit: int = 50,
     subtree_of: str | None = None,
     settle: bool = True,
+    live: LiveOf | None = None,
 ) -> Page:
     """One page of ``list``'s rows: only the page's rows are built. ``subtree_of``: only that task
-    and its direct subtasks (what a task agent sees), read by the parent index, not the whole list."""
+    and its direct subtasks (what a task agent sees), read by the parent index, not the whole list.
+    ``live``: as for :func:`show_task`."""
     if which not in LISTS:
         raise UsageError(f"There is no '{which}' list.", hint="Choose one of: active, blocked, all.")
     observed: Observed = {}
@@ -115,7 +117,10 @@ def list_page(
             found = [t for t in family if wanted is None or t.status in wanted]
         page = found[offset : offset + limit]
         rows = projection.list_rows(
-            tx, page, lambda t: live_facts(project, t, observed), breaker_threshold=lambda t: _threshold(project, t)
+            tx,
+            page,
+            live or (lambda t: live_facts(project, t, observed)),
+            breaker_threshold=lambda t: _threshold(project, t),
         )
     end = offset + len(page)
     return Page(rows, len(found), end if end < len(found) else None)
@@ -132,12 +137,15 @@ class Shown:
     problems: list[str]  # what settling could not reconcile
 
 
-def show_task(project: Project, given: str, *, last_turns: int | None = None, settle: bool = True) -> Shown:
+def show_task(
+    project: Project, given: str, *, last_turns: int | None = None, settle: bool = True, live: LiveOf | None = None
+) -> Shown:
     """One task's whole read model with its live facts, diagnostics resolved; settles first.
 
     With ``last_turns``, only that many of the latest turns are kept, and the status
     changes and comments from before the first kept turn are left out with them.
-    ``settle=False``: as for :func:`list_tasks`.
+    ``settle=False``: as for :func:`list_tasks`. ``live``: where live facts come from (default: read
+    now; the daemon's endpoint passes its short-lived ``LiveCache``), the task's and its children's.
     """
     problems = _settle(project) if settle else []
     earlier = 0
@@ -147,14 +155,15 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None, se
         pass  # the person restored their stash: the note goes, and show reads the task anew below
     with project.store.read() as tx:
         task = resolve_task(tx, task.id)
-        live = live_facts(project, task)
+        facts = live or (lambda t: live_facts(project, t))
+        current = facts(task)
         threshold, where = _threshold(project, task), project.paths.diagnostics
-        marks = _marks(project, task)
+        marks = _marks(project, task, facts)
         if last_turns is None:
-            doc = projection.show(tx, task, live, breaker_threshold=threshold, diagnostics=where, **marks)
+            doc = projection.show(tx, task, current, breaker_threshold=threshold, diagnostics=where, **marks)
         else:
             doc, earlier = projection.show_latest(
-                tx, task, live, turns=last_turns, breaker_threshold=threshold, diagnostics=where, **marks
+                tx, task, current, turns=last_turns, breaker_threshold=threshold, diagnostics=where, **marks
             )
         try:
             merges_into: str | None = workspace.target_branch(tx, task)
@@ -173,11 +182,11 @@ def show_task(project: Project, given: str, *, last_turns: int | None = None, se
     return Shown(doc, merges_into, earlier, problems)
 
 
-def _marks(project: Project, task: Task) -> dict[str, Any]:
+def _marks(project: Project, task: Task, live: LiveOf | None = None) -> dict[str, Any]:
     """What ``projection.show`` counts an agent's waited time and its children's substates from."""
     from corral.engine.runtime.agent_marks import intervals  # the waits' file: only a show reads it
 
-    return {"intervals": intervals(project, task.id), "live_of": lambda t: live_facts(project, t)}
+    return {"intervals": intervals(project, task.id), "live_of": live or (lambda t: live_facts(project, t))}
 
 
 @record

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from corral.domain.record import replace
@@ -74,6 +76,38 @@ def with_marks(project: Project, task_id: str, live: Live) -> Live:
     now = project.clock()
     waits = tuple(Waiting(w.target, max(0.0, (now - w.since).total_seconds())) for w in found)
     return replace(live, waits=waits, progress=line)
+
+
+#: What a reader asks for a task's live facts (``live_facts`` bound to a project, or a cache of it).
+LiveOf = Callable[[Task], Live | None]
+
+
+class LiveCache:
+    """Live facts of running turns, each kept for ``ttl`` seconds, for a long-lived reader.
+
+    The daemon's MCP endpoint answers many calls a second, and every row of a page and every
+    child of a task has a supervisor whose ``status.json`` and pid would be read again on each;
+    a read a fraction of a second old says the same. A task that is not working has no live
+    facts and costs nothing. Shared by the endpoint's worker threads (a dict's get and set hold).
+    """
+
+    def __init__(self, ttl: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.clock = clock
+        self._seen: dict[tuple[str, str], tuple[float, Live | None]] = {}
+
+    def facts(self, project: Project, task: Task) -> Live | None:
+        if task.status is not Status.WORKING:
+            return None
+        key, now = (str(project.paths.root), task.id), self.clock()
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        if len(self._seen) > 50_000:
+            self._seen.clear()
+        found = live_facts(project, task)
+        self._seen[key] = (now + self.ttl, found)
+        return found
 
 
 def live_of(status: SupervisorStatus | None, alive: bool) -> Live:
