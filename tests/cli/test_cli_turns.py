@@ -137,7 +137,10 @@ def test_logs_render_and_raw(corral, tmp_path):
     assert corral("logs", "lg", "--turn", "9", env=env).returncode == 4
 
 
-def test_demo_runs_the_lifecycle_and_cleans_up_when_asked(corral):
+def test_demo_runs_the_lifecycle_and_cleans_up_when_asked(corral, monkeypatch):
+    # As a new user runs it: corral's defaults, not the test isolation's (sandbox auto, agent tools on).
+    monkeypatch.delenv("CORRAL_SANDBOX")
+    monkeypatch.delenv("CORRAL_AGENT_TOOLS")
     result = corral("demo", "--json", "--clean", timeout=60)
     assert result.returncode == 0, result.stderr
     doc = result.json()

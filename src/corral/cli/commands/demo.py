@@ -119,6 +119,10 @@ def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
                 "CORRAL_FAKE_SCENARIO": str(scenario),
                 "CORRAL_FAKE_RECORD": str(scratch / "record"),
                 "CORRAL_HARNESS": "claude",
+                # The scripted agent reads its scenario from the scratch directory under /tmp, which a
+                # sandboxed turn cannot see, and it calls no corral tools: the demo runs it as it is.
+                "CORRAL_SANDBOX": "off",
+                "CORRAL_AGENT_TOOLS": "0",
             }
         )
         cleanup.enter_context(overlay)
