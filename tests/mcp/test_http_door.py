@@ -119,3 +119,9 @@ def test_an_unconfined_turn_gets_no_shell_and_its_dispositions_are_ignored(held:
     assert not ignored.is_error
     assert ignored.structured_content["recorded"] is False and ignored.structured_content["ignored"] is True
     assert "confined" in ignored.structured_content["why"]
+
+
+def test_an_agent_cannot_edit_its_own_task(held: Any) -> None:
+    _door, url, token, _hold = held
+    refused = call(url, token, "edit", {"task": "holder", "protect": []})
+    assert refused.is_error and refused.structured_content["error"]["code"] == "agent-out-of-scope"

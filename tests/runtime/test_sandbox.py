@@ -480,3 +480,32 @@ def test_a_chat_runs_in_the_sandbox_with_the_worktree_read_only(box_env: Any, re
     # read-only inside the sandbox: the worktree refuses, and so do the checkout, corral's state and the home
     assert seen["worktree"] == "REFUSED" and seen["main"] == "REFUSED" and seen["corral_home"] == "REFUSED"
     assert seen["home"] == "REFUSED" and seen["ssh"] == "REFUSED" and seen["tokens"] == "REFUSED"
+
+
+#: An agent that repoints the worktree's git metadata (to hand corral's own, unconfined git a
+#: configuration of its choosing: core.fsmonitor, hooks) and still commits its work.
+REPOINT = """#!/bin/sh
+gd=$(git rev-parse --git-dir)
+try() {{ if sh -c "$2" >/dev/null 2>&1; then echo "ALLOWED $1"; else echo "REFUSED $1"; fi; }}
+try dotgit 'echo "gitdir: /elsewhere" > .git'
+try commondir 'echo /elsewhere > "$gd/commondir"'
+try gitdir 'echo /elsewhere > "$gd/gitdir"'
+try worktree_config 'printf "[core]\\n\\tfsmonitor = {pwn}\\n" > "$gd/config.worktree"'
+try head 'echo "ref: refs/heads/main" > "$gd/HEAD"'
+try swap 'mv "$gd/commondir" "$gd/commondir.old"'
+try commit 'echo work > work.txt && git add work.txt && git commit -q -m work'
+"""
+
+
+def test_the_worktrees_git_metadata_cannot_be_repointed_from_inside(boxed: Any, box_env: Path, tmp_path: Path) -> None:
+    proj = boxed
+    pwn = tmp_path / "pwned"
+    box_env.write_text(REPOINT.format(pwn=f"sh -c 'touch {pwn}'"))
+    task = tasks.create(proj, "Repoint the metadata", actor=Actor.HUMAN, harness="command")
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    done = finished(proj, task.ref)
+    seen = lines(agent_turns(proj, task)[-1].content)
+    for what in ("dotgit", "commondir", "gitdir", "worktree_config", "head", "swap"):
+        assert seen[what] == "REFUSED", (what, seen)
+    assert seen["commit"] == "ALLOWED" and done.status is Status.BLOCKED
+    assert not pwn.exists()  # corral's own git after the turn ran nothing of the agent's

@@ -191,6 +191,13 @@ def prepare(spec: SandboxSpec, harness: str, env: Mapping[str, str]) -> None:
             path.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass  # the bind is skipped (``--bind-try``) and what needed it fails, saying so
+    if spec.git_dir and spec.git_dir != spec.git_common_dir:
+        # An empty config.worktree is read only with extensions.worktreeConfig, and then it adds
+        # nothing; made here, it can be pinned read-only, so the agent cannot create one.
+        try:
+            Path(spec.git_dir, "config.worktree").touch(exist_ok=True)
+        except OSError:
+            pass
 
 
 def _hidden_roots(spec: SandboxSpec, env: Mapping[str, str]) -> list[str]:
@@ -203,6 +210,22 @@ def _hidden_roots(spec: SandboxSpec, env: Mapping[str, str]) -> list[str]:
 
 def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+#: In a worktree's own git directory (``.git/worktrees/<name>``): the files git reads to find the
+#: repository and its configuration, and ``HEAD`` (which branch corral's own git acts on after the
+#: turn: a commit moves the branch, never HEAD); never the index or the logs git writes committing.
+PINNED_GIT_FILES = ("commondir", "gitdir", "config.worktree", "HEAD")
+
+
+def pinned_git_files(spec: SandboxSpec, worktree: str) -> list[str]:
+    """The files that point git at the repository and its configuration: the worktree's ``.git``
+    file and, in its own git directory, :data:`PINNED_GIT_FILES` (made by :func:`prepare` where
+    missing, so no agent can create one)."""
+    paths = [os.path.join(worktree, ".git")]
+    if spec.git_dir and spec.git_dir != spec.git_common_dir:
+        paths += [os.path.join(spec.git_dir, name) for name in PINNED_GIT_FILES]
+    return paths
 
 
 def program_paths(program: str, env: Mapping[str, str]) -> list[str]:
@@ -284,6 +307,12 @@ def bwrap_argv(
     mounts[worktree] = "--ro-bind" if read_only else "--bind"
     for path in sorted(mounts, key=lambda p: (p.count("/"), p)):
         argv += [mounts[path], path, path]
+    if not read_only:
+        # What tells git where the repository is stays read-only inside writable places: corral runs
+        # git in this worktree after the turn, unconfined, and a repointed .git, commondir or gitdir
+        # (or a config.worktree) would hand that git a configuration of the agent's (fsmonitor, hooks).
+        for path in pinned_git_files(spec, worktree):
+            argv += ["--ro-bind-try", path, path]
     for root in hidden:
         if root != SANDBOX_TMP:
             argv += ["--remount-ro", root]

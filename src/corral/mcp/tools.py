@@ -17,12 +17,13 @@ whether to call again. This module is free of the SDK: :mod:`corral.mcp.server` 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-from corral.adapters.harness.base import SHELL_RESULT_KEY
+from corral.adapters.harness.base import ARGV_PROMPT_LIMIT, SHELL_RESULT_KEY
 from corral.domain.actors import Role
 from corral.domain.agent_tools import WAIT_CALL_SECONDS
 from corral.domain.intents import DISPOSITIONS, ID_PATTERN, MAX_EXPECTED, MAX_TARGETS, PERMISSION_RESOURCES
@@ -34,7 +35,7 @@ from corral.engine.operations.gates import Caller
 from corral.engine.project import Project
 from corral.engine.read import notices
 from corral.engine.runtime.liveness import LiveCache, LiveOf
-from corral.errors import AgentTokenInvalid, DispositionRefused, UsageError
+from corral.errors import AgentTokenInvalid, DispositionRefused, TextTooLarge, UsageError
 
 #: How often a blocking tool looks again.
 POLL_SECONDS = 0.5
@@ -485,6 +486,8 @@ def _bash(c: Calling, a: Args) -> dict[str, Any]:
             hint="Use your harness's own shell tool: its failures are recovered by an exact retry.",
         )
     command = a.need("command")
+    if len(command.encode("utf-8", "surrogatepass")) > ARGV_PROMPT_LIMIT:
+        raise TextTooLarge("command", len(command.encode("utf-8", "surrogatepass")), ARGV_PROMPT_LIMIT)
     intent = parse_intent(a.raw)
     if isinstance(intent, Rejected):
         raise UsageError(
@@ -524,15 +527,29 @@ def _run_confined(turn: Turn, command: str, timeout: float) -> tuple[int | None,
     import os
     import signal
     import subprocess
+    from pathlib import Path
 
     from corral.adapters import sandbox
     from corral.domain.redact import redact, secret_values
+    from corral.engine.runtime import ref_guard
 
     spec = turn.command.sandbox
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    # its git moves refs as the agent's own would: through the turn's ref-guard hook
+    env.update(
+        ref_guard.hook_env(Path(turn.command.log_dir), Path(turn.command.worktree), turn.command.command_id, env)
+    )
     sandbox.prepare(spec, turn.command.harness, env)
+    guard = ref_guard.guard_dir(Path(turn.command.log_dir))
     prefix, inside = sandbox.bwrap_argv(
-        spec, worktree=turn.command.worktree, program="/bin/sh", harness=turn.command.harness, read_only=False, env=env
+        spec,
+        worktree=turn.command.worktree,
+        program="/bin/sh",
+        harness=turn.command.harness,
+        read_only=False,
+        env=env,
+        read_paths=[str(guard / ref_guard.HOOKS)],
+        write_paths=[str(guard / ref_guard.MOVES)],
     )
     proc = subprocess.Popen(
         [*prefix, "/bin/sh", "-c", command],
@@ -543,19 +560,40 @@ def _run_confined(turn: Turn, command: str, timeout: float) -> tuple[int | None,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    # Each stream is read as it comes and only its first TEXT_BYTES are kept: a flood costs the
+    # daemon, which serves every project, no memory.
+    kept: dict[str, bytes] = {}
+    readers = [
+        threading.Thread(target=_keep_head, args=(pipe, kept, name), daemon=True)
+        for name, pipe in (("out", proc.stdout), ("err", proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
     timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        proc.wait()
+    for reader in readers:
+        reader.join(5)
+    out, err = kept.get("out", b""), kept.get("err", b"")
     secrets = secret_values(os.environ)
 
     def shown(data: bytes) -> str:
         return _cut(redact(data.decode("utf-8", "replace"), secrets))[0]
 
     return (None if timed_out else proc.returncode), shown(out), shown(err), timed_out
+
+
+def _keep_head(pipe: Any, kept: dict[str, bytes], name: str) -> None:
+    """Read ``pipe`` to its end, keeping its first :data:`TEXT_BYTES` (and one more, to tell a cut)."""
+    head = bytearray()
+    while chunk := pipe.read(65536):
+        if len(head) <= TEXT_BYTES:
+            head += chunk[: TEXT_BYTES + 1 - len(head)]
+    kept[name] = bytes(head)
 
 
 def _failure_disposition(c: Calling, a: Args) -> dict[str, Any]:

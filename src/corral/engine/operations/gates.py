@@ -27,8 +27,10 @@ from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.agent_tokens import Grant
 from corral.errors import AgentTokenInvalid, OutOfScope, UsageError
 
-#: Tools (and CLI commands) an agent may aim at its direct subtasks only, never at its own task.
-CHILD_ONLY = frozenset({"accept"})
+#: Tools (and CLI commands) an agent may aim at its direct subtasks only, never at its own task:
+#: accepting itself would skip its review, and editing itself would change what it was asked to do
+#: and under which protections (its protected paths) — both the person's.
+CHILD_ONLY = frozenset({"accept", "edit"})
 #: Tools that name no task, or name one only to read it without acting on it beyond the caller's subtree.
 UNTARGETED = frozenset({"list", "create", "update_progress"})
 
@@ -90,8 +92,8 @@ def target(project: Project, caller: Caller, tool: str, given: str) -> Task:
     child = task.parent_id is not None and task.parent_id == caller.task_id
     if tool in CHILD_ONLY and own:
         raise OutOfScope(
-            f"An agent may not {tool} its own task ({task.ref}): a person reviews it.",
-            hint=f"Finish your turn; the person who reviews {task.ref} accepts it.",
+            f"An agent may not {tool} its own task ({task.ref}): that is for the person who reviews it.",
+            hint=f"Finish your turn and say what should change; the person who reviews {task.ref} decides.",
         )
     if child or (own and tool not in CHILD_ONLY):
         return task
