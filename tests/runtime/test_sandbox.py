@@ -176,8 +176,9 @@ def test_an_ask_runs_with_the_worktree_read_only(boxed: Any, repo: Any) -> None:
 def test_refs_outside_the_tasks_namespace_are_read_only_and_moves_inside_reach_the_ref_guard(
     boxed: Any, box_env: Any, repo: Any
 ) -> None:
-    """``main`` cannot be moved from inside; another ``corral/*`` branch can (its directory is the
-    task's own), and the ref guard's hook, run by git inside the sandbox, logs that move."""
+    """``main`` cannot be moved from inside, nor another task's ``corral/*`` branch (its ref file
+    is pinned read-only); a new ``corral/*`` ref can be made (the directory is the task's own), and
+    the ref guard's hook, run by git inside the sandbox, logs it — then the guard removes it."""
     proj = boxed
     other = tasks.create(proj, "Another task", actor=Actor.HUMAN, harness="command")
     git(repo, "branch", f"corral/{other.ref}", "main")
@@ -186,17 +187,26 @@ def test_refs_outside_the_tasks_namespace_are_read_only_and_moves_inside_reach_t
         "#!/bin/sh\n"
         "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m mine\n"
         "if git update-ref refs/heads/main HEAD 2>/dev/null; then echo 'ALLOWED main'; else echo 'REFUSED main'; fi\n"
-        f"if git update-ref refs/heads/corral/{other.ref} HEAD; then echo 'ALLOWED other';"
+        f"if git update-ref refs/heads/corral/{other.ref} HEAD 2>/dev/null; then echo 'ALLOWED other';"
         " else echo 'REFUSED other'; fi\n"
+        "if git update-ref refs/heads/corral/made-inside HEAD; then echo 'ALLOWED made'; else echo 'REFUSED made'; fi\n"
     )
     task = tasks.create(proj, "Move refs", actor=Actor.HUMAN, harness="command")
     turns.start(proj, task.ref, actor=Actor.HUMAN)
     finished(proj, task.ref)
     (turn,) = agent_turns(proj, task)
-    assert lines(turn.content) == {"main": "REFUSED", "other": "ALLOWED"}
+    assert lines(turn.content) == {"main": "REFUSED", "other": "REFUSED", "made": "ALLOWED"}
     assert git(repo, "rev-parse", "main") == main_before
+    assert git(repo, "rev-parse", f"corral/{other.ref}") == main_before
     moves = (ref_guard.guard_dir(proj.paths.turn_dir(task.id, 1)) / ref_guard.MOVES).read_text()
-    assert f"refs/heads/corral/{other.ref}" in moves
+    assert "refs/heads/corral/made-inside" in moves
+    assert subprocess_ok(repo, "rev-parse", "--verify", "-q", "refs/heads/corral/made-inside") is False
+
+
+def subprocess_ok(repo: Any, *args: str) -> bool:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True).returncode == 0
 
 
 @needs_bwrap
@@ -509,3 +519,32 @@ def test_the_worktrees_git_metadata_cannot_be_repointed_from_inside(boxed: Any, 
         assert seen[what] == "REFUSED", (what, seen)
     assert seen["commit"] == "ALLOWED" and done.status is Status.BLOCKED
     assert not pwn.exists()  # corral's own git after the turn ran nothing of the agent's
+
+
+#: An agent that rewrites, then removes, another task's branch by writing its ref file directly.
+SIBLING = """#!/bin/sh
+common=$(git rev-parse --git-common-dir)
+try() {{ if sh -c "$2" >/dev/null 2>&1; then echo "ALLOWED $1"; else echo "REFUSED $1"; fi; }}
+try rewrite "git rev-parse HEAD > $common/refs/heads/corral/{other}"
+try remove "rm $common/refs/heads/corral/{other}"
+try commit 'echo mine > mine.txt && git add mine.txt && git commit -q -m mine'
+"""
+
+
+def test_another_tasks_branch_cannot_be_rewritten_from_inside_even_when_packed(
+    boxed: Any, box_env: Path, repo: Path
+) -> None:
+    proj = boxed
+    other = tasks.create(proj, "Other work", actor=Actor.HUMAN, harness="command")
+    turns.start(proj, other.ref, actor=Actor.HUMAN)
+    finished(proj, other.ref)
+    before = git(repo, "rev-parse", f"refs/heads/corral/{other.ref}")
+    git(repo, "pack-refs", "--all", "--prune")  # the other branch is now only in packed-refs
+    box_env.write_text(SIBLING.format(other=other.ref))
+    task = tasks.create(proj, "Intrude", actor=Actor.HUMAN, harness="command")
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    finished(proj, task.ref)
+    seen = lines(agent_turns(proj, task)[-1].content)
+    assert seen["rewrite"] == "REFUSED" and seen["remove"] == "REFUSED", seen
+    assert seen["commit"] == "ALLOWED"
+    assert git(repo, "rev-parse", f"refs/heads/corral/{other.ref}") == before

@@ -9,8 +9,11 @@ puts :func:`bwrap_argv` in front of each attempt's argv. Inside (docs/harnesses.
   object store, the worktree's own directory under the main git directory
   (``.git/worktrees/<name>``), and the directories of the branch's ref and its reflog
   (``refs/heads/corral/`` and ``logs/refs/heads/corral/``: git writes ``<ref>.lock`` beside
-  the ref and renames it, so the directory must be writable, not only the file; every
-  ``corral/*`` ref is then writable, which the ref guard answers for). ``packed-refs`` stays
+  the ref and renames it, so the directory must be writable, not only the file; every other
+  task's ref file there is pinned read-only, :func:`sibling_refs`). Pinned read-only as well:
+  the worktree's ``.git`` file and its git directory's ``commondir``, ``gitdir``,
+  ``config.worktree`` and ``HEAD`` (:func:`pinned_git_files`), so corral's own git after the
+  turn reads the repository and configuration it expects. ``packed-refs`` stays
   read-only: a commit on a branch that is only packed writes a loose ref, which wins over the
   packed one; only deleting or packing refs rewrites ``packed-refs``, and an agent needs neither;
 - a private ``/tmp`` (a tmpfs; ``TMPDIR`` points there), and the harness's own state
@@ -198,6 +201,60 @@ def prepare(spec: SandboxSpec, harness: str, env: Mapping[str, str]) -> None:
             Path(spec.git_dir, "config.worktree").touch(exist_ok=True)
         except OSError:
             pass
+    _loosen_packed_siblings(spec)
+
+
+def _siblings_dir(spec: SandboxSpec) -> tuple[Path, Path] | None:
+    """The directory of the branch's ref (``refs/heads/corral``) and the branch's own ref file."""
+    if not spec.git_common_dir or not spec.branch:
+        return None
+    own = Path(spec.git_common_dir, spec.branch)
+    return own.parent, own
+
+
+def _loosen_packed_siblings(spec: SandboxSpec) -> None:
+    """Give every other branch beside the task's that is only packed a loose ref of the same value,
+    so :func:`sibling_refs` can pin it: an agent could otherwise write a loose ref that wins."""
+    found = _siblings_dir(spec)
+    if found is None or spec.git_common_dir is None:
+        return
+    where, own = found
+    prefix = os.path.relpath(where, spec.git_common_dir).replace(os.sep, "/") + "/"
+    try:
+        packed = Path(spec.git_common_dir, "packed-refs").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    for line in packed.splitlines():
+        sha, _, name = line.partition(" ")
+        if not name.startswith(prefix) or len(sha) < 40 or line.startswith(("#", "^")):
+            continue
+        loose = Path(spec.git_common_dir, name)
+        if loose == own or loose.exists():
+            continue
+        try:
+            loose.parent.mkdir(parents=True, exist_ok=True)
+            tmp = loose.with_name(f".{loose.name}.corral-tmp")
+            tmp.write_text(sha + "\n")
+            os.replace(tmp, loose)  # the value it has packed: git reads the same either way
+        except OSError:
+            continue
+
+
+def sibling_refs(spec: SandboxSpec) -> list[str]:
+    """The other branches' ref files beside the task's own (``refs/heads/corral/*``): pinned
+    read-only inside the sandbox, since their directory must be writable for the task's own
+    branch (git writes ``<ref>.lock`` beside it). A pinned file can be neither rewritten nor removed."""
+    found = _siblings_dir(spec)
+    if found is None:
+        return []
+    where, own = found
+    out = []
+    for root, _dirs, files in os.walk(where):
+        for name in files:
+            path = Path(root, name)
+            if path != own and not name.endswith(".lock") and not name.startswith("."):
+                out.append(str(path))
+    return sorted(out)
 
 
 def _hidden_roots(spec: SandboxSpec, env: Mapping[str, str]) -> list[str]:
@@ -311,7 +368,7 @@ def bwrap_argv(
         # What tells git where the repository is stays read-only inside writable places: corral runs
         # git in this worktree after the turn, unconfined, and a repointed .git, commondir or gitdir
         # (or a config.worktree) would hand that git a configuration of the agent's (fsmonitor, hooks).
-        for path in pinned_git_files(spec, worktree):
+        for path in [*pinned_git_files(spec, worktree), *sibling_refs(spec)]:
             argv += ["--ro-bind-try", path, path]
     for root in hidden:
         if root != SANDBOX_TMP:
