@@ -147,3 +147,15 @@ def test_editing_a_complete_task_is_refused(corral) -> None:
     complete(corral, "done")
     json_error(corral("edit", "done", "-m", "more", "--json"), 3, "task-frozen")
     assert corral.json("show", "done")["task"]["prompt"] == ""
+
+
+def test_a_protected_pattern_list_has_bounds_and_nothing_is_saved_past_them(corral) -> None:
+    huge = corral("create", "Guarded", "--protect", "x" * 3000, "--json")
+    assert huge.returncode == 2 and huge.json()["error"]["code"] == "pattern-too-long"
+    assert "x" * 3000 not in huge.stdout  # the input is not echoed back whole
+    assert corral.json("list", "--all")["tasks"] == []
+    corral.ok("create", "Guarded", "--ref", "g")
+    many = ["--protect", "p"] * 501
+    refused = corral("edit", "g", *many, "--json")
+    assert refused.returncode == 2 and refused.json()["error"]["code"] == "too-many-patterns"
+    assert corral.json("show", "g")["task"]["protected"] == []

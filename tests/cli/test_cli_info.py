@@ -185,7 +185,9 @@ def test_config_show_is_toml_that_reads_back_as_the_values(
         value = doc[s.name]
         at = next(i for i, line in enumerate(lines) if line.startswith((f"{s.name} = ", f"# {s.name} = ")))
         assert lines[at - 1].startswith(f"# {s.help}"), s.name
-        words = TRUST_WORDS.get(s.trust.value)
+        words = (
+            f" (corral.toml may set only {', '.join(s.narrowing)})" if s.narrowing else TRUST_WORDS.get(s.trust.value)
+        )
         assert (words is not None and lines[at - 1].endswith(words)) is (s.name in USER_ONLY), s.name
         assert lines[at].startswith("#") is (value["value"] is None), s.name
         assert lines[at].endswith("# default") is (value["source"] == "default"), s.name

@@ -479,6 +479,8 @@ _TRUST_WORDS = {
 
 
 def _trust_words(s: Setting) -> str:
+    if s.narrowing:  # user-only, but a value that only narrows is a repository's to require
+        return f" (corral.toml may set only {', '.join(s.narrowing)})"
     return _TRUST_WORDS.get(s.trust.value, "")
 
 

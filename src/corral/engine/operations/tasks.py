@@ -53,7 +53,26 @@ def _goal(project: Project, text: str) -> str:
     return clean
 
 
+#: A protected-path pattern names paths: longer than this, or more of them, is not a pattern list.
+PATTERN_CHARS = 1024
+MAX_PATTERNS = 500
+
+
 def _protect(patterns: Sequence[str]) -> tuple[str, ...]:
+    if len(patterns) > MAX_PATTERNS:
+        raise UsageError(
+            f"{len(patterns):,} protected-path patterns; corral takes at most {MAX_PATTERNS}. Nothing was saved.",
+            code="too-many-patterns",
+            hint="Protect directories with a glob (db/**) instead of listing every file.",
+        )
+    for pattern in patterns:
+        if len(pattern) > PATTERN_CHARS:
+            raise UsageError(
+                f"A protected-path pattern of {len(pattern):,} characters; corral takes at most "
+                f"{PATTERN_CHARS:,}. Nothing was saved.",
+                code="pattern-too-long",
+                hint="A pattern names paths, such as db/schema.sql or migrations/**.",
+            )
     return tuple(p for p in sanitize_paths([p.strip() for p in patterns]) if p)
 
 
