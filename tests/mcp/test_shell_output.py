@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from corral.mcp import tools
+from corral.engine.operations import shell
 
 
 def test_a_flood_is_read_to_its_end_and_only_its_head_is_kept() -> None:
@@ -22,7 +22,7 @@ def test_a_flood_is_read_to_its_end_and_only_its_head_is_kept() -> None:
     writer.start()
     kept: dict[str, bytes] = {}
     with os.fdopen(read_end, "rb") as pipe:
-        tools._keep_head(pipe, kept, "out")
+        shell.keep_head(pipe, kept, "out")
     writer.join(10)
     assert not writer.is_alive()  # the writer was never blocked: the pipe was drained to its end
-    assert len(kept["out"]) == tools.TEXT_BYTES + 1  # the head, and one byte more to tell a cut
+    assert len(kept["out"]) == shell.OUTPUT_BYTES + 1  # the head, and one byte more to tell a cut

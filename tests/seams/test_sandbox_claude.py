@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 @pytest.fixture
 def rig(claude: Path, claude_home: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     server = ScriptedServer([])
-    env = claude_env(server, claude_home, extra={"CLAUDE_CODE_MAX_RETRIES": None})
+    env = claude_env(server, claude_home)  # Claude Code at the user's own retry settings
     env.update(
         {
             "CORRAL_CLAUDE_BIN": str(claude),

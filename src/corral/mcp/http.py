@@ -26,7 +26,7 @@ from corral.domain.record import record
 from corral.engine.operations import gates
 from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.liveness import LiveCache
-from corral.errors import AgentTokenInvalid, CorralError
+from corral.errors import CorralError
 from corral.mcp.server import Projects, build
 from corral.mcp.tools import Calling
 
@@ -119,13 +119,7 @@ def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) 
 
     def resolve(ctx: Any) -> Calling:
         request = getattr(ctx, "request", None)
-        token = bearer(getattr(request, "headers", None))
-        grant = agent_tokens.find(home, token) if token else None
-        if grant is None:
-            raise AgentTokenInvalid(
-                "This token is not one corral minted, or its turn has ended.",
-                hint="A token lives as long as its turn: the next turn of the task gets a new one.",
-            )
+        grant = gates.grant_of(home, bearer(getattr(request, "headers", None)))
         project = projects.get(grant.repo, grant.state)
         caller = gates.agent(project, grant)
         return Calling(lambda: projects.get(grant.repo, grant.state), caller, settles=False, live=live)

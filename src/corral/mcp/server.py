@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,3 @@ def build(resolve: Resolve, name: str = "corral") -> Any:
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
-
-
-Call = Callable[[Calling, Args], Awaitable[dict[str, Any]]]

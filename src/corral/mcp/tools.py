@@ -17,25 +17,23 @@ whether to call again. This module is free of the SDK: :mod:`corral.mcp.server` 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-from corral.adapters.harness.base import ARGV_PROMPT_LIMIT, SHELL_RESULT_KEY
 from corral.domain.actors import Role
 from corral.domain.agent_tools import WAIT_CALL_SECONDS
 from corral.domain.intents import DISPOSITIONS, ID_PATTERN, MAX_EXPECTED, MAX_TARGETS, PERMISSION_RESOURCES
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
-from corral.engine.operations import control, gates, queries, tasks, turns
+from corral.engine.operations import control, gates, queries, shell, tasks, turns
 from corral.engine.operations.gates import Caller
 from corral.engine.project import Project
 from corral.engine.read import notices
 from corral.engine.runtime.liveness import LiveCache, LiveOf
-from corral.errors import AgentTokenInvalid, DispositionRefused, TextTooLarge, UsageError
+from corral.errors import UsageError
 
 #: How often a blocking tool looks again.
 POLL_SECONDS = 0.5
@@ -46,11 +44,6 @@ PAGE_ROWS = 50
 MAX_PAGE_ROWS = 500
 #: The most text a ``diff`` or ``logs`` result carries; the rest is cut, and the result says so.
 TEXT_BYTES = 200_000
-
-#: corral's shell: its default and longest run, and its record of the attempt ids a session used.
-SHELL_SECONDS = 120.0
-SHELL_MAX_SECONDS = 540.0
-SHELL_ATTEMPTS = "shell-attempts.jsonl"
 
 #: The channel whose receipts record which incident notices a tool caller was shown.
 NOTICE_CHANNEL = "mcp"
@@ -406,237 +399,28 @@ def _failures(c: Calling, a: Args) -> dict[str, Any]:
 # -- confined runs: the shell with intents, and dispositions ------------------------------------
 
 
-@record
-class Turn:
-    """The caller's running turn, as its command says (the sandbox, the worktree, the logs)."""
-
-    project: Project
-    task: Task
-    command: Any  # engine.runtime.protocol.Command
-
-
-def _own_turn(c: Calling, tool: str) -> Turn:
-    from corral.engine.runtime import protocol as proto
-
-    own = gates.require_agent(c.caller, tool)
-    project = c.project()
-    command = proto.read_record(project.paths.protocol_dir(own) / proto.COMMAND, proto.Command)
-    if command is None or command.command_id != c.caller.command_id:
-        raise AgentTokenInvalid(
-            "This token's turn is no longer the task's current one.", hint="A new turn gets a new token."
-        )
-    with project.store.read() as tx:
-        task = tx.get_task(own)
-    assert task is not None
-    return Turn(project, task, command)
-
-
-def _confined(turn: Turn) -> bool:
-    return turn.command.sandbox is not None and turn.command.sandbox.confined
-
-
-def _attempt_ledger(turn: Turn) -> Any:
-    from pathlib import Path
-
-    return Path(turn.command.journal_dir or turn.project.paths.root) / SHELL_ATTEMPTS
-
-
-def _reused(turn: Turn, attempt_id: str) -> bool:
-    """Whether ``attempt_id`` was used before in the session (corral's own record of its shell's calls)."""
-    import json
-
-    try:
-        lines = _attempt_ledger(turn).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return False
-    for line in lines:
-        try:
-            if json.loads(line).get("attempt_id") == attempt_id:
-                return True
-        except ValueError:
-            continue
-    return False
-
-
-def _note_attempt(turn: Turn, attempt_id: str) -> None:
-    """Save first, run second: the attempt id is on record before its command runs."""
-    import json
-    import os
-
-    path = _attempt_ledger(turn)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"attempt_id": attempt_id, "command_id": turn.command.command_id}) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _bash(c: Calling, a: Args) -> dict[str, Any]:
-    """corral's shell: a command run in the caller's own sandbox, in its worktree, with an optional intent."""
-    from corral.domain.intents import Rejected, parse_intent
-
-    turn = _own_turn(c, "bash")
-    if not _confined(turn):
-        raise UsageError(
-            "corral's shell runs only in a confined turn (sandbox bwrap); this turn is not confined.",
-            code="shell-needs-sandbox",
-            hint="Use your harness's own shell tool: its failures are recovered by an exact retry.",
-        )
-    command = a.need("command")
-    if len(command.encode("utf-8", "surrogatepass")) > ARGV_PROMPT_LIMIT:
-        raise TextTooLarge("command", len(command.encode("utf-8", "surrogatepass")), ARGV_PROMPT_LIMIT)
-    intent = parse_intent(a.raw)
-    if isinstance(intent, Rejected):
-        raise UsageError(
-            "The intent was rejected, so the command did not run: " + "; ".join(intent.reasons),
-            code="intent-rejected",
-            hint="operationId and attemptId match ^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$; expectedExitCodes "
-            "are up to 16 whole numbers 1-255.",
-        )
-    if intent.attempt_id is not None:
-        if _reused(turn, intent.attempt_id):
-            raise UsageError(
-                f"attemptId '{intent.attempt_id}' was used before in this session, so the command did not run.",
-                code="intent-rejected",
-                hint="Give every execution an attemptId of its own; operationId is what names the operation.",
-            )
-        _note_attempt(turn, intent.attempt_id)
-    timeout = a.number("timeout_seconds", SHELL_SECONDS, low=1.0, high=SHELL_MAX_SECONDS)
-    exit_code, out, err, timed_out = _run_confined(turn, command, timeout)
-    expected = exit_code is not None and exit_code in intent.expected
-    return {
-        SHELL_RESULT_KEY: 1,
-        "exit_code": exit_code,
-        "timed_out": timed_out,
-        "expected": expected,
-        "stdout": out,
-        "stderr": err,
-        "intent": {
-            "operationId": intent.operation_id,
-            "attemptId": intent.attempt_id,
-            "expectedExitCodes": list(intent.expected),
-        },
-    }
-
-
-def _run_confined(turn: Turn, command: str, timeout: float) -> tuple[int | None, str, str, bool]:
-    """``sh -c command`` in the turn's sandbox and worktree (never in this process); output capped and masked."""
-    import os
-    import signal
-    import subprocess
-    from pathlib import Path
-
-    from corral.adapters import sandbox
-    from corral.domain.redact import redact, secret_values
-    from corral.engine.runtime import ref_guard
-
-    spec = turn.command.sandbox
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    # its git moves refs as the agent's own would: through the turn's ref-guard hook
-    env.update(
-        ref_guard.hook_env(Path(turn.command.log_dir), Path(turn.command.worktree), turn.command.command_id, env)
-    )
-    sandbox.prepare(spec, turn.command.harness, env)
-    guard = ref_guard.guard_dir(Path(turn.command.log_dir))
-    prefix, inside = sandbox.bwrap_argv(
-        spec,
-        worktree=turn.command.worktree,
-        program="/bin/sh",
-        harness=turn.command.harness,
-        read_only=False,
-        env=env,
-        read_paths=[str(guard / ref_guard.HOOKS)],
-        write_paths=[str(guard / ref_guard.MOVES)],
-    )
-    proc = subprocess.Popen(
-        [*prefix, "/bin/sh", "-c", command],
-        cwd=turn.command.worktree,
-        env={**env, **inside},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    # Each stream is read as it comes and only its first TEXT_BYTES are kept: a flood costs the
-    # daemon, which serves every project, no memory.
-    kept: dict[str, bytes] = {}
-    readers = [
-        threading.Thread(target=_keep_head, args=(pipe, kept, name), daemon=True)
-        for name, pipe in (("out", proc.stdout), ("err", proc.stderr))
-    ]
-    for reader in readers:
-        reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for reader in readers:
-        reader.join(5)
-    out, err = kept.get("out", b""), kept.get("err", b"")
-    secrets = secret_values(os.environ)
-
-    def shown(data: bytes) -> str:
-        return _cut(redact(data.decode("utf-8", "replace"), secrets))[0]
-
-    return (None if timed_out else proc.returncode), shown(out), shown(err), timed_out
-
-
-def _keep_head(pipe: Any, kept: dict[str, bytes], name: str) -> None:
-    """Read ``pipe`` to its end, keeping its first :data:`TEXT_BYTES` (and one more, to tell a cut)."""
-    head = bytearray()
-    while chunk := pipe.read(65536):
-        if len(head) <= TEXT_BYTES:
-            head += chunk[: TEXT_BYTES + 1 - len(head)]
-    kept[name] = bytes(head)
+    turn = shell.own_turn(c.project(), c.caller, "bash")
+    timeout = a.number("timeout_seconds", shell.SHELL_SECONDS, low=1.0, high=shell.SHELL_MAX_SECONDS)
+    return shell.run(turn, a.need("command"), a.raw, timeout)
 
 
 def _failure_disposition(c: Calling, a: Args) -> dict[str, Any]:
-    """Validate a disposition of the caller's own incidents; the scan of its log records it (once)."""
-    from pathlib import Path
-
-    from corral.adapters.harness import make_harness
-    from corral.domain.incidents import Refused, check_disposition, open_incidents
-    from corral.engine.paths import OUTPUT_LOG
-    from corral.engine.runtime.journal import Cursors, scan
-
-    turn = _own_turn(c, "failure_disposition")
-    if not _confined(turn) or not turn.command.journal_dir:
-        return {
-            "recorded": False,
-            "ignored": True,
-            "why": "Dispositions are honoured only in a confined turn (sandbox bwrap): this one is not, so "
-            "nothing was recorded. Your failures are recovered by an exact retry of the same command.",
-        }
-    cursors = Cursors(Path(turn.command.journal_dir))  # read, never saved: the observer owns the cursor
-    harness = make_harness(turn.command.harness, turn.command.harness_settings.as_mapping())
-    scan(Path(turn.command.log_dir) / OUTPUT_LOG, harness, turn.command.worktree, cursors)
-    verdict = check_disposition(cursors.collector, None, a.raw, call_id="pending")
-    if isinstance(verdict, Refused):
-        listed = [
-            {
-                "id": i.id,
-                "label": i.label,
-                "summary": i.summary,
-                "attemptId": i.attempt_id,
-                "operationId": i.operation_id,
-            }
-            for i in verdict.open_incidents
-        ]
-        raise DispositionRefused(
-            "The disposition was refused whole, and nothing was recorded: " + "; ".join(verdict.reasons),
-            hint="Open incidents: " + (", ".join(f"{i['id']} ({i['summary']})" for i in listed) or "none"),
-        )
-    still_open = [i.id for i in open_incidents(cursors.collector)]
-    return {"recorded": True, "disposition": a.raw.get("disposition"), "open_incidents": still_open}
+    return shell.dispose(shell.own_turn(c.project(), c.caller, "failure_disposition"), a.raw)
 
 
 # -- blocking tools ------------------------------------------------------------------------------
+
+
+def _fresh(c: Calling) -> Project:
+    """The caller's project as it is now: settled first where the door does (stdio; the daemon's ticks
+    keep its own projects settled)."""
+    project = c.project()
+    if c.settles:
+        from corral.engine.operations.refresh import settle
+
+        settle(project)
+    return project
 
 
 def _bound(a: Args) -> float:
@@ -661,11 +445,7 @@ async def _wait(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitabl
     shown: list[dict[str, Any]] = []
 
     def look() -> Task:
-        project = c.project()
-        if c.settles:
-            from corral.engine.operations.refresh import settle
-
-            settle(project)
+        project = _fresh(c)
         with project.store.read() as tx:
             now = tx.get_task(task.id) or task
         notices.deliver(project, now, NOTICE_CHANNEL, lambda n: shown.append(n.to_json()), project.clock())
@@ -703,11 +483,7 @@ async def _ask(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitable
     bound = _bound(a)
 
     def look() -> Any:
-        project = c.project()
-        if c.settles:
-            from corral.engine.operations.refresh import settle
-
-            settle(project)
+        project = _fresh(c)
         with project.store.read() as tx:
             return tx.turn_by_command(started.launched.command_id, Role.AGENT)
 
@@ -952,7 +728,7 @@ TOOLS: dict[str, Tool] = {
             _schema(
                 ["command"],
                 command=_s("the shell command (sh -c)"),
-                timeout_seconds={"type": "number", "minimum": 1, "maximum": SHELL_MAX_SECONDS},
+                timeout_seconds={"type": "number", "minimum": 1, "maximum": shell.SHELL_MAX_SECONDS},
                 operationId={"type": "string", "pattern": ID_PATTERN},
                 attemptId={"type": "string", "pattern": ID_PATTERN},
                 expectedExitCodes={

@@ -71,15 +71,20 @@ def agent(project: Project, grant: Grant) -> Caller:
     return Caller(Actor.AGENT, task.id, task.ref, grant.command_id)
 
 
-def agent_of_token(project: Project, token: str) -> Caller:
-    """The agent whose turn ``token`` was minted for (refused for an unknown or revoked token)."""
-    grant = agent_tokens.find(project.paths.home, token)
+def grant_of(home: Path, token: str | None) -> Grant:
+    """The grant of a presented token (refused for none, an unknown or a revoked one)."""
+    grant = agent_tokens.find(home, token) if token else None
     if grant is None:
         raise AgentTokenInvalid(
             "This token is not one corral minted, or its turn has ended.",
             hint="A token lives as long as its turn: the next turn of the task gets a new one.",
         )
-    return agent(project, grant)
+    return grant
+
+
+def agent_of_token(project: Project, token: str) -> Caller:
+    """The agent whose turn ``token`` was minted for (refused for an unknown or revoked token)."""
+    return agent(project, grant_of(project.paths.home, token))
 
 
 def target(project: Project, caller: Caller, tool: str, given: str) -> Task:

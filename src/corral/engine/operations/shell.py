@@ -1,0 +1,236 @@
+"""corral's shell and dispositions for a confined turn's agent: run where the agent runs, checked as the log is.
+
+The ``bash`` and ``failure_disposition`` tools (docs/incidents.md, "Confined runs") call here.
+The shell runs ``sh -c`` inside the caller's own sandbox and worktree, never in the calling
+process; an ``attemptId`` is on record (``shell-attempts.jsonl`` in the session's journal
+directory, where the agent cannot write) before its command runs, so a reused one is refused.
+A disposition is checked against the caller's log scanned to now, by the same pure check the
+replay applies; the replay, not this, writes the journal event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from corral.adapters.harness.base import ARGV_PROMPT_LIMIT, SHELL_RESULT_KEY
+from corral.domain.record import record
+from corral.domain.records import Task
+from corral.engine.operations.gates import Caller, require_agent
+from corral.engine.project import Project
+from corral.engine.runtime import protocol as proto
+from corral.errors import AgentTokenInvalid, DispositionRefused, TextTooLarge, UsageError
+
+#: corral's shell: its default and longest run, what it keeps of each stream, and its record of
+#: the attempt ids a session used.
+SHELL_SECONDS = 120.0
+SHELL_MAX_SECONDS = 540.0
+OUTPUT_BYTES = 200_000
+SHELL_ATTEMPTS = "shell-attempts.jsonl"
+
+
+@record
+class OwnTurn:
+    """The caller's running turn, as its command says (the sandbox, the worktree, the logs)."""
+
+    project: Project
+    task: Task
+    command: proto.Command
+
+    @property
+    def confined(self) -> bool:
+        return self.command.sandbox is not None and self.command.sandbox.confined
+
+
+def own_turn(project: Project, caller: Caller, tool: str) -> OwnTurn:
+    """The agent caller's current turn (refused for a person, a builder, or a turn that ended)."""
+    own = require_agent(caller, tool)
+    command = proto.read_record(project.paths.protocol_dir(own) / proto.COMMAND, proto.Command)
+    if command is None or command.command_id != caller.command_id:
+        raise AgentTokenInvalid(
+            "This token's turn is no longer the task's current one.", hint="A new turn gets a new token."
+        )
+    with project.store.read() as tx:
+        task = tx.get_task(own)
+    assert task is not None
+    return OwnTurn(project, task, command)
+
+
+def _ledger(turn: OwnTurn) -> Path:
+    return Path(turn.command.journal_dir or turn.project.paths.root) / SHELL_ATTEMPTS
+
+
+def _reused(turn: OwnTurn, attempt_id: str) -> bool:
+    """Whether ``attempt_id`` was used before in the session (corral's own record of its shell's calls)."""
+    try:
+        lines = _ledger(turn).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        try:
+            if json.loads(line).get("attempt_id") == attempt_id:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _note_attempt(turn: OwnTurn, attempt_id: str) -> None:
+    """Save first, run second: the attempt id is on record before its command runs."""
+    path = _ledger(turn)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"attempt_id": attempt_id, "command_id": turn.command.command_id}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run(turn: OwnTurn, command: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """``command`` with the intent ``args`` declare, in the turn's sandbox: its structured result."""
+    from corral.domain.intents import Rejected, parse_intent
+
+    if not turn.confined:
+        raise UsageError(
+            "corral's shell runs only in a confined turn (sandbox bwrap); this turn is not confined.",
+            code="shell-needs-sandbox",
+            hint="Use your harness's own shell tool: its failures are recovered by an exact retry.",
+        )
+    size = len(command.encode("utf-8", "surrogatepass"))
+    if size > ARGV_PROMPT_LIMIT:
+        raise TextTooLarge("command", size, ARGV_PROMPT_LIMIT)
+    intent = parse_intent(args)
+    if isinstance(intent, Rejected):
+        raise UsageError(
+            "The intent was rejected, so the command did not run: " + "; ".join(intent.reasons),
+            code="intent-rejected",
+            hint="operationId and attemptId match ^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$; expectedExitCodes "
+            "are up to 16 whole numbers 1-255.",
+        )
+    if intent.attempt_id is not None:
+        if _reused(turn, intent.attempt_id):
+            raise UsageError(
+                f"attemptId '{intent.attempt_id}' was used before in this session, so the command did not run.",
+                code="intent-rejected",
+                hint="Give every execution an attemptId of its own; operationId is what names the operation.",
+            )
+        _note_attempt(turn, intent.attempt_id)
+    exit_code, out, err, timed_out = _run_confined(turn, command, timeout)
+    return {
+        SHELL_RESULT_KEY: 1,
+        "exit_code": exit_code,
+        "timed_out": timed_out,
+        "expected": exit_code is not None and exit_code in intent.expected,
+        "stdout": out,
+        "stderr": err,
+        "intent": {
+            "operationId": intent.operation_id,
+            "attemptId": intent.attempt_id,
+            "expectedExitCodes": list(intent.expected),
+        },
+    }
+
+
+def _run_confined(turn: OwnTurn, command: str, timeout: float) -> tuple[int | None, str, str, bool]:
+    """``sh -c command`` in the turn's sandbox and worktree (never in this process); output capped and masked."""
+    from corral.adapters import sandbox
+    from corral.domain.redact import redact, secret_values
+    from corral.engine.runtime import ref_guard
+
+    spec = turn.command.sandbox
+    assert spec is not None
+    log_dir, worktree = Path(turn.command.log_dir), turn.command.worktree
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    # its git moves refs as the agent's own would: through the turn's ref-guard hook
+    env.update(ref_guard.hook_env(log_dir, Path(worktree), turn.command.command_id, env))
+    sandbox.prepare(spec, turn.command.harness, env)
+    guard = ref_guard.guard_dir(log_dir)
+    prefix, inside = sandbox.bwrap_argv(
+        spec,
+        worktree=worktree,
+        program="/bin/sh",
+        harness=turn.command.harness,
+        read_only=False,
+        env=env,
+        read_paths=[str(guard / ref_guard.HOOKS)],
+        write_paths=[str(guard / ref_guard.MOVES)],
+    )
+    proc = subprocess.Popen(
+        [*prefix, "/bin/sh", "-c", command],
+        cwd=worktree,
+        env={**env, **inside},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    # Each stream is read as it comes and only its head is kept: a flood costs the daemon, which
+    # serves every project, no memory.
+    kept: dict[str, bytes] = {}
+    readers = [
+        threading.Thread(target=keep_head, args=(pipe, kept, name), daemon=True)
+        for name, pipe in (("out", proc.stdout), ("err", proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for reader in readers:
+        reader.join(5)
+    secrets = secret_values(os.environ)
+
+    def shown(data: bytes) -> str:
+        return redact(data[:OUTPUT_BYTES].decode("utf-8", "replace"), secrets)
+
+    out, err = kept.get("out", b""), kept.get("err", b"")
+    return (None if timed_out else proc.returncode), shown(out), shown(err), timed_out
+
+
+def keep_head(pipe: Any, kept: dict[str, bytes], name: str) -> None:
+    """Read ``pipe`` to its end, keeping its first :data:`OUTPUT_BYTES` (and one more, to tell a cut)."""
+    head = bytearray()
+    while chunk := pipe.read(65536):
+        if len(head) <= OUTPUT_BYTES:
+            head += chunk[: OUTPUT_BYTES + 1 - len(head)]
+    kept[name] = bytes(head)
+
+
+def dispose(turn: OwnTurn, args: dict[str, Any]) -> dict[str, Any]:
+    """Check a disposition of the caller's own incidents against its log scanned to now; the scan of
+    the log records it (once). Ignored, and said so, for a turn that is not confined."""
+    from corral.adapters.harness import make_harness
+    from corral.domain.incidents import Refused, check_disposition, open_incidents
+    from corral.engine.paths import OUTPUT_LOG
+    from corral.engine.runtime.journal import Cursors, scan
+
+    if not turn.confined or not turn.command.journal_dir:
+        return {
+            "recorded": False,
+            "ignored": True,
+            "why": "Dispositions are honoured only in a confined turn (sandbox bwrap): this one is not, so "
+            "nothing was recorded. Your failures are recovered by an exact retry of the same command.",
+        }
+    cursors = Cursors(Path(turn.command.journal_dir))  # read, never saved: the observer owns the cursor
+    harness = make_harness(turn.command.harness, turn.command.harness_settings.as_mapping())
+    scan(Path(turn.command.log_dir) / OUTPUT_LOG, harness, turn.command.worktree, cursors)
+    verdict = check_disposition(cursors.collector, None, args, call_id="pending")
+    if isinstance(verdict, Refused):
+        listed = ", ".join(f"{i.id} ({i.summary})" for i in verdict.open_incidents) or "none"
+        raise DispositionRefused(
+            "The disposition was refused whole, and nothing was recorded: " + "; ".join(verdict.reasons),
+            hint=f"Open incidents: {listed}",
+        )
+    still_open = [i.id for i in open_incidents(cursors.collector)]
+    return {"recorded": True, "disposition": args.get("disposition"), "open_incidents": still_open}
