@@ -292,9 +292,8 @@ class Server:
 
 async def open_session(stack: AsyncExitStack, url: str, token: str, timeout: float) -> Any:
     import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     http = await stack.enter_async_context(
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout)

@@ -54,7 +54,7 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(home))
     # A turn's agent gets corral's tools from a home daemon that its launch starts: a test about
-    # them turns this on (tests/mcp/), every other test runs its turns without a daemon.
+    # them turns this on (tests/mcp_doors/), every other test runs its turns without a daemon.
     monkeypatch.setenv("CORRAL_AGENT_TOOLS", "0")
     # The fake agent's scenario and record files live under /tmp, which a sandboxed turn cannot see:
     # turns run unconfined unless a test is about the sandbox (tests/runtime/test_sandbox.py).

@@ -2,7 +2,7 @@
 
 The blocker is what a trusted run's ``failure_disposition(open, permissionResource=…)`` leaves in
 the session's journal: here the journal gets those events directly (the tool and its replay are
-tested in tests/domain/test_dispositions.py and tests/mcp/).
+tested in tests/domain/test_dispositions.py and tests/mcp_doors/).
 """
 
 from __future__ import annotations

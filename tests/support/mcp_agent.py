@@ -49,9 +49,8 @@ def hold(path: Path) -> None:
 async def call(url: str, token: str, tool: str, args: dict[str, Any]) -> Any:
     """One tool call on a session of its own, so an endpoint that dies fails this call only."""
     import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"}
     async with (

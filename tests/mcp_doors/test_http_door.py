@@ -14,14 +14,13 @@ import anyio
 import httpx2
 import pytest
 
-from tests.mcp.conftest import Door
+from tests.mcp_doors.conftest import Door
 from tests.support.polling import until
 
 
 async def _call(url: str, token: str, tool: str, args: dict[str, Any]) -> Any:
-    from mcp.client.streamable_http import streamable_http_client
-
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"}
     async with (

@@ -10,7 +10,7 @@ from typing import Any
 
 from corral.engine.project import Project
 from corral.engine.runtime import agent_marks
-from tests.mcp.conftest import Door
+from tests.mcp_doors.conftest import Door
 from tests.support.polling import until
 
 
