@@ -36,6 +36,9 @@ INCIDENTS = "incidents"
 #: The task metadata key of its latest interruption as the same-cause breaker saw it
 #: (``domain.failures.Interruption.to_json`` and how many in a row had that cause).
 LAST_INTERRUPTION = "last_interruption"
+#: The resting cause of a read-only turn (ask, chat) whose changes corral took away: a note for
+#: the person, not a failure.
+READ_ONLY_KEPT = "read-only-changes-kept"
 
 
 class FeedbackDelivery(StrEnum):

@@ -27,6 +27,7 @@ from corral.domain.explain import (
     stopped_because,
 )
 from corral.domain.failures import breaker_tripped
+from corral.domain.needs import need_of
 from corral.domain.record import record
 from corral.domain.records import (
     AGENT_TOOLS,
@@ -265,6 +266,7 @@ class TaskView:
             "prompt": t.prompt,
             "status": t.status.value,
             "substate": self.substate,
+            "needs": _need(t),
             "parent": self.parent_ref,
             "harness": t.harness,
             "model": t.model,
@@ -460,12 +462,18 @@ def _row(task: Task, parent_ref: str | None, sub: str | None, because: str | Non
         "ref": task.ref,
         "status": task.status.value,
         "substate": sub,
+        "needs": _need(task),
         "goal": task.goal,
         "parent": parent_ref,
         "reason": because,
         "updated_at": rfc3339(task.updated_at),
         "needs_action": needs_action(task),
     }
+
+
+def _need(task: Task) -> str | None:
+    need = need_of(task)
+    return need.value if need is not None else None
 
 
 def needs_action(task: Task) -> int:

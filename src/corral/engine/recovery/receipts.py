@@ -30,7 +30,15 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
 from corral.domain.record import replace
-from corral.domain.records import INCIDENTS, AttemptOutcome, FailureEvidence, PossibleEffects, RestingCause, Task
+from corral.domain.records import (
+    INCIDENTS,
+    READ_ONLY_KEPT,
+    AttemptOutcome,
+    FailureEvidence,
+    PossibleEffects,
+    RestingCause,
+    Task,
+)
 from corral.domain.status import Status
 from corral.engine import readonly
 from corral.engine.paths import make_private_dir
@@ -51,8 +59,6 @@ ERROR_CAUSES = {
     proto.ErrorKind.INTERNAL: "internal-fault",
 }
 
-#: The typed cause of a read-only turn that changed the branch or the worktree.
-READ_ONLY_KEPT = "read-only-changes-kept"
 #: The flock two reconcilers take before comparing one read-only turn, and how long one waits.
 READ_ONLY_LOCK = "read-only.lock"
 READ_ONLY_LOCK_SECONDS = 30.0

@@ -15,7 +15,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.explain import RECEIPT_PROBLEMS
 from corral.domain.record import replace
-from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
+from corral.domain.records import READ_ONLY_KEPT, FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
@@ -257,7 +257,7 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
                 Actor.SYSTEM,
                 f"ask lost: {reason}",
                 expected_from=Status.WORKING,
-                resting_cause=RestingCause(receipts.READ_ONLY_KEPT, project.clock(), Actor.SYSTEM, evidence=held)
+                resting_cause=RestingCause(READ_ONLY_KEPT, project.clock(), Actor.SYSTEM, evidence=held)
                 if held is not None
                 else None,
             )
