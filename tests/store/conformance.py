@@ -790,6 +790,38 @@ def test_status_changes_since_a_time_are_the_ones_at_or_after_it(store: Store, c
     assert [c.reason for c in every] == ["created", "start", "turn ended"]
 
 
+def test_changes_since_are_every_tasks_changes_at_or_after_it_oldest_first(store: Store, clock: Any) -> None:
+    a = _create(store, "task-a")
+    clock.advance(60)
+    since = clock.now
+    b = _create(store, "task-b")
+    clock.advance(60)
+    with store.write() as tx:
+        tx.set_status(a.id, S.WORKING, Actor.HUMAN, "start")
+    with store.read() as tx:
+        got = [(c.task_id, c.to_status, c.reason) for c in tx.changes_since(since)]
+        assert tx.changes_since(clock.now + timedelta(seconds=1)) == []
+    assert got == [(b.id, S.BACKLOG, "created"), (a.id, S.WORKING, "start")]
+
+
+def test_recent_tasks_are_the_last_changed_with_those_statuses_newest_first(store: Store, clock: Any) -> None:
+    made = []
+    for n in range(5):
+        made.append(_create(store, f"task-{n}"))
+        clock.advance(1)
+    with store.write() as tx:
+        tx.set_status(made[1].id, S.ABANDONED, Actor.HUMAN, "close")
+    clock.advance(1)
+    with store.write() as tx:
+        tx.set_status(made[3].id, S.ABANDONED, Actor.HUMAN, "close")
+    with store.read() as tx:
+        assert [t.ref for t in tx.recent_tasks([S.ABANDONED], 10)] == ["task-3", "task-1"]
+        assert [t.ref for t in tx.recent_tasks([S.ABANDONED], 1)] == ["task-3"]
+        assert [t.ref for t in tx.recent_tasks([S.BACKLOG, S.ABANDONED], 2)] == ["task-3", "task-1"]
+        assert [t.ref for t in tx.recent_tasks([S.BACKLOG], 2)] == ["task-4", "task-2"]
+        assert tx.recent_tasks([S.COMPLETE], 10) == []
+
+
 def test_sessions_and_refs_by_id_read_a_whole_list_at_once(store: Store) -> None:
     # More ids than one query's parameter list should hold: the reads batch them.
     a = _create(store, "task-a")

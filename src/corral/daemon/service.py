@@ -38,7 +38,7 @@ from corral.adapters.locks import lock
 from corral.domain.clock import rfc3339, utcnow
 from corral.engine import daemons
 from corral.engine.daemons import DaemonState
-from corral.engine.identity import _states, holds, read_record
+from corral.engine.identity import holds, project_states, read_record
 from corral.engine.operations import notify
 from corral.engine.operations.refresh import settle
 from corral.engine.paths import corral_home, make_private_dir, private_umask
@@ -227,7 +227,7 @@ class Daemon:
 
     def scan(self) -> None:
         """Serve the projects that can be served, and stop serving those that no longer can."""
-        states = _states(self.home)
+        states = project_states(self.home)
         names = {s.name for s in states}
         for name in [n for n in self.slots if n not in names]:
             self.drop(name, f"its state directory {self.home / 'projects' / name} was removed")

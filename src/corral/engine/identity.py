@@ -293,7 +293,8 @@ def archive_dir(home: Path) -> Path:
     return home / "archive"
 
 
-def _states(home: Path) -> list[Path]:
+def project_states(home: Path) -> list[Path]:
+    """The state directory of every project kept under ``home``, in name order."""
     try:
         return sorted(Path(e.path) for e in os.scandir(projects_dir(home)) if e.is_dir(follow_symlinks=False))
     except OSError:
@@ -385,7 +386,7 @@ def locate(git: Git, repo: Path, home: Path | None = None, choice: str | None = 
 
 def _first_sight(git: Git, repo: Path, home: Path, identity: Identity, choice: str | None) -> Located:
     """No usable cache: the state recorded for this project, else an older corral's, else a new one."""
-    mine = [r for r in (read_record(s) for s in _states(home)) if r is not None and r.identity == identity]
+    mine = [r for r in (read_record(s) for s in project_states(home)) if r is not None and r.identity == identity]
     here = next((r for r in mine if r.path == str(repo)), None)
     if here is not None:
         return _settle(git, repo, home, identity, here.state, choice)
@@ -411,7 +412,7 @@ def _first_sight(git: Git, repo: Path, home: Path, identity: Identity, choice: s
 
 def _new_state(repo: Path, home: Path, identity: Identity) -> Path:
     name = re.sub(r"[^a-z0-9]+", "-", repo.name.lower()).strip("-") or "repo"
-    existing = [s for s in _states(home) if s.name.endswith(f"--{identity.key[:12]}")]
+    existing = [s for s in project_states(home) if s.name.endswith(f"--{identity.key[:12]}")]
     return existing[0] if existing else projects_dir(home) / f"{name[:40]}--{identity.key[:12]}"
 
 
@@ -556,7 +557,7 @@ def orphans(home: Path | None = None) -> list[Orphan]:
     """Every state directory under ``home`` whose repository moved, is gone or is unknown."""
     home = home or corral_home()
     out = []
-    for state in _states(home):
+    for state in project_states(home):
         record = read_record(state)
         paths = ProjectPaths(repo=Path("."), home=home, root=state)
         if record is not None and record.path:
@@ -578,7 +579,7 @@ def find_state(home: Path, given: str) -> Path:
     direct = Path(given).expanduser()
     if direct.is_absolute() and direct.parent == projects_dir(home) and direct.is_dir():
         return direct
-    states = _states(home)
+    states = project_states(home)
     exact = [s for s in states if s.name == given]
     matches = exact or [s for s in states if s.name.startswith(given)]
     if len(matches) == 1:

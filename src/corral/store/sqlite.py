@@ -210,6 +210,15 @@ class SQLiteTx:
             )
         return [self._task(r) for r in rows]
 
+    def recent_tasks(self, statuses: Iterable[Status], limit: int) -> list[Task]:
+        wanted = [s.value for s in statuses]
+        marks = ",".join("?" * len(wanted))
+        rows = self._all(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY updated_at DESC, id DESC LIMIT ?",
+            [*wanted, max(0, limit)],
+        )
+        return [self._task(r) for r in rows]
+
     def match_tasks(self, prefix: str) -> list[Task]:
         # A prefix is a range on the unique indexes (ref and id): [prefix, prefix + U+10FFFF).
         # Taken literally, so "%" and "_" match only themselves.
@@ -426,6 +435,14 @@ class SQLiteTx:
         db.execute("UPDATE tasks SET session_id = NULL WHERE id = ?", (task_id,))
         db.execute("DELETE FROM sessions WHERE task_id = ?", (task_id,))
         db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+
+    def changes_since(self, since: datetime) -> list[StatusChange]:
+        sql = "SELECT task_id, from_status, to_status, actor, reason, at FROM status_changes WHERE at >= ? ORDER BY id"
+        statuses, actors = _STATUSES, _ACTORS
+        return [
+            StatusChange(task_id, statuses[src] if src else None, statuses[dst], actors[actor], reason, _req_time(at))
+            for task_id, src, dst, actor, reason, at in self._db.execute(sql, (rfc3339(since),))
+        ]
 
     def status_changes(self, task_id: str, *, since: datetime | None = None) -> list[StatusChange]:
         # By position, enums through dicts: ``show`` of a long history decodes thousands.
