@@ -1,4 +1,4 @@
-"""Trust is decided from a turn's provenance when a scan first meets its log, and kept with the cursor.
+"""Trust is decided from a turn's provenance once per scan, when it first meets the log.
 
 The log is Claude Code's stream-json calling corral's shell (``mcp__corral__bash``) with an intent:
 honoured for a confined run, ordinary arguments for any other, and a bounded wait, then the
@@ -100,12 +100,12 @@ def test_unreadable_provenance_is_waited_for_then_the_exact_rule_applies_with_a_
     assert events == []  # the turn runs and the wait is young: nothing folded yet, nothing skipped
     clock = [1000.0]
     monkeypatch.setattr(journal.time, "time", lambda: clock[0])
-    cursors.logs[str(log)]["waiting_since"] = 1000.0 - provenance.WAIT_SECONDS - 1
+    cursors.waiting[str(log)] = 1000.0 - provenance.WAIT_SECONDS - 1
     found, events = state(log, cursors)
     assert any(e["kind"] == "incomplete" and "provenance" in e["id"] for e in events)
     assert Label.INCOMPLETE in {i.label for i in found.incidents.values()}
     assert not any(i.label is Label.RECOVERED for i in found.incidents.values())  # the exact rule
-    # decided once: provenance readable later does not change this log's trust
+    # decided once per scan: provenance readable later does not change this scan's trust in the log
     (log.parent / provenance.PROVENANCE).write_text(json.dumps({**PROVENANCE, "sandbox": "bwrap"}))
     assert cursors.logs[str(log)]["trusted"] is False
     with log.open("ab") as fh:
@@ -119,3 +119,80 @@ def test_the_turn_ending_ends_the_wait(tmp_path: Path) -> None:
     (log.parent / provenance.PROVENANCE).write_bytes(b"")
     found, events = state(log, Cursors(None), final=True)
     assert events and Label.INCOMPLETE in {i.label for i in found.incidents.values()}
+
+
+def _unreadable_then_exact(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """A log scanned under the exact rule, its provenance unreadable, by a scan that is then saved:
+    ``make test`` failed in it, and nothing retried it."""
+    turn = tmp_path / "turns" / "1"
+    turn.mkdir(parents=True)
+    log = turn / "output.log"
+    log.write_bytes(b"\n".join([*call(1, "make test", 2), *call(2, "make build", 0)]) + b"\n")
+    (turn / provenance.PROVENANCE).write_text("{not json")
+    cursors = Cursors(tmp_path / "j")
+    (tmp_path / "j").mkdir(exist_ok=True)
+    _found, events = state(log, cursors, final=True)
+    cursors.save()
+    return log, events
+
+
+def _note(events: list[dict[str, Any]]) -> Any:
+    found = reduce(FailureState(), events)
+    return next(i for i in found.incidents.values() if "provenance-unreadable" in i.id)
+
+
+def test_a_later_trusted_scan_closes_the_note_once_the_exact_rules_incidents_are_resolved(tmp_path: Path) -> None:
+    log, events = _unreadable_then_exact(tmp_path)
+    assert _note(events).label is Label.INCOMPLETE
+    assert [i.label for i in reduce(FailureState(), events).incidents.values() if i.category == "tool"] == [
+        Label.UNCLASSIFIED
+    ]
+    # The provenance is readable again, and a new scan (a restarted observer) decides anew: trusted.
+    (log.parent / provenance.PROVENANCE).write_text(json.dumps({**PROVENANCE, "sandbox": "bwrap"}))
+    with log.open("ab") as fh:  # a trusted-period failure of its own, and nothing that resolves the exact one
+        fh.write(b"\n".join(call(4, "make lint", 2, operationId="lint")) + b"\n")
+    later = Cursors(tmp_path / "j")
+    more = scan(log, ClaudeHarness(), "/wt", later)
+    assert later.logs[str(log)]["trusted"] is True
+    assert _note(events + more).label is Label.INCOMPLETE  # the exact rule's failure is still open
+    with log.open("ab") as fh:  # the same command again: its exact retry resolves what the exact rule left
+        fh.write(b"\n".join(call(5, "make test", 0)) + b"\n")
+    last = scan(log, ClaudeHarness(), "/wt", later)
+    whole = reduce(FailureState(), events + more + last)
+    assert _note(events + more + last).label is Label.RECOVERED
+    # the trusted period's own failure (lint) never held the note open, and stays open itself
+    assert [i.label for i in whole.incidents.values() if i.operation == "op:lint"] == [Label.UNCLASSIFIED]
+    # closed once: further scans say nothing more of it
+    assert not any("provenance-unreadable" in json.dumps(e) for e in scan(log, ClaudeHarness(), "/wt", later))
+
+
+def test_a_scan_still_unable_to_read_the_provenance_keeps_the_note_open(tmp_path: Path) -> None:
+    log, events = _unreadable_then_exact(tmp_path)
+    with log.open("ab") as fh:
+        fh.write(b"\n".join(call(5, "make test", 0)) + b"\n")
+    again = Cursors(tmp_path / "j")  # restarted: the bounded wait applies again, then the exact rule
+    more = scan(log, ClaudeHarness(), "/wt", again, final=True)
+    assert again.logs[str(log)]["trusted"] is False
+    # the exact retry resolved the failure, but no trusted scan has looked: the note stays, said once
+    assert _note(events + more).label is Label.INCOMPLETE
+    assert sum(1 for e in events + more if e["kind"] == "incomplete") == 1
+
+
+def test_a_note_with_nothing_left_unresolved_closes_at_the_first_trusted_scan(tmp_path: Path) -> None:
+    turn = tmp_path / "turns" / "1"
+    turn.mkdir(parents=True)
+    (turn / provenance.PROVENANCE).write_bytes(b"")
+    log = turn / "output.log"
+    log.write_bytes(b"\n".join(call(1, "make build", 0)) + b"\n")
+    (tmp_path / "j").mkdir()
+    first = Cursors(tmp_path / "j")
+    events = scan(log, ClaudeHarness(), "/wt", first, final=True)
+    first.save()
+    assert _note(events).label is Label.INCOMPLETE
+    # the next turn's log, confined and readable: a trusted scan of the same session's journal
+    other = tmp_path / "turns" / "2"
+    other.mkdir()
+    provenance.write(other, {**PROVENANCE, "sequence": 2, "sandbox": "bwrap"})
+    (other / "output.log").write_bytes(b"\n".join(call(2, "ls", 0)) + b"\n")
+    more = scan(other / "output.log", ClaudeHarness(), "/wt", Cursors(tmp_path / "j"))
+    assert _note(events + more).label is Label.RECOVERED

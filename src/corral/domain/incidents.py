@@ -233,6 +233,12 @@ class Collector:
         self.failure_at: dict[str, int] = {}  # incident id -> the sequence of its latest failure
         self.state = FailureState()
         self.open_ids: set[str] = set()  # the incidents of ``state`` a disposition may still name
+        # An ``Observation incomplete`` note of a log scanned under the exact rule because its provenance
+        # could not be read -> the incidents that failed under it. A later trusted scan closes the note
+        # once every one of them is resolved (:meth:`close_notes`); while a note is open, ``state``
+        # follows the exact-rule events too, so those incidents can be recovered or disposed of later.
+        self.notes: dict[str, list[str]] = {}
+        self.exact_note: str | None = None  # the note the log being scanned now is under (per scan)
 
     def key(self, call_id: str) -> str:
         """A call's key: call ids are unique within one log only (a Codex ``item_3`` recurs each turn)."""
@@ -259,11 +265,45 @@ class Collector:
     def fold(self, fact: Fact, at: str | None = None) -> list[dict[str, Any]]:
         self.sequence += 1
         if isinstance(fact, ToolEnd):
-            return self._tool_end(fact, at)  # remembers its own events (a disposition needs them first)
-        events = self._fold(fact, at)
-        if self.trusted and events:
-            self._remember(fact, events)
+            events = self._tool_end(fact, at)  # remembers its own events (a disposition needs them first)
+        else:
+            events = self._fold(fact, at)
+            if self.trusted and events:
+                self._remember(fact, events)
+        if self.exact_note is not None and not self.trusted and events:
+            self._under_note(fact, events)
         return events
+
+    def _under_note(self, fact: Fact, events: list[dict[str, Any]]) -> None:
+        """Events of the exact rule while a note is open: followed, and each failure counted against it."""
+        self._remember(fact, events)
+        assert self.exact_note is not None
+        noted = self.notes.setdefault(self.exact_note, [])
+        for event in events:
+            if event.get("kind") == "failure":
+                given = str(event.get("id"))
+                resolved = self.state.aliases.get(given, given)
+                if resolved not in noted:
+                    noted.append(resolved)
+
+    def close_notes(self, at: str | None = None) -> list[dict[str, Any]]:
+        """In a trusted scan, the events closing each note whose exact-rule incidents are all resolved
+        (recovered, superseded or expected). Failures of a trusted period never hold a note open."""
+        if not self.trusted or not self.notes:
+            return []
+        events = []
+        for note, ids in list(self.notes.items()):
+            if all(self._settled(i) for i in ids):
+                del self.notes[note]
+                event: dict[str, Any] = {"kind": "recovered", "id": f"recovered:{note}", "operation": "evidence"}
+                event.update(incidents=[note], at=at)
+                reduce(self.state, [event])
+                events.append(event)
+        return events
+
+    def _settled(self, key: str) -> bool:
+        incident = self.state.incidents.get(key)
+        return incident is None or incident.label in CLOSED or incident.label is Label.EXPECTED
 
     def _fold(self, fact: ToolStart | ModelFailure | ModelOk | Gap, at: str | None) -> list[dict[str, Any]]:
         if isinstance(fact, ToolStart):
@@ -469,11 +509,13 @@ class Collector:
             "evidence_of": self.evidence_of,
             "trusted": self.trusted,
         }
-        if self.trusted:
+        if self.trusted or self.notes:
             doc["calls"] = {k: v.to_json() for k, v in self.calls.items()}
             doc["attempt_ids"] = dict(self.attempt_ids)
             doc["failure_at"] = dict(self.failure_at)
             doc["state"] = _state_json(self.state)
+        if self.notes:
+            doc["notes"] = {k: list(v) for k, v in self.notes.items()}
         return doc
 
     @classmethod
@@ -483,7 +525,8 @@ class Collector:
         made.starts = {str(k): (str(v[0]), int(v[1]), str(v[2])) for k, v in dict(data.get("starts") or {}).items()}
         made.failed = {str(k): (str(v[0]), int(v[1])) for k, v in dict(data.get("failed") or {}).items()}
         made.gaps = {str(g) for g in data.get("gaps") or ()}
-        if made.trusted:
+        made.notes = {str(k): [str(i) for i in v] for k, v in dict(data.get("notes") or {}).items()}
+        if "state" in data:
             made.calls = {str(k): Attempt.from_json(list(v)) for k, v in dict(data.get("calls") or {}).items()}
             made.attempt_ids = {str(k): str(v) for k, v in dict(data.get("attempt_ids") or {}).items()}
             made.failure_at = {str(k): int(v) for k, v in dict(data.get("failure_at") or {}).items()}

@@ -185,6 +185,12 @@ class Cursors:
         doc = self._load()
         self.logs: dict[str, dict[str, Any]] = dict(doc.get("logs") or {})
         self.collector = Collector.from_json(doc.get("collector") or {})
+        # Trust is decided once per scan, when it first meets a log: these cursors are that scan, so
+        # the decisions live as long as they do. A scan loaded anew (a restarted observer, the
+        # reconciler's last look at a lost turn) decides again, its bounded wait started afresh.
+        self.trust: dict[str, bool] = {}
+        self.waiting: dict[str, float] = {}  # log -> when this scan began waiting for its provenance
+        self.noted: set[str] = set()  # logs this scan took under the exact rule for want of provenance
 
     def _load(self) -> dict[str, Any]:
         if self.path is None:
@@ -238,20 +244,22 @@ def scan(
         identity = [info.st_dev, info.st_ino]
         digest = hashlib.sha256(head).hexdigest()[:16]
         known = cursors.logs.get(key)
-        decided = known is None or "trusted" not in known
-        trusted = _trusted(log, known, cursors, key, final)
+        trusted = _trusted(log, cursors, key, final)
         if trusted is None:
             return events  # its provenance cannot be read yet: the scan waits for it (bounded)
-        if decided and cursors.logs[key].get("provenance") == "unreadable":
-            events += collector.fold(
-                Gap(
-                    f"provenance-unreadable:{log.name}",
-                    f"the provenance of {log.name}'s run could not be read: its intents and dispositions "
-                    "are not honoured, the exact-retry rule applies",
-                ),
-                at,
-            )
         collector.trusted = trusted
+        collector.exact_note = None
+        if key in cursors.noted:
+            gap = Gap(
+                f"provenance-unreadable:{collector.evidence_of}",
+                f"the provenance of {collector.evidence_of}'s run could not be read: its intents and "
+                "dispositions are not honoured, the exact-retry rule applies",
+            )
+            note = f"incomplete:{gap.key}"
+            if gap.key not in collector.gaps:
+                collector.notes[note] = []
+            collector.exact_note = note if note in collector.notes else None
+            events += collector.fold(gap, at)
         known = known if known is not None and "identity" in known else None  # None: first scanned now
         offset = int(known["offset"]) if known else 0
         if known and (known.get("identity") != identity or info.st_size < offset or not _same_head(known, head)):
@@ -267,6 +275,7 @@ def scan(
                 Gap(f"log-unreadable:{log.name}", f"the output log {log.name} cannot be read: {exc.strerror or exc}"),
                 at,
             )
+        events += collector.close_notes(at)
         cursors.logs[key]["identity"] = identity
         cursors.logs[key]["head"] = digest
         cursors.logs[key]["head_len"] = len(head)
@@ -276,21 +285,24 @@ def scan(
     return events
 
 
-def _trusted(log: Path, known: dict[str, Any] | None, cursors: Cursors, key: str, final: bool) -> bool | None:
-    """Whether ``log``'s run is trusted (its intents and dispositions honoured), decided once, when a
-    scan first meets it, and kept with its cursor; None while its provenance is unreadable and the
-    bounded wait (:data:`provenance.WAIT_SECONDS`, or the turn's end) is not over."""
-    if known is not None and "trusted" in known:
-        return bool(known["trusted"])
+def _trusted(log: Path, cursors: Cursors, key: str, final: bool) -> bool | None:
+    """Whether ``log``'s run is trusted (its intents and dispositions honoured), decided once per scan,
+    when it first meets the log; None while its provenance is unreadable and the bounded wait
+    (:data:`provenance.WAIT_SECONDS`, or the turn's end) is not over. Unreadable past the wait: not
+    trusted, and the log is noted (``cursors.noted``) for its ``Observation incomplete`` note."""
+    decided = cursors.trust.get(key)
+    if decided is not None:
+        return decided
     found = provenance.trust(log.parent)
     if found is provenance.Trust.UNREADABLE:
-        first = cursors.logs.setdefault(key, {}).setdefault("waiting_since", time.time())
-        if not final and time.time() - float(first) < provenance.WAIT_SECONDS:
+        first = cursors.waiting.setdefault(key, time.time())
+        if not final and time.time() - first < provenance.WAIT_SECONDS:
             return None
-        cursors.logs[key].update(trusted=False, provenance="unreadable")
-        return False
-    cursors.logs.setdefault(key, {})["trusted"] = found is provenance.Trust.TRUSTED
-    return found is provenance.Trust.TRUSTED
+        cursors.noted.add(key)
+    trusted = found is provenance.Trust.TRUSTED
+    cursors.trust[key] = trusted
+    cursors.logs.setdefault(key, {})["trusted"] = trusted
+    return trusted
 
 
 def _same_head(known: dict[str, Any], head: bytes) -> bool:
