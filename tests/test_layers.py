@@ -1,6 +1,6 @@
 """Imports point downward only (docs/architecture.md), the domain is pure, and nothing imports in a cycle.
 
-Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < surfaces: cli, daemon, mcp (5).
+Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < surfaces: cli, daemon, mcp, dashboard (5).
 Inside the engine, rooms: the house (project, paths, config, …) < runtime < read < recovery <
 operations. A module may import its own layer or room, or a lower one. Every import counts,
 including those inside functions and under ``TYPE_CHECKING``; and no module reaches itself
@@ -31,6 +31,7 @@ LAYERS = {
     "cli": 5,
     "daemon": 5,
     "mcp": 5,
+    "dashboard": 5,
 }
 #: The engine's rooms, lowest first; modules at the engine's root are the house (room 0).
 ROOMS = {"runtime": 1, "read": 2, "recovery": 3, "operations": 4}

@@ -21,11 +21,14 @@ from corral.domain.sanitize import display
 from corral.domain.status import Status
 from corral.domain.substate import render_status, retry_summary
 
-_STATUS_COLOR = {
+#: The colour of each status word, on every surface that paints one (``show``, ``list``, ``watch``).
+STATUS_COLOR = {
     "working": "cyan",
+    "pairing": "cyan",
     "blocked": "yellow",
     "conflict": "red",
     "interrupted": "red",
+    "zombie": "red",
     "complete": "green",
     "abandoned": "dim",
     "merging": "magenta",
@@ -89,7 +92,7 @@ def ago(at: datetime | str | None, now: datetime | None = None) -> str:
 
 def status_word(app: App, status: str, substate: str | None) -> str:
     word = one_line(render_status(Status(status), substate))  # a substate may carry an agent's words
-    return app.style(word, _STATUS_COLOR.get(status, "bold"))
+    return app.style(word, STATUS_COLOR.get(status, "bold"))
 
 
 def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
@@ -112,7 +115,7 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
         goal = r["goal"]
         if r.get("reason"):
             goal = f"{goal} — {r['reason']}"
-        status = app.paint(word, _STATUS_COLOR.get(r["status"], "bold")) if colored else word
+        status = app.paint(word, STATUS_COLOR.get(r["status"], "bold")) if colored else word
         if r.get("needs_action"):
             n = r["needs_action"]
             goal = f"[{n} need{'s' if n == 1 else ''} action] {goal}"

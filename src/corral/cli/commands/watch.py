@@ -1,0 +1,803 @@
+"""``watch``: the live board of unfinished tasks on a terminal, or one line per change off one.
+
+What it shows is the board (``corral.engine.operations.board``): every row, its group, its
+badge and its live fields come from there, laid out by ``corral.cli.watch_view``. The board
+is read again only when something it is made of changed — the store's database file and its
+WAL, and each working task's supervisor files and current logs, looked at with a few ``stat``
+calls every :data:`POLL_SECONDS` — and at least every ``--interval`` seconds (what no file
+says: a supervisor that died, the time going by). An idle watch costs a few system calls a poll.
+
+On a terminal it takes the alternate screen and redraws in place: only the lines that changed
+are rewritten (cursor to the line, the text, erase to its end), never the whole screen, so
+nothing flickers. The keys act on the selected task through the same operations as the
+commands (``show``, ``logs -f``, ``unblock``, ``accept``). The terminal is restored however it
+ends: ``q``, Ctrl-C, SIGTERM or SIGHUP; Ctrl-Z gives the shell its terminal back until ``fg``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import termios
+import time
+import tty
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from types import FrameType
+from typing import Any
+
+import click
+
+from corral.cli import watch_view as view
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
+from corral.cli.render import show_lines
+from corral.domain.status import Op, Status, check_operation
+from corral.engine.operations import board as boards
+from corral.engine.operations import queries
+from corral.engine.project import Project
+from corral.engine.runtime.protocol import STATUS
+from corral.errors import CorralError, TaskNotFound
+
+#: How often the files a board is made of are looked at.
+POLL_SECONDS = 0.25
+#: The longest the board goes unread, by default.
+INTERVAL_SECONDS = 5.0
+
+_ALT_ON, _ALT_OFF = "\x1b[?1049h", "\x1b[?1049l"
+_HIDE, _SHOW = "\x1b[?25l", "\x1b[?25h"
+_CLEAR = "\x1b[H\x1b[2J"
+
+Stat = tuple[int, int, int] | None
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGHUP: the watch ends, its terminal restored."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.code = 128 + signum
+
+
+def _stat(path: str) -> Stat:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class Source:
+    """The projects watched, their board, and whether anything it is made of changed since it was read."""
+
+    def __init__(self, projects: list[tuple[str, Project]], only: list[str] | None, home: Any = None) -> None:
+        self.projects = projects
+        self.only = only
+        self.home = home  # --all-projects: projects kept there later are watched too
+        self.board: boards.Board | None = None
+        self.read_at = 0.0
+        self.stale = False  # read again at the next look, changed or not
+        self.scanned_at = time.monotonic()  # when the home was last looked at for more projects
+        self.seen: tuple[Any, ...] | None = None
+        self.opened: list[Project] = []  # the projects this source opened (closed with it)
+        self._working: list[tuple[Project, str]] = []
+        self._memo: dict[str, tuple[Stat, Any]] = {}  # status.json's path -> (its stat, what it says)
+        self._states: list[Any] | None = None  # the home's project state directories, last looked at
+        if home is not None:
+            from corral.engine.identity import project_states
+
+            self._states = project_states(home)
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """The few file facts a change of the board changes: a handful of ``stat`` calls."""
+        out: list[Any] = []
+        for _name, project in self.projects:
+            db = str(project.paths.db)
+            out += [_stat(db), _stat(db + "-wal")]
+        for project, task_id in self._working:
+            out.append(_dir(str(project.paths.protocol_dir(task_id)), self._memo))
+            turns = str(project.paths.turns_dir(task_id))
+            try:
+                latest = max((e.name for e in os.scandir(turns) if e.name.isdigit()), key=int, default=None)
+            except OSError:
+                latest = None
+            if latest is not None:
+                out.append((latest, _dir(os.path.join(turns, latest), self._memo)))
+        return tuple(out)
+
+    def due(self, interval: float) -> bool:
+        """Whether the board should be read again: never read, something changed, or ``interval`` passed."""
+        if self.board is None or self.stale or time.monotonic() - self.read_at >= interval:
+            return True
+        return self.fingerprint() != self.seen
+
+    def read(self) -> boards.Board:
+        if self.home is not None and time.monotonic() - self.scanned_at >= INTERVAL_SECONDS:
+            self._more_projects()
+            self.scanned_at = time.monotonic()
+        seen = self.fingerprint()  # before the read: a change during it is seen at the next poll
+        board = boards.board(self.projects, only=self.only)
+        self.board, self.read_at, self.stale = board, time.monotonic(), False
+        by_path = {str(p.paths.repo): p for _n, p in self.projects}
+        self._working = [
+            (by_path[r["project_path"]], r["id"])
+            for r in board.rows()
+            if r["status"] == Status.WORKING.value and r["project_path"] in by_path
+        ]
+        # When the working set changed with this read, the next look differs and reads once more.
+        self.seen = seen
+        return board
+
+    def _more_projects(self) -> None:
+        """Projects kept under the home since the watch began (looked for only when its list changed)."""
+        from corral.engine.identity import project_states
+
+        states = project_states(self.home)
+        if states == self._states:
+            return
+        self._states = states
+        known = {str(p.paths.repo) for _n, p in self.projects}
+        opened = boards.home_projects(self.home)
+        for name, project in opened.projects:
+            if str(project.paths.repo) in known:
+                project.close()
+                continue
+            self.projects.append((name, project))
+            self.opened.append(project)
+
+    def invalidate(self) -> None:
+        """Read the board again at the next look, changed or not (after an action of ours)."""
+        self.stale = True
+
+    def project_of(self, row: dict[str, Any]) -> Project:
+        return self.project_at(str(row.get("project_path")))
+
+    def project_at(self, path: str) -> Project:
+        """The project a row's ``project_path`` names (the first one, if none does)."""
+        for _name, project in self.projects:
+            if str(project.paths.repo) == path:
+                return project
+        return self.projects[0][1]
+
+    def close(self) -> None:
+        for project in self.opened:
+            project.close()
+
+
+def _dir(path: str, memo: dict[str, tuple[Stat, Any]]) -> tuple[Any, ...]:
+    """(name, mtime, size) of each file in a directory: a supervisor's files, a turn's logs. The
+    supervisor's ``status.json`` is told by what it says, its heartbeat aside: it beats every few
+    seconds, and a beat changes nothing a board shows (a beat that stops is the settled read's)."""
+    try:
+        with os.scandir(path) as entries:
+            found = sorted((e.name, e.path) for e in entries)
+    except OSError:
+        return ()
+    out: list[Any] = []
+    for name, full in found:
+        stat = _stat(full)
+        if name != STATUS:
+            out.append((name, stat))
+            continue
+        known = memo.get(full)
+        if known is None or known[0] != stat:
+            known = (stat, _beatless(full))
+            memo[full] = known
+        out.append((name, known[1]))
+    return tuple(out)
+
+
+def _beatless(path: str) -> Any:
+    """What a supervisor's ``status.json`` says, without its heartbeat."""
+    try:
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return repr(doc)
+    return repr(sorted((k, repr(v)) for k, v in doc.items() if k not in _BEAT))
+
+
+#: The fields of ``status.json`` that change with every heartbeat and nothing else.
+_BEAT = frozenset({"heartbeat_at", "heartbeat_mono"})
+
+
+def _open(app: App, all_projects: bool, tasks: Sequence[str]) -> Source:
+    """The projects to watch and the tasks named (by id, so a prefix names one task)."""
+    home = None
+    opened: list[Project] = []
+    if all_projects:
+        from corral.engine.paths import corral_home
+
+        home = corral_home()
+        found = boards.home_projects(home)
+        for problem in found.problems:
+            app.note(f"warning: {problem}")
+        projects = list(found.projects)
+        opened = [p for _n, p in projects]
+    else:
+        projects = [(app.project.paths.repo.name, app.project)]
+    only: list[str] | None = None
+    if tasks:
+        only = []
+        for given in tasks:
+            error: CorralError | None = None
+            for _name, project in projects:
+                try:
+                    only.append(queries.find_task(project, given).id)
+                    break
+                except CorralError as exc:
+                    error = error or exc
+            else:
+                for project in opened:
+                    project.close()
+                if error is not None:
+                    raise error
+                raise TaskNotFound(given, [])  # no project to find it in
+    source = Source(projects, only, home)
+    source.opened = opened
+    return source
+
+
+@contextmanager
+def _signals(wake: Callable[[], None] | None = None) -> Iterator[dict[str, bool]]:
+    """SIGTERM and SIGHUP end the watch (its terminal restored on the way); on a terminal, a
+    resize and a Ctrl-Z are flagged and wake the loop."""
+    flags = {"resized": False, "suspend": False}
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise Stopped(signum)
+
+    def flag(name: str) -> Callable[[int, FrameType | None], None]:
+        def handler(_signum: int, _frame: FrameType | None) -> None:
+            flags[name] = True
+            if wake is not None:
+                wake()
+
+        return handler
+
+    handlers: dict[int, Any] = {signal.SIGTERM: stop, signal.SIGHUP: stop}
+    if wake is not None:
+        handlers[signal.SIGWINCH] = flag("resized")
+        handlers[signal.SIGTSTP] = flag("suspend")
+    old = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
+    try:
+        yield flags
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+# -- off a terminal: one line per change ----------------------------------------------------------
+
+
+def _stream(app: App, source: Source, interval: float) -> int:
+    """``--plain`` and ``--json``: the rows as they are, then one line (or JSON Line) per change."""
+    shown: dict[view.Key, tuple[Any, ...]] = {}
+    refs: dict[view.Key, str] = {}
+    problems: set[str] = set()
+    first = True
+    with _signals():
+        while True:
+            if source.due(interval):
+                board = source.read()
+                _changes(app, board, shown, refs, first=first, named=source.only is not None)
+                for problem in board.problems:
+                    if problem not in problems:
+                        app.event({"event": "problem", "problem": problem}, f"warning: {problem}", aside=True)
+                problems = set(board.problems)
+                first = False
+            time.sleep(POLL_SECONDS)
+
+
+#: What ``--plain`` remembers of a task it said was finished.
+_FINISHED = ("finished",)
+
+
+def _changes(
+    app: App,
+    board: boards.Board,
+    shown: dict[view.Key, tuple[Any, ...]],
+    refs: dict[view.Key, str],
+    *,
+    first: bool,
+    named: bool,
+) -> None:
+    """A line for each row that is new, changed, finished or gone since ``shown`` (what was said of
+    each); ``first``: the first read (each row is listed); ``named``: the tasks were named."""
+    many = len(board.projects) > 1
+    clock = datetime.now().strftime("%H:%M:%S")
+    titles = {view.key_of(row): g["title"] for g in board.groups for row in g["rows"]}
+    now = {view.key_of(row): row for row in board.rows()}
+    finished = {view.key_of(r): r for r in board.finished}
+
+    def say(change: str, key: view.Key, row: dict[str, Any], title: str | None) -> None:
+        refs[key] = view.ref_text(row, many)
+        app.event(
+            {"event": "task", "change": change, "task": row},
+            lambda: view.plain_line(row, many=many, clock=clock, title=title),
+        )
+
+    for key, row in now.items():
+        was, mark = shown.get(key), view.change_key(row)
+        if was != mark:
+            say("listed" if first else "added" if was is None else "changed", key, row, titles[key])
+        shown[key] = mark
+    for key in [k for k in shown if k not in now and shown[k] != _FINISHED]:
+        if key in finished:
+            say("finished", key, finished[key], None)
+            shown[key] = _FINISHED
+        else:  # deleted, or out of the board's sight
+            del shown[key]
+            app.event(
+                {"event": "task", "change": "removed", "task": {"id": key[1], "project_path": key[0]}},
+                f"{clock}  {refs.pop(key, key[1])}  removed",
+            )
+    if first and named:
+        for key, row in finished.items():  # a task named that has finished already: how it ended
+            say("listed", key, row, None)
+            shown[key] = _FINISHED
+
+
+# -- on a terminal: the live board ----------------------------------------------------------------
+
+_KEYS = {
+    b"\x1b[A": "up",
+    b"\x1bOA": "up",
+    b"\x1b[B": "down",
+    b"\x1bOB": "down",
+    b"\x1b[5~": "pgup",
+    b"\x1b[6~": "pgdn",
+    b"\x1b[H": "home",
+    b"\x1b[F": "end",
+    b"\x1b[1~": "home",
+    b"\x1b[4~": "end",
+}
+
+
+def keys_of(data: bytes) -> list[str]:
+    """The keys in what the terminal sent: ``up``, ``enter``, ``esc``, ``q`` …"""
+    out: list[str] = []
+    i = 0
+    while i < len(data):
+        if data[i] == 0x1B:
+            for seq, name in _KEYS.items():
+                if data.startswith(seq, i):
+                    out.append(name)
+                    i += len(seq)
+                    break
+            else:
+                if data.startswith(b"\x1b[", i) or data.startswith(b"\x1bO", i):  # a key we do not use
+                    j = i + 2
+                    while j < len(data) and not (0x40 <= data[j] <= 0x7E):
+                        j += 1
+                    i = j + 1
+                else:
+                    out.append("esc")
+                    i += 1
+            continue
+        ch = data[i : i + 1]
+        i += 1
+        if ch in (b"\r", b"\n"):
+            out.append("enter")
+        elif ch in (b"\x7f", b"\x08"):
+            out.append("back")
+        elif ch == b" ":
+            out.append("pgdn")
+        else:
+            out.append(ch.decode("latin-1"))
+    return out
+
+
+class Screen:
+    """The live board on the terminal: frames drawn line by line, keys, the task view, the actions."""
+
+    def __init__(self, app: App, source: Source, interval: float) -> None:
+        self.app = app
+        self.source = source
+        self.interval = interval
+        self.fd = sys.stdin.fileno()
+        self.out = app.stdout
+        self.saved: list[Any] | None = None
+        self.drawn: list[str] | None = None  # what is on the screen now, line by line
+        self.selected: view.Key | None = None
+        self.top = 0
+        self.detail: view.Key | None = None  # the task shown (Enter), or None for the board
+        self.detail_top = 0
+        self.detail_lines: list[str] = []
+        self.message = ""
+        self.asking: tuple[str, dict[str, Any]] | None = None  # a question awaiting its key: (what, row)
+        self.where: list[tuple[int, view.Key]] = []
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    # -- the terminal --------------------------------------------------------------------------
+    def wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"!")
+        except OSError:  # the pipe is full: the loop is awake already
+            pass
+
+    def enter(self) -> None:
+        if self.saved is None:
+            self.saved = termios.tcgetattr(self.fd)
+        tty.setcbreak(self.fd)  # keys as they are typed, no echo; Ctrl-C still interrupts
+        self.write(_ALT_ON + _HIDE)
+        self.drawn = None  # the next frame clears the screen and draws every line
+
+    def leave(self, *, screen: bool = False) -> None:
+        """The terminal as it was: settings, cursor and (unless ``screen``: a cleared board's
+        screen instead) the screen the person had."""
+        if self.saved is not None:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+        self.write("\x1b[0m" + _SHOW + (_CLEAR if screen else _ALT_OFF))
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def size(self) -> tuple[int, int]:
+        try:
+            size = os.get_terminal_size(self.out.fileno())
+            return max(20, size.columns), max(5, size.lines)
+        except (OSError, ValueError):
+            return 80, 24
+
+    # -- drawing -------------------------------------------------------------------------------
+    def draw(self) -> None:
+        width, height = self.size()
+        body = height - 2
+        board = self.source.board
+        if self.detail is not None:
+            lines = self.detail_lines
+            self.detail_top = max(0, min(self.detail_top, len(lines) - body))
+            shown = view.window(lines, self.detail_top, body)
+            keys = view.DETAIL_KEYS
+        else:
+            doc = board.to_json() if board is not None else {"groups": [], "projects": []}
+            paint = self.app.paint if self.app.colors() else view.plain
+            aged = time.monotonic() - self.source.read_at
+
+            def layout(selected: view.Key | None) -> tuple[list[str], list[tuple[int, view.Key]]]:
+                named = self.source.only is not None
+                return view.board_frame(doc, width=width, selected=selected, paint=paint, aged=aged, finished=named)
+
+            before = [k for _i, k in self.where]
+            lines, where = layout(self.selected)
+            keys_now = [k for _i, k in where]
+            if self.selected not in keys_now:
+                self.selected = _replacement(self.selected, before, keys_now)
+                if self.selected is not None:
+                    lines, where = layout(self.selected)
+            self.where = where
+            at = next((i for i, k in where if k == self.selected), 0)
+            self.top = 0 if where and at == where[0][0] else view.scroll_to(self.top, at, body)
+            shown = view.window(lines, self.top, body)
+            keys = view.KEYS
+        self.paint([view.fit(self.app.safe(line), width - 1) for line in [*shown, self.message, keys]])
+
+    def paint(self, frame: list[str]) -> None:
+        """Only what changed: each changed line rewritten where it is, the rest left alone."""
+        buf: list[str] = []
+        drawn = self.drawn
+        if drawn is None:
+            buf.append(_CLEAR)
+            drawn = []
+        for i, line in enumerate(frame):
+            if i >= len(drawn) or drawn[i] != line:
+                buf.append(f"\x1b[{i + 1};1H{line}\x1b[0m\x1b[K")
+        for i in range(len(frame), len(drawn)):
+            buf.append(f"\x1b[{i + 1};1H\x1b[K")
+        if buf:
+            self.write("".join(buf))
+        self.drawn = frame
+
+    def redraw(self) -> None:
+        self.drawn = None
+        self.draw()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        with _signals(self.wake) as flags:
+            self.enter()
+            try:
+                self.source.read()
+                self.draw()
+                while True:
+                    ready, _, _ = select.select([self.fd, self.wake_r], [], [], POLL_SECONDS)
+                    if self.wake_r in ready:
+                        os.read(self.wake_r, 512)
+                    if flags["suspend"]:
+                        flags["suspend"] = False
+                        self.suspend_job()
+                    if flags["resized"]:
+                        flags["resized"] = False
+                        self.redraw()
+                    if self.fd in ready:
+                        data = os.read(self.fd, 1024)
+                        if not data:
+                            return 0
+                        for key in keys_of(data):
+                            if self.key(key) == "quit":
+                                return 0
+                        self.draw()
+                    if self.source.due(self.interval):
+                        self.refresh()
+            finally:
+                try:
+                    self.leave()
+                except (OSError, termios.error):  # the terminal is gone (SIGHUP): nothing to give back
+                    pass
+                os.close(self.wake_r)
+                os.close(self.wake_w)
+
+    def refresh(self) -> None:
+        self.source.read()
+        if self.detail is not None:
+            self.load_detail()
+        self.draw()
+
+    def suspend_job(self) -> None:
+        """Ctrl-Z: the shell gets its terminal back as it was; ``fg`` brings the board back."""
+        self.leave()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        self.enter()
+        self.redraw()
+
+    # -- keys ----------------------------------------------------------------------------------
+    def row(self, key: view.Key | None) -> dict[str, Any] | None:
+        board = self.source.board
+        if board is None or key is None:
+            return None
+        for row in [*board.rows(), *board.finished]:
+            if view.key_of(row) == key:
+                return row
+        return None
+
+    def key(self, key: str) -> str | None:
+        if self.asking is not None:
+            what, row = self.asking
+            self.asking = None
+            if key in ("y", "Y") and what == "accept":
+                self.accept(row)
+            else:
+                self.message = f"{row['ref']} was not accepted."
+            return None
+        self.message = ""
+        if self.detail is not None:
+            return self.detail_key(key)
+        keys = [k for _i, k in self.where]
+        at = keys.index(self.selected) if self.selected in keys else 0
+        if key in ("q", "Q"):
+            return "quit"
+        if key in ("up", "k") and keys:
+            self.selected = keys[max(0, at - 1)]
+        elif key in ("down", "j") and keys:
+            self.selected = keys[min(len(keys) - 1, at + 1)]
+        elif key == "pgup" and keys:
+            self.selected = keys[max(0, at - 10)]
+        elif key == "pgdn" and keys:
+            self.selected = keys[min(len(keys) - 1, at + 10)]
+        elif key == "home" and keys:
+            self.selected = keys[0]
+        elif key == "end" and keys:
+            self.selected = keys[-1]
+        elif key == "enter":
+            if self.row(self.selected) is not None:
+                self.detail, self.detail_top = self.selected, 0
+                self.load_detail()
+        else:
+            self.act(key, self.row(self.selected))
+        return None
+
+    def detail_key(self, key: str) -> str | None:
+        _width, height = self.size()
+        page = max(1, height - 3)
+        if key in ("q", "Q", "esc", "back", "enter", "h"):
+            self.detail = None
+        elif key in ("up", "k"):
+            self.detail_top = max(0, self.detail_top - 1)
+        elif key in ("down", "j"):
+            self.detail_top += 1
+        elif key == "pgup":
+            self.detail_top = max(0, self.detail_top - page)
+        elif key == "pgdn":
+            self.detail_top += page
+        elif key == "home":
+            self.detail_top = 0
+        elif key == "end":
+            self.detail_top = len(self.detail_lines)
+        else:
+            self.act(key, self.row(self.detail))
+        return None
+
+    def act(self, key: str, row: dict[str, Any] | None) -> None:
+        if key not in ("l", "u", "a"):
+            return
+        if row is None:
+            self.message = "No task selected."
+            return
+        try:
+            if key == "l":
+                self.follow(row)
+            elif key == "u":
+                self.unblock(row)
+            else:
+                check_operation(Op.ACCEPT, Status(row["status"]), row["ref"])
+                self.asking = ("accept", row)
+                self.message = f"Accept {row['ref']}: squash-merge its work into its target? [y/N]"
+        except CorralError as exc:
+            self.message = _said(exc)
+
+    def load_detail(self) -> None:
+        """The task's ``show`` page, as ``corral show`` prints it (timeline, Stopped because, Next)."""
+        if self.detail is None:
+            return
+        path, task_id = self.detail
+        try:  # a task that left the board (finished) is still shown: it is read by its id
+            shown = queries.show_task(self.source.project_at(path), task_id, last_turns=queries.PAGE_TURNS)
+        except CorralError as exc:
+            self.detail = None
+            self.message = _said(exc)
+            return
+        page = show_lines(self.app, shown.doc, merges_into=shown.merges_into, earlier_turns=shown.earlier_turns)
+        self.detail_lines = [part for line in page for part in line.split("\n")]  # a journal entry has lines
+
+    # -- the actions ---------------------------------------------------------------------------
+    @contextmanager
+    def outside(self, *, screen: bool = False) -> Iterator[None]:
+        """The terminal as the person had it, for another program (the editor, ``logs -f``);
+        ``screen``: on a cleared board's screen, not on the person's own."""
+        self.leave(screen=screen)
+        try:
+            yield
+        finally:
+            self.enter()
+
+    def follow(self, row: dict[str, Any]) -> None:
+        """``l``: ``corral logs -f`` of the task, on this terminal, until its turn ends or Ctrl-C."""
+        from corral.adapters.terminal import run_interactive
+
+        project = self.source.project_of(row)
+        argv = [sys.executable, "-m", "corral", "logs", "-f", row["id"], "--repo", str(project.paths.repo)]
+        with self.outside(screen=True):
+            title = _bold(self.app, f"corral logs -f {row['ref']}")
+            self.write(f"{self.app.safe(title)}  (Ctrl-C: back to the board)\n")
+            try:
+                run_interactive(argv)
+            except OSError as exc:
+                self.write(f"could not run corral logs: {exc}\n")
+            self.write("── press a key to go back to the board ")
+            self._one_key()
+
+    def _one_key(self) -> None:
+        saved = termios.tcgetattr(self.fd)
+        tty.setcbreak(self.fd)
+        try:
+            termios.tcflush(self.fd, termios.TCIFLUSH)
+            os.read(self.fd, 64)
+        finally:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
+
+    def unblock(self, row: dict[str, Any]) -> None:
+        """``u``: feedback written in ``$EDITOR``, then ``corral unblock``'s operation."""
+        from corral.cli.textinput import from_editor
+        from corral.engine.operations import turns
+
+        check_operation(Op.UNBLOCK, Status(row["status"]), row["ref"])
+        with self.outside():
+            text = from_editor("Your feedback for the agent. It is delivered verbatim.")
+        if not text.strip():
+            self.message = f"Nothing written: {row['ref']} is not unblocked."
+            return
+        started = turns.unblock(self.source.project_of(row), row["id"], actor=self.app.actor, message=text)
+        self.message = f"{started.task.ref} is working (supervisor pid {started.launched.supervisor_pid})."
+        self.source.invalidate()
+
+    def accept(self, row: dict[str, Any]) -> None:
+        """``a`` then ``y``: ``corral accept``'s operation, its steps shown as they go."""
+        from corral.engine.operations import accept as accepting
+
+        def report(event: dict[str, Any]) -> None:
+            if event.get("event") == "phase":
+                detail = f" — {event['detail']}" if event.get("detail") else ""
+                self.message = f"Accepting {row['ref']}: {event.get('label')}: {event.get('state')}{detail}"
+                self.draw()
+
+        try:
+            result = accepting.accept(self.source.project_of(row), row["id"], actor=self.app.actor, report=report)
+        except CorralError as exc:
+            self.message = _said(exc)
+            return
+        if result.already:
+            said = f"{result.task.ref} was already accepted."
+        else:
+            said = f"{result.task.ref} is complete: merged as {result.commit[:12] if result.commit else '?'}."
+        if result.conflict is not None:
+            said += f" {result.conflict.message}"
+        elif result.warning:
+            said += f" warning: {result.warning}"
+        self.message = said
+        self.source.invalidate()
+
+
+def _background() -> bool:
+    """Whether the terminal belongs to another job (``corral watch &``): a board there would stop the
+    job at its first key-mode change, so it gets the lines instead."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) != os.getpgrp()
+    except OSError:  # a terminal, but not this session's: nobody else's foreground either
+        return False
+
+
+def _replacement(gone: view.Key | None, before: list[view.Key], now: list[view.Key]) -> view.Key | None:
+    """The row to select once the selected one left the board: the one that took its place, else the first."""
+    if not now:
+        return None
+    if gone is not None and gone in before:
+        return now[min(before.index(gone), len(now) - 1)]
+    return now[0]
+
+
+def _said(exc: CorralError) -> str:
+    return f"{exc.message} {exc.hint}" if exc.hint else exc.message
+
+
+def _bold(app: App, text: str) -> str:
+    return app.paint(text, "bold") if app.colors() else text
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral watch                     the live board of this repository's unfinished tasks
+  corral watch fix-login upload    only these tasks
+  corral watch --all-projects      every repository kept under CORRAL_HOME
+  corral watch --plain             one line per change (also what a pipe gets)
+  corral watch --json              one JSON Line per change
+
+\b
+Keys: ↑/↓ (or j/k) select · Enter the task (timeline, Stopped because, Next) ·
+l follow its log · u unblock it with feedback written in $EDITOR · a accept it (asks first) ·
+q quit. In the task's view: ↑/↓ PgUp/PgDn scroll, Esc or q back to the board.
+"""
+)
+@click.argument("tasks", nargs=-1)
+@click.option("--all-projects", is_flag=True, help="Every repository kept under CORRAL_HOME.")
+@click.option(
+    "--plain", is_flag=True, help="One line per change instead of the live board (the default off a terminal)."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.2),
+    default=INTERVAL_SECONDS,
+    show_default=True,
+    metavar="S",
+    help="Read the board at least every S seconds (a change is seen within a fraction of a second anyway).",
+)
+@json_option
+@pass_app
+def watch(app: App, tasks: tuple[str, ...], all_projects: bool, plain: bool, interval: float) -> int:
+    """A live board of the unfinished tasks, grouped by what they need from you.
+
+    It streams: with --json (and --plain, or off a terminal) it prints the rows as they are,
+    then one line per change, until it is interrupted.
+    """
+    app.streaming = True
+    source = _open(app, all_projects, list(tasks))
+    try:
+        live = not (plain or app.json) and sys.stdin.isatty() and app.stdout.isatty() and not _background()
+        if live:
+            return Screen(app, source, interval).run()
+        return _stream(app, source, interval)
+    except KeyboardInterrupt:
+        return 130
+    except Stopped as stop:
+        return stop.code
+    finally:
+        source.close()
