@@ -142,7 +142,9 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
 
 WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools"}
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
-USER_ONLY = WIDENS | EXECUTES
+#: Settings a repository may not set because they say where a person's own records go.
+PRIVATE = {"database_url"}
+USER_ONLY = WIDENS | PRIVATE | EXECUTES
 TRUST_WORDS = {
     "user_only": "(corral.toml may not set this)",
     "executes": "(corral.toml may propose this, never set it)",
@@ -216,7 +218,7 @@ def test_config_show_json_carries_each_settings_help_default_and_trust(corral) -
     assert (watchdog["default"], watchdog["value"], watchdog["trust"]) == (1800.0, 1800.0, "anywhere")
     assert watchdog["help"] == "seconds without progress before the watchdog kills a turn"
     assert {n for n, s in doc.items() if s["trusted_only"]} == USER_ONLY
-    assert {n for n, s in doc.items() if s["trust"] == "user_only"} == WIDENS
+    assert {n for n, s in doc.items() if s["trust"] == "user_only"} == WIDENS | PRIVATE
     assert {n for n, s in doc.items() if s["trust"] == "executes"} == EXECUTES
     assert doc["model"]["default"] is None and doc["text_cap"]["default"] == 100 * 1024
 
@@ -236,7 +238,7 @@ def test_corral_toml_sets_only_what_a_repository_may(
             assert (got["value"], got["source"], got["origin"]) == (s.default_value(), "default", None), s.name
         else:
             assert (got["value"], got["source"], got["origin"]) == (values[s.name], "project", project), s.name
-    assert sorted(item.split(" ", 1)[0] for item in doc["ignored"]) == sorted(WIDENS)
+    assert sorted(item.split(" ", 1)[0] for item in doc["ignored"]) == sorted(WIDENS | PRIVATE)
     assert all(f"in {project} " in item for item in doc["ignored"])
     assert {p["name"]: (p["value"], p["file"], p["adopted"]) for p in doc["proposals"]} == {
         name: (values[name], project, False) for name in EXECUTES

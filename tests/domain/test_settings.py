@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "is_sandbox": False,
     "sandbox": "auto",
     "agent_tools": True,
+    "database_url": None,
     "claude_bin": "claude",
     "pi_bin": "pi",
     "pi_provider": None,
@@ -58,7 +59,9 @@ DEFAULTS: dict[str, Any] = {
 WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools"}
 #: Settings that make corral execute something: never from corral.toml, which may only propose them.
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
-USER_ONLY = WIDENS | EXECUTES
+#: Settings a repository may not set because they say where a person's own records go.
+PRIVATE = {"database_url"}
+USER_ONLY = WIDENS | PRIVATE | EXECUTES
 KINDS = {str, int, float, bool, list}
 
 
@@ -89,7 +92,7 @@ def test_each_default_has_its_settings_type() -> None:
 
 
 def test_trust_says_which_settings_a_repository_may_set() -> None:
-    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS
+    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS | PRIVATE
     assert {s.name for s in SETTINGS if s.trust is Trust.EXECUTES} == EXECUTES
     assert {s.name for s in SETTINGS if s.trust is Trust.ANYWHERE} == set(DEFAULTS) - USER_ONLY
     assert {s.name for s in SETTINGS if not s.repository_may_set} == USER_ONLY

@@ -55,6 +55,8 @@ class Setting(NamedTuple):
     #: because they only narrow what an agent may do (``sandbox = "bwrap"``); any other value
     #: there is ignored and reported like the setting itself.
     narrowing: tuple[str, ...] = ()
+    #: Why a ``USER_ONLY`` setting is not a repository's to set (what a refusal and a report say).
+    because: str = "it widens what an agent may do"
 
     @property
     def optional(self) -> bool:
@@ -205,6 +207,15 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # User-only: corral's tools let an agent create and run tasks, which a repository may not grant.
     Setting("agent_tools", bool, True, "give each turn's agent corral's MCP tools for its own subtasks", _USER),
+    # User-only: a repository must not send a person's task history to a server it names.
+    Setting(
+        "database_url",
+        str,
+        None,
+        "PostgreSQL URL for corral's records (postgresql://user:password@host:5432/db); unset: SQLite",
+        _USER,
+        because="it says where your own records go",
+    ),
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),
     Setting("pi_provider", str, None, "the Pi provider (--provider)"),

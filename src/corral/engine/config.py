@@ -11,9 +11,9 @@ What the settings are (names, types, defaults, help, trust) is the schema in
 5. the schema's defaults.
 
 Trust: ``corral.toml`` was written by anyone who can push to the repository. A setting the
-schema marks ``Trust.USER_ONLY`` (it widens what an agent may do) is left out when found
-there and reported in ``Config.ignored``. A setting marked ``Trust.EXECUTES`` (it makes
-corral execute something) is never adopted from there either: it is a :class:`Proposal`
+schema marks ``Trust.USER_ONLY`` (it widens what an agent may do, or says where a person's
+records go) is left out when found there and reported in ``Config.ignored``. A setting marked
+``Trust.EXECUTES`` (it makes corral execute something) is never adopted from there either: it is a :class:`Proposal`
 (``Config.proposals``), which :func:`adopt` writes into the user file's table for this
 repository when the person asks (``corral config adopt NAME``).
 
@@ -356,7 +356,7 @@ def load_config(
                 else:
                     allowed = f"; it may only require {', '.join(setting.narrowing)}" if setting.narrowing else ""
                     config.ignored.append(
-                        f"{key} in {project_file} (a repository may not set it: it widens what an agent may do"
+                        f"{key} in {project_file} (a repository may not set it: {setting.because}"
                         f"{allowed}; set it in your user file or {setting.env_var} instead)"
                     )
             else:
@@ -506,7 +506,7 @@ def check_scope(setting: Setting, scope: str, value: SettingValue = None) -> Non
         return
     if scope == "project" and not setting.repository_may_set and not setting.repository_may_propose:
         raise ConfigError(
-            f"{setting.name} cannot be set in a repository's corral.toml: it widens what an agent may do, "
+            f"{setting.name} cannot be set in a repository's corral.toml: {setting.because}, "
             "so corral ignores it there.",
             hint=f"Set it for yourself: corral config set {setting.name} VALUE (or --scope local for "
             "this repository only).",

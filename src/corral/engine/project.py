@@ -188,7 +188,63 @@ class Project:
             self._store = self._open_store()
         return self._store
 
-    def _open_store(self) -> SQLiteStore:
+    @property
+    def database_url(self) -> str | None:
+        """The user's PostgreSQL URL (their settings or ``CORRAL_DATABASE_URL``), None for SQLite."""
+        url = self.config.get("database_url")
+        return str(url) if url else None
+
+    def postgres_store(self, *, create: bool = True) -> Store:
+        """This project's PostgreSQL store (its own schema in the database ``database_url`` names)."""
+        from corral.store.dsn import schema_name
+        from corral.store.postgres import PostgresStore  # psycopg only for a user who chose PostgreSQL
+
+        url = self.database_url
+        if url is None:
+            raise UsageError(
+                "database_url is not set: this project keeps its records in SQLite.",
+                hint="Set it in your own settings: corral config set database_url postgresql://USER@HOST/DB",
+            )
+        with private_umask():
+            prepare_private_state(self.paths)
+        return PostgresStore(url, schema=schema_name(self.paths.root.name), clock=self.clock, create=create)
+
+    def _open_store(self) -> Store:
+        if self.database_url is not None:
+            try:
+                return self.postgres_store(create=False)
+            except StoreMissing as exc:
+                # No schema there yet: start one only when the SQLite file holds no history, so
+                # choosing PostgreSQL never reads as "every task is gone".
+                held = self._sqlite_tasks()
+                if held == 0:
+                    return self.postgres_store(create=True)
+                raise StoreMissing(
+                    f"{exc.message.rstrip('.')}, but this project's SQLite database {self.paths.db} holds "
+                    f"{'its history' if held is None else f'{held} task(s)'}. corral will not start an empty "
+                    "history in PostgreSQL over it.",
+                    hint="Nothing was changed. Copy the history there: corral store migrate --to postgres; "
+                    "or unset database_url to keep using SQLite.",
+                ) from exc
+        return self._open_sqlite()
+
+    def _sqlite_tasks(self) -> int | None:
+        """How many tasks the SQLite file holds (0: no file), None when it cannot be read."""
+        if _no_database(self.paths.db):
+            return 0
+        try:
+            lite = SQLiteStore(self.paths.db, clock=self.clock, create=False)
+        except StoreError:
+            return None
+        try:
+            with lite.read() as tx:
+                return len(tx.refs())
+        except StoreError:
+            return None
+        finally:
+            lite.close()
+
+    def _open_sqlite(self) -> SQLiteStore:
         # Counting what remains only when there is no database: most commands open a full one.
         left = remains(self.paths) if _no_database(self.paths.db) else []
         hint = restore_hint(self.paths)
@@ -225,6 +281,12 @@ class Project:
         open. The current file is kept in ``backups/`` first. Returns the restored schema
         version and where the replaced file was kept (None: there was none).
         """
+        if self.database_url is not None:
+            raise UsageError(
+                "This project keeps its records in PostgreSQL (database_url); "
+                "`corral restore` puts back an SQLite file.",
+                hint="Unset database_url, restore, then copy it over: corral store migrate --to postgres --replace",
+            )
         source = source.expanduser().absolute()
         if not source.is_file():
             raise StoreMissing(f"{source} is not a file.", hint="Name a file made by `corral backup`.")

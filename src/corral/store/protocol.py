@@ -2,8 +2,8 @@
 
 Reads and writes happen inside a transaction (:meth:`Store.read` /
 :meth:`Store.write`), so a caller composes a status, its status change, a turn and
-its attempts into one atomic write. Any implementation (SQLite now, PostgreSQL
-later) must pass ``tests/store/conformance.py``.
+its attempts into one atomic write. Every implementation (SQLite, the default; PostgreSQL,
+docs/store.md) passes ``tests/store/conformance.py``.
 """
 
 from __future__ import annotations

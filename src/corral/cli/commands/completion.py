@@ -80,10 +80,13 @@ def complete_refs(ctx: click.Context, incomplete: str) -> list[Any]:
     try:
         with lenient():
             project = Project.open(repo)
-        db = project.paths.db
-        if not db.is_file():
-            return []
-        store = SQLiteStore(db, create=False)
+        if project.database_url is not None:  # the records are in PostgreSQL: read there, create nothing
+            store = project.postgres_store(create=False)
+        else:
+            db = project.paths.db
+            if not db.is_file():
+                return []
+            store = SQLiteStore(db, create=False)
         try:
             with store.read() as tx:
                 tasks = tx.tasks()

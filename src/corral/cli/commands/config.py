@@ -135,7 +135,7 @@ def config_show(app: App) -> int:
 def _setting_json(cfg: Config, s: Setting) -> dict[str, Any]:
     v = cfg.values[s.name]
     return {
-        "value": v.value,
+        "value": masked(s, v.value),
         "source": v.source,
         "origin": v.origin,
         "trusted_only": not s.repository_may_set,
@@ -167,7 +167,7 @@ def config_get(app: App, name: str) -> int:
     v = cfg.values[s.name]
     if v.value is None and not app.json:
         app.note(f"{s.name} is not set ({s.help}).")
-    app.answer({"name": s.name, **_setting_json(cfg, s)}, [] if v.value is None else [_plain(v.value)])
+    app.answer({"name": s.name, **_setting_json(cfg, s)}, [] if v.value is None else [_plain(masked(s, v.value))])
     return code
 
 
@@ -212,7 +212,7 @@ def config_set(app: App, name: str, value: str, scope: str) -> None:
     cfg = settings(app)
     path, table = scope_target(cfg, scope)
     changed = write_setting(path, table, s.name, parsed)
-    _answer_write(app, s, scope, path, table, changed, f"Set {s.name} = {_shown(parsed)}")
+    _answer_write(app, s, scope, path, table, changed, f"Set {s.name} = {_shown(masked(s, parsed))}")
 
 
 def _parse(s: Setting, text: str, where: str) -> SettingValue:
@@ -242,7 +242,8 @@ def _answer_write(app: App, s: Setting, scope: str, path: Path, table: str | Non
         )
     elif now.source not in (source_of_scope, "default") and now.origin:
         said.append(
-            f"The value in force is {_shown(now.value)} from {now.origin}, which comes before {scope} settings."
+            f"The value in force is {_shown(masked(s, now.value))} from {now.origin}, "
+            f"which comes before {scope} settings."
         )
     app.answer(
         {
@@ -264,6 +265,19 @@ def _reload(app: App) -> Config:
     except CorralError:
         project_file = None
     return load_config(user_file=user_config_file(), project_file=project_file, strict=False)
+
+
+#: Settings whose value may carry a password: shown with it masked (``postgresql://me:****@host/db``).
+SECRET_SETTINGS = frozenset({"database_url"})
+
+
+def masked(s: Setting, value: SettingValue) -> SettingValue:
+    """``value`` as corral shows it: a password in a secret setting replaced by ``****``."""
+    if s.name in SECRET_SETTINGS and isinstance(value, str):
+        from corral.store.dsn import redact
+
+        return redact(value)
+    return value
 
 
 def _shown(value: SettingValue) -> str:
@@ -505,7 +519,9 @@ def settings_toml(cfg: Config) -> list[str]:
         if v.value is None:
             lines.append(f"# {s.name} = (not set)  # {toml_comment(where)}")
         else:
-            lines.append(f"{s.name} = {toml_value(v.value)}  # {toml_comment(where)}")
+            shown = masked(s, v.value)
+            assert shown is not None
+            lines.append(f"{s.name} = {toml_value(shown)}  # {toml_comment(where)}")
         proposal = proposed.get(s.name)
         if proposal is not None and not proposal.adopted and proposal.value is not None:
             lines.append(f"# proposed by {toml_comment(proposal.file)}: {toml_comment(toml_value(proposal.value))}")

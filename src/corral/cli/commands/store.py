@@ -1,4 +1,4 @@
-"""``backup`` and ``restore``: a copy of the database taken online, and putting one back."""
+"""``backup`` and ``restore``: a copy of the database taken online, and putting one back; ``store migrate``."""
 
 from __future__ import annotations
 
@@ -52,5 +52,58 @@ def restore(app: App, path: Path, force: bool) -> None:
         [
             f"Restored {path} (schema {version}).",
             f"The database it replaced is kept at {kept}." if kept else "There was no database to replace.",
+        ],
+    )
+
+
+@click.group(
+    epilog="""\b
+Examples:
+  corral store migrate --to postgres     copy this project's SQLite history into PostgreSQL
+  corral store migrate --to sqlite       and back into corral.db (the file it replaces is kept)
+"""
+)
+def store() -> None:
+    """Where this project's records live: SQLite (the default) or PostgreSQL (database_url)."""
+
+
+@store.command(
+    "migrate",
+    epilog="""\b
+Examples:
+  corral config set database_url postgresql://me@db.example:5432/corral
+  corral store migrate --to postgres
+  corral store migrate --to postgres --replace   the schema already holds records: replace them
+  corral store migrate --to sqlite               back to corral.db; then unset database_url
+\b
+The source is read in one snapshot and the destination written in one transaction, checked
+before it commits: each table's row count and a SHA-256 over every row must match the
+source's, or nothing is written. database_url comes only from your own settings or
+CORRAL_DATABASE_URL. Refused while the daemon runs or a turn is working, unless --force.
+""",
+)
+@click.option("--to", "to", type=click.Choice(["postgres", "sqlite"]), required=True, help="Where to copy the records.")
+@click.option("--replace", is_flag=True, help="Replace the records the PostgreSQL schema already holds.")
+@click.option("--force", is_flag=True, help="Copy even while a daemon runs or a turn is working.")
+@json_option
+@pass_app
+def store_migrate(app: App, to: str, replace: bool, force: bool) -> None:
+    """Copy every record to PostgreSQL or back to SQLite, verified by counts and a checksum."""
+    from corral.engine.operations.store_migrate import migrate
+
+    done = migrate(app.project, to, replace=replace, force=force)
+    rows = ", ".join(f"{n} {table}" for table, n in done.copied.counts.items())
+    after = (
+        "This project now reads and writes PostgreSQL (database_url is set)."
+        if to == "postgres"
+        else "Unset database_url (corral config unset database_url) to use it."
+    )
+    app.answer(
+        {"migrated": done.to_json()},
+        [
+            f"Copied {done.source} to {done.destination}: {rows}.",
+            f"Verified: the counts and the checksum {done.copied.checksum[:16]} match.",
+            *([f"The file it replaced is kept at {done.kept}."] if done.kept else []),
+            after,
         ],
     )

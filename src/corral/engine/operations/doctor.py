@@ -84,6 +84,9 @@ def check_store(project: Project) -> list[Check]:
         return [_fault("database", exc)]
     if faults:
         return [_fault("database", fault) for fault in faults]
+    if project.database_url is not None:
+        # PostgreSQL: the connection answered, the project's schema is there at this corral's version.
+        return [Check("database", "ok", f"PostgreSQL {store.location}, schema version {version} (connected)")]
     return [Check("database", "ok", f"{store.location} (schema {version})")]
 
 

@@ -1,0 +1,969 @@
+"""The transaction logic every SQL store shares: one ``Tx`` over a connection, in standard SQL.
+
+``SQLiteStore`` and ``PostgresStore`` differ in how they open, begin, commit and diagnose a
+connection; what a transaction reads and writes is the same SQL, written once here. A dialect
+subclass supplies the two things that differ inside a transaction: which error is a taken ref,
+and how a statement that may fail is isolated (PostgreSQL aborts a transaction on any error,
+so a refused statement runs inside a savepoint there). The connection is anything with
+``execute(sql, args)`` returning a cursor (``fetchone``, ``fetchall``, iteration, ``rowcount``)
+whose rows index by position and by column name; parameters are written ``?``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime
+from typing import Any
+
+from corral.domain.actors import Actor, Role, turn_actor
+from corral.domain.clock import Clock, new_id, parse_time, rfc3339
+from corral.domain.records import (
+    Attempt,
+    AttemptOutcome,
+    FailureEvidence,
+    FeedbackDelivery,
+    Note,
+    ProcessRecord,
+    RestingCause,
+    Session,
+    StatusChange,
+    Task,
+    Turn,
+    Violation,
+)
+from corral.domain.status import PAUSED, RESTING, Status, check_transition
+from corral.domain.violations import Decision, after_change, park_status
+from corral.errors import RefusedError, StoreError
+from corral.store.protocol import UNSET, NewTask
+
+#: A row of a cursor: indexes by position and by column name (``sqlite3.Row``, or PostgreSQL's).
+Row = Any
+
+#: Ids per ``IN (...)`` list in the batch reads: well under SQLite's (and PostgreSQL's) bound on parameters.
+_BATCH = 500
+
+_TASK_COLUMNS = (
+    "id, ref, goal, prompt, parent_id, status, harness, model, target_branch, protected, "
+    "metadata, resting_cause, session_id, created_at, updated_at, last_interaction_at"
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _time(value: str | None) -> datetime | None:
+    return parse_time(value)
+
+
+def _req_time(value: str) -> datetime:
+    parsed = parse_time(value)
+    assert parsed is not None
+    return parsed
+
+
+_ROLES = {r.value: r for r in Role}
+_ACTORS = {a.value: a for a in Actor}
+_DELIVERIES = {d.value: d for d in FeedbackDelivery}
+_OUTCOMES = {o.value: o for o in AttemptOutcome}
+_STATUSES = {s.value: s for s in Status}
+
+
+def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, Status):
+        return (value,)
+    return tuple(value)
+
+
+class _Decoded:
+    """The records a store already decoded, by id with the row they came from.
+
+    A command reads the same tasks several times (each reconciler sweep, then the listing):
+    a row equal to the one a record was made from gives that record back (records are
+    immutable), so each task is decoded once per process, however often it is read.
+    """
+
+    __slots__ = ("sessions", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, tuple[tuple[Any, ...], Task]] = {}
+        self.sessions: dict[str, tuple[tuple[Any, ...], Session]] = {}
+
+
+class SQLTx:
+    """One transaction over an open connection; see ``corral.store.protocol.Tx``.
+
+    A dialect subclass overrides :meth:`_ref_taken` and, where a failed statement aborts the
+    transaction, :meth:`_may_fail`.
+    """
+
+    def __init__(self, db: Any, clock: Clock, *, writable: bool, decoded: _Decoded | None = None) -> None:
+        self._db = db
+        self._clock = clock
+        self._writable = writable
+        self._now: datetime | None = None
+        self._decoded = decoded or _Decoded()
+
+    # One timestamp per transaction: a status and its status change agree on "when".
+    def now(self) -> datetime:
+        if self._now is None:
+            self._now = self._clock()
+        return self._now
+
+    @staticmethod
+    def _ref_taken(exc: Exception) -> bool:
+        """Whether ``exc`` is the unique ref of ``tasks`` refusing a second task."""
+        raise NotImplementedError
+
+    def _may_fail(self) -> AbstractContextManager[Any]:
+        """Around a statement whose failure the transaction survives (a refused ref)."""
+        return nullcontext()
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        """One statement of standard SQL (``?`` parameters) in this transaction: the store's own copy
+        and checks (``corral.store.copy``). Anything but a ``SELECT`` needs a write transaction."""
+        if not sql.lstrip().upper().startswith("SELECT"):
+            self._write()
+        return self._db.execute(sql, args)
+
+    def _write(self) -> None:
+        if not self._writable:
+            raise StoreError("internal: a write was attempted in a read transaction")
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
+        row: Row | None = self._db.execute(sql, args).fetchone()
+        return row
+
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return list(self._db.execute(sql, args).fetchall())
+
+    def _each_in(self, sql: str, ids: Iterable[str]) -> Iterator[Row]:
+        """The rows of ``sql`` (with one ``{marks}`` placeholder list) for every id, a batch at a time."""
+        wanted = list(dict.fromkeys(ids))
+        for i in range(0, len(wanted), _BATCH):
+            part = wanted[i : i + _BATCH]
+            yield from self._db.execute(sql.format(marks=",".join("?" * len(part))), part)
+
+    # -- tasks -------------------------------------------------------------------
+    def _task(self, row: Row) -> Task:
+        key = tuple(row)
+        seen = self._decoded.tasks.get(key[0])
+        if seen is not None and seen[0] == key:
+            return seen[1]
+        task = self._decode_task(row)
+        self._decoded.tasks[key[0]] = (key, task)
+        return task
+
+    @staticmethod
+    def _decode_task(row: Row) -> Task:
+        # By position (the order of _TASK_COLUMNS): ``list`` decodes thousands of these.
+        protected, metadata, cause = row[9], row[10], _loads(row[11])
+        return Task(
+            id=row[0],
+            ref=row[1],
+            goal=row[2],
+            prompt=row[3],
+            parent_id=row[4],
+            status=_STATUSES[row[5]],
+            harness=row[6],
+            model=row[7],
+            target_branch=row[8],
+            protected=() if protected == "[]" else tuple(_loads(protected) or ()),
+            metadata={} if metadata == "{}" else (_loads(metadata) or {}),
+            resting_cause=RestingCause.from_json(cause) if cause else None,
+            session_id=row[12],
+            created_at=_req_time(row[13]),
+            updated_at=_req_time(row[14]),
+            last_interaction_at=_req_time(row[15]),
+        )
+
+    def get_task(self, task_id: str) -> Task | None:
+        row = self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
+        return self._task(row) if row else None
+
+    def _require_task(self, task_id: str) -> Task:
+        task = self.get_task(task_id)
+        if task is None:
+            from corral.errors import TaskNotFound
+
+            raise TaskNotFound(task_id, [])
+        return task
+
+    def task_by_ref(self, ref: str) -> Task | None:
+        row = self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE ref = ?", (ref,))
+        return self._task(row) if row else None
+
+    def tasks(self, statuses: Iterable[Status] | None = None) -> list[Task]:
+        if statuses is None:
+            rows = self._all(f"SELECT {_TASK_COLUMNS} FROM tasks ORDER BY created_at, id")
+        else:
+            wanted = [s.value for s in statuses]
+            if not wanted:
+                return []
+            marks = ",".join("?" * len(wanted))
+            rows = self._all(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY created_at, id",
+                wanted,
+            )
+        return [self._task(r) for r in rows]
+
+    def recent_tasks(self, statuses: Iterable[Status], limit: int) -> list[Task]:
+        wanted = [s.value for s in statuses]
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        rows = self._all(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY updated_at DESC, id DESC LIMIT ?",
+            [*wanted, max(0, limit)],
+        )
+        return [self._task(r) for r in rows]
+
+    def match_tasks(self, prefix: str) -> list[Task]:
+        # A prefix is a range on the unique indexes (ref and id): [prefix, prefix + U+10FFFF).
+        # Taken literally, so "%" and "_" match only themselves.
+        upper = prefix + "\U0010ffff"
+        rows = self._all(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE ref >= ? AND ref < ? "
+            f"UNION SELECT {_TASK_COLUMNS} FROM tasks WHERE id >= ? AND id < ? ORDER BY created_at, id",
+            (prefix, upper, prefix, upper),
+        )
+        return [self._task(r) for r in rows if r["ref"].startswith(prefix) or r["id"].startswith(prefix)]
+
+    def refs(self, near: str | None = None, limit: int = 2000) -> list[str]:
+        if near:
+            # Candidates for "did you mean": refs that share the first letter, and unfinished ones.
+            first = near[:1]
+            rows = self._db.execute(
+                "SELECT ref FROM (SELECT ref FROM tasks WHERE ref >= ? AND ref < ? LIMIT ?) AS near "
+                "UNION SELECT ref FROM tasks WHERE status NOT IN ('complete', 'abandoned')",
+                (first, first + "\U0010ffff", limit),
+            )
+            return sorted(r[0] for r in rows)
+        return [r[0] for r in self._db.execute("SELECT ref FROM tasks ORDER BY ref")]
+
+    def refs_by_id(self, task_ids: Iterable[str]) -> dict[str, str]:
+        return {r[0]: r[1] for r in self._each_in("SELECT id, ref FROM tasks WHERE id IN ({marks})", task_ids)}
+
+    def children(self, task_id: str) -> list[Task]:
+        rows = self._all(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE parent_id = ? ORDER BY created_at, id", (task_id,))
+        return [self._task(r) for r in rows]
+
+    def insert_task(self, new: NewTask, actor: Actor, *, task_id: str | None = None) -> Task:
+        self._write()
+        now = rfc3339(self.now())
+        tid = task_id or new_id()
+        try:
+            with self._may_fail():
+                self._db.execute(
+                    f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        tid,
+                        new.ref,
+                        new.goal,
+                        new.prompt,
+                        new.parent_id,
+                        Status.BACKLOG.value,
+                        new.harness,
+                        new.model,
+                        new.target_branch,
+                        _dumps(list(new.protected)),
+                        _dumps(new.metadata),
+                        None,
+                        None,
+                        now,
+                        now,
+                        now,
+                    ),
+                )
+        except Exception as exc:
+            if self._ref_taken(exc):
+                raise RefusedError(
+                    f"A task with ref '{new.ref}' already exists.",
+                    code="ref-taken",
+                    hint="Pick another --ref, or omit it to have one made from the goal.",
+                ) from exc
+            raise
+        self._change(tid, None, Status.BACKLOG, actor, "created")
+        return self._require_task(tid)
+
+    def update_task(
+        self,
+        task_id: str,
+        *,
+        goal: str = UNSET,
+        prompt: str = UNSET,
+        parent_id: str | None = UNSET,
+        harness: str | None = UNSET,
+        model: str | None = UNSET,
+        target_branch: str | None = UNSET,
+        protected: Sequence[str] = UNSET,
+        metadata: dict[str, Any] = UNSET,
+        touch: bool = True,
+    ) -> Task:
+        self._write()
+        sets: dict[str, Any] = {}
+        for name, value in (
+            ("goal", goal),
+            ("prompt", prompt),
+            ("parent_id", parent_id),
+            ("harness", harness),
+            ("model", model),
+            ("target_branch", target_branch),
+        ):
+            if value is not UNSET:
+                sets[name] = value
+        if protected is not UNSET:
+            sets["protected"] = _dumps(list(protected))
+        if metadata is not UNSET:
+            sets["metadata"] = _dumps(metadata)
+        now = rfc3339(self.now())
+        sets["updated_at"] = now
+        if touch:
+            sets["last_interaction_at"] = now
+        self._require_task(task_id)
+        cols = ", ".join(f"{k} = ?" for k in sets)
+        self._db.execute(f"UPDATE tasks SET {cols} WHERE id = ?", (*sets.values(), task_id))
+        return self._require_task(task_id)
+
+    def _change(self, task_id: str, src: Status | None, dst: Status, actor: Actor, reason: str | None) -> StatusChange:
+        at = self.now()
+        self._db.execute(
+            "INSERT INTO status_changes (task_id, from_status, to_status, actor, reason, at) VALUES (?,?,?,?,?,?)",
+            (task_id, src.value if src else None, dst.value, actor.value, reason, rfc3339(at)),
+        )
+        return StatusChange(task_id, src, dst, actor, reason, at)
+
+    @staticmethod
+    def _expect(task: Task, expected_from: Status | Iterable[Status] | None) -> None:
+        """Compare-and-set: refuse when another process moved the task since it was read."""
+        expected = _statuses(expected_from)
+        if expected is not None and task.status not in expected:
+            raise RefusedError(
+                f"The task is {task.status.value} now, not {' or '.join(s.value for s in expected)}; "
+                "someone else changed it first.",
+                code="status-changed",
+                hint=f"Look at it with `corral show {task.ref}` and try again.",
+            )
+
+    def _transition(
+        self,
+        task_id: str,
+        to: Status,
+        actor: Actor,
+        reason: str | None,
+        expected_from: Status | Iterable[Status] | None,
+        resting_cause: RestingCause | None,
+    ) -> StatusChange:
+        self._write()
+        # Only the two columns a transition needs: this is the hot path of every status change.
+        row = self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
+        if row is None:
+            self._require_task(task_id)  # raises the not-found error
+        assert row is not None
+        current = Status(row[0])
+        if expected_from is not None and current not in (_statuses(expected_from) or ()):
+            self._expect(self._require_task(task_id), expected_from)
+        check_transition(current, to, actor)
+        if resting_cause is UNSET:
+            cause_json = row[1] if to in RESTING else None
+        else:
+            cause_json = _dumps(resting_cause.to_json()) if resting_cause is not None else None
+        now = rfc3339(self.now())
+        self._db.execute(
+            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ? WHERE id = ?",
+            (to.value, cause_json, now, now, task_id),
+        )
+        return self._change(task_id, current, to, actor, reason)
+
+    def set_status(
+        self,
+        task_id: str,
+        to: Status,
+        actor: Actor,
+        reason: str | None = None,
+        *,
+        expected_from: Status | Iterable[Status] | None = None,
+        resting_cause: RestingCause | None = UNSET,
+    ) -> StatusChange:
+        if to in PAUSED:
+            raise StoreError(
+                f"internal: {to.value} is derived from the violation set; park the task instead",
+                code="internal-error",
+            )
+        return self._transition(task_id, to, actor, reason, expected_from, resting_cause)
+
+    def park(
+        self,
+        task_id: str,
+        actor: Actor,
+        reason: str | None = None,
+        *,
+        expected_from: Status | Iterable[Status] | None = None,
+        resting_cause: RestingCause | None = None,
+    ) -> StatusChange | None:
+        row = self._one(
+            "SELECT t.status, (SELECT COUNT(*) FROM violations v WHERE v.session_id = t.session_id "
+            "AND v.task_id = t.id AND v.decision = 'pending') FROM tasks t WHERE t.id = ?",
+            (task_id,),
+        )
+        if row is None:
+            self._require_task(task_id)  # raises the not-found error
+        assert row is not None
+        target = park_status(int(row[1]))
+        if Status(row[0]) is target:
+            self._expect(self._require_task(task_id), expected_from)
+            if resting_cause is not None:
+                self.set_resting_cause(task_id, resting_cause)
+            return None
+        return self._transition(task_id, target, actor, reason, expected_from, resting_cause)
+
+    def set_resting_cause(self, task_id: str, cause: RestingCause | None) -> None:
+        self._write()
+        self._require_task(task_id)
+        self._db.execute(
+            "UPDATE tasks SET resting_cause = ?, updated_at = ? WHERE id = ?",
+            (_dumps(cause.to_json()) if cause else None, rfc3339(self.now()), task_id),
+        )
+
+    def delete_task(self, task_id: str) -> None:
+        self._write()
+        self._require_task(task_id)
+        db = self._db
+        db.execute("DELETE FROM attempts WHERE turn_id IN (SELECT id FROM turns WHERE task_id = ?)", (task_id,))
+        for table in ("violations", "turns", "notes", "processes", "status_changes"):
+            db.execute(f"DELETE FROM {table} WHERE task_id = ?", (task_id,))
+        db.execute("UPDATE tasks SET session_id = NULL WHERE id = ?", (task_id,))
+        db.execute("DELETE FROM sessions WHERE task_id = ?", (task_id,))
+        db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+
+    def changes_since(self, since: datetime) -> list[StatusChange]:
+        sql = "SELECT task_id, from_status, to_status, actor, reason, at FROM status_changes WHERE at >= ? ORDER BY id"
+        statuses, actors = _STATUSES, _ACTORS
+        return [
+            StatusChange(task_id, statuses[src] if src else None, statuses[dst], actors[actor], reason, _req_time(at))
+            for task_id, src, dst, actor, reason, at in self._db.execute(sql, (rfc3339(since),))
+        ]
+
+    def status_changes(self, task_id: str, *, since: datetime | None = None) -> list[StatusChange]:
+        # By position, enums through dicts: ``show`` of a long history decodes thousands.
+        sql = "SELECT from_status, to_status, actor, reason, at FROM status_changes WHERE task_id = ?"
+        args: tuple[Any, ...] = (task_id,)
+        if since is not None:
+            sql += " AND at >= ?"  # fixed-width RFC 3339 text sorts as time
+            args += (rfc3339(since),)
+        statuses, actors = _STATUSES, _ACTORS
+        return [
+            StatusChange(
+                task_id,
+                statuses[src] if src else None,
+                statuses[dst],
+                actors[actor],
+                reason,
+                _req_time(at),
+            )
+            for src, dst, actor, reason, at in self._db.execute(sql + " ORDER BY id", args)
+        ]
+
+    # -- sessions ----------------------------------------------------------------
+    def _session(self, row: Row) -> Session:
+        key = tuple(row)
+        seen = self._decoded.sessions.get(key[0])
+        if seen is not None and seen[0] == key:
+            return seen[1]
+        session = self._decode_session(row)
+        self._decoded.sessions[key[0]] = (key, session)
+        return session
+
+    @staticmethod
+    def _decode_session(row: Row) -> Session:
+        return Session(
+            id=row["id"],
+            task_id=row["task_id"],
+            worktree=row["worktree"],
+            branch=row["branch"],
+            base_commit=row["base_commit"],
+            git_start_sha=row["git_start_sha"],
+            harness_session_id=row["harness_session_id"],
+            interrupt_reason=row["interrupt_reason"],
+            interrupt_exit_code=row["interrupt_exit_code"],
+            interrupt_at=_time(row["interrupt_at"]),
+            interrupt_logs=row["interrupt_logs"],
+            consecutive_interruptions=row["consecutive_interruptions"],
+            auto_resumed=bool(row["auto_resumed"]),
+            outcome=row["outcome"],
+            created_at=_req_time(row["created_at"]),
+            ended_at=_time(row["ended_at"]),
+        )
+
+    def insert_session(
+        self,
+        task_id: str,
+        *,
+        worktree: str | None = None,
+        branch: str | None = None,
+        base_commit: str | None = None,
+    ) -> Session:
+        self._write()
+        self._require_task(task_id)
+        sid = new_id()
+        now = rfc3339(self.now())
+        self._db.execute(
+            "INSERT INTO sessions (id, task_id, worktree, branch, base_commit, created_at) VALUES (?,?,?,?,?,?)",
+            (sid, task_id, worktree, branch, base_commit, now),
+        )
+        self._db.execute("UPDATE tasks SET session_id = ?, updated_at = ? WHERE id = ?", (sid, now, task_id))
+        session = self.get_session(sid)
+        assert session is not None
+        return session
+
+    def get_session(self, session_id: str) -> Session | None:
+        row = self._one("SELECT * FROM sessions WHERE id = ?", (session_id,))
+        return self._session(row) if row else None
+
+    def sessions(self, task_id: str) -> list[Session]:
+        rows = self._all("SELECT * FROM sessions WHERE task_id = ? ORDER BY created_at, rowid", (task_id,))
+        return [self._session(r) for r in rows]
+
+    def sessions_by_id(self, session_ids: Iterable[str]) -> dict[str, Session]:
+        return {
+            r["id"]: self._session(r)
+            for r in self._each_in("SELECT * FROM sessions WHERE id IN ({marks})", session_ids)
+        }
+
+    def update_session(self, session_id: str, **fields: Any) -> Session:
+        self._write()
+        sets: dict[str, Any] = {}
+        for name, value in fields.items():
+            if value is UNSET:
+                continue
+            if name not in _SESSION_FIELDS:
+                raise TypeError(f"unknown session field {name!r}")
+            if isinstance(value, datetime):
+                value = rfc3339(value)
+            elif isinstance(value, bool):
+                value = int(value)
+            sets[name] = value
+        if sets:
+            cols = ", ".join(f"{k} = ?" for k in sets)
+            cur = self._db.execute(f"UPDATE sessions SET {cols} WHERE id = ?", (*sets.values(), session_id))
+            if cur.rowcount == 0:
+                raise StoreError(f"internal: no session {session_id}", code="internal-error")
+        session = self.get_session(session_id)
+        if session is None:
+            raise StoreError(f"internal: no session {session_id}", code="internal-error")
+        return session
+
+    # -- turns and attempts ------------------------------------------------------
+    def _turn(self, row: Row, attempts: tuple[Attempt, ...] = ()) -> Turn:
+        failure = _loads(row["failure"])
+        return Turn(
+            id=row["id"],
+            task_id=row["task_id"],
+            session_id=row["session_id"],
+            sequence=row["sequence"],
+            role=Role(row["role"]),
+            actor=Actor(row["actor"]) if row["actor"] else None,
+            kind=row["kind"],
+            content=row["content"],
+            feedback_delivery=FeedbackDelivery(row["feedback_delivery"]),
+            delivered=tuple(_loads(row["delivered"]) or ()),
+            started_at=_req_time(row["started_at"]),
+            ended_at=_time(row["ended_at"]),
+            usage=_loads(row["usage"]),
+            failure=FailureEvidence.from_json(failure) if failure else None,
+            details=_loads(row["details"]) or {},
+            attempts=attempts,
+            command_id=row["command_id"],
+        )
+
+    @staticmethod
+    def _attempt(row: Row) -> Attempt:
+        failure = _loads(row["failure"])
+        return Attempt(
+            turn_id=row["turn_id"],
+            number=row["number"],
+            started_at=_req_time(row["started_at"]),
+            ended_at=_time(row["ended_at"]),
+            outcome=AttemptOutcome(row["outcome"]),
+            failure_class=row["failure_class"],
+            failure=FailureEvidence.from_json(failure) if failure else None,
+        )
+
+    def add_turn(
+        self,
+        task_id: str,
+        *,
+        role: Role,
+        kind: str,
+        content: str,
+        actor: Actor | None = None,
+        session_id: str | None = None,
+        feedback_delivery: FeedbackDelivery = FeedbackDelivery.NONE,
+        delivered: Sequence[str] = (),
+        started_at: datetime | None = None,
+        ended_at: datetime | None = None,
+        usage: dict[str, Any] | None = None,
+        failure: FailureEvidence | None = None,
+        details: dict[str, Any] | None = None,
+        command_id: str | None = None,
+    ) -> Turn:
+        self._write()
+        turn_actor(role, actor)
+        self._require_task(task_id)
+        (seq,) = self._db.execute(
+            "SELECT COALESCE(MAX(sequence), 0) + 1 FROM turns WHERE task_id = ?", (task_id,)
+        ).fetchone()
+        tid = new_id()
+        self._db.execute(
+            "INSERT INTO turns (id, task_id, session_id, sequence, role, actor, kind, content, "
+            "feedback_delivery, delivered, started_at, ended_at, usage, failure, details, command_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                tid,
+                task_id,
+                session_id,
+                seq,
+                role.value,
+                actor.value if actor else None,
+                kind,
+                content,
+                feedback_delivery.value,
+                _dumps(list(delivered)),
+                rfc3339(started_at or self.now()),
+                rfc3339(ended_at),
+                _dumps(usage) if usage is not None else None,
+                _dumps(failure.to_json()) if failure else None,
+                _dumps(details or {}),
+                command_id,
+            ),
+        )
+        now = rfc3339(self.now())
+        self._db.execute("UPDATE tasks SET last_interaction_at = ?, updated_at = ? WHERE id = ?", (now, now, task_id))
+        turn = self.get_turn(tid)
+        assert turn is not None
+        return turn
+
+    def get_turn(self, turn_id: str) -> Turn | None:
+        row = self._one("SELECT * FROM turns WHERE id = ?", (turn_id,))
+        if row is None:
+            return None
+        attempts = tuple(
+            self._attempt(a) for a in self._all("SELECT * FROM attempts WHERE turn_id = ? ORDER BY number", (turn_id,))
+        )
+        return self._turn(row, attempts)
+
+    def current_command(self, task_id: str) -> Turn | None:
+        row = self._one(
+            "SELECT id FROM turns WHERE task_id = ? AND role = 'human' AND command_id IS NOT NULL "
+            "ORDER BY sequence DESC LIMIT 1",
+            (task_id,),
+        )
+        return self.get_turn(row[0]) if row else None
+
+    def current_command_ids(self, task_ids: Iterable[str]) -> dict[str, str]:
+        # A batch of tasks per query, each answered by its own indexed look-up: the reconciler
+        # asks this of every working task on every pass, and needs the id alone.
+        sql = (
+            "SELECT id, (SELECT command_id FROM turns WHERE task_id = tasks.id AND role = 'human' "
+            "AND command_id IS NOT NULL ORDER BY sequence DESC LIMIT 1) FROM tasks WHERE id IN ({marks})"
+        )
+        return {task_id: command_id for task_id, command_id in self._each_in(sql, task_ids) if command_id is not None}
+
+    def turn_by_command(self, command_id: str, role: Role) -> Turn | None:
+        row = self._one("SELECT id FROM turns WHERE command_id = ? AND role = ?", (command_id, role.value))
+        return self.get_turn(row["id"]) if row else None
+
+    def turn_count(self, task_id: str) -> int:
+        (count,) = self._db.execute("SELECT COUNT(*) FROM turns WHERE task_id = ?", (task_id,)).fetchone()
+        return int(count)
+
+    def turns(self, task_id: str, *, last: int | None = None) -> list[Turn]:
+        """Every turn of a task with its attempts, oldest first; with ``last``, only the latest ``last``.
+
+        The show path reads a whole history at once, so this reads every attempt of the
+        task in one query, decodes by column position, maps enums through dicts, skips the
+        JSON parser for the common ``[]``/``{}``, and decodes each distinct failure-evidence
+        text once (a turn's failure, its last attempt's and its retried attempts' often
+        repeat one another).
+        """
+        first = 0
+        if last is not None:
+            if last <= 0:
+                return []
+            row = self._one(
+                "SELECT sequence FROM turns WHERE task_id = ? ORDER BY sequence DESC LIMIT 1 OFFSET ?",
+                (task_id, last - 1),
+            )
+            first = row[0] if row is not None else 0
+        evidence: dict[str, FailureEvidence] = {}
+
+        def failure(raw: str | None) -> FailureEvidence | None:
+            if raw is None:
+                return None
+            found = evidence.get(raw)
+            if found is None:
+                data = json.loads(raw)
+                if not data:
+                    return None
+                found = evidence[raw] = FailureEvidence.from_json(data)
+            return found
+
+        by_turn: dict[str, list[Attempt]] = {}
+        for turn_id, number, started, ended, outcome, failure_class, failure_raw in self._db.execute(
+            "SELECT a.turn_id, a.number, a.started_at, a.ended_at, a.outcome, a.failure_class, a.failure "
+            "FROM attempts a JOIN turns t ON t.id = a.turn_id WHERE t.task_id = ? AND t.sequence >= ? "
+            "ORDER BY a.turn_id, a.number",
+            (task_id, first),
+        ):
+            by_turn.setdefault(turn_id, []).append(
+                Attempt(
+                    turn_id,
+                    number,
+                    _req_time(started),
+                    _time(ended),
+                    _OUTCOMES[outcome],
+                    failure_class,
+                    failure(failure_raw),
+                )
+            )
+        out = []
+        for (
+            tid,
+            task,
+            session_id,
+            sequence,
+            role,
+            actor,
+            kind,
+            content,
+            delivery,
+            delivered,
+            started,
+            ended,
+            usage,
+            failure_raw,
+            details,
+            command_id,
+        ) in self._db.execute(
+            "SELECT id, task_id, session_id, sequence, role, actor, kind, content, feedback_delivery, delivered, "
+            "started_at, ended_at, usage, failure, details, command_id FROM turns "
+            "WHERE task_id = ? AND sequence >= ? ORDER BY sequence",
+            (task_id, first),
+        ):
+            out.append(
+                Turn(
+                    id=tid,
+                    task_id=task,
+                    session_id=session_id,
+                    sequence=sequence,
+                    role=_ROLES[role],
+                    actor=_ACTORS[actor] if actor else None,
+                    kind=kind,
+                    content=content,
+                    feedback_delivery=_DELIVERIES[delivery],
+                    delivered=() if delivered == "[]" else tuple(_loads(delivered) or ()),
+                    started_at=_req_time(started),
+                    ended_at=_time(ended),
+                    usage=_loads(usage),
+                    failure=failure(failure_raw),
+                    details={} if details == "{}" else (_loads(details) or {}),
+                    attempts=tuple(by_turn.get(tid, ())),
+                    command_id=command_id,
+                )
+            )
+        return out
+
+    def pending_feedback(self, session_id: str) -> list[Turn]:
+        rows = self._all(
+            "SELECT * FROM turns WHERE session_id = ? AND feedback_delivery = 'pending' ORDER BY sequence",
+            (session_id,),
+        )
+        return [self._turn(r) for r in rows]
+
+    def mark_feedback_consumed(self, turn_ids: Iterable[str]) -> int:
+        self._write()
+        changed = 0
+        for tid in turn_ids:
+            cur = self._db.execute(
+                "UPDATE turns SET feedback_delivery = 'consumed' WHERE id = ? AND feedback_delivery = 'pending'",
+                (tid,),
+            )
+            changed += cur.rowcount
+        return changed
+
+    def add_attempt(
+        self,
+        turn_id: str,
+        *,
+        number: int,
+        started_at: datetime,
+        ended_at: datetime | None,
+        outcome: AttemptOutcome,
+        failure_class: str | None = None,
+        failure: FailureEvidence | None = None,
+    ) -> Attempt:
+        self._write()
+        self._db.execute(
+            "INSERT INTO attempts (turn_id, number, started_at, ended_at, outcome, failure_class, failure) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (
+                turn_id,
+                number,
+                rfc3339(started_at),
+                rfc3339(ended_at),
+                outcome.value,
+                failure_class,
+                _dumps(failure.to_json()) if failure else None,
+            ),
+        )
+        return Attempt(turn_id, number, started_at, ended_at, outcome, failure_class, failure)
+
+    # -- violations --------------------------------------------------------------
+    @staticmethod
+    def _violation(row: Row) -> Violation:
+        return Violation(
+            task_id=row["task_id"],
+            session_id=row["session_id"],
+            path=row["path"],
+            turn_id=row["turn_id"],
+            decision=Decision(row["decision"]),
+            decided_by=Actor(row["decided_by"]) if row["decided_by"] else None,
+            decided_at=_time(row["decided_at"]),
+            created_at=_req_time(row["created_at"]),
+            check_from=row["check_from"],
+        )
+
+    def _current_session_id(self, task_id: str) -> str | None:
+        row = self._one("SELECT session_id FROM tasks WHERE id = ?", (task_id,))
+        return row["session_id"] if row else None
+
+    def violations(self, task_id: str, *, session_id: str | None = None) -> list[Violation]:
+        sid = session_id or self._current_session_id(task_id)
+        if sid is None:
+            return []
+        rows = self._all("SELECT * FROM violations WHERE task_id = ? AND session_id = ? ORDER BY path", (task_id, sid))
+        return [self._violation(r) for r in rows]
+
+    def pending_paths(self, task_id: str) -> list[str]:
+        return [v.path for v in self.violations(task_id) if v.decision is Decision.PENDING]
+
+    def record_violations(
+        self, task_id: str, paths: Iterable[str], *, turn_id: str | None = None, check_from: str | None = None
+    ) -> list[str]:
+        self._write()
+        sid = self._current_session_id(task_id)
+        if sid is None:
+            raise StoreError("internal: violations need a session", code="internal-error")
+        current = {v.path: v.decision for v in self.violations(task_id)}
+        now = rfc3339(self.now())
+        for path in dict.fromkeys(paths):
+            if after_change(current.get(path)) is not Decision.PENDING:
+                continue
+            self._db.execute(
+                "INSERT INTO violations (task_id, session_id, path, turn_id, decision, created_at, check_from) "
+                "VALUES (?,?,?,?, 'pending', ?, ?) ON CONFLICT (session_id, path) DO UPDATE SET "
+                "decision = 'pending', turn_id = excluded.turn_id, decided_by = NULL, decided_at = NULL, "
+                "check_from = excluded.check_from",
+                (task_id, sid, path, turn_id, now, check_from),
+            )
+        return self.pending_paths(task_id)
+
+    def decide_violations(self, task_id: str, decisions: dict[str, Decision], actor: Actor) -> None:
+        self._write()
+        sid = self._current_session_id(task_id)
+        if sid is None:
+            return
+        now = rfc3339(self.now())
+        for path, decision in decisions.items():
+            if decision is Decision.PENDING:
+                raise ValueError("a decision is approved or reverted")
+            # Only pending rows change: decisions already made are sticky.
+            self._db.execute(
+                "UPDATE violations SET decision = ?, decided_by = ?, decided_at = ? "
+                "WHERE session_id = ? AND path = ? AND decision = 'pending'",
+                (decision.value, actor.value, now, sid, path),
+            )
+
+    # -- processes ---------------------------------------------------------------
+    def register_process(self, task_id: str, kind: str, pid: int, command_id: str | None = None) -> None:
+        self._write()
+        self._db.execute(
+            "INSERT INTO processes (task_id, kind, pid, command_id, started_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT (task_id, kind) DO UPDATE SET pid = excluded.pid, command_id = excluded.command_id, "
+            "started_at = excluded.started_at",
+            (task_id, kind, pid, command_id, rfc3339(self.now())),
+        )
+
+    def unregister_process(self, task_id: str, kind: str, *, pid: int | None = None) -> None:
+        self._write()
+        if pid is None:
+            self._db.execute("DELETE FROM processes WHERE task_id = ? AND kind = ?", (task_id, kind))
+        else:
+            self._db.execute("DELETE FROM processes WHERE task_id = ? AND kind = ? AND pid = ?", (task_id, kind, pid))
+
+    def processes(self, task_id: str | None = None) -> list[ProcessRecord]:
+        if task_id is None:
+            rows = self._all("SELECT * FROM processes ORDER BY started_at")
+        else:
+            rows = self._all("SELECT * FROM processes WHERE task_id = ? ORDER BY started_at", (task_id,))
+        return [
+            ProcessRecord(r["task_id"], r["kind"], r["pid"], r["command_id"], _req_time(r["started_at"])) for r in rows
+        ]
+
+    # -- notes -------------------------------------------------------------------
+    def _add_note(self, kind: str, task_id: str, actor: Actor, body: str) -> Note:
+        self._write()
+        self._require_task(task_id)
+        nid = new_id()
+        at = self.now()
+        self._db.execute(
+            "INSERT INTO notes (id, task_id, kind, actor, body, at) VALUES (?,?,?,?,?,?)",
+            (nid, task_id, kind, actor.value, body, rfc3339(at)),
+        )
+        return Note(nid, task_id, actor, body, at)
+
+    def _notes(self, kind: str, task_id: str) -> list[Note]:
+        rows = self._all(
+            "SELECT id, task_id, actor, body, at FROM notes WHERE task_id = ? AND kind = ? ORDER BY at, rowid",
+            (task_id, kind),
+        )
+        return [Note(r["id"], r["task_id"], Actor(r["actor"]), r["body"], _req_time(r["at"])) for r in rows]
+
+    def add_comment(self, task_id: str, actor: Actor, body: str) -> Note:
+        return self._add_note("comment", task_id, actor, body)
+
+    def comments(self, task_id: str) -> list[Note]:
+        return self._notes("comment", task_id)
+
+    def add_journal_entry(self, task_id: str, actor: Actor, body: str) -> Note:
+        return self._add_note("journal", task_id, actor, body)
+
+    def journal(self, task_id: str) -> list[Note]:
+        return self._notes("journal", task_id)
+
+
+_SESSION_FIELDS = frozenset(
+    {
+        "worktree",
+        "branch",
+        "base_commit",
+        "git_start_sha",
+        "harness_session_id",
+        "interrupt_reason",
+        "interrupt_exit_code",
+        "interrupt_at",
+        "interrupt_logs",
+        "consecutive_interruptions",
+        "auto_resumed",
+        "outcome",
+        "ended_at",
+    }
+)

@@ -1,0 +1,144 @@
+"""A real PostgreSQL server for tests: started once per test session (per xdist worker), loopback only.
+
+``CORRAL_TEST_PG_URL`` names a server to use instead (CI may start one); otherwise ``initdb``
+makes a cluster in a temporary directory and ``pg_ctl`` starts it on 127.0.0.1 at a free port,
+its unix socket in the same directory. PostgreSQL refuses to run as root, so as root the
+cluster belongs to the ``postgres`` user and its binaries run through ``runuser``.
+
+Fixtures (import them into a test module): ``pg_server`` (the session's server URL),
+``pg_schema`` (a fresh schema name, dropped after the test) and ``pg_database`` (the URL of a
+fresh database, dropped after the test).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+ENV_URL = "CORRAL_TEST_PG_URL"
+#: Read as the tests are collected: each test's hermetic environment drops every CORRAL_ variable.
+GIVEN_URL = os.environ.get(ENV_URL) or None
+
+
+def pg_bin(name: str) -> str:
+    """The PostgreSQL binary ``name``: on PATH, in /usr/local/bin, or in a Debian cluster's bin/."""
+    for candidate in (
+        shutil.which(name),
+        f"/usr/local/bin/{name}",
+        *sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")),
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError(f"the PostgreSQL binary {name} is not installed (Debian: apt-get install postgresql)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A PostgreSQL cluster in ``root``, running until :meth:`stop`."""
+
+    def __init__(self, *, fsync: bool = True) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="corral-pg-"))
+        self.root.chmod(0o755)
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.port = free_port()
+        self.user = "corral"
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        try:
+            self._run(
+                pg_bin("initdb"),
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-U",
+                self.user,
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            )
+            options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync={'on' if fsync else 'off'}"
+            ctl = (pg_bin("pg_ctl"), "-D", str(self.data))
+            self._run(*ctl, "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
+        except BaseException:
+            if (self.data / "postmaster.pid").exists():  # started, but not in time: stop it
+                stop = [*self._as, pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
+                subprocess.run(stop, capture_output=True, check=False)
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *argv: str) -> None:
+        done = subprocess.run([*self._as, *argv], capture_output=True, text=True, cwd=self.root, check=False)
+        if done.returncode != 0:
+            log = self.log.read_text(errors="replace") if self.log.exists() else ""
+            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr or done.stdout}\n{log}")
+
+    def stop(self) -> None:
+        try:
+            self._run(pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
+
+
+def admin(url: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    if GIVEN_URL:
+        yield GIVEN_URL
+        return
+    server = Server()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_schema(pg_server: str) -> Iterator[str]:
+    name = f"corral_test_{uuid.uuid4().hex[:16]}"
+    yield name
+    admin(pg_server, f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def pg_database(pg_server: str) -> Iterator[str]:
+    name = f"corral_test_{uuid.uuid4().hex[:16]}"
+    admin(pg_server, f'CREATE DATABASE "{name}"')
+    yield with_database(pg_server, name)
+    admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
