@@ -7,11 +7,18 @@ Every turn runs the fake agent through the real supervisor, driven by the real C
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from corral.adapters.git import Git
+from corral.adapters.ref_files import common_dir, read_refs
 from corral.engine.runtime import ref_guard
 from tests.conftest import CLI, FakeAgent, git
 
@@ -310,3 +317,177 @@ def test_a_subtask_started_during_the_turn_keeps_its_branch(corral: CLI, agent: 
     assert tip(repo, "refs/heads/corral/child") == child_tip
     assert guard_of(doc) == {}
     assert not git(repo, "for-each-ref", "refs/corral/kept/")
+
+
+# -- the refs read from the files, and what the snapshot's watch saw ------------------------------
+
+
+def test_the_refs_read_from_the_files_are_the_ones_for_each_ref_gives(tmp_path: Path, repo: Path) -> None:
+    """The snapshot and the check read the ref files themselves (no git process): the same refs,
+    with the same values, as ``for-each-ref`` — loose shadowing packed, symbolic and broken refs,
+    lock files and the exempt namespaces left out — from the repository and from a worktree."""
+    head = tip(repo, "HEAD")
+    git(repo, "tag", "-a", "v1", "-m", "an annotated tag")
+    git(repo, "branch", "packed-then-moved")
+    git(repo, "update-ref", "refs/remotes/origin/main", head)
+    git(repo, "update-ref", "refs/corral/kept/x/1-refs/heads/main", head)
+    git(repo, "pack-refs", "--all")
+    (repo / "n.txt").write_text("n\n")
+    git(repo, "add", "n.txt")
+    git(repo, "commit", "-q", "-m", "second")
+    git(repo, "update-ref", "refs/heads/packed-then-moved", "HEAD")  # loose now, over its packed value
+    git(repo, "update-ref", "refs/heads/a/b/deep", "HEAD")
+    git(repo, "update-ref", "refs/remotes/origin/loose", "HEAD")
+    git(repo, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
+    heads = repo / ".git" / "refs" / "heads"
+    (heads / "stale.lock").write_text(head + "\n")  # a lock file some git left behind
+    (heads / "junk").write_text("not an object name\n")  # broken: git ignores it
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(worktree), "main")
+    git(worktree, "update-ref", "refs/bisect/bad", "HEAD")  # per-worktree: exempt
+    for where in (repo, worktree):
+        from_files = read_refs(common_dir(where), ref_guard.EXEMPT)
+        assert from_files == ref_guard._refs(Git(), where)
+    assert from_files is not None
+    assert from_files["refs/heads/packed-then-moved"] == tip(repo, "HEAD") != head
+    assert from_files["refs/tags/v1"] == tip(repo, "refs/tags/v1") != head
+    assert {"refs/heads/a/b/deep", "refs/corral/kept/x/1-refs/heads/main", "refs/heads/side"} <= set(from_files)
+    assert not {r for r in from_files if "origin" in r or "alias" in r or "junk" in r or "stale" in r}
+
+
+def _rewrite_in_place_keeping_times(path: Path, value: str) -> None:
+    before = path.stat()
+    with open(path, "r+") as fh:  # the same inode, the same size, then the same times
+        fh.write(value + "\n")
+        fh.truncate()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+@pytest.mark.parametrize("checker", ["the-same-process", "another-process"])
+def test_a_ref_file_rewritten_in_place_with_its_times_kept_is_seen(tmp_path: Path, repo: Path, checker: str) -> None:
+    """No git, no hook, the same inode, size and modification time: the check still sees the move,
+    whether it runs in the process that took the snapshot (which watched the refs directories) or
+    in another one (the reconciler's, which reads every ref again)."""
+    git(repo, "branch", "other")
+    before = tip(repo, "other")
+    log_dir = tmp_path / "turn"
+    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    (repo / "n.txt").write_text("n\n")
+    git(repo, "add", "n.txt")
+    git(repo, "commit", "-q", "-m", "made on the task's branch during the turn")
+    _rewrite_in_place_keeping_times(repo / ".git" / "refs" / "heads" / "other", tip(repo, "HEAD"))
+    if checker == "the-same-process":
+        found = ref_guard.settle(Git(), log_dir, repo, "main", "t", 1)
+        assert found is not None
+        moves = [(m.ref, m.by, m.restored) for m in found.moves]
+    else:
+        code = (
+            "import json, sys; from pathlib import Path; from corral.adapters.git import Git; "
+            "from corral.engine.runtime import ref_guard; "
+            "g = ref_guard.settle(Git(), Path(sys.argv[1]), Path(sys.argv[2]), 'main', 't', 1); "
+            "print(json.dumps(g.to_json()))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(log_dir), str(repo)], capture_output=True, text=True, check=True
+        )
+        moves = [(m["ref"], m["by"], m["restored"]) for m in json.loads(done.stdout)["moves"]]
+    assert moves == [("refs/heads/other", "worktree-commits", True)]
+    assert tip(repo, "other") == before
+
+
+def test_refs_written_by_hand_in_a_new_directory_and_in_packed_refs_are_seen(tmp_path: Path, repo: Path) -> None:
+    """The watch sees a directory made during the turn (whose refs it never watched) and a
+    rewritten ``packed-refs``: both moves are found, attributed and put back."""
+    git(repo, "branch", "packed")
+    git(repo, "pack-refs", "--all")
+    packed_before = tip(repo, "packed")
+    log_dir = tmp_path / "turn"
+    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    (repo / "n.txt").write_text("n\n")
+    git(repo, "add", "n.txt")
+    git(repo, "commit", "-q", "-m", "made on the task's branch during the turn")
+    new = tip(repo, "HEAD")
+    deep = repo / ".git" / "refs" / "heads" / "made" / "by" / "hand"
+    deep.parent.mkdir(parents=True)
+    deep.write_text(new + "\n")
+    packed_refs = repo / ".git" / "packed-refs"
+    text = packed_refs.read_text()
+    assert f"{packed_before} refs/heads/packed\n" in text
+    with open(packed_refs, "r+") as fh:  # in place
+        fh.write(text.replace(f"{packed_before} refs/heads/packed\n", f"{new} refs/heads/packed\n"))
+    found = ref_guard.settle(Git(), log_dir, repo, "main", "t", 1)
+    assert found is not None
+    assert [(m.ref, m.before, m.after, m.by, m.restored) for m in found.moves] == [
+        ("refs/heads/made/by/hand", None, new, "worktree-commits", True),
+        ("refs/heads/packed", packed_before, new, "worktree-commits", True),
+    ]
+    assert tip(repo, "packed") == packed_before
+    assert not has_ref(repo, "refs/heads/made/by/hand")
+
+
+def test_what_the_watch_saw_is_what_reading_every_ref_finds(tmp_path: Path, repo: Path) -> None:
+    """The check in the snapshot's process reads only what its watch says changed: after refs are
+    created, deleted, packed, renamed with their directory and rewritten, by git and by hand, it
+    comes to the very refs a full read and ``for-each-ref`` find."""
+    head = tip(repo, "HEAD")
+    for name in ("team/a", "team/b", "gone", "stays"):
+        git(repo, "update-ref", f"refs/heads/{name}", head)
+    git(repo, "tag", "t1")
+    log_dir = tmp_path / "turn"
+    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    (repo / "n.txt").write_text("n\n")
+    git(repo, "add", "n.txt")
+    git(repo, "commit", "-q", "-m", "two")
+    new = tip(repo, "HEAD")
+    git(repo, "update-ref", "-d", "refs/heads/gone")
+    git(repo, "update-ref", "refs/heads/fresh/one", new)
+    git(repo, "pack-refs", "--all")
+    git(repo, "update-ref", "refs/heads/stays", new)  # loose again, over its packed value
+    heads = repo / ".git" / "refs" / "heads"
+    git(repo, "update-ref", "refs/heads/team/c", new)
+    os.rename(heads / "team", heads / "team2")  # a directory renamed: its watch follows it
+    (heads / "team2" / "c").write_text(head + "\n")  # written after the rename, under the new name
+    (heads / "new" / "dir").mkdir(parents=True)
+    (heads / "new" / "dir" / "x").write_text(new + "\n")
+    _rewrite_in_place_keeping_times(heads / "stays", head)  # back to its value before the turn
+    watch = ref_guard._take_watch(ref_guard.guard_dir(log_dir), "cmd-1")
+    assert watch is not None
+    try:
+        seen = watch.now()
+    finally:
+        watch.close()
+    everything = read_refs(common_dir(repo), ref_guard.EXEMPT)
+    assert seen == everything == ref_guard._refs(Git(), repo)
+    assert seen is not None
+    assert seen["refs/heads/team2/c"] == head and seen["refs/heads/stays"] == head
+    assert "refs/heads/team/c" not in seen and seen["refs/heads/new/dir/x"] == new  # team/a, b: packed
+
+
+def test_refs_git_reaches_through_a_symbolic_link_are_left_to_git(tmp_path: Path, repo: Path) -> None:
+    """A refs directory linked from elsewhere (as git-new-workdir makes them): git follows the
+    link, so the guard leaves the reading to ``for-each-ref``, and still sees what the agent does."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x").write_text(tip(repo, "HEAD") + "\n")
+    (repo / ".git" / "refs" / "heads" / "linked").symlink_to(elsewhere)
+    assert read_refs(common_dir(repo), ref_guard.EXEMPT) is None
+    assert "refs/heads/linked/x" in ref_guard._refs(Git(), repo)
+    log_dir = tmp_path / "turn"
+    env = ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    assert env
+    assert json.loads((log_dir / "ref-guard" / "refs.json").read_text())["files"] is False
+    (repo / "n.txt").write_text("n\n")
+    git(repo, "add", "n.txt")
+    git(repo, "commit", "-q", "-m", "made on the task's branch during the turn")
+    subprocess.run(["git", "branch", "made"], cwd=repo, env={**os.environ, **env}, check=True)
+    (elsewhere / "x").write_text(tip(repo, "HEAD") + "\n")  # in place, through the link
+    found = ref_guard.settle(Git(), log_dir, repo, "main", "t", 1)
+    assert found is not None
+    assert [(m.ref, m.by, m.restored) for m in found.moves] == [
+        ("refs/heads/linked/x", "worktree-commits", True),
+        ("refs/heads/made", "hook", True),
+    ]
+    assert not has_ref(repo, "refs/heads/made")
+    assert tip(repo, "refs/heads/linked/x") == tip(repo, "HEAD~1")

@@ -10,8 +10,12 @@ review.
 
 How a turn goes:
 
-- **Before the agent starts** (the first attempt's launch, :func:`hook_env`): one
-  ``git for-each-ref`` is the snapshot (``<log dir>/ref-guard/refs.json``), and a hooks
+- **Before the agent starts** (the first attempt's launch, :func:`hook_env`): the snapshot
+  (``<log dir>/ref-guard/refs.json``) is every ref's value, read from the ref files themselves
+  as git reads them (loose refs over ``packed-refs``; no git process, about a third of a
+  ``for-each-ref``'s time with 1,000 loose refs; ``for-each-ref`` where refs are not files:
+  reftable). On Linux an inotify watch on each refs directory (and on ``packed-refs``'
+  directory) is made before the read and held by the process until the check. A hooks
   directory is made for the agent's process only: ``core.hooksPath`` through
   ``GIT_CONFIG_COUNT``/``KEY``/``VALUE`` in its environment, so a person's git, corral's own
   and the post-turn check never see it. Its ``reference-transaction`` hook appends each
@@ -19,8 +23,12 @@ How a turn goes:
   repository's own hook; every other hook the repository has (its ``core.hooksPath`` or
   ``.git/hooks``, as git would find it) is forwarded as it is, so the person's hooks still run.
 - **After the work phase** (:func:`settle`, from the supervisor; again from the reconciler
-  for a turn that never wrote its receipt): a second ``for-each-ref``. Each ref whose value
-  differs from the snapshot is attributed:
+  for a turn that never wrote its receipt): the refs now. In the process that took the
+  snapshot, only the paths its watch saw written are read again (a ref file, a directory made,
+  removed or renamed, ``packed-refs``), whoever wrote them and however — git, or a file
+  rewritten in place with its times put back; anywhere else (the reconciler), or when the
+  watch lost events, every ref is read again. Each ref whose value differs from the snapshot
+  is attributed:
 
   * **the agent's** when the hook log names it (``by: "hook"``) — and only when the ref still
     holds the value the agent gave it: someone who moved it after the agent is never undone
@@ -47,14 +55,17 @@ what a remote holds, and the remote is beyond corral's reach anyway); the per-wo
 Limits, honestly: an agent that runs unconfined can do anything its user can, so this is a
 guard, not a wall. It can bypass the hook, then move a ref to a commit it did not make this
 turn (an older commit of its branch, another task's tip) or delete a ref: the fallback test
-does not see those. It can write the hook log or the snapshot itself. A person who merges a
-running task's fresh commits into another branch during that turn is indistinguishable from
-the agent doing it and is treated as the agent (put back, kept: nothing is lost). The bwrap
-sandbox takes away what it can (docs/harnesses.md); this guard runs whatever the sandbox.
+does not see those. It can write the hook log or the snapshot itself, or write a ref file
+through a hard link it made outside ``refs/`` (or a mapping it kept after closing the file),
+which no watch of the refs directories sees. A person who merges a running task's fresh
+commits into another branch during that turn is indistinguishable from the agent doing it and
+is treated as the agent (put back, kept: nothing is lost). The bwrap sandbox takes away what
+it can (docs/harnesses.md); this guard runs whatever the sandbox.
 """
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 import shlex
@@ -67,6 +78,7 @@ from typing import Any
 from corral import crashpoints
 from corral.adapters.files import write_atomic
 from corral.adapters.git import Git
+from corral.adapters.ref_files import RefWatch, common_dir, read_refs
 from corral.domain.record import record, replace
 from corral.errors import GitError
 
@@ -226,55 +238,43 @@ def _refs(git: Git, cwd: Path) -> dict[str, str]:
     return refs
 
 
-def _common_dir(worktree: Path) -> Path | None:
-    """The repository's common git directory, read from the worktree's ``.git`` (no git process)."""
-    dot = worktree / ".git"
-    try:
-        if dot.is_dir():
-            return dot
-        line = dot.read_text().strip()
-        if not line.startswith("gitdir:"):
-            return None
-        own = Path(line.removeprefix("gitdir:").strip())
-        own = own if own.is_absolute() else worktree / own
-        common = (own / "commondir").read_text().strip() if (own / "commondir").is_file() else "."
-        found = Path(common) if os.path.isabs(common) else own / common
-        return found.resolve()
-    except OSError:
-        return None
+#: A process keeps at most this many turns' watches (the oldest is closed: its check reads every ref).
+WATCHES_KEPT = 4
+_watches: dict[str, tuple[str, RefWatch]] = {}  # guard directory -> (its command, the watch)
+_watches_lock = threading.Lock()
 
 
-def _stats(common: Path | None) -> dict[str, list[int]] | None:
-    """Every loose ref file and ``packed-refs`` of the common directory: path → (inode, mtime, ctime, size).
+def _keep_watch(where: Path, command_id: str, watch: RefWatch | None) -> None:
+    """Hold ``watch`` for ``command_id``'s turn, whose guard directory is ``where`` (replacing one held there)."""
+    with _watches_lock:
+        old = _watches.pop(str(where), None)
+        if watch is not None:
+            _watches[str(where)] = (command_id, watch)
+            while len(_watches) > WATCHES_KEPT:
+                _watches.pop(next(iter(_watches)))[1].close()
+    if old is not None:
+        old[1].close()
 
-    git replaces a ref file (a lock file renamed over it), never rewrites it in place, so two
-    equal signatures mean no ref was written in between: the check after the turn then needs
-    no second ``for-each-ref``. None where it cannot be read (or refs are not files: reftable).
-    """
-    if common is None or (common / "reftable").exists():
+
+def _take_watch(where: Path, command_id: object) -> RefWatch | None:
+    """The watch held for ``where``, if it is ``command_id``'s (one of another command is closed)."""
+    with _watches_lock:
+        held = _watches.pop(str(where), None)
+    if held is None:
         return None
-    found: dict[str, list[int]] = {}
-    try:
-        packed = os.stat(common / "packed-refs")
-        found["packed-refs"] = [packed.st_ino, packed.st_mtime_ns, packed.st_ctime_ns, packed.st_size]
-    except FileNotFoundError:
-        pass
-    except OSError:
+    if held[0] != command_id:
+        held[1].close()
         return None
-    stack = [common / "refs"]
-    try:
-        while stack:
-            with os.scandir(stack.pop()) as entries:
-                for e in entries:
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(Path(e.path))
-                    elif not e.name.endswith(".lock"):
-                        st = e.stat(follow_symlinks=False)
-                        rel = os.path.relpath(e.path, common)
-                        found[rel] = [st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size]
-    except OSError:
-        return None
-    return found
+    return held[1]
+
+
+def _values(git: Git, worktree: Path, files: bool) -> tuple[dict[str, str], bool]:
+    """(refs, whether they were read from the files): ``ref_files.read_refs`` where it can, else ``for-each-ref``."""
+    if files:
+        found = read_refs(common_dir(worktree), EXEMPT)
+        if found is not None:
+            return found, True
+    return _refs(git, worktree), False
 
 
 _LOGGER = """#!/bin/sh
@@ -345,34 +345,50 @@ def prepare(git: Git, log_dir: Path, worktree: Path, command_id: str) -> Path | 
         log = where / MOVES
         log.write_bytes(b"")
         log.chmod(0o600)
-        made: list[Any] = [None, None]
+        made: list[str | None] = [None]
+        beside = _thread.allocate_lock()  # held until the hooks are made
+        beside.acquire()
 
         def beside_work() -> None:
-            made[1] = _stats(_common_dir(worktree))
             try:
                 made[0] = _hooks(git, worktree, hooks, log)
             except (GitError, OSError):
                 pass
+            finally:
+                beside.release()
 
-        # The signatures and the hooks are made while for-each-ref runs (the agent has not started:
-        # a ref another process writes in between is not the agent's, whichever look saw it).
-        beside = threading.Thread(target=beside_work, daemon=True)
-        beside.start()
+        # The hooks are made while the refs are read (the agent has not started: a ref another
+        # process writes in between is not the agent's, whichever look saw it). A bare thread:
+        # threading's waits for it to start, a scheduler's slice on a loaded machine.
+        _thread.start_new_thread(beside_work, ())
+        watch: RefWatch | None = None
         try:
-            refs = _refs(git, worktree)
-        finally:
-            beside.join()
-        own, stats = made
-        doc = {
-            "command_id": command_id,
-            "at": at,
-            "hooks": own is not None,
-            "own_hooks": own,
-            "refs": refs,
-            "stats": stats,
-        }
-        # Not fsynced: the snapshot serves this turn, and a machine that crashes ends the turn with it.
-        write_atomic(snap, json.dumps(doc).encode(), durable=False)
+            try:
+                common = common_dir(worktree)
+                watch = RefWatch.start(common, EXEMPT)  # before the read: no write after it goes unseen
+                found = read_refs(common, EXEMPT, watch)
+                if watch is not None and (found is None or watch.broken):
+                    watch.close()
+                    watch = None
+                refs = found if found is not None else _refs(git, worktree)
+            finally:
+                beside.acquire()
+            own = made[0]
+            doc = {
+                "command_id": command_id,
+                "at": at,
+                "hooks": own is not None,
+                "own_hooks": own,
+                "refs": refs,
+                "files": found is not None,  # read from the files: the check after the turn reads them so too
+            }
+            # Not fsynced: the snapshot serves this turn, and a machine that crashes ends the turn with it.
+            write_atomic(snap, json.dumps(doc).encode(), durable=False)
+        except BaseException:
+            if watch is not None:
+                watch.close()
+            raise
+        _keep_watch(where, command_id, watch)
         return hooks if own is not None else None
     except (GitError, OSError, ValueError):
         return None
@@ -476,21 +492,22 @@ def _write_report(path: Path, guard: RefGuard) -> None:
     write_atomic(path, json.dumps(guard.to_json()).encode(), durable=bool(guard.moves))
 
 
-def _unchanged(before: Any, now: dict[str, list[int]] | None, own: str) -> bool:
-    """Whether no ref file but the task's own branch was written since the snapshot's signatures."""
-    if not isinstance(before, dict) or now is None:
-        return False
-    return {k: v for k, v in before.items() if k != own} == {k: v for k, v in now.items() if k != own}
-
-
 def _plan(git: Git, where: Path, worktree: Path, branch: str, task_ref: str, turn: int | str) -> RefGuard:
     doc = json.loads((where / SNAPSHOT).read_text())
     before: dict[str, str] = doc.get("refs") or {}
     since = float(doc.get("at") or 0)
     own = f"refs/heads/{branch}"
-    if _unchanged(doc.get("stats"), _stats(_common_dir(worktree)), own):
-        return RefGuard(hook=bool(doc.get("hooks")))
-    now = _refs(git, worktree)
+    files = doc.get("files") is True
+    now: dict[str, str] | None = None
+    watch = _take_watch(where, doc.get("command_id"))
+    if watch is not None:  # this process took the snapshot: what changed since is known
+        try:
+            if files:
+                now = watch.now()
+        finally:
+            watch.close()
+    if now is None:
+        now, _ = _values(git, worktree, files)
     changed = sorted(r for r in set(before) | set(now) if r != own and before.get(r) != now.get(r))
     if not changed:
         return RefGuard(hook=bool(doc.get("hooks")))
