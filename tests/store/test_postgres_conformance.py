@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from corral.domain.actors import Actor
+from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.errors import CorralError, RefusedError, StoreError, StoreTooNew
 from corral.store import NewTask, SQLiteStore
@@ -86,6 +86,18 @@ def test_a_refused_ref_leaves_the_transaction_usable(store: PostgresStore) -> No
         tx.insert_task(NewTask(ref="fix-login-2", goal="next"), Actor.HUMAN)  # PostgreSQL did not abort it
     with store.read() as tx:
         assert sorted(tx.refs()) == ["fix-login", "fix-login-2"]
+
+
+def test_an_agents_nul_is_kept_as_its_escape_never_a_refused_write(store: PostgresStore) -> None:
+    # PostgreSQL's text cannot hold a NUL; an agent's result that carried one (the receipt's text is
+    # the agent's own) must still be recorded, the NUL as the printable escape the intake uses.
+    with store.write() as tx:
+        task = tx.insert_task(NewTask(ref="fix-login", goal="g"), Actor.HUMAN)
+        tx.add_turn(task.id, role=Role.AGENT, kind="start", content="before\x00after", details={"k": "a\x00b"})
+    with store.read() as tx:
+        (turn,) = tx.turns(task.id)
+    assert turn.content == "before\\u0000after"
+    assert turn.details == {"k": "a\x00b"}  # JSON keeps a NUL as ``\\u0000`` in its text: exact
 
 
 def test_writers_are_serialized_so_a_compare_and_set_is_never_raced(store: PostgresStore) -> None:

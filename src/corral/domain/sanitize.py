@@ -58,6 +58,12 @@ def escape_controls(text: str) -> Sanitized:
     return Sanitized(out, n)
 
 
+def without_nul(text: str) -> str:
+    """``text`` with each NUL as its printable escape (``\\u0000``), the rest as it is: what a store
+    whose text cannot hold a NUL (PostgreSQL) keeps of an agent's words that carried one."""
+    return text.replace("\x00", "\\u0000") if "\x00" in text else text
+
+
 def disclosure_note(replaced: int) -> str:
     plural = "s were" if replaced != 1 else " was"
     return (

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.record import record
+from corral.domain.sanitize import without_nul
 from corral.errors import RefusedError, StoreError
 from corral.store.sqltx import _TASK_COLUMNS, SQLTx
 
@@ -114,7 +115,11 @@ def summary(rows: Rows) -> Copied:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     for table, _columns in TABLES:
-        lines = sorted(json.dumps(list(r), ensure_ascii=False, separators=(",", ":")) for r in rows.get(table, ()))
+        # Text as PostgreSQL keeps it (a NUL as its escape), so a copy between the two compares equal.
+        lines = sorted(
+            json.dumps([without_nul(v) if type(v) is str else v for v in r], ensure_ascii=False, separators=(",", ":"))
+            for r in rows.get(table, ())
+        )
         counts[table] = len(lines)
         digest.update(f"{table}\0{len(lines)}\0".encode())
         for line in lines:

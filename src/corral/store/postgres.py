@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral import crashpoints
 from corral.domain.clock import Clock, rfc3339, utcnow
+from corral.domain.sanitize import without_nul
 from corral.errors import CorralError, StoreDiskFull, StoreError, StoreMissing, StoreReadOnly, StoreTooNew
 from corral.store.dsn import redact
 from corral.store.migrations import LATEST, PG_MIGRATIONS, too_new
@@ -128,7 +129,10 @@ class _Db:
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
         if args:
-            return self.conn.execute(_pg_sql(sql), tuple(args))
+            # PostgreSQL's text cannot hold a NUL: an agent's words that carried one keep it as its
+            # printable escape (the intake's rule, domain/sanitize), never a refused write.
+            safe = tuple(without_nul(a) if type(a) is str else a for a in args)
+            return self.conn.execute(_pg_sql(sql), safe)
         return self.conn.execute(sql)  # without parameters psycopg takes the text as it is
 
 
