@@ -27,6 +27,11 @@ run bench/bench_lines.py
 run bench/bench_usage_reset.py
 run bench/bench_incident_scan.py
 run bench/bench_sandbox_launch.py
+run bench/bench_ref_guard.py
+run bench/bench_mcp.py
+run bench/bench_watch_idle.py
+run bench/bench_dashboard.py
+run bench/bench_pg_store.py
 echo
 if [ "$status" -eq 0 ]; then echo "run_all: every benchmark met its targets"; else echo "run_all: some target missed (see FAIL above)"; fi
 exit "$status"

@@ -115,6 +115,8 @@ class Daemon:
         self.prune_every = PRUNE_SECONDS
         self.mcp_url: str | None = None
         self._served: Any = None  # the MCP endpoint (corral.mcp.http's Served)
+        self.dashboard_url: str | None = None
+        self._dashboard: Any = None  # the web dashboard (corral.dashboard.app's Served)
         self._started = ""
         self._mcp_ready = threading.Event()
         self._mcp_thread: threading.Thread | None = None
@@ -173,6 +175,7 @@ class Daemon:
                 "started_at": self._started,
                 "last_tick": rfc3339(utcnow()),
                 "mcp_url": self.mcp_url,
+                "dashboard_url": self.dashboard_url,
                 "projects": sorted(slot.repo for slot in self.slots.values()),
             },
             durable=False,
@@ -194,9 +197,31 @@ class Daemon:
             return
         self.event("mcp-serving", url=self.mcp_url)
 
+    def start_dashboard(self) -> None:
+        """The web dashboard on its own port: loopback, unless ``corral dashboard --host`` asked for another."""
+        try:
+            from corral.dashboard import app as dashboard
+
+            host = daemons.take_dashboard_host(self.home) or dashboard.HOST
+            self._dashboard = dashboard.start(self.home, host, self.log)
+            self.dashboard_url = str(self._dashboard.url)
+        except Exception as exc:  # no dashboard is a degraded daemon, never a dead one
+            self._dashboard = None
+            self.dashboard_url = None
+            self.log.warning("dashboard unavailable: %s: %s", type(exc).__name__, exc)
+            self.event("dashboard-unavailable", message=f"{type(exc).__name__}: {exc}")
+            return
+        self.event("dashboard-serving", url=self.dashboard_url)
+
+    def stop_dashboard(self) -> None:
+        served, self._dashboard = self._dashboard, None
+        if served is not None:
+            served.stop()
+
     def _start_mcp_then_say(self) -> None:
         try:
             self.start_mcp()
+            self.start_dashboard()
         finally:
             self._mcp_ready.set()
             self.request_tick()
@@ -406,6 +431,7 @@ class Daemon:
                 if self._mcp_thread is not None:
                     self._mcp_thread.join(30)
                 self.guarded("mcp-stop", self.stop_mcp)
+                self.guarded("dashboard-stop", self.stop_dashboard)
                 for pfd, _ in self.watched.values():
                     os.close(pfd)
                 self.watched.clear()

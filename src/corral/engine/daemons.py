@@ -71,6 +71,7 @@ class DaemonState:
     last_tick: str | None
     mcp_url: str | None = None
     projects: tuple[str, ...] = ()  # the repositories it serves
+    dashboard_url: str | None = None  # the web dashboard (without its token: docs/dashboard.md)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +81,7 @@ class DaemonState:
             "last_tick": self.last_tick,
             "mcp_url": self.mcp_url,
             "projects": list(self.projects),
+            "dashboard_url": self.dashboard_url,
         }
 
 
@@ -112,7 +114,33 @@ def state(home: Path | None = None) -> DaemonState:
         _text(info.get("last_tick")),
         _text(info.get("mcp_url")) if running else None,
         served if running else (),
+        _text(info.get("dashboard_url")) if running else None,
     )
+
+
+def dashboard_host_file(home: Path | None = None) -> Path:
+    """The address ``corral dashboard --host`` asked the next daemon to serve its dashboard on."""
+    return daemon_dir(home) / "dashboard-host"
+
+
+def ask_dashboard_host(host: str, home: Path | None = None) -> None:
+    """Ask the next daemon that starts to serve its dashboard on ``host`` (once: the one after it
+    serves loopback again unless asked again)."""
+    from corral.adapters.files import write_atomic
+
+    make_private_dir(daemon_dir(home))
+    write_atomic(dashboard_host_file(home), host.encode() + b"\n")
+
+
+def take_dashboard_host(home: Path | None = None) -> str | None:
+    """The address asked for, consumed (None: loopback)."""
+    path = dashboard_host_file(home)
+    try:
+        host = path.read_text(encoding="utf-8").strip()
+        path.unlink()
+    except OSError:
+        return None
+    return host or None
 
 
 def signal_recorded(pid: int, started_at: str | None, signum: int) -> bool:

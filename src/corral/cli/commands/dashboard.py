@@ -1,0 +1,77 @@
+"""``dashboard``: the web dashboard's URL, the daemon started first when none runs (docs/dashboard.md)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
+from corral.engine import daemons
+from corral.engine.paths import corral_home
+from corral.errors import CorralError
+
+LOOPBACK = ("127.0.0.1", "localhost")
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral dashboard                 print the URL (it carries your secret token: keep it to yourself)
+  corral dashboard --open          and open it in the browser
+  corral dashboard --host 0.0.0.0  serve it beyond this machine (the next daemon only; stop the running one first)
+\b
+The daemon serves it on loopback; the URL's token is exchanged for a cookie on the first visit.
+"""
+)
+@click.option("--open", "open_", is_flag=True, help="Open the URL in the browser too.")
+@click.option(
+    "--host",
+    metavar="ADDR",
+    default=None,
+    help="Serve it on ADDR instead of loopback (asked of the daemon this command starts).",
+)
+@json_option
+@pass_app
+def dashboard(app: App, open_: bool, host: str | None) -> None:
+    """The web dashboard of every project under CORRAL_HOME: its URL (the daemon starts if needed)."""
+    from corral.dashboard.security import secret
+
+    home = corral_home()
+    current = daemons.state(home)
+    if host is not None and current.running:
+        served = _host_of(current.dashboard_url)
+        if served != host and not (served in LOOPBACK and host in LOOPBACK):
+            raise CorralError(
+                f"The running daemon serves its dashboard on {served or 'no address'}, not {host}.",
+                code="daemon-running",
+                hint=f"Stop it first (corral daemon stop), then: corral dashboard --host {host}",
+            )
+    if host is not None and not current.running and host not in LOOPBACK:
+        daemons.ask_dashboard_host(host, home)
+    current = daemons.ensure_running(home)
+    deadline = time.monotonic() + 10
+    while current.running and current.dashboard_url is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        current = daemons.state(home)
+    if current.dashboard_url is None:
+        raise CorralError(
+            "The daemon runs, but its dashboard is not being served.",
+            code="dashboard-unavailable",
+            hint=f"See {daemons.log_file(home)}; `corral daemon stop` and try again.",
+        )
+    url = f"{current.dashboard_url}/?token={secret(home)}"
+    if open_:
+        import webbrowser
+
+        webbrowser.open(url)
+    app.answer({"url": url, "dashboard_url": current.dashboard_url, "daemon": current.to_json()}, url)
+
+
+def _host_of(url: str | None) -> str | None:
+    if url is None:
+        return None
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname

@@ -1,0 +1,125 @@
+"""The dashboard's security rules over plain HTTP: loopback, the token exchanged for a cookie, CSRF and
+Origin on every state-changing request, the Host header, the headers every response carries."""
+
+from __future__ import annotations
+
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from tests.dashboard.conftest import Dash
+
+from corral.dashboard import security
+from corral.dashboard.html import esc
+from corral.errors import CorralError
+
+
+def test_served_on_loopback_with_a_private_secret_made_once(dash: Dash) -> None:
+    assert dash.host == "127.0.0.1"
+    home = Path(os.environ["CORRAL_HOME"])
+    path = security.secret_file(home)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert security.secret(home) == dash.token  # made once: the daemon's and the CLI's are the same
+    assert dash.a.json("dashboard")["url"] == dash.url  # asked again: the same daemon, the same URL
+    assert dash.a.json("daemon", "status")["daemon"]["dashboard_url"] == dash.base
+
+
+def test_the_token_is_exchanged_for_a_strict_http_only_cookie_and_leaves_the_url(dash: Dash) -> None:
+    response = dash.request("GET", f"/?token={dash.token}")
+    assert response.status == 303 and response.getheader("location") == "/"
+    cookie = response.getheader("set-cookie", "")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    page = dash.request("GET", "/", headers={"Cookie": cookie.split(";", 1)[0]})
+    assert page.status == 200
+
+
+def test_a_request_without_the_cookie_or_with_a_wrong_token_is_refused(dash: Dash) -> None:
+    assert dash.request("GET", "/").status == 401
+    assert dash.request("GET", "/events/board").status == 401
+    assert dash.request("GET", "/?token=" + "x" * 43).status == 401
+    assert dash.request("GET", "/", headers={"Cookie": "corral_0000000000=forged"}).status == 401
+    name = dash.cookie().split("=", 1)[0]
+    assert dash.request("GET", "/", headers={"Cookie": f"{name}={'0' * 64}"}).status == 401
+
+
+def test_a_foreign_host_header_is_refused(dash: Dash) -> None:
+    cookie = dash.cookie()
+    assert dash.request("GET", "/", headers={"Cookie": cookie, "Host": f"evil.example:{dash.port}"}).status == 403
+    assert dash.request("GET", f"/?token={dash.token}", headers={"Host": f"evil.example:{dash.port}"}).status == 403
+    assert dash.request("GET", "/", headers={"Cookie": cookie, "Host": f"localhost:{dash.port}"}).status == 200
+
+
+def test_a_post_without_the_csrf_token_or_with_a_foreign_origin_is_refused(dash: Dash) -> None:
+    cookie = dash.cookie()
+    path = dash.task_path(dash.a, "alpha-one") + "/close"
+    keys = security.Keys(Path(os.environ["CORRAL_HOME"]), dash.token)
+    own = f"http://127.0.0.1:{dash.port}"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    body = urlencode({"message": "not wanted"})
+    refused = [
+        {"Cookie": cookie, "Origin": own, **form},  # no CSRF token
+        {"Cookie": cookie, "Origin": own, "X-Corral-CSRF": "0" * 64, **form},  # a wrong one
+        {"Cookie": cookie, "Origin": "http://evil.example", "X-Corral-CSRF": keys.csrf, **form},
+        {"Cookie": cookie, "X-Corral-CSRF": keys.csrf, **form},  # no Origin at all
+        {"Origin": own, "X-Corral-CSRF": keys.csrf, **form},  # no cookie
+    ]
+    for headers in refused:
+        assert dash.request("POST", path, headers=headers, body=body).status in (401, 403), headers
+    assert dash.a.json("show", "alpha-one")["task"]["status"] == "backlog"  # nothing was done
+    # The form field does as the header does; then the close goes through, as a person's.
+    with_field = urlencode({"message": "not wanted", "csrf": keys.csrf})
+    done = dash.request("POST", path, headers={"Cookie": cookie, "Origin": own, **form}, body=with_field)
+    assert done.status == 200
+    shown = dash.a.json("show", "alpha-one")
+    assert shown["task"]["status"] == "abandoned"
+    assert shown["status_changes"][-1]["actor"] == "human"
+
+
+def test_every_response_carries_a_strict_csp(dash: Dash) -> None:
+    cookie = dash.cookie()
+    for path, headers in (("/", {"Cookie": cookie}), ("/", {}), ("/static/dashboard.css", {})):
+        response = dash.request("GET", path, headers=headers)
+        csp = response.getheader("content-security-policy", "")
+        assert "script-src 'self'" in csp and "style-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe-inline" not in csp
+        assert response.getheader("x-content-type-options") == "nosniff"
+
+
+def test_escaping_makes_markup_and_terminal_controls_inert() -> None:
+    assert esc("<script>alert(1)</script>") == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert esc('<a href="javascript:alert(1)">x</a>') == "&lt;a href=&quot;javascript:alert(1)&quot;&gt;x&lt;/a&gt;"
+    assert esc("title \x1b]0;pwn\x07 end") == "title \\x1b]0;pwn\\x07 end"
+    assert esc("bidi \u202e") == "bidi \\u202e"
+
+
+def test_hosts_answered_are_the_address_bound_and_on_loopback_its_names() -> None:
+    assert security.allowed_hosts("127.0.0.1", 8123) == {"127.0.0.1:8123", "localhost:8123"}
+    assert security.allowed_hosts("192.0.2.7", 8123) == {"192.0.2.7:8123"}  # --host: that address alone
+    assert "localhost:8123" in security.allowed_hosts("0.0.0.0", 8123)
+    assert "evil.example:8123" not in security.allowed_hosts("0.0.0.0", 8123)
+
+
+def test_another_host_is_asked_of_a_new_daemon_only(dash: Dash) -> None:
+    refused = dash.a("dashboard", "--host", "0.0.0.0", "--json")
+    assert refused.returncode != 0 and refused.json()["error"]["code"] == "daemon-running"
+    assert "corral daemon stop" in refused.json()["error"]["hint"]
+    assert dash.a.json("dashboard", "--host", "localhost")["url"] == dash.url  # loopback is what it serves
+    home = Path(os.environ["CORRAL_HOME"])
+    assert not (home / "daemon" / "dashboard-host").exists()  # nothing was asked of the next daemon
+
+
+def test_a_secret_is_made_whole_once_however_many_ask_at_once_and_a_cut_one_is_named(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with ThreadPoolExecutor(8) as pool:
+        made = set(pool.map(lambda _: security.secret(home), range(16)))
+    assert len(made) == 1 and len(next(iter(made))) >= 32
+    path = security.secret_file(home)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left beside it
+    path.write_text("cut\n")
+    with pytest.raises(CorralError) as refused:
+        security.secret(home)
+    assert refused.value.code == "dashboard-secret-unreadable" and "rm " in (refused.value.hint or "")
+    assert path.read_text() == "cut\n"  # named, never replaced behind the person's back
