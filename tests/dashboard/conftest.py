@@ -88,8 +88,10 @@ def dash(two: tuple[CLI, CLI]) -> Dash:
     return Dash(doc["url"], a, b)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright_driver() -> Iterator[Any]:
+    # Per module, never per session: while Playwright's sync API is open it keeps an event loop
+    # running in this thread, and every later test of the worker that runs asyncio would fail.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

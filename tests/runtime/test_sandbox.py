@@ -136,8 +136,12 @@ def test_a_sandboxed_turn_writes_and_commits_in_its_worktree_and_nowhere_else(bo
     with proj.store.read() as tx:
         doc = show(tx, tx.get_task(task.id))
     assert doc["sandbox"] == {"mode": "bwrap", "reason": "sandbox = bwrap in the settings"}
+    # confined, but without corral's tools (agent_tools is off in these tests): the exact rule, said why
+    assert doc["failure_rule"]["rule"] == "exact"
+    assert doc["failure_rule"]["why"].startswith("the agent had no corral tools")
     out = CLI(repo).ok("show", task.ref).stdout
     assert "Sandbox:  bwrap (sandbox = bwrap in the settings)" in out
+    assert "Rule:     tool failures judged by the exact-retry rule (the agent had no corral tools" in out
 
 
 @needs_bwrap
@@ -322,6 +326,7 @@ def test_sandbox_auto_without_bubblewrap_runs_unconfined_and_says_so(
     assert lines(turn.content)["home"] == "ALLOWED"  # unconfined: the home is the person's
     Path(f"/tmp/{repo.parent.name}-scratch").unlink()  # and its /tmp too
     assert doc["sandbox"] == {"mode": "off", "reason": "sandbox = auto, and bubblewrap (bwrap) is not installed"}
+    assert doc["failure_rule"] == {"rule": "exact", "why": "the agent ran unconfined"}
 
 
 @needs_bwrap

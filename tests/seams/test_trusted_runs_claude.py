@@ -89,6 +89,7 @@ def test_intents_and_dispositions_of_a_confined_turn(rig: Any, repo: Path) -> No
         shown["sandbox"],
         shown["agent_tools"],
     )
+    assert shown["failure_rule"] == {"rule": "intents", "why": None}
     results = [result_of(server, i) for i in range(1, 10)]
     assert results[0]["doc"]["exit_code"] == 3 and results[0]["is_error"]
     assert results[1]["doc"]["exit_code"] == 0 and not results[1]["is_error"]
@@ -124,4 +125,6 @@ def test_the_same_calls_from_an_unconfined_turn_change_nothing(rig: Any, monkeyp
     shell, disposition = result_of(server, 1), result_of(server, 2)
     assert shell["is_error"] and shell["doc"]["error"]["code"] == "shell-needs-sandbox"
     assert disposition["doc"]["recorded"] is False and disposition["doc"]["ignored"] is True
-    assert corral.json("show", "loose")["sandbox"]["mode"] == "off"
+    loose = corral.json("show", "loose")
+    assert loose["sandbox"]["mode"] == "off"
+    assert loose["failure_rule"] == {"rule": "exact", "why": "the agent ran unconfined"}

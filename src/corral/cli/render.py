@@ -313,6 +313,15 @@ def show_lines(
         out.append(f"Tools:    the agent had no corral tools ({one_line(tools['absent'] or 'not given')})")
     if sandbox := doc.get("sandbox"):
         out.append(f"Sandbox:  {sandbox['mode']} ({one_line(sandbox['reason'] or 'no reason recorded')})")
+    if rule := doc.get("failure_rule"):
+        if rule["rule"] == "intents":
+            out.append(
+                "Rule:     tool failures judged with the agent's intents and dispositions (confined, corral's shell)"
+            )
+        else:
+            out.append(
+                f"Rule:     tool failures judged by the exact-retry rule ({one_line(rule['why'] or 'no reason')})"
+            )
     if t["prompt"]:
         out.append("Prompt:")
         out.extend(f"  {line}" for line in t["prompt"].splitlines())

@@ -398,6 +398,7 @@ def _show(
         "refs_put_back": refs_put_back(turns),
         "agent_tools": agent_tools_json(task),
         "sandbox": sandbox_json(task),
+        "failure_rule": failure_rule_json(task),
         "stopped_because": v.stopped_because,
         "next": v.next,
     }
@@ -430,6 +431,24 @@ def sandbox_json(task: Task) -> dict[str, Any] | None:
         return None
     reason = sandbox.get("reason")
     return {"mode": sandbox["mode"], "reason": reason if isinstance(reason, str) else None}
+
+
+def failure_rule_json(task: Task) -> dict[str, Any] | None:
+    """How the tool failures of the task's latest turn are judged (None: it never ran a turn, or an
+    older corral launched it): ``intents`` — a confined turn whose agent had corral's tools, so its
+    shell's intents and its dispositions are honoured — or ``exact``, the exact-retry rule, with
+    ``why`` (docs/incidents.md, "Confined runs")."""
+    note = task.metadata.get(AGENT_TOOLS)
+    sandbox = sandbox_json(task)
+    if not isinstance(note, dict) or sandbox is None:
+        return None
+    if sandbox["mode"] != "bwrap":
+        return {"rule": "exact", "why": "the agent ran unconfined"}
+    if note.get("mcp") is not True:
+        absent = note.get("absent")
+        why = f"the agent had no corral tools: {absent}" if isinstance(absent, str) else "the agent had no corral tools"
+        return {"rule": "exact", "why": why}
+    return {"rule": "intents", "why": None}
 
 
 def refs_put_back(turns: Sequence[Turn]) -> list[dict[str, Any]]:
