@@ -168,15 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update({k: v for k, v in env.items() if k.startswith("CORRAL_")})  # this process's engine calls
 
         server = Server(env, repo, base / "server.log")
-        from corral.dashboard.security import Keys, secret
+        from corral.dashboard.security import Keys, secret, signed_url
 
         keys = Keys(home, secret(home))
-        cookie = f"{keys.cookie_name}={keys.cookie_value}"
+        cookie = f"{keys.cookie_name}={keys.cookie_value()}"
         time.sleep(args.settle)  # the server's warm-up (its modules and projects) is done
         rss_idle = server.rss()
 
         # -- 3. the first response, then renders after a change --------------------------------------
-        status, body, took, _ = server.get("/", cookie)
+        status, body, took, _ = server.get(keys.prefix + "/", cookie)
         assert status == 200, status
         first_ms = took * 1000
         changes = backlog_tasks(repo, args.renders + args.changes + 1)
@@ -190,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         renders = []
         for task_id, _ref in changes[: args.renders]:
             tasks.abandon(project, task_id, reason="bench", actor=Actor.HUMAN, how="close")
-            status, body, took, _ = server.get("/", cookie)
+            status, body, took, _ = server.get(keys.prefix + "/", cookie)
             assert status == 200
             renders.append(took * 1000)
         weights = {"html": len(body)}
         for asset in ("/static/dashboard.css", "/static/htmx-2.0.11.min.js", "/static/dashboard.js"):
+            asset = keys.prefix + asset
             _, data, _, _ = server.get(asset)
             weights[asset.rsplit("/", 1)[1]] = len(data)
         weights["total"] = sum(weights.values())
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             contexts = [browser.new_context() for _ in range(args.pages)]
             page = contexts[0].new_page()
-            page.goto(f"{server.url}/?token={secret(home)}")
+            page.goto(signed_url(server.url, home))
             page.wait_for_selector("#board section[data-needs=backlog]")
             time.sleep(1.0)  # the page's event stream is open
             for task_id, _ref in changes[args.renders : args.renders + args.changes]:
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             pages = [page]
             for context in contexts[1:]:
                 extra = context.new_page()
-                extra.goto(f"{server.url}/?token={secret(home)}")
+                extra.goto(signed_url(server.url, home))
                 extra.wait_for_selector("#board section[data-needs=backlog]")
                 pages.append(extra)
             time.sleep(1.0)

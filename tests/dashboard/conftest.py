@@ -40,18 +40,28 @@ class Dash:
 
     def __init__(self, url: str, a: CLI, b: CLI) -> None:
         self.url = url
-        self.base = url.split("/?token=", 1)[0]
+        self.base = url.split("/?token=", 1)[0]  # the server and the dashboard's secret root
         self.token = url.split("?token=", 1)[1]
         self.a, self.b = a, b
         parts = urlsplit(self.base)
         self.host, self.port = parts.hostname or "", parts.port or 0
+        self.root = parts.path  # /<root>: every page lives under it
+        self.server = f"{parts.scheme}://{parts.netloc}"
 
     def request(
-        self, method: str, path: str, *, headers: dict[str, str] | None = None, body: str | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: str | None = None,
+        outside: bool = False,
     ) -> http.client.HTTPResponse:
+        """``path`` under the dashboard's root (``outside``: as given, from the server's top)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
         sent = {"Host": f"{self.host}:{self.port}", **(headers or {})}
-        conn.request(method, path, body=body.encode() if body is not None else None, headers=sent)
+        target = path if outside else self.root + path
+        conn.request(method, target, body=body.encode() if body is not None else None, headers=sent)
         response = conn.getresponse()
         response.read()
         conn.close()

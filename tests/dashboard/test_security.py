@@ -24,14 +24,19 @@ def test_served_on_loopback_with_a_private_secret_made_once(dash: Dash) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert security.secret(home) == dash.token  # made once: the daemon's and the CLI's are the same
     assert dash.a.json("dashboard")["url"] == dash.url  # asked again: the same daemon, the same URL
-    assert dash.a.json("daemon", "status")["daemon"]["dashboard_url"] == dash.base
+    assert dash.a.json("daemon", "status")["daemon"]["dashboard_url"] == dash.server  # the root is not in it
 
 
 def test_the_token_is_exchanged_for_a_strict_http_only_cookie_and_leaves_the_url(dash: Dash) -> None:
     response = dash.request("GET", f"/?token={dash.token}")
-    assert response.status == 303 and response.getheader("location") == "/"
+    assert response.status == 303 and response.getheader("location") == f"{dash.root}/"
     cookie = response.getheader("set-cookie", "")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    # Scoped to the secret root: the person's browser sends it to no other server on 127.0.0.1
+    # (cookies do not tell ports apart), such as a preview server an agent started.
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"Path={dash.root}/;" in cookie
+    assert "Max-Age=" in cookie
+    keys = security.Keys(Path(os.environ["CORRAL_HOME"]), dash.token)
+    assert dash.root == keys.prefix and len(keys.root) >= 20 and dash.token not in dash.root
     page = dash.request("GET", "/", headers={"Cookie": cookie.split(";", 1)[0]})
     assert page.status == 200
 
@@ -123,3 +128,50 @@ def test_a_secret_is_made_whole_once_however_many_ask_at_once_and_a_cut_one_is_n
         security.secret(home)
     assert refused.value.code == "dashboard-secret-unreadable" and "rm " in (refused.value.hint or "")
     assert path.read_text() == "cut\n"  # named, never replaced behind the person's back
+
+
+def test_nothing_is_served_outside_the_secret_root_and_the_exchange_never_redirects_elsewhere(dash: Dash) -> None:
+    cookie = dash.cookie()
+    for outside in ("/", "/static/dashboard.css", f"/p/x/t/y?token={dash.token}", f"/?token={dash.token}"):
+        assert dash.request("GET", outside, headers={"Cookie": cookie}, outside=True).status == 404, outside
+    # The exchange goes to the root whatever path it was asked on: never an open redirect.
+    for asked in (f"//evil.example/?token={dash.token}", f"/%5Cevil.example/?token={dash.token}"):
+        response = dash.request("GET", asked)
+        assert response.status == 303 and response.getheader("location") == f"{dash.root}/", asked
+
+
+def test_a_cookie_another_page_planted_beside_ours_locks_nobody_out(dash: Dash) -> None:
+    name, value = dash.cookie().split("=", 1)
+    planted = f"{name}=junk; {name}={value}"  # a page on another port set its own first
+    assert dash.request("GET", "/", headers={"Cookie": planted}).status == 200
+
+
+def test_an_expired_session_and_an_oversized_body_are_refused(dash: Dash) -> None:
+    home = Path(os.environ["CORRAL_HOME"])
+    old = security.Keys(home, dash.token, clock=lambda: 1_000_000.0)
+    name = dash.cookie().split("=", 1)[0]
+    assert dash.request("GET", "/", headers={"Cookie": f"{name}={old.cookie_value()}"}).status == 401
+    keys = security.Keys(home, dash.token)
+    headers = {
+        "Cookie": dash.cookie(),
+        "Origin": f"http://127.0.0.1:{dash.port}",
+        "X-Corral-CSRF": keys.csrf,
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    path = dash.task_path(dash.a, "alpha-one") + "/close"
+    body = urlencode({"message": "x" * (security.MAX_BODY + 1)})
+    assert dash.request("POST", path, headers=headers, body=body).status == 413
+    assert dash.a.json("show", "alpha-one")["task"]["status"] == "backlog"
+
+
+def test_an_ipv6_loopback_bind_answers_the_bracketed_host_a_browser_sends() -> None:
+    assert security.allowed_hosts("::1", 8080) >= {"[::1]:8080", "127.0.0.1:8080", "localhost:8080"}
+
+
+def test_open_hands_the_browser_a_private_page_not_the_token(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    url = security.signed_url("http://127.0.0.1:9", home)
+    page = security.open_file(url, home)
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600
+    assert security.secret(home) not in page.as_uri()  # what the browser's argv would carry
+    assert f'content="0;url={esc(url)}"' in page.read_text()

@@ -362,7 +362,7 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
         return HTMLResponse(body, status_code=status)
 
     async def board_page(request: Request) -> Response:
-        return html(views.board_page(keys.csrf, await hub.board()))
+        return html(views.board_page(keys, await hub.board()))
 
     async def find(state: str, given: str) -> dict[str, Any] | None:
         try:
@@ -373,7 +373,7 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
 
     def missing(state: str, given: str) -> HTMLResponse:
         body = tag("p", f"No task '{given}' in project '{state}'.", class_="problem")
-        return html(views.page("corral — not found", keys.csrf, body), 404)
+        return html(views.page("corral — not found", keys, body), 404)
 
     async def task_page(request: Request) -> Response:
         state, given = request.path_params["state"], request.path_params["task"]
@@ -384,7 +384,7 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
         parts, status, updated = await hub.parts(state, tid)
         told = list(hub.narration.get(tid, []))
         shown = {**parts, "diff": await hub.diff(state, tid, updated, status), "narration": views.narration_items(told)}
-        return html(views.task_page(keys.csrf, state, tid, f"corral — {doc['task']['ref']}", shown))
+        return html(views.task_page(keys, state, tid, f"corral — {doc['task']['ref']}", shown))
 
     def stream(gen: AsyncIterator[str]) -> StreamingResponse:
         return StreamingResponse(

@@ -59,8 +59,9 @@ def tag(name: str, body: object = "", /, **attrs: object) -> Markup:
 
 
 def path(*parts: str) -> str:
-    """A path of this dashboard from ids and refs (each percent-quoted, no scheme ever)."""
-    return "/" + "/".join(quote(p, safe="") for p in parts)
+    """A path of this dashboard from ids and refs (each percent-quoted, no scheme ever), relative to
+    the page's ``<base>`` (the dashboard's secret root, ``security.Keys.prefix``)."""
+    return "/".join(quote(p, safe="") for p in parts)
 
 
 # -- the diff -----------------------------------------------------------------------------------------

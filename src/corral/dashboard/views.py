@@ -10,14 +10,14 @@ presentation attributes (the CSP allows no inline style).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from corral.dashboard.html import Markup, esc, join, path, tag
 from corral.domain.clock import parse_time
 
-HTMX = "/static/htmx-2.0.11.min.js"
-STREAM = "/static/dashboard.js"  # the page's event stream (no inline script: the CSP allows none)
-CSS = "/static/dashboard.css"
+HTMX = "static/htmx-2.0.11.min.js"
+STREAM = "static/dashboard.js"  # the page's event stream (no inline script: the CSP allows none)
+CSS = "static/dashboard.css"
 #: htmx without eval, without running script tags it swaps in, without its inline indicator style.
 HTMX_CONFIG = '{"allowEval":false,"allowScriptTags":false,"includeIndicatorStyles":false,"selfRequestsOnly":true}'
 
@@ -37,16 +37,29 @@ STATUS_COLOURS = {
 ATTEMPT_COLOURS = {"working": "#2f9e44", "retrying": "#f59f00", "failed": "#e03131", "waiting": "#4dabf7"}
 
 
-def page(title: str, csrf: str, body: Markup) -> Markup:
+class Keys(Protocol):
+    """What a page needs of the dashboard's keys (``security.Keys``): its CSRF token and its root."""
+
+    csrf: str
+
+    @property
+    def prefix(self) -> str: ...
+
+
+def page(title: str, keys: Keys, body: Markup) -> Markup:
+    """A whole page. Its links are relative to ``<base>``, the dashboard's secret root, so no page
+    names the root but through it."""
+    csrf = keys.csrf
     return Markup(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f'<base href="{esc(keys.prefix)}/">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta name="htmx-config" content="{esc(HTMX_CONFIG)}">'
         f"<title>{esc(title)}</title>"
         f'<link rel="stylesheet" href="{CSS}">'
         f'<script src="{HTMX}"></script><script src="{STREAM}"></script>'
         f'</head><body hx-headers=\'{{"X-Corral-CSRF": "{esc(csrf)}"}}\'>'
-        '<header class="top"><a href="/" class="brand">corral</a></header>'
+        '<header class="top"><a href="./" class="brand">corral</a></header>'
         f"{body}</body></html>"
     )
 
@@ -71,12 +84,12 @@ def task_href(row: dict[str, Any], state: str) -> str:
 # -- the board ----------------------------------------------------------------------------------------
 
 
-def board_page(csrf: str, fragment: Markup) -> Markup:
+def board_page(keys: Keys, fragment: Markup) -> Markup:
     body = Markup(
-        '<main data-stream="/events/board" data-events="board">'
+        '<main data-stream="events/board" data-events="board">'
         f'<div id="board" data-event="board">{fragment}</div></main>'
     )
-    return page("corral — board", csrf, body)
+    return page("corral — board", keys, body)
 
 
 def board_fragment(doc: dict[str, Any], states: dict[str, str], act: dict[str, Any]) -> Markup:
@@ -171,12 +184,12 @@ def activity_plot(act: dict[str, Any]) -> Markup:
 # -- the task page ------------------------------------------------------------------------------------
 
 
-def task_page(csrf: str, state: str, task_id: str, title: str, parts: dict[str, Markup]) -> Markup:
+def task_page(keys: Keys, state: str, task_id: str, title: str, parts: dict[str, Markup]) -> Markup:
     events = path("events", "p", state, "t", task_id)
     body = Markup(
         f'<main class="task" data-stream="{esc(events)}" data-events="{" ".join(EVENTS)}">'
         f'<div id="head" data-event="head">{parts["head"]}</div>'
-        f"{compose(csrf, parts['actions'])}"
+        f"{compose(keys.csrf, parts['actions'])}"
         '<div id="flash" aria-live="polite"></div>'
         '<section class="narration-box"><h3>Accept</h3>'
         f'<ol id="narration" data-event="narration" data-append>{parts["narration"]}</ol></section>'
@@ -186,7 +199,7 @@ def task_page(csrf: str, state: str, task_id: str, title: str, parts: dict[str, 
         f'<section class="diff-box"><h3>Diff</h3><div id="diff" data-event="diff">{parts["diff"]}</div></section>'
         "</main>"
     )
-    return page(title, csrf, body)
+    return page(title, keys, body)
 
 
 #: The events a task page's stream sends.

@@ -36,7 +36,7 @@ The daemon serves it on loopback; the URL's token is exchanged for a cookie on t
 @pass_app
 def dashboard(app: App, open_: bool, host: str | None) -> None:
     """The web dashboard of every project under CORRAL_HOME: its URL (the daemon starts if needed)."""
-    from corral.dashboard.security import secret
+    from corral.dashboard.security import open_file, signed_url
 
     home = corral_home()
     current = daemons.state(home)
@@ -61,11 +61,11 @@ def dashboard(app: App, open_: bool, host: str | None) -> None:
             code="dashboard-unavailable",
             hint=f"See {daemons.log_file(home)}; `corral daemon stop` and try again.",
         )
-    url = f"{current.dashboard_url}/?token={secret(home)}"
+    url = signed_url(current.dashboard_url, home)
     if open_:
         import webbrowser
 
-        webbrowser.open(url)
+        webbrowser.open(open_file(url, home).as_uri())  # the token never in the browser's argv
     app.answer({"url": url, "dashboard_url": current.dashboard_url, "daemon": current.to_json()}, url)
 
 
