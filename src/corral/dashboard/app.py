@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -509,57 +508,15 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
 
 def start(home: Path, host: str = HOST, log: logging.Logger | None = None, port: int = 0) -> Served:
     """Serve the dashboard on ``host`` (loopback unless told) in a thread; returns once it answers."""
-    import uvicorn
+    from corral.adapters.http_server import serve
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    bound = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app(home, host, lambda: bound, log),
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=1,
+    served = serve(
+        lambda bound: app(home, host, lambda: bound, log),
+        host,
+        name="corral-dashboard",
+        what="The dashboard",
+        code="dashboard-unavailable",
+        port=port,
+        force_exit=True,  # open event streams never end by themselves
     )
-    server = uvicorn.Server(config)
-    ready = threading.Event()
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            asyncio.set_event_loop(loop)
-
-            async def main() -> None:
-                serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-                while not server.started and not serving.done():
-                    await asyncio.sleep(0.01)
-                ready.set()
-                await serving
-
-            loop.run_until_complete(main())
-        except BaseException as exc:  # reported to start(), which raises it in the daemon's thread
-            failed.append(exc)
-        finally:
-            ready.set()
-            loop.close()
-
-    thread = threading.Thread(target=run, name="corral-dashboard", daemon=True)
-    thread.start()
-    ready.wait(30)
-    if failed or not server.started:
-        sock.close()
-        why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else "it did not start within 30 s"
-        raise CorralError(f"The dashboard did not start: {why}", code="dashboard-unavailable")
-
-    def stop() -> None:
-        server.should_exit = True
-        server.force_exit = True  # open event streams never end by themselves
-        thread.join(5)
-        sock.close()
-
-    shown = f"[{host}]" if ":" in host else host
-    return Served(f"http://{shown}:{bound}", stop)
+    return Served(served.base, served.stop)

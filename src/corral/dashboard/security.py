@@ -76,7 +76,11 @@ def secret(home: Path) -> str:
     try:
         return _read(path)
     except FileNotFoundError:
-        if path.exists():
+        pass
+    if path.exists():  # absent a moment ago and linked in since by another process, or not whole
+        try:
+            return _read(path)
+        except FileNotFoundError:
             raise CorralError(
                 f"The dashboard's secret {path} is not a secret corral made (empty or cut).",
                 code="dashboard-secret-unreadable",

@@ -16,8 +16,6 @@ The server runs in a thread of the daemon with its own event loop (:func:`start`
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,6 @@ from corral.domain.record import record
 from corral.engine.operations import gates
 from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.liveness import LiveCache
-from corral.errors import CorralError
 from corral.mcp.server import Projects, build
 from corral.mcp.tools import Calling
 
@@ -137,57 +134,15 @@ def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) 
 
 def start(home: Path, log: logging.Logger | None = None) -> Served:
     """Serve the agents' door on a free loopback port in a thread; returns once it answers."""
-    import asyncio
+    from corral.adapters.http_server import serve
 
-    import uvicorn
-
-    # IPPROTO_TCP and TCP_NODELAY: a response's last small write must not wait ~40 ms for the
-    # client's delayed acknowledgement (accepted connections inherit the listener's option).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((HOST, 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app(home, lambda: port, log),
-        log_level="warning",
-        access_log=False,
+    served = serve(
+        lambda port: app(home, lambda: port, log),
+        HOST,
+        name="corral-mcp",
+        what="The MCP endpoint",
+        code="mcp-unavailable",
         lifespan="on",
-        timeout_graceful_shutdown=2,
+        graceful_seconds=2,
     )
-    server = uvicorn.Server(config)
-    ready = threading.Event()
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-
-            async def main() -> None:
-                serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-                while not server.started and not serving.done():
-                    await asyncio.sleep(0.01)
-                ready.set()
-                await serving
-
-            loop.run_until_complete(main())
-        except BaseException as exc:  # reported to start(), which raises it in the daemon's thread
-            failed.append(exc)
-        finally:
-            ready.set()
-
-    thread = threading.Thread(target=run, name="corral-mcp", daemon=True)
-    thread.start()
-    ready.wait(30)
-    if failed or not server.started:
-        sock.close()
-        why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else "it did not start within 30 s"
-        raise CorralError(f"The MCP endpoint did not start: {why}", code="mcp-unavailable")
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-    return Served(f"http://{HOST}:{port}{PATH}", stop)
+    return Served(served.base + PATH, served.stop)

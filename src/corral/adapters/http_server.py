@@ -1,0 +1,98 @@
+"""An ASGI application served by uvicorn on a socket of its own, in a thread with its own event loop.
+
+The daemon serves two (the agents' MCP endpoint, the dashboard), each the same way: the socket is
+bound first (a free port unless one is given, ``TCP_NODELAY`` so a response's last small write
+never waits for the client's delayed acknowledgement), the application is made knowing its port,
+and :func:`serve` returns once the server answers, or raises ``CorralError`` with the caller's
+code when it did not start within 30 s. :attr:`Served.stop` ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+from corral.domain.record import record
+from corral.errors import CorralError
+
+
+@record(frozen=False)
+class Served:
+    base: str  # http://HOST:PORT (an IPv6 host in brackets)
+    port: int
+    stop: Callable[[], None]
+
+
+def serve(
+    make_app: Callable[[int], Any],
+    host: str,
+    *,
+    name: str,
+    what: str,
+    code: str,
+    port: int = 0,
+    lifespan: Literal["on", "off"] = "off",
+    graceful_seconds: int = 1,
+    force_exit: bool = False,
+) -> Served:
+    """Serve ``make_app(port)`` on ``host`` in a thread named ``name``; ``what`` names it in the error
+    (code ``code``) when it does not start. ``force_exit``: stop without waiting for open requests
+    (event streams never end by themselves)."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit the listener's option.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    bound = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        make_app(bound),
+        log_level="warning",
+        access_log=False,
+        lifespan=lifespan,
+        timeout_graceful_shutdown=graceful_seconds,
+    )
+    server = uvicorn.Server(config)
+    ready = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+
+            async def main() -> None:
+                serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+                while not server.started and not serving.done():
+                    await asyncio.sleep(0.01)
+                ready.set()
+                await serving
+
+            loop.run_until_complete(main())
+        except BaseException as exc:  # reported to serve(), which raises it in the caller's thread
+            failed.append(exc)
+        finally:
+            ready.set()
+            loop.close()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    ready.wait(30)
+    if failed or not server.started:
+        sock.close()
+        why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else "it did not start within 30 s"
+        raise CorralError(f"{what} did not start: {why}", code=code)
+
+    def stop() -> None:
+        server.should_exit = True
+        server.force_exit = force_exit
+        thread.join(10)
+        sock.close()
+
+    shown = f"[{host}]" if ":" in host else host
+    return Served(f"http://{shown}:{bound}", bound, stop)
