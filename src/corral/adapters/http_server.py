@@ -18,6 +18,38 @@ from typing import Any, Literal
 from corral.domain.record import record
 from corral.errors import CorralError
 
+#: A connection that has not sent its first request's headers by then is closed: a client that
+#: opens connections and says nothing (or says it slowly) must not hold the daemon's descriptors.
+HEADER_SECONDS = 10.0
+#: Connections one server holds at once; one more is closed as soon as it is accepted, so no local
+#: process can take the daemon's descriptors from it (browsers hold six per host, agents one each).
+MAX_CONNECTIONS = 512
+
+
+def _protocol() -> type:
+    """uvicorn's h11 protocol with :data:`HEADER_SECONDS` and :data:`MAX_CONNECTIONS`."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Bounded(H11Protocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > MAX_CONNECTIONS:
+                transport.close()
+                return
+            self._header_timer = self.loop.call_later(HEADER_SECONDS, self._no_headers)
+
+        def _no_headers(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            timer = getattr(self, "_header_timer", None)
+            if timer is not None:
+                timer.cancel()
+            super().connection_lost(exc)
+
+    return Bounded
+
 
 @record(frozen=False)
 class Served:
@@ -56,6 +88,7 @@ def serve(
         access_log=False,
         lifespan=lifespan,
         timeout_graceful_shutdown=graceful_seconds,
+        http=_protocol(),
     )
     server = uvicorn.Server(config)
     ready = threading.Event()
