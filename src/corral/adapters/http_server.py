@@ -18,6 +18,9 @@ from typing import Any, Literal
 from corral.domain.record import record
 from corral.errors import CorralError
 
+#: The names a loopback bind answers to.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
 #: A connection that has not sent its first request's headers by then is closed: a client that
 #: opens connections and says nothing (or says it slowly) must not hold the daemon's descriptors.
 HEADER_SECONDS = 10.0
@@ -49,6 +52,18 @@ def _protocol() -> type:
             super().connection_lost(exc)
 
     return Bounded
+
+
+def allowed_hosts(host: str, port: int) -> set[str]:
+    """The Host headers this server answers: the address bound and, on loopback, its loopback names.
+    A wildcard bind (``0.0.0.0``, ``::``) answers this machine's names too. An IPv6 address is
+    bracketed, as a browser sends it."""
+    names = {host.strip("[]")}
+    if host in LOOPBACK:
+        names |= {"127.0.0.1", "localhost"}
+    if host in ("0.0.0.0", "::", ""):
+        names |= {"127.0.0.1", "localhost", socket.gethostname(), socket.getfqdn()}
+    return {f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names if n}
 
 
 @record(frozen=False)

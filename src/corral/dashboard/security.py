@@ -28,13 +28,13 @@ import hashlib
 import hmac
 import os
 import secrets
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from corral.adapters.http_server import allowed_hosts
 from corral.engine import daemons
 from corral.errors import CorralError
 
@@ -49,7 +49,6 @@ MAX_BODY = 1 << 20
 CSRF_HEADER = "x-corral-csrf"
 CSRF_FIELD = "csrf"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 HEADERS = [
     (b"content-security-policy", CSP.encode()),
@@ -167,18 +166,6 @@ class Keys:
 
     def csrf_ok(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
-
-
-def allowed_hosts(host: str, port: int) -> set[str]:
-    """The Host headers this server answers: the address bound and, on loopback, its loopback names.
-    A wildcard bind (``0.0.0.0``, ``::``) answers this machine's names too. An IPv6 address is
-    bracketed, as a browser sends it."""
-    names = {host.strip("[]")}
-    if host in LOOPBACK:
-        names |= {"127.0.0.1", "localhost"}
-    if host in ("0.0.0.0", "::", ""):
-        names |= {"127.0.0.1", "localhost", socket.gethostname(), socket.getfqdn()}
-    return {f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names if n}
 
 
 def cookie_header(keys: Keys) -> bytes:

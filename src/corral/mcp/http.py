@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from corral.adapters.http_server import allowed_hosts
 from corral.domain.record import record
 from corral.engine.operations import gates
 from corral.engine.runtime import agent_tokens
@@ -45,11 +46,11 @@ def bearer(headers: Any) -> str | None:
 
 
 def _allowed_hosts(port: int) -> set[str]:
-    return {f"{HOST}:{port}", f"localhost:{port}"}
+    return allowed_hosts(HOST, port)
 
 
 def _allowed_origins(port: int) -> set[str]:
-    return {f"http://{HOST}:{port}", f"http://localhost:{port}"}
+    return {f"http://{h}" for h in _allowed_hosts(port)}
 
 
 class Guard:

@@ -6,13 +6,12 @@ import time
 
 import click
 
+from corral.adapters.http_server import LOOPBACK
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.engine import daemons
 from corral.engine.paths import corral_home
 from corral.errors import CorralError
-
-LOOPBACK = ("127.0.0.1", "localhost")
 
 
 @click.command(
