@@ -1,6 +1,7 @@
 """Imports point downward only (docs/architecture.md), the domain is pure, and nothing imports in a cycle.
 
-Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < surfaces: cli, daemon, mcp, dashboard (5).
+Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < surfaces: cli, daemon, worker, mcp,
+dashboard (5).
 Inside the engine, rooms: the house (project, paths, config, …) < runtime < read < recovery <
 operations. A module may import its own layer or room, or a lower one. Every import counts,
 including those inside functions and under ``TYPE_CHECKING``; and no module reaches itself
@@ -30,6 +31,7 @@ LAYERS = {
     "engine": 4,
     "cli": 5,
     "daemon": 5,
+    "worker": 5,
     "mcp": 5,
     "dashboard": 5,
 }

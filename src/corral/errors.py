@@ -40,6 +40,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     ├── HarnessNotFound                  exit 1   the harness's executable is not on PATH
     ├── HarnessMisconfigured             exit 1   the harness cannot run as configured (fatal_config)
     ├── DestinationRestoreConflict       exit 1   the merge stands; local changes kept aside
+    ├── LeaseLost                        exit 1   a worker's claim on a turn was taken over (a stale epoch)
     └── Interrupted                      exit 130 the person pressed Ctrl-C
 
 This module is pure (no I/O) so every layer may raise these.
@@ -294,6 +295,12 @@ class DestinationRestoreConflict(CorralError):
     """The merge stands, but local changes in the target's worktree could not be put back."""
 
     code = "destination-restore-conflict"
+
+
+class LeaseLost(CorralError):
+    """A write under a fencing epoch that is no longer the task's: another worker owns the turn now."""
+
+    code = "lease-lost"
 
 
 class Interrupted(CorralError):

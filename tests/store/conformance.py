@@ -28,8 +28,9 @@ from corral.domain.records import (
     Task,
 )
 from corral.domain.status import Status
+from corral.domain.team import LeaseState, WorkerState, lease_lost
 from corral.domain.violations import Decision
-from corral.errors import CorralError, IllegalTransition, RefusedError
+from corral.errors import CorralError, IllegalTransition, LeaseLost, RefusedError
 from corral.store import NewTask, Store, Tx
 
 S = Status
@@ -935,6 +936,103 @@ def test_a_read_transaction_refuses_writes(store: Store, name: str) -> None:
         assert tx.task_by_ref("other") is None
         assert tx.comments(task.id) == [] and tx.journal(task.id) == []
     assert after == before
+
+
+# -- workers and leases (docs/workers.md) --------------------------------------------
+
+
+def test_a_queued_turn_is_claimed_once_under_a_new_epoch(store: Store) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        queued = tx.queue_turn(task.id, "cmd-1", {"kind": "start", "body": "go", "target": "main"})
+    assert (queued.state, queued.epoch, queued.worker_id) == (LeaseState.QUEUED, 1, None)
+    assert queued.plan == {"kind": "start", "body": "go", "target": "main"}
+    with store.write() as tx:
+        first = tx.claim_turn(task.id, "cmd-1", "w-a", "host-a")
+    with store.write() as tx:
+        second = tx.claim_turn(task.id, "cmd-1", "w-b", "host-b")
+    assert first is not None and (first.epoch, first.worker_id, first.host) == (2, "w-a", "host-a")
+    assert second is None  # claimed already: the second worker gets nothing
+    with store.write() as tx:
+        assert tx.claim_turn(task.id, "cmd-other", "w-b", "host-b") is None  # not the queued command
+        assert tx.check_fence(task.id, 2).worker_id == "w-a"
+
+
+def test_a_fenced_off_epoch_can_never_write_again(store: Store) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        tx.queue_turn(task.id, "cmd-1", {})
+        lease = tx.claim_turn(task.id, "cmd-1", "w-a", "host-a")
+    assert lease is not None
+    with store.write() as tx:
+        assert tx.fence_off(task.id, lease.epoch) is True
+        assert tx.fence_off(task.id, lease.epoch) is False  # someone did it first: nothing moves twice
+    with store.write() as tx, pytest.raises(LeaseLost) as err:
+        tx.check_fence(task.id, lease.epoch)
+    assert err.value.code == "lease-lost"
+    with store.write() as tx:
+        assert tx.release_turn(task.id, lease.epoch) is False
+        requeued = tx.queue_turn(task.id, "cmd-2", {})
+    # The epoch only grows, across turns too: the old worker's epoch matches nothing queued later.
+    assert requeued.epoch > lease.epoch + 1
+    with store.write() as tx:
+        again = tx.claim_turn(task.id, "cmd-2", "w-b", "host-b")
+        assert again is not None
+        with pytest.raises(LeaseLost):
+            tx.check_fence(task.id, lease.epoch)
+        tx.set_lease_worktree(task.id, again.epoch, "/w/b/fix-login")
+        assert tx.release_turn(task.id, again.epoch) is True
+    with store.read() as tx:
+        done = tx.lease(task.id)
+        assert done is not None and done.state is LeaseState.RELEASED and done.worktree == "/w/b/fix-login"
+        assert [lease.task_id for lease in tx.leases([LeaseState.RELEASED])] == [task.id]
+        assert tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED]) == []
+
+
+def test_a_write_under_a_stale_epoch_rolls_back_the_whole_transaction(store: Store) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        tx.queue_turn(task.id, "cmd-1", {})
+        lease = tx.claim_turn(task.id, "cmd-1", "w-a", "host-a")
+        assert lease is not None
+        tx.fence_off(task.id, lease.epoch)
+    with pytest.raises(LeaseLost), store.write() as tx:
+        tx.add_comment(task.id, Actor.AGENT, "written before the fence was checked")
+        tx.check_fence(task.id, lease.epoch)
+    with store.read() as tx:
+        assert tx.comments(task.id) == []
+
+
+def test_workers_heartbeat_and_are_lost_past_their_lease(store: Store, clock: Any) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        worker = tx.beat_worker("w-a", host="host-a", pid=41, state=WorkerState.RUNNING, lease_seconds=5.0)
+        tx.queue_turn(task.id, "cmd-1", {})
+        lease = tx.claim_turn(task.id, "cmd-1", "w-a", "host-a")
+    assert lease is not None
+    assert worker.started_at == worker.heartbeat_at
+    clock.advance(4)
+    with store.write() as tx:
+        beat = tx.beat_worker("w-a", host="host-a", pid=41, state=WorkerState.RUNNING, lease_seconds=5.0)
+    assert beat.started_at == worker.started_at and beat.heartbeat_at > worker.heartbeat_at
+    with store.read() as tx:
+        workers = {w.id: w for w in tx.workers()}
+    assert not lease_lost(lease, workers, clock())
+    clock.advance(6)
+    assert lease_lost(lease, workers, clock())
+    assert lease_lost(lease, {}, clock())  # a worker gone from the store holds nothing
+    with store.write() as tx:
+        stopped = tx.beat_worker("w-a", host="host-a", pid=41, state=WorkerState.STOPPED, lease_seconds=5.0)
+    assert lease_lost(lease, {"w-a": stopped}, stopped.heartbeat_at)
+
+
+def test_deleting_a_task_deletes_its_lease(store: Store) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        tx.queue_turn(task.id, "cmd-1", {})
+        tx.delete_task(task.id)
+    with store.read() as tx:
+        assert tx.lease(task.id) is None and tx.leases() == []
 
 
 __all__ = [name for name in dict(globals()) if name.startswith("test_")]

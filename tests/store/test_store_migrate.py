@@ -18,12 +18,14 @@ import pytest
 from corral.domain.actors import Actor, Role
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery
 from corral.domain.status import Status
+from corral.domain.team import WorkerState
 from corral.domain.violations import Decision
 from corral.engine.operations.store_migrate import migrate
 from corral.engine.project import Project
 from corral.errors import CorralError, RefusedError, StoreMissing
 from corral.store import NewTask, SQLiteStore, Store
 from corral.store.dsn import schema_name
+from corral.store.migrations import LATEST
 from corral.store.postgres import PostgresStore
 from tests.conftest import CLI, FakeClock
 from tests.support import postgres as pg_support
@@ -94,6 +96,10 @@ def _history(store: Store, clock: FakeClock, diagnostics: Path) -> None:
         tx.add_journal_entry(child.id, Actor.AGENT, "a journal entry")
         tx.add_journal_entry(child.id, Actor.BUILDER, "same instant, second")
         tx.register_process(child.id, "pair", 4242, "cmd-2")
+        # A turn a worker on another host ran: its lease (a claimed epoch) and the worker's heartbeat.
+        tx.beat_worker("w-1", host="build-2", pid=777, state=WorkerState.RUNNING, lease_seconds=30.0)
+        tx.queue_turn(child.id, "cmd-2", {"kind": "unblock", "body": "b", "target": "main"})
+        assert tx.claim_turn(child.id, "cmd-2", "w-1", "build-2") is not None
         tx.update_session(session.id, harness_session_id="h-1", auto_resumed=True, consecutive_interruptions=2)
 
 
@@ -150,14 +156,17 @@ def test_to_postgres_and_back_loses_nothing(pg_project: Project, clock: FakeCloc
         "violations": 3,
         "notes": 3,
         "processes": 1,
+        "workers": 1,
+        "leases": 1,
     }
     assert len(done.copied.checksum) == 64
     assert "(schema corral_" in done.destination
 
-    # The project now opens PostgreSQL, in the schema named from its state directory.
+    # The project now opens PostgreSQL, in the schema named from its identity: every clone's.
     store = project.store
     assert isinstance(store, PostgresStore)
-    assert store.schema == schema_name(project.paths.root.name)
+    assert project.identity is not None
+    assert store.schema == schema_name(project.identity.key) == project.pg_schema
     assert _everything(store) == original
     with store.read() as tx:
         child = tx.task_by_ref("fix-login")
@@ -279,7 +288,7 @@ def test_the_cli_migrates_and_config_show_masks_the_password(
     doctor = corral("doctor", "--json", env=env)
     checks = {c["name"]: c for c in doctor.json()["checks"]} if "checks" in doctor.json() else None
     assert checks is not None and checks["database"]["status"] == "ok"
-    assert "PostgreSQL" in checks["database"]["message"] and "schema version 1" in checks["database"]["message"]
+    assert "PostgreSQL" in checks["database"]["message"] and f"schema version {LATEST}" in checks["database"]["message"]
     assert "s3cret-pw" not in doctor.stdout + doctor.stderr
 
 

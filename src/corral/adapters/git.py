@@ -137,8 +137,13 @@ class Git:
         check: bool = True,
         input: str | None = None,
         timeout: float | None = None,
+        index_file: str | None = None,
     ) -> Completed:
-        """Run ``git args`` in ``cwd`` under ``timeout`` (default: :meth:`limit_for`); its expiry is GitTimeout."""
+        """Run ``git args`` in ``cwd`` under ``timeout`` (default: :meth:`limit_for`); its expiry is GitTimeout.
+
+        ``index_file``: an index of the caller's own (``GIT_INDEX_FILE``), so a snapshot of a
+        worktree never touches what its agent staged.
+        """
         if not _on_path(self.executable):
             raise GitError(
                 "git is not installed or not on PATH.",
@@ -148,7 +153,8 @@ class Git:
         limit = self.limit_for(args) if timeout is None else timeout
         started = time.time()
         try:
-            result = self.runner.run([self.executable, *args], cwd=str(cwd), env=GIT_ENV, input=input, timeout=limit)
+            env = GIT_ENV if index_file is None else {**GIT_ENV, "GIT_INDEX_FILE": index_file}
+            result = self.runner.run([self.executable, *args], cwd=str(cwd), env=env, input=input, timeout=limit)
         except subprocess.TimeoutExpired:
             raise self._timed_out(args, cwd, limit, started) from None
         if check and result.returncode != 0:

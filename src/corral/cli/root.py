@@ -56,6 +56,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "restore": ("store", "restore"),
     "store": ("store", "store"),
     "daemon": ("daemon", "daemon"),
+    "worker": ("worker", "worker"),
+    "workers": ("worker", "workers"),
     "mcp": ("mcp", "mcp"),
     "demo": ("demo", "demo"),
     "completion": ("completion", "completion"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple, TypeVar, overload
 
+from corral.domain.team import LEASE_SECONDS
 from corral.errors import ConfigError
 
 #: A setting's value once read: the schema's types, a list of strings, or None for "not set".
@@ -215,6 +216,44 @@ SETTINGS: tuple[Setting, ...] = (
         "PostgreSQL URL for corral's records (postgresql://user:password@host:5432/db); unset: SQLite",
         _USER,
         because="it says where your own records go",
+    ),
+    # Team scale (docs/workers.md): which hosts run a person's turns is theirs to say, never a repository's.
+    Setting(
+        "dispatch",
+        str,
+        "local",
+        "where turns run: local (this host) or workers (queued in PostgreSQL for `corral worker` on any host)",
+        _USER,
+        choices=("local", "workers"),
+        because="it says which machines run your agents",
+    ),
+    Setting(
+        "worker_projects",
+        list,
+        (),
+        "the clones this host's `corral worker` serves (paths); it claims turns of these projects only",
+        _USER,
+        because="it says which machines run your agents",
+    ),
+    Setting(
+        "worker_host", str, None, "the name this host's worker shows in list, show and watch (default: its host name)"
+    ),
+    Setting(
+        "worker_turns", int, 2, "turns one `corral worker` runs at once", _USER, because="it sizes your host's load"
+    ),
+    Setting(
+        "lease_seconds",
+        float,
+        LEASE_SECONDS,
+        "seconds without a worker's heartbeat before another worker takes its turns over",
+        _USER,
+        because="it decides when your turns move to another host",
+    ),
+    Setting(
+        "wip_push_interval",
+        float,
+        180.0,
+        "seconds between a worker's pushes of a running turn's uncommitted work to the remote",
     ),
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),

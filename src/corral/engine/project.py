@@ -194,9 +194,16 @@ class Project:
         url = self.config.get("database_url")
         return str(url) if url else None
 
+    @property
+    def pg_schema(self) -> str:
+        """This project's PostgreSQL schema: named from its identity, so every clone on every host
+        (a worker's, a reviewer's laptop) opens the same one (docs/workers.md)."""
+        from corral.store.dsn import schema_name
+
+        return schema_name(self.identity.key if self.identity is not None else self.paths.root.name)
+
     def postgres_store(self, *, create: bool = True) -> Store:
         """This project's PostgreSQL store (its own schema in the database ``database_url`` names)."""
-        from corral.store.dsn import schema_name
         from corral.store.postgres import PostgresStore  # psycopg only for a user who chose PostgreSQL
 
         url = self.database_url
@@ -207,7 +214,7 @@ class Project:
             )
         with private_umask():
             prepare_private_state(self.paths)
-        return PostgresStore(url, schema=schema_name(self.paths.root.name), clock=self.clock, create=create)
+        return PostgresStore(url, schema=self.pg_schema, clock=self.clock, create=create)
 
     def _open_store(self) -> Store:
         if self.database_url is not None:

@@ -86,6 +86,23 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("notes", ("rowid", "id", "task_id", "kind", "actor", "body", "at")),
     ("processes", ("task_id", "kind", "pid", "command_id", "started_at")),
+    ("workers", ("id", "host", "pid", "state", "lease_seconds", "started_at", "heartbeat_at")),
+    (
+        "leases",
+        (
+            "task_id",
+            "command_id",
+            "epoch",
+            "state",
+            "plan",
+            "worker_id",
+            "host",
+            "worktree",
+            "job_id",
+            "queued_at",
+            "claimed_at",
+        ),
+    ),
 )
 
 Rows = dict[str, list[tuple[Any, ...]]]

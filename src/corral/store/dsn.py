@@ -45,7 +45,8 @@ def redact(url: str) -> str:
 
 
 def schema_name(state_dir_name: str) -> str:
-    """The schema of the project whose state directory is named ``state_dir_name``.
+    """The schema of the project keyed ``state_dir_name`` (its identity key; its state directory
+    when it has no commit yet).
 
     ``corral_`` then the name in lowercase letters, digits and underscores; a name that would
     pass PostgreSQL's 63-byte limit keeps its start and a digest of the whole, so two state

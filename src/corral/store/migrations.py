@@ -169,8 +169,43 @@ def m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
+#: Turns queued for workers on other hosts (docs/workers.md): one lease per task, whose epoch
+#: fences off a worker that lost it, and the workers' heartbeats. Written in standard SQL, so
+#: the same text serves both dialects (SQLite's tables are STRICT, as every other).
+_TEAM = """
+    CREATE TABLE workers (
+        id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('running', 'draining', 'stopped')),
+        lease_seconds REAL NOT NULL CHECK (lease_seconds > 0),
+        started_at TEXT NOT NULL,
+        heartbeat_at TEXT NOT NULL
+    ){strict};
+    CREATE TABLE leases (
+        task_id TEXT PRIMARY KEY REFERENCES tasks(id),
+        command_id TEXT NOT NULL,
+        epoch INTEGER NOT NULL CHECK (epoch >= 1),
+        state TEXT NOT NULL CHECK (state IN ('queued', 'claimed', 'released')),
+        plan TEXT NOT NULL DEFAULT '{{}}',
+        worker_id TEXT,
+        host TEXT,
+        worktree TEXT,
+        job_id INTEGER,
+        queued_at TEXT,
+        claimed_at TEXT
+    ){strict};
+    CREATE INDEX leases_state ON leases(state);
+"""
+
+
+def m002_team(db: sqlite3.Connection) -> None:
+    run_script(db, _TEAM.format(strict=" STRICT"))
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "initial", m001_initial),
+    (2, "team", m002_team),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -337,6 +372,11 @@ PG_M001_INITIAL = _pg(
 #: PostgreSQL's migrations, numbered as SQLite's (one schema version means one set of tables).
 PG_MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "initial", PG_M001_INITIAL),
+    (
+        2,
+        "team",
+        _pg(_TEAM.format(strict="").replace("REAL", "DOUBLE PRECISION").replace("job_id INTEGER", "job_id BIGINT")),
+    ),
 ]
 
 assert [m[:2] for m in PG_MIGRATIONS] == [m[:2] for m in MIGRATIONS], "PostgreSQL and SQLite migrations must agree"

@@ -30,6 +30,7 @@ from corral.domain.records import (
     Violation,
 )
 from corral.domain.status import Status
+from corral.domain.team import Lease, LeaseState, Worker, WorkerState
 from corral.domain.violations import Decision
 from corral.errors import StoreError
 
@@ -272,6 +273,45 @@ class Tx(Protocol):
         ...
 
     def processes(self, task_id: str | None = None) -> list[ProcessRecord]: ...
+
+    # -- workers and leases (docs/workers.md) ------------------------------------
+    def lease(self, task_id: str) -> Lease | None: ...
+    def leases(self, states: Iterable[LeaseState] | None = None) -> list[Lease]: ...
+    def queue_turn(self, task_id: str, command_id: str, plan: dict[str, Any]) -> Lease:
+        """Queue the task's command for a worker (a new epoch: any earlier claim is fenced off)."""
+        ...
+
+    def note_job(self, task_id: str, command_id: str, job_id: int) -> None:
+        """The dispatch engine's job that carries this queued command (a queued lease without one is re-sent)."""
+        ...
+
+    def claim_turn(self, task_id: str, command_id: str, worker_id: str, host: str) -> Lease | None:
+        """Claim a queued command for ``worker_id`` under a new epoch; None when it is not queued (any more)."""
+        ...
+
+    def check_fence(self, task_id: str, epoch: int) -> Lease:
+        """The task's lease when ``epoch`` still holds it; else :class:`~corral.errors.LeaseLost`.
+
+        Called inside the transaction that writes the turn's results, so a fenced-off worker
+        writes nothing.
+        """
+        ...
+
+    def set_lease_worktree(self, task_id: str, epoch: int, worktree: str) -> None: ...
+    def release_turn(self, task_id: str, epoch: int) -> bool:
+        """The turn under ``epoch`` ended; False when that epoch no longer holds it."""
+        ...
+
+    def fence_off(self, task_id: str, epoch: int) -> bool:
+        """Take a lost worker's claim away (the epoch moves on); False when someone else did first."""
+        ...
+
+    def beat_worker(self, worker_id: str, *, host: str, pid: int, state: WorkerState, lease_seconds: float) -> Worker:
+        """Register the worker or record its heartbeat (the transaction's time)."""
+        ...
+
+    def get_worker(self, worker_id: str) -> Worker | None: ...
+    def workers(self) -> list[Worker]: ...
 
     # -- notes -------------------------------------------------------------------
     def add_comment(self, task_id: str, actor: Actor, body: str) -> Note: ...

@@ -34,8 +34,9 @@ from corral.domain.records import (
     Violation,
 )
 from corral.domain.status import PAUSED, RESTING, Status, check_transition
+from corral.domain.team import Lease, LeaseState, Worker, WorkerState
 from corral.domain.violations import Decision, after_change, park_status
-from corral.errors import RefusedError, StoreError
+from corral.errors import LeaseLost, RefusedError, StoreError
 from corral.store.protocol import UNSET, NewTask
 
 #: A row of a cursor: indexes by position and by column name (``sqlite3.Row``, or PostgreSQL's).
@@ -438,7 +439,7 @@ class SQLTx:
         self._require_task(task_id)
         db = self._db
         db.execute("DELETE FROM attempts WHERE turn_id IN (SELECT id FROM turns WHERE task_id = ?)", (task_id,))
-        for table in ("violations", "turns", "notes", "processes", "status_changes"):
+        for table in ("violations", "turns", "notes", "processes", "status_changes", "leases"):
             db.execute(f"DELETE FROM {table} WHERE task_id = ?", (task_id,))
         db.execute("UPDATE tasks SET session_id = NULL WHERE id = ?", (task_id,))
         db.execute("DELETE FROM sessions WHERE task_id = ?", (task_id,))
@@ -917,6 +918,135 @@ class SQLTx:
         return [
             ProcessRecord(r["task_id"], r["kind"], r["pid"], r["command_id"], _req_time(r["started_at"])) for r in rows
         ]
+
+    # -- workers and leases (docs/workers.md) ------------------------------------
+    @staticmethod
+    def _lease(row: Row) -> Lease:
+        return Lease(
+            task_id=row["task_id"],
+            command_id=row["command_id"],
+            epoch=int(row["epoch"]),
+            state=LeaseState(row["state"]),
+            plan=_loads(row["plan"]) or {},
+            worker_id=row["worker_id"],
+            host=row["host"],
+            worktree=row["worktree"],
+            job_id=row["job_id"],
+            queued_at=_time(row["queued_at"]),
+            claimed_at=_time(row["claimed_at"]),
+        )
+
+    def lease(self, task_id: str) -> Lease | None:
+        row = self._one("SELECT * FROM leases WHERE task_id = ?", (task_id,))
+        return None if row is None else self._lease(row)
+
+    def leases(self, states: Iterable[LeaseState] | None = None) -> list[Lease]:
+        if states is None:
+            rows = self._all("SELECT * FROM leases ORDER BY queued_at, task_id")
+        else:
+            wanted = [s.value for s in states]
+            rows = self._all(
+                f"SELECT * FROM leases WHERE state IN ({','.join('?' * len(wanted))}) ORDER BY queued_at, task_id",
+                wanted,
+            )
+        return [self._lease(r) for r in rows]
+
+    def queue_turn(self, task_id: str, command_id: str, plan: dict[str, Any]) -> Lease:
+        self._write()
+        self._require_task(task_id)
+        now = rfc3339(self.now())
+        # The epoch goes on from the task's last lease: a worker holding an older one is fenced off.
+        self._db.execute(
+            "INSERT INTO leases (task_id, command_id, epoch, state, plan, queued_at) VALUES (?,?,1,'queued',?,?) "
+            "ON CONFLICT (task_id) DO UPDATE SET command_id = excluded.command_id, epoch = leases.epoch + 1, "
+            "state = 'queued', plan = excluded.plan, worker_id = NULL, host = NULL, worktree = NULL, "
+            "job_id = NULL, queued_at = excluded.queued_at, claimed_at = NULL",
+            (task_id, command_id, _dumps(plan), now),
+        )
+        found = self.lease(task_id)
+        assert found is not None
+        return found
+
+    def note_job(self, task_id: str, command_id: str, job_id: int) -> None:
+        self._write()
+        self._db.execute(
+            "UPDATE leases SET job_id = ? WHERE task_id = ? AND command_id = ? AND state = 'queued'",
+            (job_id, task_id, command_id),
+        )
+
+    def claim_turn(self, task_id: str, command_id: str, worker_id: str, host: str) -> Lease | None:
+        self._write()
+        cur = self._db.execute(
+            "UPDATE leases SET state = 'claimed', epoch = epoch + 1, worker_id = ?, host = ?, claimed_at = ? "
+            "WHERE task_id = ? AND command_id = ? AND state = 'queued'",
+            (worker_id, host, rfc3339(self.now()), task_id, command_id),
+        )
+        return self.lease(task_id) if cur.rowcount == 1 else None
+
+    def check_fence(self, task_id: str, epoch: int) -> Lease:
+        row = self._one("SELECT * FROM leases WHERE task_id = ?", (task_id,))
+        lease = None if row is None else self._lease(row)
+        if lease is None or lease.epoch != epoch or not lease.claimed:
+            held = "no lease" if lease is None else f"epoch {lease.epoch} ({lease.state.value})"
+            raise LeaseLost(
+                f"The turn's lease on {task_id} was taken over: this worker holds epoch {epoch}, the task {held}.",
+                hint="Nothing was written; another worker runs the task now (corral show TASK).",
+            )
+        return lease
+
+    def set_lease_worktree(self, task_id: str, epoch: int, worktree: str) -> None:
+        self._write()
+        self.check_fence(task_id, epoch)
+        self._db.execute("UPDATE leases SET worktree = ? WHERE task_id = ?", (worktree, task_id))
+
+    def release_turn(self, task_id: str, epoch: int) -> bool:
+        self._write()
+        cur = self._db.execute(
+            "UPDATE leases SET state = 'released' WHERE task_id = ? AND epoch = ? AND state = 'claimed'",
+            (task_id, epoch),
+        )
+        return bool(cur.rowcount == 1)
+
+    def fence_off(self, task_id: str, epoch: int) -> bool:
+        self._write()
+        cur = self._db.execute(
+            "UPDATE leases SET state = 'released', epoch = epoch + 1, worker_id = NULL "
+            "WHERE task_id = ? AND epoch = ? AND state <> 'released'",
+            (task_id, epoch),
+        )
+        return bool(cur.rowcount == 1)
+
+    @staticmethod
+    def _worker(row: Row) -> Worker:
+        return Worker(
+            id=row["id"],
+            host=row["host"],
+            pid=int(row["pid"]),
+            state=WorkerState(row["state"]),
+            lease_seconds=float(row["lease_seconds"]),
+            started_at=_req_time(row["started_at"]),
+            heartbeat_at=_req_time(row["heartbeat_at"]),
+        )
+
+    def beat_worker(self, worker_id: str, *, host: str, pid: int, state: WorkerState, lease_seconds: float) -> Worker:
+        self._write()
+        now = rfc3339(self.now())
+        self._db.execute(
+            "INSERT INTO workers (id, host, pid, state, lease_seconds, started_at, heartbeat_at) "
+            "VALUES (?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+            "state = excluded.state, lease_seconds = excluded.lease_seconds, heartbeat_at = excluded.heartbeat_at",
+            (worker_id, host, pid, state.value, float(lease_seconds), now, now),
+        )
+        found = self.get_worker(worker_id)
+        assert found is not None
+        return found
+
+    def get_worker(self, worker_id: str) -> Worker | None:
+        row = self._one("SELECT * FROM workers WHERE id = ?", (worker_id,))
+        return None if row is None else self._worker(row)
+
+    def workers(self) -> list[Worker]:
+        return [self._worker(r) for r in self._all("SELECT * FROM workers ORDER BY started_at, id")]
 
     # -- notes -------------------------------------------------------------------
     def _add_note(self, kind: str, task_id: str, actor: Actor, body: str) -> Note:

@@ -30,10 +30,11 @@ def _started(app: App, started: turns.Started, wait: bool, timeout: float | None
         {
             "task": {"id": task.id, "ref": task.ref, "status": task.status.value},
             "supervisor_pid": started.launched.supervisor_pid,
+            "queued": started.launched.queued,
             "command_id": started.launched.command_id,
         },
         [
-            f"{task.ref} is working (supervisor pid {started.launched.supervisor_pid}).",
+            f"{task.ref} is working ({started.launched.where()}).",
             f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}",
         ],
     )

@@ -696,7 +696,7 @@ class Screen:
             self.message = f"Nothing written: {row['ref']} is not unblocked."
             return
         started = turns.unblock(self.source.project_of(row), row["id"], actor=self.app.actor, message=text)
-        self.message = f"{started.task.ref} is working (supervisor pid {started.launched.supervisor_pid})."
+        self.message = f"{started.task.ref} is working ({started.launched.where()})."
         self.source.invalidate()
 
     def accept(self, row: dict[str, Any]) -> None:

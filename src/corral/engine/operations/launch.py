@@ -45,9 +45,17 @@ SUPERVISOR_START_TIMEOUT = 15.0
 @record
 class Launched:
     command_id: str
-    supervisor_pid: int
+    supervisor_pid: int | None  # None: queued for a worker on another host (docs/workers.md)
     protocol_dir: Path
     log_dir: Path
+
+    @property
+    def queued(self) -> bool:
+        return self.supervisor_pid is None
+
+    def where(self) -> str:
+        """Where the turn runs, as "is working (…)" says it."""
+        return "queued for a worker" if self.queued else f"supervisor pid {self.supervisor_pid}"
 
 
 def budgets(config: Config) -> Budgets:

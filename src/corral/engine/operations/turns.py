@@ -37,10 +37,11 @@ from corral.domain.records import (
 from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
 from corral.domain.settings import TASK_RECORDED
 from corral.domain.status import TERMINAL, Op, Status, check_operation, check_transition
+from corral.domain.team import TurnPlan
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import workspace
 from corral.engine.locks import task_lock
-from corral.engine.operations import launch, preflight
+from corral.engine.operations import dispatch, launch, preflight
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
@@ -109,16 +110,23 @@ def _launch(
     *,
     committed: str,
     prepare: Callable[[Session], Session] | None = None,
+    reverts: Sequence[tuple[str, str | None]] = (),
+    pending: Sequence[Turn] = (),
 ) -> Started:
     """The one launch skeleton every turn kind uses, once its human turn and ``working`` are committed.
 
     Inside :func:`owned`: any fault rests the task. ``prepare`` does the work that must follow the
     commit (reverting files, reading the worktree); ``spec`` may be computed from its result.
+    For the workers (``dispatch = "workers"``) the same work is queued as data instead: the files
+    to revert (``reverts``) and, for a resume whose prompt depends on the worktree, the pending
+    feedback (``pending``); the worker that claims the turn does it in its own worktree.
     """
     with owned(project, task):
         crashpoints.hit(committed)
         if turn.actor is not Actor.SYSTEM:
             task = record_launch_settings(project, task)
+        if dispatch.to_workers(project, task.id, turn.actor):
+            return Started(task, dispatch.queue(project, task, turn, _plan(turn.kind, spec, target, reverts, pending)))
         if prepare is not None:
             session = prepare(session)
         plan = spec(session) if callable(spec) else spec
@@ -141,11 +149,46 @@ def _launch(
         return Started(task, launch.launch(project, task, command))
 
 
+def _plan(
+    kind: str,
+    spec: TurnSpec | Callable[[Session], TurnSpec],
+    target: str,
+    reverts: Sequence[tuple[str, str | None]],
+    pending: Sequence[Turn],
+) -> TurnPlan:
+    """The turn as a worker will launch it (docs/workers.md): a computed spec is a resume after a crash."""
+    if callable(spec):
+        return TurnPlan(
+            kind,
+            "",
+            target,
+            delivered=tuple(t.id for t in pending),
+            announce_merge=False,
+            resume_after_crash=True,
+            pending=tuple(t.content for t in pending),
+        )
+    return TurnPlan(
+        spec.kind,
+        spec.body,
+        target,
+        delivered=spec.delivered,
+        sync_before_work=spec.sync_before_work,
+        announce_merge=spec.announce_merge,
+        read_only=spec.read_only,
+        reverts=tuple(reverts),
+    )
+
+
 def check_harness(project: Project, task: Task) -> None:
     """Before a person's launch records anything: a harness that cannot run is refused now, not in the background.
 
     With the settings the turn would run with (:func:`launch_settings`); see ``operations/preflight.py``.
+    A turn for the workers is checked on the worker that claims it, against its own settings: here,
+    only that it can be queued.
     """
+    if dispatch.to_workers(project):
+        dispatch.check(project)
+        return
     settings = {k: v["value"] for k, v in launch_settings(project, task).items()}
     preflight.check_harness(project, task.harness, settings)
     wanted = str(settings.get("sandbox") or task_config(project.config, task)["sandbox"])
@@ -199,6 +242,12 @@ def _session(tx: Tx, task: Task) -> Session:
             f"Task {task.ref} has no session to continue.", code="no-session", hint=f"Start it: corral start {task.ref}"
         )
     return session
+
+
+def _check_turn_worktree(project: Project, task: Task, session: Session, actor: Actor) -> None:
+    """A turn for the workers runs in the worktree of the worker that claims it; any other, in this one."""
+    if not dispatch.to_workers(project, task.id, actor):
+        _check_worktree(task, session)
 
 
 def _check_worktree(task: Task, session: Session) -> None:
@@ -392,7 +441,7 @@ def unblock(
         check_operation(Op.UNBLOCK, task.status, task.ref)
         check_transition(task.status, Status.WORKING, actor, what=f"unblock {task.ref}")
         session = _session(tx, task)
-        _check_worktree(task, session)
+        _check_turn_worktree(project, task, session, actor)
         refuse_while_chat(project, task, "unblock")
         check_harness(project, task)
         reverted = _decide_files(project, tx, task, approve, revert, revert_rest, actor)
@@ -426,7 +475,17 @@ def unblock(
         delivered=tuple(t.id for t in pending),
         sync_before_work=True,
     )
-    return _launch(project, task, session, turn, target, spec, committed="unblock.committed", prepare=apply_reverts)
+    return _launch(
+        project,
+        task,
+        session,
+        turn,
+        target,
+        spec,
+        committed="unblock.committed",
+        prepare=apply_reverts,
+        reverts=reverted,
+    )
 
 
 def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") -> Started:
@@ -445,7 +504,7 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
                 "(or --no-approve-files)",
             )
         session = _session(tx, task)
-        _check_worktree(task, session)
+        _check_turn_worktree(project, task, session, actor)
         refuse_while_chat(project, task, "resume")
         if actor is not Actor.SYSTEM:  # an auto-resume that cannot run rests the task with its cause
             check_harness(project, task)
@@ -480,7 +539,16 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
             announce_merge=False,
         )
 
-    return _launch(project, task, session, turn, target, after_crash, committed="resume.committed")
+    return _launch(
+        project,
+        task,
+        session,
+        turn,
+        target,
+        after_crash,
+        committed="resume.committed",
+        pending=pending,
+    )
 
 
 def _status_neutral_turn(
@@ -501,7 +569,7 @@ def _status_neutral_turn(
         task = resolve_task(tx, given)
         check_operation(op, task.status, task.ref)
         session = _session(tx, task)
-        _check_worktree(task, session)
+        _check_turn_worktree(project, task, session, actor)
         refuse_while_chat(project, task, kind)
         if kind == "ask":
             check_harness(project, task)

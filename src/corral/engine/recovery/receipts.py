@@ -244,6 +244,9 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
         failure = kept_evidence(receipt.kept, t)
     incidents = incident_summary(command)
     with project.store.write() as tx:
+        if command is not None and command.fence is not None:
+            # A worker's turn: recorded only while its epoch still holds the lease (docs/workers.md).
+            tx.check_fence(task.id, command.fence.epoch)
         if tx.turn_by_command(command_id, Role.AGENT) is not None:
             return False  # another reconciler claimed it meanwhile; its row references the same file
         current = tx.get_task(task.id)

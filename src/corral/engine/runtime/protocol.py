@@ -235,6 +235,27 @@ class AgentToolsSpec:
 
 
 @record
+class Fence:
+    """The lease a worker claimed the turn under (docs/workers.md): every write of the turn's
+    results checks ``epoch`` in its own transaction, so a worker that lost the lease writes nothing."""
+
+    epoch: int
+    worker_id: str
+    host: str
+
+    def to_json(self) -> JSON:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fence:
+        return cls(
+            epoch=int(_req(data, "epoch", int)),
+            worker_id=_req(data, "worker_id", str),
+            host=_req(data, "host", str),
+        )
+
+
+@record
 class Command:
     """What a supervisor is to do: one turn, with every setting resolved by the launching operation."""
 
@@ -277,9 +298,13 @@ class Command:
     agent_tools_absent: str | None = None
     #: The sandbox the agent runs in, resolved at launch (None: an older launcher's command, unconfined).
     sandbox: SandboxSpec | None = None
+    #: The worker's lease on the turn (None: a turn launched on this host, outside any worker).
+    fence: Fence | None = None
 
     def to_json(self) -> JSON:
         doc = self._to_json()
+        if self.fence is not None:
+            doc["fence"] = self.fence.to_json()
         if self.sandbox is not None:
             doc["sandbox"] = self.sandbox.to_json()
         if self.agent_tools is not None:
@@ -368,6 +393,7 @@ class Command:
             agent_tools=AgentToolsSpec.from_json(tools) if (tools := _obj(data, "agent_tools")) is not None else None,
             agent_tools_absent=_opt(data, "agent_tools_absent", str),
             sandbox=_sandbox(_obj(data, "sandbox")),
+            fence=Fence.from_json(fence) if (fence := _obj(data, "fence")) is not None else None,
         )
 
 

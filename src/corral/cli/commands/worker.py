@@ -1,0 +1,95 @@
+"""``worker``: run turns queued in the shared PostgreSQL store on this host (docs/workers.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from corral.cli.app import App
+from corral.cli.options import json_option, pass_app
+from corral.cli.render import local_time
+
+
+def _event_text(doc: dict[str, Any]) -> str:
+    text = f"{local_time(doc['at'])} {doc['event']}"
+    if doc.get("task"):
+        text += f" {doc['task']}"
+    if doc.get("message"):
+        text += f": {doc['message']}"
+    return text
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral config set database_url postgresql://corral@db.internal/corral
+  corral config set worker_projects /srv/clones/app
+  corral worker              in the foreground; SIGTERM or Ctrl-C drains and stops
+  corral worker --json       one JSON event per line
+\b
+A person sends turns to workers with `corral config set dispatch workers`; every trust setting a
+turn runs with (posture, sandbox, commands) is this host's own (docs/workers.md).
+"""
+)
+@click.option(
+    "--project",
+    "extra",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    metavar="DIR",
+    help="Serve this clone too (besides worker_projects; repeatable).",
+)
+@json_option
+@pass_app
+def worker(app: App, extra: tuple[str, ...]) -> None:
+    """Claim queued turns of the projects this host serves and run them here, until SIGTERM."""
+    from corral.engine.config import load_config
+    from corral.engine.paths import corral_home, user_config_file
+    from corral.engine.project import Project
+    from corral.worker.service import Worker
+
+    # The person's own settings say what this host serves, never a repository's corral.toml.
+    listed = [str(p) for p in load_config(user_file=user_config_file(), project_file=None)["worker_projects"]]
+    projects = [Project.open(Path(c)) for c in dict.fromkeys([*listed, *extra])]
+    Worker(corral_home(), projects, on_event=lambda doc: app.event(doc, lambda: _event_text(doc), aside=True)).run()
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  corral workers             every worker this project's store has heard from, and what each runs
+  corral workers --json
+"""
+)
+@json_option
+@pass_app
+def workers(app: App) -> None:
+    """The workers of this project's shared store: host, state, last heartbeat, and the turns each runs."""
+    from corral.domain.team import LeaseState
+
+    project = app.project
+    with project.store.read() as tx:
+        known = tx.workers()
+        claimed = tx.leases([LeaseState.CLAIMED])
+        refs = tx.refs_by_id(lease.task_id for lease in claimed)
+        now = tx.now()
+    running: dict[str, list[str]] = {}
+    for lease in claimed:
+        running.setdefault(lease.worker_id or "", []).append(refs.get(lease.task_id, lease.task_id))
+    rows = [{**w.to_json(now), "running": sorted(running.get(w.id, []))} for w in known]
+
+    def human() -> list[str]:
+        if not rows:
+            return ["No worker has registered with this project's store (corral worker, on a host that serves it)."]
+        lines = []
+        for row in rows:
+            state = "lost" if row["lost"] and row["state"] != "stopped" else row["state"]
+            line = f"{row['host']:<20} {state:<9} last beat {local_time(row['heartbeat_at'])}"
+            if row["running"]:
+                line += f"  running {', '.join(row['running'])}"
+            lines.append(line)
+        return lines
+
+    app.answer({"workers": rows}, human)

@@ -1,0 +1,151 @@
+"""Workers, leases and fencing epochs: the records and rules of turns that run on other hosts (docs/workers.md).
+
+A turn queued for workers has one lease row per task. Its epoch only grows: it is bumped when a
+turn is queued, when a worker claims it and when a lost worker's claim is fenced off, so a
+worker that lost its lease holds an epoch no write will ever match again. A worker is lost when
+its heartbeat is older than the lease it declared.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from corral.domain.record import field, record
+
+#: The reason a turn whose worker stopped heartbeating rests interrupted with (``show``, the breaker).
+WORKER_LOST = "worker lost"
+#: Seconds without a heartbeat before a worker's turns are taken over (the ``lease_seconds`` setting's default).
+LEASE_SECONDS = 30.0
+#: How many heartbeats fit in one lease: a worker beats this often, so one late beat never loses it.
+BEATS_PER_LEASE = 3
+
+
+class LeaseState(StrEnum):
+    QUEUED = "queued"  # waiting for a worker to claim it
+    CLAIMED = "claimed"  # a worker runs it under this epoch
+    RELEASED = "released"  # the turn ended, or its worker was fenced off
+
+
+class WorkerState(StrEnum):
+    RUNNING = "running"
+    DRAINING = "draining"  # SIGTERM: claims nothing new, finishes what it runs
+    STOPPED = "stopped"
+
+
+@record
+class TurnPlan:
+    """What a worker needs to launch a queued turn: the parts of the launch skeleton that are data.
+
+    ``resume_after_crash``: the prompt's body is made on the worker, which sees whether the
+    worktree is dirty; ``reverts``: the protected files the person chose to revert, applied there.
+    """
+
+    kind: str
+    body: str
+    target: str
+    delivered: tuple[str, ...] = ()
+    sync_before_work: bool = False
+    announce_merge: bool = True
+    read_only: bool = False
+    resume_after_crash: bool = False
+    pending: tuple[str, ...] = ()
+    reverts: tuple[tuple[str, str | None], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "body": self.body,
+            "target": self.target,
+            "delivered": list(self.delivered),
+            "sync_before_work": self.sync_before_work,
+            "announce_merge": self.announce_merge,
+            "read_only": self.read_only,
+            "resume_after_crash": self.resume_after_crash,
+            "pending": list(self.pending),
+            "reverts": [list(r) for r in self.reverts],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TurnPlan:
+        return cls(
+            kind=str(doc["kind"]),
+            body=str(doc["body"]),
+            target=str(doc["target"]),
+            delivered=tuple(str(x) for x in doc.get("delivered", ())),
+            sync_before_work=bool(doc.get("sync_before_work", False)),
+            announce_merge=bool(doc.get("announce_merge", True)),
+            read_only=bool(doc.get("read_only", False)),
+            resume_after_crash=bool(doc.get("resume_after_crash", False)),
+            pending=tuple(str(x) for x in doc.get("pending", ())),
+            reverts=tuple((str(p), None if s is None else str(s)) for p, s in doc.get("reverts", ())),
+        )
+
+
+@record
+class Lease:
+    task_id: str
+    command_id: str
+    epoch: int
+    state: LeaseState
+    plan: dict[str, Any] = field(default_factory=dict)
+    worker_id: str | None = None
+    host: str | None = None
+    worktree: str | None = None
+    job_id: int | None = None
+    queued_at: datetime | None = None
+    claimed_at: datetime | None = None
+
+    @property
+    def claimed(self) -> bool:
+        return self.state is LeaseState.CLAIMED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command_id": self.command_id,
+            "epoch": self.epoch,
+            "state": self.state.value,
+            "worker_id": self.worker_id,
+            "host": self.host,
+            "worktree": self.worktree,
+            "queued_at": None if self.queued_at is None else self.queued_at.isoformat(),
+            "claimed_at": None if self.claimed_at is None else self.claimed_at.isoformat(),
+        }
+
+
+@record
+class Worker:
+    id: str
+    host: str
+    pid: int
+    state: WorkerState
+    lease_seconds: float
+    started_at: datetime
+    heartbeat_at: datetime
+
+    def lost(self, now: datetime) -> bool:
+        """Its heartbeat is older than the lease it declared: its claims may be taken over."""
+        return (now - self.heartbeat_at).total_seconds() > self.lease_seconds
+
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "state": self.state.value,
+            "lease_seconds": self.lease_seconds,
+            "started_at": self.started_at.isoformat(),
+            "heartbeat_at": self.heartbeat_at.isoformat(),
+        }
+        if now is not None:
+            doc["lost"] = self.lost(now)
+        return doc
+
+
+def lease_lost(lease: Lease, workers: dict[str, Worker], now: datetime) -> bool:
+    """A claimed lease whose worker is gone from the store, has stopped, or stopped heartbeating."""
+    if not lease.claimed:
+        return False
+    worker = workers.get(lease.worker_id or "")
+    return worker is None or worker.state is WorkerState.STOPPED or worker.lost(now)

@@ -1,0 +1,62 @@
+"""A project's dispatch queue (docs/workers.md): which one its person's turns go to, and sending a queued
+lease's job there. The launch (``operations.dispatch``) and the lease sweep (``recovery.leases``) share it."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from pathlib import Path
+
+from corral.adapters.jobs import Dispatch
+from corral.domain.actors import Actor
+from corral.engine.project import Project
+from corral.errors import UsageError
+
+
+def host_name(project: Project) -> str:
+    """The name this host's worker shows: the ``worker_host`` setting, else the host's own name."""
+    configured = project.config.get("worker_host")
+    return str(configured) if configured else socket.gethostname()
+
+
+def worker_id(home: Path, host: str) -> str:
+    """This host's worker for this home: the same across restarts, another for another home."""
+    return f"{host}-{hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:10]}"
+
+
+def local_worker(project: Project) -> str:
+    """The id of this host's worker for the project's ``CORRAL_HOME``: the supervisors here are its turns."""
+    return worker_id(project.paths.home, host_name(project))
+
+
+def to_workers(project: Project, task_id: str | None = None, actor: Actor | None = None) -> bool:
+    """Whether a turn goes to the workers: a person's by their own ``dispatch`` setting; the system's
+    (an auto-resume, wherever it is decided) when the task's turns went to workers before."""
+    if str(project.config["dispatch"]) == "workers":
+        return True
+    if actor is not Actor.SYSTEM or task_id is None or project.database_url is None:
+        return False
+    with project.store.read() as tx:
+        return tx.lease(task_id) is not None
+
+
+def dispatcher(project: Project) -> Dispatch:
+    url = project.database_url
+    if url is None or project.identity is None:
+        raise UsageError(
+            'dispatch = "workers" needs the shared PostgreSQL store and a repository with a commit.',
+            code="workers-need-postgres",
+            hint="Set database_url in your own settings (corral config set database_url postgresql://…), "
+            'or dispatch = "local".',
+        )
+    return Dispatch(url)
+
+
+def send(project: Project, task_id: str, command_id: str) -> int | None:
+    """Enqueue the job of a queued lease and note it there; None when the task already has one waiting."""
+    assert project.identity is not None
+    job = dispatcher(project).defer(project.identity.key, task_id, command_id)
+    if job is not None:
+        with project.store.write() as tx:
+            tx.note_job(task_id, command_id, job)
+    return job

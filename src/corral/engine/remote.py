@@ -1,0 +1,157 @@
+"""A task's branch through the shared remote, for turns that run on workers (docs/workers.md#branches).
+
+The remote (the ``remote`` setting, ``origin`` by default) is where a task's work travels
+between hosts: the task branch ``corral/<ref>``, and while a turn runs a work-in-progress ref
+``refs/corral/wip/<ref>`` — a commit of the worktree as it is (untracked files included, made
+with an index of corral's own, so what the agent staged is untouched) whose parent is the
+branch tip it was taken on. A worker pushes the branch with ``--force-with-lease`` on the
+task's own ref only, so it never overwrites a push it has not seen; and a worker that takes a
+turn over restores the WIP of the branch tip it starts from. Nothing here is dropped: a local
+tip the remote does not hold is kept under ``refs/corral/stale/<ref>/<epoch>`` before the
+worktree follows the remote.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from corral.domain.record import record
+from corral.domain.records import Task
+from corral.engine.project import Project
+from corral.errors import GitError, PrepareFailed
+
+WIP_PREFIX = "refs/corral/wip/"
+STALE_PREFIX = "refs/corral/stale/"
+
+
+def wip_ref(task: Task) -> str:
+    return f"{WIP_PREFIX}{task.ref}"
+
+
+def remote_name(project: Project) -> str:
+    return str(project.config["remote"])
+
+
+def _tracking(project: Project, branch: str) -> str:
+    return f"refs/remotes/{remote_name(project)}/{branch}"
+
+
+@record
+class Fetched:
+    """What the remote holds for a task: its branch tip, its WIP commit, the target's tip (None: absent)."""
+
+    branch: str | None
+    wip: str | None
+    target: str | None
+
+
+def fetch(project: Project, task: Task, target: str) -> Fetched:
+    """Fetch the task branch, its WIP ref and the target (each may be absent on the remote)."""
+    git, repo, remote = project.git, project.repo, remote_name(project)
+    found: dict[str, str | None] = {}
+    for name, src, dst in (
+        ("branch", f"refs/heads/{task.branch}", _tracking(project, task.branch)),
+        ("wip", wip_ref(task), f"refs/corral/remote-wip/{task.ref}"),
+        ("target", f"refs/heads/{target}", _tracking(project, target)),
+    ):
+        done = git.run("fetch", "--quiet", "--no-tags", remote, f"+{src}:{dst}", cwd=repo, check=False)
+        if done.returncode != 0:
+            missing = "couldn't find remote ref" in (done.stderr or "").lower()
+            if not missing:
+                raise GitError(
+                    f"git fetch from {remote} failed: {(done.stderr or '').strip().splitlines()[-1:] or ['?']}",
+                    hint=f"Check that this host reaches the remote: git -C {repo} fetch {remote}",
+                )
+            git.run("update-ref", "-d", dst, cwd=repo, check=False)  # what the remote no longer holds
+            found[name] = None
+        else:
+            found[name] = git.rev_parse(dst, cwd=repo)
+    return Fetched(found["branch"], found["wip"], found["target"])
+
+
+def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> tuple[Path, Fetched]:
+    """This host's worktree of the task, on the remote's tip of its branch, with the WIP restored.
+
+    Made when absent (from the remote branch, else from the target); a worktree already here
+    follows the remote: fast-forwarded, or reset to it with the local tip kept aside when the
+    two diverged (a turn this host lost to another worker).
+    """
+    git, repo = project.git, project.repo
+    fetched = fetch(project, task, target)
+    start = fetched.branch or fetched.target
+    if start is None:
+        raise PrepareFailed(
+            f"The remote holds neither {task.branch} nor its target {target}.",
+            hint=f"Push the target first: git push {remote_name(project)} {target}",
+        )
+    path = project.paths.worktree(task.ref)
+    branch_ref = f"refs/heads/{task.branch}"
+    local = git.rev_parse(branch_ref, cwd=repo)
+    if local is not None and local != start and not git.is_ancestor(local, start, cwd=repo):
+        git.update_ref(f"{STALE_PREFIX}{task.ref}/{epoch}", local, cwd=repo, message="corral: a tip the remote lacks")
+    if path.is_dir():
+        git.run("reset", "--hard", "--quiet", start, cwd=path)
+        git.run("clean", "-fdq", cwd=path)
+    else:
+        if path.exists() or path.is_symlink():
+            raise PrepareFailed(f"Something already exists at {path}, where task {task.ref}'s worktree goes.")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git.run("worktree", "prune", cwd=repo, check=False)
+        git.run("worktree", "add", "--quiet", "-B", task.branch, str(path), start, cwd=repo)
+    if fetched.wip is not None and git.rev_parse(f"{fetched.wip}^", cwd=repo) == start:
+        # The last worker's uncommitted work, back as uncommitted changes on the same tip.
+        git.run("checkout", fetched.wip, "--", ".", cwd=path)
+        git.run("reset", "--quiet", cwd=path)
+    return path, fetched
+
+
+def snapshot(project: Project, worktree: Path, message: str) -> str | None:
+    """A commit of the worktree as it is (tracked and untracked files), parent HEAD; None when clean."""
+    git = project.git
+    head = git.rev_parse("HEAD", cwd=worktree)
+    if head is None:
+        return None
+    fd, index = tempfile.mkstemp(prefix="corral-wip-index-")
+    os.close(fd)
+    try:
+        git.run("read-tree", head, cwd=worktree, index_file=index)
+        git.run("add", "-A", ".", cwd=worktree, index_file=index)
+        tree = git.run("write-tree", cwd=worktree, index_file=index).stdout.strip()
+    finally:
+        os.unlink(index)
+    if tree == git.tree_of(head, cwd=worktree):
+        return None
+    return git.commit_tree(tree, [head], message, cwd=worktree)
+
+
+def push_wip(project: Project, task: Task, worktree: Path, *, final: bool = False) -> str | None:
+    """Push the worktree's uncommitted work to the task's WIP ref; the commit pushed, None when clean.
+
+    ``final`` (the turn ended): a clean worktree removes the WIP ref, so an older snapshot on the
+    same tip is never restored into the next turn.
+    """
+    sha = snapshot(project, worktree, f"corral: work in progress of {task.ref}")
+    if sha is None:
+        if final:
+            project.git.run("push", "--quiet", remote_name(project), f":{wip_ref(task)}", cwd=worktree, check=False)
+        return None
+    project.git.run("push", "--quiet", "--force", remote_name(project), f"{sha}:{wip_ref(task)}", cwd=worktree)
+    return sha
+
+
+def push_branch(project: Project, task: Task, expected: str | None) -> str | None:
+    """Push the task branch, leased on the remote tip this turn started from (``expected``; None: absent).
+
+    Returns the tip pushed. A remote that moved meanwhile refuses it (``GitError``): another
+    worker's push is never overwritten.
+    """
+    git, repo = project.git, project.repo
+    tip = git.rev_parse(f"refs/heads/{task.branch}", cwd=repo)
+    if tip is None:
+        return None
+    lease = f"--force-with-lease=refs/heads/{task.branch}:{expected or ''}"
+    git.run("push", "--quiet", lease, remote_name(project), f"{tip}:refs/heads/{task.branch}", cwd=repo)
+    git.update_ref(_tracking(project, task.branch), tip, cwd=repo, message="corral: pushed")
+    return tip

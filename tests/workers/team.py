@@ -1,0 +1,171 @@
+"""A team on one machine: a real PostgreSQL database, a shared bare remote, a reviewer's clone and
+worker hosts, each a separate clone with its own HOME, CORRAL_HOME, user settings and fake agent.
+
+Every host runs the real ``corral`` as processes; a worker is ``corral worker --json`` in its
+own session, so a test can kill, stop or resume it (and the supervisors it started) like a host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corral.testing.fake_agent import wrapper_script
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def work(name: str, *, then: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """An agent's turn: it writes ``name``, commits it, and answers (``then`` runs between)."""
+    return [
+        {"init": True},
+        {"write": {"path": name, "content": f"{name}\n"}},
+        *(then or []),
+        {"commit": f"add {name}"},
+        {"result": f"wrote {name}"},
+    ]
+
+
+class Host:
+    """One machine of the team: a clone, a home, settings of its own, and (for a worker) its process."""
+
+    def __init__(self, root: Path, name: str, remote: Path, url: str, settings: dict[str, Any]) -> None:
+        self.name = name
+        self.root = root / name
+        self.root.mkdir(parents=True)
+        self.clone = self.root / "clone"
+        git(root, "clone", "-q", str(remote), str(self.clone))
+        self.home = self.root / "home"
+        self.home.mkdir()
+        self.config = self.root / "config.toml"
+        self.scenario = self.root / "scenario.json"
+        self.record = self.root / "record"
+        self.bin = wrapper_script(self.root / "bin")
+        lines = [f'database_url = "{url}"', f'worker_host = "{name}"', f'claude_bin = "{self.bin}"']
+        lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+        self.config.write_text("\n".join(lines) + "\n")
+        self.script(work("work.txt"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = self.root / "worker.jsonl"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "HOME": str(self.home),
+                "CORRAL_HOME": str(self.home / "corral"),
+                "CORRAL_CONFIG_FILE": str(self.config),
+                "CORRAL_FAKE_SCENARIO": str(self.scenario),
+                "CORRAL_FAKE_RECORD": str(self.record),
+            }
+        )
+        env.pop("CORRAL_CLAUDE_BIN", None)
+        return env
+
+    def script(self, steps: list[dict[str, Any]]) -> None:
+        """Every invocation of this host's agent runs ``steps``."""
+        self.scenario.write_text(json.dumps({"invocations": [], "default": steps}))
+
+    def corral(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "corral", *args],
+            cwd=self.clone,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check:
+            assert done.returncode == 0, f"{self.name}: corral {' '.join(args)} -> {done.returncode}\n{done.stderr}"
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.corral(*args, "--json").stdout)
+
+    # -- a worker --------------------------------------------------------------------------
+    def start_worker(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "worker", "--json"],
+            cwd=self.clone,
+            env=self.env(),
+            stdout=self.log.open("ab"),
+            stderr=(self.root / "worker.stderr").open("ab"),
+            start_new_session=True,
+        )
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        found = []
+        for line in self.log.read_text().splitlines():
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                continue  # a warning line of a library, not an event
+        return found
+
+    def wait_event(self, kind: str, timeout: float = 30, **match: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events():
+                if event.get("event") == kind and all(event.get(k) == v for k, v in match.items()):
+                    return event
+            assert self.proc is None or self.proc.poll() is None, f"{self.name}'s worker exited:\n{self.output()}"
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name}: no {kind} {match} within {timeout} s:\n{self.output()}")
+
+    def output(self) -> str:
+        err = self.root / "worker.stderr"
+        return (self.log.read_text() if self.log.exists() else "")[-3000:] + (
+            err.read_text()[-3000:] if err.exists() else ""
+        )
+
+    def supervisors(self) -> list[int]:
+        """The pids of the supervisors this host's corral started (its protocol dirs' status files)."""
+        pids = []
+        for status in (self.home / "corral").rglob("status.json"):
+            try:
+                pids.append(int(json.loads(status.read_text())["pid"]))
+            except (ValueError, KeyError, OSError):
+                continue
+        return pids
+
+    def signal_all(self, sig: signal.Signals) -> None:
+        """The worker and every supervisor (and agent) it started, as a host that dies or freezes."""
+        targets = [self.proc.pid] if self.proc is not None else []
+        targets += self.supervisors()
+        for pid in targets:
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop_worker(self, timeout: float = 60) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal_all(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
