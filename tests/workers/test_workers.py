@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
 import pytest
 
+from corral.domain import prompts
 from tests.workers.conftest import LEASE, Team
 from tests.workers.team import git, until, work
 
@@ -37,7 +39,7 @@ def test_queued_turns_spread_over_three_workers_each_run_exactly_once(team: Team
         shown = laptop.json("show", ref)
         agent_turns = [t for t in shown["turns"] if t["role"] == "agent"]
         assert [t["kind"] for t in agent_turns] == ["start"], shown["turns"]
-        ran_on[ref] = shown["task"]["lease"]["host"]
+        ran_on[ref] = shown["lease"]["host"]
         # The agent's commit travelled through the remote: the task branch there holds it.
         assert git(team.remote, "show", f"corral/{ref}:work.txt") == "work.txt"
     # Each turn was claimed once (queued: epoch 1, claimed: 2) and by one of the workers.
@@ -74,11 +76,16 @@ def test_a_killed_workers_turn_resumes_on_another_with_its_work_in_progress(team
     shown = laptop.json("show", "long")
     lost = [t for t in shown["turns"] if t["role"] == "agent" and t["kind"] == "error"]
     assert lost and "worker lost" in lost[0]["content"] and "doomed" in lost[0]["content"]
-    assert shown["task"]["lease"]["host"] == "rescuer"
+    assert shown["lease"]["host"] == "rescuer" and shown["lease"]["state"] == "released"
     # The uncommitted draft was restored on the rescuer, and its agent committed it with its own work.
     files = git(team.remote, "ls-tree", "-r", "--name-only", "corral/long").splitlines()
     assert {"draft.txt", "final.txt"} <= set(files)
     assert time.monotonic() - killed_at < 120
+    # The harness session stayed on the dead host: the rescuer's agent starts a fresh one, told the
+    # task and that it resumes after a crash with uncommitted changes (its WIP) in its worktree.
+    [call] = _calls(rescuer)
+    assert "--resume" not in call["argv"]
+    assert "Long task" in call["prompt"] and prompts.CRASH_DIRTY in call["prompt"]
 
 
 def _has_ref(team: Team, ref: str) -> bool:
@@ -141,13 +148,15 @@ def test_sigterm_drains_a_worker_it_finishes_its_turn_and_claims_nothing_more(te
     assert workers["draining"]["state"] == "stopped"
 
 
-def _agents(host) -> list[int]:  # type: ignore[no-untyped-def]
-    import json
-
+def _calls(host) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
     record = host.record / "invocations.jsonl"
     if not record.exists():
         return []
-    return [json.loads(line)["pid"] for line in record.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+
+
+def _agents(host) -> list[int]:  # type: ignore[no-untyped-def]
+    return [call["pid"] for call in _calls(host)]
 
 
 def _alive(pid: int) -> bool:
@@ -180,3 +189,82 @@ def test_a_restarted_worker_re_adopts_its_running_turn_before_its_lease_runs_out
     assert shown["task"]["status"] == "blocked"
     assert [t["kind"] for t in shown["turns"] if t["role"] == "agent"] == ["start"]  # never lost, never resumed
     assert git(team.remote, "show", "corral/adopt:adopted.txt") == "adopted.txt"
+
+
+def _ran(team: Team, laptop, ref: str, name: str = "build") -> None:  # type: ignore[no-untyped-def]
+    host = team.worker(name)
+    host.script(work(f"{ref}.txt"))
+    host.start_worker()
+    host.wait_event("started")
+    laptop.json("start", ref)
+    until(f"{ref} ran", lambda: _status(laptop, ref) == "blocked", timeout=60)
+    host.stop_worker()
+
+
+def test_accept_from_a_reviewer_host_lands_on_the_remote_by_compare_and_swap(team: Team) -> None:
+    laptop = team.laptop()
+    laptop.corral("create", "Reviewed", "--ref", "rev")
+    _ran(team, laptop, "rev")
+    assert "rev.txt" in laptop.corral("diff", "rev").stdout  # the worker's work, fetched for review
+    laptop.corral("accept", "rev")
+    assert _status(laptop, "rev") == "complete"
+    merged = git(team.remote, "log", "-1", "--format=%B", "main")
+    assert "Corral-Task:" in merged and git(team.remote, "show", "main:rev.txt") == "rev.txt"
+    assert git(laptop.clone, "rev-parse", "main") == git(team.remote, "rev-parse", "main")  # this host followed
+    # The remote keeps the branch's tip under the archive ref; the branch itself is gone.
+    assert git(team.remote, "rev-parse", "refs/corral/archive/rev")
+    assert not _has_ref(team, "refs/heads/corral/rev")
+
+
+def test_a_target_moved_on_the_remote_during_accept_is_merged_again_never_overwritten(team: Team) -> None:
+    laptop = team.laptop()
+    laptop.corral("create", "Raced", "--ref", "race")
+    _ran(team, laptop, "race")
+    # Someone else's commit on main, waiting on the remote; the first push of main moves main to it
+    # (a pre-receive hook), so the accept's compare-and-swap meets a target that moved under it.
+    other = team.root / "other"
+    git(team.root, "clone", "-q", str(team.remote), str(other))
+    (other / "theirs.txt").write_text("theirs\n")
+    git(other, "add", "theirs.txt")
+    git(other, "-c", "user.name=T", "-c", "user.email=t@e", "commit", "-q", "-m", "theirs")
+    git(other, "push", "-q", "origin", "HEAD:refs/hidden/next")
+    hook = team.remote / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\n"
+        'if [ ! -e "$GIT_DIR/moved" ]; then touch "$GIT_DIR/moved"; '
+        "env -u GIT_QUARANTINE_PATH git update-ref refs/heads/main refs/hidden/next; fi\n"
+    )
+    hook.chmod(0o755)
+    theirs = git(team.remote, "rev-parse", "refs/hidden/next")
+    laptop.corral("accept", "race")
+    assert (team.remote / "moved").exists()
+    # The merge was made again onto their commit: both are on main, theirs kept.
+    assert git(team.remote, "rev-parse", "main^") == theirs
+    assert git(team.remote, "show", "main:theirs.txt") == "theirs" and git(team.remote, "show", "main:race.txt")
+
+
+def test_two_accepts_from_two_hosts_merge_once(team: Team) -> None:
+    import subprocess
+    import sys
+
+    laptop = team.laptop()
+    reviewer = team.host("reviewer")
+    laptop.corral("create", "Twice", "--ref", "twice")
+    _ran(team, laptop, "twice")
+    before = git(team.remote, "rev-parse", "main")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "corral", "accept", "twice", "--json"],
+            cwd=h.clone,
+            env=h.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for h in (laptop, reviewer)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert 0 in codes, results
+    # Exactly one squash commit of the task on top of where main was.
+    assert git(team.remote, "rev-list", "--count", f"{before}..main") == "1"
+    assert _status(laptop, "twice") == "complete"

@@ -296,6 +296,12 @@ TASK_SCOPED: frozenset[str] = frozenset(
 TASK_RECORDED: frozenset[str] = TASK_SCOPED - {"auto_resume", "breaker_threshold", "breaker_same_cause"}
 
 
+def host_owned(name: str) -> bool:
+    """A setting a worker takes from its own user file only, never from a task queued on another host
+    (docs/workers.md): one that widens what an agent may do, or makes corral execute something."""
+    return BY_NAME[name].trust is not Trust.ANYWHERE
+
+
 def setting(name: str) -> Setting:
     try:
         return BY_NAME[name]

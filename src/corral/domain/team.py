@@ -16,6 +16,9 @@ from corral.domain.record import field, record
 
 #: The reason a turn whose worker stopped heartbeating rests interrupted with (``show``, the breaker).
 WORKER_LOST = "worker lost"
+#: The task metadata key of the host each session's harness session was made on (``{session id: host}``):
+#: a worker on another host cannot resume it, and starts a fresh one with the crash-context prompt.
+HARNESS_HOST = "harness_host"
 #: Seconds without a heartbeat before a worker's turns are taken over (the ``lease_seconds`` setting's default).
 LEASE_SECONDS = 30.0
 #: How many heartbeats fit in one lease: a worker beats this often, so one late beat never loses it.

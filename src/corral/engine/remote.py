@@ -155,3 +155,63 @@ def push_branch(project: Project, task: Task, expected: str | None) -> str | Non
     git.run("push", "--quiet", lease, remote_name(project), f"{tip}:refs/heads/{task.branch}", cwd=repo)
     git.update_ref(_tracking(project, task.branch), tip, cwd=repo, message="corral: pushed")
     return tip
+
+
+def follow_branch(project: Project, task: Task, target: str) -> Fetched:
+    """For a review on this host: the local task branch at the remote's tip (a worker pushed it there).
+
+    A worktree of the branch here follows with ``reset --keep`` (local edits kept, refused when
+    they would be overwritten); a local tip the remote lacks is kept aside first.
+    """
+    git, repo = project.git, project.repo
+    fetched = fetch(project, task, target)
+    if fetched.branch is None:
+        return fetched
+    local = git.rev_parse(f"refs/heads/{task.branch}", cwd=repo)
+    if local == fetched.branch:
+        return fetched
+    if local is not None and not git.is_ancestor(local, fetched.branch, cwd=repo):
+        git.update_ref(f"{STALE_PREFIX}{task.ref}/review", local, cwd=repo, message="corral: a tip the remote lacks")
+    checkout = next(
+        (Path(w["worktree"]) for w in git.worktrees(cwd=repo) if w.get("branch") == f"refs/heads/{task.branch}"),
+        None,
+    )
+    if checkout is not None and checkout.is_dir():
+        git.run("reset", "--keep", "--quiet", fetched.branch, cwd=checkout)
+    else:
+        git.update_ref(f"refs/heads/{task.branch}", fetched.branch, cwd=repo, message="corral: the remote's tip")
+    return fetched
+
+
+def push_target(project: Project, target: str, commit: str, expected: str) -> bool:
+    """Move the remote's ``target`` from ``expected`` to ``commit`` (a compare-and-swap); False when it moved."""
+    git, repo = project.git, project.repo
+    done = git.run(
+        "push",
+        "--quiet",
+        f"--force-with-lease=refs/heads/{target}:{expected}",
+        remote_name(project),
+        f"{commit}:refs/heads/{target}",
+        cwd=repo,
+        check=False,
+    )
+    if done.returncode == 0:
+        git.update_ref(_tracking(project, target), commit, cwd=repo, message="corral: accepted")
+        return True
+    said = (done.stderr or "").lower()
+    if "stale info" in said or "rejected" in said or "fetch first" in said:
+        return False
+    raise GitError(
+        f"git push of {target} to {remote_name(project)} failed: {(done.stderr or '').strip()[-300:]}",
+        hint=f"Check that this host may push to the remote: git -C {repo} push --dry-run {remote_name(project)}",
+    )
+
+
+def retire(project: Project, task: Task, tip: str) -> None:
+    """After an accept: the remote keeps the branch's tip under the archive ref; the branch and its WIP go."""
+    git, name = project.git, remote_name(project)
+    git.run(
+        "push", "--quiet", name, f"{tip}:refs/corral/archive/{task.ref}", f":refs/heads/{task.branch}", cwd=project.repo
+    )
+    if git.run("ls-remote", name, wip_ref(task), cwd=project.repo).stdout.strip():
+        git.run("push", "--quiet", name, f":{wip_ref(task)}", cwd=project.repo)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from corral.domain.record import replace
 from corral.domain.records import Task
-from corral.domain.settings import TASK_SCOPED
+from corral.domain.settings import TASK_SCOPED, host_owned
 from corral.engine.config import Config, Value
 from corral.errors import AmbiguousTask, TaskNotFound, UsageError
 from corral.store import Tx
@@ -29,13 +29,19 @@ def resolve_task(tx: Tx, given: str) -> Task:
     raise TaskNotFound(name, nearest)
 
 
-def task_config(config: Config, task: Task) -> Config:
+def task_config(config: Config, task: Task, *, on_worker: bool = False) -> Config:
     """``config`` with the settings ``task`` keeps as its own laid over it (docs/architecture.md#a-tasks-own-settings).
 
     What the task recorded wins over this process's environment and files: a turn that the
-    system launches later (an auto-resume, a redelivery) runs as the person launched it.
+    system launches later (an auto-resume, a redelivery) runs as the person launched it. On a
+    worker (``on_worker``) the task's settings that widen what an agent may do or make corral
+    execute something are the host's own, whoever queued the turn (docs/workers.md#trust).
     """
-    own = {k: v for k, v in task.settings.items() if k in TASK_SCOPED and k in config.values}
+    own = {
+        k: v
+        for k, v in task.settings.items()
+        if k in TASK_SCOPED and k in config.values and not (on_worker and host_owned(k))
+    }
     if not own:
         return config
     values = dict(config.values)

@@ -32,7 +32,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Op, Status, may, takes
-from corral.engine import workspace
+from corral.engine import remote, workspace
 from corral.engine.locks import task_lock
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
@@ -138,6 +138,9 @@ class _Ready:
     target: str
     tip: str
     prior: Status
+    #: The task's turns ran on workers: its branch and its target live on the shared remote, where
+    #: the merge lands first, by compare-and-swap (docs/workers.md#branches).
+    shared: bool = False
 
 
 def _worktree_on(project: Project, branch: str) -> Path | None:
@@ -176,8 +179,21 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
                     hint=f"Wait for {parent.ref} to rest (corral wait {parent.ref}), then accept again.",
                 )
         target = workspace.target_branch(tx, task)
+        shared = tx.lease(task.id) is not None
     refuse_while_chat(project, task, "accept")  # it would merge what a live chat is changing
     git = project.git
+    if shared:
+        fetched = remote.follow_branch(project, task, target)
+        if fetched.target is None:
+            raise AcceptRefused(
+                f"The remote holds no {target}, the target of {task.ref}.",
+                hint=f"Push it first: git push {remote.remote_name(project)} {target}",
+            )
+        if not Path(session.worktree).is_dir():  # the worktree is a worker's: the remote holds the work
+            tip = fetched.branch
+            if tip is None:
+                raise AcceptRefused(f"The remote holds no branch {task.branch}.", hint=f"corral show {task.ref}")
+            return _Ready(task, session, target, tip, task.status, shared=True)
     if not Path(session.worktree).is_dir():
         raise AcceptRefused(
             f"Cannot accept {task.ref}: its worktree {session.worktree} is gone (removed by hand?).",
@@ -195,12 +211,12 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
     tip = git.rev_parse(f"refs/heads/{session.branch or task.branch}", cwd=project.repo)
     if tip is None:
         raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
-    if git.rev_parse(f"refs/heads/{target}", cwd=project.repo) is None:
+    if not shared and git.rev_parse(f"refs/heads/{target}", cwd=project.repo) is None:
         raise AcceptRefused(
             f"The target branch {target} of {task.ref} does not exist.",
             hint=f"Create it, or: corral edit {task.ref} --target BRANCH",
         )
-    return _Ready(task, session, target, tip, task.status)
+    return _Ready(task, session, target, tip, task.status, shared=shared)
 
 
 def _exempt(parent: Task, caller_task_id: str | None) -> bool:
@@ -297,6 +313,7 @@ class _Landed:
     commit: str
     tree: str
     flight: InFlight | None
+    local_behind: bool = False  # shared: the remote's target holds it, this host's did not follow
 
 
 def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, destination: Path | None) -> Accepted:
@@ -330,7 +347,7 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
 
         verify_phase = next(p for p in PHASES if p.id == "verify")
         narrator.phase(verify_phase, "start")
-        problem = verify(project, target, commit, landed.tree, task, session)
+        problem = verify(project, target, commit, landed.tree, task, session, shared=ready.shared)
         if problem:
             narrator.phase(verify_phase, "failed", problem)
             # The ref may have moved; nothing is deleted. The stranded-merge sweep settles it if it landed.
@@ -352,6 +369,11 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
                 narrator.phase(dest_phase, "failed", kept.message)
 
     warning = None
+    if landed.local_behind:
+        warning = (
+            f"The remote's {target} holds the merge; {target} here was left as it was "
+            f"(it holds commits the remote lacks, or moved meanwhile): git pull to bring it along."
+        )
     with project.store.write() as tx:
         meta = without_flight(task.metadata)
         if kept is not None:
@@ -372,6 +394,8 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
     narrator.phase(cleanup_phase, "start")
     try:
         workspace.save_and_remove(project, done, session, "accept")
+        if ready.shared:
+            remote.retire(project, done, ready.tip)
         narrator.phase(cleanup_phase, "done")
     except CorralError as exc:
         warning = (warning + " " if warning else "") + f"The worktree was kept: {exc.message}"
@@ -389,7 +413,10 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
     git, repo = project.git, project.repo
     refusal, moved = "", False
     for attempt in range(RETRIES):
-        old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
+        if ready.shared:
+            old = remote.fetch(project, task, target).target
+        else:
+            old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
         if old is None:
             raise AcceptRefused(f"The target branch {target} of {task.ref} is gone.")
         tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)
@@ -404,6 +431,12 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
                 hint=f"Close it instead: corral close {task.ref} -m 'nothing to do'",
             )
         commit = git.commit_tree(tree, [old], message, cwd=repo)
+        if ready.shared:
+            if not remote.push_target(project, target, commit, old):
+                moved = True  # another host's accept landed first: merged again onto it, re-verified
+                continue
+            crashpoints.hit("accept.after-remote-push")
+            return _follow_target(project, ready, commit, tree, destination, flight)
         record_ = None
         if destination is not None:
             stash_message = f"corral accept {task.ref} {commit[:12]}: local changes"
@@ -445,6 +478,34 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
     )
 
 
+def _follow_target(
+    project: Project, ready: _Ready, commit: str, tree: str, destination: Path | None, flight: list[InFlight]
+) -> _Landed:
+    """The merge stands on the remote: this host's target follows it when it is behind (its checkout
+    brought along as in a local accept); a local target with commits the remote lacks is left as it is."""
+    git, repo, task, target = project.git, project.repo, ready.task, ready.target
+    old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
+    if old is not None and not git.is_ancestor(old, commit, cwd=repo):
+        return _Landed(old, commit, tree, None, local_behind=True)
+    record_ = None
+    if destination is not None and old is not None:
+        stash_message = f"corral accept {task.ref} {commit[:12]}: local changes"
+        record_ = InFlight(target, old, commit, str(destination), stash_message)
+        save_in_flight(project, task.id, record_)
+        flight[:] = [record_]
+        stash_overlap(project, destination, old, commit, stash_message)
+    logged = gittext.reflog(f"corral accept {task.ref}: {task.goal}")
+    cas = [old] if old is not None else ["0" * 40]
+    swapped = git.run("update-ref", "-m", logged, f"refs/heads/{target}", commit, *cas, cwd=repo, check=False)
+    if swapped.returncode != 0:
+        if record_ is not None:
+            settle_destination(project, record_, landed=False, recovering=False)
+            save_in_flight(project, task.id, None)
+            flight.clear()
+        return _Landed(old or commit, commit, tree, None, local_behind=True)
+    return _Landed(old or commit, commit, tree, record_)
+
+
 def _abort(project: Project, task: Task, actor: Actor, flight: list[InFlight], exc: CorralError | None) -> None:
     """Put the checkout and the task back after a failed merge phase; a conflict names its cause."""
     for record_ in flight:
@@ -471,10 +532,16 @@ def _abort(project: Project, task: Task, actor: Actor, flight: list[InFlight], e
         restore_prior(project, task.id, actor, "accept aborted by an internal fault")
 
 
-def verify(project: Project, target: str, commit: str, tree: str, task: Task, session: Session) -> str | None:
-    """The target's new commit exists, carries the trailers, and its tree is the merge result."""
+def verify(
+    project: Project, target: str, commit: str, tree: str, task: Task, session: Session, *, shared: bool = False
+) -> str | None:
+    """The target's new commit exists, carries the trailers, and its tree is the merge result
+    (``shared``: the remote's target, as fetched again)."""
     git, repo = project.git, project.repo
-    if git.rev_parse(f"refs/heads/{target}", cwd=repo) != commit:
+    if shared:
+        if remote.fetch(project, task, target).target != commit:
+            return f"the remote's {target} does not point at the merge commit"
+    elif git.rev_parse(f"refs/heads/{target}", cwd=repo) != commit:
         return f"{target} does not point at the merge commit"
     if git.tree_of(commit, cwd=repo) != tree:
         return "the merge commit's tree is not the merge result"

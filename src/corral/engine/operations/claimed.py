@@ -18,7 +18,8 @@ from pathlib import Path
 from corral.domain import prompts
 from corral.domain.actors import Role
 from corral.domain.record import record, replace
-from corral.domain.team import Lease, TurnPlan
+from corral.domain.records import Session, Task
+from corral.domain.team import HARNESS_HOST, Lease, TurnPlan
 from corral.engine import remote
 from corral.engine.operations import launch
 from corral.engine.operations.turns import revert_files
@@ -85,8 +86,14 @@ def run_claimed(project: Project, me: Me, lease: Lease, *, wip_seconds: float | 
     if plan.resume_after_crash:
         dirty = bool(project.git.dirty_paths(worktree))
         body, sync = prompts.resume_after_crash(dirty, list(plan.pending)), not dirty
+    fresh = _fresh_session(task, here, me)
+    if fresh:
+        # The harness session lives on the host that ran it: this one starts a new session, told
+        # the task and what happened before (its crash-context prompt and the pending feedback).
+        here = replace(here, harness_session_id=None)
+        body = f"{prompts.first_turn(task.goal, task.prompt)}\n\n{body}"
     command = launch.build_command(
-        replace(project, config=task_config(project.config, task)),
+        replace(project, config=task_config(project.config, task, on_worker=True)),
         task,
         here,
         current,
@@ -101,8 +108,10 @@ def run_claimed(project: Project, me: Me, lease: Lease, *, wip_seconds: float | 
     command = replace(command, fence=proto.Fence(epoch, me.id, me.host))
     make_private_dir(Path(command.log_dir))
     proto.write(Path(command.log_dir), command)
-    with project.store.read() as tx:
+    with project.store.write() as tx:
         tx.check_fence(task_id, epoch)  # taken over while this host made its worktree: nothing launched
+        now = tx.get_task(task_id) or task
+        tx.update_task(task_id, metadata={**now.metadata, HARNESS_HOST: {here.id: me.host}}, touch=False)
     launch.launch(project, task, command)
     interval = float(wip_seconds if wip_seconds is not None else project.config["wip_push_interval"])
     return follow(project, task_id, command_id, epoch, worktree, fetched.branch, interval)
@@ -119,6 +128,14 @@ def resume_following(project: Project, lease: Lease) -> Ran:
     started_from = project.git.rev_parse(f"refs/remotes/{remote.remote_name(project)}/{task.branch}", cwd=project.repo)
     interval = float(project.config["wip_push_interval"])
     return follow(project, lease.task_id, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval)
+
+
+def _fresh_session(task: Task, session: Session, me: Me) -> bool:
+    """Whether the session's harness session was made on another host (it cannot be carried here)."""
+    if session.harness_session_id is None:
+        return False
+    made_on = task.metadata.get(HARNESS_HOST)
+    return not (isinstance(made_on, dict) and made_on.get(session.id) == me.host)
 
 
 def follow(

@@ -19,7 +19,7 @@ from corral.domain.refs import unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
 from corral.domain.settings import BY_NAME, TASK_SCOPED, Setting, SettingValue, Trust
 from corral.domain.status import Op, Status, check_operation, check_transition, is_terminal, may
-from corral.engine import workspace
+from corral.engine import remote, workspace
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.errors import (
@@ -387,6 +387,9 @@ def diff(project: Project, given: str, *, stat: bool = False) -> Diff:
         task = resolve_task(tx, given)
         session = tx.get_session(task.session_id) if task.session_id else None
         target = workspace.target_branch(tx, task)
+        shared = tx.lease(task.id) is not None
+    if shared:  # its turns ran on workers: the remote holds the branch as they pushed it
+        remote.follow_branch(project, task, target)
     tip_ref = f"refs/heads/{task.branch}"
     if git.rev_parse(tip_ref, cwd=repo) is None:
         tip_ref = workspace.archive_ref(task)
