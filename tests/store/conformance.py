@@ -1035,4 +1035,32 @@ def test_deleting_a_task_deletes_its_lease(store: Store) -> None:
         assert tx.lease(task.id) is None and tx.leases() == []
 
 
+def test_shipped_files_are_kept_byte_exact_in_chunks_and_replaced_from_offset_zero(store: Store) -> None:
+    task = _create(store)
+    first, second = b"line one\n\x00\xff\xfe", b"line two\n"
+    with store.write() as tx:
+        tx.ship(task.id, "turns/1/output.log", 0, first)
+        tx.ship(task.id, "turns/1/output.log", len(first), second)
+        tx.ship(task.id, "sessions/s/failures.jsonl", 0, b"{}\n")
+    with store.read() as tx:
+        assert tx.shipped_sizes(task.id) == {"turns/1/output.log": len(first + second), "sessions/s/failures.jsonl": 3}
+        chunks = tx.shipped(task.id, "turns/1/output.log")
+        assert b"".join(data for _offset, data in chunks) == first + second
+        assert [offset for offset, _data in tx.shipped(task.id, "turns/1/output.log", since=len(first))] == [len(first)]
+    with store.write() as tx:
+        tx.ship(task.id, "turns/1/output.log", 0, b"rewritten\n")  # a rewritten file starts again
+    with store.read() as tx:
+        assert tx.shipped_sizes(task.id)["turns/1/output.log"] == 10
+    with store.write() as tx:
+        tx.set_live(task.id, "cmd-1", {"phase": "running"})
+        tx.set_live(task.id, "cmd-2", {"phase": "done"})
+    with store.read() as tx:
+        command, doc, _at = tx.live([task.id, "nobody"])[task.id]
+        assert (command, doc) == ("cmd-2", {"phase": "done"}) and "nobody" not in tx.live(["nobody"])
+    with store.write() as tx:
+        tx.delete_task(task.id)
+    with store.read() as tx:
+        assert tx.shipped_sizes(task.id) == {} and tx.live([task.id]) == {}
+
+
 __all__ = [name for name in dict(globals()) if name.startswith("test_")]

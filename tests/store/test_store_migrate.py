@@ -100,6 +100,9 @@ def _history(store: Store, clock: FakeClock, diagnostics: Path) -> None:
         tx.beat_worker("w-1", host="build-2", pid=777, state=WorkerState.RUNNING, lease_seconds=30.0)
         tx.queue_turn(child.id, "cmd-2", {"kind": "unblock", "body": "b", "target": "main"})
         assert tx.claim_turn(child.id, "cmd-2", "w-1", "build-2") is not None
+        # What it shipped for reviewers on other hosts: a file's bytes (a NUL and invalid UTF-8 too), its live status.
+        tx.ship(child.id, "tasks/x/turns/2/output.log", 0, b'{"type":"init"}\n\x00\xff')
+        tx.set_live(child.id, "cmd-2", {"phase": "running", "pid": 41})
         tx.update_session(session.id, harness_session_id="h-1", auto_resumed=True, consecutive_interruptions=2)
 
 
@@ -158,6 +161,8 @@ def test_to_postgres_and_back_loses_nothing(pg_project: Project, clock: FakeCloc
         "processes": 1,
         "workers": 1,
         "leases": 1,
+        "shipped_files": 1,
+        "live_turns": 1,
     }
     assert len(done.copied.checksum) == 64
     assert "(schema corral_" in done.destination

@@ -268,3 +268,32 @@ def test_two_accepts_from_two_hosts_merge_once(team: Team) -> None:
     # Exactly one squash commit of the task on top of where main was.
     assert git(team.remote, "rev-list", "--count", f"{before}..main") == "1"
     assert _status(laptop, "twice") == "complete"
+
+
+def test_a_reviewer_reads_a_turn_running_on_a_worker_its_host_output_and_incidents(team: Team) -> None:
+    laptop = team.laptop()
+    host = team.worker("runner")
+    failing_tool = [
+        {"tool": "Bash", "input": {"command": "pytest -q"}, "is_error": True, "output": "1 failed"},
+        {"text": "tests fail, looking"},
+    ]
+    host.script([{"init": True}, *failing_tool, {"text": "still at it"}, {"keepalive": 6}, {"result": "done"}])
+    laptop.corral("create", "Watched", "--ref", "watched")
+    host.start_worker()
+    host.wait_event("started")
+    laptop.json("start", "watched")
+    host.wait_event("claim")
+    row = until(
+        "the laptop lists it on its host",
+        lambda: next((r for r in laptop.json("list")["tasks"] if r["ref"] == "watched" and r.get("host")), None),
+    )
+    assert row["host"] == "runner" and row["status"] == "working"
+    until(
+        "its output reaches the laptop", lambda: "still at it" in laptop.corral("logs", "watched", check=False).stdout
+    )
+    until("the turn ends", lambda: _status(laptop, "watched") == "blocked", timeout=60)
+    failures = laptop.json("failures", "watched", "--history")
+    # The worker's incident journal, read on the laptop: the failed Bash call, counted and listed.
+    rows = failures["failures"]["rows"]
+    assert failures["failures"]["rows_total"] == 1 and rows[0]["operation"].startswith("Bash:")
+    assert "1 unclassified tool error" in failures["failures"]["line"]

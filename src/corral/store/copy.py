@@ -103,6 +103,8 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "claimed_at",
         ),
     ),
+    ("shipped_files", ("task_id", "path", "offset_bytes", "data")),
+    ("live_turns", ("task_id", "command_id", "doc", "at")),
 )
 
 Rows = dict[str, list[tuple[Any, ...]]]
@@ -132,9 +134,8 @@ def summary(rows: Rows) -> Copied:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     for table, _columns in TABLES:
-        # Text as PostgreSQL keeps it (a NUL as its escape), so a copy between the two compares equal.
         lines = sorted(
-            json.dumps([without_nul(v) if type(v) is str else v for v in r], ensure_ascii=False, separators=(",", ":"))
+            json.dumps([_comparable(v) for v in r], ensure_ascii=False, separators=(",", ":"))
             for r in rows.get(table, ())
         )
         counts[table] = len(lines)
@@ -143,6 +144,16 @@ def summary(rows: Rows) -> Copied:
             digest.update(line.encode())
             digest.update(b"\n")
     return Copied(counts=counts, checksum=digest.hexdigest())
+
+
+def _comparable(value: Any) -> Any:
+    """A column's value as both databases return it alike: text as PostgreSQL keeps it (a NUL as its
+    escape), bytes as hex (SQLite gives ``bytes``, PostgreSQL's driver may give a ``memoryview``)."""
+    if type(value) is str:
+        return without_nul(value)
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).hex()
+    return value
 
 
 def is_empty(tx: SQLTx) -> bool:

@@ -170,7 +170,8 @@ def m001_initial(db: sqlite3.Connection) -> None:
 
 
 #: Turns queued for workers on other hosts (docs/workers.md): one lease per task, whose epoch
-#: fences off a worker that lost it, and the workers' heartbeats. Written in standard SQL, so
+#: fences off a worker that lost it, the workers' heartbeats, and what a reviewer on another
+#: host reads of a turn: its files, shipped in chunks as they grow, and its live status. Written in standard SQL, so
 #: the same text serves both dialects (SQLite's tables are STRICT, as every other).
 _TEAM = """
     CREATE TABLE workers (
@@ -196,6 +197,19 @@ _TEAM = """
         claimed_at TEXT
     ){strict};
     CREATE INDEX leases_state ON leases(state);
+    CREATE TABLE shipped_files (
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        path TEXT NOT NULL,
+        offset_bytes INTEGER NOT NULL CHECK (offset_bytes >= 0),
+        data BLOB NOT NULL,
+        PRIMARY KEY (task_id, path, offset_bytes)
+    ){strict};
+    CREATE TABLE live_turns (
+        task_id TEXT PRIMARY KEY REFERENCES tasks(id),
+        command_id TEXT NOT NULL,
+        doc TEXT NOT NULL,
+        at TEXT NOT NULL
+    ){strict};
 """
 
 
@@ -375,7 +389,13 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
     (
         2,
         "team",
-        _pg(_TEAM.format(strict="").replace("REAL", "DOUBLE PRECISION").replace("job_id INTEGER", "job_id BIGINT")),
+        _pg(
+            _TEAM.format(strict="")
+            .replace("REAL", "DOUBLE PRECISION")
+            .replace("job_id INTEGER", "job_id BIGINT")
+            .replace("offset_bytes INTEGER", "offset_bytes BIGINT")
+            .replace("BLOB", "BYTEA")
+        ),
     ),
 ]
 

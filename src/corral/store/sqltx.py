@@ -439,7 +439,16 @@ class SQLTx:
         self._require_task(task_id)
         db = self._db
         db.execute("DELETE FROM attempts WHERE turn_id IN (SELECT id FROM turns WHERE task_id = ?)", (task_id,))
-        for table in ("violations", "turns", "notes", "processes", "status_changes", "leases"):
+        for table in (
+            "violations",
+            "turns",
+            "notes",
+            "processes",
+            "status_changes",
+            "leases",
+            "shipped_files",
+            "live_turns",
+        ):
             db.execute(f"DELETE FROM {table} WHERE task_id = ?", (task_id,))
         db.execute("UPDATE tasks SET session_id = NULL WHERE id = ?", (task_id,))
         db.execute("DELETE FROM sessions WHERE task_id = ?", (task_id,))
@@ -1047,6 +1056,44 @@ class SQLTx:
 
     def workers(self) -> list[Worker]:
         return [self._worker(r) for r in self._all("SELECT * FROM workers ORDER BY started_at, id")]
+
+    def ship(self, task_id: str, path: str, offset: int, data: bytes) -> None:
+        self._write()
+        if offset == 0:  # a file shipped again from its start (it was rewritten): its old bytes go
+            self._db.execute("DELETE FROM shipped_files WHERE task_id = ? AND path = ?", (task_id, path))
+        self._db.execute(
+            "INSERT INTO shipped_files (task_id, path, offset_bytes, data) VALUES (?,?,?,?)",
+            (task_id, path, offset, bytes(data)),
+        )
+
+    def shipped_sizes(self, task_id: str) -> dict[str, int]:
+        rows = self._all(
+            "SELECT path, MAX(offset_bytes + LENGTH(data)) AS size FROM shipped_files WHERE task_id = ? GROUP BY path",
+            (task_id,),
+        )
+        return {r["path"]: int(r["size"]) for r in rows}
+
+    def shipped(self, task_id: str, path: str, since: int = 0) -> list[tuple[int, bytes]]:
+        rows = self._all(
+            "SELECT offset_bytes, data FROM shipped_files WHERE task_id = ? AND path = ? "
+            "AND offset_bytes + LENGTH(data) > ? ORDER BY offset_bytes",
+            (task_id, path, since),
+        )
+        return [(int(r["offset_bytes"]), bytes(r["data"])) for r in rows]
+
+    def set_live(self, task_id: str, command_id: str, doc: dict[str, Any]) -> None:
+        self._write()
+        self._db.execute(
+            "INSERT INTO live_turns (task_id, command_id, doc, at) VALUES (?,?,?,?) ON CONFLICT (task_id) DO UPDATE "
+            "SET command_id = excluded.command_id, doc = excluded.doc, at = excluded.at",
+            (task_id, command_id, _dumps(doc), rfc3339(self.now())),
+        )
+
+    def live(self, task_ids: Iterable[str]) -> dict[str, tuple[str, dict[str, Any], datetime]]:
+        found = {}
+        for r in self._each_in("SELECT * FROM live_turns WHERE task_id IN ({marks})", task_ids):
+            found[r["task_id"]] = (r["command_id"], _loads(r["doc"]) or {}, _req_time(r["at"]))
+        return found
 
     # -- notes -------------------------------------------------------------------
     def _add_note(self, kind: str, task_id: str, actor: Actor, body: str) -> Note:

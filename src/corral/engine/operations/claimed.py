@@ -27,11 +27,14 @@ from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime import shipping
 from corral.engine.runtime.processes import reap_turn
 from corral.errors import CorralError, LeaseLost
 
 #: How often a worker looks at the turn it runs (its receipt recorded, its epoch still its own).
 POLL_SECONDS = 0.2
+#: How often it ships the turn's files and live status to the store while it runs.
+SHIP_SECONDS = 1.0
 
 
 @record
@@ -149,7 +152,7 @@ def follow(
 ) -> Ran:
     """Until the turn's receipt is recorded (by this worker's reconciler): WIP pushed on the way,
     the branch pushed at the end; a lost epoch stops the agent and ends it with nothing written."""
-    last_wip = time.monotonic()
+    last_wip = last_ship = time.monotonic()
     with project.store.read() as tx:
         task = tx.get_task(task_id)
     assert task is not None
@@ -162,6 +165,15 @@ def follow(
             return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
         if answered:
             break
+        if time.monotonic() - last_ship >= SHIP_SECONDS:
+            last_ship = time.monotonic()
+            try:
+                _ship(project, task_id, command_id, epoch)
+            except LeaseLost:
+                reap_turn(project, task_id)
+                return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
+            except (CorralError, OSError):
+                pass  # the store or the disk, a moment: the next pass ships what this one could not
         if time.monotonic() - last_wip >= wip_seconds:
             last_wip = time.monotonic()
             try:
@@ -170,6 +182,7 @@ def follow(
                 pass  # the next interval tries again; the turn goes on
         time.sleep(POLL_SECONDS)
     try:
+        _ship(project, task_id, command_id, epoch)  # the whole turn, before its lease is let go
         with project.store.read() as tx:
             tx.check_fence(task_id, epoch)
         if worktree.is_dir():
@@ -180,6 +193,14 @@ def follow(
     with project.store.write() as tx:
         tx.release_turn(task_id, epoch)
     return Ran("done")
+
+
+def _ship(project: Project, task_id: str, command_id: str, epoch: int) -> None:
+    """The turn's files and live status to the store, for reviewers elsewhere (only while the epoch holds)."""
+    with project.store.read() as tx:
+        tx.check_fence(task_id, epoch)
+    shipping.ship(project, task_id)
+    shipping.ship_live(project, task_id, command_id)
 
 
 def stop_if_fenced(project: Project, leases: dict[str, int]) -> list[str]:

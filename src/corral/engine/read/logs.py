@@ -26,6 +26,7 @@ from corral.engine.config import harness_settings
 from corral.engine.paths import OUTPUT_INDEX, OUTPUT_LOG, STDERR_LOG
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime import shipping
 from corral.errors import NotFoundError
 
 #: What one read takes of a log at most; a follower reads the rest on its next poll.
@@ -82,6 +83,7 @@ def current(project: Project, task_id: str) -> Current:
 def pick_turn(project: Project, task: Task, turn: int | None, *, follow: bool = False) -> int:
     """The log turn to show: ``turn`` (an agent turn's number names the turn that launched it), or
     the running turn, or the latest with output."""
+    shipping.bring(project, task.id)  # a turn that ran on another host's worker: its files, from the store
     available = log_turns(project, task)
     if turn is None:
         now = current(project, task.id)

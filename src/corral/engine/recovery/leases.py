@@ -10,15 +10,21 @@ turn again, under the breaker, for another worker.
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
+from corral.adapters.files import write_atomic
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.status import Status
 from corral.domain.team import WORKER_LOST, Lease, LeaseState, lease_lost
 from corral.engine import queue
+from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.receipts import interrupt
+from corral.engine.runtime import shipping
 
+#: Which ended lease this host's copy of the task's shipped files is complete for.
+SHIPPED_MARK = "shipped.mark"
 #: A queued lease with no job after this long lost its enqueue to a crash: it is sent again.
 RESEND_AFTER = timedelta(seconds=5)
 
@@ -30,6 +36,33 @@ def elsewhere(project: Project, worker_id: str | None) -> set[str]:
     with project.store.read() as tx:
         active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])
     return {lease.task_id for lease in active if not (lease.claimed and lease.worker_id == worker_id)}
+
+
+def bring_shipped(project: Project, worker_id: str | None) -> int:
+    """This host's copy of what other hosts' workers shipped of their turns (``runtime.shipping``):
+    a running turn's files on every pass, an ended one's once more after it ended. The bytes written."""
+    if project.database_url is None:
+        return 0
+    with project.store.read() as tx:
+        others = [lease for lease in tx.leases() if lease.worker_id is not None and lease.worker_id != worker_id]
+    written = 0
+    for lease in others:
+        mark = project.paths.task_dir(lease.task_id) / SHIPPED_MARK
+        done = f"{lease.epoch}:{lease.state.value}"
+        if lease.state is LeaseState.RELEASED and _read_mark(mark) == done:
+            continue
+        written += shipping.materialize(project, lease.task_id)
+        if lease.state is LeaseState.RELEASED:
+            make_private_dir(mark.parent)
+            write_atomic(mark, done.encode(), durable=False)  # lost, it costs one more look
+    return written
+
+
+def _read_mark(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def sweep(project: Project) -> list[str]:

@@ -539,7 +539,8 @@ class SupervisorStatus:
 
 @record
 class Progress:
-    """An agent's latest progress line: ephemeral, latest wins, never stored in the database."""
+    """An agent's latest progress line: ephemeral, latest wins, never kept in the task's history (a
+    worker ships the latest to the store's live row, for reviewers on other hosts: docs/workers.md)."""
 
     FILE: ClassVar[str] = PROGRESS
 

@@ -1,0 +1,153 @@
+"""What a reviewer on another host reads of a turn, carried through the shared store (docs/workers.md#shipped).
+
+The worker that runs a turn ships its task's files — every turn's output and stderr logs and
+their index, the command, receipt and provenance, each session's failure journal, the task's
+diagnostics — in chunks as they grow (:func:`ship`), and its supervisor's live status
+(:func:`ship_live`). A host that did not run the turn fills its own copy of those files from the
+store before it reads them (:func:`materialize`), so ``show``, ``logs``, ``failures`` and the
+dashboard read the same files, through the same safe translator, on every host. Nothing is read
+through a symlink or from anything but a regular file; a file past :data:`FILE_CAP` is shipped
+up to it. A file that shrank was rewritten, and is shipped again from its start.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from corral.engine.paths import TASKS_DIR, make_private_dir
+from corral.engine.project import Project
+from corral.engine.queue import local_worker
+from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.journal import CURSOR
+
+#: Bytes per stored chunk: one row, one round trip.
+CHUNK = 256 * 1024
+#: Bytes of one file a reviewer elsewhere can read: past it, the worker's own copy is the whole.
+FILE_CAP = 64 * 1024 * 1024
+#: A reader's own state, rebuilt from the files it reads: never shipped.
+_NOT_SHIPPED = frozenset({CURSOR})
+
+
+def _roots(project: Project, task_id: str) -> list[Path]:
+    task_dir = project.paths.task_dir(task_id)
+    return [task_dir / "turns", task_dir / "sessions", project.paths.diagnostics / task_id]
+
+
+def _files(project: Project, task_id: str) -> Iterator[tuple[str, Path, int]]:
+    """Each regular file to ship: its path relative to the project's state, the path, its size."""
+    root = project.paths.root
+    for top in _roots(project, task_id):
+        if not top.is_dir() or top.is_symlink():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):  # os.walk never follows a symlinked directory
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name in _NOT_SHIPPED or name.endswith(".tmp"):
+                    continue
+                path = Path(dirpath) / name
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    yield str(path.relative_to(root)), path, info.st_size
+
+
+def _read(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        offset = start
+        while offset < end:
+            data = os.pread(fd, min(CHUNK, end - offset), offset)
+            if not data:
+                return
+            yield offset, data
+            offset += len(data)
+    finally:
+        os.close(fd)
+
+
+def ship(project: Project, task_id: str) -> int:
+    """Ship what the store lacks of the task's files; the bytes shipped."""
+    with project.store.read() as tx:
+        held = tx.shipped_sizes(task_id)
+    sent = 0
+    for rel, path, size in _files(project, task_id):
+        have = held.get(rel, 0)
+        start = 0 if size < have else have
+        end = min(size, FILE_CAP)
+        if start >= end:
+            continue
+        try:
+            chunks = list(_read(path, start, end))
+        except OSError:
+            continue  # gone or replaced meanwhile: the next pass ships what is there then
+        with project.store.write() as tx:
+            for offset, data in chunks:
+                tx.ship(task_id, rel, offset, data)
+        sent += sum(len(d) for _o, d in chunks)
+    return sent
+
+
+def ship_live(project: Project, task_id: str, command_id: str) -> None:
+    """The running turn's supervisor status and progress, for ``list``, ``show`` and ``watch`` elsewhere."""
+    protocol_dir = project.paths.protocol_dir(task_id)
+    doc: dict[str, object] = {}
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    if status is not None:
+        doc["status"] = status.to_json()
+    progress = proto.read_record(protocol_dir / proto.PROGRESS, proto.Progress)
+    if progress is not None:
+        doc["progress"] = progress.to_json()
+    with project.store.write() as tx:
+        tx.set_live(task_id, command_id, doc)
+
+
+def bring(project: Project, task_id: str) -> int:
+    """:func:`materialize` when the task's turns run (or ran) on another host's worker; 0 otherwise."""
+    if project.database_url is None:
+        return 0
+    with project.store.read() as tx:
+        lease = tx.lease(task_id)
+    if lease is None or lease.worker_id is None or lease.worker_id == local_worker(project):
+        return 0
+    return materialize(project, task_id)
+
+
+def materialize(project: Project, task_id: str) -> int:
+    """Fill this host's copy of the task's files from the store (what it lacks of each); the bytes written.
+
+    Only under the task's own directories of this project's state: a stored path that would lead
+    anywhere else is ignored.
+    """
+    with project.store.read() as tx:
+        held = tx.shipped_sizes(task_id)
+    root = project.paths.root
+    allowed = [r.resolve() for r in _roots(project, task_id)]
+    written = 0
+    for rel, size in held.items():
+        dest = (root / rel).resolve()
+        if not any(dest.is_relative_to(a) for a in allowed) or not rel.startswith((TASKS_DIR + "/", "diagnostics/")):
+            continue
+        try:
+            info = os.lstat(dest)
+            have = info.st_size if stat.S_ISREG(info.st_mode) else None
+        except FileNotFoundError:
+            have = 0
+        if have is None or have >= size:
+            continue
+        with project.store.read() as tx:
+            chunks = tx.shipped(task_id, rel, since=have)
+        make_private_dir(dest.parent)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            for offset, data in chunks:
+                skip = max(0, have - offset)
+                os.pwrite(fd, data[skip:], offset + skip)
+                written += len(data) - skip
+        finally:
+            os.close(fd)
+    return written
