@@ -170,3 +170,29 @@ def test_a_tampered_record_never_breaks_or_freezes_a_turn(tmp_path: Path) -> Non
         assert _pauses(path, clock).turn(ACCOUNT, "a").go  # a time with no zone is no time: dropped
     path.write_text("[" * 200_000)
     assert _pauses(path, clock).turn(ACCOUNT, "a").go
+
+
+def test_hosts_share_a_pause_through_the_store_until_its_reset(tmp_path: Path) -> None:
+    clock = Clock()
+    here = _pauses(tmp_path / "here" / "usage-limits.json", clock)
+    there = _pauses(tmp_path / "there" / "usage-limits.json", clock)
+    reset = T0 + timedelta(minutes=30)
+    here.note(ACCOUNT, "claude", reset, "usage limit reached", "a")
+    shared = here.exchange({})  # this host's pause goes to the store (without who goes first)
+    assert shared[ACCOUNT]["resets_at"] == rfc3339(reset) and "first" not in shared[ACCOUNT]
+    assert there.exchange(shared) == shared  # the other host takes it: its tasks wait too
+    turn = there.turn(ACCOUNT, "b")
+    assert not turn.go and turn.until == reset
+    # A later reset noted on the other host wins on both; an earlier one changes nothing.
+    later = reset + timedelta(minutes=10)
+    there.note(ACCOUNT, "claude", later, "again", "b")
+    shared = there.exchange(shared)
+    assert here.exchange(shared)[ACCOUNT]["resets_at"] == rfc3339(later)
+    assert here.exchange({ACCOUNT: {**shared[ACCOUNT], "resets_at": rfc3339(reset)}})[ACCOUNT]["resets_at"] == rfc3339(
+        later
+    )
+    # Past its reset a shared pause holds nobody anywhere and leaves the store; first-through stays per host.
+    clock.now = later + timedelta(seconds=1)
+    assert there.exchange(shared) == {}
+    assert _pauses(tmp_path / "third" / "usage-limits.json", clock).exchange(shared) == {}
+    assert _pauses(tmp_path / "third" / "usage-limits.json", clock).read() == {}

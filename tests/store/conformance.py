@@ -1063,4 +1063,14 @@ def test_shipped_files_are_kept_byte_exact_in_chunks_and_replaced_from_offset_ze
         assert tx.shipped_sizes(task.id) == {} and tx.live([task.id]) == {}
 
 
+def test_shared_docs_are_put_whole_and_read_back(store: Store) -> None:
+    with store.read() as tx:
+        assert tx.get_doc("usage-limits") is None
+    with store.write() as tx:
+        tx.put_doc("usage-limits", {"claude:1": {"resets_at": "2026-12-01T13:30:00.000000Z"}})
+        tx.put_doc("usage-limits", {"claude:2": {"resets_at": "2026-12-01T14:00:00.000000Z"}})
+    with store.read() as tx:
+        assert tx.get_doc("usage-limits") == {"claude:2": {"resets_at": "2026-12-01T14:00:00.000000Z"}}
+
+
 __all__ = [name for name in dict(globals()) if name.startswith("test_")]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from corral.domain import prompts
+from corral.domain.clock import rfc3339
 from tests.workers.conftest import LEASE, Team
 from tests.workers.team import git, until, work
 
@@ -89,8 +92,6 @@ def test_a_killed_workers_turn_resumes_on_another_with_its_work_in_progress(team
 
 
 def _has_ref(team: Team, ref: str) -> bool:
-    import subprocess
-
     return (
         subprocess.run(["git", "rev-parse", "--verify", "-q", ref], cwd=team.remote, capture_output=True).returncode
         == 0
@@ -244,9 +245,6 @@ def test_a_target_moved_on_the_remote_during_accept_is_merged_again_never_overwr
 
 
 def test_two_accepts_from_two_hosts_merge_once(team: Team) -> None:
-    import subprocess
-    import sys
-
     laptop = team.laptop()
     reviewer = team.host("reviewer")
     laptop.corral("create", "Twice", "--ref", "twice")
@@ -297,3 +295,80 @@ def test_a_reviewer_reads_a_turn_running_on_a_worker_its_host_output_and_inciden
     rows = failures["failures"]["rows"]
     assert failures["failures"]["rows_total"] == 1 and rows[0]["operation"].startswith("Bash:")
     assert "1 unclassified tool error" in failures["failures"]["line"]
+
+
+def test_a_turn_queued_from_a_laptop_never_widens_what_the_agent_may_do_on_the_worker(team: Team) -> None:
+    laptop = team.laptop()
+    host = team.worker("careful", permission_mode="acceptEdits")
+    laptop.corral("create", "Widened", "--ref", "wide")
+    # The laptop's person launches with settings that widen the agent and make corral run a command:
+    # they are recorded on the task, and a worker takes none of them from it.
+    pwned = team.root / "pwned"
+    host.start_worker()
+    host.wait_event("started")
+    env_widening = {"CORRAL_PERMISSION_MODE": "bypassPermissions", "CORRAL_POST_TURN_CHECK": f"touch {pwned}"}
+    started = subprocess.run(
+        [sys.executable, "-m", "corral", "start", "wide", "--json"],
+        cwd=laptop.clone,
+        env={**laptop.env(), **env_widening},
+        capture_output=True,
+        text=True,
+    )
+    assert started.returncode == 0, started.stderr
+    assert laptop.json("show", "wide")["task"]["settings"]["permission_mode"]["value"] == "bypassPermissions"
+    until("it ran", lambda: _status(laptop, "wide") == "blocked", timeout=60)
+    [call] = _calls(host)
+    mode = call["argv"][call["argv"].index("--permission-mode") + 1]
+    assert mode == "acceptEdits"
+    assert not pwned.exists()
+
+
+def test_a_worker_claims_only_turns_of_the_projects_its_own_settings_list(team: Team) -> None:
+    laptop = team.laptop()
+    other_remote = team.root / "other.git"
+    git(team.root, "clone", "-q", "--bare", str(team.remote), str(other_remote))
+    # Another project (its own root commit) that only the laptop has: its turns wait for a worker of it.
+    other = team.root / "other-project"
+    other.mkdir()
+    git(other, "init", "-q", "-b", "main")
+    (other / "x.txt").write_text("x\n")
+    git(other, "add", "x.txt")
+    git(other, "-c", "user.name=T", "-c", "user.email=t@e", "commit", "-q", "-m", "other root")
+    git(other, "remote", "add", "origin", str(other_remote))
+    git(other, "push", "-q", "--force", "origin", "main")
+    host = team.worker("picky")
+    host.start_worker()
+    host.wait_event("started")
+    run = {"cwd": other, "env": laptop.env(), "capture_output": True, "text": True}
+    assert (
+        subprocess.run([sys.executable, "-m", "corral", "create", "Elsewhere", "--ref", "away"], **run).returncode == 0
+    )
+    queued = subprocess.run([sys.executable, "-m", "corral", "start", "away", "--json"], **run)
+    assert queued.returncode == 0, queued.stderr
+    laptop.corral("create", "Mine", "--ref", "mine")
+    laptop.json("start", "mine")
+    until("its own project's turn ran", lambda: _status(laptop, "mine") == "blocked", timeout=60)
+    claimed = [e["task"] for e in host.events() if e["event"] == "claim"]
+    assert claimed == [laptop.json("show", "mine")["task"]["id"]]
+    shown = json.loads(subprocess.run([sys.executable, "-m", "corral", "show", "away", "--json"], **run).stdout)
+    assert shown["task"]["status"] == "working" and shown["lease"]["state"] == "queued"
+
+
+def test_a_usage_limit_one_worker_meets_pauses_the_other_hosts_too(team: Team) -> None:
+    from datetime import timedelta
+
+    from corral.domain.clock import utcnow
+    from corral.engine.runtime.usage_pause import UsagePauses
+
+    team.laptop()
+    hit, other = team.worker("hit"), team.worker("other")
+    for host in (hit, other):
+        host.start_worker()
+        host.wait_event("started")
+    reset = utcnow() + timedelta(minutes=20)
+    # What a supervisor on the first host writes when its harness reports the account's limit.
+    UsagePauses(hit.home / "corral" / "usage-limits.json").note("claude:acct", "claude", reset, "limit", "t1")
+    theirs = UsagePauses(other.home / "corral" / "usage-limits.json")
+    noted = until("the other host holds the pause", lambda: theirs.read().get("claude:acct"), timeout=LEASE * 3)
+    assert noted["resets_at"] == rfc3339(reset)
+    assert not theirs.turn("claude:acct", "t2").go

@@ -105,6 +105,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("shipped_files", ("task_id", "path", "offset_bytes", "data")),
     ("live_turns", ("task_id", "command_id", "doc", "at")),
+    ("shared_docs", ("name", "doc", "at")),
 )
 
 Rows = dict[str, list[tuple[Any, ...]]]

@@ -204,6 +204,11 @@ _TEAM = """
         data BLOB NOT NULL,
         PRIMARY KEY (task_id, path, offset_bytes)
     ){strict};
+    CREATE TABLE shared_docs (
+        name TEXT PRIMARY KEY,
+        doc TEXT NOT NULL,
+        at TEXT NOT NULL
+    ){strict};
     CREATE TABLE live_turns (
         task_id TEXT PRIMARY KEY REFERENCES tasks(id),
         command_id TEXT NOT NULL,

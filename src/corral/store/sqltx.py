@@ -1095,6 +1095,18 @@ class SQLTx:
             found[r["task_id"]] = (r["command_id"], _loads(r["doc"]) or {}, _req_time(r["at"]))
         return found
 
+    def get_doc(self, name: str) -> dict[str, Any] | None:
+        row = self._one("SELECT doc FROM shared_docs WHERE name = ?", (name,))
+        return None if row is None else (_loads(row["doc"]) or {})
+
+    def put_doc(self, name: str, doc: dict[str, Any]) -> None:
+        self._write()
+        self._db.execute(
+            "INSERT INTO shared_docs (name, doc, at) VALUES (?,?,?) ON CONFLICT (name) DO UPDATE "
+            "SET doc = excluded.doc, at = excluded.at",
+            (name, _dumps(doc), rfc3339(self.now())),
+        )
+
     # -- notes -------------------------------------------------------------------
     def _add_note(self, kind: str, task_id: str, actor: Actor, body: str) -> Note:
         self._write()

@@ -31,6 +31,7 @@ from corral.engine.operations import claimed
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.queue import host_name, worker_id
+from corral.engine.runtime import usage_pause
 from corral.errors import CorralError, RefusedError, UsageError
 
 SETTLE_SECONDS = 0.5
@@ -93,6 +94,8 @@ class Worker:
         while not self.done.wait(interval):
             try:
                 self.beat()
+                for project in self.projects.values():
+                    usage_pause.share(project)
             except CorralError as exc:  # the store unreachable: the lease may run out; it says so when back
                 self.event("heartbeat-failed", message=exc.message)
                 continue

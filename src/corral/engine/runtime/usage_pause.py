@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import read_bounded, write_atomic
 from corral.adapters.locks import lock
@@ -30,6 +30,9 @@ from corral.adapters.process import proc_info
 from corral.domain.clock import parse_time, rfc3339, utcnow
 from corral.domain.record import record
 from corral.domain.usage_limit import FIRST_THROUGH_SECONDS
+
+if TYPE_CHECKING:  # the supervisor reads the file without loading the project
+    from corral.engine.project import Project
 
 MAX_BYTES = 1 << 20
 #: No reset a supervisor notes is further away than its overload budget (whose default is 6 h and
@@ -131,6 +134,26 @@ class UsagePauses:
             if entry is not None and (entry.get("first") or {}).get("task_id") == task_id:
                 entry["first"] = None
 
+    def exchange(self, shared: dict[str, Any]) -> dict[str, Any]:
+        """Share pauses with the other hosts (docs/workers.md#usage-limits): the store's pauses that still
+        hold are taken into this file (a later reset wins), and what the store should hold is returned —
+        every pause here or there that still holds. Who goes first after a reset stays each host's own."""
+        with self._accounts() as accounts:
+            now = self.clock()
+            for account, theirs in shared.items():
+                resets_at = _time(theirs.get("resets_at")) if isinstance(theirs, dict) else None
+                if resets_at is None or resets_at <= now or resets_at - now > MAX_PAUSE:
+                    continue
+                mine = accounts.get(account)
+                known = _time(mine.get("resets_at")) if mine else None
+                if known is None or known < resets_at:
+                    accounts[account] = {**theirs, "first": None}
+            return {
+                account: {k: v for k, v in entry.items() if k != "first"}
+                for account, entry in accounts.items()
+                if (at := _time(entry.get("resets_at"))) is not None and at > now
+            }
+
     def read(self) -> dict[str, Any]:
         """Every account's record, as stored (for ``doctor`` and tests)."""
         return self._load()
@@ -206,3 +229,19 @@ def _time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return at if at is not None and at.tzinfo is not None else None  # a time with no zone is no time here
+
+
+#: The name of the usage-limit pause among the documents the hosts of a shared store share.
+SHARED_DOC = "usage-limits"
+
+
+def share(project: Project) -> None:
+    """Exchange this ``CORRAL_HOME``'s pauses with the project's shared store (a worker's every heartbeat)."""
+    from corral.engine.paths import usage_limits_file
+
+    with project.store.read() as tx:
+        shared = tx.get_doc(SHARED_DOC) or {}
+    merged = UsagePauses(usage_limits_file(project.paths.home)).exchange(shared)
+    if merged != shared:
+        with project.store.write() as tx:
+            tx.put_doc(SHARED_DOC, merged)
