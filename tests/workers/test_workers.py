@@ -147,6 +147,9 @@ def test_sigterm_drains_a_worker_it_finishes_its_turn_and_claims_nothing_more(te
     assert _status(laptop, "second") == "working"  # queued for the next worker, not lost
     workers = {w["host"]: w for w in laptop.json("workers")["workers"]}
     assert workers["draining"]["state"] == "stopped"
+    # The laptop's doctor says the queued turn has no worker to run it.
+    checks = [c for c in laptop.json("doctor")["checks"] if c["name"] == "workers"]
+    assert [c["status"] for c in checks] == ["warn"] and "1 turn(s) queued" in checks[0]["message"]
 
 
 def _calls(host) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]

@@ -258,6 +258,39 @@ def check_projects(project: Project) -> list[Check]:
     return out
 
 
+def check_workers(project: Project) -> list[Check]:
+    """With the shared store: the workers it has heard from, and whether queued turns have one to run them."""
+    from corral.domain.team import LeaseState, WorkerState
+    from corral.engine.queue import to_workers
+
+    if project.database_url is None:
+        return []
+    with project.store.read() as tx:
+        known = tx.workers()
+        queued = tx.leases([LeaseState.QUEUED])
+        now = tx.now()
+    alive = [w for w in known if w.state is not WorkerState.STOPPED and not w.lost(now)]
+    lost = [w for w in known if w.state is not WorkerState.STOPPED and w.lost(now)]
+    out = []
+    if lost:
+        names = ", ".join(sorted(w.host for w in lost))
+        out.append(Check("workers", "warn", f"lost (no heartbeat within their lease): {names}", "corral workers"))
+    if queued and not alive:
+        out.append(
+            Check(
+                "workers",
+                "warn",
+                f"{len(queued)} turn(s) queued and no worker running for this project",
+                "Start one on a host with a clone: corral worker (with the clone in its worker_projects).",
+            )
+        )
+    if not out and (alive or to_workers(project)):
+        out.append(
+            Check("workers", "ok", f"{len(alive)} running: {', '.join(sorted(w.host for w in alive)) or 'none'}")
+        )
+    return out
+
+
 def _guarded(name: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
     """A check that fails reports as a failed check: doctor itself never crashes."""
     try:
@@ -288,6 +321,7 @@ def run(project: Project, task: str | None = None) -> list[Check]:
         checks += _guarded("tasks", lambda: check_tasks(project))
         checks += _guarded("worktree", lambda: check_worktrees(project))
         checks += _guarded("checkout", lambda: check_checkouts(project))
+        checks += _guarded("workers", lambda: check_workers(project))
     checks += _guarded("private", lambda: check_private(project))
     checks += _guarded("project", lambda: check_projects(project))
     checks += _guarded("harness", lambda: check_harnesses(project))
