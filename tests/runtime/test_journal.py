@@ -469,3 +469,199 @@ def _parsed(log: Path, harness: Any) -> int:
     harness.incident_facts = counting
     scan(log, harness, "/wt", Cursors(None), final=True)
     return calls[0]
+
+
+# -- passing runs of calls while failures are open (PiHarness.incident_plain_run / incident_call_marks) --
+
+
+def _call(
+    n: int, command: str, *, tool: str = "bash", error: bool = False, compact: bool = False, **args: Any
+) -> bytes:
+    """One Pi tool call as Pi writes it: a text delta, its start and its end."""
+    sep = (",", ":") if compact else (", ", ": ")
+    result = {"content": [{"type": "text", "text": ("FAILED " if error else "ok ") + "z" * 40}]}
+    docs = [
+        {"type": "message_update", "assistantMessageEvent": {"type": "text_delta", "delta": f"step {n}"}},
+        {"type": "tool_execution_start", "toolCallId": f"t{n}", "toolName": tool, "args": {"command": command, **args}},
+        {"type": "tool_execution_end", "toolCallId": f"t{n}", "toolName": tool, "result": result, "isError": error},
+    ]
+    return b"".join(json.dumps(d, separators=sep).encode() + b"\n" for d in docs)
+
+
+def _filler(first: int, count: int, **kw: Any) -> list[bytes]:
+    """Successful calls none of which is a retry of anything below (commands of their own)."""
+    return [_call(n, f"make step{n}", **kw) for n in range(first, first + count)]
+
+
+def _scan_both(log: Path, cwd: str = "/wt") -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The fast scan's events (checked against parsing every marked line) and how it got there."""
+    from corral.adapters.harness.pi import PiHarness
+
+    harness = PiHarness("pi")
+    used = {"plain_runs": 0, "calls_passed_at_once": 0, "calls_checked": 0}
+    plain_run, run_calls = harness.incident_plain_run, harness.incident_run_calls
+
+    def counting_plain_run(data: bytes, start: int, limit: int) -> tuple[int, int] | None:
+        found = plain_run(data, start, limit)
+        if found is not None:
+            used["plain_runs"] += 1
+            used["calls_passed_at_once"] += found[1]
+        return found
+
+    def counting_run_calls(data: bytes, start: int, end: int) -> Any:
+        for call in run_calls(data, start, end):
+            used["calls_checked"] += 1
+            yield call
+
+    harness.incident_plain_run = counting_plain_run  # type: ignore[method-assign]
+    harness.incident_run_calls = counting_run_calls  # type: ignore[method-assign]
+    fast, plain = Cursors(None), Cursors(None)
+    got = scan(log, harness, cwd, fast, final=True)
+    want = scan(log, _PlainPi(), cwd, plain, final=True)
+    assert got == want  # the same events in the same order
+    assert fast.collector.to_json() == plain.collector.to_json()  # the sequence included
+    return got, used
+
+
+def _recovered(events: list[dict[str, Any]]) -> list[str]:
+    return [e["id"] for e in events if e["kind"] == "recovered"]
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_an_exact_retry_after_a_long_run_of_other_calls_still_recovers_its_failure(tmp_path, compact):
+    lines = [_call(1, "pytest tests/a.py -q", error=True, compact=compact)]
+    lines += _filler(2, 200, compact=compact)
+    lines.append(_call(202, "pytest tests/a.py -q", compact=compact))  # the exact retry
+    lines += _filler(203, 50, compact=compact)
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join(lines))
+    events, used = _scan_both(log)
+    assert _recovered(events) == ["recovered:t202"]
+    # the 200 calls while the failure was open were passed at once, not walked one by one
+    assert used["calls_passed_at_once"] >= 195 and used["calls_checked"] < 10
+
+
+@pytest.mark.parametrize(
+    "near_miss",
+    [
+        {"command": "pytest tests/a.py -q -x"},  # other arguments: the failure's mark is not in it
+        {"command": "pytest tests/a.py -q", "timeout": 5},  # its mark, but one argument more
+        {"command": "pytest tests/a.py -q", "tool": "read"},  # its mark, another tool
+    ],
+)
+def test_a_near_miss_of_an_open_failure_does_not_recover_it_and_the_exact_retry_after_it_does(tmp_path, near_miss):
+    near = dict(near_miss)
+    tool = near.pop("tool", "bash")
+    command = near.pop("command")
+    lines = [_call(1, "pytest tests/a.py -q", error=True), *_filler(2, 60)]
+    lines.append(_call(62, command, tool=tool, **near))
+    lines += _filler(63, 60)
+    lines.append(_call(123, "pytest tests/a.py -q"))
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join(lines))
+    events, _used = _scan_both(log)
+    assert _recovered(events) == ["recovered:t123"]
+
+
+def test_a_call_in_another_working_directory_recovers_no_failure_of_this_one(tmp_path):
+    cursors = Cursors(None)
+    first, second = tmp_path / "a" / "output.log", tmp_path / "b" / "output.log"
+    first.parent.mkdir()
+    second.parent.mkdir()
+    first.write_bytes(b"".join([_call(1, "pytest tests/a.py -q", error=True), *_filler(2, 5)]))
+    second.write_bytes(b"".join([*_filler(10, 30), _call(40, "pytest tests/a.py -q"), *_filler(41, 30)]))
+    from corral.adapters.harness.pi import PiHarness
+
+    events = scan(first, PiHarness("pi"), "/wt/one", cursors, final=True)
+    events += scan(second, PiHarness("pi"), "/wt/two", cursors, final=True)  # the same command, elsewhere
+    assert [e["kind"] for e in events] == ["failure"] and cursors.collector.failed
+    events = scan(second, PiHarness("pi"), "/wt/one", Cursors(None), final=True)
+    assert not _recovered(events)  # a fresh collector: nothing open, nothing recovered
+
+
+def test_a_retry_spelled_otherwise_than_its_failure_still_recovers_it(tmp_path):
+    spelled = [
+        b'{"type": "tool_execution_start", "toolCallId": "t70", "toolName": "bash", '
+        b'"args": {"command": "\\u0070ytest tests/a.py -q"}}\n',
+        b'{"type":"tool_execution_end","toolCallId":"t70","toolName":"bash","result":{"content":[]},"isError":false}\n',
+    ]
+    lines = [_call(1, "pytest tests/a.py -q", error=True), _call(2, "pytest tests/b.py", error=True, x=1)]
+    lines += [*_filler(3, 60), *spelled, *_filler(71, 60)]
+    # the other failure's retry with its arguments' keys reordered and spaced otherwise
+    lines.append(
+        b'{"type":"tool_execution_start","toolCallId":"t200","toolName":"bash",'
+        b'"args":{"x":1,"command":"pytest tests/b.py"}}\n'
+        b'{"type":"tool_execution_end","toolCallId":"t200","toolName":"bash","result":"ok","isError":false}\n'
+    )
+    lines.append(_call(201, "pytest tests/b.py", x=1))  # nothing left open for it to recover
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join(lines))
+    events, _used = _scan_both(log)
+    assert _recovered(events) == ["recovered:t70", "recovered:t200"]
+
+
+def test_a_failure_carried_over_from_an_earlier_scan_is_recovered_by_its_retry_in_a_later_one(tmp_path):
+    from corral.adapters.harness.pi import PiHarness
+
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join([_call(1, "pytest tests/a.py -q", error=True), *_filler(2, 10)]))
+    cursors = Cursors(None)
+    events = scan(log, PiHarness("pi"), "/wt", cursors)
+    with log.open("ab") as f:  # the next scan knows the failure by its operation only
+        f.write(b"".join([*_filler(12, 40), _call(52, "pytest tests/a.py -q"), *_filler(53, 10)]))
+    events += scan(log, PiHarness("pi"), "/wt", cursors, final=True)
+    assert _recovered(events) == ["recovered:t52"]
+
+
+def test_malformed_and_failing_records_inside_a_run_passed_at_once_are_still_reported(tmp_path):
+    lines = [_call(1, "pytest tests/a.py -q", error=True), *_filler(2, 40)]
+    lines.append(b'{"type": "tool_execution_end", "toolCallId": "t41", "bad json\n')
+    lines += _filler(42, 40)
+    lines.append(_call(82, "make other", error=True))  # another failure amid the run
+    lines += _filler(83, 40)
+    lines.append(
+        b'{"type": "message_end", "message": {"role": "assistant", "stopReason": "error", "errorMessage": "529"}}\n'
+    )
+    lines.append(
+        b'{"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3, "delayMs": 2000, "errorMessage": "529"}\n'
+    )
+    lines += _filler(123, 40)
+    lines.append(b'{"type": "tool_execution_start", "toolCallId": "t9", ' + b'"x" ' * (MAX_RECORD // 4) + b"}\n")
+    lines += _filler(163, 40)
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join(lines))
+    events, used = _scan_both(log)
+    kinds = sorted((e["kind"], e["id"].split(":")[0] + ":" + e["id"].split(":")[1]) for e in events)
+    assert ("incomplete", "incomplete:malformed") in kinds and ("incomplete", "incomplete:oversized") in kinds
+    assert [e["operation"].split(":")[0] for e in events if e["kind"] == "failure"] == ["bash", "bash", "model-call"]
+    assert used["calls_passed_at_once"] > 150  # and the runs between them were passed at once
+
+
+def test_a_failure_with_no_text_argument_of_a_nameless_tool_is_recovered_by_its_retry(tmp_path):
+    def nameless(n: int, error: bool) -> bytes:  # Pi's empty toolName is the tool "tool"
+        start = {"type": "tool_execution_start", "toolCallId": f"t{n}", "toolName": "", "args": {"n": 1}}
+        end = {"type": "tool_execution_end", "toolCallId": f"t{n}", "toolName": "", "result": "r", "isError": error}
+        return json.dumps(start).encode() + b"\n" + json.dumps(end).encode() + b"\n"
+
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join([nameless(1, True), *_filler(2, 50), nameless(52, False), *_filler(53, 10)]))
+    events, _used = _scan_both(log)
+    assert _recovered(events) == ["recovered:t52"]
+
+
+@pytest.mark.parametrize("chunk", [997, 4096, 65536])
+def test_reads_of_any_size_give_the_events_of_one_read(tmp_path, monkeypatch, chunk):
+    from corral.engine.runtime import journal
+
+    lines = []
+    for n in range(1, 400):  # failures open and closing throughout, lines split across reads
+        lines.append(_call(n, f"pytest tests/m{n % 23}.py", error=n % 9 == 0, compact=n % 50 < 25))
+        if n == 200:
+            lines.append(b'{"type": "tool_execution_end", "toolCallId": "t9", "bad json\n')
+    lines.append(b'{"type": "tool_execution_start", "toolCallId": "t0"')  # the turn ended mid-record
+    log = tmp_path / "output.log"
+    log.write_bytes(b"".join(lines))
+    whole, _used = _scan_both(log)
+    monkeypatch.setattr(journal, "CHUNK", chunk)
+    pieces, _used = _scan_both(log)
+    assert pieces == whole and _recovered(whole) and any(e["id"].startswith("incomplete:partial") for e in whole)

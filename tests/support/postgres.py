@@ -52,7 +52,9 @@ def free_port() -> int:
 class Server:
     """A PostgreSQL cluster in ``root``, running until :meth:`stop`."""
 
-    def __init__(self, *, fsync: bool = True) -> None:
+    def __init__(self, *, fsync: bool = True, listen: str = "127.0.0.1", trust_network: str | None = None) -> None:
+        """``listen``: the addresses it listens on (loopback unless a test links another network to it);
+        ``trust_network``: a CIDR whose clients it trusts besides loopback (a test's network namespaces)."""
         self.root = Path(tempfile.mkdtemp(prefix="corral-pg-"))
         self.root.chmod(0o755)
         self.data = self.root / "data"
@@ -78,7 +80,10 @@ class Server:
                 "--no-locale",
                 "--no-sync",
             )
-            options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync={'on' if fsync else 'off'}"
+            if trust_network is not None:
+                hba = self.data / "pg_hba.conf"
+                hba.write_text(hba.read_text() + f"host all all {trust_network} trust\n")
+            options = f"-h {listen} -p {self.port} -k {self.root} -c fsync={'on' if fsync else 'off'}"
             ctl = (pg_bin("pg_ctl"), "-D", str(self.data))
             self._run(*ctl, "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
         except BaseException:

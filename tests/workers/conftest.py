@@ -32,8 +32,10 @@ class Team:
         git(root, "clone", "-q", "--bare", str(seed), str(self.remote))
         self.hosts: list[Host] = []
 
-    def host(self, name: str, **settings: Any) -> Host:
-        host = Host(self.root / "hosts", name, self.remote, self.url, {"lease_seconds": LEASE, **settings})
+    def host(self, name: str, *, url: str | None = None, **settings: Any) -> Host:
+        """A host; ``url``: how it reaches the database (another address than the team's, for a host on
+        a network of its own)."""
+        host = Host(self.root / "hosts", name, self.remote, url or self.url, {"lease_seconds": LEASE, **settings})
         self.hosts.append(host)
         return host
 
@@ -41,9 +43,9 @@ class Team:
         """A reviewer's host: it runs no worker, and sends its turns to the workers."""
         return self.host("laptop", dispatch="workers")
 
-    def worker(self, name: str, **settings: Any) -> Host:
+    def worker(self, name: str, *, url: str | None = None, **settings: Any) -> Host:
         clone = self.root / "hosts" / name / "clone"  # where Host clones it
-        return self.host(name, worker_projects=[str(clone)], wip_push_interval=1.0, **settings)
+        return self.host(name, url=url, worker_projects=[str(clone)], wip_push_interval=1.0, **settings)
 
 
 @pytest.fixture

@@ -92,15 +92,23 @@ class Host:
         return json.loads(self.corral(*args, "--json").stdout)
 
     # -- a worker --------------------------------------------------------------------------
-    def start_worker(self) -> None:
+    def start_worker(self, prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: what runs it (``ip netns exec NS``: a host on a network of its own)."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "corral", "worker", "--json"],
+            [*prefix, sys.executable, "-m", "corral", "worker", "--json"],
             cwd=self.clone,
             env=self.env(),
             stdout=self.log.open("ab"),
             stderr=(self.root / "worker.stderr").open("ab"),
             start_new_session=True,
         )
+
+    def calls(self) -> list[dict[str, Any]]:
+        """Every invocation of this host's agent, as the fake agent recorded it (argv, prompt, pid)."""
+        record = self.record / "invocations.jsonl"
+        if not record.exists():
+            return []
+        return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
 
     def events(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -158,6 +166,14 @@ class Host:
         except subprocess.TimeoutExpired:
             self.signal_all(signal.SIGKILL)
             self.proc.wait(10)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:

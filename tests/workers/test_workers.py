@@ -13,7 +13,7 @@ import pytest
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from tests.workers.conftest import LEASE, Team
-from tests.workers.team import git, until, work
+from tests.workers.team import alive, git, until, work
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,7 @@ def test_a_killed_workers_turn_resumes_on_another_with_its_work_in_progress(team
     assert time.monotonic() - killed_at < 120
     # The harness session stayed on the dead host: the rescuer's agent starts a fresh one, told the
     # task and that it resumes after a crash with uncommitted changes (its WIP) in its worktree.
-    [call] = _calls(rescuer)
+    [call] = rescuer.calls()
     assert "--resume" not in call["argv"]
     assert "Long task" in call["prompt"] and prompts.CRASH_DIRTY in call["prompt"]
 
@@ -109,7 +109,7 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     cut_off.wait_event("started")
     laptop.json("start", "part")
     cut_off.wait_event("claim")
-    agents = until("its agent runs", lambda: _agents(cut_off))
+    agents = until("its agent runs", lambda: [c["pid"] for c in cut_off.calls()])
     assert cut_off.proc is not None
     cut_off.proc.send_signal(signal.SIGSTOP)  # no heartbeat reaches the store; its agent works on
     rescuer.start_worker()
@@ -117,7 +117,7 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     before = laptop.json("show", "part")
     cut_off.proc.send_signal(signal.SIGCONT)
     cut_off.wait_event("lease-lost", timeout=30)
-    until("the stale agent is stopped", lambda: not any(_alive(pid) for pid in agents), timeout=30)
+    until("the stale agent is stopped", lambda: not any(alive(pid) for pid in agents), timeout=30)
     time.sleep(2 * LEASE / 3)  # a heartbeat more: anything it would still write would be there now
     after = laptop.json("show", "part")
     assert after["turns"] == before["turns"] and after["task"]["status"] == "blocked"
@@ -150,27 +150,6 @@ def test_sigterm_drains_a_worker_it_finishes_its_turn_and_claims_nothing_more(te
     # The laptop's doctor says the queued turn has no worker to run it.
     checks = [c for c in laptop.json("doctor")["checks"] if c["name"] == "workers"]
     assert [c["status"] for c in checks] == ["warn"] and "1 turn(s) queued" in checks[0]["message"]
-
-
-def _calls(host) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
-    record = host.record / "invocations.jsonl"
-    if not record.exists():
-        return []
-    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
-
-
-def _agents(host) -> list[int]:  # type: ignore[no-untyped-def]
-    return [call["pid"] for call in _calls(host)]
-
-
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_restarted_worker_re_adopts_its_running_turn_before_its_lease_runs_out(team: Team) -> None:
@@ -320,7 +299,7 @@ def test_a_turn_queued_from_a_laptop_never_widens_what_the_agent_may_do_on_the_w
     assert started.returncode == 0, started.stderr
     assert laptop.json("show", "wide")["task"]["settings"]["permission_mode"]["value"] == "bypassPermissions"
     until("it ran", lambda: _status(laptop, "wide") == "blocked", timeout=60)
-    [call] = _calls(host)
+    [call] = host.calls()
     mode = call["argv"][call["argv"].index("--permission-mode") + 1]
     assert mode == "acceptEdits"
     assert not pwned.exists()

@@ -26,6 +26,7 @@ comparison stands behind it (``corral.engine.readonly``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -43,7 +44,6 @@ from corral.adapters.harness.base import (
     prompt_arg,
     usage_limit_in,
 )
-from corral.adapters.harness.claude import code_for
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
@@ -117,6 +117,13 @@ def _refused(what: str) -> str:
     return f"the model server refused Pi's credentials ({what}). {LOGIN_HINT}"
 
 
+def _code_for(cls: FailureClass) -> str:
+    # Claude's adapter holds the codes; loaded only for a verdict, so a log scan does not pay its import
+    from corral.adapters.harness.claude import code_for
+
+    return code_for(cls)
+
+
 def retry_verdict(event: Event) -> Verdict:
     """The verdict of an attempt corral ended at Pi's ``auto_retry_start`` line ``event``."""
     message = event.name or ""
@@ -125,7 +132,7 @@ def retry_verdict(event: Event) -> Verdict:
     cls = _class_of(event.status, message)
     _, what = describe_error(message)
     reason = _refused(what) if cls is FailureClass.FATAL_AUTH else f"Pi's model call failed: {what}"
-    return Verdict(False, cls, code_for(cls), reason)
+    return Verdict(False, cls, _code_for(cls), reason)
 
 
 # A tool call's start and its successful end on the next line, in a shape whose parse is certain
@@ -134,7 +141,8 @@ def retry_verdict(event: Event) -> Verdict:
 _CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7f]"  # printable ASCII but '"' and '\'
 _PLAIN = rb'"' + _CHARS + rb'*+"'  # a string without escapes: its bytes are its value
 _STRING = rb'"' + _CHARS + rb'*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})' + _CHARS + rb'*+)*+"'
-_SCALAR = rb"(?:" + _STRING + rb"|true|false|null|-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?)"
+_WORD = rb"true|false|null|-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?"  # a scalar but a string
+_SCALAR = rb"(?:" + _STRING + rb"|" + _WORD + rb")"
 _FLAT = rb"\{(?:" + _STRING + rb": ?" + _SCALAR + rb"(?:, ?" + _STRING + rb": ?" + _SCALAR + rb")*+)?\}"
 _VALUE = (
     rb"(?:"
@@ -154,25 +162,55 @@ _VALUE = (
 _RESULT = (
     rb"(?:" + _SCALAR + rb"|\{(?:" + _STRING + rb": ?" + _VALUE + rb"(?:, ?" + _STRING + rb": ?" + _VALUE + rb")*+)?\})"
 )
-_PAIR = re.compile(
-    rb'\{"type": ?"tool_execution_start", ?"toolCallId": ?"(?P<id>'
-    + _CHARS
-    + rb'*+)", ?"toolName": ?"(?P<name>'
-    + _CHARS
-    + rb'*+)", ?"args": ?(?P<args>'
-    + _FLAT
-    + rb")\}\n"
-    rb'\{"type": ?"tool_execution_end", ?"toolCallId": ?"(?P=id)", ?"toolName": ?'
-    + _PLAIN
-    + rb', ?"result": ?'
-    + _RESULT
-    + rb', ?"isError": ?false\}\n'
-)
+
+
+def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') -> bytes:
+    """A start whose arguments match ``args`` and its successful end (beginning ``end_type``) on the next line."""
+    return (
+        rb'\{"type": ?"tool_execution_start", ?"toolCallId": ?"(?P<id>'
+        + _CHARS
+        + rb'*+)", ?"toolName": ?"(?P<name>'
+        + _CHARS
+        + rb'*+)", ?"args": ?(?P<args>'
+        + args
+        + rb")\}\n"
+        + end_type
+        + rb', ?"toolCallId": ?"(?P=id)", ?"toolName": ?'
+        + _PLAIN
+        + rb', ?"result": ?'
+        + _RESULT
+        + rb', ?"isError": ?false\}\n'
+    )
+
+
+_PAIR = re.compile(_pair(_FLAT))
 #: A run of such pairs, each maybe after ``message_update`` lines (text on its way, no fact in it):
 #: what a long healthy turn is made of, matched in one go.
 _UPDATE = rb'\{"type": ?"message_update"[^\n]*+\n'
 _RUN = re.compile(rb"(?:(?:" + _UPDATE + rb")*+" + _PAIR.pattern + rb")++")
 _UPDATE_LINE = re.compile(_UPDATE)
+#: A run whose calls' arguments are written without an escape (PiHarness.incident_plain_run): each
+#: string argument's bytes, between its quotes, are its value.
+_PLAIN_SCALAR = rb"(?:" + _PLAIN + rb"|" + _WORD + rb")"
+_PLAIN_FLAT = rb"\{(?:" + _PLAIN + rb": ?" + _PLAIN_SCALAR + rb"(?:, ?" + _PLAIN + rb": ?" + _PLAIN_SCALAR + rb")*+)?\}"
+#: How the end line of each call of such a run begins (after its start line's newline), in each
+#: spelling: in a run of one spelling, counting that counts the calls.
+_END_LINES = (b'\n{"type":"tool_execution_end"', b'\n{"type": "tool_execution_end"')
+
+
+@functools.cache
+def _plain_run(compact: bool) -> tuple[re.Pattern[bytes], bytes, re.Pattern[bytes]]:
+    """Such a run whose ends are spelled one way, that spelling, and a pattern of it (compiled on
+    first use: each such pattern costs milliseconds of a command's start)."""
+    end = _END_LINES[0] if compact else _END_LINES[1]
+    run = re.compile(rb"(?:(?:" + _UPDATE + rb")*+" + _pair(_PLAIN_FLAT, re.escape(end[1:])) + rb")++")
+    return run, end, re.compile(re.escape(end))
+
+
+#: Below this many bytes the pattern counts a run's calls faster than ``bytes.count``.
+_SHORT_RUN = 32 * 1024
+#: A value a plain run spells between quotes as it is.
+_PLAIN_TEXT = re.compile(_CHARS.decode("ascii") + "*")
 
 
 def _result_text(result: Any) -> str:
@@ -318,6 +356,42 @@ class PiHarness:
             yield found["name"].decode("ascii") or "tool", found["args"], found.start(), found.end()
             at = found.end()
 
+    def incident_plain_run(self, data: bytes, start: int, limit: int) -> tuple[int, int] | None:
+        """Where a run of plain pairs beginning at ``data[start]`` ends and how many calls it holds,
+        when each call's arguments are written without an escape (a flat object of strings, numbers,
+        booleans and nulls); None when no such pair begins there.
+
+        In such a run a call's bytes are its facts: the start line of a call of tool ``N`` with a
+        string argument ``S`` holds ``"S"``, and ``"N"`` (or ``""``, Pi's empty name, for ``tool``)
+        — what :meth:`incident_call_marks` rests on.
+        """
+        at = data.find(b'"tool_execution_end"', start, limit)  # the first call's end: its spelling is the run's
+        if at <= start:
+            return None
+        run, end_line, end_lines = _plain_run(data[at - 1] == 0x3A)  # ':' just before: no space
+        found = run.match(data, start, limit)
+        if found is not None:
+            # exact: each of the run's lines begins with its type, and only a call's end with this
+            stop = found.end()
+            if stop - start < _SHORT_RUN:
+                return stop, len(end_lines.findall(data, start, stop))
+            return stop, data.count(end_line, start, stop)
+        return None
+
+    def incident_call_marks(self, name: str, args: Any = None) -> tuple[bytes, ...]:
+        """Bytes of which the start line of a call of ``name`` with arguments canonically equal to
+        ``args`` (None: not known) holds one, if the call is in a run :meth:`incident_plain_run`
+        found: its longest string argument between quotes, else its name between quotes; () when
+        no call in such a run can be that call."""
+        if isinstance(args, dict):
+            texts = [v for v in args.values() if isinstance(v, str) and _PLAIN_TEXT.fullmatch(v)]
+            if texts:
+                return (b'"' + max(texts, key=len).encode("ascii") + b'"',)
+        if _PLAIN_TEXT.fullmatch(name) is None:
+            return ()  # a plain run spells each tool name as it is: no call of this one is in one
+        quoted = b'"' + name.encode("ascii") + b'"'
+        return (quoted, b'""') if name == "tool" else (quoted,)
+
     def incident_facts(self, data: dict[str, Any], offset: int, cwd: str) -> list[Fact]:
         """Pi JSON's structured failure fields: ``tool_execution_start`` / ``_end`` with ``isError``,
         ``message_end`` with ``stopReason: "error"``, ``auto_retry_start`` / ``_end``."""
@@ -373,4 +447,4 @@ class PiHarness:
             return Verdict(False, cls, "harness-exited", reason)
         if cls is FailureClass.FATAL_AUTH:
             reason = _refused(what) if last is not None else f"{reason} — {LOGIN_HINT}"
-        return Verdict(False, cls, code_for(cls), reason)
+        return Verdict(False, cls, _code_for(cls), reason)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from corral.adapters.files import fsync_dir, private_dirs, read_bounded, write_atomic
-from corral.domain.incidents import Collector, Fact, FailureState, Gap, operation_of, reduce
+from corral.domain.incidents import Collector, Fact, FailureState, Gap, ToolStart, operation_of, reduce
 from corral.engine.runtime import provenance
 
 JOURNAL = "failures.jsonl"
@@ -38,6 +38,8 @@ CURSOR = "failures.cursor.json"
 MAX_RECORD = 2 * 1024 * 1024
 HEAD_BYTES = 64
 CHUNK = 1 << 20
+#: The most open failures whose marks are searched for to pass a run of calls at once (``_Lines._unmarked``).
+MAX_MARKED = 4
 
 
 class Facts(Protocol):
@@ -45,7 +47,12 @@ class Facts(Protocol):
 
     A harness may also have ``incident_pair(data, start, end)``: for a tool call's start at
     ``data[start]`` ended successfully on the next line, in a shape whose facts are certain
-    unparsed, (its call id, tool name, arguments' JSON, where the next line begins), else None.
+    unparsed, (its call id, tool name, arguments' JSON, where the next line begins), else None;
+    ``incident_run`` / ``incident_run_calls`` for a run of such pairs; and, to pass a run while
+    failures are open, ``incident_plain_run(data, start, limit)`` (a run whose calls' bytes spell
+    their facts: where it ends and how many calls it holds) with ``incident_call_marks(name, args)``
+    (bytes one of which the start line of any call of ``name`` with those arguments in such a run
+    holds). See :class:`corral.adapters.harness.pi.PiHarness`.
     """
 
     incident_markers: tuple[bytes, ...]
@@ -327,7 +334,9 @@ def _scan_bytes(
     Only lines holding one of the harness's markers are parsed. They are found with byte
     searches, not line by line, and a harness's ``incident_pair`` (optional) spares the parse
     of a tool call begun and ended successfully on the next line when no failure of its
-    operation is open: that pair's facts change nothing but the collector's sequence.
+    operation is open: that pair's facts change nothing but the collector's sequence. While
+    failures are open, a run of such calls none of whose start lines holds an open failure's
+    mark (``incident_call_marks``) is passed at once: none of them is an exact retry.
     """
     events: list[dict[str, Any]] = []
     markers = tuple(harness.incident_markers)
@@ -337,12 +346,13 @@ def _scan_bytes(
     carry = b""
     skipping = False  # inside a record over MAX_RECORD: drop bytes until its newline
     while position < size:
-        chunk = os.pread(fd, min(CHUNK, size - position), position)
-        if not chunk:
-            break
+        # The line left incomplete is read again with what follows it: buffers of one size, where
+        # joining it to the next read would cost more than reading (a fresh buffer each time).
         base = position - len(carry)
-        data = carry + chunk
-        position += len(chunk)
+        data = os.pread(fd, min(max(CHUNK, len(carry) + CHUNK // 4), size - base), base)
+        if len(data) <= len(carry):
+            break
+        position = base + len(data)
         start, end = 0, data.rfind(b"\n") + 1  # the complete lines are data[start:end]
         if skipping and end:
             start, skipping = data.find(b"\n") + 1, False
@@ -380,6 +390,16 @@ class _Lines:
             harness, "incident_run_calls", lambda *_: ()
         )
         self.operations: dict[tuple[str, bytes], str] = {}  # (tool, its arguments' JSON) -> operation
+        self.plain_run: Callable[[bytes, int, int], tuple[int, int] | None] | None = getattr(
+            harness, "incident_plain_run", None
+        )
+        self.call_marks: Callable[[str, Any], tuple[bytes, ...]] | None = getattr(harness, "incident_call_marks", None)
+        self.args_of: dict[str, Any] = {}  # operation -> the arguments of a call of it this scan parsed
+        self.marks_of: tuple[str, ...] | None = None  # the open operations ``marks`` stand for
+        self.marks: tuple[bytes, ...] = ()
+        self.marks_by: dict[str, tuple[bytes, ...]] = {}  # operation -> its marks
+        self.ahead_in: bytes | None = None  # the buffer ``ahead`` is of
+        self.ahead: dict[bytes, int] = {}  # mark -> where it next occurs in that buffer (-1: nowhere)
 
     def each(self, data: bytes, start: int, end: int, base: int, markers: tuple[bytes, ...]) -> None:
         """Every line of ``data[start:end]`` tested for a marker in turn."""
@@ -397,10 +417,27 @@ class _Lines:
         find, rfind = data.find, data.rfind
         big = _oversized(data, start, end)
         next_big = big.pop(0) if big else end
-        ahead = [find(m, start, end) for m in markers]
+        # Each marker's next occurrence from ``start`` on, searched only as far as the nearest one
+        # found (the first marker, the commonest, bounds the search of the rarer): ``seen[i]`` is
+        # marker i's occurrence found, ``clear[i]`` where it is known to be absent up to.
+        seen = [-1] * len(markers)
+        clear = [start] * len(markers)
         while True:
-            hit = min((h for h in ahead if h >= 0), default=-1)
-            if hit < 0:
+            hit = end
+            for i, marker in enumerate(markers):
+                at = seen[i]
+                if at < start:
+                    since = clear[i] if clear[i] > start else start
+                    if since >= hit:
+                        continue
+                    at = find(marker, since, hit)
+                    if at < 0:
+                        clear[i] = hit
+                        continue
+                    seen[i] = at
+                if at < hit:
+                    hit = at
+            if hit >= end:
                 break
             line_start = rfind(b"\n", start, hit) + 1 or start
             while next_big <= line_start:
@@ -416,7 +453,6 @@ class _Lines:
             if not skip:
                 after = self.line(data, line_start, line_end, end, base, next_big)
             start = after
-            ahead = [h if h >= after or h < 0 else find(m, after, end) for h, m in zip(ahead, markers, strict=True)]
         while next_big < end:
             self.oversized(base + next_big)
             next_big = big.pop(0) if big else end
@@ -426,7 +462,8 @@ class _Lines:
 
         With no call begun, a run of successful pairs (the harness's ``incident_run``) changes
         nothing but the collector's sequence — up to the first pair that would recover an open
-        failure — so it is passed over: in one step when no failure is open, else pair by pair;
+        failure — so it is passed over: in one step when no failure is open, else pair by pair,
+        each stretch of pairs that holds no open failure's mark at once (:meth:`_unmarked`);
         never past ``limit`` (the next line too long to be a record).
         """
         collector = self.collector
@@ -443,11 +480,12 @@ class _Lines:
                     return run_end
             else:  # failures are open: pass over the pairs up to the first that would recover one
                 passed = start
-                for name, args, _pair_start, pair_end in self.run_calls(data, start, bound):
-                    if self._recovers(name, args):
+                while True:
+                    call = next(iter(self.run_calls(data, passed, bound)), None)  # the next call, checked
+                    if call is None or self._recovers(call[0], call[1]):
                         break
                     collector.sequence += 2
-                    passed = pair_end
+                    passed = self._unmarked(data, call[3], bound, end)  # and the unmarked ones after it, at once
                 if passed > start:
                     return passed  # the loop reads on from there (the recovering pair, or what follows)
         if self.pair is not None:
@@ -460,6 +498,54 @@ class _Lines:
                 return pair[3]
         self.parse(data[start:nl], base + start)
         return nl + 1
+
+    def _unmarked(self, data: bytes, start: int, bound: int, end: int) -> int:
+        """Past the run of plain pairs (the harness's ``incident_plain_run``) from ``data[start]`` up to
+        the first line holding a mark of an open failure (``incident_call_marks``), its calls
+        counted; ``start`` when there is none. A call whose start line holds no mark is no exact
+        retry of an open failure, so it recovers none: this is the check of every such call at once.
+        """
+        if self.plain_run is None or self.call_marks is None or len(self.collector.failed) > MAX_MARKED:
+            return start  # each failure's marks are searches of their own: past a few, checking each call costs less
+        marks = self._marks()
+        if data is not self.ahead_in:
+            self.ahead_in, self.ahead = data, {}
+        ahead = self.ahead
+        cut = bound
+        for mark in marks:
+            at = ahead.get(mark)
+            if at is None or 0 <= at < start:
+                at = ahead[mark] = data.find(mark, start, end)
+            if 0 <= at < cut:
+                cut = at
+        if cut < bound:
+            cut = data.rfind(b"\n", start, cut) + 1 or start  # the marked line's start
+        if cut <= start:
+            return start
+        run = self.plain_run(data, start, cut)
+        if run is None:
+            return start
+        self.collector.sequence += 2 * run[1]  # each call's start and end: folded, they would leave nothing else
+        return run[0]
+
+    def _marks(self) -> tuple[bytes, ...]:
+        """The marks of the open failures: for each, bytes one of which an exact retry's start line holds."""
+        failed = self.collector.failed
+        if self.marks_of != tuple(failed):
+            assert self.call_marks is not None
+            marks: dict[bytes, None] = {}
+            for operation in failed:
+                known = self.marks_by.get(operation)
+                if known is None:
+                    name, colon, _digest = operation.rpartition(":")
+                    # a tool's operation (``operation_of``); the model's is recovered by no call
+                    known = self.call_marks(name, self.args_of.get(operation)) if colon else ()
+                    if len(self.marks_by) >= 4096:
+                        self.marks_by.clear()
+                    self.marks_by[operation] = known
+                marks.update(dict.fromkeys(known))
+            self.marks, self.marks_of = tuple(marks), tuple(failed)
+        return self.marks
 
     def _recovers(self, name: str, args: bytes) -> bool:
         """Whether a successful call of ``name`` with ``args`` (JSON) would recover an open failure."""
@@ -483,6 +569,16 @@ class _Lines:
         if isinstance(record, dict):
             for fact in self.harness.incident_facts(record, line_at, self.cwd):
                 self.events += self.collector.fold(fact, self.at)
+                if isinstance(fact, ToolStart) and self.call_marks is not None:
+                    self._started(fact)
+
+    def _started(self, fact: ToolStart) -> None:
+        """Remember the arguments of a call just begun, by its operation: if it fails, its marks are theirs."""
+        started = self.collector.starts.get(fact.call_id)
+        if started is not None:
+            if len(self.args_of) >= 4096:
+                self.args_of.clear()  # a failure whose arguments are forgotten is marked by its tool's name
+            self.args_of[started[0]] = fact.args
 
     def oversized(self, line_at: int) -> None:
         self.gap(f"oversized:{line_at}", f"a record over 2 MiB at byte {line_at}")
