@@ -32,6 +32,7 @@ run bench/bench_mcp.py
 run bench/bench_watch_idle.py
 run bench/bench_dashboard.py
 run bench/bench_pg_store.py
+run bench/bench_workers.py
 echo
 if [ "$status" -eq 0 ]; then echo "run_all: every benchmark met its targets"; else echo "run_all: some target missed (see FAIL above)"; fi
 exit "$status"

@@ -129,3 +129,22 @@ def test_the_plain_list_never_imports_click(corral: CLI, repo: Path) -> None:
     probe_help = probe.replace("'--json'", "'--help'")
     out = subprocess.run([sys.executable, "-c", probe_help], cwd=repo, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_the_plain_list_loads_nothing_only_one_task_s_read_needs(corral: CLI, repo: Path) -> None:
+    corral.ok("create", "First task")
+    show_only = [
+        "corral.engine.read.incidents",  # incidents and their journal: show and failures
+        "corral.engine.runtime.journal",
+        "corral.engine.read.diagnostics",  # evidence's diagnostics: show
+        "corral.domain.incidents",
+    ]
+    probe = (
+        "import sys; from corral.cli import main; code = main(['list', '--active']); "
+        f"print([m for m in {show_only!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    probe_show = probe.replace("'list', '--active'", "'show', 'first-task'")
+    out = subprocess.run([sys.executable, "-c", probe_show], cwd=repo, capture_output=True, text=True, check=True)
+    assert "corral.engine.read.incidents" in out.stdout.strip().splitlines()[-1]

@@ -51,3 +51,11 @@ def test_a_running_turn_is_read_once_per_ttl(monkeypatch: pytest.MonkeyPatch) ->
     assert reads == ["t1", "t1"]
     assert cache.facts(Proj(), task(Status.BLOCKED)) is None  # type: ignore[arg-type]
     assert reads == ["t1", "t1"]
+
+
+def test_the_protocol_path_is_the_project_paths_protocol_dir(tmp_path: Path) -> None:
+    from corral.engine.paths import ProjectPaths
+
+    paths = ProjectPaths(repo=tmp_path / "repo", home=tmp_path / "home", root=tmp_path / "home" / "projects" / "p")
+    project: Any = type("P", (), {"paths": paths})()
+    assert liveness.protocol_path(project, "abc123") == str(paths.protocol_dir("abc123"))

@@ -85,7 +85,9 @@ class Host:
             timeout=timeout,
         )
         if check:
-            assert done.returncode == 0, f"{self.name}: corral {' '.join(args)} -> {done.returncode}\n{done.stderr}"
+            assert done.returncode == 0, (
+                f"{self.name}: corral {' '.join(args)} -> {done.returncode}\n{done.stdout}{done.stderr}"
+            )
         return done
 
     def json(self, *args: str) -> Any:

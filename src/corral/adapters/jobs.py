@@ -31,6 +31,20 @@ def queue_of(project: str) -> str:
     return f"turns.{project}"
 
 
+def _no_schema(exc: BaseException) -> bool:
+    """Whether the engine's tables are missing (no worker has started on this database yet)."""
+    import psycopg
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(
+            cause, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedObject)
+        ):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _connect_kwargs() -> dict[str, Any]:
     return {"options": f"-c search_path={SCHEMA}"}
 
@@ -77,16 +91,19 @@ class Dispatch:
         """Enqueue one waiting command; its job id, or None when the task already has a job waiting."""
         import procrastinate.exceptions
 
-        self.ensure_schema()
-        app = self._app(sync=True)
-        with app.open():
-            deferrer = app.configure_task(TASK_NAME, queue=queue_of(project), queueing_lock=f"{project}:{task_id}")
-            try:
-                return int(deferrer.defer(project=project, task_id=task_id, command_id=command_id))
-            except procrastinate.exceptions.AlreadyEnqueued:
-                return None
-            except procrastinate.exceptions.ConnectorException as exc:
-                raise StoreError(f"corral could not queue the turn: {exc}", hint="corral doctor") from exc
+        for first in (True, False):
+            app = self._app(sync=True)
+            with app.open():
+                deferrer = app.configure_task(TASK_NAME, queue=queue_of(project), queueing_lock=f"{project}:{task_id}")
+                try:
+                    return int(deferrer.defer(project=project, task_id=task_id, command_id=command_id))
+                except procrastinate.exceptions.AlreadyEnqueued:
+                    return None
+                except procrastinate.exceptions.ConnectorException as exc:
+                    if not (first and _no_schema(exc)):
+                        raise StoreError(f"corral could not queue the turn: {exc}", hint="corral doctor") from exc
+            self.ensure_schema()  # the first turn ever queued in this database: the engine's tables first
+        raise AssertionError("unreachable")
 
     def finish(self, job_ids: list[int]) -> None:
         """Mark a lost worker's jobs failed, so the engine never hands them out again (corral resumes the turn)."""

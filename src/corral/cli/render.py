@@ -16,7 +16,6 @@ from typing import Any
 
 from corral.cli.app import App
 from corral.domain.clock import parse_time
-from corral.domain.incidents import row_text
 from corral.domain.sanitize import display
 from corral.domain.status import Status
 from corral.domain.substate import render_status, retry_summary
@@ -101,7 +100,13 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
     # A subtask sits under its parent, indented (``projection.as_tree`` gives each row its depth).
     refs = [INDENT * int(r.get("depth") or 0) + r["ref"] for r in rows]
     ref_w = min(max(len(ref) for ref in refs), 32)
-    words = [render_status_plain(r) for r in rows]
+    plain: dict[tuple[str, str | None], str] = {}  # a few distinct words over thousands of rows: each made once
+    words = []
+    for r in rows:
+        word = plain.get((r["status"], r["substate"]))
+        if word is None:
+            word = plain[(r["status"], r["substate"])] = render_status_plain(r)
+        words.append(word)
     st_w = min(max(len(w) for w in words), 40)
     now = datetime.now(UTC)
     ages = [ago(r.get("updated_at"), now) for r in rows]
@@ -395,4 +400,6 @@ def show_lines(
 
 def incident_line(row: dict[str, Any]) -> str:
     """One incident: ``Action required ×3: bash failed: E1  [output.log#byte=1641]``."""
+    from corral.domain.incidents import row_text  # only ``show`` and ``failures`` print incidents
+
     return row_text(row)

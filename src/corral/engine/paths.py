@@ -191,6 +191,16 @@ class ProjectPaths:
         return self.logs / "supervisor.log"
 
     @property
+    def worktrees_lock(self) -> Path:
+        """Held while corral prunes and adds a worktree (a worker runs several turns at once)."""
+        return self.root / "locks" / "worktrees.lock"
+
+    @property
+    def worker_lock(self) -> Path:
+        """Held by this home's one ``corral worker`` (docs/workers.md)."""
+        return self.home / "worker.lock"
+
+    @property
     def merged_sweep(self) -> Path:
         """The merged-branch sweep's memory of which branch and target tips it already looked at."""
         return self.root / "merged-sweep.json"

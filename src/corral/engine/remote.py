@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from corral.adapters.locks import lock
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.engine.project import Project
 from corral.errors import GitError, PrepareFailed
 
 WIP_PREFIX = "refs/corral/wip/"
+WORKTREE_LOCK_SECONDS = 60.0
 STALE_PREFIX = "refs/corral/stale/"
 
 
@@ -48,26 +52,35 @@ class Fetched:
 
 
 def fetch(project: Project, task: Task, target: str) -> Fetched:
-    """Fetch the task branch, its WIP ref and the target (each may be absent on the remote)."""
+    """Fetch the task branch, its WIP ref and the target (each may be absent on the remote).
+
+    One ``ls-remote`` says what the remote holds; one ``fetch`` brings what this host lacks of it.
+    """
     git, repo, remote = project.git, project.repo, remote_name(project)
+    wanted = {
+        "branch": (f"refs/heads/{task.branch}", _tracking(project, task.branch)),
+        "wip": (wip_ref(task), f"refs/corral/remote-wip/{task.ref}"),
+        "target": (f"refs/heads/{target}", _tracking(project, target)),
+    }
+    listed = git.run("ls-remote", remote, *(src for src, _dst in wanted.values()), cwd=repo, check=False)
+    if listed.returncode != 0:
+        said = (listed.stderr or "").strip().splitlines()
+        raise GitError(
+            f"git ls-remote {remote} failed: {said[-1] if said else f'exit {listed.returncode}'}",
+            hint=f"Check that this host reaches the remote: git -C {repo} fetch {remote}",
+        )
+    held = {ref: sha for sha, ref in (line.split("\t", 1) for line in listed.stdout.splitlines() if "\t" in line)}
     found: dict[str, str | None] = {}
-    for name, src, dst in (
-        ("branch", f"refs/heads/{task.branch}", _tracking(project, task.branch)),
-        ("wip", wip_ref(task), f"refs/corral/remote-wip/{task.ref}"),
-        ("target", f"refs/heads/{target}", _tracking(project, target)),
-    ):
-        done = git.run("fetch", "--quiet", "--no-tags", remote, f"+{src}:{dst}", cwd=repo, check=False)
-        if done.returncode != 0:
-            missing = "couldn't find remote ref" in (done.stderr or "").lower()
-            if not missing:
-                raise GitError(
-                    f"git fetch from {remote} failed: {(done.stderr or '').strip().splitlines()[-1:] or ['?']}",
-                    hint=f"Check that this host reaches the remote: git -C {repo} fetch {remote}",
-                )
+    missing: list[str] = []
+    for name, (src, dst) in wanted.items():
+        sha = held.get(src)
+        found[name] = sha
+        if sha is None:
             git.run("update-ref", "-d", dst, cwd=repo, check=False)  # what the remote no longer holds
-            found[name] = None
-        else:
-            found[name] = git.rev_parse(dst, cwd=repo)
+        elif git.rev_parse(dst, cwd=repo) != sha:
+            missing.append(f"+{src}:{dst}")
+    if missing:
+        git.run("fetch", "--quiet", "--no-tags", remote, *missing, cwd=repo)
     return Fetched(found["branch"], found["wip"], found["target"])
 
 
@@ -98,13 +111,30 @@ def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> 
         if path.exists() or path.is_symlink():
             raise PrepareFailed(f"Something already exists at {path}, where task {task.ref}'s worktree goes.")
         path.parent.mkdir(parents=True, exist_ok=True)
-        git.run("worktree", "prune", cwd=repo, check=False)
-        git.run("worktree", "add", "--quiet", "-B", task.branch, str(path), start, cwd=repo)
+        # git's worktree bookkeeping is the repository's: one prune-and-add at a time (a worker runs
+        # several turns at once, and a prune would take another's half-made worktree).
+        with worktree_lock(project):
+            git.run("worktree", "prune", cwd=repo, check=False)
+            git.run("worktree", "add", "--quiet", "-B", task.branch, str(path), start, cwd=repo)
     if fetched.wip is not None and git.rev_parse(f"{fetched.wip}^", cwd=repo) == start:
         # The last worker's uncommitted work, back as uncommitted changes on the same tip.
         git.run("checkout", fetched.wip, "--", ".", cwd=path)
         git.run("reset", "--quiet", cwd=path)
     return path, fetched
+
+
+@contextmanager
+def worktree_lock(project: Project) -> Iterator[None]:
+    fd = lock(project.paths.worktrees_lock, WORKTREE_LOCK_SECONDS)
+    if fd is None:
+        raise PrepareFailed(
+            f"Another corral process held {project.paths.worktrees_lock} for {int(WORKTREE_LOCK_SECONDS)} s.",
+            hint="It is making or removing a worktree; try again.",
+        )
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def snapshot(project: Project, worktree: Path, message: str) -> str | None:
@@ -139,6 +169,22 @@ def push_wip(project: Project, task: Task, worktree: Path, *, final: bool = Fals
         return None
     project.git.run("push", "--quiet", "--force", remote_name(project), f"{sha}:{wip_ref(task)}", cwd=worktree)
     return sha
+
+
+def publish_branch(project: Project, task: Task) -> bool:
+    """Push this host's task branch where the remote has none yet (one push, leased on its absence);
+    False when there is nothing to publish or the remote holds the branch already."""
+    git, repo = project.git, project.repo
+    tip = git.rev_parse(f"refs/heads/{task.branch}", cwd=repo)
+    if tip is None:
+        return False
+    try:
+        push_branch(project, task, None)
+    except GitError:
+        if git.run("ls-remote", remote_name(project), f"refs/heads/{task.branch}", cwd=repo).stdout.strip():
+            return False  # the remote's already: a worker pushed it
+        raise
+    return True
 
 
 def push_branch(project: Project, task: Task, expected: str | None) -> str | None:

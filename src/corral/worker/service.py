@@ -8,8 +8,8 @@ out and re-adopts the turns it claimed (their supervisors ran on without it). Th
 - the dispatch engine (procrastinate) hands it jobs, ``worker_turns`` at once; each job claims its
   turn under a new epoch and follows it to its end (``operations.claimed``);
 - every third of a lease it heartbeats, and stops any agent whose epoch was taken over;
-- twice a second it settles each project (receipts become turns, lost workers' turns are
-  fenced off and resumed), as the daemon does.
+- every two seconds it settles each project (lost workers' turns are fenced off and resumed,
+  auto-resume runs), as the daemon does; each job records its own turn's receipt the moment it lands.
 
 SIGTERM or Ctrl-C drains: it claims nothing more, finishes the turns it runs, then says it stopped.
 """
@@ -34,7 +34,9 @@ from corral.engine.queue import host_name, worker_id
 from corral.engine.runtime import usage_pause
 from corral.errors import CorralError, RefusedError, UsageError
 
-SETTLE_SECONDS = 0.5
+#: How often the worker settles each project (lost workers' turns, auto-resume). The turns it runs
+#: are recorded by the job that follows each one, as soon as their receipt lands.
+SETTLE_SECONDS = 2.0
 
 Event = Callable[[dict[str, Any]], None]
 
@@ -180,7 +182,7 @@ class Worker:
             self.stop.set()
 
     def run(self) -> None:
-        lock_fd = try_lock(self.home / "worker.lock")
+        lock_fd = try_lock(next(iter(self.projects.values())).paths.worker_lock)
         if lock_fd is None:
             raise RefusedError(
                 f"A corral worker already runs for {self.home}.",

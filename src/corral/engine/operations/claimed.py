@@ -25,6 +25,7 @@ from corral.engine.operations import launch
 from corral.engine.operations.turns import revert_files
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
+from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import shipping
@@ -165,6 +166,14 @@ def follow(
             return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
         if answered:
             break
+        # Its receipt is recorded here as soon as it lands (the worker's settle loop would, later):
+        # the turn's end costs one lstat a poll, not a reconcile pass of the whole project.
+        try:
+            if process_receipt(project, task):
+                continue
+        except LeaseLost:
+            reap_turn(project, task_id)
+            return Ran("lost", "the lease was taken over before the turn was recorded: nothing written")
         if time.monotonic() - last_ship >= SHIP_SECONDS:
             last_ship = time.monotonic()
             try:

@@ -27,13 +27,9 @@ def check(project: Project) -> None:
 def queue(project: Project, task: Task, turn: Turn, plan: TurnPlan) -> launch.Launched:
     """Save the turn's plan in the task's lease, publish its branch, and send it to the workers."""
     assert turn.command_id is not None
-    git = project.git
-    if git.rev_parse(f"refs/heads/{task.branch}", cwd=project.repo) is not None:
-        # A branch made here (a start) reaches the workers through the remote; one that a worker
-        # pushed is the remote's already, and this host's copy is never pushed over it.
-        fetched = remote.fetch(project, task, plan.target)
-        if fetched.branch is None:
-            remote.push_branch(project, task, None)
+    # A branch made here (a start) reaches the workers through the remote; one a worker pushed is
+    # the remote's already, and this host's copy is never pushed over it.
+    remote.publish_branch(project, task)
     with project.store.write() as tx:
         tx.queue_turn(task.id, turn.command_id, plan.to_json())
     send(project, task.id, turn.command_id)

@@ -16,10 +16,8 @@ from typing import Any
 from corral.domain.record import record
 from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
-from corral.engine import workspace
 from corral.engine.project import Project
-from corral.engine.read import incidents, projection
-from corral.engine.recovery import merges
+from corral.engine.read import projection
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 from corral.errors import NotFoundError, RefusedError, UsageError
@@ -147,6 +145,10 @@ def show_task(
     ``settle=False``: as for :func:`list_tasks`. ``live``: where live facts come from (default: read
     now; the daemon's endpoint passes its short-lived ``LiveCache``), the task's and its children's.
     """
+    from corral.engine import workspace  # what only one task's read needs: not loaded for ``list``
+    from corral.engine.read import incidents
+    from corral.engine.recovery import merges
+
     problems = _settle(project) if settle else []
     earlier = 0
     with project.store.read() as tx:
@@ -207,6 +209,8 @@ def failures(
     max_bytes: int | None = None,
 ) -> Failures:
     """A task's incidents (its current session's by default): those needing action, or every one; one page."""
+    from corral.engine.read import incidents  # the journal's reader: only the incident reads load it
+
     problems = _settle(project)
     with project.store.read() as tx:
         task = resolve_task(tx, given)
@@ -232,6 +236,8 @@ def failures_of_log(
     max_bytes: int | None = None,
 ) -> Failures:
     """The incidents a log outside any task holds, scanned from its start (measurable beside others)."""
+    from corral.engine.read import incidents
+
     state = incidents.scan_log(Path(path), harness)
     doc = {**incidents.summary(state), "rows": incidents.rows(state, history=history, raw=raw)}
     return Failures(None, incidents.page(doc, cursor=cursor, max_bytes=max_bytes), [])

@@ -47,7 +47,7 @@ from corral.domain.records import (
 from corral.domain.settings import default
 from corral.domain.status import Status
 from corral.domain.substate import Live, substate
-from corral.engine.read.diagnostics import EXPIRED, present
+from corral.domain.team import LeaseState
 from corral.store import Tx
 
 if TYPE_CHECKING:
@@ -82,6 +82,8 @@ class _Failures:
 
     def kept(self) -> set[str]:
         if self._kept is None:
+            from corral.engine.read.diagnostics import present  # only a read that shows evidence lists them
+
             self._kept = present(Path(self.dir), self.task.id) if self.dir is not None else set()
         return self._kept
 
@@ -93,6 +95,8 @@ class _Failures:
             return seen[1]
         doc = evidence.to_json()
         if self.dir is not None and evidence.diagnostic:
+            from corral.engine.read.diagnostics import EXPIRED
+
             kept = evidence.diagnostic in self.kept()
             doc["diagnostic_path"] = f"{self.dir}/{evidence.diagnostic}" if kept else None
             doc["diagnostic_status"] = "kept" if kept else "expired"
@@ -399,6 +403,8 @@ def _show(
         "agent_tools": agent_tools_json(task),
         "sandbox": sandbox_json(task),
         "failure_rule": failure_rule_json(task),
+        # Which worker runs (or last ran) the task's turn, under which epoch (docs/workers.md).
+        "lease": lease.to_json() if (lease := tx.lease(task.id)) is not None else None,
         "stopped_because": v.stopped_because,
         "next": v.next,
     }
@@ -526,13 +532,25 @@ def list_rows(
     sessions = tx.sessions_by_id(t.session_id for t in tasks if t.status is Status.INTERRUPTED and t.session_id)
     parents = tx.refs_by_id(t.parent_id for t in tasks if t.parent_id)
     working = Status.WORKING
+    away = hosts_of(tx) if any(t.status is working for t in tasks) else {}
     rows = []
     for t in tasks:
         session = sessions.get(t.session_id) if t.session_id else None
         because, _tripped = _because(t, session, breaker_threshold(t) if session is not None else BREAKER_THRESHOLD)
         sub = substate(working, live_of(t)) if t.status is working else None
-        rows.append(_row(t, parents.get(t.parent_id) if t.parent_id else None, sub, because))
+        row = _row(t, parents.get(t.parent_id) if t.parent_id else None, sub, because)
+        if t.id in away:
+            row["host"] = away[t.id]
+        rows.append(row)
     return rows
+
+
+def hosts_of(tx: Tx) -> dict[str, str]:
+    """Where each task's turn runs on a worker: its host, or "queued" while no worker has claimed it."""
+    return {
+        lease.task_id: lease.host if lease.claimed and lease.host else "queued"
+        for lease in tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])
+    }
 
 
 def as_tree(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

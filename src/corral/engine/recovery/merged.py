@@ -35,24 +35,21 @@ def sweep_merged_branches(project: Project) -> int:
     """
     with project.store.read() as tx:
         resting = [t for t in tx.tasks(SWEPT) if t.session_id]
-        sessions = tx.sessions_by_id(t.session_id for t in resting if t.session_id)
-        candidates = [(t, sessions.get(t.session_id or "")) for t in resting]
         targets = {t.id: target_branch(tx, t) for t in resting}
     seen_path = project.paths.merged_sweep  # per candidate, the (target tip, branch tip) last found unmerged
     seen = _read_seen(seen_path)
-    if not candidates:
+    if not resting:
         if seen:
             _write_seen(seen_path, {})
         return 0
     git, repo = project.git, project.repo
     tips = _tips(project, ["refs/heads"])
 
-    # Who must be looked at again: a branch or a target that moved since the last look.
+    # Who must be looked at again: a branch or a target that moved since the last look. A task is
+    # in ``seen`` only once its session was found with a base, so only those due need their session.
     fresh: dict[str, str] = {}
-    due: list[tuple[Task, Session, str | None, str, str]] = []
-    for task, session in candidates:
-        if session is None or not session.base_commit:
-            continue
+    moved: list[tuple[Task, str | None, str, str]] = []
+    for task in resting:
         tip, target_tip = tips.get(task.branch), tips.get(targets[task.id])
         if target_tip is None:
             continue
@@ -60,7 +57,15 @@ def sweep_merged_branches(project: Project) -> int:
         if seen.get(task.id) == key:
             fresh[task.id] = key
             continue
-        due.append((task, session, tip, target_tip, key))
+        moved.append((task, tip, target_tip, key))
+    due: list[tuple[Task, Session, str | None, str, str]] = []
+    if moved:
+        with project.store.read() as tx:
+            sessions = tx.sessions_by_id(t.session_id for t, *_ in moved if t.session_id)
+        for task, tip, target_tip, key in moved:
+            session = sessions.get(task.session_id or "")
+            if session is not None and session.base_commit:
+                due.append((task, session, tip, target_tip, key))
 
     # One question per target tip: which of the due branches does it contain?
     ahead: dict[str, list[str]] = {}

@@ -48,12 +48,26 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
     with project.store.read() as tx:
         candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
         current = tx.current_command_ids(t.id for t in candidates if t.status is Status.WORKING)
+    ended: list[str] = []
+    if project.database_url is not None:  # turns on workers (docs/workers.md): only with the shared store
+        from corral.engine.queue import local_worker
+        from corral.engine.recovery import leases
+
+        ended += _sweep_leases(project, problems)
+        me = local_worker(project)
+        away = leases.elsewhere(project, me)
+        try:
+            leases.bring_shipped(project, me)
+        except Exception as exc:  # what others shipped is read again on the next pass
+            if problems is None:
+                raise
+            problems.append(f"shipped files: {type(exc).__name__}: {exc}")
+        candidates = [t for t in candidates if t.id not in away or t.status is not Status.WORKING]
     if not candidates:
-        return []
+        return ended
     from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
 
     grace = timedelta(seconds=float(project.config["grace_period"]))
-    ended: list[str] = []
     for task in candidates:
         try:
             if reconcile_working(project, task, grace, current_id=current.get(task.id), observed=observed):
@@ -63,6 +77,18 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
                 raise
             problems.append(f"{task.ref}: {type(exc).__name__}: {exc}")
     return ended
+
+
+def _sweep_leases(project: Project, problems: list[str] | None) -> list[str]:
+    from corral.engine.recovery import leases
+
+    try:
+        return leases.sweep(project)
+    except Exception as exc:  # the lease sweep must not hide the local one
+        if problems is None:
+            raise
+        problems.append(f"leases: {type(exc).__name__}: {exc}")
+        return []
 
 
 def sweep_terminal(project: Project) -> int:

@@ -19,13 +19,12 @@ from corral.domain.records import READ_ONLY_KEPT, FailureEvidence, PossibleEffec
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import Observed, live_of
-from corral.engine.runtime.observer import observe_lost
+from corral.engine.runtime.liveness import Observed, live_of, protocol_path
 from corral.engine.runtime.processes import GONE, reap_turn, supervisor_alive, supervisor_lost
 from corral.errors import CorralError
 
 
-def process_receipt(project: Project, task: Task, protocol_dir: Path | None = None) -> bool:
+def process_receipt(project: Project, task: Task, protocol_dir: str | Path | None = None) -> bool:
     """A completed or failed receipt in the task's protocol dir becomes its turn. True if one was there.
 
     A receipt that cannot be used (not a regular file, a symlink, too large, invalid
@@ -35,10 +34,11 @@ def process_receipt(project: Project, task: Task, protocol_dir: Path | None = No
     execution fault: the task rests interrupted with the cause "internal fault", never
     working with no owner.
     """
-    protocol_dir = protocol_dir or project.paths.protocol_dir(task.id)
+    where = protocol_dir or protocol_path(project, task.id)
     # the common case, asked of every running turn on every read: one lstat, no Path built
-    if not os.path.lexists(os.path.join(protocol_dir, proto.RESPONSE)):
+    if not os.path.lexists(os.path.join(where, proto.RESPONSE)):
         return False
+    protocol_dir = Path(where)
     path = protocol_dir / proto.RESPONSE
     found = proto.read(path, proto.Receipt)
     if isinstance(found, proto.Unreadable) and found.problem is proto.Problem.MISSING:
@@ -138,7 +138,7 @@ def reconcile_working(
     reads the command afresh, so a launch between the two reads is never taken for a loss.
     ``observed`` collects what was seen of each supervisor found running.
     """
-    protocol_dir = project.paths.protocol_dir(task.id)
+    protocol_dir = protocol_path(project, task.id)  # a string: this runs for every running turn on every read
     if process_receipt(project, task, protocol_dir):
         return True
     if task.status is not Status.WORKING:
@@ -151,6 +151,8 @@ def reconcile_working(
         return False
     with project.store.read() as tx:
         current = tx.current_command(task.id)
+        # A turn a worker claimed was launched at its claim, not when it was queued (docs/workers.md).
+        lease = tx.lease(task.id) if project.database_url is not None else None
     if status is not None and current is not None and status.command_id != current.command_id:
         # The previous turn's supervisor: the current one has not been seen alive yet (a launch
         # may be between its commit and its spawn), so only the grace period applies.
@@ -162,6 +164,14 @@ def reconcile_working(
     if status is None:
         # Never seen alive: only the grace period protects it, counted from the launching turn.
         since = current.started_at if current is not None else task.last_interaction_at
+        claimed_at = lease.claimed_at if lease is not None and current is not None else None
+        if (
+            claimed_at is not None
+            and lease is not None
+            and current is not None
+            and lease.command_id == current.command_id
+        ):
+            since = max(since, claimed_at)
         if project.clock() - since < grace:
             return False
     if not process_receipt(project, task, protocol_dir):  # it may have finished between our two looks
@@ -185,6 +195,7 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
     """
     from corral.engine.read import diagnostics  # a lost turn: what recording it takes loads here
     from corral.engine.recovery import receipts
+    from corral.engine.runtime.observer import observe_lost  # the harness's log reader: only for a lost turn
     from corral.engine.runtime.receipt import output_tail
 
     reap_turn(project, task.id)  # an orphaned agent must not work on beside the next turn

@@ -48,6 +48,12 @@ def live_facts(project: Project, task: Task, observed: Observed | None = None) -
     return with_marks(project, task.id, live_of(status, status is not None and supervisor_alive(status)))
 
 
+def protocol_path(project: Project, task_id: str) -> str:
+    """``ProjectPaths.protocol_dir`` as a string: the sweeps and ``list`` ask it of every running turn,
+    and a ``Path`` costs more to build than the look-ups made with it."""
+    return os.path.join(project.paths.root, TASKS_DIR, task_id, "protocol")
+
+
 def marks_matter(live: Live) -> bool:
     """Whether the substate can show the agent's markers: alive, and the agent is the active thing
     (no harness phase, no retry, no usage-limit wait outranks them)."""
@@ -63,9 +69,13 @@ def with_marks(project: Project, task_id: str, live: Live) -> Live:
     """
     if not marks_matter(live):
         return live
-    base = os.path.join(project.paths.root, TASKS_DIR, task_id, "protocol")  # protocol_dir, as a string
-    if not any(os.access(os.path.join(base, name), os.F_OK, follow_symlinks=False) for name in MARKERS):
-        return live  # the common case (about 3 µs), without loading the markers' reader
+    base = protocol_path(project, task_id) + os.sep
+    access, exists = os.access, os.F_OK
+    if not (
+        access(base + MARKERS[0], exists, follow_symlinks=False)
+        or access(base + MARKERS[1], exists, follow_symlinks=False)
+    ):
+        return live  # the common case (two failed look-ups), without loading the markers' reader
     from corral.engine.runtime import agent_marks  # only a live agent phase has markers to read
 
     protocol_dir = project.paths.protocol_dir(task_id)
