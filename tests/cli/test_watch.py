@@ -477,3 +477,16 @@ def test_keys_are_read_from_what_the_terminal_sends() -> None:
     assert keys_of(b"\x1b") == ["esc"]
     assert keys_of(b"\x1b[1;5Cl") == ["l"]  # a key the board has no use for is skipped whole
     assert keys_of(b"\x1b[5~\x1b[6~") == ["pgup", "pgdn"]
+
+
+def test_the_frame_names_the_host_a_worker_runs_a_turn_on_and_escapes_it() -> None:
+    rows = [
+        _row("w", "working", "working", substate="agent", host="build-2"),
+        _row("q", "working", "working", substate="queued", host="queued"),
+        _row("e", "working", "working", substate="agent", host="evil\x1b[2J"),
+    ]
+    lines, where = view.board_frame(_board(rows), width=100, selected=None)
+    by_ref = {key[1]: lines[i] for i, key in where}
+    assert "working(agent) on build-2" in by_ref["w-id"]
+    assert "working(queued)" in by_ref["q-id"] and " on " not in by_ref["q-id"]
+    assert "\x1b" not in by_ref["e-id"] and r"on evil\x1b[2J" in by_ref["e-id"]

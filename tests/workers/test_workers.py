@@ -276,7 +276,7 @@ def test_a_reviewer_reads_a_turn_running_on_a_worker_its_host_output_and_inciden
         {"tool": "Bash", "input": {"command": "pytest -q"}, "is_error": True, "output": "1 failed"},
         {"text": "tests fail, looking"},
     ]
-    host.script([{"init": True}, *failing_tool, {"text": "still at it"}, {"keepalive": 6}, {"result": "done"}])
+    host.script([{"init": True}, *failing_tool, {"text": "still at it"}, {"sleep": 12}, {"result": "done"}])
     laptop.corral("create", "Watched", "--ref", "watched")
     host.start_worker()
     host.wait_event("started")
@@ -287,6 +287,16 @@ def test_a_reviewer_reads_a_turn_running_on_a_worker_its_host_output_and_inciden
         lambda: next((r for r in laptop.json("list")["tasks"] if r["ref"] == "watched" and r.get("host")), None),
     )
     assert row["host"] == "runner" and row["status"] == "working"
+    # Alive by its worker's heartbeat, with what its agent is at, as the worker shipped it.
+    assert until("its live facts", lambda: _row(laptop, "watched")["substate"] == "agent")
+    listed = laptop.corral("list").stdout
+    assert "working(agent) on runner" in listed
+    shown_text = laptop.corral("show", "watched").stdout
+    assert "Worker:   runs on runner since" in shown_text
+    live = until(
+        "its last line reaches the laptop", lambda: (laptop.json("show", "watched")["live"] or {}).get("last_line")
+    )
+    assert live.endswith("still at it")  # as `corral logs` renders the line
     until(
         "its output reaches the laptop", lambda: "still at it" in laptop.corral("logs", "watched", check=False).stdout
     )
@@ -375,6 +385,10 @@ def test_a_usage_limit_one_worker_meets_pauses_the_other_hosts_too(team: Team) -
     assert not theirs.turn("claude:acct", "t2").go
 
 
+def _row(host, ref: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    return next(r for r in host.json("list")["tasks"] if r["ref"] == ref)
+
+
 def test_a_turn_queued_before_any_worker_ever_ran_waits_for_the_first(team: Team) -> None:
     laptop = team.laptop()
     laptop.corral("create", "Early", "--ref", "early")
@@ -382,7 +396,10 @@ def test_a_turn_queued_before_any_worker_ever_ran_waits_for_the_first(team: Team
     assert queued["queued"] is True
     shown = laptop.json("show", "early")
     assert shown["lease"]["state"] == "queued" and shown["task"]["status"] == "working"
-    assert [r.get("host") for r in laptop.json("list")["tasks"] if r["ref"] == "early"] == ["queued"]
+    row = _row(laptop, "early")
+    assert (row["host"], row["substate"]) == ("queued", "queued")
+    assert "working(queued)" in laptop.corral("list").stdout
+    assert "Worker:   queued for a worker since" in laptop.corral("show", "early").stdout
     host = team.worker("late")
     host.start_worker()
     until("the first worker ran it", lambda: _status(laptop, "early") == "blocked", timeout=60)

@@ -19,6 +19,7 @@ from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
 from corral.domain.status import Status
 from corral.domain.substate import render_status, retry_summary
+from corral.domain.team import runs_on
 
 #: The colour of each status word, on every surface that paints one (``show``, ``list``, ``watch``).
 STATUS_COLOR = {
@@ -100,12 +101,13 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
     # A subtask sits under its parent, indented (``projection.as_tree`` gives each row its depth).
     refs = [INDENT * int(r.get("depth") or 0) + r["ref"] for r in rows]
     ref_w = min(max(len(ref) for ref in refs), 32)
-    plain: dict[tuple[str, str | None], str] = {}  # a few distinct words over thousands of rows: each made once
+    plain: dict[tuple[str, str | None, str | None], str] = {}  # a few distinct words over thousands of rows
     words = []
     for r in rows:
-        word = plain.get((r["status"], r["substate"]))
+        key = (r["status"], r["substate"], r.get("host"))
+        word = plain.get(key)
         if word is None:
-            word = plain[(r["status"], r["substate"])] = render_status_plain(r)
+            word = plain[key] = render_status_plain(r) + on_host(r.get("host"))
         words.append(word)
     st_w = min(max(len(w) for w in words), 40)
     now = datetime.now(UTC)
@@ -126,6 +128,12 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
             goal = f"[{n} need{'s' if n == 1 else ''} action] {goal}"
         lines.append(f"{clip_ref(ref, ref_w):<{ref_w}}  {status}{pad}  {age:<{age_w}}  {clip(goal, room)}")
     return lines
+
+
+def on_host(host: str | None) -> str:
+    """Where a turn runs, after its status word: `` on build-2`` for a worker's (docs/workers.md)."""
+    where = runs_on(host)
+    return f" {one_line(where)}" if where else ""
 
 
 #: One level of the task tree in ``list``.
@@ -287,6 +295,16 @@ def live_text(live: dict[str, Any], waited: float | None = None) -> str:
     return display(" · ".join(parts), multiline=False)
 
 
+def lease_text(lease: dict[str, Any]) -> str:
+    """The ``Worker:`` line of ``show``: where the task's turn runs (or ran), under which epoch."""
+    if lease["state"] == "queued":
+        return f"queued for a worker since {local_time(lease['queued_at'])} (epoch {lease['epoch']})"
+    where = one_line(lease.get("host") or "?")
+    if lease["state"] == "claimed":
+        return f"runs on {where} since {local_time(lease['claimed_at'])} (epoch {lease['epoch']})"
+    return f"last ran on {where}" if lease.get("host") else f"its worker was lost (epoch {lease['epoch']})"
+
+
 def show_lines(
     app: App,
     doc: dict[str, Any],
@@ -313,6 +331,8 @@ def show_lines(
         out.append(f"Protects: {', '.join(t['protected'])}")
     if doc.get("live"):
         out.append(f"Running:  {live_text(doc['live'])}")
+    if lease := doc.get("lease"):
+        out.append(f"Worker:   {lease_text(lease)}")
     tools = doc.get("agent_tools")
     if tools and not tools["mcp"]:
         out.append(f"Tools:    the agent had no corral tools ({one_line(tools['absent'] or 'not given')})")

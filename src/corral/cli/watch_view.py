@@ -18,6 +18,7 @@ from typing import Any
 from corral.cli.render import INDENT, STATUS_COLOR, clip, one_line
 from corral.domain.status import Status
 from corral.domain.substate import render_status, retry_summary
+from corral.domain.team import runs_on
 
 #: ``paint(text, colour)``: the app's colour marks, or the text as it is.
 Paint = Callable[[str, str], str]
@@ -58,7 +59,8 @@ def age_text(seconds: float | None) -> str:
 
 def status_text(row: dict[str, Any]) -> str:
     """``working(agent running)``: the status with its substate, escaped (a substate may hold an agent's words)."""
-    return one_line(render_status(Status(row["status"]), row.get("substate")))
+    where = runs_on(row.get("host"))
+    return one_line(render_status(Status(row["status"]), row.get("substate")) + (f" {where}" if where else ""))
 
 
 def badge(row: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from corral.dashboard.html import Markup, esc, join, path, tag
 from corral.domain.clock import parse_time
+from corral.domain.team import runs_on
 
 HTMX = "static/htmx-2.0.11.min.js"
 STREAM = "static/dashboard.js"  # the page's event stream (no inline script: the CSP allows none)
@@ -114,6 +115,8 @@ def board_fragment(doc: dict[str, Any], states: dict[str, str], act: dict[str, A
 def _card(row: dict[str, Any], states: dict[str, str]) -> Markup:
     state = states.get(row["project_path"], "")
     status = row["status"] + (f" · {row['substate']}" if row.get("substate") else "")
+    if where := runs_on(row.get("host")):
+        status += f" · {where}"
     parts = [
         tag("span", _age(row.get("age_s")), class_="age"),
         tag("a", row["ref"], href=task_href(row, state), class_="ref"),
@@ -214,6 +217,9 @@ def task_parts(doc: dict[str, Any], state: str) -> dict[str, Markup]:
     t = doc["task"]
     out: list[str] = []
     status = t["status"] + (f" · {t['substate']}" if t.get("substate") else "")
+    lease = doc.get("lease")
+    if lease and lease["state"] == "claimed" and (where := runs_on(lease.get("host"))):
+        status += f" · {where}"
     out.append(
         tag(
             "h1",

@@ -116,11 +116,17 @@ def waits_summary(waits: tuple[Waiting, ...]) -> str:
     return f"waiting on {', '.join(refs[:WAITS_LISTED])} +{len(refs) - WAITS_LISTED}"
 
 
+#: The phase, and the substate, of a turn queued for a worker that none has claimed yet (docs/workers.md).
+QUEUED = "queued"
+
+
 def substate(status: Status, live: Live | None) -> str | None:
     if status is not Status.WORKING:
         return None
     if live is None or not live.alive:
         return "not-alive"
+    if live.phase == QUEUED:
+        return QUEUED
     if live.phase == "waiting":
         return f"waiting: {limit_summary(live.limit_resets_at, live.limit_behind_first)}"
     if live.phase == "retrying" or live.retry_class is not None:  # corral's wait, or a harness's own retry

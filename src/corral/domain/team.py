@@ -146,6 +146,11 @@ class Worker:
         return doc
 
 
+def runs_on(host: str | None) -> str | None:
+    """``on build-2`` for a turn a worker runs (a list row's ``host``; "queued" names no host), else None."""
+    return f"on {host}" if host and host != "queued" else None
+
+
 def lease_lost(lease: Lease, workers: dict[str, Worker], now: datetime) -> bool:
     """A claimed lease whose worker is gone from the store, has stopped, or stopped heartbeating."""
     if not lease.claimed:

@@ -120,7 +120,7 @@ def board(
         for row in rows:
             _place(row, name, project, now)
             task = working.get(row["id"])
-            row["live"] = _live(project, task) if task is not None else None
+            row["live"] = _live(project, task, facts(task)) if task is not None else None
             by_need.setdefault(row["needs"] or "backlog", []).append(row)
         for row in ended_rows:
             _place(row, name, project, now)
@@ -163,8 +163,8 @@ def _place(row: dict[str, Any], name: str, project: Project, now: datetime) -> N
     row["age_s"] = round(max(0.0, (now - at).total_seconds()), 1) if at is not None else None
 
 
-def _live(project: Project, task: Any) -> dict[str, Any]:
+def _live(project: Project, task: Any, facts: Any = None) -> dict[str, Any]:
     from corral.engine.read.live import live_turn  # the logs' reader: only a working task needs it
 
-    doc = live_turn(project, task).to_json()
+    doc = live_turn(project, task, facts).to_json()
     return {k: doc.get(k) for k in LIVE_FIELDS}

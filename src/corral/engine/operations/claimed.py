@@ -177,7 +177,7 @@ def follow(
         if time.monotonic() - last_ship >= SHIP_SECONDS:
             last_ship = time.monotonic()
             try:
-                _ship(project, task_id, command_id, epoch)
+                _ship(project, task, command_id, epoch)
             except LeaseLost:
                 reap_turn(project, task_id)
                 return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
@@ -191,7 +191,7 @@ def follow(
                 pass  # the next interval tries again; the turn goes on
         time.sleep(POLL_SECONDS)
     try:
-        _ship(project, task_id, command_id, epoch)  # the whole turn, before its lease is let go
+        _ship(project, task, command_id, epoch)  # the whole turn, before its lease is let go
         with project.store.read() as tx:
             tx.check_fence(task_id, epoch)
         if worktree.is_dir():
@@ -204,12 +204,12 @@ def follow(
     return Ran("done")
 
 
-def _ship(project: Project, task_id: str, command_id: str, epoch: int) -> None:
-    """The turn's files and live status to the store, for reviewers elsewhere (only while the epoch holds)."""
+def _ship(project: Project, task: Task, command_id: str, epoch: int) -> None:
+    """The turn's files and live facts to the store, for reviewers elsewhere (only while the epoch holds)."""
     with project.store.read() as tx:
-        tx.check_fence(task_id, epoch)
-    shipping.ship(project, task_id)
-    shipping.ship_live(project, task_id, command_id)
+        tx.check_fence(task.id, epoch)
+    shipping.ship(project, task.id)
+    shipping.ship_live(project, task, command_id)
 
 
 def stop_if_fenced(project: Project, leases: dict[str, int]) -> list[str]:

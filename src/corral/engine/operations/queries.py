@@ -149,7 +149,8 @@ def show_task(
     from corral.engine.read import incidents
     from corral.engine.recovery import merges
 
-    problems = _settle(project) if settle else []
+    observed: Observed = {}
+    problems = _settle(project, observed) if settle else []
     earlier = 0
     with project.store.read() as tx:
         task = resolve_task(tx, given)
@@ -157,7 +158,7 @@ def show_task(
         pass  # the person restored their stash: the note goes, and show reads the task anew below
     with project.store.read() as tx:
         task = resolve_task(tx, task.id)
-        facts = live or (lambda t: live_facts(project, t))
+        facts = live or (lambda t: live_facts(project, t, observed))
         current = facts(task)
         threshold, where = _threshold(project, task), project.paths.diagnostics
         marks = _marks(project, task, facts)
@@ -176,7 +177,7 @@ def show_task(
     if task.status is Status.WORKING:
         from corral.engine.read.live import live_turn  # the logs' reader: only a working task needs it
 
-        doc["live"] = live_turn(project, task).to_json()
+        doc["live"] = live_turn(project, task, current).to_json()
     state = incidents.session_state(project, task)
     doc["incidents"] = {**incidents.summary(state), "rows": incidents.rows(state) if state else []}
     hold = incidents.permission_hold(project, task)

@@ -14,7 +14,7 @@ from corral.domain.clock import parse_time
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status
-from corral.domain.substate import substate
+from corral.domain.substate import Live, substate
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.project import Project
 from corral.engine.read.logs import Line, harness_of, readable
@@ -66,13 +66,18 @@ class LiveTurn:
         }
 
 
-def live_turn(project: Project, task: Task) -> LiveTurn:
-    """The running turn of ``task`` as its supervisor reports it (``status.json``, ``command.json``, its logs)."""
+def live_turn(project: Project, task: Task, facts: Live | None = None) -> LiveTurn:
+    """The running turn of ``task`` as its supervisor reports it (``status.json``, ``command.json``, its logs).
+
+    ``facts``: the live facts the caller's reconcile pass judged already — for a turn on another
+    host's worker, what that worker shipped, judged by its heartbeat (docs/workers.md); its
+    command and its last line then come from the turn's files shipped here.
+    """
     if task.status is not Status.WORKING:
         return LiveTurn(task.status.value)
     protocol_dir = project.paths.protocol_dir(task.id)
     status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
-    command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
+    command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command) or _shipped_command(project, task)
     elapsed = None
     if command is not None:
         launched = parse_time(command.created_at)
@@ -88,24 +93,39 @@ def live_turn(project: Project, task: Task) -> LiveTurn:
     from corral.engine.runtime.liveness import live_of, with_marks
     from corral.engine.runtime.processes import supervisor_alive
 
-    facts = with_marks(project, task.id, live_of(status, status is not None and supervisor_alive(status)))
+    if facts is None or status is not None:
+        facts = with_marks(project, task.id, live_of(status, status is not None and supervisor_alive(status)))
     return LiveTurn(
         substate=substate(task.status, facts),
         waits=tuple((w.ref, w.seconds) for w in facts.waits),
         progress=facts.progress,
         status=task.status.value,
-        phase=status.phase if status is not None else None,
-        kind=(status.kind if status is not None else None) or (command.kind if command is not None else None),
+        phase=status.phase if status is not None else facts.phase,
+        kind=(status.kind if status is not None else facts.kind) or (command.kind if command is not None else None),
         attempt=(retry.attempt + 1 if retry is not None else status.attempt) if status is not None else 0,
         attempts=attempts,
         elapsed=elapsed,
-        last_line=_last_line(project, task, Path(command.log_dir)) if command is not None else None,
-        retry_attempt=retry.attempt if retry is not None else None,
-        retry_class=retry.failure_class if retry is not None else None,
-        retry_reason=retry.reason if retry is not None else None,
+        # The turn's own directory here (a shipped command names the worker's).
+        last_line=_last_line(project, task, project.paths.turn_dir(task.id, command.sequence)) if command else None,
+        retry_attempt=retry.attempt if retry is not None else facts.retry_attempt,
+        retry_class=retry.failure_class if retry is not None else facts.retry_class,
+        retry_reason=retry.reason if retry is not None else facts.retry_reason,
         retry_by=retry.by if retry is not None else None,
         next_delay=retry.next_delay_ms / 1000 if retry is not None else None,
     )
+
+
+def _shipped_command(project: Project, task: Task) -> proto.Command | None:
+    """The latest turn's ``command.json`` among its files (those a worker elsewhere shipped here)."""
+    try:
+        numbers = [int(d.name) for d in project.paths.turns_dir(task.id).iterdir() if d.name.isdigit()]
+    except OSError:
+        return None
+    for seq in sorted(numbers, reverse=True):
+        found = proto.read_record(project.paths.turn_dir(task.id, seq) / proto.COMMAND, proto.Command)
+        if found is not None:
+            return found
+    return None
 
 
 def _last_line(project: Project, task: Task, log_dir: Path) -> str | None:

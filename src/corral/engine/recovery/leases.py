@@ -16,12 +16,14 @@ from corral.adapters.files import write_atomic
 from corral.domain.actors import Actor, Role
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.status import Status
+from corral.domain.substate import QUEUED, Live
 from corral.domain.team import WORKER_LOST, Lease, LeaseState, lease_lost
 from corral.engine import queue
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.receipts import interrupt
 from corral.engine.runtime import shipping
+from corral.engine.runtime.liveness import Observed, live_from_json
 
 #: Which ended lease this host's copy of the task's shipped files is complete for.
 SHIPPED_MARK = "shipped.mark"
@@ -29,13 +31,31 @@ SHIPPED_MARK = "shipped.mark"
 RESEND_AFTER = timedelta(seconds=5)
 
 
-def elsewhere(project: Project, worker_id: str | None) -> set[str]:
-    """The tasks whose turn is queued or runs on another worker: this host's working sweep leaves them alone."""
+def elsewhere(project: Project, worker_id: str | None, observed: Observed | None = None) -> set[str]:
+    """The tasks whose turn is queued or runs on another worker: this host's working sweep leaves them alone.
+
+    What the pass sees of them goes into ``observed``: a queued turn as ``queued``; a claimed one with
+    the live facts its worker shipped, alive while that worker's heartbeat holds its lease.
+    """
     if project.database_url is None:
         return set()
     with project.store.read() as tx:
         active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])
-    return {lease.task_id for lease in active if not (lease.claimed and lease.worker_id == worker_id)}
+        away = [lease for lease in active if not (lease.claimed and lease.worker_id == worker_id)]
+        if observed is not None and away:
+            workers = {w.id: w for w in tx.workers()}
+            shipped = tx.live(lease.task_id for lease in away if lease.claimed)
+            now = tx.now()
+    if observed is not None:
+        for lease in away:
+            if not lease.claimed:
+                observed[lease.task_id] = Live(alive=True, phase=QUEUED)
+                continue
+            command_id, doc, _at = shipped.get(lease.task_id, (None, {}, None))
+            live = doc.get("live") if command_id == lease.command_id else None
+            alive = not lease_lost(lease, workers, now)
+            observed[lease.task_id] = live_from_json(live, alive=alive) if isinstance(live, dict) else Live(alive=alive)
+    return {lease.task_id for lease in away}
 
 
 def bring_shipped(project: Project, worker_id: str | None) -> int:

@@ -55,7 +55,7 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
 
         ended += _sweep_leases(project, problems)
         me = local_worker(project)
-        away = leases.elsewhere(project, me)
+        away = leases.elsewhere(project, me, observed)
         try:
             leases.bring_shipped(project, me)
         except Exception as exc:  # what others shipped is read again on the next pass

@@ -164,14 +164,9 @@ def reconcile_working(
     if status is None:
         # Never seen alive: only the grace period protects it, counted from the launching turn.
         since = current.started_at if current is not None else task.last_interaction_at
-        claimed_at = lease.claimed_at if lease is not None and current is not None else None
-        if (
-            claimed_at is not None
-            and lease is not None
-            and current is not None
-            and lease.command_id == current.command_id
-        ):
-            since = max(since, claimed_at)
+        claimed = lease is not None and current is not None and lease.command_id == current.command_id
+        if claimed and lease is not None and lease.claimed_at is not None:
+            since = max(since, lease.claimed_at)
         if project.clock() - since < grace:
             return False
     if not process_receipt(project, task, protocol_dir):  # it may have finished between our two looks

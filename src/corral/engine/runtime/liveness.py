@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.record import replace
 from corral.domain.records import Task
@@ -86,6 +86,49 @@ def with_marks(project: Project, task_id: str, live: Live) -> Live:
     now = project.clock()
     waits = tuple(Waiting(w.target, max(0.0, (now - w.since).total_seconds())) for w in found)
     return replace(live, waits=waits, progress=line)
+
+
+def live_to_json(live: Live) -> dict[str, object]:
+    """``live`` as a document (what a worker ships for reviewers on other hosts: ``runtime.shipping``)."""
+    return {
+        "alive": live.alive,
+        "phase": live.phase,
+        "kind": live.kind,
+        "retry_attempt": live.retry_attempt,
+        "retry_class": live.retry_class,
+        "retry_reason": live.retry_reason,
+        "limit_resets_at": live.limit_resets_at,
+        "limit_behind_first": live.limit_behind_first,
+        "waits": [{"ref": w.ref, "seconds": w.seconds} for w in live.waits],
+        "progress": live.progress,
+    }
+
+
+def live_from_json(doc: dict[str, Any], *, alive: bool) -> Live:
+    """A shipped :func:`live_to_json` document, judged ``alive`` by the reader (its worker's heartbeat)."""
+
+    def text(key: str) -> str | None:
+        value = doc.get(key)
+        return value if isinstance(value, str) else None
+
+    attempt = doc.get("retry_attempt")
+    waits = doc.get("waits")
+    return Live(
+        alive=alive,
+        phase=text("phase"),
+        kind=text("kind"),
+        retry_attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+        retry_class=text("retry_class"),
+        retry_reason=text("retry_reason"),
+        limit_resets_at=text("limit_resets_at"),
+        limit_behind_first=doc.get("limit_behind_first") is True,
+        waits=tuple(
+            Waiting(str(w.get("ref")), float(w.get("seconds") or 0))
+            for w in (waits if isinstance(waits, list) else [])
+            if isinstance(w, dict) and isinstance(w.get("seconds", 0), (int, float))
+        ),
+        progress=text("progress"),
+    )
 
 
 #: What a reader asks for a task's live facts (``live_facts`` bound to a project, or a cache of it).

@@ -2,7 +2,7 @@
 
 The worker that runs a turn ships its task's files — every turn's output and stderr logs and
 their index, the command, receipt and provenance, each session's failure journal, the task's
-diagnostics — in chunks as they grow (:func:`ship`), and its supervisor's live status
+diagnostics — in chunks as they grow (:func:`ship`), and the turn's live facts
 (:func:`ship_live`). A host that did not run the turn fills its own copy of those files from the
 store before it reads them (:func:`materialize`), so ``show``, ``logs``, ``failures`` and the
 dashboard read the same files, through the same safe translator, on every host. Nothing is read
@@ -17,11 +17,12 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from corral.domain.records import Task
 from corral.engine.paths import TASKS_DIR, make_private_dir
 from corral.engine.project import Project
 from corral.engine.queue import local_worker
-from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.journal import CURSOR
+from corral.engine.runtime.liveness import live_facts, live_to_json
 
 #: Bytes per stored chunk: one row, one round trip.
 CHUNK = 256 * 1024
@@ -92,18 +93,13 @@ def ship(project: Project, task_id: str) -> int:
     return sent
 
 
-def ship_live(project: Project, task_id: str, command_id: str) -> None:
-    """The running turn's supervisor status and progress, for ``list``, ``show`` and ``watch`` elsewhere."""
-    protocol_dir = project.paths.protocol_dir(task_id)
-    doc: dict[str, object] = {}
-    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
-    if status is not None:
-        doc["status"] = status.to_json()
-    progress = proto.read_record(protocol_dir / proto.PROGRESS, proto.Progress)
-    if progress is not None:
-        doc["progress"] = progress.to_json()
+def ship_live(project: Project, task: Task, command_id: str) -> None:
+    """The running turn's live facts as this host judges them (phase, retry, usage-limit wait, the agent's
+    waits and progress line), for ``list``, ``show``, ``watch`` and the dashboard elsewhere."""
+    live = live_facts(project, task)
+    doc = {"live": live_to_json(live)} if live is not None else {}
     with project.store.write() as tx:
-        tx.set_live(task_id, command_id, doc)
+        tx.set_live(task.id, command_id, doc)
 
 
 def bring(project: Project, task_id: str) -> int:
