@@ -103,6 +103,7 @@ def _history(store: Store, clock: FakeClock, diagnostics: Path) -> None:
         # What it shipped for reviewers on other hosts: a file's bytes (a NUL and invalid UTF-8 too), its live status.
         tx.ship(child.id, "tasks/x/turns/2/output.log", 0, b'{"type":"init"}\n\x00\xff')
         tx.set_live(child.id, "cmd-2", {"phase": "running", "pid": 41})
+        tx.put_doc("usage-limits", {"claude:1": {"resets_at": "2026-01-01T01:00:00.000000Z"}})
         tx.update_session(session.id, harness_session_id="h-1", auto_resumed=True, consecutive_interruptions=2)
 
 
@@ -163,6 +164,7 @@ def test_to_postgres_and_back_loses_nothing(pg_project: Project, clock: FakeCloc
         "leases": 1,
         "shipped_files": 1,
         "live_turns": 1,
+        "shared_docs": 1,
     }
     assert len(done.copied.checksum) == 64
     assert "(schema corral_" in done.destination

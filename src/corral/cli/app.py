@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from corral.domain.actors import Actor
 from corral.domain.agent_tools import TOKEN_ENV
+from corral.domain.records import SCHEMA_VERSION
 from corral.domain.sanitize import display
 from corral.engine.project import Project, default_actor
-from corral.engine.read.projection import SCHEMA_VERSION
 from corral.errors import CorralError
 
 if TYPE_CHECKING:

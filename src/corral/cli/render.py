@@ -18,8 +18,7 @@ from corral.cli.app import App
 from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
 from corral.domain.status import Status
-from corral.domain.substate import render_status, retry_summary
-from corral.domain.team import runs_on
+from corral.domain.substate import render_status, retry_summary, runs_on
 
 #: The colour of each status word, on every surface that paints one (``show``, ``list``, ``watch``).
 STATUS_COLOR = {

@@ -17,8 +17,7 @@ from typing import Any
 
 from corral.cli.render import INDENT, STATUS_COLOR, clip, one_line
 from corral.domain.status import Status
-from corral.domain.substate import render_status, retry_summary
-from corral.domain.team import runs_on
+from corral.domain.substate import render_status, retry_summary, runs_on
 
 #: ``paint(text, colour)``: the app's colour marks, or the text as it is.
 Paint = Callable[[str, str], str]

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from corral.dashboard.html import Markup, esc, join, path, tag
 from corral.domain.clock import parse_time
-from corral.domain.team import runs_on
+from corral.domain.substate import runs_on
 
 HTMX = "static/htmx-2.0.11.min.js"
 STREAM = "static/dashboard.js"  # the page's event stream (no inline script: the CSP allows none)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple, TypeVar, overload
 
-from corral.domain.team import LEASE_SECONDS
 from corral.errors import ConfigError
 
 #: A setting's value once read: the schema's types, a list of strings, or None for "not set".
@@ -244,7 +243,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "lease_seconds",
         float,
-        LEASE_SECONDS,
+        30.0,
         "seconds without a worker's heartbeat before another worker takes its turns over",
         _USER,
         because="it decides when your turns move to another host",

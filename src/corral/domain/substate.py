@@ -120,6 +120,11 @@ def waits_summary(waits: tuple[Waiting, ...]) -> str:
 QUEUED = "queued"
 
 
+def runs_on(host: str | None) -> str | None:
+    """``on build-2`` for a turn a worker runs (a list row's ``host``; "queued" names no host), else None."""
+    return f"on {host}" if host and host != QUEUED else None
+
+
 def substate(status: Status, live: Live | None) -> str | None:
     if status is not Status.WORKING:
         return None

@@ -19,8 +19,6 @@ WORKER_LOST = "worker lost"
 #: The task metadata key of the host each session's harness session was made on (``{session id: host}``):
 #: a worker on another host cannot resume it, and starts a fresh one with the crash-context prompt.
 HARNESS_HOST = "harness_host"
-#: Seconds without a heartbeat before a worker's turns are taken over (the ``lease_seconds`` setting's default).
-LEASE_SECONDS = 30.0
 #: How many heartbeats fit in one lease: a worker beats this often, so one late beat never loses it.
 BEATS_PER_LEASE = 3
 
@@ -144,11 +142,6 @@ class Worker:
         if now is not None:
             doc["lost"] = self.lost(now)
         return doc
-
-
-def runs_on(host: str | None) -> str | None:
-    """``on build-2`` for a turn a worker runs (a list row's ``host``; "queued" names no host), else None."""
-    return f"on {host}" if host and host != "queued" else None
 
 
 def lease_lost(lease: Lease, workers: dict[str, Worker], now: datetime) -> bool:

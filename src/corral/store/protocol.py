@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.domain.actors import Actor, Role
 from corral.domain.record import field, record
@@ -30,9 +30,11 @@ from corral.domain.records import (
     Violation,
 )
 from corral.domain.status import Status
-from corral.domain.team import Lease, LeaseState, Worker, WorkerState
 from corral.domain.violations import Decision
 from corral.errors import StoreError
+
+if TYPE_CHECKING:  # a store that runs no worker never loads them
+    from corral.domain.team import Lease, LeaseState, Worker, WorkerState
 
 
 class _Unset:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.actors import Actor, Role, turn_actor
 from corral.domain.clock import Clock, new_id, parse_time, rfc3339
@@ -34,10 +34,12 @@ from corral.domain.records import (
     Violation,
 )
 from corral.domain.status import PAUSED, RESTING, Status, check_transition
-from corral.domain.team import Lease, LeaseState, Worker, WorkerState
 from corral.domain.violations import Decision, after_change, park_status
 from corral.errors import LeaseLost, RefusedError, StoreError
 from corral.store.protocol import UNSET, NewTask
+
+if TYPE_CHECKING:  # loaded by the lease methods, on first use: a store that runs no worker never pays
+    from corral.domain.team import Lease, LeaseState, Worker, WorkerState
 
 #: A row of a cursor: indexes by position and by column name (``sqlite3.Row``, or PostgreSQL's).
 Row = Any
@@ -931,6 +933,8 @@ class SQLTx:
     # -- workers and leases (docs/workers.md) ------------------------------------
     @staticmethod
     def _lease(row: Row) -> Lease:
+        from corral.domain.team import Lease, LeaseState
+
         return Lease(
             task_id=row["task_id"],
             command_id=row["command_id"],
@@ -1027,6 +1031,8 @@ class SQLTx:
 
     @staticmethod
     def _worker(row: Row) -> Worker:
+        from corral.domain.team import Worker, WorkerState
+
         return Worker(
             id=row["id"],
             host=row["host"],

@@ -33,6 +33,7 @@ from corral.domain.records import (
     AGENT_TOOLS,
     INCIDENTS,
     RESTORE_CONFLICT,
+    SCHEMA_VERSION,
     Attempt,
     AttemptOutcome,
     FailureEvidence,
@@ -46,8 +47,7 @@ from corral.domain.records import (
 )
 from corral.domain.settings import default
 from corral.domain.status import Status
-from corral.domain.substate import Live, substate
-from corral.domain.team import LeaseState
+from corral.domain.substate import QUEUED, Live, substate
 from corral.store import Tx
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 #: The live facts of a task, for those the read shows beside another (a task's children).
 LiveOf = Callable[[Task], Live | None]
 
-SCHEMA_VERSION = 1
 #: The breaker's threshold when a caller has no settings at hand (the schema's default).
 BREAKER_THRESHOLD = default("breaker_threshold", int)
 
@@ -547,8 +546,10 @@ def list_rows(
 
 def hosts_of(tx: Tx) -> dict[str, str]:
     """Where each task's turn runs on a worker: its host, or "queued" while no worker has claimed it."""
+    from corral.domain.team import LeaseState  # a lease's states: only where a list has a working task
+
     return {
-        lease.task_id: lease.host if lease.claimed and lease.host else "queued"
+        lease.task_id: lease.host if lease.claimed and lease.host else QUEUED
         for lease in tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])
     }
 

@@ -23,16 +23,18 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from corral.adapters.files import read_bounded, write_atomic
-from corral.adapters.sandbox import SandboxSpec
 from corral.domain.failures import Budgets
 from corral.domain.posture import Posture
 from corral.domain.record import asdict, field, record
 from corral.domain.records import FailureEvidence
 from corral.engine.readonly import Before, Kept
 from corral.engine.runtime.ref_guard import RefGuard
+
+if TYPE_CHECKING:  # the sandbox adapter (and shutil) load only where a command is read whole
+    from corral.adapters.sandbox import SandboxSpec
 
 PROTOCOL_VERSION = 2
 #: The one bound on a protocol file: the writer never writes more and the reader never reads more.
@@ -401,6 +403,8 @@ def _sandbox(data: Mapping[str, Any] | None) -> SandboxSpec | None:
     if data is None:
         return None
     try:
+        from corral.adapters.sandbox import SandboxSpec
+
         return SandboxSpec.from_json(data)
     except ValueError as exc:
         raise ShapeError(str(exc)) from None
