@@ -403,3 +403,21 @@ def test_a_turn_queued_before_any_worker_ever_ran_waits_for_the_first(team: Team
     host = team.worker("late")
     host.start_worker()
     until("the first worker ran it", lambda: _status(laptop, "early") == "blocked", timeout=60)
+
+
+def test_a_worker_that_cannot_prepare_a_claimed_turn_rests_it_with_the_cause(team: Team) -> None:
+    laptop = team.laptop()
+    host = team.worker("blocked")
+    laptop.corral("create", "Stranded", "--ref", "strand")
+    host.start_worker()
+    host.wait_event("started")
+    [state] = (host.home / "corral" / "projects").iterdir()
+    (state / "worktrees").mkdir(exist_ok=True)
+    (state / "worktrees" / "strand").write_text("in the way\n")  # where the claimed turn's worktree goes
+    laptop.json("start", "strand")
+    failed = host.wait_event("turn-failed", timeout=30)
+    assert "already exists" in failed["message"]
+    # Explained at once, not after a grace period: interrupted with the fault, the lease let go.
+    shown = laptop.json("show", "strand")
+    assert shown["task"]["status"] == "interrupted" and shown["lease"]["state"] == "released"
+    assert shown["resting_cause"]["code"] == "internal-fault" and "already exists" in json.dumps(shown["resting_cause"])

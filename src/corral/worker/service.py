@@ -25,7 +25,7 @@ from typing import Any
 
 from corral.adapters.jobs import Dispatch
 from corral.adapters.locks import try_lock
-from corral.domain.clock import rfc3339
+from corral.domain.clock import rfc3339, utcnow
 from corral.domain.team import BEATS_PER_LEASE, LeaseState, WorkerState
 from corral.engine.operations import claimed
 from corral.engine.operations.refresh import settle
@@ -66,7 +66,11 @@ class Worker:
             self.projects[project.identity.key] = project
         urls = {p.database_url for p in projects}
         if len(urls) != 1:
-            raise UsageError("Every project a worker serves must use the same database_url.")
+            raise UsageError(
+                "Every project a worker serves must use the same database_url (its dispatch queue is there).",
+                code="worker-many-databases",
+                hint="Run one worker per database, each with its own CORRAL_HOME and worker_projects.",
+            )
         self.dispatch = Dispatch(str(first.database_url))
         self.stop = threading.Event()  # SIGTERM: drain
         self.state = WorkerState.RUNNING
@@ -77,7 +81,7 @@ class Worker:
 
     # -- events --------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
-        self.on_event({"at": rfc3339(_now()), "event": kind, "worker": self.me.id, "host": self.host, **fields})
+        self.on_event({"at": rfc3339(utcnow()), "event": kind, "worker": self.me.id, "host": self.host, **fields})
 
     # -- heartbeat ---------------------------------------------------------------------------
     def beat(self, state: WorkerState | None = None) -> None:
@@ -219,9 +223,3 @@ class Worker:
                 pass  # its lease runs out instead
             self.event("stopped")
             os.close(lock_fd)
-
-
-def _now() -> Any:
-    from corral.domain.clock import utcnow
-
-    return utcnow()

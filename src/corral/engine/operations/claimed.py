@@ -18,13 +18,14 @@ from pathlib import Path
 from corral.domain import prompts
 from corral.domain.actors import Role
 from corral.domain.record import record, replace
-from corral.domain.records import Session, Task
+from corral.domain.records import Session, Task, Turn
 from corral.domain.team import HARNESS_HOST, Lease, TurnPlan
 from corral.engine import remote
 from corral.engine.operations import launch
 from corral.engine.operations.turns import revert_files
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
+from corral.engine.recovery.faults import internal_fault
 from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
@@ -79,6 +80,30 @@ def run_claimed(project: Project, me: Me, lease: Lease, *, wip_seconds: float | 
         with project.store.write() as tx:
             tx.release_turn(task_id, epoch)
         return Ran("skipped", "the task moved on before the turn was claimed")
+    try:
+        worktree, started_from = _launch(project, me, lease, task, session, current)
+    except LeaseLost:
+        return Ran("lost", "the lease was taken over before the turn was launched: nothing launched")
+    except Exception as exc:
+        # Claimed, never launched (the remote unreachable, a worktree in the way): the task rests with
+        # the cause, as a local launch that fails does, instead of waiting out its grace period.
+        with project.store.read() as tx:
+            held = tx.lease(task_id)
+        if held is not None and held.epoch == epoch and held.claimed:
+            internal_fault(project, task, exc, phase="prepare")
+            with project.store.write() as tx:
+                tx.release_turn(task_id, epoch)
+        raise
+    interval = float(wip_seconds if wip_seconds is not None else project.config["wip_push_interval"])
+    return follow(project, task_id, command_id, epoch, worktree, started_from, interval)
+
+
+def _launch(
+    project: Project, me: Me, lease: Lease, task: Task, session: Session, current: Turn
+) -> tuple[Path, str | None]:
+    """The claimed turn's worktree here, its command under the fence, its supervisor started;
+    the worktree and the remote tip of the branch it started from."""
+    task_id, epoch = task.id, lease.epoch
     plan = TurnPlan.from_json(lease.plan)
     worktree, fetched = remote.worktree_for_turn(project, task, plan.target, epoch)
     with project.store.write() as tx:
@@ -117,8 +142,7 @@ def run_claimed(project: Project, me: Me, lease: Lease, *, wip_seconds: float | 
         now = tx.get_task(task_id) or task
         tx.update_task(task_id, metadata={**now.metadata, HARNESS_HOST: {here.id: me.host}}, touch=False)
     launch.launch(project, task, command)
-    interval = float(wip_seconds if wip_seconds is not None else project.config["wip_push_interval"])
-    return follow(project, task_id, command_id, epoch, worktree, fetched.branch, interval)
+    return worktree, fetched.branch
 
 
 def resume_following(project: Project, lease: Lease) -> Ran:
@@ -151,8 +175,9 @@ def follow(
     started_from: str | None,
     wip_seconds: float,
 ) -> Ran:
-    """Until the turn's receipt is recorded (by this worker's reconciler): WIP pushed on the way,
-    the branch pushed at the end; a lost epoch stops the agent and ends it with nothing written."""
+    """Until the turn's receipt is recorded (here, as it lands): its files and live facts shipped and its
+    WIP pushed on the way, the branch pushed at the end; a lost epoch stops the agent and ends it with
+    nothing written."""
     last_wip = last_ship = time.monotonic()
     with project.store.read() as tx:
         task = tx.get_task(task_id)
