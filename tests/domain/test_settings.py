@@ -49,6 +49,12 @@ DEFAULTS: dict[str, Any] = {
     "sandbox": "auto",
     "agent_tools": True,
     "database_url": None,
+    "dispatch": "local",
+    "worker_projects": [],
+    "worker_host": None,
+    "worker_turns": 2,
+    "lease_seconds": 30.0,
+    "wip_push_interval": 180.0,
     "claude_bin": "claude",
     "pi_bin": "pi",
     "pi_provider": None,
@@ -61,7 +67,9 @@ WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_to
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
-USER_ONLY = WIDENS | PRIVATE | EXECUTES
+#: Which machines run a person's agents is theirs to say (docs/workers.md).
+HOSTS = {"dispatch", "worker_projects", "worker_turns", "lease_seconds"}
+USER_ONLY = WIDENS | PRIVATE | HOSTS | EXECUTES
 KINDS = {str, int, float, bool, list}
 
 
@@ -92,7 +100,7 @@ def test_each_default_has_its_settings_type() -> None:
 
 
 def test_trust_says_which_settings_a_repository_may_set() -> None:
-    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS | PRIVATE
+    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS | PRIVATE | HOSTS
     assert {s.name for s in SETTINGS if s.trust is Trust.EXECUTES} == EXECUTES
     assert {s.name for s in SETTINGS if s.trust is Trust.ANYWHERE} == set(DEFAULTS) - USER_ONLY
     assert {s.name for s in SETTINGS if not s.repository_may_set} == USER_ONLY

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from corral.domain.clock import parse_time
+from corral.domain.team import BEATS_PER_LEASE
 from tests.support.postgres import Server, admin, with_database
 from tests.workers.conftest import LEASE, Team
 from tests.workers.team import alive, git, until, work
@@ -95,8 +97,12 @@ def test_a_worker_cut_off_from_the_database_past_its_lease_loses_its_turn_and_wr
     cut_at = time.monotonic()
     near.start_worker()
     until("the near worker finished the turn", lambda: laptop.json("show", "cut")["task"]["status"] == "blocked", 90)
-    assert time.monotonic() - cut_at >= LEASE  # never taken over before the lease ran out
+    assert time.monotonic() - cut_at > LEASE * (1 - 1 / BEATS_PER_LEASE)  # its last beat came before the cut
     before = laptop.json("show", "cut")
+    # Never taken over before its lease ran out: interrupted over a lease after its last heartbeat.
+    far_beat = next(w for w in laptop.json("workers")["workers"] if w["host"] == "far")["heartbeat_at"]
+    interrupted = next(c for c in before["status_changes"] if c["to"] == "interrupted")["at"]
+    assert (parse_time(interrupted) - parse_time(far_beat)).total_seconds() > LEASE
     assert before["lease"]["host"] == "near"
     lost = [t for t in before["turns"] if t["role"] == "agent" and t["kind"] == "error"]
     assert lost and "worker lost" in lost[0]["content"] and "far" in lost[0]["content"]

@@ -7,8 +7,9 @@ with an index of corral's own, so what the agent staged is untouched) whose pare
 branch tip it was taken on. A worker pushes the branch with ``--force-with-lease`` on the
 task's own ref only, so it never overwrites a push it has not seen; and a worker that takes a
 turn over restores the WIP of the branch tip it starts from. Nothing here is dropped: a local
-tip the remote does not hold is kept under ``refs/corral/stale/<ref>/<epoch>`` before the
-worktree follows the remote.
+tip the remote does not hold is kept under ``refs/corral/stale/<ref>/<epoch>``, and what a worktree
+here held uncommitted under ``refs/corral/stale/<ref>/<epoch>-worktree``, before the worktree
+follows the remote.
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> 
     if local is not None and local != start and not git.is_ancestor(local, start, cwd=repo):
         git.update_ref(f"{STALE_PREFIX}{task.ref}/{epoch}", local, cwd=repo, message="corral: a tip the remote lacks")
     if path.is_dir():
+        # What this host's worktree holds uncommitted (a turn it lost) is kept before it is reset.
+        kept = snapshot(project, path, f"corral: {task.ref}'s worktree on this host before epoch {epoch}")
+        if kept is not None:
+            git.update_ref(f"{STALE_PREFIX}{task.ref}/{epoch}-worktree", kept, cwd=repo, message="corral: kept")
         git.run("reset", "--hard", "--quiet", start, cwd=path)
         git.run("clean", "-fdq", cwd=path)
     else:

@@ -320,6 +320,10 @@ class Tx(Protocol):
         """One chunk of a task's file (``path`` relative to the project's state); offset 0 replaces the file."""
         ...
 
+    def unship(self, task_id: str, path: str) -> None:
+        """Forget one shipped file (pruned where it was kept)."""
+        ...
+
     def shipped_sizes(self, task_id: str) -> dict[str, int]:
         """How many bytes of each of the task's files the store holds."""
         ...

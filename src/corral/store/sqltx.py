@@ -1072,6 +1072,10 @@ class SQLTx:
             (task_id, path, offset, bytes(data)),
         )
 
+    def unship(self, task_id: str, path: str) -> None:
+        self._write()
+        self._db.execute("DELETE FROM shipped_files WHERE task_id = ? AND path = ?", (task_id, path))
+
     def shipped_sizes(self, task_id: str) -> dict[str, int]:
         rows = self._all(
             "SELECT path, MAX(offset_bytes + LENGTH(data)) AS size FROM shipped_files WHERE task_id = ? GROUP BY path",

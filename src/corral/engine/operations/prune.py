@@ -77,7 +77,14 @@ def prune_diagnostics(
         pass
     if dry_run:
         return _would_prune(project, now or project.clock(), live)
-    return diagnostics.prune(project.paths, now or project.clock(), live)
+    report = diagnostics.prune(project.paths, now or project.clock(), live)
+    if report.removed:
+        # What was shipped for reviewers elsewhere keeps the same retention (docs/workers.md#shipped).
+        with project.store.write() as tx:
+            for removed in report.removed:
+                task_id, _sep, _name = removed.partition("/")
+                tx.unship(task_id, f"diagnostics/{removed}")
+    return report
 
 
 def _would_prune(project: Project, now: datetime, live: set[str]) -> diagnostics.PruneReport:

@@ -21,6 +21,7 @@ from corral.engine.read import projection
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 from corral.errors import NotFoundError, RefusedError, UsageError
+from corral.store import Tx
 
 # What ``list`` shows for each choice; None: every task, finished ones included.
 LISTS: dict[str | None, frozenset[Status] | None] = {
@@ -161,7 +162,7 @@ def show_task(
         facts = live or (lambda t: live_facts(project, t, observed))
         current = facts(task)
         threshold, where = _threshold(project, task), project.paths.diagnostics
-        marks = _marks(project, task, facts)
+        marks = _marks(project, task, tx, facts)
         if last_turns is None:
             doc = projection.show(tx, task, current, breaker_threshold=threshold, diagnostics=where, **marks)
         else:
@@ -185,11 +186,11 @@ def show_task(
     return Shown(doc, merges_into, earlier, problems)
 
 
-def _marks(project: Project, task: Task, live: LiveOf | None = None) -> dict[str, Any]:
+def _marks(project: Project, task: Task, tx: Tx, live: LiveOf | None = None) -> dict[str, Any]:
     """What ``projection.show`` counts an agent's waited time and its children's substates from."""
     from corral.engine.runtime.agent_marks import intervals  # the waits' file: only a show reads it
 
-    return {"intervals": intervals(project, task.id), "live_of": live or (lambda t: live_facts(project, t))}
+    return {"intervals": intervals(project, task.id, tx), "live_of": live or (lambda t: live_facts(project, t))}
 
 
 @record
@@ -265,7 +266,7 @@ def task_doc(project: Project, task: Task | str) -> dict[str, Any]:
             found,
             live_facts(project, found),
             breaker_threshold=_threshold(project, found),
-            **_marks(project, found),
+            **_marks(project, found, tx),
         )
 
 

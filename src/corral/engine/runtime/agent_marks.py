@@ -48,6 +48,7 @@ from corral.domain.record import record
 from corral.domain.sanitize import sanitize_field
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
+from corral.store import Tx
 
 #: The logger a failed piece of bookkeeping is reported to (the daemon's log, where it runs).
 LOGGER = "corral.agent_marks"
@@ -95,6 +96,24 @@ class WaitInterval:
     started_at: datetime
     ended_at: datetime | None = None  # None: its end never came (the writer died mid-wait)
     outcome: str | None = None
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> WaitInterval | None:
+        """A :meth:`to_json` document (one shipped from another host), None when it is not one."""
+        started = parse_time(doc.get("started_at"))
+        targets, seq = doc.get("targets"), doc.get("turn_sequence")
+        if started is None or not isinstance(doc.get("id"), str) or not isinstance(targets, list):
+            return None
+        outcome = doc.get("outcome")
+        return cls(
+            id=doc["id"],
+            task_id=str(doc.get("task_id")),
+            targets=tuple(str(t) for t in targets),
+            turn_sequence=seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+            started_at=started,
+            ended_at=parse_time(doc.get("ended_at")),
+            outcome=outcome if isinstance(outcome, str) else None,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -433,14 +452,30 @@ def _append(project: Project, line: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def intervals(project: Project, task_id: str) -> list[WaitInterval]:
+def intervals(project: Project, task_id: str, tx: Tx | None = None) -> list[WaitInterval]:
     """The task's wait intervals, folded from their start and end lines, oldest first.
 
     An interval whose end line never came reads ``ended_at`` None and ``outcome`` None: open,
-    the "died mid-wait" shape. A file that cannot be read reads as no intervals.
+    the "died mid-wait" shape. A file that cannot be read reads as no intervals. With none here, the
+    intervals a worker on another host shipped are read, in ``tx`` when the caller holds one.
     """
     found = _safely("read the wait intervals", lambda: _fold(intervals_file(project), task_id))
-    return found if found is not None else []
+    if found:
+        return list(found)
+    if tx is not None:
+        return _shipped(tx, task_id)
+    with project.store.read() as own:
+        return _shipped(own, task_id)
+
+
+def _shipped(tx: Tx, task_id: str) -> list[WaitInterval]:
+    """The intervals a worker on another host shipped with the turn's live facts (docs/workers.md#shipped)."""
+    live = tx.live([task_id]).get(task_id)
+    docs = live[1].get("intervals") if live is not None else None
+    if not isinstance(docs, list):
+        return []
+    shipped = (WaitInterval.from_json(d) for d in docs if isinstance(d, dict))
+    return [i for i in shipped if i is not None and i.task_id == task_id]
 
 
 def _fold(path: Path, task_id: str) -> list[WaitInterval]:

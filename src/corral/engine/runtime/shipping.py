@@ -96,8 +96,11 @@ def ship(project: Project, task_id: str) -> int:
 def ship_live(project: Project, task: Task, command_id: str) -> None:
     """The running turn's live facts as this host judges them (phase, retry, usage-limit wait, the agent's
     waits and progress line), for ``list``, ``show``, ``watch`` and the dashboard elsewhere."""
+    from corral.engine.runtime.agent_marks import intervals  # the waits' file: read where it is shipped
+
     live = live_facts(project, task)
-    doc = {"live": live_to_json(live)} if live is not None else {}
+    doc: dict[str, object] = {"live": live_to_json(live)} if live is not None else {}
+    doc["intervals"] = [i.to_json() for i in intervals(project, task.id)]
     with project.store.write() as tx:
         tx.set_live(task.id, command_id, doc)
 

@@ -1,0 +1,68 @@
+"""What a worker ships for reviewers on other hosts (engine/runtime/shipping.py): files brought back
+byte-exact and only under the task's own directories, wait intervals read from the store where no
+local line has them, and a pruned diagnostic leaving the store too."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from corral.domain.actors import Actor
+from corral.engine.operations.prune import prune_diagnostics
+from corral.engine.read import diagnostics
+from corral.engine.runtime import agent_marks, shipping
+from corral.store import NewTask
+
+
+def _task(project: Any) -> str:
+    with project.store.write() as tx:
+        return str(tx.insert_task(NewTask(ref="fix", goal="Fix it"), Actor.HUMAN).id)
+
+
+def test_shipped_files_come_back_byte_exact_and_never_outside_the_tasks_directories(project: Any) -> None:
+    task_id = _task(project)
+    log = f"tasks/{task_id}/turns/1/output.log"
+    with project.store.write() as tx:
+        tx.ship(task_id, log, 0, b"one\n\x00\xff")
+        tx.ship(task_id, log, 6, b"two\n")
+        tx.ship(task_id, f"tasks/{task_id}/../../escape.txt", 0, b"no")
+        tx.ship(task_id, "corral.db", 0, b"no")
+    written = shipping.materialize(project, task_id)
+    assert (project.paths.root / log).read_bytes() == b"one\n\x00\xfftwo\n" and written == 10
+    assert not (project.paths.root.parent / "escape.txt").exists()
+    assert (project.paths.root / "corral.db").read_bytes()[:6] == b"SQLite"  # the store is never overwritten
+    assert shipping.materialize(project, task_id) == 0  # nothing it lacks: nothing written again
+    with project.store.write() as tx:
+        tx.ship(task_id, log, 10, b"three\n")
+    assert shipping.materialize(project, task_id) == 6
+    assert (project.paths.root / log).read_bytes().endswith(b"two\nthree\n")
+
+
+def test_the_wait_intervals_a_worker_shipped_are_read_where_no_local_line_has_them(project: Any) -> None:
+    task_id = _task(project)
+    at = project.clock()
+    interval = agent_marks.WaitInterval("w1", task_id, ("sub-a",), 2, at, at + timedelta(seconds=40), "rested")
+    assert agent_marks.WaitInterval.from_json(interval.to_json()) == interval
+    assert agent_marks.WaitInterval.from_json({"id": 3}) is None
+    with project.store.write() as tx:
+        tx.set_live(task_id, "cmd-1", {"intervals": [interval.to_json(), {"bogus": True}]})
+    assert agent_marks.intervals(project, task_id) == [interval]
+
+
+def test_a_pruned_diagnostic_leaves_the_store_too(project: Any) -> None:
+    task_id = _task(project)
+    ref = diagnostics.write(project.paths, task_id, "old", {"reason": "x"}, project.clock())
+    path = diagnostics.path_of(project.paths, ref)
+    rel = str(path.relative_to(project.paths.root))
+    kept = f"tasks/{task_id}/turns/1/output.log"
+    with project.store.write() as tx:
+        tx.ship(task_id, rel, 0, path.read_bytes())
+        tx.ship(task_id, kept, 0, b"log\n")
+    old = (project.clock() - diagnostics.RETENTION - timedelta(days=1)).timestamp()
+    os.utime(path, (old, old))
+    report = prune_diagnostics(project)
+    assert report.removed and not Path(path).exists()
+    with project.store.read() as tx:
+        assert set(tx.shipped_sizes(task_id)) == {kept}
