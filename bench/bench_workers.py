@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Workers on several hosts (docs/workers.md): claim latency, throughput with 1-3 workers, failover.
 
-A team on one machine, as the end-to-end tests build it: one PostgreSQL server (started for
-the run: initdb into a scratch directory, loopback, fsync on), a bare remote, a laptop clone
-with ``dispatch = "workers"``, and worker hosts, each its own clone, HOME, CORRAL_HOME, user
-settings file and fake agent (``corral.testing.fake_agent`` as ``claude``). Every host runs
+A team on one machine, as the end-to-end tests build it: one PostgreSQL server (started for the
+run by ``tests/support/postgres.Server``: initdb into a scratch directory, loopback, fsync on),
+a bare remote, a laptop clone with ``dispatch = "workers"``, and worker hosts, each its own clone,
+HOME, CORRAL_HOME, user settings file and fake agent (``corral.testing.fake_agent`` as ``claude``). Every host runs
 the real ``corral``; a worker is ``corral worker --json`` in its own session, its events
 (one JSON document a line) read from its stdout. Each scenario gets a fresh database.
 
@@ -41,22 +41,20 @@ import argparse
 import glob
 import json
 import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.postgres import Server, admin, with_database
 
 from benchlib import (
     corral_command,
@@ -96,97 +94,6 @@ for ref in sys.argv[2:]:
     print(json.dumps({"ref": ref, "task": task.id, "at": time.time()}), flush=True)
 project.close()
 """
-
-
-# -- a PostgreSQL server of the run's own (as the tests' tests/support/postgres.py) -------------
-def pg_bin(name: str) -> str:
-    for candidate in (
-        shutil.which(name),
-        f"/usr/local/bin/{name}",
-        *sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")),
-    ):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    raise RuntimeError(f"the PostgreSQL binary {name} is not installed (Debian: apt-get install postgresql)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """A PostgreSQL cluster in a scratch directory, loopback only, running until :meth:`stop`.
-
-    PostgreSQL refuses to run as root, so as root the cluster is the ``postgres`` user's."""
-
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="corral-bench-pg-"))
-        self.root.chmod(0o755)
-        self.data = self.root / "data"
-        self.log = self.root / "server.log"
-        self.port = free_port()
-        self.user = "corral"
-        self._as: list[str] = []
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.root, owner.pw_uid, owner.pw_gid)
-            self._as = ["runuser", "-u", "postgres", "--"]
-        try:
-            self._run(
-                pg_bin("initdb"),
-                "-D",
-                str(self.data),
-                "-A",
-                "trust",
-                "-U",
-                self.user,
-                "-E",
-                "UTF8",
-                "--no-locale",
-                "--no-sync",
-            )
-            options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c max_connections=200"
-            ctl = (pg_bin("pg_ctl"), "-D", str(self.data))
-            self._run(*ctl, "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
-        except BaseException:
-            if (self.data / "postmaster.pid").exists():
-                stop = [*self._as, pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
-                subprocess.run(stop, capture_output=True, check=False)
-            shutil.rmtree(self.root, ignore_errors=True)
-            raise
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
-
-    def postmaster(self) -> int:
-        return int((self.data / "postmaster.pid").read_text().split()[0])
-
-    def _run(self, *argv: str) -> None:
-        done = subprocess.run([*self._as, *argv], capture_output=True, text=True, cwd=self.root, check=False)
-        if done.returncode != 0:
-            log = self.log.read_text(errors="replace") if self.log.exists() else ""
-            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr or done.stdout}\n{log}")
-
-    def stop(self) -> None:
-        try:
-            self._run(pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-
-def with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
-
-
-def admin(url: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(statement)
 
 
 # -- CPU accounting --------------------------------------------------------------------------
@@ -802,7 +709,7 @@ def main() -> int:
     env = base_env(base)
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "server": "started for the run (fsync on)"}
     ok = True
-    server = Server()
+    server = Server(max_connections=200)
     try:
         if "latency" in only:
             lat = bench_latency(base, server, env, args.latency_turns, args.trace_turns)

@@ -52,9 +52,17 @@ def free_port() -> int:
 class Server:
     """A PostgreSQL cluster in ``root``, running until :meth:`stop`."""
 
-    def __init__(self, *, fsync: bool = True, listen: str = "127.0.0.1", trust_network: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        fsync: bool = True,
+        listen: str = "127.0.0.1",
+        trust_network: str | None = None,
+        max_connections: int | None = None,
+    ) -> None:
         """``listen``: the addresses it listens on (loopback unless a test links another network to it);
-        ``trust_network``: a CIDR whose clients it trusts besides loopback (a test's network namespaces)."""
+        ``trust_network``: a CIDR whose clients it trusts besides loopback (a test's network namespaces);
+        ``max_connections``: the server's limit, for a run with many workers (bench/bench_workers.py)."""
         self.root = Path(tempfile.mkdtemp(prefix="corral-pg-"))
         self.root.chmod(0o755)
         self.data = self.root / "data"
@@ -84,6 +92,8 @@ class Server:
                 hba = self.data / "pg_hba.conf"
                 hba.write_text(hba.read_text() + f"host all all {trust_network} trust\n")
             options = f"-h {listen} -p {self.port} -k {self.root} -c fsync={'on' if fsync else 'off'}"
+            if max_connections is not None:
+                options += f" -c max_connections={max_connections}"
             ctl = (pg_bin("pg_ctl"), "-D", str(self.data))
             self._run(*ctl, "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
         except BaseException:
@@ -96,6 +106,10 @@ class Server:
     @property
     def url(self) -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
+
+    def postmaster(self) -> int:
+        """The server's own pid (its CPU is counted by a benchmark)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
 
     def _run(self, *argv: str) -> None:
         done = subprocess.run([*self._as, *argv], capture_output=True, text=True, cwd=self.root, check=False)

@@ -13,9 +13,10 @@ import pytest
 
 from corral.domain.clock import parse_time
 from corral.domain.team import BEATS_PER_LEASE
+from tests.support.polling import until
 from tests.support.postgres import Server, admin, with_database
 from tests.workers.conftest import LEASE, Team
-from tests.workers.team import alive, git, until, work
+from tests.workers.team import alive, git, work
 
 pytestmark = pytest.mark.slow
 
@@ -92,11 +93,16 @@ def test_a_worker_cut_off_from_the_database_past_its_lease_loses_its_turn_and_wr
     far.wait_event("started")
     laptop.json("start", "cut")
     far.wait_event("claim")
-    agents = until("its agent runs", lambda: [c["pid"] for c in far.calls()])
+    agents = until(lambda: [c["pid"] for c in far.calls()], poll=0.2, what="its agent runs")
     link.down()  # the far host's connections hang; its heartbeats stop reaching the store
     cut_at = time.monotonic()
     near.start_worker()
-    until("the near worker finished the turn", lambda: laptop.json("show", "cut")["task"]["status"] == "blocked", 90)
+    until(
+        lambda: laptop.json("show", "cut")["task"]["status"] == "blocked",
+        timeout=90,
+        poll=0.2,
+        what="the near worker finished the turn",
+    )
     assert time.monotonic() - cut_at > LEASE * (1 - 1 / BEATS_PER_LEASE)  # its last beat came before the cut
     before = laptop.json("show", "cut")
     # Never taken over before its lease ran out: interrupted over a lease after its last heartbeat.
@@ -108,7 +114,7 @@ def test_a_worker_cut_off_from_the_database_past_its_lease_loses_its_turn_and_wr
     assert lost and "worker lost" in lost[0]["content"] and "far" in lost[0]["content"]
     link.up()
     far.wait_event("lease-lost", timeout=90)
-    until("its agent is stopped", lambda: not any(alive(pid) for pid in agents), timeout=30)
+    until(lambda: not any(alive(pid) for pid in agents), timeout=30, poll=0.2, what="its agent is stopped")
     time.sleep(LEASE)  # its loops run on: anything it would still write would be there now
     after = laptop.json("show", "cut")
     assert after["turns"] == before["turns"] and after["task"]["status"] == "blocked"

@@ -14,8 +14,9 @@ import pytest
 
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
+from tests.support.polling import until
 from tests.workers.conftest import LEASE, Team
-from tests.workers.team import alive, git, until, work
+from tests.workers.team import alive, git, work
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def test_a_hundred_queued_turns_spread_over_three_workers_each_run_exactly_once(
     def statuses() -> dict[str, str]:
         return {r["ref"]: r["status"] for r in laptop.json("list", "--all")["tasks"]}
 
-    until("every task ran", lambda: set(statuses().values()) == {"blocked"}, timeout=480, every=2)
+    until(lambda: set(statuses().values()) == {"blocked"}, timeout=480, poll=2, what="every task ran")
     # Read from the shared store itself: one agent turn per task, its lease queued at epoch 1,
     # claimed once at 2 and released (never claimed twice, never lost), on one of the workers.
     with psycopg.connect(team.url) as conn:
@@ -84,18 +85,19 @@ def test_a_killed_workers_turn_resumes_on_another_with_its_work_in_progress(team
     laptop.json("start", "long")
     doomed.wait_event("claim")
     until(
-        "the draft reached the WIP ref",
         lambda: (
             "draft.txt" in git(team.remote, "ls-tree", "-r", "--name-only", "refs/corral/wip/long")
             if _has_ref(team, "refs/corral/wip/long")
             else False
         ),
+        poll=0.2,
+        what="the draft reached the WIP ref",
     )
     doomed.signal_all(signal.SIGKILL)  # the host dies: its worker, supervisor and agent
     killed_at = time.monotonic()
     rescuer.start_worker()
     rescuer.wait_event("claim", timeout=LEASE + 30)
-    until("the turn finished on the rescuer", lambda: _status(laptop, "long") == "blocked", timeout=60)
+    until(lambda: _status(laptop, "long") == "blocked", timeout=60, poll=0.2, what="the turn finished on the rescuer")
     shown = laptop.json("show", "long")
     lost = [t for t in shown["turns"] if t["role"] == "agent" and t["kind"] == "error"]
     assert lost and "worker lost" in lost[0]["content"] and "doomed" in lost[0]["content"]
@@ -129,15 +131,17 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     cut_off.wait_event("started")
     laptop.json("start", "part")
     cut_off.wait_event("claim")
-    agents = until("its agent runs", lambda: [c["pid"] for c in cut_off.calls()])
+    agents = until(lambda: [c["pid"] for c in cut_off.calls()], poll=0.2, what="its agent runs")
     assert cut_off.proc is not None
     cut_off.proc.send_signal(signal.SIGSTOP)  # no heartbeat reaches the store; its agent works on
     rescuer.start_worker()
-    until("the rescuer finished the turn", lambda: _status(laptop, "part") == "blocked", timeout=LEASE + 60)
+    until(
+        lambda: _status(laptop, "part") == "blocked", timeout=LEASE + 60, poll=0.2, what="the rescuer finished the turn"
+    )
     before = laptop.json("show", "part")
     cut_off.proc.send_signal(signal.SIGCONT)
     cut_off.wait_event("lease-lost", timeout=30)
-    until("the stale agent is stopped", lambda: not any(alive(pid) for pid in agents), timeout=30)
+    until(lambda: not any(alive(pid) for pid in agents), timeout=30, poll=0.2, what="the stale agent is stopped")
     time.sleep(2 * LEASE / 3)  # a heartbeat more: anything it would still write would be there now
     after = laptop.json("show", "part")
     assert after["turns"] == before["turns"] and after["task"]["status"] == "blocked"
@@ -147,10 +151,15 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     # Its next claim of the task keeps what its old worktree held before following the remote.
     rescuer.stop_worker()
     laptop.corral("unblock", "part", "-m", "once more")
-    until("the old worker claims it again", lambda: len([e for e in cut_off.events() if e["event"] == "claim"]) == 2)
+    until(
+        lambda: len([e for e in cut_off.events() if e["event"] == "claim"]) == 2,
+        poll=0.2,
+        what="the old worker claims it again",
+    )
     kept = until(
-        "its old worktree is kept",
         lambda: git(cut_off.clone, "for-each-ref", "--format=%(refname)", "refs/corral/stale/part/"),
+        poll=0.2,
+        what="its old worktree is kept",
     )
     assert kept.endswith("-worktree")
     assert "stale.txt" in git(cut_off.clone, "ls-tree", "-r", "--name-only", kept)
@@ -191,7 +200,7 @@ def test_a_restarted_worker_re_adopts_its_running_turn_before_its_lease_runs_out
     host.wait_event("started")
     laptop.json("start", "adopt")
     host.wait_event("claim")
-    until("its supervisor runs", host.supervisors)
+    until(host.supervisors, poll=0.2, what="its supervisor runs")
     assert host.proc is not None
     host.proc.kill()  # the worker alone: its supervisor and agent run on
     host.proc.wait(10)
@@ -210,7 +219,7 @@ def _ran(team: Team, laptop, ref: str, name: str = "build") -> None:  # type: ig
     host.start_worker()
     host.wait_event("started")
     laptop.json("start", ref)
-    until(f"{ref} ran", lambda: _status(laptop, ref) == "blocked", timeout=60)
+    until(lambda: _status(laptop, ref) == "blocked", timeout=60, poll=0.2, what=f"{ref} ran")
     host.stop_worker()
 
 
@@ -294,24 +303,29 @@ def test_a_reviewer_reads_a_turn_running_on_a_worker_its_host_output_and_inciden
     laptop.json("start", "watched")
     host.wait_event("claim")
     row = until(
-        "the laptop lists it on its host",
         lambda: next((r for r in laptop.json("list")["tasks"] if r["ref"] == "watched" and r.get("host")), None),
+        poll=0.2,
+        what="the laptop lists it on its host",
     )
     assert row["host"] == "runner" and row["status"] == "working"
     # Alive by its worker's heartbeat, with what its agent is at, as the worker shipped it.
-    assert until("its live facts", lambda: _row(laptop, "watched")["substate"] == "agent")
+    assert until(lambda: _row(laptop, "watched")["substate"] == "agent", poll=0.2, what="its live facts")
     listed = laptop.corral("list").stdout
     assert "working(agent) on runner" in listed
     shown_text = laptop.corral("show", "watched").stdout
     assert "Worker:   runs on runner since" in shown_text
     live = until(
-        "its last line reaches the laptop", lambda: (laptop.json("show", "watched")["live"] or {}).get("last_line")
+        lambda: (laptop.json("show", "watched")["live"] or {}).get("last_line"),
+        poll=0.2,
+        what="its last line reaches the laptop",
     )
     assert live.endswith("still at it")  # as `corral logs` renders the line
     until(
-        "its output reaches the laptop", lambda: "still at it" in laptop.corral("logs", "watched", check=False).stdout
+        lambda: "still at it" in laptop.corral("logs", "watched", check=False).stdout,
+        poll=0.2,
+        what="its output reaches the laptop",
     )
-    until("the turn ends", lambda: _status(laptop, "watched") == "blocked", timeout=60)
+    until(lambda: _status(laptop, "watched") == "blocked", timeout=60, poll=0.2, what="the turn ends")
     failures = laptop.json("failures", "watched", "--history")
     # The worker's incident journal, read on the laptop: the failed Bash call, counted and listed.
     rows = failures["failures"]["rows"]
@@ -338,7 +352,7 @@ def test_a_turn_queued_from_a_laptop_never_widens_what_the_agent_may_do_on_the_w
     )
     assert started.returncode == 0, started.stderr
     assert laptop.json("show", "wide")["task"]["settings"]["permission_mode"]["value"] == "bypassPermissions"
-    until("it ran", lambda: _status(laptop, "wide") == "blocked", timeout=60)
+    until(lambda: _status(laptop, "wide") == "blocked", timeout=60, poll=0.2, what="it ran")
     [call] = host.calls()
     mode = call["argv"][call["argv"].index("--permission-mode") + 1]
     assert mode == "acceptEdits"
@@ -369,7 +383,7 @@ def test_a_worker_claims_only_turns_of_the_projects_its_own_settings_list(team: 
     assert queued.returncode == 0, queued.stderr
     laptop.corral("create", "Mine", "--ref", "mine")
     laptop.json("start", "mine")
-    until("its own project's turn ran", lambda: _status(laptop, "mine") == "blocked", timeout=60)
+    until(lambda: _status(laptop, "mine") == "blocked", timeout=60, poll=0.2, what="its own project's turn ran")
     claimed = [e["task"] for e in host.events() if e["event"] == "claim"]
     assert claimed == [laptop.json("show", "mine")["task"]["id"]]
     shown = json.loads(subprocess.run([sys.executable, "-m", "corral", "show", "away", "--json"], **run).stdout)
@@ -391,7 +405,9 @@ def test_a_usage_limit_one_worker_meets_pauses_the_other_hosts_too(team: Team) -
     # What a supervisor on the first host writes when its harness reports the account's limit.
     UsagePauses(hit.home / "corral" / "usage-limits.json").note("claude:acct", "claude", reset, "limit", "t1")
     theirs = UsagePauses(other.home / "corral" / "usage-limits.json")
-    noted = until("the other host holds the pause", lambda: theirs.read().get("claude:acct"), timeout=LEASE * 3)
+    noted = until(
+        lambda: theirs.read().get("claude:acct"), timeout=LEASE * 3, poll=0.2, what="the other host holds the pause"
+    )
     assert noted["resets_at"] == rfc3339(reset)
     assert not theirs.turn("claude:acct", "t2").go
 
@@ -413,7 +429,7 @@ def test_a_turn_queued_before_any_worker_ever_ran_waits_for_the_first(team: Team
     assert "Worker:   queued for a worker since" in laptop.corral("show", "early").stdout
     host = team.worker("late")
     host.start_worker()
-    until("the first worker ran it", lambda: _status(laptop, "early") == "blocked", timeout=60)
+    until(lambda: _status(laptop, "early") == "blocked", timeout=60, poll=0.2, what="the first worker ran it")
 
 
 def test_a_worker_that_cannot_prepare_a_claimed_turn_rests_it_with_the_cause(team: Team) -> None:

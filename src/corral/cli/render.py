@@ -89,6 +89,17 @@ def ago(at: datetime | str | None, now: datetime | None = None) -> str:
     return "just now"
 
 
+def event_text(doc: dict[str, Any], subject: str) -> str:
+    """One event of a long-running command (``daemon run``, ``worker``) as a line: its local time, its
+    kind, what it is about (the document's ``subject`` field) and its message."""
+    text = f"{local_time(doc['at'])} {doc['event']}"
+    if doc.get(subject):
+        text += f" {doc[subject]}"
+    if doc.get("message"):
+        text += f": {doc['message']}"
+    return text
+
+
 def status_word(app: App, status: str, substate: str | None) -> str:
     word = one_line(render_status(Status(status), substate))  # a substate may carry an agent's words
     return app.style(word, STATUS_COLOR.get(status, "bold"))

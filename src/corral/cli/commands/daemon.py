@@ -7,13 +7,12 @@ repository: they work from any directory (``--repo`` is accepted and changes not
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.cli.render import local_time
+from corral.cli.render import event_text
 from corral.engine import daemons
 from corral.engine.daemons import DaemonState
 from corral.engine.paths import corral_home
@@ -35,15 +34,6 @@ def daemon() -> None:
     project under CORRAL_HOME (optional; one per CORRAL_HOME, run from any directory)."""
 
 
-def _event_text(doc: dict[str, Any]) -> str:
-    text = f"{local_time(doc['at'])} {doc['event']}"
-    if doc.get("project"):
-        text += f" {doc['project']}"
-    if doc.get("message"):
-        text += f": {doc['message']}"
-    return text
-
-
 @daemon.command("run")
 @click.option(
     "--tick",
@@ -62,7 +52,7 @@ def run(app: App, tick: float) -> None:
     service.serve(
         corral_home(),
         tick=tick,
-        on_event=lambda doc: app.event(doc, lambda: _event_text(doc), aside=True),
+        on_event=lambda doc: app.event(doc, lambda: event_text(doc, "project"), aside=True),
     )
 
 

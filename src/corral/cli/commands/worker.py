@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.cli.render import local_time
-
-
-def _event_text(doc: dict[str, Any]) -> str:
-    text = f"{local_time(doc['at'])} {doc['event']}"
-    if doc.get("task"):
-        text += f" {doc['task']}"
-    if doc.get("message"):
-        text += f": {doc['message']}"
-    return text
+from corral.cli.render import event_text, local_time
 
 
 @click.command(
@@ -53,7 +43,9 @@ def worker(app: App, extra: tuple[str, ...]) -> None:
     # The person's own settings say what this host serves, never a repository's corral.toml.
     listed = [str(p) for p in load_config(user_file=user_config_file(), project_file=None)["worker_projects"]]
     projects = [Project.open(Path(c)) for c in dict.fromkeys([*listed, *extra])]
-    Worker(corral_home(), projects, on_event=lambda doc: app.event(doc, lambda: _event_text(doc), aside=True)).run()
+    Worker(
+        corral_home(), projects, on_event=lambda doc: app.event(doc, lambda: event_text(doc, "task"), aside=True)
+    ).run()
 
 
 @click.command(
