@@ -289,6 +289,36 @@ def test_a_sigkilled_supervisor_is_seen_at_once_its_agent_stopped_and_the_turn_r
     check_invariants(dproj, agent, [])
 
 
+def test_a_daemon_started_after_a_crash_recovers_it_before_it_loads_the_mcp_endpoint(dproj, agent, monkeypatch):
+    """Loading the MCP SDK takes a second or two of CPU; a daemon (re)started while a turn lies
+    crashed records that turn in its first tick, before the endpoint starts loading."""
+    from corral.daemon.service import Daemon
+
+    agent.script(LONG)
+    task = tasks.create(dproj, "Crashed while no daemon ran", actor=Actor.HUMAN)
+    turns.start(dproj, task.ref, actor=Actor.HUMAN)
+    sup, agent_pid = live_pids(dproj, task.id, agent)
+    os.kill(sup, signal.SIGKILL)
+    os.kill(agent_pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(sup) and not pid_alive(agent_pid), 10, "the turn's processes to die")
+    assert current(dproj, task.id).status is Status.WORKING  # nobody has reconciled it yet
+
+    daemon = Daemon(tick=60)
+    seen: list[Status] = []
+
+    def start_mcp() -> None:
+        seen.append(current(dproj, task.id).status)
+        daemon.request_stop()
+
+    monkeypatch.setattr(daemon, "start_mcp", start_mcp)
+    monkeypatch.setattr(daemon, "start_dashboard", lambda: None)
+    daemon.run()
+    assert seen == [Status.INTERRUPTED]  # auto-resume is off in this process: the crash stays recorded
+    with dproj.store.read() as tx:
+        change = tx.status_changes(task.id)[-1]
+    assert change.actor is Actor.SYSTEM and change.reason == "the supervisor ended without a receipt"
+
+
 # -- a reconcile that raises ---------------------------------------------------------------------
 
 

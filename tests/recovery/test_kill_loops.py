@@ -295,6 +295,12 @@ def lock_holders(proj: Project) -> list[str]:
     return holders
 
 
+def served_count() -> int:
+    """How many times a daemon of this home has begun serving a project (its log's ``serving`` events)."""
+    log = daemons.log_file()
+    return log.read_text(errors="replace").count(" INFO serving {") if log.exists() else 0
+
+
 def last_daemon_point(trace: Path) -> str:
     """Where the daemon was when it died: the last crash point it passed (supervisors it spawned
     inherit the trace variable; their points are left out)."""
@@ -327,12 +333,22 @@ def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path):
     for i in range(DAEMON_KILLS):
         assert time.monotonic() < deadline, f"out of time after {i} daemon kills (seed {seed})"
         trace = tmp_path / f"daemon-{i}.trace"
+        served_before = served_count()
         proc = spawn_daemon(kproj, trace)
-        until = time.monotonic() + rng.uniform(0.05, 1.5)
+        # A third of the moments fall anywhere from the spawn (start-up included); the rest in the
+        # daemon's working life, from when it serves the project: on a loaded machine its start-up
+        # alone can outlast the whole window, and a kill there exercises no recovery at all.
+        working_life = rng.random() >= 1 / 3
+        span = rng.uniform(0.05, 1.5)
+        until = time.monotonic() + span
+        started = time.monotonic()
         while time.monotonic() < until:
             for task_id in ids:
                 nudge(kproj, task_id, submitted, seed)
             time.sleep(0.02)
+            if working_life and served_count() == served_before:
+                assert time.monotonic() - started < 30, f"daemon {i} never served the project (seed {seed})"
+                until = time.monotonic() + span
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         where[last_daemon_point(trace)] += 1

@@ -419,12 +419,15 @@ class Daemon:
         self._started = rfc3339(utcnow()) or ""
         try:
             self.event("started", pid=os.getpid(), home=str(self.home))
-            # The MCP endpoint starts beside the first ticks (loading the SDK takes a second or two,
-            # and a supervisor's death is not left waiting for it); the state file, which a starter
-            # waits for, is written once it is up or known to be unavailable.
+            # A daemon started after a crash recovers first: its first tick runs before the MCP
+            # endpoint loads, since loading the SDK takes a second or two of CPU that would slow
+            # that tick down. The endpoint then starts beside the later ticks (a supervisor's death
+            # is not left waiting for it); the state file, which a starter waits for, is written
+            # once it is up or known to be unavailable.
+            next_tick = self.tick_once()
             self._mcp_thread = threading.Thread(target=self._start_mcp_then_say, name="mcp-start", daemon=True)
             self._mcp_thread.start()
-            self.loop()
+            self.loop(next_tick)
         finally:
             try:
                 self.clear_marks()
@@ -441,20 +444,23 @@ class Daemon:
             finally:
                 os.close(fd)
 
-    def loop(self) -> None:
-        next_tick = 0.0
+    def tick_once(self) -> float:
+        """One tick: look for projects, prune what is due, reconcile each; returns when the next is due."""
+        now = time.monotonic()
+        self._tick_now.clear()
+        self.guarded("scan", self.scan)
+        for slot in list(self.slots.values()):
+            if now >= slot.next_prune:
+                slot.next_prune = now + self.prune_every
+                self.guarded("prune", partial(self.prune_once, slot), slot)
+            self.reconcile_once(slot, "tick")
+        self.guarded("write-state", self.write_state)
+        return now + self.tick
+
+    def loop(self, next_tick: float = 0.0) -> None:
         while not self.stop_event.is_set():
-            now = time.monotonic()
-            if now >= next_tick or self._tick_now.is_set():
-                self._tick_now.clear()
-                self.guarded("scan", self.scan)
-                for slot in list(self.slots.values()):
-                    if now >= slot.next_prune:
-                        slot.next_prune = now + self.prune_every
-                        self.guarded("prune", partial(self.prune_once, slot), slot)
-                    self.reconcile_once(slot, "tick")
-                self.guarded("write-state", self.write_state)
-                next_tick = now + self.tick
+            if time.monotonic() >= next_tick or self._tick_now.is_set():
+                next_tick = self.tick_once()
             self.guarded("watch", self.refresh_watch)
             timeout = max(0.0, min(next_tick - time.monotonic(), 1.0))
             fds = [pfd for pfd, _ in self.watched.values()]
