@@ -13,6 +13,7 @@ the scripted model server (tests/support/model_server.py), at the CLI's own retr
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,6 +133,21 @@ def test_codex_a_failed_turn_is_a_model_failure_that_requires_action(name):
     incident = only(state)
     assert (incident.label, incident.category) == (Label.ACTION_REQUIRED, Category.MODEL.value)
     assert state.needs_action == [incident]
+    # Codex tells one failed call twice (``error``, then ``turn.failed``): one failure, not ×2.
+    assert incident.failures == 1
+
+
+def test_codex_a_turn_failed_with_no_error_before_it_is_still_a_model_failure(tmp_path):
+    lines = [
+        {"type": "thread.started", "thread_id": "t"},
+        {"type": "turn.started"},
+        {"type": "turn.failed", "error": {"message": "unexpected status 500"}},
+    ]
+    log = tmp_path / "output.log"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    state = reduce(FailureState(), scan(log, make_harness("codex", {}), "/wt", Cursors(None), final=True))
+    incident = only(state)
+    assert (incident.label, incident.summary, incident.failures) == (Label.ACTION_REQUIRED, "unexpected status 500", 1)
 
 
 @pytest.mark.parametrize("name", ["exec_command_turn", "resume_first", "resume_second"])
@@ -172,6 +188,13 @@ def test_pi_a_model_error_its_retries_did_not_clear_requires_action(name):
     incident = only(state)
     assert (incident.label, incident.category) == (Label.ACTION_REQUIRED, Category.MODEL.value)
     assert incident.summary.startswith(name.removeprefix("error_") + " ")
+    # one failure per failed model call (its message_end); auto_retry_end's finalError restates the last
+    failed_calls = sum(
+        1
+        for line in (FIXTURES / "pi" / f"{name}.jsonl").read_text().splitlines()
+        if (event := json.loads(line)).get("type") == "message_end" and event["message"].get("stopReason") == "error"
+    )
+    assert incident.failures == failed_calls
 
 
 @pytest.mark.parametrize("name", ["bash_tool_turn", "resumed_turn"])

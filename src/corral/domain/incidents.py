@@ -112,6 +112,9 @@ class ToolEnd:
 class ModelFailure:
     text: str
     offset: int = 0
+    #: A turn-level report of how the turn ended (Codex's ``turn.failed``): while a failed model call
+    #: is still open it is that failure told again, not another one.
+    restates: bool = False
 
 
 @record
@@ -313,6 +316,8 @@ class Collector:
                 self.starts[fact.call_id] = (operation_of(fact.name, fact.args, fact.cwd), self.sequence, fact.name)
             return []
         if isinstance(fact, ModelFailure):
+            if fact.restates and MODEL_CALL in self.failed:
+                return []
             incident = self.failed.get(MODEL_CALL, (f"model:{self.evidence_of}:{fact.offset}", 0))[0]
             self.failed[MODEL_CALL] = (incident, self.sequence)
             return [

@@ -266,9 +266,10 @@ class ClaudeHarness:
         if kind == "system" and data.get("subtype") == "api_retry":
             return [ModelFailure(retry_event(data).text or "model call failed", offset)]
         if kind == "result" and (data.get("is_error") is True or data.get("subtype", "success") != "success"):
+            # after the CLI's own ``api_retry`` lines it restates the failure they told
             status = data.get("api_error_status")
             text = str(data.get("result") or data.get("error") or "the turn ended in an error")
-            return [ModelFailure(f"HTTP {status}: {text}" if isinstance(status, int) else text, offset)]
+            return [ModelFailure(f"HTTP {status}: {text}" if isinstance(status, int) else text, offset, restates=True)]
         return []
 
     def account(self) -> str | None:

@@ -275,8 +275,9 @@ class CodexHarness:
                 return [ToolEnd(call, failed, text[-400:], offset, exit_code=shell_exit_code(text))]
         if kind == "item.completed" and item.get("type") == "agent_message":
             return [ModelOk()]
-        if kind == "turn.failed":
-            return [ModelFailure(str(obj(data.get("error")).get("message") or "the turn failed"), offset)]
+        if kind == "turn.failed":  # after an ``error`` line it restates that failure
+            message = str(obj(data.get("error")).get("message") or "the turn failed")
+            return [ModelFailure(message, offset, restates=True)]
         if kind == "error":
             return [ModelFailure(str(data.get("message") or "model call failed"), offset)]
         return []

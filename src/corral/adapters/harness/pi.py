@@ -421,7 +421,8 @@ class PiHarness:
         if kind == "auto_retry_end":
             if data.get("success") is True:
                 return [ModelOk()]
-            return [ModelFailure(str(data.get("finalError") or "model retry exhausted"), offset)]
+            # the last failed call's ``message_end`` already told it: the same failure, not another
+            return [ModelFailure(str(data.get("finalError") or "model retry exhausted"), offset, restates=True)]
         return []
 
     def classify(self, facts: AttemptFacts) -> Verdict:
