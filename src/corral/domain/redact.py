@@ -1,6 +1,7 @@
 """The safe cause translator's masking: secrets never reach a stored text, a diagnostic or a tail.
 
-Known token shapes (API keys, bearer tokens, private keys) and the values of
+Known token shapes (API keys, bearer tokens, private keys, JSON web tokens, the password of a
+URL's credentials, a secret given to a command-line flag) and the values of
 environment variables named like ``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
 ``*PASSWORD*`` are replaced by ``[redacted]``. Everything else stays exact. One rule set
 for every text corral keeps from a harness (a result, a reason, a tail), applied by the
@@ -26,6 +27,20 @@ _SHAPES = [
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-~+/]{12,}=*"),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
     re.compile(r"(?i)((?:api[_-]?key|token|secret|password)\s*[=:]\s*)['\"]?[^\s'\"]{8,}"),
+    re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"),  # GitLab personal access token
+    re.compile(r"npm_[A-Za-z0-9]{36}"),  # npm access token
+    re.compile(r"hf_[A-Za-z0-9]{30,}"),  # Hugging Face token
+    re.compile(r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe keys
+    # A JSON web token. It starts a run of its characters and its parts never give back what they took,
+    # so a long run of such characters is scanned once, not again from every "eyJ" in it.
+    re.compile(r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{8,}+\.eyJ[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+"),
+    # The password of credentials in a URL (https://user:PASSWORD@host): the user and host stay readable.
+    # A scheme starts a word and is short, so a long word is not scanned again from each of its letters.
+    re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,31}://[^\s/:@]{1,256}:)[^\s/@]{1,1024}(?=@)"),
+    # A secret given to a command line's flag (--password x, --token=x); a flag naming a file is left alone.
+    re.compile(
+        r"(?i)(--(?:password|passwd|token|secret|api-key|apikey|access-token)(?:=|\s+))(?:'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)"
+    ),
 ]
 
 
