@@ -315,6 +315,15 @@ def lease_text(lease: dict[str, Any]) -> str:
     return f"last ran on {where}" if lease.get("host") else f"its worker was lost (epoch {lease['epoch']})"
 
 
+def carry_text(carry: dict[str, Any]) -> str:
+    """The ``Session:`` line of ``show``: a harness session made on another host, carried to this turn's or not."""
+    made_on, host = one_line(carry.get("made_on") or "another host"), one_line(carry["host"])
+    if carry["carried"]:
+        return f"carried from {made_on} to {host} (its transcript came through the store)"
+    why = one_line(carry.get("why") or "no reason recorded")
+    return f"fresh on {host}: the session made on {made_on} could not be carried ({why})"
+
+
 def show_lines(
     app: App,
     doc: dict[str, Any],
@@ -343,6 +352,8 @@ def show_lines(
         out.append(f"Running:  {live_text(doc['live'])}")
     if lease := doc.get("lease"):
         out.append(f"Worker:   {lease_text(lease)}")
+    if carry := doc.get("session_carry"):
+        out.append(f"Session:  {carry_text(carry)}")
     tools = doc.get("agent_tools")
     if tools and not tools["mcp"]:
         out.append(f"Tools:    the agent had no corral tools ({one_line(tools['absent'] or 'not given')})")

@@ -17,8 +17,12 @@ from corral.domain.record import field, record
 #: The reason a turn whose worker stopped heartbeating rests interrupted with (``show``, the breaker).
 WORKER_LOST = "worker lost"
 #: The task metadata key of the host each session's harness session was made on (``{session id: host}``):
-#: a worker on another host cannot resume it, and starts a fresh one with the crash-context prompt.
+#: a worker on another host resumes it only when its transcript can be carried through the store
+#: (``runtime/transcripts``), else starts a fresh one with the crash-context prompt.
 HARNESS_HOST = "harness_host"
+#: The task metadata key of the latest turn that took a harness session over from another host
+#: (:class:`SessionCarry`): carried, or fresh and why (``show``).
+HARNESS_CARRY = "harness_carry"
 #: How many heartbeats fit in one lease: a worker beats this often, so one late beat never loses it.
 BEATS_PER_LEASE = 3
 
@@ -150,3 +154,36 @@ def lease_lost(lease: Lease, workers: dict[str, Worker], now: datetime) -> bool:
         return False
     worker = workers.get(lease.worker_id or "")
     return worker is None or worker.state is WorkerState.STOPPED or worker.lost(now)
+
+
+@record
+class SessionCarry:
+    """A worker's turn took over a harness session made on another host (``made_on``; None when no host
+    was recorded) on ``host``: ``carried`` when the transcript came through the store and the turn
+    resumes the same session, else the turn started a fresh one, and ``why`` says what stood in the way."""
+
+    made_on: str | None
+    host: str
+    carried: bool
+    why: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"made_on": self.made_on, "host": self.host, "carried": self.carried, "why": self.why}
+
+    @classmethod
+    def of(cls, metadata: dict[str, Any]) -> SessionCarry | None:
+        """The note a task's metadata keeps, or None (no takeover, or a note of another shape)."""
+        doc = metadata.get(HARNESS_CARRY)
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("host"), str)
+            or not isinstance(doc.get("carried"), bool)
+        ):
+            return None
+        made_on, why = doc.get("made_on"), doc.get("why")
+        return cls(
+            made_on if isinstance(made_on, str) else None,
+            doc["host"],
+            doc["carried"],
+            why if isinstance(why, str) else None,
+        )

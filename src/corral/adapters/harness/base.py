@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.domain.failures import FailureClass
 from corral.domain.incidents import Fact, ToolStart
 from corral.domain.posture import Posture
 from corral.domain.record import field, record
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from corral.adapters.harness.sessions import SessionFiles
 
 #: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin (for Claude Code, Pi
 #: and Codex; the ``command`` harness always has it on stdin and in a file).
@@ -149,6 +154,16 @@ class Harness(Protocol):
     def classify(self, facts: AttemptFacts) -> Verdict: ...
     def account(self) -> str | None:
         """Who the model server bills: a digest of the harness's credential identity, or None."""
+        ...
+
+    def session_files(self, env: Mapping[str, str], worktree: Path, session_id: str) -> SessionFiles | None:
+        """Where the harness keeps session ``session_id`` of a turn run in ``worktree``, in the homes ``env``
+        names, and its files there (docs/harnesses.md#sessions-across-hosts); None when it keeps none."""
+        ...
+
+    def carried(self, name: str, data: bytes, worktree: Path, session_id: str) -> bytes | None:
+        """The carried file ``name`` of session ``session_id`` as a resume in ``worktree`` needs it (rewritten
+        where the harness keeps the working directory in it); None when ``name`` is not one of its files."""
         ...
 
     #: Byte strings one of which every line holding an incident fact contains (a prefilter).

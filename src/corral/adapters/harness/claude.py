@@ -37,8 +37,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.adapters.harness.base import (
     AgentTools,
@@ -58,6 +59,9 @@ from corral.adapters.harness.base import (
 from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
+
+if TYPE_CHECKING:
+    from corral.adapters.harness.sessions import SessionFiles
 
 _SYSTEM = re.compile(rb'\s*\{\s*"type"\s*:\s*"system"')
 KEEPALIVE = Event("keepalive")
@@ -275,9 +279,71 @@ class ClaudeHarness:
     def account(self) -> str | None:
         """The API key or token in use (hashed), its server, else the CLI's login (its config directory)."""
         env = os.environ
-        home = env.get("CLAUDE_CONFIG_DIR") or str(Path(env.get("HOME") or Path.home()) / ".claude")
+        home = str(config_dir(env))
         key = env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")
         return account_digest(self.name, [key, env.get("ANTHROPIC_BASE_URL"), None if key else home])
+
+    def session_files(self, env: Mapping[str, str], worktree: Path, session_id: str) -> SessionFiles | None:
+        """``<config>/projects/<the worktree's key>/<id>.jsonl`` and the files of ``<id>/`` beside it
+        (its subagents' transcripts, the tool outputs it kept aside)."""
+        from corral.adapters.harness.sessions import SessionFiles, is_regular, plain_id, regular_files
+
+        if not plain_id(session_id):
+            return None
+        root = config_dir(env) / "projects"
+        place = root / project_key(worktree)
+        names = [f"{session_id}.jsonl"] if is_regular(place / f"{session_id}.jsonl") else []
+        names += regular_files(place / session_id, place)
+        return SessionFiles(root, place, tuple(names))
+
+    def carried(self, name: str, data: bytes, worktree: Path, session_id: str) -> bytes | None:
+        """Its own files as they are: ``--resume`` finds the id in any project directory (this worktree's
+        first) and takes up the working directory it runs in, whatever the transcript's entries say."""
+        from corral.adapters.harness.sessions import plain_id, safe_name
+
+        own = name == f"{session_id}.jsonl" or name.startswith(f"{session_id}/")
+        return data if plain_id(session_id) and own and safe_name(name) else None
+
+
+def config_dir(env: Mapping[str, str]) -> Path:
+    """Claude Code's configuration directory (its logins and sessions): ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    if env.get("CLAUDE_CONFIG_DIR"):
+        return Path(env["CLAUDE_CONFIG_DIR"])
+    return Path(env.get("HOME") or Path.home()) / ".claude"
+
+
+#: Past this many characters Claude Code cuts a project key and adds a hash of the whole path.
+_KEY_MAX = 200
+
+
+def project_key(worktree: Path) -> str:
+    """The directory under ``projects`` where Claude Code keeps the sessions of a run in ``worktree``:
+    the real path (NFC), each UTF-16 unit that is not an ASCII letter or digit as ``-``; a longer key
+    is cut at 200 and followed by ``-`` and the base-36 of its 32-bit Java-style string hash (what
+    Claude Code 2.1.332 computes; docs/harnesses.md#sessions-across-hosts)."""
+    import unicodedata
+
+    path = unicodedata.normalize("NFC", os.path.realpath(worktree))
+    key = "".join(c if c.isascii() and c.isalnum() else "-" * (2 if ord(c) > 0xFFFF else 1) for c in path)
+    if len(key) <= _KEY_MAX:
+        return key
+    units = path.encode("utf-16-le", "surrogatepass")
+    digest = 0
+    for i in range(0, len(units), 2):
+        digest = (digest * 31 + int.from_bytes(units[i : i + 2], "little")) & 0xFFFFFFFF
+    if digest >= 0x80000000:
+        digest -= 0x100000000
+    return f"{key[:_KEY_MAX]}-{_base36(abs(digest))}"
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if n == 0:
+            return out
 
 
 #: How Claude Code names corral's tools: ``mcp__corral__<tool>``.

@@ -51,7 +51,7 @@ import shutil
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.adapters.harness.base import (
     AgentTools,
@@ -72,6 +72,9 @@ from corral.adapters.harness.claude import code_for
 from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
 from corral.domain.failures import FailureClass, classify_common
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
+
+if TYPE_CHECKING:
+    from corral.adapters.harness.sessions import SessionFiles
 
 #: Providers Codex ships; it refuses a config that sets ``model_providers.<one of these>``.
 BUILT_IN_PROVIDERS = frozenset({"openai", "oss", "ollama", "lmstudio", "amazon-bedrock"})
@@ -245,6 +248,25 @@ class CodexHarness:
         """The provider and its API key (hashed), else Codex's login (its ``CODEX_HOME``)."""
         return _account(self)
 
+    def session_files(self, env: Mapping[str, str], worktree: Path, session_id: str) -> SessionFiles | None:
+        """The thread's rollout, ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`` (the newest
+        if there are two); the working directory plays no part."""
+        from corral.adapters.harness.sessions import SessionFiles, plain_id
+
+        if not plain_id(session_id):
+            return None
+        root = codex_home(env) / "sessions"
+        found = _rollout(root, session_id)
+        return SessionFiles(root, root, (found,) if found else ())
+
+    def carried(self, name: str, data: bytes, worktree: Path, session_id: str) -> bytes | None:
+        """A rollout of the thread under its own name, as it is: ``exec resume`` finds it anywhere under
+        ``sessions`` by that name and runs in the directory it is started in."""
+        from corral.adapters.harness.sessions import plain_id
+
+        own = plain_id(session_id) and _ROLLOUT.fullmatch(name) is not None and name.endswith(f"-{session_id}.jsonl")
+        return data if own else None
+
     #: The lines that can hold an incident fact (the collector parses no other).
     incident_markers: tuple[bytes, ...] = (b'"command_execution"', b'"turn.failed"', b'"error"', b'"agent_message"')
 
@@ -329,6 +351,42 @@ def codex_home(env: Mapping[str, str]) -> Path:
     if env.get("CODEX_HOME"):
         return Path(env["CODEX_HOME"])
     return Path(env.get("HOME") or Path.home()) / ".codex"
+
+
+#: A rollout's name under ``sessions``: Codex finds a thread only in a file named so ("does not have a
+#: canonical rollout filename" otherwise), in its dated directory or anywhere else below.
+_ROLLOUT = re.compile(r"(?:\d{4}/\d{2}/\d{2}/)?rollout-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-[0-9A-Za-z_-]+\.jsonl")
+
+
+def _rollout(root: Path, thread: str) -> str | None:
+    """The newest rollout of ``thread`` under ``root``, relative to it: first in the days its id (a UUID v7,
+    whose first 48 bits are its creation time in ms) names, else anywhere (a walk of every session)."""
+    from datetime import UTC, datetime, timedelta
+
+    from corral.adapters.harness.sessions import regular_files
+
+    suffix = f"-{thread}.jsonl"
+    days: list[Path] = []
+    digits = thread.replace("-", "")
+    if len(digits) == 32 and digits[12:13] == "7":
+        try:
+            made = datetime.fromtimestamp(int(digits[:12], 16) / 1000, UTC)
+        except (ValueError, OverflowError, OSError):
+            made = None
+        if made is not None:  # Codex dates its directories in local time: the day before and after too
+            days = [root / (made + timedelta(days=d)).strftime("%Y/%m/%d") for d in (0, -1, 1)]
+    for top in [*days, root]:
+        found = [n for n in regular_files(top, root) if n.endswith(suffix) and _ROLLOUT.fullmatch(n)]
+        if found:
+            return max(found, key=lambda n: _mtime(root / n))
+    return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def user_provider(env: Mapping[str, str], extra: Sequence[str] = ()) -> str | None:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import os
 import shlex
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict
 from corral.adapters.harness.claude import code_for
@@ -32,6 +33,9 @@ from corral.domain.agent_tools import TOKEN_ENV, URL_ENV
 from corral.domain.failures import FailureClass, classify_common
 from corral.domain.incidents import Fact
 from corral.errors import ArgvError
+
+if TYPE_CHECKING:
+    from corral.adapters.harness.sessions import SessionFiles
 
 #: The file name of the prompt in the turn's private directory.
 PROMPT_FILE = "prompt.txt"
@@ -174,6 +178,12 @@ class CommandHarness:
 
     def account(self) -> str | None:
         return None  # a command says nothing of an account: no usage limit is shared
+
+    def session_files(self, env: Mapping[str, str], worktree: Path, session_id: str) -> SessionFiles | None:
+        return None  # a command keeps no session corral knows of: nothing travels, a resume starts it again
+
+    def carried(self, name: str, data: bytes, worktree: Path, session_id: str) -> bytes | None:
+        return None
 
     incident_markers: tuple[bytes, ...] = ()  # a command's output is its own: corral reads no facts in it
 

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from corral.adapters.harness.base import (
     AttemptFacts,
@@ -47,6 +49,9 @@ from corral.adapters.harness.base import (
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
+if TYPE_CHECKING:
+    from corral.adapters.harness.sessions import SessionFiles
+
 #: Pi's read-only tool set: no bash, edit or write tool is enabled.
 READ_ONLY_TOOLS = "read,grep,find,ls"
 #: How a Pi user logs in, added to a ``fatal_auth`` reason (Pi's /login writes ~/.pi/agent/auth.json;
@@ -59,6 +64,48 @@ CONNECTION_ERROR = "Connection error"
 #: Characters of the error's own words kept in a readable line.
 WORDS_CHARS = 80
 _STATUS = re.compile(r"\s*(\d{3})\b\s*(.*)", re.S)
+
+
+#: A session file's name, as Pi makes it: its creation time (``:`` and ``.`` as ``-``), ``_``, its id.
+_SESSION_FILE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z_[0-9A-Za-z_-]+\.jsonl")
+
+
+def agent_dir(env: Mapping[str, str]) -> Path:
+    """Pi's agent directory (its logins, settings and sessions): ``$PI_CODING_AGENT_DIR``, else ``~/.pi/agent``."""
+    if env.get("PI_CODING_AGENT_DIR"):
+        return Path(os.path.expanduser(env["PI_CODING_AGENT_DIR"]))
+    return Path(env.get("HOME") or Path.home()) / ".pi" / "agent"
+
+
+def session_dir(env: Mapping[str, str]) -> tuple[Path, bool]:
+    """Where Pi keeps sessions, and whether under a directory per working directory: the user's
+    ``PI_CODING_AGENT_SESSION_DIR`` or settings.json ``sessionDir`` (one directory for all), else
+    ``<agent dir>/sessions`` (one per working directory)."""
+    chosen = env.get("PI_CODING_AGENT_SESSION_DIR")
+    if not chosen:
+        try:
+            settings = json.loads((agent_dir(env) / "settings.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            settings = None
+        value = settings.get("sessionDir") if isinstance(settings, dict) else None
+        chosen = value if isinstance(value, str) and value else None
+    if chosen and (chosen.startswith("~") or os.path.isabs(chosen)):
+        home = env.get("HOME") or str(Path.home())
+        return Path(home + chosen[1:] if chosen.startswith("~") else chosen), False
+    return agent_dir(env) / "sessions", True
+
+
+def session_key(worktree: Path) -> str:
+    """The directory under ``sessions`` of a run in ``worktree``: ``--<its real path without the leading
+    /, each / \\ : as ->--``."""
+    path = os.path.realpath(worktree)
+    return "--" + re.sub(r"[/\\:]", "-", re.sub(r"^[/\\]", "", path)) + "--"
+
+
+def _regular(path: Path) -> bool:
+    from corral.adapters.harness.sessions import is_regular
+
+    return is_regular(path)
 
 
 def describe_error(message: str) -> tuple[int | None, str]:
@@ -314,10 +361,43 @@ class PiHarness:
     def account(self) -> str | None:
         """The provider and its agent directory (where Pi keeps its logins), hashed."""
         import os
-        from pathlib import Path
 
-        agent_dir = os.environ.get("PI_CODING_AGENT_DIR") or str(Path.home() / ".pi" / "agent")
-        return account_digest(self.name, [self.provider, agent_dir])
+        return account_digest(self.name, [self.provider, str(agent_dir(os.environ))])
+
+    def session_files(self, env: Mapping[str, str], worktree: Path, session_id: str) -> SessionFiles | None:
+        """``<agent dir>/sessions/--<the worktree's path, / as ->--/<time>_<id>.jsonl`` — or, where the user
+        set one (``PI_CODING_AGENT_SESSION_DIR``, ``sessionDir`` in its settings.json), that directory."""
+        from corral.adapters.harness.sessions import SessionFiles, plain_id
+
+        if not plain_id(session_id):
+            return None
+        root, keyed = session_dir(env)
+        place = root / session_key(worktree) if keyed else root
+        try:
+            listed = sorted(os.listdir(place))
+        except OSError:
+            listed = []
+        names = [n for n in listed if n.endswith(f"_{session_id}.jsonl") and _SESSION_FILE.fullmatch(n)]
+        return SessionFiles(root, place, tuple(n for n in names if _regular(place / n)))
+
+    def carried(self, name: str, data: bytes, worktree: Path, session_id: str) -> bytes | None:
+        """The session's file with its header's ``cwd`` made this worktree: Pi runs a resumed session in
+        the directory its header names (and refuses one that does not exist here), and looks for it
+        among the sessions kept for the directory it is started in."""
+        from corral.adapters.harness.sessions import plain_id
+
+        if not (plain_id(session_id) and _SESSION_FILE.fullmatch(name) and name.endswith(f"_{session_id}.jsonl")):
+            return None
+        first, newline, rest = data.partition(b"\n")
+        try:
+            header = json.loads(first)
+        except ValueError:
+            return None
+        if not isinstance(header, dict) or header.get("type") != "session" or header.get("id") != session_id:
+            return None
+        header["cwd"] = os.path.realpath(worktree)
+        line = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        return line + newline + rest
 
     #: The lines that can hold an incident fact (the collector parses no other).
     incident_markers: tuple[bytes, ...] = (b'"tool_execution_', b'"message_end"', b'"auto_retry_')

@@ -404,6 +404,7 @@ def _show(
         "failure_rule": failure_rule_json(task),
         # Which worker runs (or last ran) the task's turn, under which epoch (docs/workers.md).
         "lease": lease.to_json() if (lease := tx.lease(task.id)) is not None else None,
+        "session_carry": session_carry_json(task),
         "stopped_because": v.stopped_because,
         "next": v.next,
     }
@@ -436,6 +437,15 @@ def sandbox_json(task: Task) -> dict[str, Any] | None:
         return None
     reason = sandbox.get("reason")
     return {"mode": sandbox["mode"], "reason": reason if isinstance(reason, str) else None}
+
+
+def session_carry_json(task: Task) -> dict[str, Any] | None:
+    """Whether the latest turn that took the harness session over from another host's worker resumed it (its
+    transcript carried through the store) or started fresh, and why (docs/workers.md); None: no takeover."""
+    from corral.domain.team import SessionCarry  # a worker's takeover: loaded only where a task is shown
+
+    carry = SessionCarry.of(task.metadata)
+    return None if carry is None else carry.to_json()
 
 
 def failure_rule_json(task: Task) -> dict[str, Any] | None:
