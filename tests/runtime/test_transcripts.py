@@ -111,20 +111,39 @@ def test_a_transcript_shipped_by_one_host_is_resumable_where_the_other_keys_its_
     assert _rows(project, task_id)[f"transcripts/{SID}/files/{SID}.jsonl"] == landed.stat().st_size
 
 
-def test_a_worker_whose_epoch_moved_on_ships_nothing(project: Any, hosts: Hosts, claimed: tuple[str, int]) -> None:
+def test_a_worker_ships_its_turn_s_session_until_another_worker_claims_the_task(
+    project: Any, hosts: Hosts, claimed: tuple[str, int]
+) -> None:
     task_id, epoch = claimed
-    _claude_session(hosts.claude_a(), [{"type": "user"}])
+    transcript = _claude_session(hosts.claude_a(), [{"type": "user"}])
+
+    def ship() -> int:
+        return transcripts.ship(project, task_id, epoch, ClaudeHarness(), SID, hosts.a_wt, "build-1", hosts.a_env)
+
     with project.store.write() as tx:
         tx.release_turn(task_id, epoch)
-    # Released by its own worker: the epoch is still the task's last, the last ship of the turn goes.
-    assert transcripts.ship(project, task_id, epoch, ClaudeHarness(), SID, hosts.a_wt, "build-1", hosts.a_env) > 0
+    assert ship() > 0  # released by its own worker: the turn's last round still goes
     with project.store.write() as tx:
-        tx.queue_turn(task_id, "cmd-2", {})  # the next turn: the old epoch writes nothing more
-    (hosts.claude_a() / f"{SID}.jsonl").write_text("rewritten\n")
+        tx.queue_turn(task_id, "cmd-2", {})  # a quick unblock: the next turn only waits for a worker
+    with transcript.open("a") as fh:
+        fh.write("{}\n")
+    assert ship() == 3
+    with project.store.write() as tx:
+        assert tx.claim_turn(task_id, "cmd-2", "w-b", "build-2") is not None
+    with transcript.open("a") as fh:
+        fh.write("{}\n")
     before = _rows(project, task_id)
     with pytest.raises(LeaseLost):
-        transcripts.ship(project, task_id, epoch, ClaudeHarness(), SID, hosts.a_wt, "build-1", hosts.a_env)
+        ship()  # another worker holds the session now: this one writes nothing more
     assert _rows(project, task_id) == before
+
+    with project.store.write() as tx:
+        lease = tx.lease(task_id)
+        assert lease is not None and tx.fence_off(task_id, lease.epoch)  # build-2 lost, fenced off
+        tx.queue_turn(task_id, "cmd-3", {})
+    _claude_session(hosts.claude_b(), [{"type": "user"}, {"type": "assistant"}])
+    with pytest.raises(LeaseLost):
+        transcripts.ship(project, task_id, epoch + 2, ClaudeHarness(), SID, hosts.b_wt, "build-2", hosts.b_env)
 
 
 def test_no_copy_in_the_store_or_one_over_the_bound_starts_a_fresh_session_and_says_why(

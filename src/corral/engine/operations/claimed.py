@@ -103,6 +103,8 @@ def _launch(
 ) -> tuple[Path, str | None]:
     """The claimed turn's worktree here, its command under the fence, its supervisor started;
     the worktree and the remote tip of the branch it started from."""
+    from corral.engine.runtime import transcripts  # a harness session's transcript: only where a turn launches
+
     task_id, epoch = task.id, lease.epoch
     plan = TurnPlan.from_json(lease.plan)
     worktree, fetched = remote.worktree_for_turn(project, task, plan.target, epoch)
@@ -115,14 +117,17 @@ def _launch(
     if plan.resume_after_crash:
         dirty = bool(project.git.dirty_paths(worktree))
         body, sync = prompts.resume_after_crash(dirty, list(plan.pending)), not dirty
-    fresh = _fresh_session(task, here, me)
-    if fresh:
-        # The harness session lives on the host that ran it: this one starts a new session, told
-        # the task and what happened before (its crash-context prompt and the pending feedback).
+    config = task_config(project.config, task, on_worker=True)
+    # A session made on another host is resumed here when its transcript came through the store.
+    carry = transcripts.takeover(replace(project, config=config), task, here, me.host)
+    if carry is not None and not carry.carried:
+        # The harness session lives on the host that ran it, and its transcript could not be carried:
+        # this host starts a new session, told the task and what happened before (its crash-context
+        # prompt and the pending feedback).
         here = replace(here, harness_session_id=None)
         body = f"{prompts.first_turn(task.goal, task.prompt)}\n\n{body}"
     command = launch.build_command(
-        replace(project, config=task_config(project.config, task, on_worker=True)),
+        replace(project, config=config),
         task,
         here,
         current,
@@ -140,8 +145,11 @@ def _launch(
     with project.store.write() as tx:
         tx.check_fence(task_id, epoch)  # taken over while this host made its worktree: nothing launched
         now = tx.get_task(task_id) or task
-        tx.update_task(task_id, metadata={**now.metadata, HARNESS_HOST: {here.id: me.host}}, touch=False)
+        metadata = {**transcripts.noted(now.metadata, carry), HARNESS_HOST: {here.id: me.host}}
+        tx.update_task(task_id, metadata=metadata, touch=False)
     launch.launch(project, task, command)
+    # Its session's transcript goes to the store as the turn runs, so the next host can resume it.
+    transcripts.follow(project, task, here.id, command, epoch, me.host)
     return worktree, fetched.branch
 
 
@@ -156,14 +164,6 @@ def resume_following(project: Project, lease: Lease) -> Ran:
     started_from = project.git.rev_parse(f"refs/remotes/{remote.remote_name(project)}/{task.branch}", cwd=project.repo)
     interval = float(project.config["wip_push_interval"])
     return follow(project, lease.task_id, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval)
-
-
-def _fresh_session(task: Task, session: Session, me: Me) -> bool:
-    """Whether the session's harness session was made on another host (it cannot be carried here)."""
-    if session.harness_session_id is None:
-        return False
-    made_on = task.metadata.get(HARNESS_HOST)
-    return not (isinstance(made_on, dict) and made_on.get(session.id) == me.host)
 
 
 def follow(

@@ -5,7 +5,7 @@ Pi's session files). The worker that runs a turn ships the transcript of the tur
 the store as the turn runs and once more when it is recorded (:func:`follow`, :func:`ship`),
 chunked as a turn's files are (``runtime/shipping``: the same rows, under ``transcripts/<harness
 session id>/``), with a manifest of what a whole copy holds written in the same transaction as
-the chunks, and only while the worker's epoch is still the task's last. A worker that takes the
+the chunks, and only until another worker claims the task (:func:`_holds`). A worker that takes the
 session over on another host puts that copy where its harness's resume looks (:func:`carry`):
 only a copy that is whole and within :data:`CAP`, each file one the harness names as the
 session's own, rewritten as the harness needs it here, written under the harness's own session
@@ -15,6 +15,7 @@ starts a fresh session told what happened. The rows go with the task (``corral d
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import stat
@@ -27,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.sessions import install
 from corral.domain.actors import Role
-from corral.domain.team import HARNESS_CARRY, HARNESS_HOST, SessionCarry
+from corral.domain.team import HARNESS_CARRY, HARNESS_HOST, Lease, LeaseState, SessionCarry
 from corral.engine.paths import OUTPUT_LOG
+from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.shipping import CHUNK, FILE_CAP
 from corral.errors import CorralError, LeaseLost
 
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
     from corral.adapters.harness.base import Harness
     from corral.domain.records import Session, Task
     from corral.engine.project import Project
-    from corral.engine.runtime import protocol as proto
     from corral.store.protocol import Tx
 
 #: Where a task's shipped files keep its harness sessions' transcripts (never a path ``materialize`` fills).
@@ -47,8 +48,8 @@ CAP = FILE_CAP
 MAX_FILES = 1000
 #: How often the transcript of a running turn is shipped: as often as the turn's own files.
 SHIP_SECONDS = 1.0
-#: Times the last ship of a recorded turn is tried before the next host must do without it.
-FINAL_TRIES = 3
+#: Times the last ship of an ended turn is tried (a round apart) before the next host must do without it.
+FINAL_TRIES = 10
 #: Bytes of a turn's output read for the harness's announcement of a new session's id.
 ANNOUNCE_BYTES = 1024 * 1024
 
@@ -106,7 +107,7 @@ def ship(
     """Ship what the store lacks of session ``session_id``'s transcript on this host; the bytes shipped.
 
     A copy the store holds from another host is replaced whole (this host's may differ from its first
-    byte: Pi's names this worktree). Only while ``epoch`` is the task's last (no later claim or queue);
+    byte: Pi's names this worktree). Only while the worker under ``epoch`` holds the session (:func:`_holds`);
     ``LeaseLost`` otherwise, with nothing written. Files of the task's other sessions leave the store.
     """
     files = harness.session_files(os.environ if env is None else env, worktree, session_id)
@@ -120,6 +121,8 @@ def ship(
             continue
         if stat.S_ISREG(info.st_mode):
             sizes[name] = info.st_size
+    if not sizes:
+        return 0  # nothing of it here (yet, or any more): what the store holds stays
     with project.store.read() as tx:
         held = {p: s for p, s in tx.shipped_sizes(task_id).items() if p.startswith(PREFIX)}
         before = _manifest(tx, task_id, session_id)
@@ -150,7 +153,7 @@ def ship(
         return 0
     with project.store.write() as tx:
         lease = tx.lease(task_id)
-        if lease is None or lease.epoch != epoch:
+        if not _holds(lease, epoch):
             raise LeaseLost(
                 f"The transcript of {task_id}'s session was not shipped: this worker holds epoch {epoch}, "
                 f"the task {'no lease' if lease is None else f'epoch {lease.epoch}'}.",
@@ -162,6 +165,15 @@ def ship(
             tx.ship(task_id, path, offset, data)
         _put(tx, task_id, _manifest_path(session_id), json.dumps(doc, sort_keys=True).encode())
     return sum(len(d) for _p, _o, d in chunks)
+
+
+def _holds(lease: Lease | None, epoch: int) -> bool:
+    """Whether the worker under ``epoch`` may still write the session's transcript: its epoch is the task's
+    last, or the next turn is only queued (its own turn's last round may come just after a quick
+    ``unblock``); once another worker claims the task, or the lease is fenced off, never again."""
+    if lease is None:
+        return False
+    return lease.epoch == epoch or (lease.state is LeaseState.QUEUED and lease.epoch == epoch + 1)
 
 
 def _starts(chunks: list[tuple[str, int, bytes]], path: str) -> bool:
@@ -285,38 +297,80 @@ def announced(harness: Harness, log: Path) -> str | None:
 
 
 def follow(project: Project, task: Task, session_id: str, command: proto.Command, epoch: int, host: str) -> None:
-    """Ship the transcript of the launched turn's session in a thread of its own: every
-    :data:`SHIP_SECONDS` while the turn runs, and once more when it is recorded (before the worker lets
-    its lease go), for as long as ``epoch`` is the task's last. The session is the one the turn resumes,
-    else the one its harness announces; at the end, the one the turn's receipt recorded."""
+    """Ship the transcript of the launched turn's session in a thread of its own, for as long as ``epoch``
+    is the task's last: every :data:`SHIP_SECONDS` while the turn runs, and once more as soon as it ends
+    (its receipt lands, which is before its worker records it and lets the lease go) or this process
+    exits (a worker that hands its turn back leaves the next host the latest copy). The session is the
+    one the turn resumes, else the one its harness announces; at the end, the one its receipt names."""
     thread = threading.Thread(
         target=_follow,
         args=(project, task.id, session_id, command, epoch, host),
         name=f"transcript-{task.ref}",
-        daemon=True,  # a worker that exits stops shipping: the next host starts fresh, as after a crash
+        daemon=True,  # never holds a process up: at its exit, :func:`_at_exit` gives it a bounded last round
     )
+    with _LOCK:
+        if not _RUNNING:
+            atexit.unregister(_at_exit)  # once, however many turns this process follows
+            atexit.register(_at_exit)
+        _RUNNING.add(thread)
     thread.start()
 
 
+#: How often a following thread looks for the turn's end (an lstat) and for this process's exit.
+POLL_SECONDS = 0.2
+#: Seconds a process that exits gives its following threads for their last ship, all together.
+EXIT_SECONDS = 5.0
+_LOCK = threading.Lock()
+_RUNNING: set[threading.Thread] = set()
+_CLOSING = threading.Event()
+
+
+def _at_exit() -> None:
+    _CLOSING.set()
+    deadline = time.monotonic() + EXIT_SECONDS
+    with _LOCK:
+        running = list(_RUNNING)
+    for thread in running:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
 def _follow(project: Project, task_id: str, session_id: str, command: proto.Command, epoch: int, host: str) -> None:
+    try:
+        _rounds(project, task_id, session_id, command, epoch, host)
+    finally:
+        with _LOCK:
+            _RUNNING.discard(threading.current_thread())
+
+
+def _rounds(project: Project, task_id: str, session_id: str, command: proto.Command, epoch: int, host: str) -> None:
     harness = make_harness(command.harness, command.harness_settings.as_mapping())
     worktree, log = Path(command.worktree), Path(command.log_dir) / OUTPUT_LOG
-    harness_session, tries = command.resume_id, 0
+    receipt_path = project.paths.protocol_dir(task_id) / proto.RESPONSE
+    harness_session, tries, last = command.resume_id, 0, time.monotonic()
     while True:
-        time.sleep(SHIP_SECONDS)
+        closing = _CLOSING.wait(POLL_SECONDS)
+        receipt = proto.read_record(receipt_path, proto.Receipt) if os.path.lexists(receipt_path) else None
+        landed = receipt is not None and receipt.command_id == command.command_id
+        if not (closing or landed) and time.monotonic() - last < SHIP_SECONDS:
+            continue
+        last = time.monotonic()
         try:
             with project.store.read() as tx:
                 lease = tx.lease(task_id)
                 recorded = tx.turn_by_command(command.command_id, Role.AGENT) is not None
                 session = tx.get_session(session_id) if recorded else None
         except CorralError:
+            if closing:
+                return
             continue  # the store, a moment: the next round looks again
-        if lease is None or lease.epoch != epoch:
-            return  # taken over (or queued again): this worker writes nothing more
-        if session is not None and session.harness_session_id:
+        if not _holds(lease, epoch):
+            return  # taken over: this worker writes nothing more
+        if receipt is not None and landed and receipt.harness_session_id:
+            harness_session = receipt.harness_session_id
+        elif session is not None and session.harness_session_id:
             harness_session = session.harness_session_id
         harness_session = harness_session or announced(harness, log)
-        ended = recorded or not lease.claimed
+        ended = closing or landed or recorded or not (lease is not None and lease.epoch == epoch and lease.claimed)
         if harness_session is not None:
             try:
                 ship(project, task_id, epoch, harness, harness_session, worktree, host)
@@ -324,7 +378,7 @@ def _follow(project: Project, task_id: str, session_id: str, command: proto.Comm
                 return
             except (CorralError, OSError):
                 tries += ended
-                if tries < FINAL_TRIES:
+                if tries < FINAL_TRIES and not closing:
                     continue  # the store or the disk, a moment: the next round ships what this one could not
         if ended:
             return
