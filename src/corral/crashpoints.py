@@ -2,9 +2,11 @@
 
 A test sets ``CORRAL_CRASH_AT=<name>`` or ``<name>#<n>`` (the n-th time this process
 reaches it), and optionally ``CORRAL_CRASH_HOW=kill`` (SIGKILL instead of
-``os._exit``); the process dies there at once, with no cleanup. Nothing but tests
-sets the variable. ``CORRAL_CRASH_TRACE=<file>`` appends every point reached, so a
-test can enumerate the points an operation passes.
+``os._exit``); the process dies there at once, with no cleanup. ``CORRAL_CRASH_HOW=raise``
+makes only the thread that reaches it die, with :class:`CrashPoint` (a worker's job dying
+with a fault of corral's own). Nothing but tests sets the variable.
+``CORRAL_CRASH_TRACE=<file>`` appends every point reached, so a test can enumerate the
+points an operation passes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ def hit(name: str) -> None:
     point, _, nth = wanted.partition("#")
     if point != name or (nth and int(nth) != _seen[name]):
         return
-    if os.environ.get("CORRAL_CRASH_HOW") == "kill":
+    how = os.environ.get("CORRAL_CRASH_HOW")
+    if how == "raise":
+        raise CrashPoint(f"crash point {name} reached")
+    if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     os._exit(137)
+
+
+class CrashPoint(RuntimeError):
+    """A test's crash point, reached under ``CORRAL_CRASH_HOW=raise``: a fault no code of corral expects."""

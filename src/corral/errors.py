@@ -20,7 +20,8 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── TaskAlreadyStarted                    a second start lost to the first: the task runs
     │   ├── AgentTokenInvalid                     a task agent's token is unknown, or its turn ended
     │   ├── OutOfScope                            a task agent aims past its own task and subtasks
-    │   └── DispositionRefused                    a failure_disposition refused whole, nothing recorded
+    │   ├── DispositionRefused                    a failure_disposition refused whole, nothing recorded
+    │   └── WorkNotPushed                         a worker's turn ended, its branch not on the remote yet
     ├── NotFoundError                    exit 4   no such task (or turn, or file)
     │   └── TaskNotFound
     ├── StoreError                       exit 1   the database cannot be used as it is
@@ -262,6 +263,12 @@ class OutOfScope(RefusedError):
 
 class DispositionRefused(RefusedError):
     code = "disposition-refused"
+
+
+class WorkNotPushed(RefusedError):
+    """The task's last turn ran on a worker that has not pushed its branch yet: the remote's tip is stale."""
+
+    code = "work-not-pushed"
 
 
 class PrepareFailed(CorralError):

@@ -145,7 +145,7 @@ EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bi
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
 #: Settings a repository may not set because they say which machines run a person's agents (docs/workers.md).
-HOSTS = {"dispatch", "worker_projects", "worker_turns", "lease_seconds"}
+HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
 USER_ONLY = WIDENS | PRIVATE | HOSTS | EXECUTES
 TRUST_WORDS = {
     "user_only": "(corral.toml may not set this)",

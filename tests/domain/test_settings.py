@@ -68,7 +68,7 @@ EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bi
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
 #: Which machines run a person's agents is theirs to say (docs/workers.md).
-HOSTS = {"dispatch", "worker_projects", "worker_turns", "lease_seconds"}
+HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
 USER_ONLY = WIDENS | PRIVATE | HOSTS | EXECUTES
 KINDS = {str, int, float, bool, list}
 

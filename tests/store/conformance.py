@@ -989,6 +989,33 @@ def test_a_fenced_off_epoch_can_never_write_again(store: Store) -> None:
         assert tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED]) == []
 
 
+def test_a_stop_request_and_an_unpushed_end_ride_on_the_claim_of_their_epoch(store: Store) -> None:
+    task = _create(store)
+    with store.write() as tx:
+        tx.queue_turn(task.id, "cmd-1", {})
+        assert tx.ask_stop(task.id, 1, "human") is False  # queued: no worker holds it to relay a stop
+        lease = tx.claim_turn(task.id, "cmd-1", "w-a", "host-a")
+    assert lease is not None and (lease.stop_by, lease.unpushed) == (None, None)
+    with store.write() as tx:
+        assert tx.ask_stop(task.id, lease.epoch - 1, "human") is False  # an older epoch asks nothing
+        assert tx.ask_stop(task.id, lease.epoch, "human") is True
+        tx.note_unpushed(task.id, lease.epoch, "the remote refused the push")
+    with store.read() as tx:
+        held = tx.lease(task.id)
+    assert held is not None and (held.stop_by, held.unpushed) == ("human", "the remote refused the push")
+    assert held.to_json()["unpushed"] == "the remote refused the push"
+    with pytest.raises(LeaseLost), store.write() as tx:
+        tx.note_unpushed(task.id, lease.epoch + 1, "not this worker's to say")
+    with store.write() as tx:
+        assert tx.release_turn(task.id, lease.epoch) is True  # the push landed: nothing outstanding
+    with store.read() as tx:
+        released = tx.lease(task.id)
+    assert released is not None and released.unpushed is None
+    with store.write() as tx:
+        requeued = tx.queue_turn(task.id, "cmd-2", {})
+    assert (requeued.stop_by, requeued.unpushed) == (None, None)  # the next turn starts with neither
+
+
 def test_a_write_under_a_stale_epoch_rolls_back_the_whole_transaction(store: Store) -> None:
     task = _create(store)
     with store.write() as tx:

@@ -39,6 +39,15 @@ class Team:
         self.hosts.append(host)
         return host
 
+    def refuse_pushes(self) -> Path:
+        """The remote refuses every push while the returned file exists (a pre-receive hook)."""
+        flag = self.remote / "refuse-pushes"
+        hook = self.remote / "hooks" / "pre-receive"
+        hook.write_text(f'#!/bin/sh\nif [ -e "{flag}" ]; then echo "pushes are refused" >&2; exit 1; fi\n')
+        hook.chmod(0o755)
+        flag.touch()
+        return flag
+
     def laptop(self) -> Host:
         """A reviewer's host: it runs no worker, and sends its turns to the workers."""
         return self.host("laptop", dispatch="workers")

@@ -45,6 +45,8 @@ class Host:
         git(root, "clone", "-q", str(remote), str(self.clone))
         self.home = self.root / "home"
         self.home.mkdir()
+        #: Where its corral keeps its state, as its processes see it (a test may give two hosts one path).
+        self.corral_home = self.home / "corral"
         self.config = self.root / "config.toml"
         self.scenario = self.root / "scenario.json"
         self.record = self.root / "record"
@@ -61,7 +63,7 @@ class Host:
         env.update(
             {
                 "HOME": str(self.home),
-                "CORRAL_HOME": str(self.home / "corral"),
+                "CORRAL_HOME": str(self.corral_home),
                 "CORRAL_CONFIG_FILE": str(self.config),
                 "CORRAL_FAKE_SCENARIO": str(self.scenario),
                 "CORRAL_FAKE_RECORD": str(self.record),
@@ -70,9 +72,9 @@ class Host:
         env.pop("CORRAL_CLAUDE_BIN", None)
         return env
 
-    def script(self, steps: list[dict[str, Any]]) -> None:
-        """Every invocation of this host's agent runs ``steps``."""
-        self.scenario.write_text(json.dumps({"invocations": [], "default": steps}))
+    def script(self, steps: list[dict[str, Any]], *, first: list[list[dict[str, Any]]] | None = None) -> None:
+        """Every invocation of this host's agent runs ``steps`` (the first ones, ``first`` in order)."""
+        self.scenario.write_text(json.dumps({"invocations": first or [], "default": steps}))
 
     def corral(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -93,12 +95,13 @@ class Host:
         return json.loads(self.corral(*args, "--json").stdout)
 
     # -- a worker --------------------------------------------------------------------------
-    def start_worker(self, prefix: tuple[str, ...] = ()) -> None:
-        """``prefix``: what runs it (``ip netns exec NS``: a host on a network of its own)."""
+    def start_worker(self, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        """``prefix``: what runs it (``ip netns exec NS``: a host on a network of its own); ``env``: more
+        of its environment."""
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "corral", "worker", "--json"],
             cwd=self.clone,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             stdout=self.log.open("ab"),
             stderr=(self.root / "worker.stderr").open("ab"),
             start_new_session=True,
@@ -170,8 +173,13 @@ class Host:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (ended, its parent gone and not reaped by this machine's init) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].split()[0] != "Z"

@@ -163,6 +163,8 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     )
     assert kept.endswith("-worktree")
     assert "stale.txt" in git(cut_off.clone, "ls-tree", "-r", "--name-only", kept)
+    # Kept on the remote too, before the worktree was reset: a host that dies next loses none of it.
+    assert git(team.remote, "rev-parse", kept) == git(cut_off.clone, "rev-parse", kept)
 
 
 def test_sigterm_drains_a_worker_it_finishes_its_turn_and_claims_nothing_more(team: Team) -> None:

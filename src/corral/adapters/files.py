@@ -60,6 +60,35 @@ def write_atomic(path: Path, payload: bytes, *, durable: bool = True, mtime: flo
         fsync_dir(path.parent)
 
 
+def create_once(path: Path, payload: bytes) -> bytes:
+    """What ``path`` holds, made with ``payload`` (0600, durable) by the first caller that finds it absent.
+
+    Written whole to a temp file first and linked into place, so two callers at once agree on one
+    content and no reader ever sees half of it.
+    """
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    private_dirs(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, payload)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another caller made it first: its content is the one
+    else:
+        fsync_dir(path.parent)
+    finally:
+        os.unlink(tmp)
+    return path.read_bytes()
+
+
 def read_bounded(path: str | Path, max_bytes: int) -> tuple[bytes | None, str | None, int | None]:
     """(content, problem, size): the file's bytes, or why they cannot be used — ``missing``,
     ``symlink``, ``not-regular`` or ``too-large`` (then ``size`` says how large)."""

@@ -18,7 +18,7 @@ from corral.cli.app import App
 from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
 from corral.domain.status import Status
-from corral.domain.substate import render_status, retry_summary, runs_on
+from corral.domain.substate import NOT_PUSHED, render_status, retry_summary, runs_on
 
 #: The colour of each status word, on every surface that paints one (``show``, ``list``, ``watch``).
 STATUS_COLOR = {
@@ -311,8 +311,16 @@ def lease_text(lease: dict[str, Any]) -> str:
         return f"queued for a worker since {local_time(lease['queued_at'])} (epoch {lease['epoch']})"
     where = one_line(lease.get("host") or "?")
     if lease["state"] == "claimed":
-        return f"runs on {where} since {local_time(lease['claimed_at'])} (epoch {lease['epoch']})"
-    return f"last ran on {where}" if lease.get("host") else f"its worker was lost (epoch {lease['epoch']})"
+        line = f"runs on {where} since {local_time(lease['claimed_at'])} (epoch {lease['epoch']})"
+        if lease.get("unpushed"):
+            line += f" · {NOT_PUSHED}: {one_line(lease['unpushed'])}"
+        elif lease.get("stop_by"):
+            line += f" · stop asked by {one_line(lease['stop_by'])}"
+        return line
+    line = f"last ran on {where}" if lease.get("host") else f"its worker was lost (epoch {lease['epoch']})"
+    if lease.get("unpushed"):  # fenced off before its push landed: that turn's work stayed on its host
+        line += f" · its work never reached the remote: {one_line(lease['unpushed'])}"
+    return line
 
 
 def carry_text(carry: dict[str, Any]) -> str:

@@ -235,7 +235,12 @@ SETTINGS: tuple[Setting, ...] = (
         because="it says which machines run your agents",
     ),
     Setting(
-        "worker_host", str, None, "the name this host's worker shows in list, show and watch (default: its host name)"
+        "worker_host",
+        str,
+        None,
+        "the name this host's worker shows in list, show and watch (default: its host name)",
+        _USER,
+        because="it names your host to the team (two hosts given one name by a repository would read as one)",
     ),
     Setting(
         "worker_turns", int, 2, "turns one `corral worker` runs at once", _USER, because="it sizes your host's load"

@@ -120,6 +120,10 @@ def waits_summary(waits: tuple[Waiting, ...]) -> str:
 QUEUED = "queued"
 
 
+#: What ``show`` says of a worker's turn that ended but whose branch has not reached the remote yet.
+NOT_PUSHED = "work not yet pushed"
+
+
 def runs_on(host: str | None) -> str | None:
     """``on build-2`` for a turn a worker runs (a list row's ``host``; "queued" names no host), else None."""
     return f"on {host}" if host and host != QUEUED else None

@@ -16,6 +16,8 @@ from corral.domain.record import field, record
 
 #: The reason a turn whose worker stopped heartbeating rests interrupted with (``show``, the breaker).
 WORKER_LOST = "worker lost"
+#: The cause of a turn a worker handed back on shutdown (a second SIGTERM or Ctrl-C while it drained).
+HANDED_BACK = "handed-back"
 #: The task metadata key of the host each session's harness session was made on (``{session id: host}``):
 #: a worker on another host resumes it only when its transcript can be carried through the store
 #: (``runtime/transcripts``), else starts a fresh one with the crash-context prompt.
@@ -90,6 +92,13 @@ class TurnPlan:
 
 @record
 class Lease:
+    """A task's turn queued for workers, or claimed by one under ``epoch``.
+
+    ``stop_by``: a person asked on another host to stop the turn (the actor), for its worker to relay;
+    ``unpushed``: the turn ended, but its branch has not reached the remote yet (why), so the worker
+    keeps the claim and tries again.
+    """
+
     task_id: str
     command_id: str
     epoch: int
@@ -101,6 +110,8 @@ class Lease:
     job_id: int | None = None
     queued_at: datetime | None = None
     claimed_at: datetime | None = None
+    stop_by: str | None = None
+    unpushed: str | None = None
 
     @property
     def claimed(self) -> bool:
@@ -116,6 +127,8 @@ class Lease:
             "worktree": self.worktree,
             "queued_at": None if self.queued_at is None else self.queued_at.isoformat(),
             "claimed_at": None if self.claimed_at is None else self.claimed_at.isoformat(),
+            "stop_by": self.stop_by,
+            "unpushed": self.unpushed,
         }
 
 

@@ -3,10 +3,11 @@ lease's job there. The launch (``operations.dispatch``) and the lease sweep (``r
 
 from __future__ import annotations
 
-import hashlib
+import secrets
 import socket
 from pathlib import Path
 
+from corral.adapters.files import create_once
 from corral.adapters.jobs import Dispatch
 from corral.domain.actors import Actor
 from corral.engine.project import Project
@@ -19,14 +20,25 @@ def host_name(project: Project) -> str:
     return str(configured) if configured else socket.gethostname()
 
 
+#: The file in a ``CORRAL_HOME`` holding the random token of its worker's id, made once.
+WORKER_TOKEN = "worker.token"
+
+
 def worker_id(home: Path, host: str) -> str:
-    """This host's worker for this home: the same across restarts, another for another home."""
-    return f"{host}-{hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:10]}"
+    """This home's worker: its host and a random token made once for the home (0600, in corral's own
+    state), so a restarted worker is the same worker while two hosts with the same home path (or one
+    host name) never are."""
+    token = create_once(home / WORKER_TOKEN, secrets.token_hex(6).encode()).decode().strip()
+    return f"{host}-{token}"
 
 
-def local_worker(project: Project) -> str:
-    """The id of this host's worker for the project's ``CORRAL_HOME``: the supervisors here are its turns."""
-    return worker_id(project.paths.home, host_name(project))
+def local_worker(project: Project) -> str | None:
+    """The id of this home's worker, whose supervisors run here; None when no worker ever ran from it."""
+    try:
+        token = (project.paths.home / WORKER_TOKEN).read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return f"{host_name(project)}-{token}"
 
 
 def to_workers(project: Project, task_id: str | None = None, actor: Actor | None = None) -> bool:

@@ -4,12 +4,14 @@ The remote (the ``remote`` setting, ``origin`` by default) is where a task's wor
 between hosts: the task branch ``corral/<ref>``, and while a turn runs a work-in-progress ref
 ``refs/corral/wip/<ref>`` — a commit of the worktree as it is (untracked files included, made
 with an index of corral's own, so what the agent staged is untouched) whose parent is the
-branch tip it was taken on. A worker pushes the branch with ``--force-with-lease`` on the
-task's own ref only, so it never overwrites a push it has not seen; and a worker that takes a
-turn over restores the WIP of the branch tip it starts from. Nothing here is dropped: a local
-tip the remote does not hold is kept under ``refs/corral/stale/<ref>/<epoch>``, and what a worktree
-here held uncommitted under ``refs/corral/stale/<ref>/<epoch>-worktree``, before the worktree
-follows the remote.
+branch tip it was taken on. Every push a worker makes is a compare-and-swap: the branch with
+``--force-with-lease`` on the tip its turn started from, the WIP ref on the value this worker last
+saw or pushed, so it never overwrites a push it has not seen; and each push is made only after the
+worker's epoch is checked to hold the task's lease (``epoch``). A worker that takes a turn over
+restores the WIP of the branch tip it starts from. Nothing here is dropped: a local tip the remote
+does not hold is kept under ``refs/corral/stale/<ref>/<epoch>``, and what a worktree here held
+uncommitted under ``refs/corral/stale/<ref>/<epoch>-worktree``, on this host and on the remote,
+before the worktree follows the remote.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from pathlib import Path
 from corral.adapters.locks import lock
 from corral.domain.record import record
 from corral.domain.records import Task
+from corral.domain.status import Status
+from corral.domain.team import Lease
 from corral.engine.project import Project
-from corral.errors import GitError, PrepareFailed
+from corral.errors import GitError, PrepareFailed, WorkNotPushed
 
 WIP_PREFIX = "refs/corral/wip/"
 WORKTREE_LOCK_SECONDS = 60.0
@@ -37,6 +41,47 @@ def wip_ref(task: Task) -> str:
 
 def remote_name(project: Project) -> str:
     return str(project.config["remote"])
+
+
+def hold(project: Project, task: Task, epoch: int | None) -> None:
+    """Right before a push: the worker's ``epoch`` still holds the task's lease (``LeaseLost`` when not).
+    None: not a worker's push (a reviewer's host publishing a new branch)."""
+    if epoch is None:
+        return
+    with project.store.read() as tx:
+        tx.check_fence(task.id, epoch)
+
+
+def swap(project: Project, cwd: Path, ref: str, new: str | None, expected: str | None) -> None:
+    """Move the remote's ``ref`` from ``expected`` to ``new`` (None: absent), a compare-and-swap
+    (``--force-with-lease``). A remote that holds ``new`` already took an earlier try whose answer was
+    lost. A refusal or an unreachable remote is a ``GitError`` whose message is git's own line saying why.
+    """
+    lease = f"--force-with-lease={ref}:{expected or ''}"
+    refspec = f"{new}:{ref}" if new is not None else f":{ref}"
+    done = project.git.run("push", "--quiet", lease, remote_name(project), refspec, cwd=cwd, check=False)
+    if done.returncode == 0:
+        return
+    try:
+        if remote_tip(project, ref) == new:
+            return
+    except GitError:
+        pass  # unreachable: git's own words below say so
+    said = [line.strip().lstrip("! ").strip() for line in (done.stderr or done.stdout or "").splitlines()]
+    said = [line for line in said if line]
+    why = next((line for line in said if "rejected" in line or line.startswith("fatal:")), None)
+    why = why or (said[-1] if said else f"exit {done.returncode}")
+    raise GitError(
+        f"git push to {remote_name(project)} failed: {why[:300]}",
+        code="push-failed",
+        hint=f"Check that this host may push there: git -C {project.repo} push --dry-run {remote_name(project)}",
+    )
+
+
+def remote_tip(project: Project, ref: str) -> str | None:
+    """What the remote's ``ref`` points at now (None: absent); ``GitError`` when the remote cannot be read."""
+    listed = project.git.run("ls-remote", remote_name(project), ref, cwd=project.repo)
+    return next((line.split("\t", 1)[0] for line in listed.stdout.splitlines() if line.endswith(f"\t{ref}")), None)
 
 
 def _tracking(project: Project, branch: str) -> str:
@@ -89,8 +134,9 @@ def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> 
     """This host's worktree of the task, on the remote's tip of its branch, with the WIP restored.
 
     Made when absent (from the remote branch, else from the target); a worktree already here
-    follows the remote: fast-forwarded, or reset to it with the local tip kept aside when the
-    two diverged (a turn this host lost to another worker).
+    follows the remote: fast-forwarded, or reset to it with the local tip and what the worktree
+    held uncommitted kept aside first, here and on the remote (a turn this host lost to another
+    worker), while ``epoch`` holds the lease.
     """
     git, repo = project.git, project.repo
     fetched = fetch(project, task, target)
@@ -104,12 +150,12 @@ def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> 
     branch_ref = f"refs/heads/{task.branch}"
     local = git.rev_parse(branch_ref, cwd=repo)
     if local is not None and local != start and not git.is_ancestor(local, start, cwd=repo):
-        git.update_ref(f"{STALE_PREFIX}{task.ref}/{epoch}", local, cwd=repo, message="corral: a tip the remote lacks")
+        _keep(project, task, epoch, f"{STALE_PREFIX}{task.ref}/{epoch}", local, "a tip the remote lacks")
     if path.is_dir():
         # What this host's worktree holds uncommitted (a turn it lost) is kept before it is reset.
         kept = snapshot(project, path, f"corral: {task.ref}'s worktree on this host before epoch {epoch}")
         if kept is not None:
-            git.update_ref(f"{STALE_PREFIX}{task.ref}/{epoch}-worktree", kept, cwd=repo, message="corral: kept")
+            _keep(project, task, epoch, f"{STALE_PREFIX}{task.ref}/{epoch}-worktree", kept, "kept")
         git.run("reset", "--hard", "--quiet", start, cwd=path)
         git.run("clean", "-fdq", cwd=path)
     else:
@@ -126,6 +172,14 @@ def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> 
         git.run("checkout", fetched.wip, "--", ".", cwd=path)
         git.run("reset", "--quiet", cwd=path)
     return path, fetched
+
+
+def _keep(project: Project, task: Task, epoch: int, ref: str, sha: str, why: str) -> None:
+    """Keep ``sha`` under ``ref`` here, then on the remote (leased on its absence: one name per epoch),
+    before anything here is reset; a host that dies afterwards loses none of it."""
+    project.git.update_ref(ref, sha, cwd=project.repo, message=f"corral: {why}")
+    hold(project, task, epoch)
+    swap(project, project.repo, ref, sha, None)
 
 
 @contextmanager
@@ -161,19 +215,43 @@ def snapshot(project: Project, worktree: Path, message: str) -> str | None:
     return git.commit_tree(tree, [head], message, cwd=worktree)
 
 
-def push_wip(project: Project, task: Task, worktree: Path, *, final: bool = False) -> str | None:
-    """Push the worktree's uncommitted work to the task's WIP ref; the commit pushed, None when clean.
+def push_wip(
+    project: Project, task: Task, worktree: Path, *, epoch: int | None, seen: str | None, final: bool = False
+) -> str | None:
+    """Push the worktree's uncommitted work to the task's WIP ref; what the remote's WIP ref holds after.
 
-    ``final`` (the turn ended): a clean worktree removes the WIP ref, so an older snapshot on the
-    same tip is never restored into the next turn.
+    A compare-and-swap on ``seen`` (what this worker last saw or pushed there; None: absent), made
+    only while ``epoch`` holds the lease: a worker fenced off can never overwrite its successor's WIP.
+    A snapshot like the one pushed last is not pushed again. ``final`` (the turn ended): a clean
+    worktree removes the WIP ref, so an older snapshot on the same tip is never restored into the
+    next turn.
     """
+    ref = wip_ref(task)
     sha = snapshot(project, worktree, f"corral: work in progress of {task.ref}")
     if sha is None:
-        if final:
-            project.git.run("push", "--quiet", remote_name(project), f":{wip_ref(task)}", cwd=worktree, check=False)
+        if not final or seen is None:
+            return seen
+        hold(project, task, epoch)
+        swap(project, worktree, ref, None, seen)
         return None
-    project.git.run("push", "--quiet", "--force", remote_name(project), f"{sha}:{wip_ref(task)}", cwd=worktree)
+    if seen is not None and _same_snapshot(project, worktree, seen, sha):
+        return seen  # nothing changed since the last push
+    hold(project, task, epoch)
+    swap(project, worktree, ref, sha, seen)
     return sha
+
+
+def _same_snapshot(project: Project, worktree: Path, one: str, other: str) -> bool:
+    """Two WIP commits of one tree on one parent (their times alone differ)."""
+    git = project.git
+    if git.rev_parse(f"{one}^{{tree}}", cwd=worktree) != git.tree_of(other, cwd=worktree):
+        return False
+    return git.rev_parse(f"{one}^", cwd=worktree) == git.rev_parse(f"{other}^", cwd=worktree)
+
+
+def wip_seen(project: Project, task: Task) -> str | None:
+    """The remote's WIP ref of the task as it is now (a restarted worker's starting point for its swap)."""
+    return remote_tip(project, wip_ref(task))
 
 
 def publish_branch(project: Project, task: Task) -> bool:
@@ -192,20 +270,38 @@ def publish_branch(project: Project, task: Task) -> bool:
     return True
 
 
-def push_branch(project: Project, task: Task, expected: str | None) -> str | None:
-    """Push the task branch, leased on the remote tip this turn started from (``expected``; None: absent).
+def push_branch(project: Project, task: Task, expected: str | None, *, epoch: int | None = None) -> str | None:
+    """Push the task branch, leased on the remote tip this turn started from (``expected``; None: absent),
+    only while ``epoch`` holds the lease (None: not a worker's push).
 
     Returns the tip pushed. A remote that moved meanwhile refuses it (``GitError``): another
-    worker's push is never overwritten.
+    worker's push is never overwritten. A remote that already holds the tip took an earlier try.
     """
     git, repo = project.git, project.repo
-    tip = git.rev_parse(f"refs/heads/{task.branch}", cwd=repo)
+    branch = f"refs/heads/{task.branch}"
+    tip = git.rev_parse(branch, cwd=repo)
     if tip is None:
         return None
-    lease = f"--force-with-lease=refs/heads/{task.branch}:{expected or ''}"
-    git.run("push", "--quiet", lease, remote_name(project), f"{tip}:refs/heads/{task.branch}", cwd=repo)
+    if tip != expected:
+        hold(project, task, epoch)
+        swap(project, repo, branch, tip, expected)
     git.update_ref(_tracking(project, task.branch), tip, cwd=repo, message="corral: pushed")
     return tip
+
+
+def refuse_unpushed(task: Task, lease: Lease | None, doing: str) -> None:
+    """What a review reads of a task whose turns ran on workers is the remote's tip of its branch: while the
+    worker of its last turn has recorded it but not pushed it yet (its lease still claimed), that tip is
+    stale, and ``doing`` (``accept``, ``diff``) is refused rather than done on it."""
+    if lease is None or not lease.claimed or task.status is Status.WORKING:
+        return
+    why = lease.unpushed or "its worker is pushing it now"
+    raise WorkNotPushed(
+        f"Cannot {doing} {task.ref}: its last turn ran on {lease.host or 'a worker'}, whose work has not "
+        f"reached the remote yet ({why}).",
+        hint=f"Its worker keeps trying and lets the task go once the remote holds it (corral show {task.ref} "
+        f"says why it waits); then {doing} again.",
+    )
 
 
 def follow_branch(project: Project, task: Task, target: str) -> Fetched:

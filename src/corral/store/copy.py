@@ -101,6 +101,8 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "job_id",
             "queued_at",
             "claimed_at",
+            "stop_by",
+            "unpushed",
         ),
     ),
     ("shipped_files", ("task_id", "path", "offset_bytes", "data")),

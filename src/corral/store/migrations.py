@@ -222,9 +222,23 @@ def m002_team(db: sqlite3.Connection) -> None:
     run_script(db, _TEAM.format(strict=" STRICT"))
 
 
+#: What a lease carries besides its claim (docs/workers.md): a stop a person asked for on another host,
+#: for the worker that holds it to relay to its supervisor, and why a turn's end has not reached the
+#: remote yet (its worker keeps trying; ``accept`` and ``diff`` wait for it).
+_LEASE_NOTES = """
+    ALTER TABLE leases ADD COLUMN stop_by TEXT;
+    ALTER TABLE leases ADD COLUMN unpushed TEXT;
+"""
+
+
+def m003_lease_notes(db: sqlite3.Connection) -> None:
+    run_script(db, _LEASE_NOTES)
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "initial", m001_initial),
     (2, "team", m002_team),
+    (3, "lease notes", m003_lease_notes),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -402,6 +416,7 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
             .replace("BLOB", "BYTEA")
         ),
     ),
+    (3, "lease notes", _pg(_LEASE_NOTES)),
 ]
 
 assert [m[:2] for m in PG_MIGRATIONS] == [m[:2] for m in MIGRATIONS], "PostgreSQL and SQLite migrations must agree"

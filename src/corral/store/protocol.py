@@ -301,7 +301,17 @@ class Tx(Protocol):
 
     def set_lease_worktree(self, task_id: str, epoch: int, worktree: str) -> None: ...
     def release_turn(self, task_id: str, epoch: int) -> bool:
-        """The turn under ``epoch`` ended; False when that epoch no longer holds it."""
+        """The turn under ``epoch`` ended and its work reached the remote; False when that epoch no longer holds it."""
+        ...
+
+    def ask_stop(self, task_id: str, epoch: int, actor: str) -> bool:
+        """A person on another host asks for the turn ``epoch`` runs to stop (``actor``: who asked), for
+        its worker to relay to its supervisor; False when that epoch no longer holds a claim."""
+        ...
+
+    def note_unpushed(self, task_id: str, epoch: int, reason: str | None) -> None:
+        """Why the turn's end has not reached the remote yet (None: it has), on the lease ``epoch`` holds;
+        :class:`~corral.errors.LeaseLost` when it holds it no more."""
         ...
 
     def fence_off(self, task_id: str, epoch: int) -> bool:

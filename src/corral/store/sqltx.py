@@ -947,6 +947,8 @@ class SQLTx:
             job_id=row["job_id"],
             queued_at=_time(row["queued_at"]),
             claimed_at=_time(row["claimed_at"]),
+            stop_by=row["stop_by"],
+            unpushed=row["unpushed"],
         )
 
     def lease(self, task_id: str) -> Lease | None:
@@ -973,7 +975,7 @@ class SQLTx:
             "INSERT INTO leases (task_id, command_id, epoch, state, plan, queued_at) VALUES (?,?,1,'queued',?,?) "
             "ON CONFLICT (task_id) DO UPDATE SET command_id = excluded.command_id, epoch = leases.epoch + 1, "
             "state = 'queued', plan = excluded.plan, worker_id = NULL, host = NULL, worktree = NULL, "
-            "job_id = NULL, queued_at = excluded.queued_at, claimed_at = NULL",
+            "job_id = NULL, queued_at = excluded.queued_at, claimed_at = NULL, stop_by = NULL, unpushed = NULL",
             (task_id, command_id, _dumps(plan), now),
         )
         found = self.lease(task_id)
@@ -990,8 +992,8 @@ class SQLTx:
     def claim_turn(self, task_id: str, command_id: str, worker_id: str, host: str) -> Lease | None:
         self._write()
         cur = self._db.execute(
-            "UPDATE leases SET state = 'claimed', epoch = epoch + 1, worker_id = ?, host = ?, claimed_at = ? "
-            "WHERE task_id = ? AND command_id = ? AND state = 'queued'",
+            "UPDATE leases SET state = 'claimed', epoch = epoch + 1, worker_id = ?, host = ?, claimed_at = ?, "
+            "stop_by = NULL, unpushed = NULL WHERE task_id = ? AND command_id = ? AND state = 'queued'",
             (worker_id, host, rfc3339(self.now()), task_id, command_id),
         )
         return self.lease(task_id) if cur.rowcount == 1 else None
@@ -1015,10 +1017,24 @@ class SQLTx:
     def release_turn(self, task_id: str, epoch: int) -> bool:
         self._write()
         cur = self._db.execute(
-            "UPDATE leases SET state = 'released' WHERE task_id = ? AND epoch = ? AND state = 'claimed'",
+            "UPDATE leases SET state = 'released', unpushed = NULL "
+            "WHERE task_id = ? AND epoch = ? AND state = 'claimed'",
             (task_id, epoch),
         )
         return bool(cur.rowcount == 1)
+
+    def ask_stop(self, task_id: str, epoch: int, actor: str) -> bool:
+        self._write()
+        cur = self._db.execute(
+            "UPDATE leases SET stop_by = ? WHERE task_id = ? AND epoch = ? AND state = 'claimed'",
+            (actor, task_id, epoch),
+        )
+        return bool(cur.rowcount == 1)
+
+    def note_unpushed(self, task_id: str, epoch: int, reason: str | None) -> None:
+        self._write()
+        self.check_fence(task_id, epoch)
+        self._db.execute("UPDATE leases SET unpushed = ? WHERE task_id = ?", (reason, task_id))
 
     def fence_off(self, task_id: str, epoch: int) -> bool:
         self._write()

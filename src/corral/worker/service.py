@@ -1,17 +1,20 @@
 """``corral worker``: claim queued turns from the shared store and run them on this host (docs/workers.md).
 
 One worker per ``CORRAL_HOME`` (a lock file), serving the clones its person's own settings list
-(``worker_projects``) and nothing else. Its id is made from the host and the home, so a
-restarted worker is the same worker: it heartbeats on under the same id before its lease runs
-out and re-adopts the turns it claimed (their supervisors ran on without it). Three loops:
+(``worker_projects``) and nothing else. Its id is made from the host and a random token the home
+keeps, so a restarted worker is the same worker: it heartbeats on under the same id before its
+lease runs out and re-adopts the turns it claimed (their supervisors ran on without it). Three loops:
 
 - the dispatch engine (procrastinate) hands it jobs, ``worker_turns`` at once; each job claims its
   turn under a new epoch and follows it to its end (``operations.claimed``);
-- every third of a lease it heartbeats, and stops any agent whose epoch was taken over;
+- every third of a lease it heartbeats, stops any agent whose epoch was taken over, and follows
+  again any turn it still holds whose job died (its agent is never left unwatched);
 - every two seconds it settles each project (lost workers' turns are fenced off and resumed,
   auto-resume runs), as the daemon does; each job records its own turn's receipt the moment it lands.
 
 SIGTERM or Ctrl-C drains: it claims nothing more, finishes the turns it runs, then says it stopped.
+A second one while it drains hands its turns back: their work pushed, their agents stopped, each
+recorded interrupted for another worker to resume, then it stops.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,7 @@ from typing import Any
 from corral.adapters.jobs import Dispatch
 from corral.adapters.locks import try_lock
 from corral.domain.clock import rfc3339, utcnow
-from corral.domain.team import BEATS_PER_LEASE, LeaseState, WorkerState
+from corral.domain.team import BEATS_PER_LEASE, Lease, LeaseState, WorkerState
 from corral.engine.operations import claimed
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
@@ -73,11 +77,12 @@ class Worker:
             )
         self.dispatch = Dispatch(str(first.database_url))
         self.stop = threading.Event()  # SIGTERM: drain
+        self.hand_back = threading.Event()  # a second SIGTERM while draining: hand the turns back
         self.state = WorkerState.RUNNING
         self.running: dict[str, tuple[str, int]] = {}  # task id -> (project key, epoch)
+        self.unwatched: set[str] = set()  # of those, the ones whose job died: followed again
         self.lock = threading.Lock()
         self.on_event = on_event or (lambda doc: None)
-        self.threads: list[threading.Thread] = []
 
     # -- events --------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
@@ -105,6 +110,9 @@ class Worker:
             except CorralError as exc:  # the store unreachable: the lease may run out; it says so when back
                 self.event("heartbeat-failed", message=exc.message)
                 continue
+            except Exception as exc:  # this loop keeps the leases: it must outlive any one fault
+                self.event("heartbeat-failed", message=f"{type(exc).__name__}: {exc}")
+                continue
             with self.lock:
                 mine = dict(self.running)
             for key, project in self.projects.items():
@@ -114,8 +122,11 @@ class Worker:
                 try:
                     for task_id in claimed.stop_if_fenced(project, leases):
                         self.event("lease-lost", task=task_id, message="taken over: its agent was stopped")
+                    self.watch_again(project, key)
                 except CorralError as exc:
                     self.event("heartbeat-failed", message=exc.message)
+                except Exception as exc:  # this loop keeps the leases: it must outlive any one fault
+                    self.event("heartbeat-failed", message=f"{type(exc).__name__}: {exc}")
 
     # -- settling ------------------------------------------------------------------------------
     def settle_loop(self) -> None:
@@ -136,8 +147,8 @@ class Worker:
         self.event("claim", task=task_id, command=command_id)
         try:
             self._run(project, task_id, command_id)
-        except CorralError as exc:
-            self.event("turn-failed", task=task_id, message=exc.message, code=exc.code)
+        except Exception as exc:  # the job died: the heartbeat loop follows its turn again
+            self._died(task_id, exc)
 
     def _run(self, project: Project, task_id: str, command_id: str) -> None:
         assert project.identity is not None
@@ -147,12 +158,44 @@ class Worker:
             return
         with self.lock:
             self.running[task_id] = (project.identity.key, lease.epoch)
-        try:
-            ran = claimed.run_claimed(project, self.me, lease)
-        finally:
-            with self.lock:
-                self.running.pop(task_id, None)
+        ran = claimed.run_claimed(project, self.me, lease, say=self.event, hand_back=self.hand_back)
+        self._forget(task_id)
         self.event("turn-" + ran.outcome, task=task_id, message=ran.detail)
+
+    def _died(self, task_id: str, exc: Exception) -> None:
+        """A job (or a follower) ended with an error: said, and its turn, while this worker holds it,
+        left for the heartbeat loop to follow again, so its agent is never left unwatched."""
+        if isinstance(exc, CorralError):
+            self.event("turn-failed", task=task_id, message=exc.message, code=exc.code)
+        else:
+            self.event("turn-failed", task=task_id, message=f"{type(exc).__name__}: {exc}", code="internal-fault")
+        with self.lock:
+            if task_id in self.running:
+                self.unwatched.add(task_id)
+
+    def _forget(self, task_id: str) -> None:
+        with self.lock:
+            self.running.pop(task_id, None)
+            self.unwatched.discard(task_id)
+
+    def watch_again(self, project: Project, key: str) -> None:
+        """Each turn of ``project`` this worker still holds whose job died: followed again (its receipt
+        recorded, its work pushed, its lease let go), as after a restart."""
+        with self.lock:
+            again = {t: self.running[t][1] for t in self.unwatched if t in self.running and self.running[t][0] == key}
+        if not again:
+            return
+        with project.store.read() as tx:
+            held = {task_id: tx.lease(task_id) for task_id in again}
+        for task_id, epoch in again.items():
+            lease = held[task_id]
+            if lease is None or lease.epoch != epoch or not lease.claimed or lease.worker_id != self.me.id:
+                self._forget(task_id)  # let go, or taken over (its agent stopped above)
+                continue
+            with self.lock:
+                self.unwatched.discard(task_id)
+            self.event("adopt", task=task_id, epoch=epoch, message="its job ended early: followed again")
+            self._follow(project, lease)
 
     def adopt(self) -> None:
         """The turns this worker claimed before a restart: followed to their end again."""
@@ -164,26 +207,35 @@ class Worker:
                 with self.lock:
                     self.running[lease.task_id] = (project.identity.key, lease.epoch)
                 self.event("adopt", task=lease.task_id, epoch=lease.epoch)
-                thread = threading.Thread(target=self._follow_adopted, args=(project, lease), daemon=True)
-                thread.start()
-                self.threads.append(thread)
+                self._follow(project, lease)
 
-    def _follow_adopted(self, project: Project, lease: Any) -> None:
+    def _follow(self, project: Project, lease: Lease) -> None:
+        threading.Thread(target=self._follow_adopted, args=(project, lease), daemon=True).start()
+
+    def _follow_adopted(self, project: Project, lease: Lease) -> None:
         try:
-            ran = claimed.resume_following(project, lease)
-            self.event("turn-" + ran.outcome, task=lease.task_id, message=ran.detail)
-        except CorralError as exc:
-            self.event("turn-failed", task=lease.task_id, message=exc.message, code=exc.code)
-        finally:
-            with self.lock:
-                self.running.pop(lease.task_id, None)
+            ran = claimed.resume_following(project, self.me, lease, say=self.event, hand_back=self.hand_back)
+        except Exception as exc:
+            self._died(lease.task_id, exc)
+            return
+        self._forget(lease.task_id)
+        self.event("turn-" + ran.outcome, task=lease.task_id, message=ran.detail)
 
     # -- the whole ----------------------------------------------------------------------------
     def request_stop(self, *_: Any) -> None:
+        """SIGTERM or Ctrl-C: the first drains (claims nothing more, finishes its turns); a second hands
+        the turns back (pushed, stopped, interrupted for another worker) and stops."""
         if not self.stop.is_set():
             self.state = WorkerState.DRAINING
-            self.event("draining", message="claims nothing more; finishing the turns it runs")
+            self.event("draining", message="claims nothing more; finishing the turns it runs (again: hands them back)")
             self.stop.set()
+        elif not self.hand_back.is_set():
+            self.event("handing-back", message="pushing each turn's work, stopping its agent, letting it go")
+            self.hand_back.set()
+
+    def busy(self) -> bool:
+        with self.lock:
+            return bool(self.running)
 
     def run(self) -> None:
         lock_fd = try_lock(next(iter(self.projects.values())).paths.worker_lock)
@@ -211,8 +263,9 @@ class Worker:
                 stop=self.stop,
                 heartbeat_seconds=max(1.0, self.lease_seconds / BEATS_PER_LEASE),
             )
-            for thread in self.threads:
-                thread.join()
+            # Every turn followed to its end (a job that died is followed again by the heartbeat loop).
+            while self.busy():
+                time.sleep(0.2)
         finally:
             self.done.set()
             for sig, handler in zip((signal.SIGTERM, signal.SIGINT), previous, strict=True):

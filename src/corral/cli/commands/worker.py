@@ -16,7 +16,8 @@ from corral.cli.render import event_text, local_time
 Examples:
   corral config set database_url postgresql://corral@db.internal/corral
   corral config set worker_projects /srv/clones/app
-  corral worker              in the foreground; SIGTERM or Ctrl-C drains and stops
+  corral worker              in the foreground; SIGTERM or Ctrl-C drains and stops,
+                             a second one hands its turns back to the queue
   corral worker --json       one JSON event per line
 \b
 A person sends turns to workers with `corral config set dispatch workers`; every trust setting a

@@ -179,7 +179,9 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
                     hint=f"Wait for {parent.ref} to rest (corral wait {parent.ref}), then accept again.",
                 )
         target = workspace.target_branch(tx, task)
-        shared = tx.lease(task.id) is not None
+        lease = tx.lease(task.id)
+    shared = lease is not None
+    remote.refuse_unpushed(task, lease, "accept")  # the remote's tip would be stale: never merged
     refuse_while_chat(project, task, "accept")  # it would merge what a live chat is changing
     git = project.git
     if shared:

@@ -8,35 +8,61 @@ the epoch in its own transaction: ``recovery.receipts``), a work-in-progress pus
 ``wip_push_interval`` seconds while the turn runs, and after it the branch pushed with a lease
 on the tip it started from. A claim whose epoch is taken over while the turn runs stops its
 agent and writes nothing more.
+
+A turn's end is never stranded: the store or the remote failing for a while is waited out with a
+bounded backoff while the epoch holds, said in the worker's events and on the lease (``show``:
+"work not yet pushed: …"), and the lease is let go only once the remote holds the turn's work. A
+stop asked on another host reaches the turn through its lease, and is relayed to its supervisor
+as a local stop; a worker shutting down with a second signal hands its turns back (:meth:`Follow.give_back`).
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from corral import crashpoints
+from corral.adapters.process import send_identified
 from corral.domain import prompts
-from corral.domain.actors import Role
+from corral.domain.actors import Actor, Role
 from corral.domain.record import record, replace
-from corral.domain.records import Session, Task, Turn
-from corral.domain.team import HARNESS_HOST, Lease, TurnPlan
+from corral.domain.records import FailureEvidence, PossibleEffects, Session, Task, Turn
+from corral.domain.status import Status
+from corral.domain.substate import NOT_PUSHED
+from corral.domain.team import HANDED_BACK, HARNESS_HOST, Lease, LeaseState, TurnPlan
 from corral.engine import remote
-from corral.engine.operations import launch
+from corral.engine.operations import control, launch
 from corral.engine.operations.turns import revert_files
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
+from corral.engine.recovery.leases import end_interrupted
 from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import shipping
-from corral.engine.runtime.processes import reap_turn
+from corral.engine.runtime.processes import reap_turn, supervisor_identity
 from corral.errors import CorralError, LeaseLost
 
 #: How often a worker looks at the turn it runs (its receipt recorded, its epoch still its own).
 POLL_SECONDS = 0.2
 #: How often it ships the turn's files and live status to the store while it runs.
 SHIP_SECONDS = 1.0
+#: The first pause before the store or the remote, having failed, is tried again; it doubles with each
+#: failure in a row, up to :data:`RETRY_MAX_SECONDS`, for as long as the epoch holds.
+RETRY_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+
+#: What a followed turn tells its worker: an event's kind and its fields (the worker's ``--json`` lines).
+Say = Callable[..., None]
+
+
+def _quiet(_kind: str, **_fields: Any) -> None:
+    return None
 
 
 @record
@@ -49,7 +75,9 @@ class Me:
 
 @record
 class Ran:
-    """How a claimed job ended: ``done`` (recorded and pushed), ``lost`` (fenced off), ``skipped``."""
+    """How a claimed job ended: ``done`` (recorded and pushed), ``lost`` (fenced off), ``skipped``,
+    ``handed-back`` (the worker shut down: interrupted for another worker), ``unpushed`` (the worker shut
+    down before the remote took the turn's work: its claim left to run out)."""
 
     outcome: str
     detail: str = ""
@@ -60,23 +88,46 @@ def claim(project: Project, me: Me, task_id: str, command_id: str) -> Lease | No
         return tx.claim_turn(task_id, command_id, me.id, me.host)
 
 
-def run(project: Project, me: Me, task_id: str, command_id: str, *, wip_seconds: float | None = None) -> Ran:
+def run(
+    project: Project,
+    me: Me,
+    task_id: str,
+    command_id: str,
+    *,
+    wip_seconds: float | None = None,
+    say: Say = _quiet,
+    hand_back: threading.Event | None = None,
+) -> Ran:
     """Claim the queued command and run it to its recorded end; what it came to."""
     lease = claim(project, me, task_id, command_id)
     if lease is None:
         return Ran("skipped", "not queued (claimed by another worker, or superseded)")
-    return run_claimed(project, me, lease, wip_seconds=wip_seconds)
+    return run_claimed(project, me, lease, wip_seconds=wip_seconds, say=say, hand_back=hand_back)
 
 
-def run_claimed(project: Project, me: Me, lease: Lease, *, wip_seconds: float | None = None) -> Ran:
-    """Run a turn this worker claimed: its worktree, its command under the fence, the launch, then :func:`follow`."""
+def run_claimed(
+    project: Project,
+    me: Me,
+    lease: Lease,
+    *,
+    wip_seconds: float | None = None,
+    say: Say = _quiet,
+    hand_back: threading.Event | None = None,
+) -> Ran:
+    """Run a turn this worker claimed: its worktree, its command under the fence, the launch, then :class:`Follow`."""
     task_id, command_id = lease.task_id, lease.command_id
     epoch = lease.epoch
     with project.store.read() as tx:
         task = tx.get_task(task_id)
         current = tx.current_command(task_id)
         session = tx.get_session(task.session_id) if task is not None and task.session_id else None
-    if task is None or session is None or current is None or current.command_id != command_id:
+    if (
+        task is None
+        or task.status is not Status.WORKING
+        or session is None
+        or current is None
+        or current.command_id != command_id
+    ):
         with project.store.write() as tx:
             tx.release_turn(task_id, epoch)
         return Ran("skipped", "the task moved on before the turn was claimed")
@@ -95,7 +146,8 @@ def run_claimed(project: Project, me: Me, lease: Lease, *, wip_seconds: float | 
                 tx.release_turn(task_id, epoch)
         raise
     interval = float(wip_seconds if wip_seconds is not None else project.config["wip_push_interval"])
-    return follow(project, task_id, command_id, epoch, worktree, started_from, interval)
+    followed = Follow(project, me, task, command_id, epoch, worktree, started_from, interval, say, hand_back)
+    return followed.run()
 
 
 def _launch(
@@ -153,8 +205,11 @@ def _launch(
     return worktree, fetched.branch
 
 
-def resume_following(project: Project, lease: Lease) -> Ran:
-    """A turn this worker claimed before it restarted: followed again, from the remote tip it started on."""
+def resume_following(
+    project: Project, me: Me, lease: Lease, *, say: Say = _quiet, hand_back: threading.Event | None = None
+) -> Ran:
+    """A turn this worker claimed and no job of its follows (it restarted, or the job died): followed again,
+    from the remote tip it started on."""
     with project.store.read() as tx:
         task = tx.get_task(lease.task_id)
     if task is None or lease.worktree is None:
@@ -163,78 +218,250 @@ def resume_following(project: Project, lease: Lease) -> Ran:
         return Ran("skipped", "nothing of the turn was launched here")
     started_from = project.git.rev_parse(f"refs/remotes/{remote.remote_name(project)}/{task.branch}", cwd=project.repo)
     interval = float(project.config["wip_push_interval"])
-    return follow(project, lease.task_id, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval)
+    followed = Follow(
+        project, me, task, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval, say, hand_back
+    )
+    return followed.run()
 
 
-def follow(
-    project: Project,
-    task_id: str,
-    command_id: str,
-    epoch: int,
-    worktree: Path,
-    started_from: str | None,
-    wip_seconds: float,
-) -> Ran:
-    """Until the turn's receipt is recorded (here, as it lands): its files and live facts shipped and its
-    WIP pushed on the way, the branch pushed at the end; a lost epoch stops the agent and ends it with
-    nothing written."""
-    last_wip = last_ship = time.monotonic()
-    with project.store.read() as tx:
-        task = tx.get_task(task_id)
-    assert task is not None
-    while True:
-        with project.store.read() as tx:
-            lease = tx.lease(task_id)
-            answered = tx.turn_by_command(command_id, Role.AGENT) is not None
-        if lease is None or lease.epoch != epoch or not lease.claimed:
-            reap_turn(project, task_id)
-            return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
-        if answered:
-            break
-        # Its receipt is recorded here as soon as it lands (the worker's settle loop would, later):
-        # the turn's end costs one lstat a poll, not a reconcile pass of the whole project.
-        try:
-            if process_receipt(project, task):
-                continue
-        except LeaseLost:
-            reap_turn(project, task_id)
-            return Ran("lost", "the lease was taken over before the turn was recorded: nothing written")
-        if time.monotonic() - last_ship >= SHIP_SECONDS:
-            last_ship = time.monotonic()
+class Follow:
+    """One claimed turn as its worker follows it, until its receipt is recorded (here, as it lands) and its
+    work is on the remote: its files and live facts shipped and its WIP pushed on the way, a stop asked
+    elsewhere relayed, the branch pushed at the end. A lost epoch stops the agent and ends it with nothing
+    written; the store or the remote failing for a while is waited out while the epoch holds."""
+
+    def __init__(
+        self,
+        project: Project,
+        me: Me,
+        task: Task,
+        command_id: str,
+        epoch: int,
+        worktree: Path,
+        started_from: str | None,
+        wip_seconds: float,
+        say: Say = _quiet,
+        hand_back: threading.Event | None = None,
+    ) -> None:
+        self.project, self.me, self.task = project, me, task
+        self.command_id, self.epoch = command_id, epoch
+        self.worktree, self.started_from = worktree, started_from
+        self.wip_seconds = wip_seconds
+        self.say = say
+        self.hand_back = hand_back or threading.Event()
+        # What the remote's WIP ref held when this worker last looked or pushed (each WIP push swaps
+        # from it); read from the remote before the first push.
+        self.wip: str | None = None
+        self.wip_known = False
+        self.told: dict[str, str] = {}  # each kind of trouble as last said, so a long outage is said once
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> Ran:
+        project, task_id = self.project, self.task.id
+        last_wip = last_ship = time.monotonic()
+        pause = RETRY_SECONDS
+        relayed = False
+        while True:
+            if self.hand_back.is_set():
+                return self.give_back()
             try:
-                _ship(project, task, command_id, epoch)
-            except LeaseLost:
+                with project.store.read() as tx:
+                    lease = tx.lease(task_id)
+                    answered = tx.turn_by_command(self.command_id, Role.AGENT) is not None
+                    status = (tx.get_task(task_id) or self.task).status
+            except CorralError as exc:
+                pause = self._wait(pause, "store-unavailable", exc.message)
+                continue
+            if lease is None or lease.epoch != self.epoch or not lease.claimed:
                 reap_turn(project, task_id)
                 return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
-            except (CorralError, OSError):
-                pass  # the store or the disk, a moment: the next pass ships what this one could not
-        if time.monotonic() - last_wip >= wip_seconds:
-            last_wip = time.monotonic()
+            # The turn ended: its receipt recorded (here, or by this host's reconciler), or its supervisor
+            # found gone without one (the task no longer works on it).
+            if answered or status is not Status.WORKING:
+                break
+            crashpoints.hit("worker.follow")
+            if lease.stop_by and not relayed:
+                relayed = True  # once: a supervisor that cannot be asked ends as a lost turn, or is fenced off
+                self.relay_stop(lease.stop_by)
+            # Its receipt is recorded here as soon as it lands (the worker's settle loop would, later):
+            # the turn's end costs one lstat a poll, not a reconcile pass of the whole project.
             try:
-                remote.push_wip(project, task, worktree)
+                if process_receipt(project, self.task):
+                    continue
+            except LeaseLost:
+                reap_turn(project, task_id)
+                return Ran("lost", "the lease was taken over before the turn was recorded: nothing written")
+            except (CorralError, OSError) as exc:
+                pause = self._wait(pause, "store-unavailable", _said(exc))
+                continue
+            pause = RETRY_SECONDS
+            self.told.pop("store-unavailable", None)
+            if time.monotonic() - last_ship >= SHIP_SECONDS:
+                last_ship = time.monotonic()
+                try:
+                    self.ship()
+                except LeaseLost:
+                    reap_turn(project, task_id)
+                    return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
+                except (CorralError, OSError):
+                    pass  # the store or the disk, a moment: the next pass ships what this one could not
+            if time.monotonic() - last_wip >= self.wip_seconds:
+                last_wip = time.monotonic()
+                try:
+                    self.push_wip()
+                    self.told.pop("wip-not-pushed", None)
+                except LeaseLost:
+                    continue  # the next look at the lease stops the agent
+                except (CorralError, OSError) as exc:
+                    self._tell("wip-not-pushed", _said(exc))  # the next interval tries again; the turn goes on
+            time.sleep(POLL_SECONDS)
+        return self.end()
+
+    def _wait(self, pause: float, kind: str, why: str) -> float:
+        """Say why (once per cause), wait ``pause`` (a hand-back wakes it); the next, longer pause."""
+        self._tell(kind, f"{why}; trying again in {pause:g} s")
+        self.hand_back.wait(pause)
+        return min(pause * 2, RETRY_MAX_SECONDS)
+
+    def _tell(self, kind: str, message: str) -> None:
+        cause = message.split("; trying again", 1)[0]
+        if self.told.get(kind) != cause:
+            self.told[kind] = cause
+            self.say(kind, task=self.task.id, message=message)
+
+    # -- what it sends -----------------------------------------------------------------------------
+    def ship(self) -> None:
+        """The turn's files and live facts to the store, for reviewers elsewhere (each write fenced)."""
+        shipping.ship(self.project, self.task.id, self.epoch)
+        shipping.ship_live(self.project, self.task, self.command_id, self.epoch)
+
+    def push_wip(self, *, final: bool = False) -> None:
+        """The worktree's uncommitted work to the WIP ref: a swap from what this worker saw there last,
+        made while the epoch holds."""
+        if not self.worktree.is_dir():
+            return
+        if not self.wip_known:
+            remote.hold(self.project, self.task, self.epoch)
+            self.wip, self.wip_known = remote.wip_seen(self.project, self.task), True
+        try:
+            self.wip = remote.push_wip(
+                self.project, self.task, self.worktree, epoch=self.epoch, seen=self.wip, final=final
+            )
+        except CorralError:
+            self.wip_known = False  # looked at again (after the epoch is checked) before the next push
+            raise
+
+    def push(self, *, final: bool) -> None:
+        """The branch, leased on the tip the turn started from, then its WIP; each while the epoch holds."""
+        remote.push_branch(self.project, self.task, self.started_from, epoch=self.epoch)
+        self.push_wip(final=final)
+
+    # -- the end -------------------------------------------------------------------------------------
+    def end(self) -> Ran:
+        """The recorded turn's files shipped, its work pushed, then its lease let go; tried again (with a
+        bounded backoff, said on the lease) while the store or the remote fails and the epoch holds."""
+        pause = RETRY_SECONDS
+        while True:
+            try:
+                self.ship()  # the whole turn, before its lease is let go
+                self.push(final=True)
+                with self.project.store.write() as tx:
+                    if not tx.release_turn(self.task.id, self.epoch):
+                        return Ran("lost", "the lease was taken over before it was let go: nothing more written")
+                return Ran("done")
+            except LeaseLost:
+                return Ran("lost", "the lease was taken over before the push: nothing pushed")
+            except (CorralError, OSError) as exc:
+                why = _said(exc)
+            try:
+                with self.project.store.write() as tx:
+                    tx.note_unpushed(self.task.id, self.epoch, why)  # what a reviewer reads (show, accept)
+            except LeaseLost:
+                return Ran("lost", "the lease was taken over before the push: nothing pushed")
             except CorralError:
-                pass  # the next interval tries again; the turn goes on
-        time.sleep(POLL_SECONDS)
-    try:
-        _ship(project, task, command_id, epoch)  # the whole turn, before its lease is let go
-        with project.store.read() as tx:
-            tx.check_fence(task_id, epoch)
-        if worktree.is_dir():
-            remote.push_wip(project, task, worktree, final=True)
-        remote.push_branch(project, task, started_from)
-    except LeaseLost:
-        return Ran("lost", "the lease was taken over before the push: nothing pushed")
-    with project.store.write() as tx:
-        tx.release_turn(task_id, epoch)
-    return Ran("done")
+                pass  # the store itself: the event says it
+            if self.hand_back.is_set():
+                return Ran("unpushed", f"{NOT_PUSHED} ({why}); its claim runs out with the worker")
+            pause = self._wait(pause, "not-pushed", f"{NOT_PUSHED}: {why}")
+
+    def relay_stop(self, actor: str) -> bool:
+        """A stop asked on another host: the WIP pushed first (while the epoch holds), then the supervisor
+        asked here exactly as a local ``corral stop`` asks it (it stops the agent's group: SIGTERM, then
+        SIGKILL after its grace); whether a supervisor was there to ask."""
+        who = Actor(actor) if actor in Actor._value2member_map_ else Actor.HUMAN
+        try:
+            self.push_wip()
+        except (CorralError, OSError) as exc:
+            self._tell("wip-not-pushed", _said(exc))  # the turn's end pushes it again
+        asked = control.request_stop(self.project, self.task, who)
+        told = "relayed to its supervisor" if asked else "no live supervisor here to ask"
+        self.say("stop", task=self.task.id, message=f"stop asked by {who.value}: {told}")
+        return asked
+
+    def give_back(self) -> Ran:
+        """The worker shuts down (a second signal while it drained): the turn's work pushed, its agent
+        stopped, the turn recorded interrupted, the lease let go for auto-resume to queue it for another
+        worker under the breaker."""
+        project, task_id = self.project, self.task.id
+        why = f"handed back by worker {self.me.host} on shutdown"
+        try:
+            self.push(final=False)
+        except LeaseLost:
+            reap_turn(project, task_id)
+            return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
+        except (CorralError, OSError) as exc:
+            why += f" (its work could not be pushed first: {_said(exc)})"
+        evidence = FailureEvidence(
+            source="corral",
+            code=HANDED_BACK,
+            phase="running",
+            category="crash",
+            possible_effects=PossibleEffects.UNKNOWN,
+            details={"reason": why, "host": self.me.host, "worker": self.me.id, "epoch": self.epoch},
+        )
+        claim = Lease(task_id, self.command_id, self.epoch, LeaseState.CLAIMED)
+        try:
+            with project.store.write() as tx:
+                tx.check_fence(task_id, self.epoch)
+                interrupted = end_interrupted(tx, claim, f"The turn was interrupted: {why}.", why, evidence)
+        except LeaseLost:
+            reap_turn(project, task_id)
+            return Ran("lost", "the lease was taken over: its agent was stopped, nothing more written")
+        except CorralError as exc:
+            # Nothing can be recorded now: its agent is stopped all the same (no worker would watch it
+            # once this one is gone), and its claim runs out, for another host to take it for lost.
+            self._stop_agent()
+            return Ran("unpushed", f"the store could not record the hand-back ({exc.message}); its agent was stopped")
+        if not interrupted:
+            return self.end()  # it ended meanwhile: pushed and let go as any turn
+        self._stop_agent()
+        try:
+            process_receipt(project, self.task)  # one written before it was stopped: the turn's true end
+        except (CorralError, OSError):
+            pass
+        ran = self.end()
+        if ran.outcome != "done":
+            return ran
+        from corral.engine.operations.auto_resume import maybe_auto_resume  # the resume goes to the queue
+
+        try:
+            maybe_auto_resume(project, task_id)
+        except CorralError as exc:
+            self.say("problem", task=task_id, message=f"auto-resume: {exc.message}")
+        return Ran("handed-back", why)
+
+    def _stop_agent(self) -> None:
+        """The supervisor first, and at once (a receipt it wrote now would be a second end of the
+        turn), then the agent's group."""
+        project, task_id = self.project, self.task.id
+        status = proto.read_record(project.paths.protocol_dir(task_id) / proto.STATUS, proto.SupervisorStatus)
+        if status is not None and status.command_id == self.command_id:
+            send_identified(supervisor_identity(status), signal.SIGKILL)
+        reap_turn(project, task_id, command_id=self.command_id)
 
 
-def _ship(project: Project, task: Task, command_id: str, epoch: int) -> None:
-    """The turn's files and live facts to the store, for reviewers elsewhere (only while the epoch holds)."""
-    with project.store.read() as tx:
-        tx.check_fence(task.id, epoch)
-    shipping.ship(project, task.id)
-    shipping.ship_live(project, task, command_id)
+def _said(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, CorralError) else f"{type(exc).__name__}: {exc}"
 
 
 def stop_if_fenced(project: Project, leases: dict[str, int]) -> list[str]:

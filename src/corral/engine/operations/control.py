@@ -2,7 +2,10 @@
 
 Both reconcile as they go, so a receipt that lands while they wait becomes its turn. A stop
 ends with the stopped command's processes gone: whatever the supervisor did not end (or
-that no supervisor was left to end) is reaped once the task is parked.
+that no supervisor was left to end) is reaped once the task is parked. A turn that runs on a
+worker (docs/workers.md) is stopped through its lease in the store: its worker relays the stop
+to its supervisor as this host would, and a turn still queued, or whose worker does not answer,
+is fenced off and parked here.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.record import record
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import WAIT_RESTS, Op, Status, check_operation
+from corral.domain.team import Lease, LeaseState
 from corral.engine.operations.refresh import settle
 from corral.engine.operations.turns import Started
 from corral.engine.project import Project
@@ -39,7 +43,10 @@ def request_stop(project: Project, task: Task, actor: Actor) -> bool:
 def stop(project: Project, given: str, *, actor: Actor) -> Task:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
+        lease = tx.lease(task.id)
     check_operation(Op.STOP, task.status, task.ref, hint=f"No turn is running; see it: corral show {task.ref}")
+    if lease is not None and lease.state is not LeaseState.RELEASED:
+        return _stop_on_worker(project, task, lease, actor)
     command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
     stopped = _stop(project, task, actor)
     if command is not None:
@@ -76,6 +83,48 @@ def _stop(project: Project, task: Task, actor: Actor) -> Task:
                 session_id=current.session_id,
                 command_id=command_id,
             )
+        tx.park(task.id, actor, f"stopped by {actor.value}", expected_from=Status.WORKING, resting_cause=cause)
+        return tx.get_task(task.id) or current
+
+
+def _stop_on_worker(project: Project, task: Task, lease: Lease, actor: Actor) -> Task:
+    """A turn queued for workers, or run by one (on any host, this one's too): the stop rides on its lease.
+
+    The worker that holds it pushes the turn's work, asks its supervisor as a local stop does, and
+    records the turn stopped as its receipt says; then it pushes and lets the lease go as for any
+    turn's end. A queued turn, or one whose worker does not answer in time, is fenced off (its worker,
+    back, stops its agent and writes nothing) and parked here with the same record.
+    """
+    asked = False
+    if lease.claimed:
+        with project.store.write() as tx:
+            asked = tx.ask_stop(task.id, lease.epoch, actor.value)
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    while asked and time.monotonic() < deadline:
+        settle(project)
+        with project.store.read() as tx:
+            current = tx.get_task(task.id)
+        if current is None or current.status is not Status.WORKING:
+            return current or task
+        time.sleep(0.2)
+    with project.store.write() as tx:
+        current = tx.get_task(task.id)
+        if current is None or current.status is not Status.WORKING:
+            return current or task
+        held = tx.lease(task.id)
+        if held is not None and held.state is not LeaseState.RELEASED:
+            tx.fence_off(task.id, held.epoch)
+        command_id = held.command_id if held is not None else lease.command_id
+        if tx.turn_by_command(command_id, Role.AGENT) is None:
+            tx.add_turn(
+                task.id,
+                role=Role.AGENT,
+                kind="stopped",
+                content=f"Stopped by {actor.value}.",
+                session_id=current.session_id,
+                command_id=command_id,
+            )
+        cause = RestingCause("stopped", tx.now(), actor, details={"summary": f"Stopped by {actor.value}."})
         tx.park(task.id, actor, f"stopped by {actor.value}", expected_from=Status.WORKING, resting_cause=cause)
         return tx.get_task(task.id) or current
 

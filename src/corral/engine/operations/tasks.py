@@ -387,8 +387,9 @@ def diff(project: Project, given: str, *, stat: bool = False) -> Diff:
         task = resolve_task(tx, given)
         session = tx.get_session(task.session_id) if task.session_id else None
         target = workspace.target_branch(tx, task)
-        shared = tx.lease(task.id) is not None
-    if shared:  # its turns ran on workers: the remote holds the branch as they pushed it
+        lease = tx.lease(task.id)
+    if lease is not None:  # its turns ran on workers: the remote holds the branch as they pushed it
+        remote.refuse_unpushed(task, lease, "diff")
         remote.follow_branch(project, task, target)
     tip_ref = f"refs/heads/{task.branch}"
     if git.rev_parse(tip_ref, cwd=repo) is None:

@@ -24,6 +24,7 @@ from corral.engine.project import Project
 from corral.engine.recovery.receipts import interrupt
 from corral.engine.runtime import shipping
 from corral.engine.runtime.liveness import Observed, live_from_json
+from corral.store import Tx
 
 #: Which ended lease this host's copy of the task's shipped files is complete for.
 SHIPPED_MARK = "shipped.mark"
@@ -127,23 +128,29 @@ def _interrupt_lost(project: Project, lease: Lease, why: str) -> bool:
     with project.store.write() as tx:
         if not tx.fence_off(lease.task_id, lease.epoch):
             return False  # another reconciler fenced it first
-        task = tx.get_task(lease.task_id)
-        current = tx.current_command(lease.task_id)
-        if task is None or task.status is not Status.WORKING or current is None:
-            return False
-        if current.command_id != lease.command_id or tx.turn_by_command(lease.command_id, Role.AGENT):
-            return False
-        tx.add_turn(
-            task.id,
-            role=Role.AGENT,
-            kind="error",
-            content=f"The turn was lost: {why}.",
-            session_id=task.session_id,
-            failure=evidence,
-            details={"lost_command": lease.command_id, "log_turn": current.sequence},
-        )
-        cause = RestingCause("worker-lost", tx.now(), Actor.SYSTEM, evidence=evidence, details={"summary": why})
-        interrupt(tx, task, why, cause)
+        return end_interrupted(tx, lease, f"The turn was lost: {why}.", why, evidence)
+
+
+def end_interrupted(tx: Tx, lease: Lease, content: str, why: str, evidence: FailureEvidence) -> bool:
+    """The lease's turn, whose receipt was never recorded, ends interrupted (its agent turn says ``content``),
+    for auto-resume to queue it again under the breaker; False when the task moved on meanwhile."""
+    task = tx.get_task(lease.task_id)
+    current = tx.current_command(lease.task_id)
+    if task is None or task.status is not Status.WORKING or current is None:
+        return False
+    if current.command_id != lease.command_id or tx.turn_by_command(lease.command_id, Role.AGENT):
+        return False
+    tx.add_turn(
+        task.id,
+        role=Role.AGENT,
+        kind="error",
+        content=content,
+        session_id=task.session_id,
+        failure=evidence,
+        details={"lost_command": lease.command_id, "log_turn": current.sequence},
+    )
+    cause = RestingCause(evidence.code, tx.now(), Actor.SYSTEM, evidence=evidence, details={"summary": why})
+    interrupt(tx, task, why, cause)
     return True
 
 

@@ -71,8 +71,9 @@ def _read(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         os.close(fd)
 
 
-def ship(project: Project, task_id: str) -> int:
-    """Ship what the store lacks of the task's files; the bytes shipped."""
+def ship(project: Project, task_id: str, epoch: int) -> int:
+    """Ship what the store lacks of the task's files, each write only while ``epoch`` holds the task's lease
+    (checked in its own transaction: a worker fenced off ships nothing more); the bytes shipped."""
     with project.store.read() as tx:
         held = tx.shipped_sizes(task_id)
     sent = 0
@@ -87,21 +88,24 @@ def ship(project: Project, task_id: str) -> int:
         except OSError:
             continue  # gone or replaced meanwhile: the next pass ships what is there then
         with project.store.write() as tx:
+            tx.check_fence(task_id, epoch)
             for offset, data in chunks:
                 tx.ship(task_id, rel, offset, data)
         sent += sum(len(d) for _o, d in chunks)
     return sent
 
 
-def ship_live(project: Project, task: Task, command_id: str) -> None:
+def ship_live(project: Project, task: Task, command_id: str, epoch: int) -> None:
     """The running turn's live facts as this host judges them (phase, retry, usage-limit wait, the agent's
-    waits and progress line), for ``list``, ``show``, ``watch`` and the dashboard elsewhere."""
+    waits and progress line), for ``list``, ``show``, ``watch`` and the dashboard elsewhere; written only
+    while ``epoch`` holds the task's lease, checked in the same transaction."""
     from corral.engine.runtime.agent_marks import intervals  # the waits' file: read where it is shipped
 
     live = live_facts(project, task)
     doc: dict[str, object] = {"live": live_to_json(live)} if live is not None else {}
     doc["intervals"] = [i.to_json() for i in intervals(project, task.id)]
     with project.store.write() as tx:
+        tx.check_fence(task.id, epoch)
         tx.set_live(task.id, command_id, doc)
 
 
