@@ -2,15 +2,16 @@
 
 A harness keeps a session's transcript on the host that ran it (``~/.claude``, ``$CODEX_HOME``,
 Pi's session files). The worker that runs a turn ships the transcript of the turn's session into
-the store as the turn runs and once more when it is recorded (:func:`follow`, :func:`ship`),
-chunked as a turn's files are (``runtime/shipping``: the same rows, under ``transcripts/<harness
-session id>/``), with a manifest of what a whole copy holds written in the same transaction as
-the chunks, and only until another worker claims the task (:func:`_holds`). A worker that takes the
-session over on another host puts that copy where its harness's resume looks (:func:`carry`):
-only a copy that is whole and within :data:`CAP`, each file one the harness names as the
-session's own, rewritten as the harness needs it here, written under the harness's own session
-directory and nowhere else (``adapters/harness/sessions``). Otherwise it says why, and the turn
-starts a fresh session told what happened. The rows go with the task (``corral delete``).
+the store as the turn runs, once more as soon as it ends, and when the worker's process exits
+(:func:`follow`, :func:`ship`): chunked as a turn's files are (``runtime/shipping``: the same rows,
+under ``transcripts/<harness session id>/``), with a manifest of what a whole copy holds written
+in the same transaction as the chunks, and only until another worker claims the task
+(:func:`_holds`). A worker that takes the session over on another host puts that copy where its
+harness's resume looks (:func:`takeover`, :func:`carry`): only a copy that is whole and within
+:data:`CAP`, each file one the harness names as the session's own, rewritten as the harness needs
+it here, written under the harness's own session directory and nowhere else
+(``adapters/harness/sessions``). Otherwise it says why, and the turn starts a fresh session told
+what happened. The rows go with the task (``corral delete``).
 """
 
 from __future__ import annotations
