@@ -15,7 +15,8 @@ Steps: ``{"init": true}``, ``{"text": s}``, ``{"tool": name, "input": {…}, "is
 ``git arg …`` in the agent's working directory with the agent's environment, and fails the
 agent when git fails), ``{"exit": code}``,
 ``{"kill": "KILL"}``, ``{"ignore_sigterm": true}``, ``{"bytes": n}``, ``{"echo_env": name}``,
-``{"say_prompt": true}``.
+``{"say_prompt": true}``, ``{"transcript": s}`` (appends the line ``s`` to the session's transcript
+where Claude Code keeps it: ``<config dir>/projects/<the working directory's key>/<session>.jsonl``).
 """
 
 from __future__ import annotations
@@ -194,6 +195,13 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
             }
         )
         sys.stderr.write(f"{name}={os.environ.get(name, '')}\n")
+    if "transcript" in step:
+        from corral.adapters.harness.claude import config_dir, project_key
+
+        transcript = config_dir(os.environ) / "projects" / project_key(Path.cwd()) / f"{session_id}.jsonl"
+        transcript.parent.mkdir(parents=True, exist_ok=True)
+        with transcript.open("a") as fh:
+            fh.write(json.dumps({"type": "user", "sessionId": session_id, "text": step["transcript"]}) + "\n")
     if "write" in step:
         path = Path(step["write"]["path"])
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -218,6 +218,11 @@ def resume_following(
         return Ran("skipped", "nothing of the turn was launched here")
     started_from = project.git.rev_parse(f"refs/remotes/{remote.remote_name(project)}/{task.branch}", cwd=project.repo)
     interval = float(project.config["wip_push_interval"])
+    command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
+    if command is not None and command.command_id == lease.command_id and task.session_id is not None:
+        from corral.engine.runtime import transcripts  # as in _launch: only where a turn runs
+
+        transcripts.follow(project, task, task.session_id, command, lease.epoch, me.host)  # its session, shipped on
     followed = Follow(
         project, me, task, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval, say, hand_back
     )
