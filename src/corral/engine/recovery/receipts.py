@@ -242,6 +242,10 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
         failure = replace(failure, diagnostic=ref)
     if failure is None and receipt.kept is not None:
         failure = kept_evidence(receipt.kept, t)
+    if command is not None:
+        from corral.engine.runtime.observer import catch_up  # the harness's log reader: only when a turn ends
+
+        catch_up(command, t.secrets)  # what the supervisor saw but the journal refused, before it is summed up
     incidents = incident_summary(command)
     with project.store.write() as tx:
         if command is not None and command.fence is not None:

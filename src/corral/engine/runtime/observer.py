@@ -2,7 +2,9 @@
 
 While an attempt runs, every few seconds; after each attempt, with what corral itself saw of it
 (a watchdog kill, an exit by a signal corral did not send, a harness that could not start);
-and once more when the turn ends, when a partial last record is an incomplete observation.
+and once more when the turn ends, when a partial last record is an incomplete observation. The cursor
+moves on only with what the journal took; after the turn the reconciler reads on from it
+(:func:`catch_up`), so events a failing write still held are written then, not lost.
 Every summary is masked for the turn's secrets before it is written. Bookkeeping never breaks
 the turn it observes: a failure here is reported on stderr (the supervisor's log) and the turn
 goes on.
@@ -23,6 +25,7 @@ from corral.engine.runtime.attempts import AttemptRun
 from corral.engine.runtime.heartbeat import now
 from corral.engine.runtime.journal import Cursors, Facts, Journal, scan
 from corral.engine.runtime.protocol import Command
+from corral.errors import UsageError
 
 
 class TurnObserver:
@@ -49,8 +52,10 @@ class TurnObserver:
             for event in events:
                 if isinstance(event.get("summary"), str):
                     event["summary"] = redact(event["summary"], self.secrets)
-            self.journal.append(events)
-            self.cursors.save()
+            # The cursor moves on only with what the journal took: events a refused write still holds
+            # are found again from the log by whoever scans next (the reconciler, :func:`catch_up`).
+            if self.journal.append(events):
+                self.cursors.save()
         except Exception as exc:  # never the turn's failure: said where the supervisor's log is read
             print(f"corral: the failure journal could not be updated: {type(exc).__name__}: {exc}", file=sys.stderr)
 
@@ -70,15 +75,35 @@ class TurnObserver:
         self.scan(extra=seen)
 
 
+def _after(command: Command, secrets: list[str]) -> TurnObserver | None:
+    """The observer the reconciler runs once a turn is over; None with no journal, or for a harness this
+    corral does not know (the supervisor refused to start it: it left no log to read)."""
+    if not command.journal_dir:
+        return None
+    try:
+        harness = make_harness(command.harness, command.harness_settings.as_mapping())
+    except UsageError:
+        return None
+    return TurnObserver(
+        Path(command.journal_dir), Path(command.log_dir), harness, command.worktree, command.sequence, secrets
+    )
+
+
+def catch_up(command: Command, secrets: list[str]) -> None:
+    """A recorded turn's log read to its end, by the reconciler (its only writer now): what its supervisor
+    saw but the journal refused to take (storage failing as the turn ended) is scanned again from where
+    the journal's cursor stands. Nothing when the supervisor's last scan was written."""
+    observer = _after(command, secrets)
+    if observer is not None:
+        observer.scan(final=True)
+
+
 def observe_lost(command: Command, reason: str, secrets: list[str]) -> None:
     """A lost turn's last observation, by the reconciler (its only writer now): the rest of its log,
     read to the end, and the loss itself — a supervision failure, which needs someone."""
-    if not command.journal_dir:
+    observer = _after(command, secrets)
+    if observer is None:
         return
-    harness = make_harness(command.harness, command.harness_settings.as_mapping())
-    observer = TurnObserver(
-        Path(command.journal_dir), Path(command.log_dir), harness, command.worktree, command.sequence, secrets
-    )
     summary = f"turn {command.sequence} was lost: {reason}"
     lost = supervision_failure(f"lost:{command.command_id}", Category.SUPERVISION, summary, rfc3339(now()))
     observer.scan(final=True, extra=[lost])
