@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from corral.domain.status import Status
 from corral.domain.substate import Live
 from corral.engine.project import Project
 from corral.engine.read import projection
+from corral.engine.recovery.reconcile import sweep_working
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.liveness import live_facts
 from corral.store import NewTask, Tx
@@ -119,7 +121,7 @@ def test_list_rows_are_the_rows_of_each_view_from_two_batch_reads(project: Proje
         rows = projection.list_rows(counting, tasks, live_of, breaker_threshold=lambda _t: THRESHOLD)  # type: ignore[arg-type]
     assert rows == expected
     # nothing read per task: batch reads only (the leases once, for the hosts of turns on workers)
-    assert sorted(counting.asked) == ["leases", "refs_by_id", "sessions_by_id"]
+    assert sorted(counting.asked) == ["interruption_counts", "leases", "refs_by_id"]
     by_ref = {r["ref"]: r for r in rows}
     assert by_ref["alive"]["substate"] == "agent:answering" and by_ref["alive"]["parent"] == "parent"
     assert by_ref["retrying"]["substate"] == "retrying: attempt 3 (transient_overload): API Error: 529"
@@ -149,6 +151,37 @@ def test_live_facts_read_the_supervisors_status_file(project: Project, dead_pid:
     assert live_facts(project, task) == Live(alive=False)
     backlog = _task(project, "idle")
     assert live_facts(project, backlog) is None
+
+
+def test_the_working_sweep_decodes_no_task_while_every_supervisor_runs(
+    project: Project, dead_pid: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = [_working(project, f"run-{n}") for n in range(3)]
+    gone = _working(project, "gone")
+    for task in [*running, gone]:
+        with project.store.write() as tx:  # the turn's command, as a launch records it
+            command_id = f"cmd-{task.ref}"
+            tx.add_turn(task.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go", command_id=command_id)
+        _status_file(project, task, dead_pid if task is gone else os.getpid())
+    resting = _interrupted(project, "resting", 1)
+    store, transactions = project.store, []
+    real = store.read
+
+    @contextmanager
+    def read() -> Iterator[Counting]:
+        with real() as tx:
+            transactions.append(Counting(tx))
+            yield transactions[-1]
+
+    monkeypatch.setattr(store, "read", read)
+    observed: dict[str, Live] = {}
+    assert sweep_working(project, [], observed) == [gone.id]  # its supervisor is gone: its turn is lost
+    assert {t.id for t in running} == set(observed) and all(live.alive for live in observed.values())
+    # the candidates in one read, no task decoded; the lost one alone read whole (its task and command)
+    assert [c.asked for c in transactions[:2]] == [["task_heads"], ["get_task", "current_command"]]
+    monkeypatch.undo()
+    with project.store.read() as tx:
+        assert [t.status for t in (tx.get_task(gone.id), tx.get_task(resting.id))] == [Status.INTERRUPTED] * 2
 
 
 def test_show_latest_is_show_cut_where_the_first_kept_turn_started(project: Project, clock: FakeClock) -> None:

@@ -613,6 +613,35 @@ def test_current_command_ids_agree_with_current_command_for_many_tasks(store: St
         assert tx.current_command_ids([]) == {}
 
 
+def test_task_heads_are_the_tasks_in_order_with_a_working_tasks_current_command(store: Store, clock: Any) -> None:
+    running = _working(store, "running")
+    clock.advance(1)
+    resting = _working(store, "resting")
+    clock.advance(1)
+    _working(store, "unlaunched")  # working, no command recorded yet
+    clock.advance(1)
+    _create(store, "waiting")  # backlog: not asked for
+    with store.write() as tx:
+        tx.add_turn(running.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go", command_id="r1")
+        tx.add_turn(running.id, role=Role.AGENT, kind="start", content="done", command_id="r1")
+        tx.add_turn(running.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="unblock", content="more", command_id="r2")
+        tx.add_turn(resting.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go", command_id="s1")
+        tx.set_status(resting.id, S.INTERRUPTED, Actor.SYSTEM, "crashed", resting_cause=_cause("internal-fault"))
+    with store.read() as tx:
+        heads = tx.task_heads([S.WORKING, S.INTERRUPTED])
+        tasks = tx.tasks([S.WORKING, S.INTERRUPTED])
+        current = tx.current_command_ids([running.id])
+        assert tx.task_heads([]) == [] and tx.task_heads([S.COMPLETE]) == []
+    assert [(h.id, h.ref, h.status) for h in heads] == [(t.id, t.ref, t.status) for t in tasks]
+    # the current command of a working task only (an interrupted one's is not read)
+    assert [(h.ref, h.status, h.command_id) for h in heads] == [
+        ("running", S.WORKING, current[running.id]),
+        ("resting", S.INTERRUPTED, None),
+        ("unlaunched", S.WORKING, None),
+    ]
+    assert current[running.id] == "r2"
+
+
 def test_a_human_role_turn_needs_an_actor_and_an_agent_role_turn_refuses_one(store: Store) -> None:
     task = _create(store)
     with pytest.raises(ValueError), store.write() as tx:
@@ -838,6 +867,22 @@ def test_sessions_and_refs_by_id_read_a_whole_list_at_once(store: Store) -> None
     assert set(found) == {s.id for s in sessions}
     assert found[sessions[3].id].worktree == "/wt/3"
     assert refs == {a.id: "task-a"} | {t.id: f"task-{n}" for n, t in enumerate(tasks)}
+
+
+def test_interruption_counts_are_each_sessions_consecutive_interruptions(store: Store) -> None:
+    # What a list reads of a session, for a whole list at once (more ids than one query holds).
+    a = _create(store, "task-a")
+    with store.write() as tx:
+        sessions = [tx.insert_session(a.id) for _ in range(1_100)]
+        for n, s in enumerate(sessions[:3]):
+            tx.update_session(s.id, consecutive_interruptions=n + 1)
+    asked = [s.id for s in sessions] + ["no-such-session", sessions[0].id]
+    with store.read() as tx:
+        counts = tx.interruption_counts(asked)
+        whole = tx.sessions_by_id(asked)
+        assert tx.interruption_counts([]) == {}
+    assert counts == {sid: s.consecutive_interruptions for sid, s in whole.items()}
+    assert [counts[s.id] for s in sessions[:4]] == [1, 2, 3, 0]
 
 
 # -- notes --------------------------------------------------------------------------------------

@@ -89,6 +89,13 @@ def create_once(path: Path, payload: bytes) -> bytes:
     return path.read_bytes()
 
 
+def entry_exists(path: str) -> bool:
+    """Whether anything is at ``path`` (a dangling symlink counts): ``os.path.lexists`` without the
+    exception a missing entry raises inside it, which costs more than the look-up. The reconciler
+    and ``list`` ask it of every running turn's receipt and markers."""
+    return os.access(path, os.F_OK, follow_symlinks=False)
+
+
 def read_bounded(path: str | Path, max_bytes: int) -> tuple[bytes | None, str | None, int | None]:
     """(content, problem, size): the file's bytes, or why they cannot be used — ``missing``,
     ``symlink``, ``not-regular`` or ``too-large`` (then ``size`` says how large)."""

@@ -317,7 +317,8 @@ def proc_info(pid: int) -> ProcInfo | None:
     finally:
         os.close(fd)
     # The command name (field 2) may hold spaces and parentheses: the fields follow its last ")".
-    fields = raw[raw.rfind(b")") + 2 :].split()
+    # Split only as far as the start time (field 22), the last one read.
+    fields = raw[raw.rfind(b")") + 2 :].split(None, 20)
     try:
         info = ProcInfo(pid, fields[0].decode("ascii", "replace"), int(fields[2]), int(fields[3]), int(fields[19]))
     except (IndexError, ValueError):

@@ -175,6 +175,20 @@ class Task:
 
 
 @record
+class TaskHead:
+    """What the working sweep reads of each task it looks at (``Tx.task_heads``): no whole task.
+
+    ``command_id`` is a working task's current command (its latest human turn's, as
+    ``Tx.current_command`` names it); None for a task in any other status, or with none.
+    """
+
+    id: str
+    ref: str
+    status: Status
+    command_id: str | None
+
+
+@record
 class Session:
     id: str
     task_id: str

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from corral.domain.record import record
 from corral.domain.status import Status
-from corral.domain.usage_limit import reset_words
 
 RETRY_SNIPPET = 80
 
@@ -81,6 +80,10 @@ def limit_summary(resets_at: str | None, behind_first: bool) -> str:
     """``usage limit (resets 14:00)``, or, once the reset has passed, that another task goes first."""
     if behind_first:
         return "usage limit (reset passed; another task goes first)"
+    # Loaded here, not with this module: its parsers' patterns cost every list a few milliseconds to
+    # compile, and only a turn waiting on a usage limit shows a reset.
+    from corral.domain.usage_limit import reset_words
+
     return f"usage limit ({reset_words(resets_at)})"
 
 

@@ -26,6 +26,7 @@ from corral.domain.records import (
     Session,
     StatusChange,
     Task,
+    TaskHead,
     Turn,
     Violation,
 )
@@ -73,6 +74,12 @@ class Tx(Protocol):
     def match_tasks(self, prefix: str) -> list[Task]: ...
     def recent_tasks(self, statuses: Iterable[Status], limit: int) -> list[Task]:
         """The ``limit`` tasks with these statuses changed last, newest first (a board's finished tasks)."""
+        ...
+
+    def task_heads(self, statuses: Iterable[Status]) -> list[TaskHead]:
+        """The tasks in these statuses in ``tasks``' order, each as its id, ref, status and, for a
+        working one, its current command's id: what the working sweep needs of every running turn,
+        in one read, no task decoded."""
         ...
 
     def refs(self, near: str | None = None, limit: int = 2000) -> list[str]:
@@ -167,6 +174,11 @@ class Tx(Protocol):
     def sessions(self, task_id: str) -> list[Session]: ...
     def sessions_by_id(self, session_ids: Iterable[str]) -> dict[str, Session]:
         """Each of these sessions that exists, by id (one read for a whole list)."""
+        ...
+
+    def interruption_counts(self, session_ids: Iterable[str]) -> dict[str, int]:
+        """The consecutive interruptions of each of these sessions that exists, by id: all a list
+        needs of a session (whether its breaker tripped), in one read, no session decoded."""
         ...
 
     def update_session(

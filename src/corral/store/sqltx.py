@@ -30,6 +30,7 @@ from corral.domain.records import (
     Session,
     StatusChange,
     Task,
+    TaskHead,
     Turn,
     Violation,
 )
@@ -46,6 +47,12 @@ Row = Any
 
 #: Ids per ``IN (...)`` list in the batch reads: well under SQLite's (and PostgreSQL's) bound on parameters.
 _BATCH = 500
+
+#: A task's current command id (its latest human turn's), as a scalar subquery of a ``tasks`` row.
+_CURRENT_COMMAND_ID = (
+    "(SELECT command_id FROM turns WHERE task_id = tasks.id AND role = 'human' "
+    "AND command_id IS NOT NULL ORDER BY sequence DESC LIMIT 1)"
+)
 
 _TASK_COLUMNS = (
     "id, ref, goal, prompt, parent_id, status, harness, model, target_branch, protected, "
@@ -217,6 +224,20 @@ class SQLTx:
                 wanted,
             )
         return [self._task(r) for r in rows]
+
+    def task_heads(self, statuses: Iterable[Status]) -> list[TaskHead]:
+        wanted = [s.value for s in statuses]
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        # The current command as current_command_ids reads it, asked of working tasks only: each is
+        # an indexed look-up among the task's turns, and the sweep trusts it for no other status.
+        rows = self._db.execute(
+            f"SELECT id, ref, status, CASE WHEN status = 'working' THEN {_CURRENT_COMMAND_ID} END "
+            f"FROM tasks WHERE status IN ({marks}) ORDER BY created_at, id",
+            wanted,
+        )
+        return [TaskHead(r[0], r[1], _STATUSES[r[2]], r[3]) for r in rows]
 
     def recent_tasks(self, statuses: Iterable[Status], limit: int) -> list[Task]:
         wanted = [s.value for s in statuses]
@@ -550,6 +571,10 @@ class SQLTx:
             for r in self._each_in("SELECT * FROM sessions WHERE id IN ({marks})", session_ids)
         }
 
+    def interruption_counts(self, session_ids: Iterable[str]) -> dict[str, int]:
+        sql = "SELECT id, consecutive_interruptions FROM sessions WHERE id IN ({marks})"
+        return {r[0]: r[1] for r in self._each_in(sql, session_ids)}
+
     def update_session(self, session_id: str, **fields: Any) -> Session:
         self._write()
         sets: dict[str, Any] = {}
@@ -681,12 +706,8 @@ class SQLTx:
         return self.get_turn(row[0]) if row else None
 
     def current_command_ids(self, task_ids: Iterable[str]) -> dict[str, str]:
-        # A batch of tasks per query, each answered by its own indexed look-up: the reconciler
-        # asks this of every working task on every pass, and needs the id alone.
-        sql = (
-            "SELECT id, (SELECT command_id FROM turns WHERE task_id = tasks.id AND role = 'human' "
-            "AND command_id IS NOT NULL ORDER BY sequence DESC LIMIT 1) FROM tasks WHERE id IN ({marks})"
-        )
+        # A batch of tasks per query, each answered by its own indexed look-up, the id alone.
+        sql = f"SELECT id, {_CURRENT_COMMAND_ID} FROM tasks WHERE id IN ({{marks}})"
         return {task_id: command_id for task_id, command_id in self._each_in(sql, task_ids) if command_id is not None}
 
     def turn_by_command(self, command_id: str, role: Role) -> Turn | None:

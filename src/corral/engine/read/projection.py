@@ -287,16 +287,21 @@ class TaskView:
         }
 
 
-def _because(task: Task, session: Session | None, breaker_threshold: int) -> tuple[str | None, bool]:
-    """Why the task rests (the breaker's line added once it tripped), and whether it tripped."""
+def _because(task: Task, consecutive: int | None, breaker_threshold: int) -> tuple[str | None, bool]:
+    """Why the task rests (the breaker's line added once it tripped), and whether it tripped.
+
+    ``consecutive``: the consecutive interruptions of the task's session (None without one).
+    """
+    if task.resting_cause is None and consecutive is None:
+        return None, False  # most rows of a list: no cause to word, no breaker to judge
     tripped = (
         task.status is Status.INTERRUPTED
-        and session is not None
-        and breaker_tripped(session.consecutive_interruptions, breaker_threshold)
+        and consecutive is not None
+        and breaker_tripped(consecutive, breaker_threshold)
     )
     because = stopped_because(task.resting_cause, task)
-    if tripped and session is not None:
-        breaker = breaker_line(session.consecutive_interruptions)
+    if tripped and consecutive is not None:
+        breaker = breaker_line(consecutive)
         because = f"{because} {breaker}" if because else breaker
     return because, tripped
 
@@ -305,7 +310,7 @@ def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int
     session = tx.get_session(task.session_id) if task.session_id else None
     pending = len(tx.pending_paths(task.id)) if task.status in (Status.CONFLICT, Status.INTERRUPTED) else 0
     parent = tx.get_task(task.parent_id) if task.parent_id else None
-    because, tripped = _because(task, session, breaker_threshold)
+    because, tripped = _because(task, session.consecutive_interruptions if session else None, breaker_threshold)
     return TaskView(
         task=task,
         parent_ref=parent.ref if parent else None,
@@ -532,20 +537,20 @@ def list_rows(
 ) -> list[dict[str, Any]]:
     """``list_row(view(tx, t, live_of(t)))`` for each task, in order, from two batch reads.
 
-    A row needs a session only to tell whether an interrupted task's breaker tripped, and
-    a parent only for its ref: both are read for the whole list at once, never per task.
-    ``live_of`` (the live facts of a running turn) is asked only for working tasks, the
-    only ones whose substate it decides; ``breaker_threshold`` (a task's own, where it keeps
-    one) only for interrupted ones.
+    A row needs of a session only its count of consecutive interruptions, to tell whether an
+    interrupted task's breaker tripped, and of a parent only its ref: both are read for the
+    whole list at once, never per task. ``live_of`` (the live facts of a running turn) is
+    asked only for working tasks, the only ones whose substate it decides;
+    ``breaker_threshold`` (a task's own, where it keeps one) only for interrupted ones.
     """
-    sessions = tx.sessions_by_id(t.session_id for t in tasks if t.status is Status.INTERRUPTED and t.session_id)
+    counts = tx.interruption_counts(t.session_id for t in tasks if t.status is Status.INTERRUPTED and t.session_id)
     parents = tx.refs_by_id(t.parent_id for t in tasks if t.parent_id)
     working = Status.WORKING
     away = hosts_of(tx) if any(t.status is working for t in tasks) else {}
     rows = []
     for t in tasks:
-        session = sessions.get(t.session_id) if t.session_id else None
-        because, _tripped = _because(t, session, breaker_threshold(t) if session is not None else BREAKER_THRESHOLD)
+        n = counts.get(t.session_id) if t.session_id else None
+        because, _tripped = _because(t, n, breaker_threshold(t) if n is not None else BREAKER_THRESHOLD)
         sub = substate(working, live_of(t)) if t.status is working else None
         row = _row(t, parents.get(t.parent_id) if t.parent_id else None, sub, because)
         if t.id in away:
@@ -580,19 +585,21 @@ def as_tree(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
 
-    def walk(start: dict[str, Any]) -> None:
-        stack = [(start, 0)]
+    def walk(stack: list[tuple[dict[str, Any], int]]) -> None:
+        # depth first, the top of the stack first: every root's subtree before the next root
         while stack:
             row, depth = stack.pop()
-            if row["ref"] in seen:
+            ref = row["ref"]
+            if ref in seen:
                 continue
-            seen.add(row["ref"])
+            seen.add(ref)
             out.append({**row, "depth": depth})
-            stack.extend((k, depth + 1) for k in reversed(kids.get(row["ref"], [])))
+            below = kids.get(ref)
+            if below:
+                stack.extend((k, depth + 1) for k in reversed(below))
 
-    for root in roots:
-        walk(root)
+    walk([(root, 0) for root in reversed(roots)])
     for r in rows:  # parents in a loop: none of them is a root
         if r["ref"] not in seen:
-            walk(r)
+            walk([(r, 0)])
     return out

@@ -41,13 +41,13 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
 
     Returns the ids of the tasks whose turn ended in this pass (a receipt recorded or a
     turn found lost): the candidates for auto-resume. One task that cannot be reconciled
-    is reported in ``problems`` and never stops the others. Each working task's current
-    command is read in the one transaction that finds the candidates; what is seen of the
-    supervisors still running goes into ``observed``.
+    is reported in ``problems`` and never stops the others. The candidates are read in one
+    query as heads (``Tx.task_heads``: each working one with its current command's id, no task
+    decoded), since a pass that finds every supervisor alive needs no more of them; what is
+    seen of the supervisors still running goes into ``observed``.
     """
     with project.store.read() as tx:
-        candidates = tx.tasks([Status.WORKING, Status.INTERRUPTED])
-        current = tx.current_command_ids(t.id for t in candidates if t.status is Status.WORKING)
+        candidates = tx.task_heads([Status.WORKING, Status.INTERRUPTED])
     ended: list[str] = []
     if project.database_url is not None:  # turns on workers (docs/workers.md): only with the shared store
         from corral.engine.queue import local_worker
@@ -68,14 +68,14 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
     from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
 
     grace = timedelta(seconds=float(project.config["grace_period"]))
-    for task in candidates:
+    for head in candidates:
         try:
-            if reconcile_working(project, task, grace, current_id=current.get(task.id), observed=observed):
-                ended.append(task.id)
+            if reconcile_working(project, head, grace, observed=observed):
+                ended.append(head.id)
         except Exception as exc:  # isolated per task; reported, not swallowed
             if problems is None:
                 raise
-            problems.append(f"{task.ref}: {type(exc).__name__}: {exc}")
+            problems.append(f"{head.ref}: {type(exc).__name__}: {exc}")
     return ended
 
 

@@ -11,11 +11,12 @@ import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
+from corral.adapters.files import entry_exists
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.explain import RECEIPT_PROBLEMS
 from corral.domain.record import replace
-from corral.domain.records import READ_ONLY_KEPT, FailureEvidence, PossibleEffects, RestingCause, Task
+from corral.domain.records import READ_ONLY_KEPT, FailureEvidence, PossibleEffects, RestingCause, Task, TaskHead
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
@@ -35,8 +36,8 @@ def process_receipt(project: Project, task: Task, protocol_dir: str | Path | Non
     working with no owner.
     """
     where = protocol_dir or protocol_path(project, task.id)
-    # the common case, asked of every running turn on every read: one lstat, no Path built
-    if not os.path.lexists(os.path.join(where, proto.RESPONSE)):
+    # the common case, asked of every running turn on every read: one look-up, no Path built
+    if not entry_exists(f"{where}{os.sep}{proto.RESPONSE}"):
         return False
     protocol_dir = Path(where)
     path = protocol_dir / proto.RESPONSE
@@ -122,37 +123,35 @@ def teardown(protocol_dir: Path) -> None:
     agent_marks.clear(protocol_dir)
 
 
-def reconcile_working(
-    project: Project,
-    task: Task,
-    grace: timedelta,
-    *,
-    current_id: str | None = None,
-    observed: Observed | None = None,
-) -> bool:
+def reconcile_working(project: Project, head: TaskHead, grace: timedelta, *, observed: Observed | None = None) -> bool:
     """True when the task's turn ended in this pass.
 
-    ``current_id`` is the task's current command id when the caller has read it already (a
-    sweep reads every working task's in one transaction): it is trusted only to confirm that
-    a supervisor alive and beating runs that very command. Anything that could end the turn
-    reads the command afresh, so a launch between the two reads is never taken for a loss.
-    ``observed`` collects what was seen of each supervisor found running.
+    ``head`` is what the sweep read of the task (``Tx.task_heads``). Its current command id
+    is trusted only to confirm that a supervisor alive and beating runs that very command.
+    Anything that could end the turn reads the task and its command afresh, so a launch
+    between the two reads is never taken for a loss (and the common case, a supervisor alive,
+    decodes no task). ``observed`` collects what was seen of each supervisor found running.
     """
-    protocol_dir = protocol_path(project, task.id)  # a string: this runs for every running turn on every read
-    if process_receipt(project, task, protocol_dir):
-        return True
-    if task.status is not Status.WORKING:
+    protocol_dir = protocol_path(project, head.id)  # a string: this runs for every running turn on every read
+    if entry_exists(f"{protocol_dir}{os.sep}{proto.RESPONSE}"):  # a receipt waits (rare): recorded with the task
+        task = _task(project, head.id)
+        if task is not None and process_receipt(project, task, protocol_dir):
+            return True
+    if head.status is not Status.WORKING:
         return False
-    status = proto.read_record(os.path.join(protocol_dir, proto.STATUS), proto.SupervisorStatus)
+    status = proto.read_record(f"{protocol_dir}{os.sep}{proto.STATUS}", proto.SupervisorStatus)
     why = supervisor_lost(status) if status is not None else None
-    if status is not None and why is None and current_id is not None and status.command_id == current_id:
+    if status is not None and why is None and head.command_id is not None and status.command_id == head.command_id:
         if observed is not None:
-            observed[task.id] = live_of(status, alive=True)
+            observed[head.id] = live_of(status, alive=True)
         return False
     with project.store.read() as tx:
-        current = tx.current_command(task.id)
+        task = tx.get_task(head.id)
+        current = tx.current_command(head.id)
         # A turn a worker claimed was launched at its claim, not when it was queued (docs/workers.md).
-        lease = tx.lease(task.id) if project.database_url is not None else None
+        lease = tx.lease(head.id) if project.database_url is not None else None
+    if task is None:
+        return False  # deleted since the sweep read it: no turn of it is left to reconcile
     if status is not None and current is not None and status.command_id != current.command_id:
         # The previous turn's supervisor: the current one has not been seen alive yet (a launch
         # may be between its commit and its spawn), so only the grace period applies.
@@ -172,6 +171,11 @@ def reconcile_working(
     if not process_receipt(project, task, protocol_dir):  # it may have finished between our two looks
         lost(project, task, status, why)
     return True
+
+
+def _task(project: Project, task_id: str) -> Task | None:
+    with project.store.read() as tx:
+        return tx.get_task(task_id)
 
 
 #: What is unknown about a lost turn, by the phase its supervisor was last seen in.

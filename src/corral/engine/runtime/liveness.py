@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from corral.adapters.files import entry_exists
 from corral.domain.record import replace
 from corral.domain.records import Task
 from corral.domain.status import Status
@@ -51,7 +52,7 @@ def live_facts(project: Project, task: Task, observed: Observed | None = None) -
 def protocol_path(project: Project, task_id: str) -> str:
     """``ProjectPaths.protocol_dir`` as a string: the sweeps and ``list`` ask it of every running turn,
     and a ``Path`` costs more to build than the look-ups made with it."""
-    return os.path.join(project.paths.root, TASKS_DIR, task_id, "protocol")
+    return f"{project.paths.root}{os.sep}{TASKS_DIR}{os.sep}{task_id}{os.sep}protocol"
 
 
 def marks_matter(live: Live) -> bool:
@@ -70,11 +71,7 @@ def with_marks(project: Project, task_id: str, live: Live) -> Live:
     if not marks_matter(live):
         return live
     base = protocol_path(project, task_id) + os.sep
-    access, exists = os.access, os.F_OK
-    if not (
-        access(base + MARKERS[0], exists, follow_symlinks=False)
-        or access(base + MARKERS[1], exists, follow_symlinks=False)
-    ):
+    if not (entry_exists(base + MARKERS[0]) or entry_exists(base + MARKERS[1])):
         return live  # the common case (two failed look-ups), without loading the markers' reader
     from corral.engine.runtime import agent_marks  # only a live agent phase has markers to read
 

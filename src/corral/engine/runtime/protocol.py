@@ -30,11 +30,14 @@ from corral.domain.failures import Budgets
 from corral.domain.posture import Posture
 from corral.domain.record import asdict, field, record
 from corral.domain.records import FailureEvidence
-from corral.engine.readonly import Before, Kept
-from corral.engine.runtime.ref_guard import RefGuard
 
-if TYPE_CHECKING:  # the sandbox adapter (and shutil) load only where a command is read whole
+if TYPE_CHECKING:
+    # The sandbox adapter (and shutil) load only where a command is read whole; a read-only turn's
+    # records and the ref guard's only where a command or a receipt is (the sweep and ``list`` read
+    # the supervisors' status files alone).
     from corral.adapters.sandbox import SandboxSpec
+    from corral.engine.readonly import Before, Kept
+    from corral.engine.runtime.ref_guard import RefGuard
 
 PROTOCOL_VERSION = 2
 #: The one bound on a protocol file: the writer never writes more and the reader never reads more.
@@ -81,6 +84,8 @@ class ShapeError(ValueError):
 
 def _req(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     value = data.get(key)
+    if type(value) is kind:  # the common case, first: a reader of every running turn asks this of each field
+        return value
     if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
         raise ShapeError(f"{key}: expected {_kind_names(kind)}, found {type(value).__name__}")
     return value
@@ -88,8 +93,8 @@ def _req(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> An
 
 def _opt(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     value = data.get(key)
-    if value is None:
-        return None
+    if value is None or type(value) is kind:
+        return value
     return _req(data, key, kind)
 
 
@@ -389,7 +394,7 @@ class Command:
             check=CheckSpec(command=_opt(check, "command", str), timeout_seconds=_num(check, "timeout_seconds")),
             protected=_strs(data, "protected"),
             created_at=_req(data, "created_at", str),
-            read_only_before=Before.from_json(before) if before is not None else None,
+            read_only_before=_before(before) if before is not None else None,
             usage_limits=_opt(data, "usage_limits", str),
             journal_dir=_opt(data, "journal_dir", str),
             agent_tools=AgentToolsSpec.from_json(tools) if (tools := _obj(data, "agent_tools")) is not None else None,
@@ -397,6 +402,12 @@ class Command:
             sandbox=_sandbox(_obj(data, "sandbox")),
             fence=Fence.from_json(fence) if (fence := _obj(data, "fence")) is not None else None,
         )
+
+
+def _before(data: Mapping[str, Any]) -> Before:
+    from corral.engine.readonly import Before
+
+    return Before.from_json(data)
 
 
 def _sandbox(data: Mapping[str, Any] | None) -> SandboxSpec | None:
@@ -917,9 +928,21 @@ class Receipt:
             output_window=_opt(data, "output_window", str),
             stderr_window=_opt(data, "stderr_window", str),
             reaped=tuple(Reaped.from_json(r) for r in reaped),
-            kept=Kept.from_json(kept) if kept is not None else None,
-            refs=RefGuard.from_json(refs) if refs is not None else None,
+            kept=_kept(kept) if kept is not None else None,
+            refs=_refs(refs) if refs is not None else None,
         )
+
+
+def _kept(data: Mapping[str, Any]) -> Kept:
+    from corral.engine.readonly import Kept
+
+    return Kept.from_json(data)
+
+
+def _refs(data: Mapping[str, Any]) -> RefGuard:
+    from corral.engine.runtime.ref_guard import RefGuard
+
+    return RefGuard.from_json(data)
 
 
 # -- the one writer and the one reader --------------------------------------------------------
