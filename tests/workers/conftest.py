@@ -65,3 +65,4 @@ def team(tmp_path: Path, pg_database: str) -> Iterator[Team]:
     finally:
         for host in built.hosts:
             host.stop_worker(timeout=20)
+            host.stop_daemon()

@@ -161,6 +161,11 @@ class Host:
             except ProcessLookupError:
                 pass
 
+    def stop_daemon(self) -> None:
+        """The daemon a launch on this host started (a turn whose agent had corral's tools), if any."""
+        if (self.corral_home / "daemon").is_dir():
+            self.corral("daemon", "stop", check=False)
+
     def stop_worker(self, timeout: float = 60) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

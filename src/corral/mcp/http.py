@@ -6,6 +6,10 @@ there is one endpoint, ``/mcp``, and no task in the URL. A request without a liv
 answered 401 before the SDK sees it; each tool call checks the token again, so a turn that
 ended mid-session loses its tools at once.
 
+On a worker host this is that host's daemon, serving the agents of the turns its worker runs: the
+grant names the worker's clone and carries the turn's fence, so the agent's writes reach the shared
+store only while its worker's lease holds (:func:`corral.engine.operations.gates.fenced`).
+
 Only loopback is served, and a request whose ``Host`` is not the loopback address and port
 served here, or whose ``Origin`` (when a browser sends one) is not that same origin, is
 refused 403 — a web page cannot reach the daemon by DNS rebinding.
@@ -120,7 +124,10 @@ def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) 
         grant = gates.grant_of(home, bearer(getattr(request, "headers", None)))
         project = projects.get(grant.repo, grant.state)
         caller = gates.agent(project, grant)
-        return Calling(lambda: projects.get(grant.repo, grant.state), caller, settles=False, live=live)
+        # A worker's turn: every write its agent makes holds the turn's fence (gates.fenced).
+        return Calling(
+            lambda: gates.fenced(projects.get(grant.repo, grant.state), caller), caller, settles=False, live=live
+        )
 
     server = build(resolve)
     p = port()

@@ -116,6 +116,12 @@ def build(resolve: Resolve, name: str = "corral") -> Any:
                 from corral.engine.operations.gates import require_agent
 
                 require_agent(calling.caller, tool.name)
+            if not tool.read_only and calling.caller.fence is not None:
+                from corral.engine.operations.gates import hold_fence
+
+                # A worker's turn that lost its lease starts nothing (a push, a merge, a file); each store
+                # write checks the fence again in its own transaction.
+                await off(lambda: hold_fence(calling.project(), calling.caller))
             if tool.block is not None:
                 doc = await tool.block(calling, args, off)
             else:

@@ -219,8 +219,9 @@ def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[p
 
     A token is minted for every turn while ``agent_tools`` is on, also when the harness takes
     no MCP server: a corral CLI the agent runs carries it and acts as the agent. The daemon,
-    which serves the MCP endpoint, is started when none runs; when it cannot serve one, the
-    turn runs without the tools and ``show`` says why.
+    which serves the MCP endpoint, is started when none runs (on a worker host, that host's own
+    daemon); when it cannot serve one, the turn runs without the tools and ``show`` says why. A
+    worker's turn puts its fence in the grant, so its agent's writes are fenced as the worker's are.
     """
     if not bool(task_config(project.config, task)["agent_tools"]):
         return replace(command, agent_tools_absent="agent_tools is off in the settings"), None
@@ -234,6 +235,7 @@ def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[p
         command_id=command.command_id,
         state=project.paths.root,
         repo=project.repo,
+        fence=command.fence,  # a worker's turn: its agent writes only while this lease holds
     )
     spec = proto.AgentToolsSpec(
         url=None,

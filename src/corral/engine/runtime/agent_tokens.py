@@ -12,6 +12,11 @@ deletes the file when it exits, the next launch of the task deletes its predeces
 whoever honours a token checks that its command is still the task's current one on a
 working task (:func:`corral.mcp.identity` does), so a token outlives nothing it stood for
 even when a supervisor was killed before it could clean up.
+
+A turn a worker runs under a lease carries its fence (epoch, worker, host) in the grant too:
+every write its agent makes checks that the lease still holds
+(:func:`corral.engine.operations.gates.fenced`), so an agent whose worker lost the turn writes
+nothing, even before its worker gets round to stopping it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class Grant:
     state: str  # the project's state directory
     repo: str  # the checkout the turn was launched from
     minted_at: str
+    fence: proto.Fence | None = None  # the lease a worker runs the turn under (None: a local turn)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,8 +68,18 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def mint(home: Path, *, task_id: str, task_ref: str, command_id: str, state: Path, repo: Path) -> tuple[str, Grant]:
-    """A new token for the turn ``command_id`` of ``task_id``, and its grant (written before it is handed out)."""
+def mint(
+    home: Path,
+    *,
+    task_id: str,
+    task_ref: str,
+    command_id: str,
+    state: Path,
+    repo: Path,
+    fence: proto.Fence | None = None,
+) -> tuple[str, Grant]:
+    """A new token for the turn ``command_id`` of ``task_id``, and its grant (written before it is handed out);
+    ``fence``: the lease a worker runs the turn under."""
     token = "crl_" + secrets.token_urlsafe(TOKEN_BYTES)
     grant = Grant(
         token_hash=digest(token),
@@ -73,6 +89,7 @@ def mint(home: Path, *, task_id: str, task_ref: str, command_id: str, state: Pat
         state=str(state),
         repo=str(repo),
         minted_at=rfc3339(utcnow()) or "",
+        fence=fence,
     )
     make_private_dir(tokens_dir(home))
     # Not fsynced: a crash that loses it loses the turn it was minted for, too.
@@ -92,6 +109,7 @@ def _read(path: Path) -> Grant | None:
     if data is None:
         return None
     try:
+        fence = data.get("fence")
         return Grant(
             token_hash=str(data["token_hash"]),
             task_id=str(data["task_id"]),
@@ -100,8 +118,10 @@ def _read(path: Path) -> Grant | None:
             state=str(data["state"]),
             repo=str(data["repo"]),
             minted_at=str(data.get("minted_at") or ""),
+            # A fence that cannot be read is no grant at all: never a fenced turn's agent let write unfenced.
+            fence=proto.Fence.from_json(fence) if fence is not None else None,
         )
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
