@@ -582,6 +582,8 @@ def as_tree(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             kids.setdefault(parent, []).append(r)
         else:
             roots.append(r)
+    if not kids and len(listed) == len(rows):  # a flat list (no subtask under a listed parent): as given
+        return [{**r, "depth": 0} for r in rows]
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
 

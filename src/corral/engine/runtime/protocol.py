@@ -111,8 +111,10 @@ def _num(data: Mapping[str, Any], key: str) -> float:
 
 
 def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
-    value = _opt(data, key, int)
-    return int(value) if value is not None else None
+    value = data.get(key)
+    if value is None or type(value) is int:
+        return value
+    return int(_req(data, key, int))
 
 
 def _strs(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
