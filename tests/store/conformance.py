@@ -95,6 +95,45 @@ def _evidence() -> FailureEvidence:
     )
 
 
+_AT = "'2026-01-01T00:00:00.000000Z'"
+#: A v3 project's rows (before process owners and local leases): a task, its worker's lease, a supervisor.
+V3_ROWS = (
+    "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
+    f"VALUES ('t1', 'fix-login', 'g', 'working', {_AT}, {_AT}, {_AT})",
+    "INSERT INTO leases (task_id, command_id, epoch, state, plan, worker_id, host, worktree, job_id, queued_at, "
+    "claimed_at, stop_by, unpushed) VALUES ('t1', 'cmd-1', 2, 'claimed', '{\"kind\": \"start\"}', 'w-a', "
+    "'build-1', '/w/fix-login', 7, '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:01.000000Z', 'human', 'refused')",
+    "INSERT INTO processes (task_id, kind, pid, command_id, started_at) "
+    "VALUES ('t1', 'supervisor', 41, 'cmd-1', '2026-01-01T00:00:00.000000Z')",
+)
+
+
+def v3_lease_kept(store: Store) -> None:
+    """:data:`V3_ROWS` read back after the migration to 4: every value kept, no owner named, and the lease
+    may now be held for a local turn."""
+    with store.read() as tx:
+        lease = tx.lease("t1")
+        (process,) = tx.processes("t1")
+    assert lease is not None and lease.to_json() == {
+        "command_id": "cmd-1",
+        "epoch": 2,
+        "state": "claimed",
+        "worker_id": "w-a",
+        "host": "build-1",
+        "worktree": "/w/fix-login",
+        "queued_at": "2026-01-01T00:00:00+00:00",
+        "claimed_at": "2026-01-01T00:00:01+00:00",
+        "stop_by": "human",
+        "unpushed": "refused",
+        "local": False,
+    }
+    assert (lease.plan, lease.job_id) == ({"kind": "start"}, 7)
+    assert (process.pid, process.command_id, process.owner) == (41, "cmd-1", None)
+    with store.write() as tx:
+        held = tx.hold_local("t1", "cmd-2", "laptop-a-0f0f0f", "laptop-a")
+    assert (held.state, held.epoch) == (LeaseState.LOCAL, 3)
+
+
 # -- tasks and their first status change ----------------------------------------------
 
 
@@ -1143,6 +1182,72 @@ def test_shared_docs_are_put_whole_and_read_back(store: Store) -> None:
         tx.put_doc("usage-limits", {"claude:2": {"resets_at": "2026-12-01T14:00:00.000000Z"}})
     with store.read() as tx:
         assert tx.get_doc("usage-limits") == {"claude:2": {"resets_at": "2026-12-01T14:00:00.000000Z"}}
+
+
+# -- who owns what on the shared store (docs/workers.md#turns-run-on-your-own-host) ---------------
+
+
+def test_a_process_record_names_the_host_that_owns_it_and_one_host_names_none(store: Store, clock: Any) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.register_process(task.id, "supervisor", 4242, "cmd-1", owner="laptop-a-0f0f0f")
+        tx.register_process(task.id, "pair", 4343)
+    with store.read() as tx:
+        records = {p.kind: p for p in tx.processes(task.id)}
+    assert (records["supervisor"].pid, records["supervisor"].owner) == (4242, "laptop-a-0f0f0f")
+    assert records["pair"].owner is None  # one host (SQLite), or an older corral's record: judged by its pid here
+    assert records["supervisor"].elsewhere("laptop-b-1e1e1e") and not records["supervisor"].elsewhere("laptop-a-0f0f0f")
+    assert not records["pair"].elsewhere("laptop-b-1e1e1e")
+    with store.write() as tx:  # replaced whole, its owner too
+        tx.register_process(task.id, "supervisor", 4444, "cmd-2", owner="laptop-b-1e1e1e")
+    with store.read() as tx:
+        (again,) = [p for p in tx.processes(task.id) if p.kind == "supervisor"]
+    assert (again.pid, again.command_id, again.owner) == (4444, "cmd-2", "laptop-b-1e1e1e")
+
+
+def test_a_local_turn_holds_the_lease_for_its_host_under_a_new_epoch(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        tx.queue_turn(task.id, "cmd-1", {"kind": "start", "body": "go", "target": "main"})
+        claimed = tx.claim_turn(task.id, "cmd-1", "build-1-aaaa", "build-1")
+        assert claimed is not None
+        local = tx.hold_local(task.id, "cmd-2", "laptop-a-0f0f0f", "laptop-a")
+    # A new epoch: the worker that held the task before is fenced off, as by a new queued turn.
+    assert (local.state, local.epoch, local.worker_id, local.host) == (
+        LeaseState.LOCAL,
+        claimed.epoch + 1,
+        "laptop-a-0f0f0f",
+        "laptop-a",
+    )
+    assert local.local and local.held and not local.claimed and local.job_id is None
+    assert local.claimed_at is not None and local.to_json()["local"] is True
+    with store.write() as tx, pytest.raises(LeaseLost):
+        tx.check_fence(task.id, claimed.epoch)
+    with store.write() as tx:
+        assert tx.check_fence(task.id, local.epoch).worker_id == "laptop-a-0f0f0f"  # its host's writes hold
+        assert tx.claim_turn(task.id, "cmd-2", "build-1-aaaa", "build-1") is None  # never a worker's to claim
+        assert tx.ask_stop(task.id, local.epoch, "human") is True  # a stop asked on another host rides on it
+    with store.read() as tx:
+        assert [x.task_id for x in tx.leases([LeaseState.LOCAL])] == [task.id]
+        assert tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED]) == []  # never swept as a lost worker's
+        held = tx.lease(task.id)
+    assert held is not None and held.stop_by == "human"
+    # It owns the turn of its own command only; a queued or claimed lease owns whatever the task runs.
+    assert held.holds_turn("cmd-2") and not held.holds_turn("cmd-1") and not held.holds_turn(None)
+    assert held.elsewhere("laptop-b-1e1e1e") and not held.elsewhere("laptop-a-0f0f0f")
+    # The turn ended: its host lets the lease go, and it stays a local launch's (never queued for workers).
+    with store.write() as tx:
+        assert tx.release_turn(task.id, local.epoch) is True
+        assert tx.release_turn(task.id, local.epoch) is False
+    with store.read() as tx:
+        done = tx.lease(task.id)
+    assert done is not None and done.state is LeaseState.RELEASED and done.local and not done.held
+    assert not done.holds_turn("cmd-2") and done.stop_by == "human"
+    with store.write() as tx:  # the next local launch starts clean, one epoch on
+        again = tx.hold_local(task.id, "cmd-3", "laptop-b-1e1e1e", "laptop-b")
+        queued = tx.queue_turn(task.id, "cmd-4", {"kind": "resume", "body": "", "target": "main"})
+    assert (again.epoch, again.stop_by, again.host) == (local.epoch + 1, None, "laptop-b")
+    assert queued.epoch == again.epoch + 1 and not queued.local and queued.worker_id is None
 
 
 __all__ = [name for name in dict(globals()) if name.startswith("test_")]

@@ -16,10 +16,11 @@ from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.errors import CorralError, RefusedError, StoreError, StoreTooNew
 from corral.store import NewTask, SQLiteStore
-from corral.store.migrations import LATEST
+from corral.store.migrations import LATEST, PG_MIGRATIONS
 from corral.store.postgres import PostgresStore
 from tests.conftest import FakeClock
 from tests.store.conformance import *  # noqa: F403  (the test_* functions of the suite)
+from tests.store.conformance import V3_ROWS, v3_lease_kept
 from tests.support import postgres as pg_support
 from tests.support.postgres import Server, admin, free_port
 
@@ -156,6 +157,33 @@ def test_a_newer_schema_is_refused_with_sqlites_error_and_nothing_changes(
     assert info.value.code == "store-too-new"
     assert f"schema version {LATEST + 1}, newer than this corral understands (up to {LATEST})" in info.value.message
     assert "pip install -U corral" in (info.value.hint or "")
+
+
+def test_a_v3_schema_gains_process_owners_and_local_leases_with_every_row_kept(
+    pg_server: str, pg_schema: str, clock: FakeClock
+) -> None:
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+        conn.execute(f'SET search_path = "{pg_schema}"')
+        with conn.transaction():
+            conn.execute(
+                "CREATE TABLE schema_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            for number, name, script in PG_MIGRATIONS[:3]:
+                conn.execute(script)
+                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 'x')", (number, name))
+            for statement in V3_ROWS:
+                conn.execute(statement)
+        with pytest.raises(psycopg.errors.CheckViolation):  # v3 knows no local lease
+            conn.execute("UPDATE leases SET state = 'local'")
+    store = PostgresStore(pg_server, schema=pg_schema, clock=clock)
+    try:
+        assert store.schema_version() == LATEST == 4
+        v3_lease_kept(store)
+        assert store.check() == [] and store.health() == []
+    finally:
+        store.close()
 
 
 def test_an_unreachable_server_is_a_coded_error_without_the_password() -> None:

@@ -21,6 +21,7 @@ from corral.store import NewTask, SQLiteStore
 from corral.store.migrations import LATEST, MIGRATIONS
 from corral.store.sqlite import BUSY_TIMEOUT
 from tests.conftest import FakeClock
+from tests.store.conformance import V3_ROWS, v3_lease_kept
 
 
 @pytest.fixture
@@ -111,6 +112,35 @@ def test_reopening_a_migrated_file_migrates_nothing_and_keeps_the_data(db_path: 
             assert tx.get_task(task_id) is not None
     finally:
         second.close()
+
+
+def test_a_v3_file_gains_process_owners_and_local_leases_with_every_row_kept(db_path: Path, clock: FakeClock) -> None:
+    db_path.parent.mkdir(parents=True)
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    raw.execute("PRAGMA foreign_keys = ON")
+    raw.execute("BEGIN IMMEDIATE")
+    raw.execute(
+        "CREATE TABLE schema_migrations "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
+    )
+    for number, name, migration in MIGRATIONS[:3]:
+        migration(raw)
+        raw.execute("INSERT INTO schema_migrations VALUES (?, ?, 'x')", (number, name))
+    for statement in V3_ROWS:
+        raw.execute(statement)
+    raw.execute("COMMIT")
+    with pytest.raises(sqlite3.IntegrityError):  # v3 knows no local lease
+        raw.execute("UPDATE leases SET state = 'local'")
+    raw.close()
+    s = SQLiteStore(db_path, clock=clock)
+    try:
+        assert s.schema_version() == LATEST == 4
+        v3_lease_kept(s)
+        indexes = {r[0] for r in _conn(s).execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "leases_state" in indexes
+        assert s.check() == []
+    finally:
+        s.close()
 
 
 # -- files corral must refuse without touching them --------------------------------------------

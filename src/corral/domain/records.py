@@ -265,13 +265,22 @@ class Violation:
 
 @record
 class ProcessRecord:
-    """A process corral started for a task, kept until it is known to be gone."""
+    """A process corral started for a task, kept until it is known to be gone.
+
+    ``owner``: on the shared store, the identity of the host (its ``CORRAL_HOME``) it runs on, the only
+    host that may judge or signal it by its pid; None on SQLite (one host) and for an older corral's record.
+    """
 
     task_id: str
     kind: str  # supervisor | pair | chat | accept
     pid: int
     command_id: str | None
     started_at: datetime
+    owner: str | None = None
+
+    def elsewhere(self, me: str | None) -> bool:
+        """Another host's process: its pid means nothing here (never judged, never signalled)."""
+        return self.owner is not None and self.owner != me
 
 
 @record

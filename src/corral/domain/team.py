@@ -4,6 +4,11 @@ A turn queued for workers has one lease row per task. Its epoch only grows: it i
 turn is queued, when a worker claims it and when a lost worker's claim is fenced off, so a
 worker that lost its lease holds an epoch no write will ever match again. A worker is lost when
 its heartbeat is older than the lease it declared.
+
+On the shared store a turn launched on a person's own host (``dispatch = local``) takes the same row,
+``local`` and held by that host's identity, in the transaction that records the turn: the lease is
+the one place that says which host owns a task's turn, and only that host judges its processes
+(docs/workers.md#turns-run-on-your-own-host).
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ class LeaseState(StrEnum):
     QUEUED = "queued"  # waiting for a worker to claim it
     CLAIMED = "claimed"  # a worker runs it under this epoch
     RELEASED = "released"  # the turn ended, or its worker was fenced off
+    LOCAL = "local"  # launched on the host whose identity holds it, not queued: that host runs and judges it
+
+
+#: The plan a local lease carries: the turn's own plan stays in its host's ``command.json``; this says the
+#: lease is a local launch's, also once it is let go (an auto-resume of that task stays on its host).
+LOCAL_PLAN: dict[str, Any] = {"local": True}
 
 
 class WorkerState(StrEnum):
@@ -94,9 +105,13 @@ class TurnPlan:
 class Lease:
     """A task's turn queued for workers, or claimed by one under ``epoch``.
 
-    ``stop_by``: a person asked on another host to stop the turn (the actor), for its worker to relay;
-    ``unpushed``: the turn ended, but its branch has not reached the remote yet (why), so the worker
-    keeps the claim and tries again.
+    ``stop_by``: a person asked on another host to stop the turn (the actor), for its worker (or, for a
+    ``local`` lease, the host that runs it) to relay; ``unpushed``: the turn ended, but its branch has
+    not reached the remote yet (why), so the worker keeps the claim and tries again.
+
+    A ``local`` lease names in ``worker_id`` the identity of the host that launched the turn (its
+    ``CORRAL_HOME``'s, as a worker's id: :func:`~corral.engine.queue.host_id`) and in ``host`` its name; it
+    holds the turn while the task works on ``command_id`` (:meth:`holds_turn`) until that host lets it go.
     """
 
     task_id: str
@@ -117,6 +132,28 @@ class Lease:
     def claimed(self) -> bool:
         return self.state is LeaseState.CLAIMED
 
+    @property
+    def local(self) -> bool:
+        """A local launch's lease (:data:`LOCAL_PLAN`), running or let go: never a worker's."""
+        return self.state is LeaseState.LOCAL or self.plan.get("local") is True
+
+    @property
+    def held(self) -> bool:
+        """A host holds it under its epoch: a worker's claim, or the launching host's local turn."""
+        return self.state in (LeaseState.CLAIMED, LeaseState.LOCAL)
+
+    def holds_turn(self, command_id: str | None) -> bool:
+        """Whether this lease owns the turn of ``command_id`` (the task's current command, the task working):
+        queued or claimed for workers (a worker's turn is queued after its commit and let go only once
+        recorded and pushed), or local and of that very command (a local lease outlives its turn)."""
+        if self.state in (LeaseState.QUEUED, LeaseState.CLAIMED):
+            return True
+        return self.state is LeaseState.LOCAL and command_id is not None and self.command_id == command_id
+
+    def elsewhere(self, me: str | None) -> bool:
+        """Held by another host than ``me`` (queued counts: no host of this one's runs it)."""
+        return not (self.held and self.worker_id == me)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "command_id": self.command_id,
@@ -129,6 +166,7 @@ class Lease:
             "claimed_at": None if self.claimed_at is None else self.claimed_at.isoformat(),
             "stop_by": self.stop_by,
             "unpushed": self.unpushed,
+            "local": self.local,
         }
 
 

@@ -85,7 +85,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("notes", ("rowid", "id", "task_id", "kind", "actor", "body", "at")),
-    ("processes", ("task_id", "kind", "pid", "command_id", "started_at")),
+    ("processes", ("task_id", "kind", "pid", "command_id", "started_at", "owner")),
     ("workers", ("id", "host", "pid", "state", "lease_seconds", "started_at", "heartbeat_at")),
     (
         "leases",

@@ -235,10 +235,51 @@ def m003_lease_notes(db: sqlite3.Connection) -> None:
     run_script(db, _LEASE_NOTES)
 
 
+#: Which host owns what (docs/workers.md#turns-run-on-your-own-host): a process record names the host
+#: identity it runs on, and a lease may be ``local``, held by the host that launched its turn there.
+_OWNER = "ALTER TABLE processes ADD COLUMN owner TEXT;"
+_LEASE_STATES = "'queued', 'claimed', 'released', 'local'"
+_LEASE_COLUMNS = (
+    "task_id, command_id, epoch, state, plan, worker_id, host, worktree, job_id, queued_at, claimed_at, "
+    "stop_by, unpushed"
+)
+
+
+def m004_owners(db: sqlite3.Connection) -> None:
+    # SQLite cannot change a CHECK constraint: the leases table is made again with the new state, its
+    # rows copied as they are (nothing refers to a lease).
+    run_script(
+        db,
+        f"""
+        {_OWNER}
+        CREATE TABLE leases_new (
+            task_id TEXT PRIMARY KEY REFERENCES tasks(id),
+            command_id TEXT NOT NULL,
+            epoch INTEGER NOT NULL CHECK (epoch >= 1),
+            state TEXT NOT NULL CHECK (state IN ({_LEASE_STATES})),
+            plan TEXT NOT NULL DEFAULT '{{}}',
+            worker_id TEXT,
+            host TEXT,
+            worktree TEXT,
+            job_id INTEGER,
+            queued_at TEXT,
+            claimed_at TEXT,
+            stop_by TEXT,
+            unpushed TEXT
+        ) STRICT;
+        INSERT INTO leases_new ({_LEASE_COLUMNS}) SELECT {_LEASE_COLUMNS} FROM leases;
+        DROP TABLE leases;
+        ALTER TABLE leases_new RENAME TO leases;
+        CREATE INDEX leases_state ON leases(state);
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "initial", m001_initial),
     (2, "team", m002_team),
     (3, "lease notes", m003_lease_notes),
+    (4, "owners", m004_owners),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -417,6 +458,15 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
         ),
     ),
     (3, "lease notes", _pg(_LEASE_NOTES)),
+    (
+        4,
+        "owners",
+        _pg(_OWNER)
+        + f"""
+        ALTER TABLE leases DROP CONSTRAINT leases_state_check;
+        ALTER TABLE leases ADD CONSTRAINT leases_state_check CHECK (state IN ({_LEASE_STATES}));
+        """,
+    ),
 ]
 
 assert [m[:2] for m in PG_MIGRATIONS] == [m[:2] for m in MIGRATIONS], "PostgreSQL and SQLite migrations must agree"

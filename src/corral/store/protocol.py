@@ -278,8 +278,11 @@ class Tx(Protocol):
         ...
 
     # -- processes ---------------------------------------------------------------
-    def register_process(self, task_id: str, kind: str, pid: int, command_id: str | None = None) -> None:
-        """Record (or replace) the task's process of ``kind``."""
+    def register_process(
+        self, task_id: str, kind: str, pid: int, command_id: str | None = None, *, owner: str | None = None
+    ) -> None:
+        """Record (or replace) the task's process of ``kind``; ``owner``: the host identity it runs on
+        (the shared store; None on one host)."""
         ...
 
     def unregister_process(self, task_id: str, kind: str, *, pid: int | None = None) -> None:
@@ -303,8 +306,13 @@ class Tx(Protocol):
         """Claim a queued command for ``worker_id`` under a new epoch; None when it is not queued (any more)."""
         ...
 
+    def hold_local(self, task_id: str, command_id: str, owner: str, host: str) -> Lease:
+        """The task's command launched on this host, not queued: the lease ``local``, held by ``owner``
+        (its host identity, named ``host``) under a new epoch, in the transaction that records the turn."""
+        ...
+
     def check_fence(self, task_id: str, epoch: int) -> Lease:
-        """The task's lease when ``epoch`` still holds it; else :class:`~corral.errors.LeaseLost`.
+        """The task's lease when ``epoch`` still holds it (claimed, or local); else :class:`~corral.errors.LeaseLost`.
 
         Called inside the transaction that writes the turn's results, so a fenced-off worker
         writes nothing.
@@ -313,12 +321,14 @@ class Tx(Protocol):
 
     def set_lease_worktree(self, task_id: str, epoch: int, worktree: str) -> None: ...
     def release_turn(self, task_id: str, epoch: int) -> bool:
-        """The turn under ``epoch`` ended and its work reached the remote; False when that epoch no longer holds it."""
+        """The turn under ``epoch`` ended and its work reached the remote (a local turn's: its files shipped);
+        False when that epoch no longer holds it."""
         ...
 
     def ask_stop(self, task_id: str, epoch: int, actor: str) -> bool:
         """A person on another host asks for the turn ``epoch`` runs to stop (``actor``: who asked), for
-        its worker to relay to its supervisor; False when that epoch no longer holds a claim."""
+        its worker (or the host of a local turn) to relay to its supervisor; False when that epoch no longer
+        holds it (claimed or local)."""
         ...
 
     def note_unpushed(self, task_id: str, epoch: int, reason: str | None) -> None:

@@ -926,13 +926,15 @@ class SQLTx:
             )
 
     # -- processes ---------------------------------------------------------------
-    def register_process(self, task_id: str, kind: str, pid: int, command_id: str | None = None) -> None:
+    def register_process(
+        self, task_id: str, kind: str, pid: int, command_id: str | None = None, *, owner: str | None = None
+    ) -> None:
         self._write()
         self._db.execute(
-            "INSERT INTO processes (task_id, kind, pid, command_id, started_at) VALUES (?,?,?,?,?) "
+            "INSERT INTO processes (task_id, kind, pid, command_id, started_at, owner) VALUES (?,?,?,?,?,?) "
             "ON CONFLICT (task_id, kind) DO UPDATE SET pid = excluded.pid, command_id = excluded.command_id, "
-            "started_at = excluded.started_at",
-            (task_id, kind, pid, command_id, rfc3339(self.now())),
+            "started_at = excluded.started_at, owner = excluded.owner",
+            (task_id, kind, pid, command_id, rfc3339(self.now()), owner),
         )
 
     def unregister_process(self, task_id: str, kind: str, *, pid: int | None = None) -> None:
@@ -948,7 +950,8 @@ class SQLTx:
         else:
             rows = self._all("SELECT * FROM processes WHERE task_id = ? ORDER BY started_at", (task_id,))
         return [
-            ProcessRecord(r["task_id"], r["kind"], r["pid"], r["command_id"], _req_time(r["started_at"])) for r in rows
+            ProcessRecord(r["task_id"], r["kind"], r["pid"], r["command_id"], _req_time(r["started_at"]), r["owner"])
+            for r in rows
         ]
 
     # -- workers and leases (docs/workers.md) ------------------------------------
@@ -1019,10 +1022,30 @@ class SQLTx:
         )
         return self.lease(task_id) if cur.rowcount == 1 else None
 
+    def hold_local(self, task_id: str, command_id: str, owner: str, host: str) -> Lease:
+        from corral.domain.team import LOCAL_PLAN
+
+        self._write()
+        self._require_task(task_id)
+        now = rfc3339(self.now())
+        # A new epoch, as a queued turn's: whatever held the task's lease before (a worker) is fenced off.
+        self._db.execute(
+            "INSERT INTO leases (task_id, command_id, epoch, state, plan, worker_id, host, queued_at, claimed_at) "
+            "VALUES (?,?,1,'local',?,?,?,?,?) "
+            "ON CONFLICT (task_id) DO UPDATE SET command_id = excluded.command_id, epoch = leases.epoch + 1, "
+            "state = 'local', plan = excluded.plan, worker_id = excluded.worker_id, host = excluded.host, "
+            "worktree = NULL, job_id = NULL, queued_at = excluded.queued_at, claimed_at = excluded.claimed_at, "
+            "stop_by = NULL, unpushed = NULL",
+            (task_id, command_id, _dumps(LOCAL_PLAN), owner, host, now, now),
+        )
+        found = self.lease(task_id)
+        assert found is not None
+        return found
+
     def check_fence(self, task_id: str, epoch: int) -> Lease:
         row = self._one("SELECT * FROM leases WHERE task_id = ?", (task_id,))
         lease = None if row is None else self._lease(row)
-        if lease is None or lease.epoch != epoch or not lease.claimed:
+        if lease is None or lease.epoch != epoch or not lease.held:
             held = "no lease" if lease is None else f"epoch {lease.epoch} ({lease.state.value})"
             raise LeaseLost(
                 f"The turn's lease on {task_id} was taken over: this worker holds epoch {epoch}, the task {held}.",
@@ -1039,7 +1062,7 @@ class SQLTx:
         self._write()
         cur = self._db.execute(
             "UPDATE leases SET state = 'released', unpushed = NULL "
-            "WHERE task_id = ? AND epoch = ? AND state = 'claimed'",
+            "WHERE task_id = ? AND epoch = ? AND state IN ('claimed', 'local')",
             (task_id, epoch),
         )
         return bool(cur.rowcount == 1)
@@ -1047,7 +1070,7 @@ class SQLTx:
     def ask_stop(self, task_id: str, epoch: int, actor: str) -> bool:
         self._write()
         cur = self._db.execute(
-            "UPDATE leases SET stop_by = ? WHERE task_id = ? AND epoch = ? AND state = 'claimed'",
+            "UPDATE leases SET stop_by = ? WHERE task_id = ? AND epoch = ? AND state IN ('claimed', 'local')",
             (actor, task_id, epoch),
         )
         return bool(cur.rowcount == 1)
