@@ -42,6 +42,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     ├── HarnessMisconfigured             exit 1   the harness cannot run as configured (fatal_config)
     ├── DestinationRestoreConflict       exit 1   the merge stands; local changes kept aside
     ├── LeaseLost                        exit 1   a worker's claim on a turn was taken over (a stale epoch)
+    ├── StopUnanswered                   exit 1   a stop relayed to the host that runs the turn, not answered
     └── Interrupted                      exit 130 the person pressed Ctrl-C
 
 This module is pure (no I/O) so every layer may raise these.
@@ -308,6 +309,13 @@ class LeaseLost(CorralError):
     """A write under a fencing epoch that is no longer the task's: another worker owns the turn now."""
 
     code = "lease-lost"
+
+
+class StopUnanswered(CorralError):
+    """A stop of a turn another host runs was asked through the store, and that host did not act on it in
+    time: only it may signal its processes, so the turn still runs there (the stop stays asked)."""
+
+    code = "stop-unanswered"
 
 
 class Interrupted(CorralError):

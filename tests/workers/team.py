@@ -57,6 +57,8 @@ class Host:
         self.script(work("work.txt"))
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.root / "worker.jsonl"
+        #: More of the environment of every process this host runs (its commands, its worker, its daemon).
+        self.extra_env: dict[str, str] = {}
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -70,6 +72,7 @@ class Host:
             }
         )
         env.pop("CORRAL_CLAUDE_BIN", None)
+        env.update(self.extra_env)
         return env
 
     def script(self, steps: list[dict[str, Any]], *, first: list[list[dict[str, Any]]] | None = None) -> None:

@@ -310,10 +310,16 @@ def live_text(live: dict[str, Any], waited: float | None = None) -> str:
 
 
 def lease_text(lease: dict[str, Any]) -> str:
-    """The ``Worker:`` line of ``show``: where the task's turn runs (or ran), under which epoch."""
+    """The ``Worker:`` line of ``show`` (``Host:`` for a turn launched on its own host): where the task's turn
+    runs (or ran), under which epoch."""
     if lease["state"] == "queued":
         return f"queued for a worker since {local_time(lease['queued_at'])} (epoch {lease['epoch']})"
     where = one_line(lease.get("host") or "?")
+    if lease["state"] == "local":  # launched on its own host (a person's dispatch = local), not queued
+        line = f"runs on {where} since {local_time(lease['claimed_at'])} (epoch {lease['epoch']})"
+        if lease.get("stop_by"):
+            line += f" · stop asked by {one_line(lease['stop_by'])}"
+        return line
     if lease["state"] == "claimed":
         line = f"runs on {where} since {local_time(lease['claimed_at'])} (epoch {lease['epoch']})"
         if lease.get("unpushed"):
@@ -363,7 +369,7 @@ def show_lines(
     if doc.get("live"):
         out.append(f"Running:  {live_text(doc['live'])}")
     if lease := doc.get("lease"):
-        out.append(f"Worker:   {lease_text(lease)}")
+        out.append(f"{'Host:  ' if lease.get('local') else 'Worker:'}   {lease_text(lease)}")
     if carry := doc.get("session_carry"):
         out.append(f"Session:  {carry_text(carry)}")
     tools = doc.get("agent_tools")

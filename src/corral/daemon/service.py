@@ -10,9 +10,13 @@ The projects are the state directories under ``$CORRAL_HOME/projects/``, each op
 checkout its ``repository.json`` names, and looked for again on every tick (a new project is
 served from its first command on). A project whose checkout is gone, moved or no longer holds
 that state, or whose database was removed, is not served (said once in the log); the others
-go on. Per project: the reconcile tick, its notices, the daily prune of expired diagnostics,
-and its supervisors watched through pidfds, so a death is reconciled within a second. Each
-step is guarded: one broken project never stops the others.
+go on. A project whose person keeps it in the shared PostgreSQL store (``database_url``) has no
+``corral.db``: it is served once its store can be reached, and its passes judge only what this host
+owns (the turns it runs, its pairs and accepts) beside the sweeps any host may run (the lease sweep);
+its notices are those of this host's own turns (docs/workers.md#turns-run-on-your-own-host).
+Per project: the reconcile tick, its notices, the daily prune of expired diagnostics, and its
+supervisors watched through pidfds, so a death is reconciled within a second. Each step is
+guarded: one broken project never stops the others.
 
 While it serves a project the daemon holds that project's ``daemon.lock`` (in its state
 directory), so ``restore`` and ``project archive`` know the database is open. That is the lock
@@ -245,7 +249,9 @@ class Daemon:
                 "it is served again once a corral command runs where it is now"
             )
         db = state / "corral.db"
-        if not db.exists():  # never made anew here: a database someone removed stays removed
+        if not db.exists() and not _shared_store(
+            path
+        ):  # never made anew here: a database someone removed stays removed
             served = state.name in self.slots
             return path, f"the task database {db} was removed" if served else f"it has no task database ({db}) yet"
         return path, None
@@ -280,6 +286,12 @@ class Daemon:
     def open(self, state: Path, path: str) -> None:
         try:
             project = Project.open(path)
+            if project.database_url is not None:
+                try:
+                    project.store  # noqa: B018 -- the shared store: served once it can be reached (and is there)
+                except Exception:
+                    project.close()
+                    raise
         except Exception as exc:  # a project that cannot be opened is skipped, logged once
             reason = f"it cannot be opened: {getattr(exc, 'message', None) or f'{type(exc).__name__}: {exc}'}"
             if self.skipped.get(state.name) != reason:
@@ -479,6 +491,19 @@ class Daemon:
                     continue
                 self.event("supervisor-exited", project=died.repo, pids=pids)
                 self.reconcile_once(died, "supervisor-exited")
+
+
+def _shared_store(checkout: str) -> bool:
+    """Whether the person's settings keep this checkout's tasks in the shared PostgreSQL store (``database_url``):
+    such a project has no ``corral.db``, and whether it is served is the store's to decide, reached or not."""
+    from corral.engine.config import load_config
+    from corral.engine.paths import user_config_file
+
+    try:
+        config = load_config(user_file=user_config_file(), project_file=Path(checkout) / "corral.toml", strict=False)
+    except CorralError:
+        return False
+    return bool(config.get("database_url"))
 
 
 def serve(

@@ -2,9 +2,10 @@
 
 ``working(agent)``, ``working(harness:<phase>)``, ``working(retrying: …)``,
 ``working(waiting on fix-foo (2m10s))``, or ``not-alive`` for a working task whose
-supervisor is gone. The live facts come from the supervisor's ``status.json`` and the
-agent's tool-call markers (``engine/runtime/agent_marks``), read by the engine and passed
-in here.
+supervisor is gone; ``queued`` for a worker's turn none claimed yet, ``unreported`` for one
+another host runs on its own and has not reported lately (docs/workers.md). The live facts
+come from the supervisor's ``status.json`` and the agent's tool-call markers
+(``engine/runtime/agent_marks``), read by the engine and passed in here.
 
 Precedence, highest first: not-alive (a marker never resurrects a dead run); the usage-limit
 wait and the retry (``waiting: usage limit …``, ``retrying: …``); a harness phase
@@ -123,6 +124,11 @@ def waits_summary(waits: tuple[Waiting, ...]) -> str:
 QUEUED = "queued"
 
 
+#: The phase, and the substate, of a turn another host runs on its own (a local turn on the shared store)
+#: when that host has shipped no live facts of it lately: working there as far as anyone here knows.
+UNREPORTED = "unreported"
+
+
 #: What ``show`` says of a worker's turn that ended but whose branch has not reached the remote yet.
 NOT_PUSHED = "work not yet pushed"
 
@@ -137,8 +143,8 @@ def substate(status: Status, live: Live | None) -> str | None:
         return None
     if live is None or not live.alive:
         return "not-alive"
-    if live.phase == QUEUED:
-        return QUEUED
+    if live.phase in (QUEUED, UNREPORTED):
+        return live.phase
     if live.phase == "waiting":
         return f"waiting: {limit_summary(live.limit_resets_at, live.limit_behind_first)}"
     if live.phase == "retrying" or live.retry_class is not None:  # corral's wait, or a harness's own retry

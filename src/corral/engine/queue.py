@@ -1,5 +1,9 @@
 """A project's dispatch queue (docs/workers.md): which one its person's turns go to, and sending a queued
-lease's job there. The launch (``operations.dispatch``) and the lease sweep (``recovery.leases``) share it."""
+lease's job there. The launch (``operations.dispatch``) and the lease sweep (``recovery.leases``) share it.
+
+It also says who this host is on the shared store (:func:`host_id`, :func:`owner`): the identity a worker
+claims under is the one a local launch, a pair or an accept of the same ``CORRAL_HOME`` holds its turn and
+its processes under, so every host judges only what it owns (docs/workers.md#turns-run-on-your-own-host)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from corral.adapters.jobs import Dispatch
 from corral.domain.actors import Actor
 from corral.engine.project import Project
 from corral.errors import UsageError
+from corral.store import Tx
 
 
 def host_name(project: Project) -> str:
@@ -32,24 +37,32 @@ def worker_id(home: Path, host: str) -> str:
     return f"{host}-{token}"
 
 
-def local_worker(project: Project) -> str | None:
-    """The id of this home's worker, whose supervisors run here; None when no worker ever ran from it."""
-    try:
-        token = (project.paths.home / WORKER_TOKEN).read_text().strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return f"{host_name(project)}-{token}"
+def host_id(project: Project) -> str:
+    """This home's identity on the shared store: its worker's id (:func:`worker_id`), which its local turns,
+    pairs and accepts are held under too, so a worker and a local launch of one home agree."""
+    return worker_id(project.paths.home, host_name(project))
 
 
-def to_workers(project: Project, task_id: str | None = None, actor: Actor | None = None) -> bool:
+def owner(project: Project) -> str | None:
+    """The identity a process record or a local turn of this host names: :func:`host_id` on the shared store,
+    None on SQLite, which one host keeps (its records name no owner, as before)."""
+    return host_id(project) if project.database_url is not None else None
+
+
+def to_workers(project: Project, task_id: str | None = None, actor: Actor | None = None, tx: Tx | None = None) -> bool:
     """Whether a turn goes to the workers: a person's by their own ``dispatch`` setting; the system's
-    (an auto-resume, wherever it is decided) when the task's turns went to workers before."""
+    (an auto-resume, wherever it is decided) when the task's last turn went to workers (a task whose last
+    turn ran on its own host, ``local``, is resumed there). ``tx``: read in the caller's transaction."""
     if str(project.config["dispatch"]) == "workers":
         return True
     if actor is not Actor.SYSTEM or task_id is None or project.database_url is None:
         return False
-    with project.store.read() as tx:
-        return tx.lease(task_id) is not None
+    if tx is not None:
+        lease = tx.lease(task_id)
+    else:
+        with project.store.read() as read:
+            lease = read.lease(task_id)
+    return lease is not None and not lease.local
 
 
 def dispatcher(project: Project) -> Dispatch:

@@ -11,6 +11,7 @@ harness, it takes its prompt from ``CORRAL_PROMPT_FILE`` and records the contrac
 Steps: ``{"init": true}``, ``{"text": s}``, ``{"tool": name, "input": {…}, "is_error": b,
 "output": s}``, ``{"result": s, "is_error": b, "status": n}``, ``{"emit": {…}}``,
 ``{"stdout": s}``, ``{"stderr": s}``, ``{"sleep": seconds}``, ``{"keepalive": seconds}``,
+``{"hold": path}`` (keeps alive while the file ``path`` exists),
 ``{"write": {"path": p, "content": s}}``, ``{"commit": message}``, ``{"git": [arg, …]}`` (runs
 ``git arg …`` in the agent's working directory with the agent's environment, and fails the
 agent when git fails), ``{"exit": code}``,
@@ -229,6 +230,11 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
     if "keepalive" in step:
         end = time.monotonic() + float(step["keepalive"])
         while time.monotonic() < end:
+            emit({"type": "system", "subtype": "keepalive"})
+            time.sleep(0.2)
+    if "hold" in step:  # works on (keeping alive) for as long as the file named exists
+        held = Path(str(step["hold"]))
+        while held.exists():
             emit({"type": "system", "subtype": "keepalive"})
             time.sleep(0.2)
     if "bytes" in step:

@@ -37,10 +37,11 @@ from corral.engine.locks import task_lock
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.recovery.merges import (
+    ACCEPT,
     CONFLICT_CAUSE,
-    MARKER,
     InFlight,
     Kept,
+    mark_in_flight,
     note_conflict,
     recover_into,
     restore_prior,
@@ -180,7 +181,9 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
                 )
         target = workspace.target_branch(tx, task)
         lease = tx.lease(task.id)
-    shared = lease is not None
+    # Its turns ran on workers: the remote holds its work. A turn run on a host of its own (a local lease)
+    # left its work in that host's worktree, accepted there as on one host.
+    shared = lease is not None and not lease.local
     remote.refuse_unpushed(task, lease, "accept")  # the remote's tip would be stale: never merged
     refuse_while_chat(project, task, "accept")  # it would merge what a live chat is changing
     git = project.git
@@ -270,8 +273,7 @@ def accept(
         destination = _worktree_on(project, target)
         pre_prompt = project.config["pre_accept_prompt"]
         narrator.announce(plan(pre_accept=bool(pre_prompt), destination=destination is not None))
-        with project.store.write() as tx:
-            tx.update_task(task.id, metadata={**task.metadata, MARKER: ready.prior.value}, touch=False)
+        mark_in_flight(project, task.id, ready.prior)
         crashpoints.hit("accept.marked")
         if pre_prompt:
             ready = _pre_accept(project, ready, actor, narrator, str(pre_prompt))
@@ -378,6 +380,7 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
         )
     with project.store.write() as tx:
         meta = without_flight(task.metadata)
+        tx.unregister_process(task.id, ACCEPT)
         if kept is not None:
             meta = note_conflict(meta, kept, rfc3339(tx.now()))
         tx.update_task(task.id, metadata=meta, touch=False)

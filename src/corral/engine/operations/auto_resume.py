@@ -7,10 +7,13 @@ been interrupted ``breaker_threshold`` times in a row; and not once it was inter
 ``breaker_same_cause`` times in a row by one cause (the same code and exit status, no new
 commit between them, within ten minutes), which is recorded on the resting cause so ``show``
 says so. Each setting is the task's own where it keeps one. The resume turn carries no
-feedback itself, so a crash during it redelivers the same feedback.
+feedback itself, so a crash during it redelivers the same feedback. On the shared store a turn that
+ran on a host of its own is resumed by that host only (docs/workers.md#turns-run-on-your-own-host).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from corral.domain.actors import Actor
 from corral.domain.explain import SAME_CAUSE_BREAKER
@@ -23,6 +26,9 @@ from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.resolve import task_config
 from corral.errors import CorralError, TaskBusy
+
+if TYPE_CHECKING:  # a lease is read only with the shared store
+    from corral.domain.team import Lease
 
 
 def breaker_tripped(project: Project, consecutive: int, config: Config | None = None) -> bool:
@@ -43,7 +49,20 @@ def resumable(project: Project, task_id: str) -> bool:
         session = tx.get_session(task.session_id)
         if session is None or breaker_tripped(project, session.consecutive_interruptions, config):
             return False
+        if project.database_url is not None and not _ours(project, tx.lease(task.id)):
+            return False
         return not tx.pending_paths(task.id)
+
+
+def _ours(project: Project, lease: Lease | None) -> bool:
+    """Whether this host may resume the task: a turn that ran on a host of its own (a local lease) is resumed
+    by that host only, where its worktree and its harness session are; a worker's turn by any host (it is
+    queued again), as is a task whose last turn holds no lease (an older corral's)."""
+    if lease is None or not lease.local:
+        return True
+    from corral.engine.queue import host_id
+
+    return lease.worker_id == host_id(project)
 
 
 def _interruption(project: Project, task: Task, session: Session) -> Interruption | None:

@@ -5,16 +5,15 @@ ends with the stopped command's processes gone: whatever the supervisor did not 
 that no supervisor was left to end) is reaped once the task is parked. A turn that runs on a
 worker (docs/workers.md) is stopped through its lease in the store: its worker relays the stop
 to its supervisor as this host would, and a turn still queued, or whose worker does not answer,
-is fenced off and parked here.
+is fenced off and parked here. A turn another host runs on its own is stopped through its lease
+too, relayed by that host's reconcile pass; no process of another host is ever signalled from here.
 """
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
 
-from corral.adapters.process import send_identified
 from corral.domain.actors import Actor, Role
 from corral.domain.record import record
 from corral.domain.records import RestingCause, Task, Turn
@@ -23,30 +22,33 @@ from corral.domain.team import Lease, LeaseState
 from corral.engine.operations.refresh import settle
 from corral.engine.operations.turns import Started
 from corral.engine.project import Project
+from corral.engine.queue import owner
+from corral.engine.recovery.owned import record_stopped
 from corral.engine.resolve import resolve_task
+from corral.engine.runtime import processes
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.processes import reap_turn, supervisor_alive, supervisor_identity
+from corral.engine.runtime.processes import reap_turn
+from corral.errors import StopUnanswered
 
 STOP_WAIT_SECONDS = 15.0
 
 
 def request_stop(project: Project, task: Task, actor: Actor) -> bool:
     """Ask the supervisor to end the turn; False when no live supervisor was there to ask."""
-    protocol_dir = project.paths.protocol_dir(task.id)
-    proto.write(protocol_dir, proto.StopRequest(actor.value))
-    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
-    if status is None or not supervisor_alive(status):
-        return False  # gone, frozen, or its pid is another process's now: never signalled
-    return send_identified(supervisor_identity(status), signal.SIGTERM)
+    return processes.request_stop(project, task.id, actor.value)
 
 
 def stop(project: Project, given: str, *, actor: Actor) -> Task:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         lease = tx.lease(task.id)
+        current = tx.current_command(task.id)
     check_operation(Op.STOP, task.status, task.ref, hint=f"No turn is running; see it: corral show {task.ref}")
-    if lease is not None and lease.state is not LeaseState.RELEASED:
+    if lease is not None and lease.state in (LeaseState.QUEUED, LeaseState.CLAIMED):
         return _stop_on_worker(project, task, lease, actor)
+    held = lease is not None and lease.holds_turn(current.command_id if current else None)
+    if lease is not None and held and lease.elsewhere(owner(project)):
+        return _stop_elsewhere(project, task, lease, actor)
     command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
     stopped = _stop(project, task, actor)
     if command is not None:
@@ -67,24 +69,38 @@ def _stop(project: Project, task: Task, actor: Actor) -> Task:
         time.sleep(0.1)
     # No supervisor answered: end the turn here, with the same record a supervisor would have written.
     settle(project)
+    return record_stopped(project, task.id, actor) or task
+
+
+def _stop_elsewhere(project: Project, task: Task, lease: Lease, actor: Actor) -> Task:
+    """A turn another host runs on its own (its ``local`` lease): the stop rides on the lease, and that host's
+    reconcile pass (its daemon's tick, or any corral command run there) relays it to the supervisor exactly
+    as a local stop asks it, with the same outcome. This host signals nothing: a pid of another host means
+    nothing here. Not acted on within :data:`STOP_WAIT_SECONDS`: ``StopUnanswered``, the stop still asked."""
     with project.store.write() as tx:
-        current = tx.get_task(task.id)
+        asked = tx.ask_stop(task.id, lease.epoch, actor.value)
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    while True:
+        settle(project)
+        with project.store.read() as tx:
+            current = tx.get_task(task.id)
         if current is None or current.status is not Status.WORKING:
             return current or task
-        cause = RestingCause("stopped", tx.now(), actor, details={"summary": f"Stopped by {actor.value}."})
-        command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
-        command_id = command.command_id if command else None
-        if command_id is not None and tx.turn_by_command(command_id, Role.AGENT) is None:
-            tx.add_turn(
-                task.id,
-                role=Role.AGENT,
-                kind="stopped",
-                content=f"Stopped by {actor.value}.",
-                session_id=current.session_id,
-                command_id=command_id,
-            )
-        tx.park(task.id, actor, f"stopped by {actor.value}", expected_from=Status.WORKING, resting_cause=cause)
-        return tx.get_task(task.id) or current
+        if not asked or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    host = lease.host or "the host that runs it"
+    if not asked:  # the turn ended and the task was launched again meanwhile: that turn is not this stop's
+        raise StopUnanswered(
+            f"{task.ref}'s turn on {host} ended before the stop reached it, and the task runs again.",
+            hint=f"See it: corral show {task.ref}; stop the new turn with corral stop {task.ref}.",
+        )
+    raise StopUnanswered(
+        f"{task.ref}'s turn runs on {host}, which did not act on the stop within {STOP_WAIT_SECONDS:g} s. "
+        "corral never signals another host's process, so the turn still runs there.",
+        hint=f"The stop stays asked: {host} stops the turn at its next corral command or daemon tick "
+        f"(corral daemon start there keeps one running), or run corral stop {task.ref} on {host}.",
+    )
 
 
 def _stop_on_worker(project: Project, task: Task, lease: Lease, actor: Actor) -> Task:

@@ -42,6 +42,7 @@ from corral.engine.config import harness_settings
 from corral.engine.locks import task_lock
 from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project
+from corral.engine.queue import owner
 from corral.engine.recovery.pairs import chat_held, end_chat, end_pair, hold_chat, pairing_lock, read_hold
 from corral.engine.resolve import resolve_task, task_config
 from corral.errors import ChatOpen, CorralError, HarnessMisconfigured, RefusedError
@@ -154,7 +155,8 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
             if session is None or not session.worktree or not Path(session.worktree).is_dir():
                 raise RefusedError(f"Task {task.ref} has no worktree to pair in.", code="no-session")
             tx.set_status(task.id, Status.PAIRING, actor, "pair", expected_from=task.status)
-            tx.register_process(task.id, "pair", os.getpid())
+            # Named by this host's identity on the shared store: only this host judges it by its pid.
+            tx.register_process(task.id, "pair", os.getpid(), owner=owner(project))
         lock = pairing_lock(project, task.id)
         held = {"pid": os.getpid(), "actor": actor.value, "at": time.time()}
         write_atomic(lock, json.dumps(held).encode(), durable=False)  # the sweep never reads half a lock

@@ -388,7 +388,7 @@ def diff(project: Project, given: str, *, stat: bool = False) -> Diff:
         session = tx.get_session(task.session_id) if task.session_id else None
         target = workspace.target_branch(tx, task)
         lease = tx.lease(task.id)
-    if lease is not None:  # its turns ran on workers: the remote holds the branch as they pushed it
+    if lease is not None and not lease.local:  # its turns ran on workers: the remote holds the branch as pushed
         remote.refuse_unpushed(task, lease, "diff")
         remote.follow_branch(project, task, target)
     tip_ref = f"refs/heads/{task.branch}"

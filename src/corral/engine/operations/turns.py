@@ -3,7 +3,9 @@
 Save first, act second: each writes the human turn (feedback ``pending`` where it
 carries feedback) and the move to ``working`` in one transaction, then launches the
 supervisor through one skeleton (:func:`_launch`). They return once the supervisor runs;
-the turn goes on without the CLI.
+the turn goes on without the CLI. On the shared store the same transaction takes the task's
+lease for this host when the turn runs here (:func:`_hold_here`), so no other host ever takes
+the turn for its own from the moment it is recorded.
 
 A person's launch checks the harness first (:func:`check_harness`), before anything is
 recorded, and keeps on the task the settings its environment gives the turn
@@ -45,6 +47,7 @@ from corral.engine.operations import dispatch, launch, preflight
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
+from corral.engine.queue import host_name, owner
 from corral.engine.read.diagnostics import Translator
 from corral.engine.read.incidents import permission_hold
 from corral.engine.recovery.faults import internal_fault
@@ -177,6 +180,17 @@ def _plan(
         read_only=spec.read_only,
         reverts=tuple(reverts),
     )
+
+
+def _hold_here(project: Project, tx: Tx, task_id: str, command_id: str, actor: Actor) -> None:
+    """On the shared store, a turn this host will run itself is held by this host's identity, in the transaction
+    that records it (docs/workers.md#turns-run-on-your-own-host): from that moment every other host reads
+    it as this host's and leaves it alone, before its supervisor is even started. A turn for the workers
+    takes its lease when it is queued (``dispatch.queue``); on SQLite one host keeps everything."""
+    me = owner(project)
+    if me is None or dispatch.to_workers(project, task_id, actor, tx):
+        return
+    tx.hold_local(task_id, command_id, me, host_name(project))
 
 
 def check_harness(project: Project, task: Task) -> None:
@@ -329,6 +343,7 @@ def _start(project: Project, task_id: str, actor: Actor, msg: str | None) -> tup
             command_id=command_id,
         )
         tx.set_status(task.id, Status.WORKING, actor, "start", expected_from=Status.BACKLOG, resting_cause=None)
+        _hold_here(project, tx, task.id, command_id, actor)
         task = tx.get_task(task.id) or task
     return task, session, turn, target, content
 
@@ -458,6 +473,7 @@ def unblock(
         pending = tx.pending_feedback(session.id)
         session = tx.update_session(session.id, consecutive_interruptions=0)
         tx.set_status(task.id, Status.WORKING, actor, "unblock", expected_from=task.status, resting_cause=None)
+        _hold_here(project, tx, task.id, command_id, actor)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
 
@@ -526,6 +542,7 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
             else tx.update_session(session.id, auto_resumed=True)
         )
         tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=Status.INTERRUPTED, resting_cause=None)
+        _hold_here(project, tx, task.id, command_id, actor)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
 
@@ -583,6 +600,7 @@ def _status_neutral_turn(
             command_id=command_id,
         )
         tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=task.status)
+        _hold_here(project, tx, task.id, command_id, actor)
         target = workspace.target_branch(tx, task)
         task = tx.get_task(task.id) or task
     spec = TurnSpec(kind, body, read_only=read_only)

@@ -90,11 +90,13 @@ def live_turn(project: Project, task: Task, facts: Live | None = None) -> LiveTu
             attempts = command.budgets.unknown_attempts
         elif retry.failure_class == "transient_unreachable":
             attempts = command.budgets.unreachable_attempts
-    from corral.engine.runtime.liveness import live_of, with_marks
+    from corral.engine.runtime.liveness import live_facts, live_of, with_marks
     from corral.engine.runtime.processes import supervisor_alive
 
-    if facts is None or status is not None:
-        facts = with_marks(project, task.id, live_of(status, status is not None and supervisor_alive(status)))
+    if status is not None:
+        facts = with_marks(project, task.id, live_of(status, supervisor_alive(status)))
+    elif facts is None:  # no status file here: a turn another host holds reads as that host shipped it
+        facts = live_facts(project, task) or live_of(None, False)
     return LiveTurn(
         substate=substate(task.status, facts),
         waits=tuple((w.ref, w.seconds) for w in facts.waits),

@@ -553,19 +553,20 @@ def list_rows(
         because, _tripped = _because(t, n, breaker_threshold(t) if n is not None else BREAKER_THRESHOLD)
         sub = substate(working, live_of(t)) if t.status is working else None
         row = _row(t, parents.get(t.parent_id) if t.parent_id else None, sub, because)
-        if t.id in away:
+        if t.id in away and t.status is working:
             row["host"] = away[t.id]
         rows.append(row)
     return rows
 
 
 def hosts_of(tx: Tx) -> dict[str, str]:
-    """Where each task's turn runs on a worker: its host, or "queued" while no worker has claimed it."""
+    """Where each task's turn runs: its worker's host or, on the shared store, the host it was launched on
+    (docs/workers.md); "queued" while no worker has claimed it."""
     from corral.domain.team import LeaseState  # a lease's states: only where a list has a working task
 
     return {
-        lease.task_id: lease.host if lease.claimed and lease.host else QUEUED
-        for lease in tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])
+        lease.task_id: lease.host if lease.held and lease.host else QUEUED
+        for lease in tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED, LeaseState.LOCAL])
     }
 
 

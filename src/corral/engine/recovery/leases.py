@@ -5,25 +5,30 @@ Any reconciler runs it (a worker's, a reviewer's laptop's), and only for a proje
 shared PostgreSQL store. Fencing is one compare-and-swap on the lease's epoch, so two hosts
 that see the same lost worker interrupt its turn once; the auto-resume that follows queues the
 turn again, under the breaker, for another worker.
+
+A ``local`` lease (a turn its host runs on its own) is never swept here: no heartbeat says that host
+is gone, and only that host may judge its processes (``recovery.owned``). :func:`survey` tells every
+pass which working turns other hosts hold, so its working sweep leaves them alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
 from corral.adapters.files import write_atomic
 from corral.domain.actors import Actor, Role
+from corral.domain.record import record
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.status import Status
-from corral.domain.substate import QUEUED, Live
 from corral.domain.team import WORKER_LOST, Lease, LeaseState, lease_lost
 from corral.engine import queue
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.receipts import interrupt
-from corral.engine.runtime import shipping
-from corral.engine.runtime.liveness import Observed, live_from_json
+from corral.engine.runtime import liveness, shipping
+from corral.engine.runtime.liveness import Observed
 from corral.store import Tx
 
 #: Which ended lease this host's copy of the task's shipped files is complete for.
@@ -32,36 +37,50 @@ SHIPPED_MARK = "shipped.mark"
 RESEND_AFTER = timedelta(seconds=5)
 
 
-def elsewhere(project: Project, worker_id: str | None, observed: Observed | None = None) -> set[str]:
-    """The tasks whose turn is queued or runs on another worker: this host's working sweep leaves them alone.
+@record
+class Survey:
+    """Who holds the turns of a reconcile pass: ``away``, the working tasks whose turn another host holds
+    (this host's working sweep leaves them alone); ``mine``, this host's own local leases (``recovery.owned``)."""
 
-    What the pass sees of them goes into ``observed``: a queued turn as ``queued``; a claimed one with
-    the live facts its worker shipped, alive while that worker's heartbeat holds its lease.
+    away: set[str]
+    mine: list[Lease]
+
+
+def survey(
+    project: Project, me: str | None, working: Mapping[str, str | None], observed: Observed | None = None
+) -> Survey:
+    """Which working tasks' turns another host holds, and which local leases this host holds.
+
+    ``working``: each working task's current command. Another host holds a turn queued for the workers
+    or claimed by another worker, or one launched on another host (its ``local`` lease, of that very
+    command: the host that recorded the turn took it in the same transaction). What the pass sees of them
+    goes into ``observed`` (``liveness.away``): queued; what their host shipped, a worker's alive while its
+    heartbeat holds its lease, a local turn's while its host reports it, else ``unreported``.
     """
     if project.database_url is None:
-        return set()
+        return Survey(set(), [])
     with project.store.read() as tx:
-        active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])
-        away = [lease for lease in active if not (lease.claimed and lease.worker_id == worker_id)]
+        active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED, LeaseState.LOCAL])
+        mine = [lease for lease in active if lease.state is LeaseState.LOCAL and lease.worker_id == me]
+        away = [
+            lease
+            for lease in active
+            if lease.task_id in working and lease.elsewhere(me) and lease.holds_turn(working[lease.task_id])
+        ]
         if observed is not None and away:
-            workers = {w.id: w for w in tx.workers()}
-            shipped = tx.live(lease.task_id for lease in away if lease.claimed)
+            workers = {w.id: w for w in tx.workers()} if any(lease.claimed for lease in away) else {}
+            shipped = tx.live(lease.task_id for lease in away if lease.held)
             now = tx.now()
     if observed is not None:
         for lease in away:
-            if not lease.claimed:
-                observed[lease.task_id] = Live(alive=True, phase=QUEUED)
-                continue
-            command_id, doc, _at = shipped.get(lease.task_id, (None, {}, None))
-            live = doc.get("live") if command_id == lease.command_id else None
-            alive = not lease_lost(lease, workers, now)
-            observed[lease.task_id] = live_from_json(live, alive=alive) if isinstance(live, dict) else Live(alive=alive)
-    return {lease.task_id for lease in away}
+            observed[lease.task_id] = liveness.away(lease, shipped.get(lease.task_id), workers, now)
+    return Survey({lease.task_id for lease in away}, mine)
 
 
 def bring_shipped(project: Project, worker_id: str | None) -> int:
-    """This host's copy of what other hosts' workers shipped of their turns (``runtime.shipping``):
-    a running turn's files on every pass, an ended one's once more after it ended. The bytes written."""
+    """This host's copy of what other hosts shipped of their turns (their workers', and their own local
+    turns': ``runtime.shipping``): a running turn's files on every pass, an ended one's once more after it
+    ended (its lease let go). The bytes written."""
     if project.database_url is None:
         return 0
     with project.store.read() as tx:

@@ -15,6 +15,12 @@ that restores it) until the person has restored it.
 
 Accepts into one target serialize on :func:`target_lock`; recovery of a stranded accept
 takes the same lock first, so no accept works on a checkout a dead one left half-updated.
+
+Those locks, the checkout and its stash are the accepting host's own. On the shared store an accept
+in flight is therefore recorded as a process (``accept``) named by that host's identity, written with
+its marker (:func:`mark_in_flight`): another host never takes it for stranded (its locks there are free,
+its target there is not the one that moved), and only the host it runs on recovers it
+(docs/workers.md#turns-run-on-your-own-host).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from corral.domain.status import Status
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
+from corral.engine.queue import owner
 from corral.errors import CorralError, DestinationRestoreConflict, TaskBusy
 
 MARKER = "accept_in_flight_from"
@@ -127,6 +134,32 @@ def save_in_flight(project: Project, task_id: str, flight: InFlight | None) -> N
 
 def without_flight(metadata: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if k not in (MARKER, JOURNAL)}
+
+
+#: The process record of an accept in flight on the shared store (the host that runs it).
+ACCEPT = "accept"
+
+
+def mark_in_flight(project: Project, task_id: str, prior: Status) -> None:
+    """An accept starts: the status to restore should it die, and (on the shared store) the host it runs on."""
+    with project.store.write() as tx:
+        task = tx.get_task(task_id)
+        if task is None:
+            return
+        tx.update_task(task_id, metadata={**task.metadata, MARKER: prior.value}, touch=False)
+        me = owner(project)
+        if me is not None:
+            tx.register_process(task_id, ACCEPT, os.getpid(), owner=me)
+
+
+def accepting_elsewhere(project: Project, task_id: str) -> bool:
+    """Whether the task's accept in flight runs on another host (only that host may recover it)."""
+    if project.database_url is None:
+        return False
+    with project.store.read() as tx:
+        records = [p for p in tx.processes(task_id) if p.kind == ACCEPT]
+    me = owner(project)
+    return any(p.elsewhere(me) for p in records)
 
 
 # -- the destination checkout --------------------------------------------------------------------
@@ -410,6 +443,7 @@ def restore_prior(
         resting = RestingCause(cause, at=tx.now(), actor=actor, details=dict(details or {})) if cause else None
         prior = task.metadata.get(MARKER)
         tx.update_task(task_id, metadata=without_flight(task.metadata), touch=False)
+        tx.unregister_process(task_id, ACCEPT)
         if task.status is Status.MERGING:
             if prior == Status.SUBMITTED.value:
                 tx.set_status(
@@ -440,6 +474,8 @@ def recover_stranded(project: Project, task: Task, *, target_held: bool = False)
     """
     if MARKER not in task.metadata:
         return "left"  # the merge lives on a forge; a later accept asks it what happened
+    if accepting_elsewhere(project, task.id):
+        return "left"  # its locks, its checkout and its stash are another host's: that host recovers it
     flight = InFlight.from_json(task.metadata.get(JOURNAL))
     try:
         if flight is None or target_held:
@@ -484,8 +520,8 @@ def recover_into(project: Project, target: str, *, besides: str) -> None:
         merging = [t for t in tx.tasks([Status.MERGING]) if t.id != besides]
     for task in merging:
         flight = InFlight.from_json(task.metadata.get(JOURNAL))
-        if flight is None or flight.target != target:
-            continue
+        if flight is None or flight.target != target or accepting_elsewhere(project, task.id):
+            continue  # another host's accept is not waited for: the remote's compare-and-swap keeps them apart
         deadline = time.monotonic() + BUSY_WAIT
         while recover_stranded(project, task, target_held=True) == "left":
             with project.store.read() as tx:
@@ -510,6 +546,7 @@ def complete_merged(project: Project, task: Task, session: Session, why: str) ->
         if current is None or current.status in (Status.COMPLETE, Status.ABANDONED):
             return None
         tx.update_task(task.id, metadata=without_flight(current.metadata), touch=False)
+        tx.unregister_process(task.id, ACCEPT)
         tx.update_session(session.id, outcome="accepted", ended_at=tx.now())
         tx.set_status(task.id, Status.ZOMBIE, Actor.SYSTEM, why, resting_cause=None)
         tx.set_status(task.id, Status.COMPLETE, Actor.SYSTEM, "merged into its target")

@@ -95,10 +95,19 @@ def sweep_stale_pairs(project: Project) -> int:
     """A pairing task whose pair process is gone → blocked or conflict, lock removed (docs/lifecycle.md).
 
     The agent it left (one that owned the terminal has a process group of its own, which a
-    kill of corral's group does not reach) is stopped first, so it changes nothing after.
+    kill of corral's group does not reach) is stopped first, so it changes nothing after. On the
+    shared store only this host's pairs: one open on another host is that host's to judge.
     """
     with project.store.read() as tx:
         pairing = tx.tasks([Status.PAIRING])
+        records = [p for p in tx.processes() if p.kind == "pair"] if pairing and project.database_url else []
+    if records:
+        from corral.engine.queue import owner
+
+        me = owner(project)
+        # Another host's pair: its lock file and its pid are on that host, which ends it if its corral died.
+        theirs = {p.task_id for p in records if p.elsewhere(me)}
+        pairing = [t for t in pairing if t.id not in theirs]
     ended = 0
     for task in pairing:
         try:

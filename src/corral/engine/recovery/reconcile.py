@@ -7,6 +7,7 @@ receipt is claimed in a transaction, so two reconcilers never process it twice.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from corral.domain.actors import Actor
 from corral.domain.record import record
@@ -17,6 +18,9 @@ from corral.engine.recovery.merged import sweep_merged_branches
 from corral.engine.recovery.merges import recover_stranded
 from corral.engine.recovery.pairs import sweep_stale_chats, sweep_stale_pairs
 from corral.engine.runtime.liveness import Observed
+
+if TYPE_CHECKING:  # a lease is read only with the shared store
+    from corral.domain.team import Lease
 
 
 def sweep_blocked_without_session(project: Project) -> int:
@@ -45,37 +49,66 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
     query as heads (``Tx.task_heads``: each working one with its current command's id, no task
     decoded), since a pass that finds every supervisor alive needs no more of them; what is
     seen of the supervisors still running goes into ``observed``.
+
+    On the shared store a turn is judged only by the host that holds it (docs/workers.md): one
+    another host holds (a worker's, or that host's own local turn) is left alone and read as its
+    host shipped it; this host's own local turns get their relayed stops first and their files
+    and live facts shipped after (``recovery.owned``).
     """
     with project.store.read() as tx:
         candidates = tx.task_heads([Status.WORKING, Status.INTERRUPTED])
     ended: list[str] = []
-    if project.database_url is not None:  # turns on workers (docs/workers.md): only with the shared store
-        from corral.engine.queue import local_worker
-        from corral.engine.recovery import leases
+    mine: list[Lease] = []
+    working: dict[str, str | None] = {}
+    # What the pass sees of this host's running turns: the caller's, or its own (its local turns are shipped from it).
+    seen: Observed = observed if observed is not None else {}
+    if project.database_url is not None:  # turns on other hosts (docs/workers.md): only with the shared store
+        from corral.engine.queue import host_id
+        from corral.engine.recovery import leases, owned
 
         ended += _sweep_leases(project, problems)
-        me = local_worker(project)
-        away = leases.elsewhere(project, me, observed)
+        me = host_id(project)
+        working = {t.id: t.command_id for t in candidates if t.status is Status.WORKING}
+        held = leases.survey(project, me, working, observed)
+        mine = held.mine
+        parked: list[str] = []
+        try:
+            grace = timedelta(seconds=float(project.config["grace_period"]))
+            parked = owned.relay_stops(project, mine, working, grace)
+        except Exception as exc:  # a stop not relayed now is relayed on the next pass
+            if problems is None:
+                raise
+            problems.append(f"stops asked elsewhere: {type(exc).__name__}: {exc}")
         try:
             leases.bring_shipped(project, me)
         except Exception as exc:  # what others shipped is read again on the next pass
             if problems is None:
                 raise
             problems.append(f"shipped files: {type(exc).__name__}: {exc}")
-        candidates = [t for t in candidates if t.id not in away or t.status is not Status.WORKING]
-    if not candidates:
-        return ended
-    from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
+        skip = held.away | set(parked)
+        candidates = [t for t in candidates if t.id not in skip or t.status is not Status.WORKING]
+    if candidates:
+        from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
 
-    grace = timedelta(seconds=float(project.config["grace_period"]))
-    for head in candidates:
+        grace = timedelta(seconds=float(project.config["grace_period"]))
+        for head in candidates:
+            try:
+                if reconcile_working(project, head, grace, observed=seen):
+                    ended.append(head.id)
+            except Exception as exc:  # isolated per task; reported, not swallowed
+                if problems is None:
+                    raise
+                problems.append(f"{head.ref}: {type(exc).__name__}: {exc}")
+    if mine:
+        from corral.engine.recovery import owned
+
+        still = {task_id: command for task_id, command in working.items() if task_id not in ended}
         try:
-            if reconcile_working(project, head, grace, observed=observed):
-                ended.append(head.id)
-        except Exception as exc:  # isolated per task; reported, not swallowed
+            owned.ship(project, mine, still, seen)
+        except Exception as exc:  # shipped again on the next pass
             if problems is None:
                 raise
-            problems.append(f"{head.ref}: {type(exc).__name__}: {exc}")
+            problems.append(f"own turns shipped: {type(exc).__name__}: {exc}")
     return ended
 
 
@@ -92,9 +125,17 @@ def _sweep_leases(project: Project, problems: list[str] | None) -> list[str]:
 
 
 def sweep_terminal(project: Project) -> int:
-    """Processes still alive for complete or abandoned tasks are stopped, their records cleared."""
+    """Processes still alive for complete or abandoned tasks are stopped, their records cleared.
+
+    Only this host's: a record another host owns names a pid that means nothing here; that host clears it.
+    """
     with project.store.read() as tx:
         records = [(p, tx.get_task(p.task_id)) for p in tx.processes()]
+    if records and project.database_url is not None:
+        from corral.engine.queue import owner
+
+        me = owner(project)
+        records = [(r, t) for r, t in records if not r.elsewhere(me)]
     ended = [(r, t) for r, t in records if t is not None and t.status in TERMINAL]
     if not ended:
         return 0

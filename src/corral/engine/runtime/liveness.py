@@ -1,21 +1,28 @@
-"""Reading running turns' supervisors from outside: what ``status.json`` says and whether they live."""
+"""Reading running turns' supervisors from outside: what ``status.json`` says and whether they live.
+
+A turn another host holds (a worker's claim, or that host's own local turn, on the shared store) has no
+``status.json`` here: what is known of it is what its host shipped (:func:`away`), never this host's view
+of a pid it cannot see.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import entry_exists
 from corral.domain.record import replace
 from corral.domain.records import Task
 from corral.domain.status import Status
-from corral.domain.substate import Live, Waiting
+from corral.domain.substate import QUEUED, UNREPORTED, Live, Waiting
 from corral.engine.paths import TASKS_DIR
 from corral.engine.project import Project
 
 if TYPE_CHECKING:
+    from corral.domain.team import Lease, Worker
     from corral.engine.runtime.protocol import SupervisorStatus
 
 
@@ -46,7 +53,57 @@ def live_facts(project: Project, task: Task, observed: Observed | None = None) -
     from corral.engine.runtime.processes import supervisor_alive
 
     status = proto.read_record(project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
-    return with_marks(project, task.id, live_of(status, status is not None and supervisor_alive(status)))
+    alive = status is not None and supervisor_alive(status)
+    if not alive and project.database_url is not None:
+        # A reader with no pass behind it (the daemon's endpoints): a turn another host holds is read as
+        # that host shipped it, never as this host's missing supervisor.
+        held = _away(project, task.id)
+        if held is not None:
+            return held
+    return with_marks(project, task.id, live_of(status, alive))
+
+
+#: How recent the live facts a host shipped of its own local turn must be to be shown as they are. Past it
+#: the turn is working there as far as anyone here knows, and reads ``unreported``: nobody there (no daemon,
+#: no corral command) has looked at it lately. Never ``not-alive``: only that host can tell.
+REPORT_FRESH = timedelta(seconds=60)
+
+#: What the store keeps of a turn's shipped live facts (``Tx.live``): its command, the document, when.
+Shipped = tuple[str, dict[str, Any], datetime]
+
+
+def away(lease: Lease, shipped: Shipped | None, workers: dict[str, Worker], now: datetime) -> Live:
+    """What this host knows of a turn another host holds: queued; a worker's, with what it shipped, alive
+    while its heartbeat holds the lease; a host's own local turn, with what it shipped lately, else unreported."""
+    from corral.domain.team import lease_lost
+
+    if not lease.held:
+        return Live(alive=True, phase=QUEUED)
+    command_id, doc, at = shipped if shipped is not None else (None, {}, None)
+    live = doc.get("live") if command_id == lease.command_id else None
+    if lease.claimed:
+        alive = not lease_lost(lease, workers, now)
+        return live_from_json(live, alive=alive) if isinstance(live, dict) else Live(alive=alive)
+    if isinstance(live, dict) and at is not None and now - at <= REPORT_FRESH:
+        return live_from_json(live, alive=True)
+    return Live(alive=True, phase=UNREPORTED)
+
+
+def _away(project: Project, task_id: str) -> Live | None:
+    """:func:`away` for one task whose turn another host holds; None when none does (this host judges it)."""
+    from corral.engine.queue import host_id
+
+    me = host_id(project)
+    with project.store.read() as tx:
+        lease = tx.lease(task_id)
+        if lease is None or not lease.elsewhere(me):
+            return None
+        if not lease.holds_turn(tx.current_command_ids([task_id]).get(task_id)):
+            return None
+        workers = {w.id: w for w in tx.workers()} if lease.claimed else {}
+        shipped = tx.live([task_id]).get(task_id)
+        now = tx.now()
+    return away(lease, shipped, workers, now)
 
 
 def protocol_path(project: Project, task_id: str) -> str:
@@ -178,15 +235,18 @@ def live_of(status: SupervisorStatus | None, alive: bool) -> Live:
 
 
 def supervisor_pids(project: Project) -> set[int]:
-    """The live supervisors of the project's turns: those the store registered, and those the
-    working tasks' ``status.json`` name (a supervisor may be running before it is registered)."""
+    """The live supervisors of the project's turns: those the store registered (on this host: another
+    host's pid means nothing here), and those the working tasks' ``status.json`` name (a supervisor may
+    be running before it is registered)."""
     from corral.adapters.process import pid_alive
+    from corral.engine.queue import owner
     from corral.engine.runtime import protocol as proto
 
     pids: set[int] = set()
+    me = owner(project)
     with project.store.read() as tx:
         working = tx.tasks([Status.WORKING])
-        pids.update(r.pid for r in tx.processes() if r.kind == "supervisor")
+        pids.update(r.pid for r in tx.processes() if r.kind == "supervisor" and not r.elsewhere(me))
     for task in working:
         status = proto.read_record(project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
         if status is not None and status.pid > 1:

@@ -135,6 +135,19 @@ def reap_turn(project: Project, task_id: str, *, grace: float = 1.0, command_id:
     return stopped
 
 
+def request_stop(project: Project, task_id: str, actor: str) -> bool:
+    """Ask the task's supervisor to end its turn (``stop.json`` says who asked, then SIGTERM); False when no
+    live supervisor was there to ask (gone, frozen, or its pid another process's now: never signalled)."""
+    import signal
+
+    protocol_dir = project.paths.protocol_dir(task_id)
+    proto.write(protocol_dir, proto.StopRequest(actor))
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    if status is None or not supervisor_alive(status):
+        return False
+    return send_identified(supervisor_identity(status), signal.SIGTERM)
+
+
 def stop_recorded(record: ProcessRecord, grace: float = 1.0) -> bool:
     """Stop a process the store registered, if it is still that process (the terminal sweep's)."""
     return stop_identified(record_identity(record), grace)

@@ -1,6 +1,7 @@
 """What a reviewer on another host reads of a turn, carried through the shared store (docs/workers.md#shipped).
 
-The worker that runs a turn ships its task's files — every turn's output and stderr logs and
+The worker that runs a turn (and a host that runs a turn of its own on the shared store, from its
+reconcile passes: ``recovery.owned``) ships its task's files — every turn's output and stderr logs and
 their index, the command, receipt and provenance, each session's failure journal, the task's
 diagnostics — in chunks as they grow (:func:`ship`), and the turn's live facts
 (:func:`ship_live`). A host that did not run the turn fills its own copy of those files from the
@@ -18,9 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from corral.domain.records import Task
+from corral.domain.substate import Live
 from corral.engine.paths import TASKS_DIR, make_private_dir
 from corral.engine.project import Project
-from corral.engine.queue import local_worker
+from corral.engine.queue import host_id
 from corral.engine.runtime.journal import CURSOR
 from corral.engine.runtime.liveness import live_facts, live_to_json
 
@@ -99,23 +101,29 @@ def ship_live(project: Project, task: Task, command_id: str, epoch: int) -> None
     """The running turn's live facts as this host judges them (phase, retry, usage-limit wait, the agent's
     waits and progress line), for ``list``, ``show``, ``watch`` and the dashboard elsewhere; written only
     while ``epoch`` holds the task's lease, checked in the same transaction."""
+    put_live(project, task.id, command_id, epoch, live_facts(project, task))
+
+
+def put_live(project: Project, task_id: str, command_id: str, epoch: int, live: Live | None) -> None:
+    """:func:`ship_live` of facts already judged (``live``; None once the turn ended), with the agent's
+    wait intervals; fenced by ``epoch`` as every shipped write."""
     from corral.engine.runtime.agent_marks import intervals  # the waits' file: read where it is shipped
 
-    live = live_facts(project, task)
     doc: dict[str, object] = {"live": live_to_json(live)} if live is not None else {}
-    doc["intervals"] = [i.to_json() for i in intervals(project, task.id)]
+    doc["intervals"] = [i.to_json() for i in intervals(project, task_id)]
     with project.store.write() as tx:
-        tx.check_fence(task.id, epoch)
-        tx.set_live(task.id, command_id, doc)
+        tx.check_fence(task_id, epoch)
+        tx.set_live(task_id, command_id, doc)
 
 
 def bring(project: Project, task_id: str) -> int:
-    """:func:`materialize` when the task's turns run (or ran) on another host's worker; 0 otherwise."""
+    """:func:`materialize` when the task's turns run (or ran) on another host (its worker, or that host's
+    own local turn); 0 otherwise."""
     if project.database_url is None:
         return 0
     with project.store.read() as tx:
         lease = tx.lease(task_id)
-    if lease is None or lease.worker_id is None or lease.worker_id == local_worker(project):
+    if lease is None or lease.worker_id is None or lease.worker_id == host_id(project):
         return 0
     return materialize(project, task_id)
 
