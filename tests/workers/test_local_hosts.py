@@ -286,3 +286,27 @@ def test_an_agents_wait_on_its_subtask_sees_it_finish_on_a_postgresql_project(te
     assert waited["is_error"] is False and waited["result"]["rests"] is True, waited
     assert waited["result"]["task"]["status"] == "blocked"
     assert stored(team, "kid") == ("blocked", 1)
+
+
+FAILING = {"tool": "Bash", "input": {"command": "pytest -q"}, "is_error": True, "output": "FAILED test_y"}
+
+
+def test_an_incident_is_told_once_by_the_host_whose_turn_it_is(team: Team, tmp_path: Path) -> None:
+    hook = tmp_path / "hook.py"
+    hook.write_text("import sys\nwith open(sys.argv[1], 'a') as fh:\n    fh.write(sys.stdin.read() + '\\n')\n")
+    told = {name: tmp_path / f"told-{name}.jsonl" for name in ("a", "b")}
+    a = local(team, "laptop-a", notify_command=f"{sys.executable} {hook} {told['a']}")
+    b = local(team, "laptop-b", notify_command=f"{sys.executable} {hook} {told['b']}")
+    a.script([{"init": True}, FAILING, FAILING, FAILING, {"result": "Done, I think."}])
+    a.corral("create", "Noisy task", "--ref", "noisy")
+    a.corral("daemon", "start")
+    b.corral("daemon", "start")  # both daemons serve the project; one incident, one notice
+    a.json("start", "noisy")
+    until(lambda: told["a"].exists(), timeout=60, poll=0.3, what="A's daemon tells A's incident")
+    # B's daemon ticks on, and reads everything A shipped of the turn: it tells nothing of A's turn.
+    until(lambda: b.json("show", "noisy")["lease"]["state"] == "released", timeout=30, poll=0.3, what="let go")
+    time.sleep(3 * 2.0)  # a few of B's ticks
+    notices = [json.loads(line) for line in told["a"].read_text().splitlines() if line.strip()]
+    assert notices and {n["task"]["ref"] for n in notices} == {"noisy"}
+    assert len({n["notice"]["key"] for n in notices}) == len(notices)  # each told once
+    assert not told["b"].exists()  # never by the other host's daemon
