@@ -148,3 +148,16 @@ def test_the_plain_list_loads_nothing_only_one_task_s_read_needs(corral: CLI, re
     probe_show = probe.replace("'list', '--active'", "'show', 'first-task'")
     out = subprocess.run([sys.executable, "-c", probe_show], cwd=repo, capture_output=True, text=True, check=True)
     assert "corral.engine.read.incidents" in out.stdout.strip().splitlines()[-1]
+
+
+def test_the_plain_list_loads_no_dispatch_engine_nor_database_driver(corral: CLI, repo: Path) -> None:
+    # The workers' queue and PostgreSQL's driver load where a turn is queued or the store is shared:
+    # on SQLite, a list never pays for them (asyncio alone is ~25 ms of start-up).
+    corral.ok("create", "First task")
+    heavy = ["corral.adapters.jobs", "asyncio", "procrastinate", "psycopg"]
+    probe = (
+        "import sys; from corral.cli import main; code = main(['list', '--active']); "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

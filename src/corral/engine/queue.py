@@ -10,13 +10,16 @@ from __future__ import annotations
 import secrets
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.adapters.files import create_once
-from corral.adapters.jobs import Dispatch
 from corral.domain.actors import Actor
 from corral.engine.project import Project
 from corral.errors import UsageError
 from corral.store import Tx
+
+if TYPE_CHECKING:  # the dispatch engine (and asyncio with it) loads only where a turn is queued
+    from corral.adapters.jobs import Dispatch
 
 
 def host_name(project: Project) -> str:
@@ -74,6 +77,8 @@ def dispatcher(project: Project) -> Dispatch:
             hint="Set database_url in your own settings (corral config set database_url postgresql://…), "
             'or dispatch = "local".',
         )
+    from corral.adapters.jobs import Dispatch
+
     return Dispatch(url)
 
 
