@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral import crashpoints
 from corral.adapters.process import send_identified
@@ -47,6 +47,9 @@ from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import shipping
 from corral.engine.runtime.processes import reap_turn, supervisor_identity
 from corral.errors import CorralError, LeaseLost
+
+if TYPE_CHECKING:
+    from corral.engine.runtime.transcripts import Carrier
 
 #: How often a worker looks at the turn it runs (its receipt recorded, its epoch still its own).
 POLL_SECONDS = 0.2
@@ -132,7 +135,7 @@ def run_claimed(
             tx.release_turn(task_id, epoch)
         return Ran("skipped", "the task moved on before the turn was claimed")
     try:
-        worktree, started_from = _launch(project, me, lease, task, session, current)
+        worktree, started_from, command = _launch(project, me, lease, task, session, current)
     except LeaseLost:
         return Ran("lost", "the lease was taken over before the turn was launched: nothing launched")
     except Exception as exc:
@@ -147,14 +150,14 @@ def run_claimed(
         raise
     interval = float(wip_seconds if wip_seconds is not None else project.config["wip_push_interval"])
     followed = Follow(project, me, task, command_id, epoch, worktree, started_from, interval, say, hand_back)
-    return followed.run()
+    return followed.carrying(session.id, command).run()
 
 
 def _launch(
     project: Project, me: Me, lease: Lease, task: Task, session: Session, current: Turn
-) -> tuple[Path, str | None]:
+) -> tuple[Path, str | None, proto.Command]:
     """The claimed turn's worktree here, its command under the fence, its supervisor started;
-    the worktree and the remote tip of the branch it started from."""
+    the worktree, the remote tip of the branch it started from, and the command."""
     from corral.engine.runtime import transcripts  # a harness session's transcript: only where a turn launches
 
     task_id, epoch = task.id, lease.epoch
@@ -200,9 +203,7 @@ def _launch(
         metadata = {**transcripts.noted(now.metadata, carry), HARNESS_HOST: {here.id: me.host}}
         tx.update_task(task_id, metadata=metadata, touch=False)
     launch.launch(project, task, command)
-    # Its session's transcript goes to the store as the turn runs, so the next host can resume it.
-    transcripts.follow(project, task, here.id, command, epoch, me.host)
-    return worktree, fetched.branch
+    return worktree, fetched.branch, command
 
 
 def resume_following(
@@ -218,14 +219,12 @@ def resume_following(
         return Ran("skipped", "nothing of the turn was launched here")
     started_from = project.git.rev_parse(f"refs/remotes/{remote.remote_name(project)}/{task.branch}", cwd=project.repo)
     interval = float(project.config["wip_push_interval"])
-    command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
-    if command is not None and command.command_id == lease.command_id and task.session_id is not None:
-        from corral.engine.runtime import transcripts  # as in _launch: only where a turn runs
-
-        transcripts.follow(project, task, task.session_id, command, lease.epoch, me.host)  # its session, shipped on
     followed = Follow(
         project, me, task, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval, say, hand_back
     )
+    command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
+    if command is not None and command.command_id == lease.command_id and task.session_id is not None:
+        followed = followed.carrying(task.session_id, command)  # its session's transcript, shipped on
     return followed.run()
 
 
@@ -259,6 +258,14 @@ class Follow:
         self.wip: str | None = None
         self.wip_known = False
         self.told: dict[str, str] = {}  # each kind of trouble as last said, so a long outage is said once
+        self.carrier: Carrier | None = None
+
+    def carrying(self, session_id: str, command: proto.Command) -> Follow:
+        """Ship the turn's harness session with its files too, so the next host can resume it (docs/workers.md)."""
+        from corral.engine.runtime.transcripts import Carrier  # a harness session's transcript: only where turns run
+
+        self.carrier = Carrier(self.project, self.task.id, session_id, command, self.me.host)
+        return self
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> Ran:
@@ -336,9 +343,15 @@ class Follow:
 
     # -- what it sends -----------------------------------------------------------------------------
     def ship(self) -> None:
-        """The turn's files and live facts to the store, for reviewers elsewhere (each write fenced)."""
+        """The turn's files and live facts to the store, for reviewers elsewhere, and its harness session's
+        transcript, for the host that takes the session over next (each write fenced)."""
         shipping.ship(self.project, self.task.id, self.epoch)
         shipping.ship_live(self.project, self.task, self.command_id, self.epoch)
+        if self.carrier is not None:
+            try:
+                self.carrier.ship(self.epoch)
+            except OSError as exc:  # a harness file unreadable now: the next round tries again
+                self._tell("transcript-not-shipped", _said(exc))
 
     def push_wip(self, *, final: bool = False) -> None:
         """The worktree's uncommitted work to the WIP ref: a swap from what this worker saw there last,

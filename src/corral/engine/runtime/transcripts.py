@@ -2,8 +2,8 @@
 
 A harness keeps a session's transcript on the host that ran it (``~/.claude``, ``$CODEX_HOME``,
 Pi's session files). The worker that runs a turn ships the transcript of the turn's session into
-the store as the turn runs, once more as soon as it ends, and when the worker's process exits
-(:func:`follow`, :func:`ship`): chunked as a turn's files are (``runtime/shipping``: the same rows,
+the store as the turn runs and once more before it lets the turn's lease go (:class:`Carrier`,
+:func:`ship`): chunked as a turn's files are (``runtime/shipping``: the same rows,
 under ``transcripts/<harness session id>/``), with a manifest of what a whole copy holds written
 in the same transaction as the chunks, and only until another worker claims the task
 (:func:`_holds`). A worker that takes the session over on another host puts that copy where its
@@ -16,12 +16,9 @@ what happened. The rows go with the task (``corral delete``).
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import stat
-import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +30,7 @@ from corral.domain.team import HARNESS_CARRY, HARNESS_HOST, Lease, LeaseState, S
 from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.shipping import CHUNK, FILE_CAP
-from corral.errors import CorralError, LeaseLost
+from corral.errors import LeaseLost
 
 if TYPE_CHECKING:
     from corral.adapters.harness.base import Harness
@@ -47,10 +44,6 @@ PREFIX = "transcripts/"
 CAP = FILE_CAP
 #: Files of one session that travel (a Claude Code session keeps each long tool output in a file).
 MAX_FILES = 1000
-#: How often the transcript of a running turn is shipped: as often as the turn's own files.
-SHIP_SECONDS = 1.0
-#: Times the last ship of an ended turn is tried (a round apart) before the next host must do without it.
-FINAL_TRIES = 10
 #: Bytes of a turn's output read for the harness's announcement of a new session's id.
 ANNOUNCE_BYTES = 1024 * 1024
 
@@ -297,89 +290,39 @@ def announced(harness: Harness, log: Path) -> str | None:
     return None
 
 
-def follow(project: Project, task: Task, session_id: str, command: proto.Command, epoch: int, host: str) -> None:
-    """Ship the transcript of the launched turn's session in a thread of its own, for as long as ``epoch``
-    is the task's last: every :data:`SHIP_SECONDS` while the turn runs, and once more as soon as it ends
-    (its receipt lands, which is before its worker records it and lets the lease go) or this process
-    exits (a worker that hands its turn back leaves the next host the latest copy). The session is the
-    one the turn resumes, else the one its harness announces; at the end, the one its receipt names."""
-    thread = threading.Thread(
-        target=_follow,
-        args=(project, task.id, session_id, command, epoch, host),
-        name=f"transcript-{task.ref}",
-        daemon=True,  # never holds a process up: at its exit, :func:`_at_exit` gives it a bounded last round
-    )
-    with _LOCK:
-        if not _RUNNING:
-            atexit.unregister(_at_exit)  # once, however many turns this process follows
-            atexit.register(_at_exit)
-        _RUNNING.add(thread)
-    thread.start()
+class Carrier:
+    """The transcript of one claimed turn's session, shipped by the worker that follows the turn
+    (``operations.claimed.Follow``) with the turn's own files: every round while the turn runs, and once
+    more before its lease is let go, so the next host never meets a copy older than the turn it takes
+    over. The session is the one the turn resumes, else the one its harness announces; once the turn
+    ended, the one its receipt (or its recorded session) names."""
 
+    def __init__(self, project: Project, task_id: str, session_id: str, command: proto.Command, host: str) -> None:
+        self.project, self.task_id, self.session_id, self.command, self.host = (
+            project,
+            task_id,
+            session_id,
+            command,
+            host,
+        )
+        self.harness = make_harness(command.harness, command.harness_settings.as_mapping())
+        self.worktree, self.log = Path(command.worktree), Path(command.log_dir) / OUTPUT_LOG
+        self.harness_session = command.resume_id
 
-#: How often a following thread looks for the turn's end (an lstat) and for this process's exit.
-POLL_SECONDS = 0.2
-#: Seconds a process that exits gives its following threads for their last ship, all together.
-EXIT_SECONDS = 5.0
-_LOCK = threading.Lock()
-_RUNNING: set[threading.Thread] = set()
-_CLOSING = threading.Event()
-
-
-def _at_exit() -> None:
-    _CLOSING.set()
-    deadline = time.monotonic() + EXIT_SECONDS
-    with _LOCK:
-        running = list(_RUNNING)
-    for thread in running:
-        thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def _follow(project: Project, task_id: str, session_id: str, command: proto.Command, epoch: int, host: str) -> None:
-    try:
-        _rounds(project, task_id, session_id, command, epoch, host)
-    finally:
-        with _LOCK:
-            _RUNNING.discard(threading.current_thread())
-
-
-def _rounds(project: Project, task_id: str, session_id: str, command: proto.Command, epoch: int, host: str) -> None:
-    harness = make_harness(command.harness, command.harness_settings.as_mapping())
-    worktree, log = Path(command.worktree), Path(command.log_dir) / OUTPUT_LOG
-    receipt_path = project.paths.protocol_dir(task_id) / proto.RESPONSE
-    harness_session, tries, last = command.resume_id, 0, time.monotonic()
-    while True:
-        closing = _CLOSING.wait(POLL_SECONDS)
+    def ship(self, epoch: int) -> int:
+        """What the store lacks of the session's transcript; ``LeaseLost`` (nothing written) once another
+        worker holds the task. The bytes shipped."""
+        receipt_path = self.project.paths.protocol_dir(self.task_id) / proto.RESPONSE
         receipt = proto.read_record(receipt_path, proto.Receipt) if os.path.lexists(receipt_path) else None
-        landed = receipt is not None and receipt.command_id == command.command_id
-        if not (closing or landed) and time.monotonic() - last < SHIP_SECONDS:
-            continue
-        last = time.monotonic()
-        try:
-            with project.store.read() as tx:
-                lease = tx.lease(task_id)
-                recorded = tx.turn_by_command(command.command_id, Role.AGENT) is not None
-                session = tx.get_session(session_id) if recorded else None
-        except CorralError:
-            if closing:
-                return
-            continue  # the store, a moment: the next round looks again
-        if not _holds(lease, epoch):
-            return  # taken over: this worker writes nothing more
-        if receipt is not None and landed and receipt.harness_session_id:
-            harness_session = receipt.harness_session_id
-        elif session is not None and session.harness_session_id:
-            harness_session = session.harness_session_id
-        harness_session = harness_session or announced(harness, log)
-        ended = closing or landed or recorded or not (lease is not None and lease.epoch == epoch and lease.claimed)
-        if harness_session is not None:
-            try:
-                ship(project, task_id, epoch, harness, harness_session, worktree, host)
-            except LeaseLost:
-                return
-            except (CorralError, OSError):
-                tries += ended
-                if tries < FINAL_TRIES and not closing:
-                    continue  # the store or the disk, a moment: the next round ships what this one could not
-        if ended:
-            return
+        if receipt is not None and receipt.command_id == self.command.command_id and receipt.harness_session_id:
+            self.harness_session = receipt.harness_session_id
+        else:
+            with self.project.store.read() as tx:
+                recorded = tx.turn_by_command(self.command.command_id, Role.AGENT) is not None
+                session = tx.get_session(self.session_id) if recorded else None
+            if session is not None and session.harness_session_id:
+                self.harness_session = session.harness_session_id
+        self.harness_session = self.harness_session or announced(self.harness, self.log)
+        if self.harness_session is None:
+            return 0  # no session to carry yet: its harness has not announced one
+        return ship(self.project, self.task_id, epoch, self.harness, self.harness_session, self.worktree, self.host)
