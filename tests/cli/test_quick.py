@@ -151,10 +151,11 @@ def test_the_plain_list_loads_nothing_only_one_task_s_read_needs(corral: CLI, re
 
 
 def test_the_plain_list_loads_no_dispatch_engine_nor_database_driver(corral: CLI, repo: Path) -> None:
-    # The workers' queue and PostgreSQL's driver load where a turn is queued or the store is shared:
-    # on SQLite, a list never pays for them (asyncio alone is ~25 ms of start-up).
+    # The workers' queue and PostgreSQL's driver load where a turn is queued or the store is shared, a
+    # host's name and token where a host is named: on SQLite, a list never pays for them (asyncio alone
+    # is ~25 ms of start-up; secrets, with hashlib and random, ~3.5 ms; socket ~1 ms).
     corral.ok("create", "First task")
-    heavy = ["corral.adapters.jobs", "asyncio", "procrastinate", "psycopg"]
+    heavy = ["corral.adapters.jobs", "asyncio", "procrastinate", "psycopg", "secrets", "hashlib", "random", "socket"]
     probe = (
         "import sys; from corral.cli import main; code = main(['list', '--active']); "
         f"print([m for m in {heavy!r} if m in sys.modules])"

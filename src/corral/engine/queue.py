@@ -7,8 +7,6 @@ its processes under, so every host judges only what it owns (docs/workers.md#tur
 
 from __future__ import annotations
 
-import secrets
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +23,11 @@ if TYPE_CHECKING:  # the dispatch engine (and asyncio with it) loads only where 
 def host_name(project: Project) -> str:
     """The name this host's worker shows: the ``worker_host`` setting, else the host's own name."""
     configured = project.config.get("worker_host")
-    return str(configured) if configured else socket.gethostname()
+    if configured:
+        return str(configured)
+    import socket  # the host's name: asked only on the shared store, never by a read on SQLite
+
+    return socket.gethostname()
 
 
 #: The file in a ``CORRAL_HOME`` holding the random token of its worker's id, made once.
@@ -36,6 +38,8 @@ def worker_id(home: Path, host: str) -> str:
     """This home's worker: its host and a random token made once for the home (0600, in corral's own
     state), so a restarted worker is the same worker while two hosts with the same home path (or one
     host name) never are."""
+    import secrets  # a home's token is made once: a read never pays for the module
+
     token = create_once(home / WORKER_TOKEN, secrets.token_hex(6).encode()).decode().strip()
     return f"{host}-{token}"
 
