@@ -689,7 +689,7 @@ def bench_failover(base: Path, server: Server, env: dict[str, str], lease: float
 def main() -> int:
     p = scratch_options(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     p.add_argument("--latency-turns", type=int, default=30, help="turns timed one at a time (default 30)")
-    p.add_argument("--turns", type=int, default=300, help="turns per throughput run (default 300)")
+    p.add_argument("--turns", type=int, default=1000, help="turns per throughput run (default 1,000)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 3], help="worker counts (default 1 2 3)")
     p.add_argument("--worker-turns", type=int, default=2, help="each worker's worker_turns (default 2)")
     p.add_argument("--failover-reps", type=int, default=3, help="failovers with a 4 s lease (default 3)")
