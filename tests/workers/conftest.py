@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.support import postgres as pg_support
-from tests.workers.team import Host, git
+from tests.support.polling import until
+from tests.workers.team import Host, git, work
 
 pg_server = pg_support.pg_server
 pg_database = pg_support.pg_database
@@ -38,6 +41,41 @@ class Team:
         host = Host(self.root / "hosts", name, self.remote, url or self.url, {"lease_seconds": LEASE, **settings})
         self.hosts.append(host)
         return host
+
+    @contextmanager
+    def sql(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection to the team's database with the project's own schema on its search path: what the
+        shared store holds, read as it is (no corral command, no reconcile pass)."""
+        with psycopg.connect(self.url) as conn:
+            [schema] = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'corral_%'"
+                )
+                if r[0] != "corral_dispatch"
+            ]
+            conn.execute(f'SET search_path = "{schema}"')
+            yield conn
+
+    def restarted_mid_turn(self, *during: dict[str, Any]) -> tuple[Host, Host]:
+        """The laptop and a worker whose process alone was killed while it ran the task ``adopt`` (its
+        supervisor and agent ran on: ``during`` are the agent's steps before it commits), then started
+        again, which re-adopted the turn and followed it to its end."""
+        laptop, host = self.laptop(), self.worker("restarted")
+        host.script(work("adopted.txt", then=list(during)))
+        laptop.corral("create", "Adopted", "--ref", "adopt")
+        host.start_worker()
+        host.wait_event("started")
+        laptop.json("start", "adopt")
+        host.wait_event("claim")
+        until(host.supervisors, poll=0.2, what="its supervisor runs")
+        assert host.proc is not None
+        host.proc.kill()  # the worker alone: its supervisor and agent run on
+        host.proc.wait(10)
+        host.start_worker()
+        adopted = host.wait_event("adopt", timeout=LEASE)
+        host.wait_event("turn-done", timeout=60, task=adopted["task"])
+        return laptop, host
 
     def refuse_pushes(self) -> Path:
         """The remote refuses every push while the returned file exists (a pre-receive hook)."""

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from corral.domain import prompts
@@ -203,55 +202,25 @@ def test_a_session_whose_transcript_never_reached_the_store_starts_fresh_with_th
 def test_a_re_adopted_turn_ships_its_session_on(team: Team) -> None:
     """A worker restarted mid-turn follows the turn again, its session's transcript too: what the agent
     adds to it after the restart reaches the store, for whichever host takes the session over next."""
-    laptop = team.laptop()
-    host = team.worker("restarted")
-    steps = [{"transcript": "before the restart"}, {"sleep": 4}, {"transcript": "after the restart"}]
-    host.script(work("adopted.txt", then=steps))
-    laptop.corral("create", "Adopted", "--ref", "adopt")
-    host.start_worker()
-    host.wait_event("started")
-    laptop.json("start", "adopt")
-    host.wait_event("claim")
-    until(host.supervisors, poll=0.2, what="its supervisor runs")
-    assert host.proc is not None
-    host.proc.kill()  # the worker alone, before the agent's second line: only the re-adopting worker can ship it
-    host.proc.wait(10)
-    host.start_worker()
-    adopted = host.wait_event("adopt", timeout=LEASE)
-    host.wait_event("turn-done", timeout=60, task=adopted["task"])
+    # The worker is killed before the agent's second line: only the re-adopting worker can ship it.
+    team.restarted_mid_turn({"transcript": "before the restart"}, {"sleep": 4}, {"transcript": "after the restart"})
     assert b"after the restart" in _stored_transcripts(team)
 
 
 def _stored_transcripts(team: Team) -> bytes:
     """The harness transcripts' bytes in the team's store, file by file in order."""
-    with psycopg.connect(team.url) as conn:
-        [schema] = [
-            r[0]
-            for r in conn.execute(
-                "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'corral_%'"
-            )
-            if r[0] != "corral_dispatch"
-        ]
+    with team.sql() as conn:
         rows = conn.execute(
-            f'SELECT data FROM "{schema}".shipped_files '
-            "WHERE path LIKE 'transcripts/%/files/%.jsonl' ORDER BY path, offset_bytes"
+            "SELECT data FROM shipped_files WHERE path LIKE 'transcripts/%/files/%.jsonl' ORDER BY path, offset_bytes"
         ).fetchall()
     return b"".join(bytes(r[0]) for r in rows)
 
 
 def _stored(team: Team) -> int:
     """Bytes of harness transcripts in the team's store."""
-    with psycopg.connect(team.url) as conn:
-        [schema] = [
-            r[0]
-            for r in conn.execute(
-                "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'corral_%'"
-            )
-            if r[0] != "corral_dispatch"
-        ]
+    with team.sql() as conn:
         row = conn.execute(
-            f'SELECT COALESCE(SUM(LENGTH(data)), 0) FROM "{schema}".shipped_files '
-            "WHERE path LIKE 'transcripts/%/files/%.jsonl'"
+            "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM shipped_files WHERE path LIKE 'transcripts/%/files/%.jsonl'"
         ).fetchone()
     return int(row[0]) if row else 0
 

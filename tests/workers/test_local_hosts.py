@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from tests.support.polling import until
@@ -49,15 +48,7 @@ def row(host: Host, ref: str) -> dict[str, Any]:
 
 def stored(team: Team, ref: str) -> tuple[str, int]:
     """The task's status and its count of agent turns, read from the shared store itself (no reconcile pass)."""
-    with psycopg.connect(team.url) as conn:
-        [schema] = [
-            r[0]
-            for r in conn.execute(
-                "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'corral_%'"
-            )
-            if r[0] != "corral_dispatch"
-        ]
-        conn.execute(f'SET search_path = "{schema}"')
+    with team.sql() as conn:
         found = conn.execute(
             "SELECT t.status, (SELECT COUNT(*) FROM turns a WHERE a.task_id = t.id AND a.role = 'agent') "
             "FROM tasks t WHERE t.ref = %s",

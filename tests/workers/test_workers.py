@@ -9,7 +9,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import psycopg
 import pytest
 
 from corral.domain import prompts
@@ -46,15 +45,7 @@ def test_a_hundred_queued_turns_spread_over_three_workers_each_run_exactly_once(
     until(lambda: set(statuses().values()) == {"blocked"}, timeout=480, poll=2, what="every task ran")
     # Read from the shared store itself: one agent turn per task, its lease queued at epoch 1,
     # claimed once at 2 and released (never claimed twice, never lost), on one of the workers.
-    with psycopg.connect(team.url) as conn:
-        [schema] = [
-            r[0]
-            for r in conn.execute(
-                "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'corral_%'"
-            )
-            if r[0] != "corral_dispatch"
-        ]
-        conn.execute(f'SET search_path = "{schema}"')
+    with team.sql() as conn:
         rows = conn.execute(
             "SELECT t.ref, l.epoch, l.state, l.host, (SELECT COUNT(*) FROM turns a WHERE a.task_id = t.id "
             "AND a.role = 'agent'), (SELECT MAX(a.kind) FROM turns a WHERE a.task_id = t.id AND a.role = 'agent') "
@@ -194,21 +185,7 @@ def test_sigterm_drains_a_worker_it_finishes_its_turn_and_claims_nothing_more(te
 
 
 def test_a_restarted_worker_re_adopts_its_running_turn_before_its_lease_runs_out(team: Team) -> None:
-    laptop = team.laptop()
-    host = team.worker("restarted")
-    host.script(work("adopted.txt", then=[{"sleep": 4}]))
-    laptop.corral("create", "Adopted", "--ref", "adopt")
-    host.start_worker()
-    host.wait_event("started")
-    laptop.json("start", "adopt")
-    host.wait_event("claim")
-    until(host.supervisors, poll=0.2, what="its supervisor runs")
-    assert host.proc is not None
-    host.proc.kill()  # the worker alone: its supervisor and agent run on
-    host.proc.wait(10)
-    host.start_worker()
-    adopted = host.wait_event("adopt", timeout=LEASE)
-    host.wait_event("turn-done", timeout=60, task=adopted["task"])
+    laptop, _host = team.restarted_mid_turn({"sleep": 4})
     shown = laptop.json("show", "adopt")
     assert shown["task"]["status"] == "blocked"
     assert [t["kind"] for t in shown["turns"] if t["role"] == "agent"] == ["start"]  # never lost, never resumed

@@ -85,24 +85,9 @@ def secret(home: Path) -> str:
                 code="dashboard-secret-unreadable",
                 hint=f"Remove it (rm {path}); the next `corral dashboard` makes a new one.",
             ) from None
-    from corral.adapters.files import fsync_dir
-    from corral.engine.paths import make_private_dir
+    from corral.adapters.files import create_once
 
-    make_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass  # another process made it first: theirs is the secret
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+    create_once(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))  # another's, if it linked first
     return _read(path)
 
 

@@ -57,16 +57,24 @@ def stop(project: Project, given: str, *, actor: Actor) -> Task:
     return stopped
 
 
-def _stop(project: Project, task: Task, actor: Actor) -> Task:
-    asked = request_stop(project, task, actor)
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
-    while asked and time.monotonic() < deadline:
+def _ended(project: Project, task: Task, seconds: float, poll: float) -> Task | None:
+    """The task once its turn has ended (each look settles first, so a receipt that landed is recorded),
+    looked at until ``seconds`` have passed; None while it still works."""
+    deadline = time.monotonic() + seconds
+    while True:
         settle(project)
         with project.store.read() as tx:
             current = tx.get_task(task.id)
         if current is None or current.status is not Status.WORKING:
             return current or task
-        time.sleep(0.1)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(poll)
+
+
+def _stop(project: Project, task: Task, actor: Actor) -> Task:
+    if request_stop(project, task, actor) and (ended := _ended(project, task, STOP_WAIT_SECONDS, 0.1)) is not None:
+        return ended
     # No supervisor answered: end the turn here, with the same record a supervisor would have written.
     settle(project)
     return record_stopped(project, task.id, actor) or task
@@ -79,16 +87,9 @@ def _stop_elsewhere(project: Project, task: Task, lease: Lease, actor: Actor) ->
     nothing here. Not acted on within :data:`STOP_WAIT_SECONDS`: ``StopUnanswered``, the stop still asked."""
     with project.store.write() as tx:
         asked = tx.ask_stop(task.id, lease.epoch, actor.value)
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
-    while True:
-        settle(project)
-        with project.store.read() as tx:
-            current = tx.get_task(task.id)
-        if current is None or current.status is not Status.WORKING:
-            return current or task
-        if not asked or time.monotonic() >= deadline:
-            break
-        time.sleep(0.2)
+    ended = _ended(project, task, STOP_WAIT_SECONDS if asked else 0.0, 0.2)
+    if ended is not None:
+        return ended
     host = lease.host or "the host that runs it"
     if not asked:  # the turn ended and the task was launched again meanwhile: that turn is not this stop's
         raise StopUnanswered(
@@ -115,14 +116,8 @@ def _stop_on_worker(project: Project, task: Task, lease: Lease, actor: Actor) ->
     if lease.claimed:
         with project.store.write() as tx:
             asked = tx.ask_stop(task.id, lease.epoch, actor.value)
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
-    while asked and time.monotonic() < deadline:
-        settle(project)
-        with project.store.read() as tx:
-            current = tx.get_task(task.id)
-        if current is None or current.status is not Status.WORKING:
-            return current or task
-        time.sleep(0.2)
+    if asked and (ended := _ended(project, task, STOP_WAIT_SECONDS, 0.2)) is not None:
+        return ended
     with project.store.write() as tx:
         current = tx.get_task(task.id)
         if current is None or current.status is not Status.WORKING:
