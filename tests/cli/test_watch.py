@@ -34,7 +34,11 @@ from corral.cli import watch_view as view
 from corral.cli.commands.watch import keys_of
 from corral.domain.needs import ORDER, TITLES
 from tests.conftest import CLI
+from tests.support import postgres as pg_support
 from tests.support.polling import until
+
+pg_server = pg_support.pg_server
+pg_database = pg_support.pg_database
 
 pytestmark = pytest.mark.slow  # real turns and a terminal per test: a few seconds each
 
@@ -378,6 +382,28 @@ def test_plain_on_a_pipe_prints_one_line_per_change(corral: CLI, agented: Path, 
     statuses = [status.split("(")[0] for _ref, status, *_rest in mine]
     assert [s for s, _g in itertools.groupby(statuses)] == ["backlog", "working", "blocked"], mine
     assert [ln for ln in lines.lines if "  here  " in ln] == lines.lines[:1]  # nothing changed: one line
+
+
+def test_on_a_shared_postgresql_store_a_change_from_another_process_shows_long_before_the_interval(
+    corral: CLI, repo: Path, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another host writes to the same database: nothing on this host's disk changes, so the watch
+    # must learn of it from the store itself, not from a file's times (the interval here is a minute).
+    monkeypatch.setenv("CORRAL_DATABASE_URL", pg_database)
+    corral.ok("create", "Already here", "--ref", "here")
+    lines = Lines(["watch", "--plain", "--interval", "60"], repo)
+    try:
+        lines.until(lambda ln: "  here  " in ln, what="the listing")
+        for change, seen in (
+            (("create", "Made elsewhere", "--ref", "away"), "  away  backlog"),
+            (("close", "here", "-m", "done elsewhere"), "  here  abandoned"),
+        ):
+            corral.ok(*change)
+            lines.until(lambda ln, seen=seen: seen in ln, timeout=5, what=seen.strip())
+        assert lines.stop() == 128 + signal.SIGTERM
+    finally:
+        if lines.proc.poll() is None:
+            lines.proc.kill()
 
 
 def test_json_streams_one_event_per_change_and_a_named_task_to_its_end(corral: CLI, repo: Path) -> None:

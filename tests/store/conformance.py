@@ -1137,6 +1137,29 @@ def test_workers_heartbeat_and_are_lost_past_their_lease(store: Store, clock: An
     assert lease_lost(lease, {"w-a": stopped}, stopped.heartbeat_at)
 
 
+def test_the_change_mark_moves_with_every_write_a_board_shows_and_stays_while_nothing_is_written(store: Store) -> None:
+    task = _create(store)
+    writes: list[tuple[str, Callable[[Tx], object]]] = [
+        ("a status", lambda tx: tx.set_status(task.id, Status.WORKING, Actor.HUMAN, "start")),
+        ("a task's fields", lambda tx: tx.update_task(task.id, goal="another goal")),
+        ("a comment", lambda tx: tx.add_comment(task.id, Actor.HUMAN, "looks good")),
+        ("a queued turn", lambda tx: tx.queue_turn(task.id, "cmd-1", {})),
+        ("a claim", lambda tx: tx.claim_turn(task.id, "cmd-1", "w-a", "host-a")),
+        ("a live turn", lambda tx: tx.set_live(task.id, "cmd-1", {"phase": "agent"})),
+        ("a live turn again", lambda tx: tx.set_live(task.id, "cmd-1", {"phase": "sync"})),
+        ("a new task", lambda tx: tx.insert_task(NewTask(ref="second", goal="g"), Actor.HUMAN)),
+        ("a deleted task", lambda tx: tx.delete_task(next(t.id for t in tx.tasks() if t.ref == "second"))),
+    ]
+    for what, write in writes:
+        before = store.change_mark()
+        with store.read() as tx:
+            tx.tasks()
+        assert store.change_mark() == before, f"a read moved the mark (before {what})"
+        with store.write() as tx:
+            write(tx)
+        assert store.change_mark() != before, f"{what} left the mark where it was"
+
+
 def test_deleting_a_task_deletes_its_lease(store: Store) -> None:
     task = _create(store)
     with store.write() as tx:

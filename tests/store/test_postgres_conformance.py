@@ -30,7 +30,7 @@ pg_schema = pg_support.pg_schema
 
 @pytest.fixture
 def store(pg_server: str, pg_schema: str, clock: FakeClock) -> Iterator[PostgresStore]:
-    db = PostgresStore(pg_server, schema=pg_schema, clock=clock)
+    db = PostgresStore(pg_server, schema=pg_schema, clock=clock, mark_seconds=0)  # every change mark asked anew
     yield db
     db.close()
 
@@ -275,3 +275,22 @@ def test_a_schema_is_named_from_the_state_directory() -> None:
     assert schema_name("my-app--4f1c2a9b7e01") == "corral_my_app_4f1c2a9b7e01"
     long_one, other = "x" * 80 + "--a", "x" * 80 + "--b"
     assert len(schema_name(long_one)) <= 63 and schema_name(long_one) != schema_name(other)
+
+
+def test_the_change_mark_sees_another_hosts_commit_and_is_asked_of_the_server_at_most_every_mark_seconds(
+    pg_server: str, pg_schema: str, clock: FakeClock
+) -> None:
+    watching = PostgresStore(pg_server, schema=pg_schema, clock=clock, mark_seconds=3600)
+    writing = PostgresStore(pg_server, schema=pg_schema, clock=clock)
+    fresh = PostgresStore(pg_server, schema=pg_schema, clock=clock, mark_seconds=0)
+    try:
+        before, asked = watching.change_mark(), fresh.change_mark()
+        with writing.write() as tx:
+            tx.insert_task(NewTask(ref="from-elsewhere", goal="g"), Actor.HUMAN)
+        assert watching.change_mark() == before  # within its mark_seconds: the last answer, no query
+        assert fresh.change_mark() != asked  # asked anew: the other store's commit is seen
+        watching.mark_seconds = 0
+        assert watching.change_mark() != before
+    finally:
+        for db in (watching, writing, fresh):
+            db.close()

@@ -458,3 +458,17 @@ def test_a_session_read_again_unchanged_is_the_record_already_decoded(store: SQL
     with store.read() as tx:
         again = tx.get_session(sid)
     assert again is not None and again.consecutive_interruptions == 2
+
+
+def test_a_commit_of_another_connection_moves_the_change_mark_as_ones_own_do(store: SQLiteStore, db_path: Path) -> None:
+    other = SQLiteStore(db_path)
+    try:
+        before = store.change_mark()
+        _make_task(other, "from-elsewhere")
+        moved = store.change_mark()
+        assert moved != before
+        _make_task(store, "from-here")
+        assert store.change_mark() not in (before, moved)
+        assert store.change_mark() == store.change_mark()
+    finally:
+        other.close()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -42,12 +41,14 @@ from corral.errors import CorralError
 
 HOST = "127.0.0.1"
 STATIC = Path(__file__).resolve().parent / "static"
-#: How often an open page's stream looks for a change (a stat of each database: cheap).
+#: How often an open page's stream looks for a change (each store's change mark: cheap).
 POLL_SECONDS = 0.2
 #: A working task's live line is read again this often on its page (it is not in the database)…
 LIVE_SECONDS = 1.0
 #: … and on the board, whose read covers every unfinished task (the daemon's tick).
 BOARD_LIVE_SECONDS = 2.0
+#: Seconds before a project that failed to open is tried again for the stamp.
+REOPEN_SECONDS = 5.0
 #: A keep-alive comment on a quiet stream, so a dead connection is found.
 KEEPALIVE_SECONDS = 15.0
 ACTOR = Actor.HUMAN  # every action taken here is a person's
@@ -65,6 +66,7 @@ class Homes:
     def __init__(self, home: Path) -> None:
         self.home = home
         self._local = threading.local()
+        self._failed: dict[str, tuple[float, str]] = {}  # state -> (when, why) its project last failed to open
 
     def states(self) -> list[tuple[str, str]]:
         """(state directory name, checkout path) of every project whose checkout is there."""
@@ -103,15 +105,23 @@ class Homes:
         return pairs, problems, names
 
     def stamp(self) -> tuple[Any, ...]:
-        """What changes when any project's database does (its file and its WAL), and the projects' set."""
+        """What changes when any project's store has a commit (its change mark, from this host or
+        another), and the projects' set. Asked on one thread only (:meth:`Hub.stamp`): a mark is
+        its store connection's own. A project that cannot open is tried again every few seconds."""
         out: list[Any] = []
-        for state in project_states(self.home):
-            for name in ("corral.db", "corral.db-wal"):
-                try:
-                    st = os.stat(state / name)
-                    out.append((state.name, name, st.st_mtime_ns, st.st_size))
-                except OSError:
-                    out.append((state.name, name, None))
+        now = time.monotonic()
+        for state, repo in self.states():
+            failed = self._failed.get(state)
+            if failed is not None and now - failed[0] < REOPEN_SECONDS:
+                out.append((state, failed[1]))
+                continue
+            try:
+                out.append((state, self.get(state, repo).store.change_mark()))
+                self._failed.pop(state, None)
+            except Exception as exc:  # the board's read names what is wrong
+                why = getattr(exc, "code", None) or type(exc).__name__
+                self._failed[state] = (now, why)
+                out.append((state, why))
         return tuple(out)
 
 
@@ -122,6 +132,9 @@ class Hub:
         self.homes = Homes(home)
         self.live = LiveCache()
         self.reads = ThreadPoolExecutor(4, thread_name_prefix="dashboard-read")
+        self.marks = ThreadPoolExecutor(1, thread_name_prefix="dashboard-marks")  # Homes.stamp's one thread
+        self._stamp: tuple[float, Any] | None = None
+        self._stamping = asyncio.Lock()
         self.acts = ThreadPoolExecutor(4, thread_name_prefix="dashboard-act")
         self._locks: dict[str, asyncio.Lock] = {}
         self._cache: dict[str, tuple[Any, Any]] = {}
@@ -144,11 +157,19 @@ class Hub:
                 self._cache.clear()
             return value
 
+    async def stamp(self) -> Any:
+        """The projects' stamp, asked on its one thread and shared by the pages that poll meanwhile."""
+        async with self._stamping:
+            if self._stamp is None or time.monotonic() - self._stamp[0] >= POLL_SECONDS / 2:
+                loop = asyncio.get_running_loop()
+                self._stamp = (time.monotonic(), await loop.run_in_executor(self.marks, self.homes.stamp))
+            return self._stamp[1]
+
     # -- the board ----------------------------------------------------------------------------------
 
-    def board_stamp(self) -> Any:
+    async def board_stamp(self) -> Any:
         live = int(time.monotonic() / BOARD_LIVE_SECONDS) if self.working else None
-        return (self.homes.stamp(), live)
+        return (await self.stamp(), live)
 
     def render_board(self) -> Markup:
         from corral.engine.operations.board import activity, board
@@ -168,7 +189,7 @@ class Hub:
             logging.getLogger("corral.dashboard").debug("warm-up failed", exc_info=True)
 
     async def board(self) -> Markup:
-        value: Markup = await self.shared("board", self.board_stamp(), self.render_board)
+        value: Markup = await self.shared("board", await self.board_stamp(), self.render_board)
         return value
 
     # -- a task ---------------------------------------------------------------------------------------
@@ -183,10 +204,10 @@ class Hub:
 
         return queries.show_task(project, given, settle=False, live=live).doc
 
-    def task_stamp(self, task_id: str) -> Any:
+    async def task_stamp(self, task_id: str) -> Any:
         key = self._cache.get(f"summary:{task_id}")
         working = key is not None and key[1][1] == "working"
-        return (self.homes.stamp(), int(time.monotonic() / LIVE_SECONDS) if working else None)
+        return (await self.stamp(), int(time.monotonic() / LIVE_SECONDS) if working else None)
 
     async def parts(self, state: str, task_id: str) -> tuple[dict[str, Markup], str, str]:
         """(the task page's changing parts, the task's status, its updated_at)."""
@@ -196,7 +217,7 @@ class Hub:
             return views.task_parts(doc, state), doc["task"]["status"], doc["task"]["updated_at"]
 
         value: tuple[dict[str, Markup], str, str] = await self.shared(
-            f"summary:{task_id}", self.task_stamp(task_id), compute
+            f"summary:{task_id}", await self.task_stamp(task_id), compute
         )
         return value
 

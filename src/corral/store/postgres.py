@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
@@ -42,6 +43,19 @@ BUSY_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 5.0
 #: Connections a process keeps at most (the daemon's threads share them).
 POOL_SIZE = 4
+
+#: Seconds a change mark is answered from the last query: every open live view asks several times a second.
+MARK_SECONDS = 0.5
+
+#: What changes with every commit a board shows: the newest status change and note by their
+#: identity, and for the small tables each row version's transaction id (``xmin`` is new in a
+#: row's every update) with the row count (a delete). One statement, so one snapshot.
+_MARK = """
+    SELECT (SELECT max(id) FROM status_changes), (SELECT max(rowid) FROM notes),
+           (SELECT count(*) || ':' || coalesce(max(xmin::text::bigint), 0) FROM tasks),
+           (SELECT count(*) || ':' || coalesce(max(xmin::text::bigint), 0) FROM leases),
+           (SELECT count(*) || ':' || coalesce(max(xmin::text::bigint), 0) FROM live_turns)
+"""
 
 #: Tables a corral schema has from its first migration on.
 CORRAL_TABLES = ("tasks", "sessions", "turns", "attempts", "status_changes", "violations", "notes", "processes")
@@ -187,6 +201,7 @@ class PostgresStore:
         connect_timeout: float = CONNECT_TIMEOUT,
         pool_size: int = POOL_SIZE,
         create: bool = True,
+        mark_seconds: float = MARK_SECONDS,
     ) -> None:
         if busy_timeout < 0:
             raise ValueError("busy_timeout is a number of seconds, zero or more")
@@ -198,6 +213,8 @@ class PostgresStore:
         self._lock = lock_key(schema)
         self._decoded = _Decoded()
         self._pool: ConnectionPool[Any] | None = None
+        self.mark_seconds = mark_seconds
+        self._mark: tuple[float, object] | None = None  # (when, what) of the last change mark asked
         psycopg = _driver()
         self._errors = psycopg.errors
         self._psycopg = psycopg
@@ -519,6 +536,18 @@ class PostgresStore:
         from corral.store.copy import backup_as_sqlite
 
         backup_as_sqlite(self, dest)
+
+    def change_mark(self) -> object:
+        now = time.monotonic()
+        if self._mark is not None and now - self._mark[0] < self.mark_seconds:
+            return self._mark[1]
+        try:
+            with self._connection() as db:
+                mark = tuple(db.execute(_MARK).fetchone())
+        except self._psycopg.Error as exc:
+            raise self._fault(exc) from exc
+        self._mark = (now, mark)
+        return mark
 
     def close(self) -> None:
         if self._pool is not None:

@@ -409,4 +409,10 @@ class Store(Protocol):
         """A consistent copy of every record at ``dest`` (a new file, private to the user), taken online."""
         ...
 
+    def change_mark(self) -> object:
+        """A value that differs from the one asked before whenever a write of what a board shows (a
+        task, its status changes, notes, lease or live turn) was committed in between, by any process
+        on any host; it may also differ when nothing was. Cheap: live views ask several times a second."""
+        ...
+
     def close(self) -> None: ...

@@ -2,10 +2,11 @@
 
 What it shows is the board (``corral.engine.operations.board``): every row, its group, its
 badge and its live fields come from there, laid out by ``corral.cli.watch_view``. The board
-is read again only when something it is made of changed — the store's database file and its
-WAL, and each working task's supervisor files and current logs, looked at with a few ``stat``
-calls every :data:`POLL_SECONDS` — and at least every ``--interval`` seconds (what no file
-says: a supervisor that died, the time going by). An idle watch costs a few system calls a poll.
+is read again only when something it is made of changed — the store's change mark (a commit
+there, from this host or another) and each working task's supervisor files and current logs,
+looked at every :data:`POLL_SECONDS` — and at least every ``--interval`` seconds (what nothing
+says: a supervisor that died, the time going by). An idle watch costs a few system calls a poll,
+and on PostgreSQL one small query every half second.
 
 On a terminal it takes the alternate screen and redraws in place: only the lines that changed
 are rewritten (cursor to the line, the text, erase to its end), never the whole screen, so
@@ -96,8 +97,10 @@ class Source:
         """The few file facts a change of the board changes: a handful of ``stat`` calls."""
         out: list[Any] = []
         for _name, project in self.projects:
-            db = str(project.paths.db)
-            out += [_stat(db), _stat(db + "-wal")]
+            try:
+                out.append(project.store.change_mark())
+            except CorralError as exc:  # the read that follows says what is wrong
+                out.append(exc.code)
         for project, task_id in self._working:
             out.append(_dir(str(project.paths.protocol_dir(task_id)), self._memo))
             turns = str(project.paths.turns_dir(task_id))
