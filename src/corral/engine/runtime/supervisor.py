@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,8 +34,8 @@ from corral.domain.clock import rfc3339
 from corral.domain.record import replace
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir, usage_limits_file
-from corral.engine.runtime import agent_tokens, receipt, ref_guard
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime import receipt, ref_guard
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.check import run_check
 from corral.engine.runtime.gitfacts import GitProbe
@@ -126,6 +125,8 @@ class Supervisor:
         except Stopped:
             result = self._receipt(proto.ReceiptStatus.STOPPED, stopped_by=self.stop.by or "system")
         except Exception as exc:  # an internal fault: explained, never silent
+            import traceback  # only a fault pays for it
+
             result = self._receipt(
                 proto.ReceiptStatus.ERROR,
                 error=proto.TurnError(
@@ -255,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         proto.write(protocol_dir, receipt.refused(command, None, redact(exc.message, secrets)[:500]))
         return 1
     except Exception as exc:  # an internal fault before the run: explained, never silent
+        import traceback
+
         proto.write(
             protocol_dir,
             receipt.internal(
@@ -272,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         sup.run()
-    finally:  # the turn is over: its agent's token dies with it
+    finally:  # the turn is over: its agent's token dies with it (loaded then: the agent starts sooner)
+        from corral.engine.runtime import agent_tokens
+
         agent_tokens.revoke(command.agent_tools.token_file if command.agent_tools else None)
     return 0
 
