@@ -30,7 +30,8 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── StoreMissing                          gone or empty while the state still holds tasks
     │   ├── StoreReadOnly                         the file, directory or mount refuses writes
     │   ├── StoreDiskFull                         no space left where the database lives
-    │   └── StoreIOError                          the disk or a file under it failed (a deleted -wal)
+    │   ├── StoreIOError                          the disk or a file under it failed (a deleted -wal)
+    │   └── UnsafeName                            a row names a path no corral would (another host's hostile id)
     ├── GitError                         exit 1   a git command failed
     │   ├── GitTimeout                            a git command ran past its time limit (a hanging hook)
     │   ├── MergeConflict                         merging the target into a task's branch conflicts
@@ -191,6 +192,14 @@ class StoreIOError(StoreError):
     """The operating system failed a read or write of the database or its ``-wal``/``-shm``."""
 
     code = "store-io-error"
+
+
+class UnsafeName(StoreError):
+    """A task id, session id, ref or diagnostic reference read from the store that would lead a path
+    out of corral's own directories (``../``, ``/``, a NUL): a row no corral wrote, on a shared store
+    another host's. Nothing is read, written or removed through it."""
+
+    code = "unsafe-name"
 
 
 class GitError(CorralError):

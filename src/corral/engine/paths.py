@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from corral.domain.record import record
+from corral.domain.refs import is_plain_id, is_ref
+from corral.errors import UnsafeName
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -97,6 +99,28 @@ TURN_LOGS = (OUTPUT_LOG, STDERR_LOG)
 OUTPUT_INDEX = "output.index"
 
 
+#: A diagnostic's file name as ``read/diagnostics.reference`` makes it: one plain component.
+_DIAGNOSTIC = re.compile(r"[0-9A-Za-z_-]{1,80}\.json")
+
+
+def plain(name: str, what: str) -> str:
+    """``name`` itself when it is one plain path component; else :class:`UnsafeName`. Every id a
+    path is made of passes here: on a shared store a row may come from another host (or a hostile
+    one), and ``../`` or ``/`` in it must never lead a write, a read or a removal anywhere else."""
+    if not is_plain_id(name):
+        raise _unsafe(what, name)
+    return name
+
+
+def _unsafe(what: str, name: str) -> UnsafeName:
+    shown = name.encode("unicode_escape").decode("ascii")[:80]
+    return UnsafeName(
+        f"The store names a {what} that is not a plain name: '{shown}'.",
+        hint="No corral writes such a row; nothing was read, written or removed through it. "
+        "`corral doctor` checks the store.",
+    )
+
+
 @record
 class ProjectPaths:
     """The layout of one repository's state directory."""
@@ -119,18 +143,18 @@ class ProjectPaths:
         return self.root / TASKS_DIR
 
     def task_dir(self, task_id: str) -> Path:
-        return self.tasks / task_id
+        return self.tasks / plain(task_id, "task id")
 
     def protocol_dir(self, task_id: str) -> Path:
         # Built in one step, not joined three times: the reconciler asks this of every working task.
-        return Path(os.path.join(self.root, TASKS_DIR, task_id, "protocol"))
+        return Path(os.path.join(self.root, TASKS_DIR, plain(task_id, "task id"), "protocol"))
 
     def turns_dir(self, task_id: str) -> Path:
         return self.task_dir(task_id) / "turns"
 
     def journal_dir(self, task_id: str, session_id: str) -> Path:
         """Where a session's failure journal lives (docs/incidents.md): it goes with the task."""
-        return self.task_dir(task_id) / "sessions" / session_id
+        return self.task_dir(task_id) / "sessions" / plain(session_id, "session id")
 
     def turn_dir(self, task_id: str, sequence: int) -> Path:
         return self.turns_dir(task_id) / str(sequence)
@@ -155,18 +179,31 @@ class ProjectPaths:
 
     def chat_hold(self, task_id: str) -> Path:
         """The worktree's state before an open chat, until its changes are kept aside (recovery/pairs)."""
-        return self.chat_holds / f"{task_id}.json"
+        return self.chat_holds / f"{plain(task_id, 'task id')}.json"
 
     @property
     def worktrees(self) -> Path:
         return self.root / "worktrees"
 
     def worktree(self, ref: str) -> Path:
+        if not is_ref(ref):
+            raise _unsafe("ref", ref)
         return self.worktrees / ref
 
     @property
     def diagnostics(self) -> Path:
         return self.root / "diagnostics"
+
+    def diagnostics_dir(self, task_id: str) -> Path:
+        """Where a task's diagnostics live (``read/diagnostics``): they go with the task."""
+        return self.diagnostics / plain(task_id, "task id")
+
+    def diagnostic(self, reference: str) -> Path:
+        """The file a diagnostic reference (``<task id>/<name>.json``, as stored) names."""
+        task_id, _, name = reference.partition("/")
+        if _DIAGNOSTIC.fullmatch(name) is None:
+            raise _unsafe("diagnostic reference", reference)
+        return self.diagnostics_dir(task_id) / name
 
     @property
     def logs(self) -> Path:

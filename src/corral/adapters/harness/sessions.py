@@ -14,17 +14,14 @@ followed below that directory (a name that meets one fails; nothing is written t
 from __future__ import annotations
 
 import os
-import re
 import stat
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from corral.domain.record import record
+from corral.domain.refs import is_plain_id
 
-#: What a harness session id looks like (UUIDs, for all three): a plain token, so that a name
-#: made of it is one path component.
-_PLAIN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
 #: Bytes of one carried name: a harness's names are short; a long one is not its own.
 NAME_MAX = 1024
 
@@ -45,8 +42,8 @@ class SessionFiles:
 
 
 def plain_id(session_id: str) -> bool:
-    """Whether ``session_id`` is a token a file name may be made of (never a path)."""
-    return _PLAIN_ID.fullmatch(session_id) is not None
+    """Whether ``session_id`` (a UUID, for all three harnesses) is a token a file name may be made of."""
+    return is_plain_id(session_id)
 
 
 def safe_name(name: str) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from corral.domain.actors import Actor
 from corral.domain.record import record
 from corral.domain.records import TASK_SETTINGS, Note, Task
-from corral.domain.refs import unique_ref, validate_ref
+from corral.domain.refs import is_plain_id, is_ref, unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
 from corral.domain.settings import BY_NAME, TASK_SCOPED, Setting, SettingValue, Trust
 from corral.domain.status import Op, Status, check_operation, check_transition, is_terminal, may
@@ -431,15 +431,20 @@ def delete(project: Project, given: str, *, actor: Actor) -> Task:
             )
         sessions = tx.sessions(task.id)
     git, repo = project.git, project.repo
-    for session in sessions:
-        if session.worktree and Path(session.worktree).exists():
-            git.worktree_remove(Path(session.worktree), cwd=repo)
-    git.delete_branch(task.branch, cwd=repo)
-    git.delete_ref(workspace.archive_ref(task), cwd=repo)
+    safe = is_plain_id(task.id) and is_ref(task.ref)  # else a row no corral wrote: nothing of ours under its names
+    if safe:
+        own = project.paths.worktree(task.ref).resolve()
+        for session in sessions:
+            # Only the task's own worktree: a shared store's row could name any directory, another task's too.
+            if session.worktree and Path(session.worktree).resolve() == own and own.exists():
+                git.worktree_remove(own, cwd=repo)
+        git.delete_branch(task.branch, cwd=repo)
+        git.delete_ref(workspace.archive_ref(task), cwd=repo)
     with project.store.write() as tx:
         tx.delete_task(task.id)
-    shutil.rmtree(project.paths.task_dir(task.id), ignore_errors=True)
-    from corral.engine.read.diagnostics import remove_for_task
+    if safe:
+        shutil.rmtree(project.paths.task_dir(task.id), ignore_errors=True)
+        from corral.engine.read.diagnostics import remove_for_task
 
-    remove_for_task(project.paths, task.id)
+        remove_for_task(project.paths, task.id)
     return task

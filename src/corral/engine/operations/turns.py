@@ -59,6 +59,7 @@ from corral.errors import (
     LaunchFailed,
     PrepareFailed,
     RefusedError,
+    UnsafeName,
     UsageError,
 )
 from corral.store import Tx
@@ -397,17 +398,44 @@ def revert_files(project: Project, session: Session, reverts: Sequence[tuple[str
         return None
     git, worktree = project.git, session.worktree
     for path, check_from in reverts:
-        source = check_from or session.base_commit or "HEAD"
+        # Both come from the store (on a shared one, from another host): a path must stay inside the
+        # worktree (no parent a symlink the branch brought) and a source must be a commit, not an option.
+        _inside(Path(worktree), path)
+        wanted = check_from or session.base_commit or "HEAD"
+        commit = f"{wanted}^{{commit}}"
+        found = git.run("rev-parse", "--verify", "--quiet", "--end-of-options", commit, cwd=worktree, check=False)
+        if found.returncode != 0:
+            raise UnsafeName(
+                f"A revert of {path} names a source that is not a commit: '{wanted[:80]}'.",
+                hint="Nothing was reverted. Revert the file by hand in the task's worktree, or approve it.",
+            )
+        source = found.stdout.strip()
+        literal = f":(literal){path}"  # never a pathspec's magic
         exists = git.run("cat-file", "-e", f"{source}:{path}", cwd=worktree, check=False).returncode == 0
         if exists:
-            git.run("checkout", source, "--", path, cwd=worktree)
+            git.run("checkout", source, "--", literal, cwd=worktree)
         else:
-            git.run("rm", "-q", "-f", "--ignore-unmatch", "--", path, cwd=worktree)
+            git.run("rm", "-q", "-f", "--ignore-unmatch", "--", literal, cwd=worktree)
             target = Path(worktree) / path
             if target.exists() or target.is_symlink():
                 target.unlink()
     git.commit_all(worktree, "corral: revert protected files\n\n" + "\n".join(p for p, _ in reverts))
     return git.rev_parse("HEAD", cwd=worktree)
+
+
+def _inside(worktree: Path, path: str) -> None:
+    """Refuse a path that would lead a revert out of ``worktree``: absolute, ``..``, or beneath a symlink."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
+        raise UnsafeName(f"A revert names a path outside the worktree: '{path[:80]}'.", hint="Nothing was reverted.")
+    here = worktree
+    for part in parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            raise UnsafeName(
+                f"A revert of {path[:80]} goes through the symlink {part}: it would leave the worktree.",
+                hint="Nothing was reverted. Remove or approve the file by hand in the task's worktree.",
+            )
 
 
 def unblock(

@@ -49,7 +49,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.record import asdict, replace
 from corral.domain.records import FailureEvidence
 from corral.domain.redact import RESULT_BYTES, bounded, masked_head, redact, secret_values
-from corral.engine.paths import OUTPUT_LOG, STDERR_LOG, ProjectPaths
+from corral.engine.paths import OUTPUT_LOG, STDERR_LOG, ProjectPaths, plain
 
 if TYPE_CHECKING:  # the protocol and the harnesses load only when a diagnostic is written
     from corral.adapters.harness.base import Harness
@@ -181,18 +181,18 @@ def _list(value: Any) -> list[Any]:
 
 
 def reference(task_id: str, key: str) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in key)[:80] or "diagnostic"
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_" else "-" for c in key)[:80] or "diagnostic"
     return f"{task_id}/{safe}.json"
 
 
 def path_of(paths: ProjectPaths, ref: str) -> Path:
-    return paths.diagnostics / ref
+    return paths.diagnostic(ref)
 
 
 def present(diagnostics_dir: Path, task_id: str) -> set[str]:
     """The references of the task's diagnostics that still exist (one directory listing)."""
     try:
-        return {f"{task_id}/{name}" for name in os.listdir(diagnostics_dir / task_id)}
+        return {f"{task_id}/{name}" for name in os.listdir(diagnostics_dir / plain(task_id, "task id"))}
     except OSError:
         return set()
 
@@ -234,7 +234,7 @@ def discard(paths: ProjectPaths, ref: str) -> None:
 def remove_for_task(paths: ProjectPaths, task_id: str) -> None:
     import shutil  # deleting is rare; reading diagnostics is not
 
-    shutil.rmtree(paths.diagnostics / task_id, ignore_errors=True)
+    shutil.rmtree(paths.diagnostics_dir(task_id), ignore_errors=True)
 
 
 # -- what goes in -----------------------------------------------------------------------

@@ -21,6 +21,7 @@ from corral.adapters.files import write_atomic
 from corral.domain.actors import Actor, Role
 from corral.domain.record import record
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
+from corral.domain.refs import is_plain_id
 from corral.domain.status import Status
 from corral.domain.team import WORKER_LOST, Lease, LeaseState, lease_lost
 from corral.engine import queue
@@ -87,6 +88,8 @@ def bring_shipped(project: Project, worker_id: str | None) -> int:
         others = [lease for lease in tx.leases() if lease.worker_id is not None and lease.worker_id != worker_id]
     written = 0
     for lease in others:
+        if not is_plain_id(lease.task_id):
+            continue  # a row no corral wrote: nothing is written under its name (ProjectPaths would refuse it)
         mark = project.paths.task_dir(lease.task_id) / SHIPPED_MARK
         done = f"{lease.epoch}:{lease.state.value}"
         if lease.state is LeaseState.RELEASED and _read_mark(mark) == done:

@@ -36,7 +36,7 @@ _NOT_SHIPPED = frozenset({CURSOR})
 
 def _roots(project: Project, task_id: str) -> list[Path]:
     task_dir = project.paths.task_dir(task_id)
-    return [task_dir / "turns", task_dir / "sessions", project.paths.diagnostics / task_id]
+    return [task_dir / "turns", task_dir / "sessions", project.paths.diagnostics_dir(task_id)]
 
 
 def _files(project: Project, task_id: str) -> Iterator[tuple[str, Path, int]]:
@@ -139,7 +139,8 @@ def materialize(project: Project, task_id: str) -> int:
     root = project.paths.root
     allowed = [r.resolve() for r in _roots(project, task_id)]
     written = 0
-    for rel, size in held.items():
+    for rel, held_size in held.items():
+        size = min(held_size, FILE_CAP)  # the bound a shipper keeps: a row past it is no shipper's
         dest = (root / rel).resolve()
         if not any(dest.is_relative_to(a) for a in allowed) or not rel.startswith((TASKS_DIR + "/", "diagnostics/")):
             continue
@@ -157,8 +158,10 @@ def materialize(project: Project, task_id: str) -> int:
         try:
             for offset, data in chunks:
                 skip = max(0, have - offset)
-                os.pwrite(fd, data[skip:], offset + skip)
-                written += len(data) - skip
+                piece = data[skip : max(skip, size - offset)]
+                if piece:
+                    os.pwrite(fd, piece, offset + skip)
+                    written += len(piece)
         finally:
             os.close(fd)
     return written
