@@ -134,10 +134,10 @@ def test_a_v3_file_gains_process_owners_and_local_leases_with_every_row_kept(db_
     raw.close()
     s = SQLiteStore(db_path, clock=clock)
     try:
-        assert s.schema_version() == LATEST == 4
+        assert s.schema_version() == LATEST == 5
         v3_lease_kept(s)
         indexes = {r[0] for r in _conn(s).execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert "leases_state" in indexes
+        assert "leases_state" in indexes and "turns_current_command" in indexes
         assert s.check() == []
     finally:
         s.close()
@@ -472,3 +472,15 @@ def test_a_commit_of_another_connection_moves_the_change_mark_as_ones_own_do(sto
         assert store.change_mark() == store.change_mark()
     finally:
         other.close()
+
+
+def test_a_working_tasks_current_command_is_read_from_its_index_alone(store: SQLiteStore) -> None:
+    from corral.store.sqltx import _CURRENT_COMMAND_ID
+
+    plan = " ".join(
+        str(r[3])
+        for r in _conn(store).execute(
+            f"EXPLAIN QUERY PLAN SELECT id, {_CURRENT_COMMAND_ID} FROM tasks WHERE status = 'working'"
+        )
+    )
+    assert "COVERING INDEX turns_current_command" in plan, plan
