@@ -117,3 +117,23 @@ def test_a_shipped_file_is_filled_no_further_than_a_shipper_may_ship(project: An
         tx.ship(task_id, log, shipping.FILE_CAP - 4, b"b" * 10)  # a row past the cap: no shipper writes it
     shipping.materialize(project, task_id)
     assert (project.paths.root / log).stat().st_size == shipping.FILE_CAP
+
+
+def test_a_working_task_whose_id_is_a_path_is_reported_and_its_files_left_alone(project: Any) -> None:
+    from corral.domain.status import Status
+    from corral.engine.operations import queries
+    from corral.engine.recovery.reconcile import reconcile
+
+    elsewhere = project.paths.root / "outside" / "protocol"  # where tasks/../outside/protocol leads
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "response.json").write_text('{"protocol_version": 1}')
+    (elsewhere / "status.json").write_text('{"pid": 1}')
+    with project.store.write() as tx:
+        tx.insert_task(NewTask(ref="pwn", goal="x"), Actor.HUMAN, task_id="../outside")
+        tx.set_status("../outside", Status.WORKING, Actor.HUMAN, "start")
+    _task(project)
+    result = reconcile(project)
+    assert any("unsafe" in p or "not a plain name" in p for p in result.problems), result.problems
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["response.json", "status.json"]  # nothing moved or read as ours
+    rows = {r["ref"]: r for r in queries.list_tasks(project).rows}
+    assert rows["pwn"]["status"] == "working" and rows["fix"]["status"] == "backlog"

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from corral.adapters.process import start_ticks
 from corral.domain.clock import rfc3339
+from corral.domain.failures import RETRY_REASON_BYTES
 from corral.domain.usage_limit import FIRST_THROUGH_SECONDS
+from corral.engine.runtime import usage_pause
 from corral.engine.runtime.usage_pause import UsagePauses
 
 T0 = datetime(2026, 12, 1, 13, 0, tzinfo=UTC)
@@ -196,3 +199,43 @@ def test_hosts_share_a_pause_through_the_store_until_its_reset(tmp_path: Path) -
     assert there.exchange(shared) == {}
     assert _pauses(tmp_path / "third" / "usage-limits.json", clock).exchange(shared) == {}
     assert _pauses(tmp_path / "third" / "usage-limits.json", clock).read() == {}
+
+
+def test_a_shared_pause_no_supervisor_would_note_is_ignored_and_never_copied_here(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "usage-limits.json"
+    here = _pauses(path, clock)
+    reset = rfc3339(T0 + timedelta(minutes=30))
+    for shared in (["not", "an", "object"], "text", 7, None):
+        assert here.exchange(shared) == {}  # a document not shaped as pauses is none
+    good = {"harness": "claude", "resets_at": reset, "noted_at": rfc3339(T0), "reason": "usage limit reached"}
+    hostile = {
+        f"junk:{i}": {**good, "junk": "J" * 100_000, "first": {"task_id": "theirs", "pid": 1}} for i in range(50)
+    }
+    hostile |= {
+        "no-harness": {"resets_at": reset},
+        "harness-not-text": {**good, "harness": ["claude"]},
+        "reason-not-text": {**good, "reason": {"x": 1}},
+        "a" * 100_000: good,
+        "not-a-record": ["x"],
+        "no-time": {**good, "resets_at": "soon"},
+        "too-far": {**good, "resets_at": rfc3339(T0 + timedelta(days=40))},
+        "long-reason": {**good, "reason": "R" * 5_000_000, "noted_at": ["x"]},
+    }
+    merged = here.exchange(hostile)
+    assert set(merged) == {f"junk:{i}" for i in range(50)} | {"long-reason"}
+    assert merged["junk:0"] == good  # only what a supervisor notes
+    assert merged["long-reason"] == {"harness": "claude", "resets_at": reset, "reason": "R" * RETRY_REASON_BYTES}
+    stored = here.read()
+    assert set(stored) == set(merged) and all(entry["first"] is None for entry in stored.values())
+    assert path.stat().st_size < 64 * 1024  # 50 pauses and a 5 MB reason: a few kilobytes here
+    assert not here.turn("junk:0", "a").go  # what was kept of a well-shaped pause still holds
+
+
+def test_a_shared_document_that_is_not_a_pause_never_stops_a_workers_exchange(project: Any) -> None:
+    for doc in (["not", "an", "object"], {"acct": "not a record"}):
+        with project.store.write() as tx:
+            tx.put_doc(usage_pause.SHARED_DOC, doc)
+        usage_pause.share(project)  # a worker's every heartbeat
+        with project.store.read() as tx:
+            assert tx.get_doc(usage_pause.SHARED_DOC) == {}  # written over with what holds: nothing

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from corral.domain import prompts
+from corral.engine.project import Project
 from corral.store.postgres import lock_key
 from tests.support.polling import until
 from tests.workers.conftest import Team
@@ -123,6 +124,51 @@ def test_a_job_that_dies_leaves_no_agent_unwatched_its_turn_is_followed_to_its_e
     shown = _show(laptop, "fragile")
     assert shown["task"]["status"] == "blocked" and shown["lease"]["state"] == "released"
     assert "fragile.txt" in _on_remote(team, "fragile")
+
+
+def test_a_heartbeat_step_that_fails_never_keeps_a_fenced_off_worker_from_stopping_its_agent(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    laptop = team.laptop()
+    host = team.worker("fenced")
+    host.script([{"init": True}, {"write": {"path": "stale.txt", "content": "x\n"}}, {"keepalive": 120}])
+    laptop.corral("create", "Fenced", "--ref", "fenced")
+    # Every heartbeat's exchange of usage-limit pauses fails: the store refuses the shared document's write,
+    # and a pause past its reset is there, so each exchange writes it over.
+    passed = {"claude:0123456789abcdef": {"harness": "claude", "resets_at": "2020-01-01T00:00:00Z", "reason": "x"}}
+    with team.sql() as conn:
+        conn.execute(
+            "INSERT INTO shared_docs (name, doc, at) VALUES ('usage-limits', %s, '2020-01-01T00:00:00Z')",
+            (json.dumps(passed),),
+        )
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'shared documents refused'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON shared_docs FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    # The job following the turn dies early: the heartbeat loop alone looks at the turn's lease after that.
+    host.start_worker(env={"CORRAL_CRASH_AT": "worker.follow#3", "CORRAL_CRASH_HOW": "raise"})
+    host.wait_event("started")
+    laptop.json("start", "fenced")
+    task_id = _show(laptop, "fenced")["task"]["id"]
+    host.wait_event("turn-failed", task=task_id)
+    agents = until(lambda: [c["pid"] for c in host.calls()], poll=0.2, what="its agent runs")
+    assert "shared documents refused" in host.wait_event("heartbeat-failed")["message"]
+    # Another host takes the turn over (its sweep fences the lease off): this worker's agent must stop.
+    for key in ("HOME", "CORRAL_HOME", "CORRAL_CONFIG_FILE"):
+        monkeypatch.setenv(key, laptop.env()[key])
+    project = Project.open(laptop.clone)
+    try:
+        with project.store.write() as tx:
+            lease = tx.lease(task_id)
+            assert lease is not None and lease.claimed
+            assert tx.fence_off(task_id, lease.epoch)
+    finally:
+        project.close()
+    until(lambda: not any(alive(pid) for pid in agents), timeout=30, poll=0.2, what="the fenced-off agent is stopped")
+    assert host.proc is not None and host.proc.poll() is None  # its loops run on
 
 
 def test_a_stop_on_a_laptop_stops_the_workers_agent_as_a_local_stop_does(team: Team) -> None:

@@ -20,8 +20,12 @@ TOOL_TIMEOUT_SECONDS = 600.0
 #: agent calls again when the result says so.
 WAIT_CALL_SECONDS = 240.0
 
-#: An agent's progress line: whitespace collapsed, capped at write and again at read.
+#: An agent's progress line: one line (``sanitize.one_line``), capped at write and again at read,
+#: and when another host's shipped line is read.
 PROGRESS_CAP = 120
+
+#: A subtask an agent waits on, as a surface names it (one line, capped alike).
+WAIT_TARGET_CAP = 80
 
 #: The variable that carries a turn's bearer token to its agent (and to a corral CLI it runs):
 #: the environment, never argv, which any process on the machine can read.

@@ -18,6 +18,10 @@ from functools import cache
 from corral.domain.record import record
 from corral.domain.settings import default
 
+#: Bytes of a failure's reason kept in the live retry state and in the receipt (and the most of one
+#: a reader takes from another host's live facts or shared pauses).
+RETRY_REASON_BYTES = 300
+
 
 class FailureClass(StrEnum):
     TRANSIENT_OVERLOAD = "transient_overload"

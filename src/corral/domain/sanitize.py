@@ -85,6 +85,13 @@ def sanitize_field(text: str) -> str:
     return escape_controls(text).text
 
 
+def one_line(text: str, cap: int | None = None) -> str:
+    """A short line another process wrote, for a table cell: whitespace collapsed to single spaces,
+    controls escaped, at most ``cap`` characters (cut with an ellipsis). A line it made comes back as it is."""
+    line = sanitize_field(" ".join(text.split()))
+    return line if cap is None or len(line) <= cap else line[: cap - 1] + "…"
+
+
 def sanitize_goal(text: str) -> str:
     """A goal is one line: line breaks fold to single spaces, then the field is escaped."""
     # Only CR and LF break a goal's line: str.splitlines would also eat VT, FF, FS, GS, RS, US

@@ -19,6 +19,8 @@ doing this second); never a harness phase, a retry or not-alive.
 
 from __future__ import annotations
 
+import math
+
 from corral.domain.record import record
 from corral.domain.status import Status
 
@@ -100,8 +102,11 @@ def retry_summary(attempt: int | None, failure_class: str | None, reason: str | 
 
 
 def waited(seconds: float) -> str:
-    """``45s``, ``2m10s``, ``1h02m``: how long a wait has lasted."""
-    whole = max(0, int(seconds))
+    """``45s``, ``2m10s``, ``1h02m``: how long a wait has lasted (none, for what is not a finite count)."""
+    try:
+        whole = int(seconds) if math.isfinite(seconds) and seconds > 0 else 0
+    except OverflowError:  # an integer past any float's range: no count a turn reports
+        whole = 0
     hours, rest = divmod(whole, 3600)
     if hours:
         return f"{hours}h{rest // 60:02d}m"

@@ -68,6 +68,19 @@ def _loads(value: str | None) -> Any:
     return None if value is None else json.loads(value)
 
 
+def _shared(value: str | None) -> dict[str, Any] | None:
+    """A document another host wrote (a live turn's, a shared one): a JSON object, else none at all. On the
+    shared store any host writes these rows, so one that does not decode, or decodes to something else, is
+    no document rather than the reader's fault (docs/workers.md)."""
+    if value is None:
+        return None
+    try:
+        doc = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def _time(value: str | None) -> datetime | None:
     return parse_time(value)
 
@@ -1162,12 +1175,18 @@ class SQLTx:
     def live(self, task_ids: Iterable[str]) -> dict[str, tuple[str, dict[str, Any], datetime]]:
         found = {}
         for r in self._each_in("SELECT * FROM live_turns WHERE task_id IN ({marks})", task_ids):
-            found[r["task_id"]] = (r["command_id"], _loads(r["doc"]) or {}, _req_time(r["at"]))
+            try:
+                at = parse_time(r["at"])
+            except ValueError:
+                at = None
+            if at is None or at.tzinfo is None:
+                continue  # written by no corral (each writes its store's own time): nothing shipped
+            found[r["task_id"]] = (r["command_id"], _shared(r["doc"]) or {}, at)
         return found
 
     def get_doc(self, name: str) -> dict[str, Any] | None:
         row = self._one("SELECT doc FROM shared_docs WHERE name = ?", (name,))
-        return None if row is None else (_loads(row["doc"]) or {})
+        return None if row is None else (_shared(row["doc"]) or {})
 
     def put_doc(self, name: str, doc: dict[str, Any]) -> None:
         self._write()

@@ -103,30 +103,35 @@ class Worker:
     def heartbeat_loop(self) -> None:
         interval = self.lease_seconds / BEATS_PER_LEASE
         while not self.done.wait(interval):
-            try:
-                self.beat()
-                for project in self.projects.values():
-                    usage_pause.share(project)
-            except CorralError as exc:  # the store unreachable: the lease may run out; it says so when back
-                self.event("heartbeat-failed", message=exc.message)
-                continue
-            except Exception as exc:  # this loop keeps the leases: it must outlive any one fault
-                self.event("heartbeat-failed", message=f"{type(exc).__name__}: {exc}")
-                continue
-            with self.lock:
-                mine = dict(self.running)
-            for key, project in self.projects.items():
-                leases = {task: epoch for task, (k, epoch) in mine.items() if k == key}
-                if not leases:
-                    continue
-                try:
-                    for task_id in claimed.stop_if_fenced(project, leases):
-                        self.event("lease-lost", task=task_id, message="taken over: its agent was stopped")
-                    self.watch_again(project, key)
-                except CorralError as exc:
-                    self.event("heartbeat-failed", message=exc.message)
-                except Exception as exc:  # this loop keeps the leases: it must outlive any one fault
-                    self.event("heartbeat-failed", message=f"{type(exc).__name__}: {exc}")
+            self.tick()
+
+    def tick(self) -> None:
+        """One heartbeat: beat, share the usage-limit pauses, stop the agents whose epoch was taken over, follow
+        again the turns whose job died. Each step runs whatever became of the others: a pause that cannot be
+        shared (or a beat that failed) must never leave a fenced-off agent running or a turn unwatched."""
+        self._step(self.beat)
+        for project in self.projects.values():
+            self._step(usage_pause.share, project)
+        with self.lock:
+            mine = dict(self.running)
+        for key, project in self.projects.items():
+            leases = {task: epoch for task, (k, epoch) in mine.items() if k == key}
+            if leases:
+                self._step(self._stop_fenced, project, leases)
+                self._step(self.watch_again, project, key)
+
+    def _step(self, step: Callable[..., object], *args: Any) -> None:
+        """One step of a heartbeat: its failure said, never the loop's end (this loop keeps the leases)."""
+        try:
+            step(*args)
+        except CorralError as exc:  # the store unreachable: the lease may run out; it says so when back
+            self.event("heartbeat-failed", message=exc.message)
+        except Exception as exc:  # it must outlive any one fault
+            self.event("heartbeat-failed", message=f"{type(exc).__name__}: {exc}")
+
+    def _stop_fenced(self, project: Project, leases: dict[str, int]) -> None:
+        for task_id in claimed.stop_if_fenced(project, leases):
+            self.event("lease-lost", task=task_id, message="taken over: its agent was stopped")
 
     # -- settling ------------------------------------------------------------------------------
     def settle_loop(self) -> None:

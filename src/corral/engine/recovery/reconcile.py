@@ -69,7 +69,15 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
         ended += _sweep_leases(project, problems)
         me = host_id(project)
         working = {t.id: t.command_id for t in candidates if t.status is Status.WORKING}
-        held = leases.survey(project, me, working, observed)
+        try:
+            held = leases.survey(project, me, working, observed)
+        except Exception as exc:  # which turns other hosts hold is asked again on the next pass
+            if problems is None:
+                raise
+            problems.append(f"turns held elsewhere: {type(exc).__name__}: {exc}")
+            # Not knowing which working turns are this host's, it judges none of them this pass: a turn
+            # another host holds has no supervisor here, and would be taken for lost.
+            held = leases.Survey(set(working), [])
         mine = held.mine
         parked: list[str] = []
         try:

@@ -42,10 +42,10 @@ from typing import Any
 from corral.adapters.files import private_dirs, read_bounded
 from corral.adapters.locks import lock
 from corral.adapters.process import proc_info
-from corral.domain.agent_tools import PROGRESS_CAP
+from corral.domain.agent_tools import PROGRESS_CAP, WAIT_TARGET_CAP
 from corral.domain.clock import new_id, parse_time, rfc3339
 from corral.domain.record import record
-from corral.domain.sanitize import sanitize_field
+from corral.domain.sanitize import one_line
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.store import Tx
@@ -345,7 +345,7 @@ def active_waits(protocol_dir: Path) -> list[ActiveWait]:
         except ValueError:
             continue
         if when is not None:
-            found.append(ActiveWait(_clean(target, 80), when))
+            found.append(ActiveWait(one_line(target, WAIT_TARGET_CAP), when))
     found.sort(key=lambda w: (w.since, w.target))
     return found
 
@@ -353,22 +353,14 @@ def active_waits(protocol_dir: Path) -> list[ActiveWait]:
 # -- progress -------------------------------------------------------------------------------
 
 
-def _clean(text: str, cap: int) -> str:
-    """Whitespace collapsed, controls escaped (a foreign file cannot break a table cell), capped."""
-    line = sanitize_field(" ".join(text.split()))
-    return line if len(line) <= cap else line[: cap - 1] + "…"
-
-
 def post_progress(project: Project, task_id: str, text: str) -> Posted:
     """Replace the task's progress line; returns what was kept and whether it was cut to the cap.
 
     Never raises: a line that cannot be written is lost, and the call goes on.
     """
-    line = sanitize_field(" ".join(str(text).split()))
-    truncated = len(line) > PROGRESS_CAP
-    if truncated:
-        line = line[: PROGRESS_CAP - 1] + "…"
-    posted = Posted(line, truncated)
+    whole = one_line(str(text))
+    line = one_line(whole, PROGRESS_CAP)
+    posted = Posted(line, truncated=len(whole) > PROGRESS_CAP)
 
     def write() -> None:
         protocol_dir = project.paths.protocol_dir(task_id)
@@ -397,7 +389,7 @@ def progress(protocol_dir: Path) -> str | None:
         return None
     if not writer_alive(found.pid, data.get("pid_start")):
         return None
-    return _clean(found.message, PROGRESS_CAP) or None
+    return one_line(found.message, PROGRESS_CAP) or None
 
 
 # -- clearing -------------------------------------------------------------------------------

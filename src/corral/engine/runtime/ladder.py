@@ -17,7 +17,14 @@ from datetime import datetime
 from corral.adapters.harness.base import AgentTools, Harness, Launch, TurnRequest, Verdict
 from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.clock import rfc3339, utcnow
-from corral.domain.failures import FailureClass, Retry, decide, decide_watchdog_retry, exit_reason
+from corral.domain.failures import (
+    RETRY_REASON_BYTES,
+    FailureClass,
+    Retry,
+    decide,
+    decide_watchdog_retry,
+    exit_reason,
+)
 from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.domain.usage_limit import POLL_SECONDS, Beyond, reset_of
@@ -32,8 +39,8 @@ from corral.engine.runtime.usage_pause import UsagePauses
 #: The longest a turn waiting for a usage limit's reset sleeps before it looks again.
 RESET_NAP_SECONDS = 30.0
 
-#: Bytes of a failure's reason kept in the live retry state and in the receipt.
-RETRY_REASON_BYTES = 300
+#: Bytes of a failure's reason kept in the receipt's evidence (the live retry state keeps
+#: ``domain.failures.RETRY_REASON_BYTES``).
 FAILURE_REASON_BYTES = 2000
 
 

@@ -7,6 +7,7 @@ of a pid it cannot see.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -14,11 +15,16 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import entry_exists
+from corral.domain.agent_tools import PROGRESS_CAP, WAIT_TARGET_CAP
+from corral.domain.clock import parse_time
+from corral.domain.failures import RETRY_REASON_BYTES
 from corral.domain.record import replace
 from corral.domain.records import Task
+from corral.domain.refs import is_plain_id
+from corral.domain.sanitize import one_line
 from corral.domain.status import Status
 from corral.domain.substate import QUEUED, UNREPORTED, Live, Waiting
-from corral.engine.paths import TASKS_DIR
+from corral.engine.paths import TASKS_DIR, plain
 from corral.engine.project import Project
 
 if TYPE_CHECKING:
@@ -45,7 +51,7 @@ def live_facts(project: Project, task: Task, observed: Observed | None = None) -
     (yet) seen alive. Where the agent is the active thing, the agent's tool-call markers (its
     waits on subtasks, its progress line) are read too (:func:`with_marks`).
     """
-    if task.status is not Status.WORKING:
+    if task.status is not Status.WORKING or not is_plain_id(task.id):  # an id no corral made has no supervisor here
         return None
     if observed is not None and task.id in observed:
         return with_marks(project, task.id, observed[task.id])
@@ -80,7 +86,7 @@ def away(lease: Lease, shipped: Shipped | None, workers: dict[str, Worker], now:
     if not lease.held:
         return Live(alive=True, phase=QUEUED)
     command_id, doc, at = shipped if shipped is not None else (None, {}, None)
-    live = doc.get("live") if command_id == lease.command_id else None
+    live = doc.get("live") if command_id == lease.command_id and isinstance(doc, dict) else None
     if lease.claimed:
         alive = not lease_lost(lease, workers, now)
         return live_from_json(live, alive=alive) if isinstance(live, dict) else Live(alive=alive)
@@ -109,7 +115,7 @@ def _away(project: Project, task_id: str) -> Live | None:
 def protocol_path(project: Project, task_id: str) -> str:
     """``ProjectPaths.protocol_dir`` as a string: the sweeps and ``list`` ask it of every running turn,
     and a ``Path`` costs more to build than the look-ups made with it."""
-    return f"{project.paths.root}{os.sep}{TASKS_DIR}{os.sep}{task_id}{os.sep}protocol"
+    return f"{project.paths.root}{os.sep}{TASKS_DIR}{os.sep}{plain(task_id, 'task id')}{os.sep}protocol"
 
 
 def marks_matter(live: Live) -> bool:
@@ -158,31 +164,75 @@ def live_to_json(live: Live) -> dict[str, object]:
     }
 
 
+#: The most of a shipped name kept (a phase, a turn's kind, a failure class, a reset time): corral's own are
+#: a word or two, so a longer one is another host's invention, cut to fit a table cell.
+NAME_CAP = 64
+#: The most waits of a shipped turn read: an agent waits on a handful of subtasks at once.
+WAITS_CAP = 100
+#: The longest wait, and the highest attempt, a shipped turn is believed to have: past them (or not a finite
+#: number at all) another host wrote something no turn of corral's reports, and it reads as absent.
+SECONDS_CAP = 366 * 24 * 3600.0
+ATTEMPT_CAP = 1_000_000
+
+
 def live_from_json(doc: dict[str, Any], *, alive: bool) -> Live:
-    """A shipped :func:`live_to_json` document, judged ``alive`` by the reader (its worker's heartbeat)."""
+    """A shipped :func:`live_to_json` document, judged ``alive`` by the reader (its worker's heartbeat).
 
-    def text(key: str) -> str | None:
+    Another host wrote it (docs/workers.md), so it is read as untrusted: a field of the wrong type, a number
+    that is not finite or past its bound, or a time that is no time reads as absent; text is made one line
+    and cut to its cap (the progress line to the one an agent's own is cut to); unknown fields are ignored.
+    """
+
+    def name(key: str) -> str | None:
         value = doc.get(key)
-        return value if isinstance(value, str) else None
+        return one_line(value, NAME_CAP) if isinstance(value, str) else None
 
-    attempt = doc.get("retry_attempt")
+    reason = doc.get("retry_reason")
+    progress = doc.get("progress")
     waits = doc.get("waits")
     return Live(
         alive=alive,
-        phase=text("phase"),
-        kind=text("kind"),
-        retry_attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
-        retry_class=text("retry_class"),
-        retry_reason=text("retry_reason"),
-        limit_resets_at=text("limit_resets_at"),
+        phase=name("phase"),
+        kind=name("kind"),
+        retry_attempt=_whole(doc.get("retry_attempt"), ATTEMPT_CAP),
+        retry_class=name("retry_class"),
+        retry_reason=reason[:RETRY_REASON_BYTES] if isinstance(reason, str) else None,
+        limit_resets_at=_time(doc.get("limit_resets_at")),
         limit_behind_first=doc.get("limit_behind_first") is True,
         waits=tuple(
-            Waiting(str(w.get("ref")), float(w.get("seconds") or 0))
-            for w in (waits if isinstance(waits, list) else [])
-            if isinstance(w, dict) and isinstance(w.get("seconds", 0), (int, float))
+            Waiting(one_line(w["ref"], WAIT_TARGET_CAP), _seconds(w.get("seconds")))
+            for w in (waits[:WAITS_CAP] if isinstance(waits, list) else [])
+            if isinstance(w, dict) and isinstance(w.get("ref"), str)
         ),
-        progress=text("progress"),
+        progress=(one_line(progress, PROGRESS_CAP) or None) if isinstance(progress, str) else None,
     )
+
+
+def _whole(value: object, cap: int) -> int | None:
+    """A shipped count: a whole number from 0 to ``cap``, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= cap else None
+
+
+def _seconds(value: object) -> float:
+    """A shipped wait's seconds: a finite number from 0 to :data:`SECONDS_CAP`, else none counted (0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    if isinstance(value, int) and not 0 <= value <= SECONDS_CAP:
+        return 0.0  # before float(): an integer of 400 digits overflows it
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= SECONDS_CAP else 0.0
+
+
+def _time(value: object) -> str | None:
+    """A shipped time (RFC 3339, with its zone), else None; one a reader can show in any zone."""
+    if not isinstance(value, str) or len(value) > NAME_CAP:
+        return None
+    try:
+        at = parse_time(value)
+    except ValueError:
+        return None
+    # 1 < year < 9999: shown in the reader's zone, a time at either end of the calendar overflows it
+    return value if at is not None and at.tzinfo is not None and 1 < at.year < 9999 else None
 
 
 #: What a reader asks for a task's live facts (``live_facts`` bound to a project, or a cache of it).

@@ -28,6 +28,7 @@ from corral.adapters.files import read_bounded, write_atomic
 from corral.adapters.locks import lock
 from corral.adapters.process import proc_info
 from corral.domain.clock import parse_time, rfc3339, utcnow
+from corral.domain.failures import RETRY_REASON_BYTES
 from corral.domain.record import record
 from corral.domain.usage_limit import FIRST_THROUGH_SECONDS
 
@@ -39,6 +40,12 @@ MAX_BYTES = 1 << 20
 #: whose user may raise it); a record further than this was not written by one.
 MAX_PAUSE = timedelta(days=31)
 SKEW = timedelta(seconds=5)
+#: The longest account key (``<harness>:<16 hex digits>``) and harness name a shared pause may name.
+ACCOUNT_MAX = 200
+HARNESS_MAX = 64
+#: The most pauses taken from the store in one exchange: a team has a few accounts per person, and this many
+#: at their bounds (escaped in the worst way) keep this file well under :data:`MAX_BYTES`.
+SHARED_MAX = 100
 LOCK_TIMEOUT_SECONDS = 10.0
 
 
@@ -134,25 +141,30 @@ class UsagePauses:
             if entry is not None and (entry.get("first") or {}).get("task_id") == task_id:
                 entry["first"] = None
 
-    def exchange(self, shared: dict[str, Any]) -> dict[str, Any]:
+    def exchange(self, shared: object) -> dict[str, Any]:
         """Share pauses with the other hosts (docs/workers.md#usage-limits): the store's pauses that still
         hold are taken into this file (a later reset wins), and what the store should hold is returned —
         every pause here or there that still holds. Who goes first after a reset stays each host's own."""
         with self._accounts() as accounts:
             now = self.clock()
-            for account, theirs in shared.items():
-                resets_at = _time(theirs.get("resets_at")) if isinstance(theirs, dict) else None
-                if resets_at is None or resets_at <= now or resets_at - now > MAX_PAUSE:
+            # Any host writes the store's document: one not shaped as pauses, or a pause no supervisor would
+            # have noted (:func:`_shareable`), is ignored here and never copied into this file.
+            taken = list(shared.items())[:SHARED_MAX] if isinstance(shared, dict) else []
+            for account, raw in taken:
+                found = _shareable(account, raw, now)
+                if found is None:
                     continue
+                theirs, resets_at = found
                 mine = accounts.get(account)
                 known = _time(mine.get("resets_at")) if mine else None
                 if known is None or known < resets_at:
                     accounts[account] = {**theirs, "first": None}
-            return {
-                account: {k: v for k, v in entry.items() if k != "first"}
-                for account, entry in accounts.items()
-                if (at := _time(entry.get("resets_at"))) is not None and at > now
-            }
+            out = {}
+            for account, entry in accounts.items():
+                found = _shareable(account, entry, now)
+                if found is not None:
+                    out[account] = found[0]
+            return out
 
     def read(self) -> dict[str, Any]:
         """Every account's record, as stored (for ``doctor`` and tests)."""
@@ -229,6 +241,25 @@ def _time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return at if at is not None and at.tzinfo is not None else None  # a time with no zone is no time here
+
+
+def _shareable(account: object, entry: object, now: datetime) -> tuple[dict[str, Any], datetime] | None:
+    """A pause as the hosts share it, with its reset: its known fields only (``harness``, ``resets_at``,
+    ``noted_at``, ``reason``), each of its type and within its bound (the reason cut to :data:`RETRY_REASON_BYTES`),
+    its reset one that still holds and no further than :data:`MAX_PAUSE`; None for one no supervisor would
+    have noted."""
+    if not isinstance(account, str) or not 0 < len(account) <= ACCOUNT_MAX or not isinstance(entry, dict):
+        return None
+    resets_at = _time(entry.get("resets_at"))
+    if resets_at is None or resets_at <= now or resets_at - now > MAX_PAUSE:
+        return None
+    harness, reason, noted_at = entry.get("harness"), entry.get("reason", ""), entry.get("noted_at")
+    if not isinstance(harness, str) or len(harness) > HARNESS_MAX or not isinstance(reason, str):
+        return None
+    kept: dict[str, Any] = {"harness": harness, "resets_at": entry["resets_at"], "reason": reason[:RETRY_REASON_BYTES]}
+    if _time(noted_at) is not None:
+        kept["noted_at"] = noted_at
+    return kept, resets_at
 
 
 #: The name of the usage-limit pause among the documents the hosts of a shared store share.
