@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from corral.domain.actors import Actor, Role
 from corral.domain.agent_tools import PROGRESS_CAP
 from corral.domain.status import Status
-from corral.domain.substate import Waiting, substate
+from corral.domain.substate import Live, Waiting, substate
 from corral.engine.operations.launch import clear_protocol
 from corral.engine.project import Project
 from corral.engine.read import projection
@@ -462,8 +462,26 @@ def test_progress_is_never_in_the_database(project: Project) -> None:
         assert b"a-unique-progress-marker-line" not in path.read_bytes()
 
 
-def test_the_markers_liveness_checks_for_are_the_markers_written() -> None:
-    assert liveness.MARKERS == (marks.WAITING, proto.PROGRESS)
+def test_a_marker_is_listed_before_it_is_written_and_unlisted_with_its_turn(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.engine.runtime import marked
+
+    task = _task(project, "task")
+    protocol_dir = project.paths.protocol_dir(task.id)
+    alive = Live(alive=True, phase="work")
+    assert task.id not in marked.tasks(project.paths)
+    marks.post_progress(project, task.id, "reading the parser")
+    assert task.id in marked.tasks(project.paths)  # this process's own write is seen at once
+    assert liveness.with_marks(project, task.id, alive).progress == "reading the parser"
+    marks.clear(protocol_dir)  # the turn's teardown
+    assert not (protocol_dir / proto.PROGRESS).exists() and task.id not in marked.tasks(project.paths)
+    # Another process's marker: its entry shows once this reader's listing is older than LISTED_SECONDS.
+    other = _task(project, "other")
+    assert other.id not in marked.tasks(project.paths)
+    (project.paths.marked / other.id).touch()
+    monkeypatch.setattr(marked, "LISTED_SECONDS", 0.0)
+    assert other.id in marked.tasks(project.paths)
 
 
 def test_marks_are_read_only_where_the_agent_is_active(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -134,6 +134,9 @@ def test_a_working_task_whose_id_is_a_path_is_reported_and_its_files_left_alone(
     _task(project)
     result = reconcile(project)
     assert any("unsafe" in p or "not a plain name" in p for p in result.problems), result.problems
-    assert sorted(p.name for p in elsewhere.iterdir()) == ["response.json", "status.json"]  # nothing moved or read as ours
+    assert sorted(p.name for p in elsewhere.iterdir()) == [
+        "response.json",
+        "status.json",
+    ]  # nothing moved or read as ours
     rows = {r["ref"]: r for r in queries.list_tasks(project).rows}
     assert rows["pwn"]["status"] == "working" and rows["fix"]["status"] == "backlog"

@@ -85,6 +85,8 @@ def project_slug(repo: Path) -> str:
 
 #: Where each task's own files live, under the project's state directory.
 TASKS_DIR = "tasks"
+#: One empty entry per task whose agent left a marker (its waits, its progress line): ``runtime/marked``.
+MARKED_DIR = "marked"
 
 #: The project's identity and the checkout attached, in the state directory (engine/identity.py).
 REPOSITORY_RECORD = "repository.json"
@@ -180,6 +182,11 @@ class ProjectPaths:
     def chat_hold(self, task_id: str) -> Path:
         """The worktree's state before an open chat, until its changes are kept aside (recovery/pairs)."""
         return self.chat_holds / f"{plain(task_id, 'task id')}.json"
+
+    @property
+    def marked(self) -> Path:
+        """The tasks whose agents left markers, one entry each (``runtime/marked``)."""
+        return self.root / MARKED_DIR
 
     @property
     def worktrees(self) -> Path:
@@ -290,6 +297,12 @@ def private_umask() -> Iterator[None]:
             yield
         finally:
             os.umask(old)
+
+
+def marked_entry(protocol_dir: Path) -> Path:
+    """The :attr:`ProjectPaths.marked` entry of the task whose protocol directory this is."""
+    task_dir = protocol_dir.parent
+    return task_dir.parent.parent / MARKED_DIR / plain(task_dir.name, "task id")
 
 
 def make_private_dir(path: Path) -> None:

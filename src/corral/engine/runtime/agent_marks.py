@@ -47,6 +47,7 @@ from corral.domain.clock import new_id, parse_time, rfc3339
 from corral.domain.record import record
 from corral.domain.sanitize import one_line
 from corral.engine.project import Project
+from corral.engine.runtime import marked
 from corral.engine.runtime import protocol as proto
 from corral.store import Tx
 
@@ -206,6 +207,7 @@ def _update_marker(protocol_dir: Path, change: Callable[[list[dict[str, Any]], l
             proto.remove(protocol_dir, WAITING)
             return
         pid, start = _writer()
+        marked.note(protocol_dir)  # first: a reader that finds no entry has no marker to miss
         proto.write_json(path, {"pid": pid, "pid_start": start, "waits": waits, "recent": recent}, durable=False)
 
 
@@ -372,6 +374,7 @@ def post_progress(project: Project, task_id: str, text: str) -> Posted:
         pid, start = _writer()
         at = rfc3339(project.clock()) or ""
         doc = {**proto.Progress(message=line, pid=pid, at=at).to_json(), "pid_start": start}
+        marked.note(protocol_dir)
         proto.write_json(protocol_dir / proto.PROGRESS, doc, durable=False)
 
     _safely("write the progress line", write)
@@ -397,7 +400,12 @@ def progress(protocol_dir: Path) -> str | None:
 
 def clear(protocol_dir: Path) -> None:
     """A turn's teardown: its waits and its progress line go (never raises)."""
-    _safely("clear the turn's markers", lambda: proto.remove(protocol_dir, WAITING, proto.PROGRESS))
+
+    def remove() -> None:
+        proto.remove(protocol_dir, WAITING, proto.PROGRESS)
+        marked.forget(protocol_dir)  # after the markers: an entry is never missing beside one
+
+    _safely("clear the turn's markers", remove)
 
 
 def clear_owned(project: Project, pid: int) -> None:

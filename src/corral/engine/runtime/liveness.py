@@ -14,7 +14,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from corral.adapters.files import entry_exists
 from corral.domain.agent_tools import PROGRESS_CAP, WAIT_TARGET_CAP
 from corral.domain.clock import parse_time
 from corral.domain.failures import RETRY_REASON_BYTES
@@ -26,14 +25,12 @@ from corral.domain.status import Status
 from corral.domain.substate import QUEUED, UNREPORTED, Live, Waiting
 from corral.engine.paths import TASKS_DIR, plain
 from corral.engine.project import Project
+from corral.engine.runtime import marked
 
 if TYPE_CHECKING:
     from corral.domain.team import Lease, Worker
     from corral.engine.runtime.protocol import SupervisorStatus
 
-
-#: The agent's markers in a protocol directory (``agent_marks.WAITING`` and ``protocol.PROGRESS``).
-MARKERS = ("waiting.json", "progress.json")
 
 #: What one reconcile pass saw of each working task's supervisor (task id → its live facts).
 #: A read that follows the pass in the same command (``list`` after settling) shows what the
@@ -127,15 +124,12 @@ def marks_matter(live: Live) -> bool:
 def with_marks(project: Project, task_id: str, live: Live) -> Live:
     """``live`` with the agent's waits (seconds counted now) and progress line, where they can show.
 
-    Read only when they matter (:func:`marks_matter`), so a list of thousands of working
-    tasks pays two failed opens per agent-phase task, and nothing more, when no agent
-    reports anything.
+    Read only when they matter (:func:`marks_matter`) and the task has an entry among the
+    marked (``runtime/marked``: one listing for a whole list), so a list of thousands of working
+    tasks pays no look-up per task when no agent reports anything.
     """
-    if not marks_matter(live):
-        return live
-    base = protocol_path(project, task_id) + os.sep
-    if not (entry_exists(base + MARKERS[0]) or entry_exists(base + MARKERS[1])):
-        return live  # the common case (two failed look-ups), without loading the markers' reader
+    if not marks_matter(live) or task_id not in marked.tasks(project.paths):
+        return live  # the common case (one listing for a whole list), without loading the markers' reader
     from corral.engine.runtime import agent_marks  # only a live agent phase has markers to read
 
     protocol_dir = project.paths.protocol_dir(task_id)
