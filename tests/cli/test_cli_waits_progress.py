@@ -20,6 +20,7 @@ import pytest
 
 from corral.engine.project import Project
 from corral.engine.runtime import agent_marks as marks
+from corral.engine.runtime import marked
 from corral.engine.runtime import protocol as proto
 from tests.cli.helpers import create, to_working
 
@@ -131,6 +132,7 @@ def test_an_agents_controls_in_progress_never_reach_the_terminal(
     # A foreign progress file (never through post_progress): NUL, ESC sequences, a title, C1, bidi.
     hostile = "a\x00b\x1b[2J\x1b]0;pwned\x07c\x9bd\u202ee\nf"
     protocol_dir = project.paths.protocol_dir(tree["child"])
+    marked.note(protocol_dir)  # as every marker's writer does first
     proto.write_json(protocol_dir / proto.PROGRESS, {"message": hostile, "pid": os.getpid(), "at": "now"})
     for args in (["list"], ["list", "--active"], ["show", "child"], ["show", "parent"]):
         out = corral.ok(*args).stdout
