@@ -25,14 +25,12 @@ def _session(project: Any, worktree: Path) -> Any:
 
 
 @pytest.fixture
-def worktree(tmp_path: Path) -> Path:
-    place = tmp_path / "wt"
-    place.mkdir()
-    git(place, "init", "-q", "-b", "main")
-    (place / "kept.txt").write_text("as it was\n")
-    git(place, "add", "kept.txt")
-    git(place, "commit", "-q", "-m", "base")
-    return place
+def worktree(repo: Path) -> Path:
+    """The project's own checkout stands in for the task's worktree: a file at the turn's base."""
+    (repo / "kept.txt").write_text("as it was\n")
+    git(repo, "add", "kept.txt")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo
 
 
 def test_a_revert_restores_and_removes_inside_the_worktree(project: Any, worktree: Path) -> None:

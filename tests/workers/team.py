@@ -34,6 +34,14 @@ def work(name: str, *, then: list[dict[str, Any]] | None = None) -> list[dict[st
     ]
 
 
+#: An agent's turn that writes draft.txt, leaves it uncommitted and works on (until stopped or killed).
+DRAFTING: list[dict[str, Any]] = [
+    {"init": True},
+    {"write": {"path": "draft.txt", "content": "half done\n"}},
+    {"keepalive": 120},
+]
+
+
 class Host:
     """One machine of the team: a clone, a home, settings of its own, and (for a worker) its process."""
 

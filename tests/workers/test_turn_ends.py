@@ -17,7 +17,7 @@ from corral.engine.project import Project
 from corral.store.postgres import lock_key
 from tests.support.polling import until
 from tests.workers.conftest import Team
-from tests.workers.team import Host, alive, git, work
+from tests.workers.team import DRAFTING, Host, alive, git, work
 
 pytestmark = pytest.mark.slow
 
@@ -220,7 +220,7 @@ def test_a_second_sigterm_hands_the_turns_back_for_another_worker_to_resume(team
     laptop = team.laptop()
     leaving = team.worker("leaving")
     taker = team.worker("taker")
-    leaving.script([{"init": True}, {"write": {"path": "draft.txt", "content": "half done\n"}}, {"keepalive": 120}])
+    leaving.script(DRAFTING)
     taker.script(work("final.txt"))
     laptop.corral("create", "Handed", "--ref", "handed")
     leaving.start_worker()

@@ -15,7 +15,7 @@ from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from tests.support.polling import until
 from tests.workers.conftest import LEASE, Team
-from tests.workers.team import alive, git, work
+from tests.workers.team import DRAFTING, alive, git, work
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_a_killed_workers_turn_resumes_on_another_with_its_work_in_progress(team
     doomed = team.worker("doomed")
     rescuer = team.worker("rescuer")
     # The doomed host's agent writes a file, leaves it uncommitted and works on; the rescuer's finishes.
-    doomed.script([{"init": True}, {"write": {"path": "draft.txt", "content": "half done\n"}}, {"keepalive": 120}])
+    doomed.script(DRAFTING)
     rescuer.script(work("final.txt"))
     laptop.corral("create", "Long task", "--ref", "long")
     doomed.start_worker()
