@@ -19,6 +19,7 @@ from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
 from corral.domain.status import Status
 from corral.domain.substate import NOT_PUSHED, render_status, retry_summary, runs_on
+from corral.domain.violations import shown_path
 
 #: The colour of each status word, on every surface that paints one (``show``, ``list``, ``watch``).
 STATUS_COLOR = {
@@ -391,7 +392,7 @@ def show_lines(
         out.extend(f"  {line}" for line in t["prompt"].splitlines())
     if doc["violations"]:
         out.append("Protected files changed:")
-        out.extend(f"  {v['decision']:<9} {one_line(v['path'])}" for v in doc["violations"])
+        out.extend(f"  {v['decision']:<9} {shown_path(v['path'])}" for v in doc["violations"])
     if doc["children"]:
         out.append("Subtasks:")
         ref_w = min(max(len(c["ref"]) for c in doc["children"]), 32)

@@ -9,6 +9,11 @@ re-naming a decided file is accepted as a no-op.
 A decided file that the agent changes again: an approved file stays approved for
 the session (the approval covers the path); a reverted file becomes pending
 again, because the agent redid what a person undid.
+
+A violation's path is the exact name git stores (read with ``-z``): tabs, line feeds, quotes,
+backslashes, escape bytes and letters outside ASCII included, so a protected pattern matches it
+as it matches any other name. It is escaped only where it is shown (:func:`shown_path`), and a
+person may name a file by that shown form as well as by its exact name (:func:`plan_decisions`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from corral.domain.record import field, record
+from corral.domain.sanitize import display, sanitize_field
 from corral.domain.status import Status
 
 
@@ -63,7 +69,8 @@ def plan_decisions(
     both approved and reverted in one command is reported conflicting.
     """
     plan = DecisionPlan()
-    approve_set, revert_set = list(dict.fromkeys(approve)), list(dict.fromkeys(revert))
+    approve_set = list(dict.fromkeys(_named(records, p) for p in approve))
+    revert_set = list(dict.fromkeys(_named(records, p) for p in revert))
     both = set(approve_set) & set(revert_set)
     plan.conflicting = sorted(both)
     for path, wanted in [(p, Decision.APPROVED) for p in approve_set] + [(p, Decision.REVERTED) for p in revert_set]:
@@ -84,3 +91,37 @@ def plan_decisions(
                 plan.undecided.append(path)
     plan.undecided.sort()
     return plan
+
+
+def _named(records: Mapping[str, Decision], name: str) -> str:
+    """The recorded path a person means by ``name``: the exact name, else the one path shown as
+    ``name`` (:func:`shown_path`) or made ``name`` by intake's escaping (an ESC typed becomes
+    ``\\u001b``); ``name`` itself, so reported unknown, when none or several are."""
+    if name in records:
+        return name
+    meant = [p for p in records if name in (shown_path(p), sanitize_field(p))]
+    return meant[0] if len(meant) == 1 else name
+
+
+#: What git's own quoting escapes in a name, as it escapes it.
+_QUOTED = {"\t": "\\t", "\n": "\\n", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def shown_path(path: str) -> str:
+    """``path`` as a person reads it: itself when plain; otherwise in double quotes, with each tab,
+    line feed, carriage return, quote and backslash escaped as git quotes them (``\\t``, ``\\n``,
+    ``\\"``, ``\\\\``) and every other control, bidi control or undecodable byte as
+    :func:`~corral.domain.sanitize.display` shows it (``\\x1b``). Letters outside ASCII stay letters.
+
+    Only for showing: the store, git and every match keep the exact name.
+    """
+    if not any(c in _QUOTED for c in path) and display(path, multiline=False) == path:
+        return path
+    return '"' + display("".join(_QUOTED.get(c, c) for c in path), multiline=False) + '"'
+
+
+def shown_paths(paths: Iterable[str], *, most: int | None = None) -> str:
+    """``paths`` shown (:func:`shown_path`) and joined by commas; past ``most`` of them, an ellipsis."""
+    listed = list(paths)
+    kept = listed if most is None else listed[:most]
+    return ", ".join(shown_path(p) for p in kept) + (" …" if len(listed) > len(kept) else "")

@@ -225,8 +225,8 @@ def _kept_commit(
 
 def _paths(git: Git, worktree: Path, before: Before, kept: str) -> list[str]:
     assert before.worktree_tree is not None
-    out = git.run("diff", "--name-only", "--no-renames", before.worktree_tree, kept, cwd=worktree, check=False)
-    return [p for p in out.stdout.splitlines() if p]
+    out = git.run("diff", "--name-only", "--no-renames", "-z", before.worktree_tree, kept, cwd=worktree, check=False)
+    return [p for p in out.stdout.split("\0") if p]  # as git stores them, never quoted
 
 
 def _count(git: Git, worktree: Path, before: str, after: str | None) -> int:

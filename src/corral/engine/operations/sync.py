@@ -11,6 +11,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Op, check_operation
+from corral.domain.violations import shown_paths
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.operations.pairing import refuse_while_chat
@@ -44,15 +45,11 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
         merge = ["merge", "--no-ff", "--no-edit", "--no-verify", f"refs/heads/{target}"]
         result = git.run(*git.identity_args(wt), *merge, cwd=wt, check=False)
         if result.returncode != 0:
-            files = [
-                p
-                for p in git.run("diff", "--name-only", "--diff-filter=U", cwd=wt, check=False).stdout.splitlines()
-                if p
-            ]
+            files = git.unmerged_paths(wt)  # as git stores them (-z), escaped only where they are shown
             git.run("merge", "--abort", cwd=wt, check=False)
             if files:
                 raise MergeConflict(
-                    f"Merging {target} into {task.branch} conflicts in: {', '.join(files)}. The merge was "
+                    f"Merging {target} into {task.branch} conflicts in: {shown_paths(files)}. The merge was "
                     "aborted; the worktree is as it was.",
                     hint=f"Hand the conflict to the agent: corral unblock {task.ref} -m 'merge {target} and resolve'",
                 )

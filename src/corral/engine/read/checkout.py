@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.record import field, record
+from corral.domain.violations import shown_paths
 from corral.engine.project import Project
 
 #: How many of the newest corral merge commits on a target are looked behind.
@@ -82,7 +83,7 @@ def _behind(project: Project, wt: Path, branch: str) -> CheckoutFinding | None:
     if stale is None:
         return None
     base, paths = stale
-    shown = ", ".join(paths[:5]) + (" …" if len(paths) > 5 else "")
+    shown = shown_paths(paths, most=5)
     return CheckoutFinding(
         "checkout-behind-ref",
         str(wt),
@@ -103,7 +104,7 @@ def _unmerged(project: Project, wt: Path, branch: str) -> CheckoutFinding | None
         "checkout-unmerged",
         str(wt),
         branch,
-        f"{wt} has unresolved merge conflicts in: {', '.join(paths[:5])}" + (" …" if len(paths) > 5 else ""),
+        f"{wt} has unresolved merge conflicts in: {shown_paths(paths, most=5)}",
         f"In {wt}: resolve them and git add, or git checkout --merge -- PATH",
         {"paths": paths[:50]},
     )

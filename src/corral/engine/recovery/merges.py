@@ -39,6 +39,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.record import record
 from corral.domain.records import RESTORE_CONFLICT, RestingCause, Session, Task
 from corral.domain.status import Status
+from corral.domain.violations import shown_paths
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
@@ -268,12 +269,12 @@ def _busy(project: Project, wt: Path) -> bool:
 def _stash_paths(project: Project, wt: Path, sha: str, flight: InFlight) -> list[str]:
     """The paths the stash took away: only ones the merge changes (a path-limited stash of those)."""
     changed = set(project.git.changed_between(flight.old, flight.new, cwd=wt))
-    touched = set(
-        project.git.run("diff", "--name-only", "--no-renames", f"{sha}^1", sha, cwd=wt, check=False).stdout.split("\n")
-    )
-    untracked = project.git.run("ls-tree", "-r", "--name-only", f"{sha}^3", cwd=wt, check=False)
+    # Every name as git stores it (-z): a quoted name would match none of the merge's paths.
+    diffed = project.git.run("diff", "--name-only", "--no-renames", "-z", f"{sha}^1", sha, cwd=wt, check=False)
+    touched = set(diffed.stdout.split("\0"))
+    untracked = project.git.run("ls-tree", "-r", "-z", "--name-only", f"{sha}^3", cwd=wt, check=False)
     if untracked.returncode == 0:
-        touched |= set(untracked.stdout.split("\n"))
+        touched |= set(untracked.stdout.split("\0"))
     return sorted(p for p in touched & changed if p)
 
 
@@ -322,10 +323,15 @@ def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept 
     if pop.returncode == 0:
         return None
     paths = _stash_paths(project, wt, sha, flight)
-    unmerged = _git(project, wt, "ls-files", "--unmerged", "--", *paths).stdout.strip() if paths else ""
+    listed = _git(project, wt, "ls-files", "--unmerged", "-z", "--", *paths).stdout if paths else ""
+    unmerged = sorted({entry.split("\t", 1)[1] for entry in listed.split("\0") if "\t" in entry})
     if unmerged:
         # The stash keeps the person's version: its paths go back to the tip, no conflict markers left.
-        at_tip = set(_git(project, wt, "ls-tree", "-r", "--name-only", "HEAD", "--", *paths).stdout.splitlines())
+        at_tip = {
+            p
+            for p in _git(project, wt, "ls-tree", "-r", "-z", "--name-only", "HEAD", "--", *paths).stdout.split("\0")
+            if p
+        }
         if at_tip:
             _git(project, wt, "checkout", "HEAD", "--", *sorted(at_tip))
         for path in sorted(set(paths) - at_tip):
@@ -337,8 +343,7 @@ def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept 
         return None
     what = "The merge stands, but your" if landed else "Nothing was merged, but your"
     if unmerged:
-        clashing = sorted({line.split("\t", 1)[-1] for line in unmerged.splitlines() if "\t" in line})
-        why = f" (they overlap the merge in {', '.join(clashing[:10])}{' …' if len(clashing) > 10 else ''})."
+        why = f" (they overlap the merge in {shown_paths(unmerged, most=10)})."
     else:
         said = (pop.stderr or pop.stdout).strip().splitlines()
         why = f" (git: {said[0][:200]})." if said else "."

@@ -10,6 +10,11 @@ still writes a receipt corral can read: the receipt keeps the first
 :data:`PATHS_KEPT` changed paths (and commits) with their whole count. Protected-path
 patterns are matched against every path before that cut, and the protected changes are
 kept up to their own bound, so no violation hides behind the truncation.
+
+Every path is read with ``-z``, exactly as git stores it: without it git prints a name that
+holds a tab, a quote, a backslash, a line feed or a byte outside printable ASCII quoted
+(``".github/workflows/d\\303\\251ploy.yml"``), and the quoted text matches no pattern the
+real name matches. A name is escaped only where it is shown.
 """
 
 from __future__ import annotations
@@ -67,8 +72,7 @@ class GitProbe:
             return None
 
     def unmerged(self) -> list[str]:
-        out = self.git.run("diff", "--name-only", "--diff-filter=U", cwd=self.worktree, check=False).stdout
-        return [p for p in out.splitlines() if p]
+        return self.git.unmerged_paths(self.worktree)
 
     def merge_in_progress(self) -> bool:
         result = self.git.run("rev-parse", "-q", "--verify", "MERGE_HEAD", cwd=self.worktree, check=False)
@@ -84,15 +88,18 @@ class GitProbe:
             return False
 
     def changed_paths(self, start: str | None, pre_sync: str | None, post_sync: str | None) -> list[str]:
+        """Every path changed from ``start`` to the merge, then from its result on (committed or not), as stored."""
         paths: set[str] = set()
         if start and pre_sync and start != pre_sync:
-            out = self.git.run("diff", "--name-only", "--no-renames", start, pre_sync, cwd=self.worktree, check=False)
-            paths.update(p for p in out.stdout.splitlines() if p)
+            paths.update(self._names("diff", "--name-only", "--no-renames", "-z", start, pre_sync))
         if post_sync:
-            out = self.git.run("diff", "--name-only", "--no-renames", post_sync, cwd=self.worktree, check=False)
-            paths.update(p for p in out.stdout.splitlines() if p)
+            paths.update(self._names("diff", "--name-only", "--no-renames", "-z", post_sync))
         paths.update(self.git.dirty_paths(self.worktree))
         return sorted(paths)
+
+    def _names(self, *args: str) -> list[str]:
+        """The NUL-separated names a ``-z`` git command prints; a git that fails is an error, never "no paths"."""
+        return [p for p in self.git.run(*args, cwd=self.worktree).stdout.split("\0") if p]
 
     def facts(
         self, start: str | None, pre_sync: str | None, post_sync: str | None, protected: Sequence[str]

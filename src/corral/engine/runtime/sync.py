@@ -23,8 +23,7 @@ def merge_upstream(git: Git, worktree: Path, target: str) -> SyncOutcome:
     if result.returncode == 0:
         up_to_date = "Already up to date" in result.stdout
         return SyncOutcome("up-to-date" if up_to_date else "merged", target)
-    out = git.run("diff", "--name-only", "--diff-filter=U", cwd=worktree, check=False).stdout
-    files = [p for p in out.splitlines() if p]
+    files = git.unmerged_paths(worktree)  # as git stores them (-z): a prompt names the real files
     if not files:
         # Not a conflict (e.g. a hook or an identity problem): leave the branch as it was.
         git.run("merge", "--abort", cwd=worktree, check=False)
