@@ -15,6 +15,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── TaskBusy                              another corral command holds the task
     │   ├── ChatOpen                              a chat holds the task's worktree
     │   ├── AcceptRefused                         accept's pre-flight says no
+    │   │   └── TipMoved                          the branch is not at the tip reviewed (or pinned)
     │   ├── DaemonRunning                         a daemon already runs
     │   ├── RepositoryCopied                      a copy of a checkout whose tasks corral keeps
     │   ├── TaskAlreadyStarted                    a second start lost to the first: the task runs
@@ -33,6 +34,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── StoreIOError                          the disk or a file under it failed (a deleted -wal)
     │   └── UnsafeName                            a row names a path no corral would (another host's hostile id)
     ├── GitError                         exit 1   a git command failed
+    │   ├── UnsafeBranch                          a task's branch is a symbolic ref or holds no commit
     │   ├── GitTimeout                            a git command ran past its time limit (a hanging hook)
     │   ├── MergeConflict                         merging the target into a task's branch conflicts
     │   └── MergeConflictOnAccept                 the task's branch conflicts with its target
@@ -206,6 +208,13 @@ class GitError(CorralError):
     code = "git-failed"
 
 
+class UnsafeBranch(GitError):
+    """A task's branch that corral will not follow: a symbolic ref, or a ref holding no commit (an
+    agent inside the sandbox can write its own branch's file). Nothing was done through it."""
+
+    code = "unsafe-branch"
+
+
 class GitTimeout(GitError):
     """A git command ran past its time limit (a hook that hangs, a lock held for ever); it was stopped."""
 
@@ -244,6 +253,21 @@ class ChatOpen(RefusedError):
 
 class AcceptRefused(RefusedError):
     code = "accept-refused"
+
+
+class TipMoved(AcceptRefused):
+    """The task's branch moved since its diff was shown (or is not at the ``--tip`` given): the commits
+    nobody reviewed are named, and nothing is merged until a person confirms them."""
+
+    code = "tip-moved"
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, since: str = "", tip: str = "", commits: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.since = since
+        self.tip = tip
+        self.commits = list(commits)
 
 
 class DaemonRunning(RefusedError):

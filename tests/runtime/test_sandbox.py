@@ -416,6 +416,7 @@ def test_the_bwrap_argv_hides_state_and_home_and_binds_what_git_writes(tmp_path:
         branch="refs/heads/corral/t",
     )
     env = {"HOME": str(home), "PATH": "/usr/bin"}
+    quarantine = common / "corral-quarantine" / "c1"
     argv, inside = sandboxing.bwrap_argv(
         spec,
         worktree=str(state / "worktrees" / "t"),
@@ -423,6 +424,7 @@ def test_the_bwrap_argv_hides_state_and_home_and_binds_what_git_writes(tmp_path:
         harness="claude",
         read_only=False,
         env=env,
+        quarantine=str(quarantine),
     )
     pairs = {(argv[i], argv[i + 1]) for i in range(len(argv) - 1)}
     assert argv[-1] == "--" and {"--die-with-parent", "--unshare-pid"} <= set(argv)
@@ -433,7 +435,12 @@ def test_the_bwrap_argv_hides_state_and_home_and_binds_what_git_writes(tmp_path:
         assert ("--remount-ro", root) in pairs
     binds = {argv[i + 1]: argv[i] for i, a in enumerate(argv) if a.startswith("--") and "bind" in a}
     assert binds[str(state / "worktrees" / "t")] == "--bind"
-    assert binds[str(common / "objects")] == "--bind-try"
+    # The turn's objects go to its quarantine, bound over the store; the store itself is only read.
+    triples = [tuple(argv[i : i + 3]) for i in range(len(argv) - 2)]
+    assert ("--bind", str(quarantine), str(common / "objects")) in triples
+    assert ("--ro-bind", str(common / "objects"), sandboxing.SHARED_OBJECTS) in triples
+    assert ("--ro-bind", str(quarantine / "info"), str(common / "objects" / "info")) in triples
+    assert not any(t[0] in ("--bind", "--bind-try") and t[1] == t[2] == str(common / "objects") for t in triples)
     assert binds[str(common / "worktrees" / "t")] == "--bind-try"
     assert binds[str(common / "refs" / "heads" / "corral")] == "--bind-try"
     assert binds[str(common / "logs" / "refs" / "heads" / "corral")] == "--bind-try"
@@ -441,7 +448,7 @@ def test_the_bwrap_argv_hides_state_and_home_and_binds_what_git_writes(tmp_path:
     assert str(common / "packed-refs") not in binds and str(common / "refs") not in binds
     # A hidden directory is mounted before what is put back inside it.
     assert argv.index(str(state)) < argv.index(str(state / "worktrees" / "t"))
-    assert inside == {"TMPDIR": "/tmp"}
+    assert inside == {"TMPDIR": "/tmp", "GIT_ALTERNATE_OBJECT_DIRECTORIES": sandboxing.SHARED_OBJECTS}
     ask, _ = sandboxing.bwrap_argv(
         spec,
         worktree=str(state / "worktrees" / "t"),

@@ -21,7 +21,7 @@ from pathlib import Path
 from corral.adapters.process import Completed, Runner, SubprocessRunner
 from corral.domain import gittext
 from corral.domain.settings import default
-from corral.errors import GitError, GitTimeout, NotARepository
+from corral.errors import GitError, GitTimeout, NotARepository, UnsafeBranch
 
 GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
 
@@ -154,7 +154,8 @@ class Git:
         started = time.time()
         try:
             env = GIT_ENV if index_file is None else {**GIT_ENV, "GIT_INDEX_FILE": index_file}
-            result = self.runner.run([self.executable, *args], cwd=str(cwd), env=env, input=input, timeout=limit)
+            argv = [self.executable, *untrusted_worktree_args(cwd), *args]
+            result = self.runner.run(argv, cwd=str(cwd), env=env, input=input, timeout=limit)
         except subprocess.TimeoutExpired:
             raise self._timed_out(args, cwd, limit, started) from None
         if check and result.returncode != 0:
@@ -268,11 +269,12 @@ class Git:
         logged = ["-m", gittext.reflog(message)] if message else []
         if create_reflog:
             logged.append("--create-reflog")
-        args = ["update-ref", *logged, ref, new] + ([old] if old is not None else [])
+        # --no-deref: a symbolic ref an agent made is replaced, never followed to the ref it names.
+        args = ["update-ref", "--no-deref", *logged, ref, new] + ([old] if old is not None else [])
         self.run(*args, cwd=cwd)
 
     def delete_ref(self, ref: str, *, cwd: str | Path) -> None:
-        self.run("update-ref", "-d", ref, cwd=cwd, check=False)
+        self.run("update-ref", "--no-deref", "-d", ref, cwd=cwd, check=False)
 
     # -- worktrees ---------------------------------------------------------------------
     def worktree_add(self, path: Path, branch: str, start: str, *, cwd: str | Path, new_branch: bool) -> None:
@@ -300,24 +302,55 @@ class Git:
             i += 1
         return paths
 
-    def commit_all(self, worktree: str | Path, message: str) -> str | None:
-        """Commit every change in ``worktree``; returns the new commit, or None when clean."""
+    def branch_value(self, ref: str, *, cwd: str | Path) -> str | None:
+        """The commit a plain branch ``ref`` (``refs/heads/…``) holds; None when it does not exist.
+
+        Never followed as a symbolic ref: one is :class:`UnsafeBranch`, as is a ref that holds
+        something other than a commit (an agent inside the sandbox can write its branch's file).
+        """
+        if self.run("symbolic-ref", "--quiet", ref, cwd=cwd, check=False).returncode == 0:
+            raise UnsafeBranch(
+                f"{ref} is a symbolic ref: corral never follows a task's branch to another ref.",
+                hint="Run `corral doctor` to put the branch back at its last verified tip.",
+            )
+        found = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref, cwd=cwd, check=False)
+        value = found.stdout.strip()
+        if found.returncode != 0 or not value:
+            return None
+        kind = self.run("cat-file", "-t", value, cwd=cwd, check=False).stdout.strip()
+        if kind != "commit":
+            raise UnsafeBranch(
+                f"{ref} holds {value[:12]}, which is {'a ' + kind if kind else 'no object'}, not a commit.",
+                hint="Run `corral doctor` to put the branch back at its last verified tip.",
+            )
+        return value
+
+    def save_work(self, worktree: str | Path, ref: str, message: str) -> str | None:
+        """Commit every change in ``worktree`` onto the branch ``ref``; the new commit, or None when clean.
+
+        Plumbing only, never ``git commit`` through the worktree's HEAD (which an agent could
+        have pointed anywhere): a private index read from the branch's tip, ``add --all`` into
+        it, ``write-tree``, ``commit-tree`` on that tip, and a compare-and-swap ``update-ref
+        --no-deref`` of the named ref. A branch that is a symbolic ref or holds no commit is
+        refused (:class:`UnsafeBranch`).
+        """
+        tip = self.branch_value(ref, cwd=worktree)
+        if tip is None:
+            raise GitError(f"{ref} does not exist: there is no branch to save the work in progress on.")
         if not self.dirty_paths(worktree):
             return None
-        self.run("add", "--all", cwd=worktree)
-        self.run(
-            "-c",
-            "user.name=corral",
-            "-c",
-            "user.email=corral@localhost",
-            "commit",
-            "--quiet",
-            "--no-verify",
-            "-m",
-            gittext.message(message),
-            cwd=worktree,
-        )
-        return self.out("rev-parse", "HEAD", cwd=worktree)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="corral-index-") as scratch:
+            index = os.path.join(scratch, "index")
+            self.run("read-tree", tip, cwd=worktree, index_file=index)
+            self.run("add", "--all", "--", ".", cwd=worktree, index_file=index)
+            tree = self.run("write-tree", cwd=worktree, index_file=index).stdout.strip()
+        if tree == self.tree_of(tip, cwd=worktree):
+            return None
+        commit = self.commit_tree(tree, [tip], message, cwd=worktree)
+        self.update_ref(ref, commit, cwd=worktree, old=tip, message=message.splitlines()[0] if message else None)
+        return commit
 
     def unmerged_paths(self, worktree: str | Path) -> list[str]:
         """Paths with an unresolved merge conflict in ``worktree``'s index."""
@@ -362,8 +395,9 @@ class Git:
         return self.out("rev-parse", f"{commit}^{{tree}}", cwd=cwd)
 
     def changed_between(self, a: str, b: str, *, cwd: str | Path) -> list[str]:
-        out = self.run("diff", "--name-only", "--no-renames", a, b, cwd=cwd).stdout
-        return [p for p in out.splitlines() if p]
+        """The paths that differ between two commits, exactly as git stores them (``-z``: never quoted)."""
+        out = self.run("diff", "--name-only", "--no-renames", "-z", a, b, cwd=cwd).stdout
+        return [p for p in out.split("\0") if p]
 
     def worktrees(self, *, cwd: str | Path) -> list[dict[str, str]]:
         """Every worktree of the repository: path, head, and branch (refs/heads/…) when not detached."""
@@ -393,6 +427,24 @@ class Git:
             if len(parts) == 3 and parts[1].strip():
                 found.append({"commit": parts[0], "task": parts[1].strip(), "session": parts[2].strip()})
         return found
+
+
+#: What every git corral runs in a linked worktree (a task's) is given: no hooks and no fsmonitor.
+#: A relative ``core.hooksPath`` (husky's ``.husky``) or ``core.fsmonitor`` resolves inside the
+#: worktree, which a confined agent writes; corral's git after the turn runs unconfined.
+UNTRUSTED_WORKTREE_ARGS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+
+
+def untrusted_worktree_args(cwd: str | Path) -> tuple[str, ...]:
+    """:data:`UNTRUSTED_WORKTREE_ARGS` when ``cwd`` is a linked worktree (its ``.git`` is a file), else none.
+
+    The main checkout is the person's: its hooks are theirs and still run (a
+    ``reference-transaction`` hook on the target, say)."""
+    try:
+        linked = os.path.isfile(os.path.join(cwd, ".git"))
+    except (OSError, ValueError):
+        linked = False
+    return UNTRUSTED_WORKTREE_ARGS if linked else ()
 
 
 @cache

@@ -6,7 +6,8 @@ puts :func:`bwrap_argv` in front of each attempt's argv. Inside (docs/harnesses.
 
 - the whole filesystem read-only (``--ro-bind / /``), a fresh ``/dev`` and ``/proc``;
 - writable: the task's worktree (read-only in an ask), what ``git commit`` there writes — the
-  object store, the worktree's own directory under the main git directory
+  turn's own object quarantine (bound over the object store, which is seen read-only beside it:
+  :mod:`corral.engine.runtime.quarantine`), the worktree's own directory under the main git directory
   (``.git/worktrees/<name>``), and the directories of the branch's ref and its reflog
   (``refs/heads/corral/`` and ``logs/refs/heads/corral/``: git writes ``<ref>.lock`` beside
   the ref and renames it, so the directory must be writable, not only the file; every other
@@ -55,6 +56,9 @@ CORE_FLAGS = ("--die-with-parent", "--unshare-pid", "--cap-drop", "ALL")
 #: Variables naming a temporary directory: inside, each names the private ``/tmp``.
 TMP_VARS = ("TMPDIR", "TMP", "TEMP", "CLAUDE_CODE_TMPDIR")
 SANDBOX_TMP = "/tmp"
+#: Where the repository's shared object store is seen inside, read-only, when the turn's objects
+#: go to a quarantine (in the private ``/tmp``, so bwrap can make the mount point).
+SHARED_OBJECTS = "/tmp/.corral-objects"
 
 
 @record
@@ -313,12 +317,16 @@ def bwrap_argv(
     env: Mapping[str, str],
     read_paths: Sequence[str] = (),
     write_paths: Sequence[str] = (),
+    quarantine: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The ``bwrap … --`` prefix for one attempt, and the variables to change inside.
 
     ``program`` is the harness's executable (argv[0]); ``read_paths`` are what the launch hands
     the agent that may lie in a hidden directory (its prompt file, the ref guard's hooks), and
     ``write_paths`` what it must write there (the ref guard's log of the agent's ref moves).
+    ``quarantine``: the turn's private object directory (:mod:`corral.engine.runtime.quarantine`),
+    bound over the repository's ``objects``; the shared store is then only read, at
+    :data:`SHARED_OBJECTS`. Without one (an ask) the objects are read-only as all else.
     """
     assert spec.bwrap is not None
     hidden = _hidden_roots(spec, env)
@@ -344,7 +352,6 @@ def bwrap_argv(
     if not read_only:
         if spec.git_common_dir:
             common = spec.git_common_dir
-            writes.append(f"{common}/objects")
             if spec.branch:
                 ref_dir = os.path.dirname(spec.branch)
                 writes += [f"{common}/{ref_dir}", f"{common}/logs/{ref_dir}"]
@@ -364,6 +371,17 @@ def bwrap_argv(
     mounts[worktree] = "--ro-bind" if read_only else "--bind"
     for path in sorted(mounts, key=lambda p: (p.count("/"), p)):
         argv += [mounts[path], path, path]
+    changes: dict[str, str] = {}
+    if not read_only and quarantine and spec.git_common_dir:
+        objects = os.path.join(spec.git_common_dir, "objects")
+        info = os.path.join(quarantine, "info")
+        # The turn's objects land in its quarantine; the shared store is only read, beside it. The
+        # quarantine's info/ (alternates) is read-only: the agent names no alternate of its own.
+        argv += ["--bind", quarantine, objects, "--ro-bind", quarantine, quarantine]
+        argv += ["--ro-bind", objects, SHARED_OBJECTS]
+        argv += ["--ro-bind", info, os.path.join(objects, "info"), "--ro-bind", info, info]
+        alternates = [SHARED_OBJECTS, *[a for a in env.get("GIT_ALTERNATE_OBJECT_DIRECTORIES", "").split(":") if a]]
+        changes["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = ":".join(alternates)
     if not read_only:
         # What tells git where the repository is stays read-only inside writable places: corral runs
         # git in this worktree after the turn, unconfined, and a repointed .git, commondir or gitdir
@@ -373,7 +391,7 @@ def bwrap_argv(
     for root in hidden:
         if root != SANDBOX_TMP:
             argv += ["--remount-ro", root]
-    changes = {var: SANDBOX_TMP for var in TMP_VARS if var == "TMPDIR" or env.get(var)}
+    changes.update({var: SANDBOX_TMP for var in TMP_VARS if var == "TMPDIR" or env.get(var)})
     for var, value in changes.items():
         argv += ["--setenv", var, value]
     argv += ["--chdir", worktree, "--"]

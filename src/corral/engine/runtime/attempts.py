@@ -183,6 +183,11 @@ class AttemptRunner:
             prepare(box, harness, env)
             prompt_file = env.get("CORRAL_PROMPT_FILE")
             guard = ref_guard.guard_dir(self.log_dir)
+            held = None
+            if box.git_common_dir and not self.read_only():  # its objects arrive through a quarantine
+                from corral.engine.runtime import quarantine
+
+                held = str(quarantine.open_(box.git_common_dir, self.command_id))
             prefix, _inside = bwrap_argv(
                 box,
                 worktree=str(self.worktree),
@@ -192,6 +197,7 @@ class AttemptRunner:
                 env=env,
                 read_paths=[*([prompt_file] if prompt_file else []), str(guard / ref_guard.HOOKS)],
                 write_paths=[str(guard / ref_guard.MOVES)],  # the ref guard's hook logs the agent's moves
+                quarantine=held,
             )
             argv = [*prefix, *argv]
         out_fd = os.open(self.log_dir / OUTPUT_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

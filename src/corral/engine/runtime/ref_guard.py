@@ -116,9 +116,11 @@ class RefMove:
     kept: str | None  # where the agent's version is kept (None for a deletion)
     restored: bool
     error: str | None = None  # why it was not put back
+    #: What the branch check found (``corral.engine.runtime.branch_check``: ``branch-symref``, …).
+    code: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "ref": self.ref,
             "before": self.before,
             "after": self.after,
@@ -127,6 +129,9 @@ class RefMove:
             "restored": self.restored,
             "error": self.error,
         }
+        if self.code is not None:
+            doc["code"] = self.code
+        return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RefMove:
@@ -139,7 +144,9 @@ class RefMove:
         ref, by = data.get("ref"), data.get("by")
         if not isinstance(ref, str) or not isinstance(by, str):
             raise ValueError("refs.moves: ref and by must be strings")
-        return cls(ref, opt("before"), opt("after"), by, opt("kept"), data.get("restored") is True, opt("error"))
+        return cls(
+            ref, opt("before"), opt("after"), by, opt("kept"), data.get("restored") is True, opt("error"), opt("code")
+        )
 
 
 @record
@@ -150,18 +157,23 @@ class RefGuard:
     others: int = 0  # refs that moved during the turn, not by the agent: left alone
     hook: bool = True  # whether the agent's git had the logging hook
     error: str | None = None  # why the guard could not look (git unreadable, the snapshot gone)
+    #: The turn's quarantined objects (``corral.engine.runtime.quarantine.ObjectsReport.to_json``).
+    objects: Mapping[str, Any] | None = None
 
     @property
     def put_back(self) -> bool:
         return bool(self.moves)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "moves": [m.to_json() for m in self.moves],
             "others": self.others,
             "hook": self.hook,
             "error": self.error,
         }
+        if self.objects is not None:
+            doc["objects"] = dict(self.objects)
+        return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RefGuard:
@@ -174,6 +186,7 @@ class RefGuard:
             others=others if isinstance(others, int) and not isinstance(others, bool) else 0,
             hook=data.get("hook") is not False,
             error=error if isinstance(error, str) else None,
+            objects=data["objects"] if isinstance(data.get("objects"), dict) else None,
         )
 
 
@@ -187,9 +200,30 @@ def _short(ref: str) -> str:
     return ref
 
 
+#: What the branch check found, in words (``corral.engine.runtime.branch_check``'s codes).
+BRANCH_FINDINGS = {
+    "branch-symref": "the agent made {name} a symbolic ref ({after})",
+    "branch-not-a-commit": "the agent pointed {name} at {after}, which is not a commit",
+    "branch-missing": "the agent deleted {name}",
+    "branch-foreign-commits": "the agent pointed {name} at {after}, with commits it did not make in this turn",
+    "branch-objects-incomplete": "the agent pointed {name} at {after}, whose objects are incomplete",
+    "branch-objects-rejected": "the agent's turn wrote git objects that failed corral's check (its {name} at {after})",
+}
+
+
 def move_line(m: RefMove) -> str:
     """One plain line about one move: what the agent did, what corral did, where its version is."""
     name = _short(m.ref)
+    finding = BRANCH_FINDINGS.get(m.code or "")
+    if finding is not None:
+        did = finding.format(name=name, after=(m.after or "nothing")[:60])
+        done = (
+            f"corral put it back at its last verified tip {(m.before or '')[:12]}"
+            if m.restored
+            else f"corral could NOT put it back ({m.error or 'unknown reason'})"
+        )
+        keep = f"; its version is kept on {m.kept}" if m.kept else ""
+        return f"{did}; {done}{keep}."
     if m.after is None:
         did = f"the agent deleted {name}"
     elif m.before is None:
@@ -598,5 +632,45 @@ def settle(
 
 
 def for_command(git: Git, command: Any) -> RefGuard | None:
-    """:func:`settle` for a supervisor's command (its log dir, worktree, branch, task and turn)."""
-    return settle(git, command.log_dir, command.worktree, command.branch, command.task_ref, command.sequence)
+    """Everything checked after a supervisor's command (its log dir, worktree, branch, task and turn):
+    the turn's quarantined objects verified and moved into the shared store, the other refs the
+    agent moved put back (:func:`settle`), and the task's own branch checked
+    (:mod:`corral.engine.runtime.branch_check`). Idempotent; never raises."""
+    from corral.engine.runtime import branch_check, quarantine
+
+    spec = getattr(command, "sandbox", None)
+    common = getattr(spec, "git_common_dir", None) if spec is not None and spec.confined else None
+    read_only = bool(getattr(getattr(command, "posture", None), "read_only", False))
+    objects = None
+    error = None
+    try:
+        if common and not read_only:
+            objects = quarantine.settle(git, command.worktree, common, command.command_id)
+    except (GitError, OSError) as exc:
+        error = f"the turn's objects could not be checked: {exc}"[:300]
+    guard = settle(git, command.log_dir, command.worktree, command.branch, command.task_ref, command.sequence)
+    branch = None
+    try:
+        if error is None:
+            confined = common is not None and not read_only
+            branch = branch_check.check(
+                git,
+                command.worktree,
+                task_ref=command.task_ref,
+                branch=command.branch,
+                target=getattr(command, "target", None),
+                turn=command.sequence,
+                new_commits=frozenset(objects.commits if objects else ()) if confined else None,
+                objects_rejected=objects is not None and not objects.ok,
+            )
+    except (GitError, OSError) as exc:
+        error = f"the branch could not be checked: {exc}"[:300]
+    if objects is None and branch is None and error is None:
+        return guard
+    guard = guard or RefGuard()
+    return replace(
+        guard,
+        moves=(*([branch] if branch else []), *guard.moves),
+        objects=objects.to_json() if objects is not None else guard.objects,
+        error=guard.error or error,
+    )

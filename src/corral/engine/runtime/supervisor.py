@@ -34,8 +34,8 @@ from corral.domain.clock import rfc3339
 from corral.domain.record import replace
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir, usage_limits_file
+from corral.engine.runtime import branch_check, receipt, ref_guard
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import receipt, ref_guard
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.check import run_check
 from corral.engine.runtime.gitfacts import GitProbe
@@ -101,6 +101,7 @@ class Supervisor:
             ),
         )
         self.sync: proto.SyncReport | None = None
+        self._refs: ref_guard.RefGuard | None = None
         self.observer: TurnObserver | None = None
         if command.journal_dir:
             self.observer = TurnObserver(
@@ -136,7 +137,9 @@ class Supervisor:
                     tail=redact(bounded(traceback.format_exc(), STACK_BYTES), self.secrets),
                 ),
             )
-        result = replace(result, refs=ref_guard.for_command(self.probe.git, self.command))  # after any ending
+        if self._refs is None:  # after any ending: objects, the branch, other refs
+            self._refs = ref_guard.for_command(self.probe.git, self.command)
+        result = replace(result, refs=self._refs)
         result = self._with_windows(result)
         self.finish(result)
         return result
@@ -185,6 +188,8 @@ class Supervisor:
         outcome = self._sync()
         self.sync = proto.SyncReport(outcome.state, outcome.target, outcome.files)
         post_sync = self.probe.head()
+        if not c.posture.read_only:
+            branch_check.begin(self.probe.git, self.worktree, c.task_ref, c.branch)
         announce = outcome if (c.announce_merge or outcome.state == "conflict") else None
         prompt = prompts.compose(c.prompt_body, announce)
         self.status.update(phase="work")
@@ -196,6 +201,8 @@ class Supervisor:
             if c.kind != "ask" and c.check.command:
                 self.status.update(phase="check")
                 fields["check"] = run_check(c.check, self.worktree, self.secrets, c.watchdog.term_grace_seconds)
+        # What the agent wrote is checked before corral reads it: its objects, its branch, other refs.
+        self._refs = ref_guard.for_command(self.probe.git, self.command)
         fields["git"] = self.probe.facts(c.git_start_sha, pre_sync, post_sync, c.protected)
         status = fields.pop("status", proto.ReceiptStatus.COMPLETED)
         assert isinstance(status, proto.ReceiptStatus)

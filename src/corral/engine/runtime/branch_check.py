@@ -1,0 +1,180 @@
+"""A task's branch is checked after every confined turn, and put back when it is not what corral can trust.
+
+The branch ``refs/heads/corral/<ref>`` is the one ref a confined agent can write (its file is in
+a writable directory). So after the turn, before anything unconfined follows it, corral asks:
+
+- is it a plain ref (never a symbolic ref), pointing at a commit?
+- is every commit in ``verified..tip`` (``--not`` the target) new in this turn — it came
+  through the turn's quarantine and passed its check (:mod:`corral.engine.runtime.quarantine`)?
+  A commit already in the store that is neither in the last verified tip nor on the target
+  (another task's tip, an older commit of its own) is not the agent's to take;
+- are its objects complete (every tree and blob of the new commits there)?
+
+A branch that passes becomes the new verified tip, kept on ``refs/corral/verified/<ref>``
+(outside anything the sandbox can write). One that fails is put back to the verified tip with
+a compare-and-swap on the agent's value (``--no-deref``: a symbolic ref is replaced, never
+followed), the agent's version kept on ``refs/corral/kept/<ref>/<turn>-<branch>`` when it is a
+whole commit, and the finding is a move of the ref guard's report with its ``code``, which
+``show`` explains (:func:`corral.engine.runtime.ref_guard.move_line`).
+
+A turn with no quarantine (the sandbox off: an agent that runs as the person can do anything
+the person can) is checked for the shape only: a symbolic ref or a ref that holds no commit is
+put back; its commits are trusted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.adapters.git import Git
+from corral.engine.runtime.ref_guard import RefMove, kept_ref
+from corral.errors import GitError
+
+VERIFIED_PREFIX = "refs/corral/verified/"
+BY = "branch-check"
+_ZERO = "0" * 40
+
+#: The findings, each a code a move carries (its wording: ``ref_guard.move_line``).
+SYMREF = "branch-symref"
+NOT_A_COMMIT = "branch-not-a-commit"
+MISSING = "branch-missing"
+FOREIGN = "branch-foreign-commits"
+INCOMPLETE = "branch-objects-incomplete"
+REJECTED = "branch-objects-rejected"
+
+
+def verified_ref(task_ref: str) -> str:
+    return f"{VERIFIED_PREFIX}{task_ref}"
+
+
+def verified_tip(git: Git, repo: str | Path, task_ref: str) -> str | None:
+    """The last tip of the task's branch that corral verified (None: none recorded yet)."""
+    return git.rev_parse(verified_ref(task_ref), cwd=repo)
+
+
+def mark_verified(git: Git, repo: str | Path, task_ref: str, tip: str, old: str | None = None) -> None:
+    """Record ``tip`` as the branch's verified tip (corral's own move of the branch, or a check passed)."""
+    git.update_ref(verified_ref(task_ref), tip, cwd=repo, old=old)
+
+
+def _shape(git: Git, repo: str | Path, ref: str) -> tuple[str | None, str | None, str | None]:
+    """(problem code, the ref's own value as text, the commit it holds) — never following a symbolic ref."""
+    sym = git.run("symbolic-ref", "--quiet", ref, cwd=repo, check=False)
+    if sym.returncode == 0:
+        return SYMREF, f"ref: {sym.stdout.strip()[:200]}", None
+    found = git.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref, cwd=repo, check=False)
+    value = found.stdout.strip()
+    if found.returncode != 0 or not value:
+        return MISSING, None, None
+    kind = git.run("cat-file", "-t", value, cwd=repo, check=False).stdout.strip()
+    if kind != "commit":
+        return NOT_A_COMMIT, value, None
+    return None, value, value
+
+
+def _target_tip(git: Git, repo: str | Path, target: str | None) -> str | None:
+    if not target:
+        return None
+    return git.rev_parse(target if target.startswith("refs/") else f"refs/heads/{target}", cwd=repo)
+
+
+def _beyond(git: Git, repo: str | Path, tip: str, verified: str, target: str | None) -> tuple[list[str], bool]:
+    """The commits of ``tip`` in neither ``verified`` nor the target, and whether every object they
+    reach is there (``rev-list --objects --missing=print``)."""
+    nots = [verified, *([target] if target else [])]
+    listed = git.run("rev-list", "--objects", "--missing=print", tip, "--not", *nots, cwd=repo, check=False)
+    complete = listed.returncode == 0 and not any(line.startswith("?") for line in listed.stdout.splitlines())
+    commits = git.run("rev-list", tip, "--not", *nots, cwd=repo, check=False)
+    return [c for c in commits.stdout.split() if c], complete and commits.returncode == 0
+
+
+def check(
+    git: Git,
+    repo: str | Path,
+    *,
+    task_ref: str,
+    branch: str,
+    target: str | None,
+    turn: int | str,
+    new_commits: frozenset[str] | None,
+    objects_rejected: bool = False,
+) -> RefMove | None:
+    """Check the task's branch after a turn; None when it is sound (and now verified), else what was done.
+
+    ``new_commits``: the commits that came through the turn's quarantine and passed (None: the
+    turn had no quarantine, and only the ref's shape is checked). ``objects_rejected``: the
+    quarantine held objects that failed, so whatever the agent left is put back. Idempotent.
+    """
+    ref = f"refs/heads/{branch}"
+    verified = verified_tip(git, repo, task_ref)
+    code, raw, tip = _shape(git, repo, ref)
+    if verified is None:
+        if code is None and tip is not None:
+            mark_verified(git, repo, task_ref, tip)  # the first look: what corral itself made
+        return None
+    if objects_rejected and code in (None, NOT_A_COMMIT) and raw != verified:
+        code = REJECTED  # the agent's commits did not reach the store: whatever it left goes back
+    if code is None and tip is not None:
+        if tip == verified:
+            return None
+        if new_commits is not None:
+            commits, complete = _beyond(git, repo, tip, verified, _target_tip(git, repo, target))
+            if not complete:
+                code = INCOMPLETE
+            elif any(c not in new_commits for c in commits):
+                code = FOREIGN
+        if code is None:
+            mark_verified(git, repo, task_ref, tip, old=verified)
+            return None
+    return _put_back(git, repo, task_ref, branch, turn, code or MISSING, raw, tip, verified)
+
+
+def _put_back(
+    git: Git,
+    repo: str | Path,
+    task_ref: str,
+    branch: str,
+    turn: int | str,
+    code: str,
+    raw: str | None,
+    tip: str | None,
+    verified: str,
+) -> RefMove:
+    ref = f"refs/heads/{branch}"
+    kept = None
+    try:
+        if tip is not None and code not in (INCOMPLETE, REJECTED):
+            kept = kept_ref(task_ref, turn, ref)
+            git.update_ref(kept, tip, cwd=repo, message=f"corral: {branch} as the agent left it ({code})")
+        if code == SYMREF:
+            git.run("update-ref", "--no-deref", "-m", f"corral: {code}", ref, verified, cwd=repo)
+        else:
+            old = raw if raw else _ZERO  # the agent's value exactly: someone's later move is never undone
+            git.run("update-ref", "--no-deref", "-m", f"corral: {code}", ref, verified, old, cwd=repo)
+    except GitError as exc:
+        return RefMove(ref, verified, raw, BY, kept, False, exc.message[:300], code=code)
+    return RefMove(ref, verified, raw, BY, kept, True, None, code=code)
+
+
+def ensure(git: Git, repo: str | Path, task_ref: str, branch: str) -> RefMove | None:
+    """Before corral follows a task's branch unconfined (saving work, a revert, a diff): its shape
+    checked, and a symbolic ref or a ref holding no commit put back to the verified tip."""
+    code, raw, _tip = _shape(git, repo, f"refs/heads/{branch}")
+    if code not in (SYMREF, NOT_A_COMMIT):
+        return None
+    verified = verified_tip(git, repo, task_ref)
+    if verified is None:
+        raise GitError(
+            f"The branch {branch} is not a plain ref to a commit ({raw}), and corral has no verified tip to put back.",
+            hint=f"Point it at a commit by hand: git update-ref --no-deref refs/heads/{branch} <commit>",
+        )
+    return _put_back(git, repo, task_ref, branch, "check", code or SYMREF, raw, None, verified)
+
+
+def begin(git: Git, repo: str | Path, task_ref: str, branch: str) -> None:
+    """Before the agent starts (after corral's own merge of the target): the branch as corral leaves
+    it is the verified tip the turn's check compares with (every earlier turn was checked already)."""
+    ensure(git, repo, task_ref, branch)
+    tip = git.branch_value(f"refs/heads/{branch}", cwd=repo)
+    if tip is not None and tip != verified_tip(git, repo, task_ref):
+        mark_verified(git, repo, task_ref, tip)
