@@ -23,15 +23,18 @@ def test_diff_accept_reopen_delete(corral, tmp_path, repo):
     corral.ok("start", "feat", "--wait", env=env)
     shown = corral.json("diff", "feat", env=env)
     assert len(shown["commits"]) == 1 and "add feature" in shown["commits"][0]
-    assert "+FEATURE = True" in shown["diff"] and "+uncommitted" in shown["diff"]  # uncommitted work too
+    assert "+FEATURE = True" in shown["diff"] and "uncommitted" not in shown["diff"]  # the commits only
+    assert shown["uncommitted"] == ["notes.txt"]  # named apart: accept does not merge it
     stat = corral.ok("diff", "feat", "--stat", env=env).stdout
-    assert "feature.py" in stat and "notes.txt" in stat
+    assert "feature.py" in stat and "not part of what accept merges (1 path(s)): notes.txt" in stat
     refused = corral("accept", "feat", env=env)
     assert refused.returncode == 3 and "notes.txt" in refused.stderr  # uncommitted changes named
     wt = Path(corral.json("show", "feat", env=env)["task"]["worktree"])
     git(wt, "add", "-A")
     git(wt, "commit", "-qm", "commit the notes")
-    accepted = corral("accept", "feat", "--json", env=env)
+    moved = corral("accept", "feat", env=env)  # a commit nobody saw in a diff: named, not merged
+    assert moved.returncode == 3 and "commit the notes" in moved.stderr and "--tip" in moved.stderr
+    accepted = corral("accept", "feat", "--json", "--yes", env=env)
     assert accepted.returncode == 0, accepted.stderr
     lines = [json.loads(line) for line in accepted.stdout.splitlines()]
     assert lines[0]["event"] == "phase" and lines[0]["id"] == "preflight"

@@ -307,7 +307,10 @@ def _logs(c: Calling, a: Args) -> dict[str, Any]:
 
 def _diff(c: Calling, a: Args) -> dict[str, Any]:
     task = _target(c, "diff", a)
-    found = tasks.diff(c.project(), task.id, stat=a.flag("stat"))
+    caller = c.caller
+    found = tasks.diff(
+        c.project(), task.id, stat=a.flag("stat"), actor=caller.actor, caller_task_id=caller.task_id, surface="mcp"
+    )
     text, cut = _cut(found.text)
     return {
         "task": task.ref,
@@ -316,6 +319,7 @@ def _diff(c: Calling, a: Args) -> dict[str, Any]:
         "commits": found.commits,
         "diff": text,
         "truncated": cut,
+        "uncommitted": list(found.uncommitted),
     }
 
 
@@ -323,7 +327,8 @@ def _accept(c: Calling, a: Args) -> dict[str, Any]:
     from corral.engine.operations.accept import accept
 
     task = _target(c, "accept", a)
-    done = accept(c.project(), task.id, actor=c.caller.actor, caller_task_id=c.caller.task_id)
+    # No one to ask here: a branch moved since this caller's diff is refused (tip-moved) unless ``tip`` pins it.
+    done = accept(c.project(), task.id, actor=c.caller.actor, caller_task_id=c.caller.task_id, tip=a.text("tip"))
     extra: dict[str, Any] = {"commit": done.commit, "already_accepted": done.already, "warning": done.warning}
     if done.conflict is not None:
         extra["restore_conflict"] = done.conflict.to_json()
@@ -664,15 +669,19 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "diff",
-            "What the task's branch changed since it started.",
+            "What the task's branch changed since it started, read from its commits; tip is the commit shown "
+            "(accept merges it), uncommitted the worktree's paths accept does not merge.",
             _schema(["task"], task=_TASK, stat={"type": "boolean"}),
             run=_diff,
         ),
         Tool(
             "accept",
             "Merge a task into its target and complete it. A task agent may accept its direct subtasks "
-            "only (into its own branch), never its own task.",
-            _schema(["task"], task=_TASK),
+            "only (into its own branch), never its own task. When the branch moved since your last diff of "
+            "it, accept refuses (tip-moved) naming the new commits: look at them, then accept with tip.",
+            _schema(
+                ["task"], task=_TASK, tip=_s("the commit to merge (diff's tip): refused unless the branch is at it")
+            ),
             run=_accept,
         ),
         Tool(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,9 @@ from corral.cli.textinput import obtain
 from corral.engine import workspace
 from corral.engine.operations import queries, tasks
 from corral.errors import CorralError, UsageError
+
+if TYPE_CHECKING:
+    from corral.engine.operations.reviewed import Moved
 
 
 def _abandon(app: App, task: str, message: str | None, how: str) -> None:
@@ -90,7 +94,13 @@ def reopen(app: App, task: str, reason: str | None) -> None:
     epilog="""\b
 Examples:
   corral accept fix-login
+  corral accept fix-login --tip 3f2a9c1    merge exactly the commit `corral diff` showed
   corral accept fix-login --json      progress as JSON Lines, then the result
+\b
+accept merges the branch's tip as it reads it once at the start (after a pre-accept turn, once
+more). When the branch moved since `corral diff` showed it, the new commits are named and merged
+only once you confirm: asked on a terminal; refused elsewhere (exit 3, tip-moved) unless --tip
+names the tip to merge or --yes takes whatever the branch holds.
 \b
 With --json, stdout is JSON Lines, one object per line: {"event": "plan", ...}, then one
 {"event": "phase", ...} per step, then {"event": "result", ...}; a failure ends the stream
@@ -98,18 +108,27 @@ with {"event": "error", "error": {"code", "message", "hint"}}. Human progress go
 """
 )
 @click.argument("task")
+@click.option("--tip", metavar="SHA", help="Merge exactly this commit; refused unless the branch is at it.")
+@click.option("-y", "--yes", is_flag=True, help="Merge commits made since the diff was shown without asking.")
 @json_option
 @pass_app
-def accept(app: App, task: str) -> int:
+def accept(app: App, task: str, tip: str | None, yes: bool) -> int:
     """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete).
 
     It streams: with --json its output is JSON Lines (see below), not one document.
     """
     from corral.engine.operations import accept as accepting
 
+    if tip is not None and yes:
+        raise UsageError("--tip and --yes are two answers to one question.", hint="Give one of them.")
     app.streaming = True
     result = accepting.accept(
-        app.project, task, actor=app.actor, report=lambda event: app.event(event, lambda: _progress(event), aside=True)
+        app.project,
+        task,
+        actor=app.actor,
+        report=lambda event: app.event(event, lambda: _progress(event), aside=True),
+        tip=tip,
+        confirm=(lambda moved: True) if yes else _asker(app),
     )
     if result.warning and result.conflict is None:  # a kept stash is said once, as the error below
         app.note(f"warning: {result.warning}")
@@ -132,7 +151,28 @@ def accept(app: App, task: str) -> int:
     return 0
 
 
+def _asker(app: App) -> Callable[[Moved], bool] | None:
+    """On a terminal, the y/N question about commits that came since the diff; elsewhere none (refused)."""
+    if app.json or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+
+    def ask(moved: Moved) -> bool:
+        since = f"{moved.since[:12]}, the tip its diff showed"
+        app.note(f"The branch {moved.branch} moved since {since}; it is at {moved.tip[:12]} now:")
+        for line in moved.lines():
+            app.note(line)
+        if moved.rewritten:
+            app.note(f"  ({moved.since[:12]} is no longer on it: its history was rewritten)")
+        return click.confirm("Merge these too?", default=False, err=True)
+
+    return ask
+
+
 def _progress(event: dict[str, object]) -> str:
+    if event["event"] == "tip-moved":
+        commits = event["commits"]
+        assert isinstance(commits, list)
+        return f"Merging {event['count']} commit(s) made since the diff was shown: " + "; ".join(map(str, commits))
     if event["event"] == "plan":
         phases = event["phases"]
         assert isinstance(phases, list)
@@ -170,6 +210,11 @@ Examples:
   corral diff fix-login --stat
   corral diff fix-login | less          no colour and no pager when stdout is not a terminal
 \b
+It shows the branch's commits, read from git's objects (never the worktree's files, and with no
+attribute, diff driver or textconv applied): what accept merges. Uncommitted changes in the
+worktree are not part of it; their paths are named after the patch. The tip shown is recorded,
+so accept can tell when the branch moved since.
+\b
 On a terminal the patch is coloured and paged as git does (git's color.diff, core.pager,
 GIT_PAGER and PAGER apply; NO_COLOR turns colour off; --no-pager prints it straight).
 """
@@ -180,16 +225,23 @@ GIT_PAGER and PAGER apply; NO_COLOR turns colour off; --no-pager prints it strai
 @json_option
 @pass_app
 def diff(app: App, task: str, stat: bool, no_pager: bool) -> None:
-    """What the task changed against its target (uncommitted work too), and its commits."""
+    """What the task's branch changed against its target (what accept merges), and its commits."""
     terminal = not app.json and app.stdout.isatty()
     pager = _pager(app) if terminal and not no_pager else None
     with _git_colour(terminal and color_enabled(app.stdout)):
-        result = tasks.diff(app.project, task, stat=stat)
-    said = [f"{len(result.commits)} commit(s) on {result.task.branch} beyond its target:"]
+        result = tasks.diff(app.project, task, stat=stat, actor=app.actor, surface="cli")
+    said = [f"{len(result.commits)} commit(s) on {result.task.branch} beyond its target, at {result.tip[:12]}:"]
     said += [f"  {line}" for line in result.commits]
     said.append("")
     if result.text:
         said.append(result.text.removesuffix("\n"))  # the patch verbatim: its own last newline, no extra one
+    if result.uncommitted:
+        shown = ", ".join(result.uncommitted[:20]) + (" …" if len(result.uncommitted) > 20 else "")
+        said += [
+            "",
+            f"Uncommitted in the worktree, not shown and not part of what accept merges "
+            f"({len(result.uncommitted)} path(s)): {shown}",
+        ]
     if pager is not None:
         # git's colours pass; every other escape in the agent's text is made visible first
         _page(pager, app.safe("\n".join(said), keep_sgr=True) + "\n")
@@ -201,6 +253,7 @@ def diff(app: App, task: str, stat: bool, no_pager: bool) -> None:
             "tip": result.tip,
             "commits": result.commits,
             "diff": result.text,
+            "uncommitted": list(result.uncommitted),
         },
         said,
         keep_sgr=terminal,

@@ -15,6 +15,12 @@ put the checkout back. Accepts into one target serialize on the target's lock
 the accept starts) restores the true prior status on every abort. The whole accept
 holds the task's lifecycle lock, so two accepts merge once and the second reports
 "already accepted".
+
+What lands is what was reviewed: the branch's tip is read once (:func:`reviewed.branch_tip`), at
+pre-flight and again after the pre-accept turn, and exactly that commit is merged. When a diff was
+shown to the same viewer at another tip, or ``tip`` (``--tip``) pins one the branch is not at, the
+commits that came since are named and merged only once confirmed (``confirm``); with no one to ask,
+accept refuses (:class:`~corral.errors.TipMoved`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Op, Status, may, takes
 from corral.engine import remote, workspace
 from corral.engine.locks import task_lock
+from corral.engine.operations import reviewed
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.recovery.merges import (
@@ -86,6 +93,8 @@ def plan(*, pre_accept: bool, destination: bool) -> list[Phase]:
 
 
 Reporter = Callable[[dict[str, Any]], None]
+#: Asked when the branch is not at the tip a person saw: True merges the commits named.
+Confirm = Callable[[reviewed.Moved], bool]
 
 
 class Narrator:
@@ -213,7 +222,7 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
             hint=f"Have the agent commit them (corral unblock {task.ref} -m 'commit your changes'), or commit "
             f"them yourself in {session.worktree}.",
         )
-    tip = git.rev_parse(f"refs/heads/{session.branch or task.branch}", cwd=project.repo)
+    tip = reviewed.branch_tip(project, session.branch or task.branch)
     if tip is None:
         raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
     if not shared and git.rev_parse(f"refs/heads/{target}", cwd=project.repo) is None:
@@ -256,18 +265,31 @@ def accept(
     actor: Actor,
     report: Reporter | None = None,
     caller_task_id: str | None = None,
+    tip: str | None = None,
+    confirm: Confirm | None = None,
 ) -> Accepted:
     """Merge a task into its target and complete it. ``caller_task_id``: the task whose agent calls
-    (from its token), which may accept a subtask into its own live worktree (:func:`_exempt`)."""
+    (from its token), which may accept a subtask into its own live worktree (:func:`_exempt`).
+
+    ``tip`` pins the commit to merge: the branch must be at it (before and after a pre-accept turn).
+    Otherwise a tip other than the one the caller's last diff showed is merged only when ``confirm``
+    (given the commits that came since) says yes; without ``confirm`` it is refused (TipMoved).
+    """
     narrator = Narrator(report)
     with project.store.read() as tx:
         first = resolve_task(tx, given)
+    pinned = reviewed.given_tip(project, tip) if tip is not None else None
     with task_lock(project, first.id, what=f"accept by {actor.value}", timeout=600):
         narrator.phase(PREFLIGHT, "start")
         ready = preflight(project, first.id, actor, caller_task_id)
         if isinstance(ready, Accepted):
             narrator.phase(PREFLIGHT, "done", "already accepted")
             return ready
+        try:
+            agreed = _agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
+        except CorralError as exc:
+            narrator.phase(PREFLIGHT, "failed", exc.message)
+            raise
         narrator.phase(PREFLIGHT, "done")
         task, _session, target = ready.task, ready.session, ready.target
         destination = _worktree_on(project, target)
@@ -277,7 +299,59 @@ def accept(
         crashpoints.hit("accept.marked")
         if pre_prompt:
             ready = _pre_accept(project, ready, actor, narrator, str(pre_prompt))
+            _after_pre_accept(project, ready, agreed, pinned is not None, confirm, actor, narrator)
         return _merge(project, ready, actor, narrator, destination)
+
+
+def _agreed_tip(
+    project: Project, ready: _Ready, pinned: str | None, who: str, confirm: Confirm | None, narrator: Narrator
+) -> str | None:
+    """The tip the person has agreed to merge, checked against the tip read at pre-flight: the one pinned,
+    else the one their diff showed (confirmed when the branch moved since), else None (no diff was shown)."""
+    seen = pinned or reviewed.shown_tip(ready.task, who)
+    if seen is None or seen == ready.tip:
+        return seen
+    branch = ready.session.branch or ready.task.branch
+    moved = reviewed.moved(project, branch, seen, ready.tip)
+    if pinned is not None or confirm is None:
+        raise reviewed.refusal(ready.task, moved, pinned=pinned is not None)
+    _confirmed(ready.task, moved, confirm, narrator)
+    return ready.tip
+
+
+def _after_pre_accept(
+    project: Project,
+    ready: _Ready,
+    agreed: str | None,
+    pinned: bool,
+    confirm: Confirm | None,
+    actor: Actor,
+    narrator: Narrator,
+) -> None:
+    """The pre-accept turn may have moved the branch: its new commits need the same agreement, and a refusal
+    puts the task back as the accept found it."""
+    if agreed is None or agreed == ready.tip:
+        return
+    moved = reviewed.moved(project, ready.session.branch or ready.task.branch, agreed, ready.tip)
+    try:
+        if pinned or confirm is None:
+            raise reviewed.refusal(ready.task, moved, pinned=pinned)
+        _confirmed(ready.task, moved, confirm, narrator)
+    except BaseException as exc:  # a refusal, a "no", or Ctrl-C at the question: nothing is merged
+        why = exc.message if isinstance(exc, CorralError) else "interrupted"
+        restore_prior(project, ready.task.id, actor, f"accept aborted: {why}"[:300])
+        raise
+
+
+def _confirmed(task: Task, moved: reviewed.Moved, confirm: Confirm, narrator: Narrator) -> None:
+    """Ask; a "no" is refused as not confirmed. A yes is narrated with the commits it took."""
+    if not confirm(moved):
+        raise AcceptRefused(
+            f"{task.ref} was not accepted: the {moved.count} new commit(s) on its branch were not confirmed.",
+            code="not-confirmed",
+            hint=f"Look at them (corral diff {task.ref}), then: corral accept {task.ref}",
+        )
+    narrator.emit({"event": "tip-moved", "confirmed": True, **moved.to_json()})
 
 
 def _pre_accept(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, prompt: str) -> _Ready:

@@ -316,6 +316,9 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
     archived = warning = None
     if session is not None:
         try:
+            from corral.engine.runtime.branch_check import ensure  # a symbolic ref the agent left: put back
+
+            ensure(project.git, project.repo, session.branch or task.branch)
             archived = workspace.save_and_remove(project, task, session, how)
         except CorralError as exc:
             warning = f"The task is abandoned, but its worktree was kept: {exc.message}"
@@ -378,10 +381,28 @@ class Diff:
     tip: str
     commits: list[str]
     text: str
+    #: Paths the worktree holds uncommitted: not part of the diff, nor of what accept merges.
+    uncommitted: tuple[str, ...] = ()
 
 
-def diff(project: Project, given: str, *, stat: bool = False) -> Diff:
-    """What the task changed against its target (uncommitted work included), and its commits."""
+def diff(
+    project: Project,
+    given: str,
+    *,
+    stat: bool = False,
+    actor: Actor = Actor.HUMAN,
+    caller_task_id: str | None = None,
+    surface: str = "cli",
+) -> Diff:
+    """What the task's branch changed against its target, read from its commits (never the worktree's
+    files, nor with the task's attributes: :mod:`corral.engine.operations.reviewed`), and its commits.
+
+    The tip shown is recorded for ``actor`` (and ``caller_task_id``, an agent's own task), so accept
+    can tell whether the branch moved since. Uncommitted changes in the worktree are named apart:
+    accept merges commits only (and refuses while there are any).
+    """
+    from corral.engine.operations import reviewed
+
     git, repo = project.git, project.repo
     with project.store.read() as tx:
         task = resolve_task(tx, given)
@@ -391,10 +412,8 @@ def diff(project: Project, given: str, *, stat: bool = False) -> Diff:
     if lease is not None and not lease.local:  # its turns ran on workers: the remote holds the branch as pushed
         remote.refuse_unpushed(task, lease, "diff")
         remote.follow_branch(project, task, target)
-    tip_ref = f"refs/heads/{task.branch}"
-    if git.rev_parse(tip_ref, cwd=repo) is None:
-        tip_ref = workspace.archive_ref(task)
-    tip = git.rev_parse(tip_ref, cwd=repo)
+    live = reviewed.branch_tip(project, task.branch)
+    tip = live if live is not None else git.rev_parse(workspace.archive_ref(task), cwd=repo)
     if session is None or tip is None:
         raise NotFoundError(f"Task {task.ref} has no work yet.", code="no-work", hint=f"corral start {task.ref}")
     base = (
@@ -402,19 +421,12 @@ def diff(project: Project, given: str, *, stat: bool = False) -> Diff:
         if git.rev_parse(f"refs/heads/{target}", cwd=repo)
         else (session.base_commit or tip)
     )
-    commits = git.out("log", "--oneline", "--no-decorate", f"{base}..{tip}", cwd=repo).splitlines()
-    fmt = ["--stat"] if stat else []
-    worktree = session.worktree if session.worktree and Path(session.worktree).is_dir() else None
-    if worktree is not None:  # the worktree's state: committed and uncommitted work alike
-        text = git.run("diff", *fmt, base, cwd=worktree).stdout
-        # New files the agent has not added yet; read without touching its index.
-        untracked = git.run("ls-files", "--others", "--exclude-standard", "-z", cwd=worktree).stdout
-        for path in (p for p in untracked.split("\0") if p):
-            extra = git.run("diff", *fmt, "--no-index", "--", "/dev/null", path, cwd=worktree, check=False)
-            text += extra.stdout
-    else:
-        text = git.run("diff", *fmt, base, tip, cwd=repo).stdout
-    return Diff(task, base, tip, commits, text)
+    commits = git.out("log", "--oneline", "--no-decorate", f"{base}..{tip}", "--", cwd=repo).splitlines()
+    text = reviewed.review_diff(project, base, tip, stat=stat)
+    worktree = session.worktree if live is not None and session.worktree and Path(session.worktree).is_dir() else None
+    uncommitted = tuple(git.dirty_paths(worktree)) if worktree is not None else ()
+    reviewed.record_shown(project, task.id, tip, reviewed.viewer(actor, caller_task_id), surface)
+    return Diff(task, base, tip, commits, text, uncommitted)
 
 
 def delete(project: Project, given: str, *, actor: Actor) -> Task:
