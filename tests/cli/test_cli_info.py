@@ -140,7 +140,7 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
     json_error(bad_env, 2, "config-invalid")
 
 
-WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools"}
+WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools", "protected_defaults"}
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}

@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "model": None,
     "watchdog_timeout": 1800.0,
     "protected": [],
+    "protected_defaults": [".claude/settings*.json", ".mcp.json", ".codex/**", ".pi/**", ".github/workflows/**"],
     "post_turn_check": None,
     "post_turn_check_timeout": 300.0,
     "auto_resume": True,
@@ -61,8 +62,9 @@ DEFAULTS: dict[str, Any] = {
     "codex_bin": "codex",
     "command": None,
 }
-#: Settings that widen what an agent may do: never from corral.toml, which may not even propose them.
-WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools"}
+#: Settings that widen what an agent may do: never from corral.toml, which may not even propose them
+#: (``protected_defaults``: taking a default protection away lets an agent change what a harness runs).
+WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools", "protected_defaults"}
 #: Settings that make corral execute something: never from corral.toml, which may only propose them.
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 #: Settings a repository may not set because they say where a person's own records go.

@@ -152,11 +152,38 @@ _KIND_NAMES: dict[type, str] = {
 _USER = Trust.USER_ONLY
 _EXEC = Trust.EXECUTES
 
+#: The harnesses' own configuration and CI's workflows, in a task's worktree: what Claude Code,
+#: Codex, Pi and CI run when a person (or a push) runs them there. Protected unless a person removes
+#: them (``protected_defaults``); patterns match as ``fnmatch`` does, ``*`` across ``/`` too.
+PROTECTED_DEFAULTS: tuple[str, ...] = (
+    ".claude/settings*.json",
+    ".mcp.json",
+    ".codex/**",
+    ".pi/**",
+    ".github/workflows/**",
+)
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("harness", str, "claude", "default harness for new tasks (claude, pi, codex, command)"),
     Setting("model", str, None, "default model passed to the harness"),
     Setting("watchdog_timeout", float, 1800.0, "seconds without progress before the watchdog kills a turn"),
-    Setting("protected", list, (), "path patterns an agent may not change without a decision"),
+    Setting(
+        "protected",
+        list,
+        (),
+        "path patterns an agent may not change without a decision, besides protected_defaults",
+    ),
+    # User-only: a person's later unconfined run of a harness in the worktree, or CI, executes what
+    # these files say, so taking one away widens what an agent may do; any source may add patterns.
+    Setting(
+        "protected_defaults",
+        list,
+        PROTECTED_DEFAULTS,
+        "patterns protected unless you remove them: the harnesses' settings and CI's workflows,"
+        " which a harness you run in the worktree, or CI, executes; your value replaces this list",
+        _USER,
+        because="taking one away lets an agent rewrite what a harness you run, or CI, executes",
+    ),
     Setting("post_turn_check", str, None, "command run in the worktree after each work phase", _EXEC),
     Setting("post_turn_check_timeout", float, 300.0, "seconds the post-turn check may run"),
     Setting("auto_resume", bool, True, "resume a crashed turn automatically, under the circuit breaker"),

@@ -35,7 +35,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -440,6 +440,12 @@ def file_problems(text: str, path: Path, *, project: bool) -> list[ConfigError]:
 def harness_settings(config: Config) -> dict[str, Any]:
     """The settings a harness adapter is made from (its executables and provider)."""
     return {k: config[k] for k in ("claude_bin", "pi_bin", "pi_provider", "codex_bin", "command")}
+
+
+def protected_patterns(config: Config, own: Sequence[str] = ()) -> tuple[str, ...]:
+    """The protected patterns of a task's turn: ``protected_defaults`` (the harnesses' settings and
+    CI's workflows unless the person removed them), the ``protected`` setting and the task's ``own``."""
+    return tuple(sorted({*config["protected_defaults"], *config["protected"], *own}))
 
 
 # -- adopting a proposal into the user file -------------------------------------------

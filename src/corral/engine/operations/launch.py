@@ -29,7 +29,7 @@ from corral.domain.prompts import system_text
 from corral.domain.record import record, replace
 from corral.domain.records import AGENT_TOOLS, Session, Task, Turn
 from corral.engine import daemons, readonly
-from corral.engine.config import Config, harness_settings
+from corral.engine.config import Config, harness_settings, protected_patterns
 from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.project import Project
 from corral.engine.queue import owner
@@ -152,7 +152,7 @@ def build_command(
         ),
         budgets=budgets(cfg),
         check=proto.CheckSpec(cfg["post_turn_check"], float(cfg["post_turn_check_timeout"])),
-        protected=tuple(sorted({*cfg["protected"], *task.protected})),
+        protected=protected_patterns(cfg, task.protected),
         created_at=rfc3339(project.clock()) or "",
         usage_limits=str(usage_limits_file(project.paths.home)),
         journal_dir=str(project.paths.journal_dir(task.id, session.id)),
