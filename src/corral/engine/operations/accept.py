@@ -285,11 +285,7 @@ def accept(
         if isinstance(ready, Accepted):
             narrator.phase(PREFLIGHT, "done", "already accepted")
             return ready
-        try:
-            agreed = _agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
-        except CorralError as exc:
-            narrator.phase(PREFLIGHT, "failed", exc.message)
-            raise
+        agreed = _agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
         narrator.phase(PREFLIGHT, "done")
         task, _session, target = ready.task, ready.session, ready.target
         destination = _worktree_on(project, target)
