@@ -143,3 +143,16 @@ def test_a_person_removes_a_default_in_their_own_file_and_a_repository_cannot(co
     corral.ok("create", "Two", "--ref", "two")
     no_traceback(corral("start", "two", "--wait"))
     assert [v["path"] for v in corral.json("show", "two")["violations"]] == [".codex/config.toml"]
+
+
+def test_a_name_that_is_not_utf8_is_recorded_escaped_and_asked_about(corral, agent, repo) -> None:
+    """No text column holds a byte that is not UTF-8: the turn is recorded with it as ``\\xff``, a
+    protected one parks the task in conflict, and an unprotected one is only listed."""
+    protected, plain = WORKFLOWS + "bad\udcffname.yml", "src/odd\udcfe.py"  # the bytes 0xff and 0xfe
+    agent.script(commits(protected, plain))
+    corral.ok("create", "Add CI", "--ref", "ci")
+    no_traceback(corral("start", "ci", "--wait"))
+    doc = corral.json("show", "ci")
+    assert doc["task"]["status"] == "conflict"
+    assert [(v["path"], v["decision"]) for v in doc["violations"]] == [(WORKFLOWS + "bad\\xffname.yml", "pending")]
+    assert corral("accept", "ci").returncode == 3

@@ -58,6 +58,17 @@ def protected_matcher(patterns: Sequence[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
+#: A byte of a name that is not UTF-8, as Python's ``surrogateescape`` hands it over.
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def storable(path: str) -> str:
+    """``path`` as text a store and a receipt can hold: the exact name, except that each byte that
+    is not UTF-8 becomes ``\\xNN`` (no text column holds it, and a turn that changed such a file
+    must still be recorded, its protected ones asked about, rather than fail)."""
+    return _UNDECODABLE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", path)
+
+
 class GitProbe:
     """Reads one worktree's state for the supervisor; never raises for a git it cannot read."""
 
@@ -110,9 +121,10 @@ class GitProbe:
             if head and start:
                 out = self.git.run("rev-list", "--reverse", f"{start}..{head}", cwd=self.worktree, check=False)
                 commits = [c for c in out.stdout.split() if c]
-            changed = self.changed_paths(start, pre_sync, post_sync)
+            exact = self.changed_paths(start, pre_sync, post_sync)
             matcher = protected_matcher(protected)
-            hits = [p for p in changed if matcher.match(p)] if matcher else []
+            hits = [storable(p) for p in exact if matcher.match(p)] if matcher else []
+            changed = [storable(p) for p in exact]
             paths, violations, made = (
                 bound(changed, PATHS_KEPT),
                 bound(hits, PROTECTED_KEPT),
