@@ -5,6 +5,7 @@ for a yes."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import zlib
 from pathlib import Path
@@ -18,7 +19,7 @@ from corral.engine.operations import reviewed, tasks
 from corral.engine.operations.gates import Caller
 from corral.errors import TipMoved
 from corral.mcp import tools
-from tests.cli.helpers import no_traceback
+from tests.cli.helpers import no_traceback, store_of
 from tests.cli.test_cli_turns import fake_env
 from tests.conftest import git
 from tests.review.test_accept import blocked_with, status_of, work
@@ -307,3 +308,87 @@ def test_a_pin_refuses_commits_the_pre_accept_turn_adds(proj, agent, repo, monke
     assert caught.value.commits[0].endswith(" one more") and status_of(proj, "prepin") is Status.BLOCKED
     assert "q.py" not in git(repo, "ls-tree", "--name-only", "main")
     proj.close()
+
+
+# -- the dashboard and watch -------------------------------------------------------------------------------
+
+
+def test_the_dashboard_merges_the_tip_its_page_showed(proj, agent, repo) -> None:
+    from corral.dashboard import app as dashboard
+    from corral.dashboard import views
+
+    blocked_with(proj, agent, "page", work("a.py", "a = 1\n"))
+    old = git(repo, "rev-parse", "corral/page")
+    hub = dashboard.Hub(Path(os.environ["CORRAL_HOME"]))
+    state = proj.paths.root.name
+    with proj.store.read() as tx:
+        task = tx.task_by_ref("page")
+    shown = hub.render_diff(state, task.id)
+    assert f'id="{views.REVIEW_TIP}" name="tip" value="{old}"' in shown and "+a = 1" in shown
+    with proj.store.read() as tx:
+        entry = tx.get_task(task.id).metadata[reviewed.REVIEWED]["human"]
+    assert entry["tip"] == old and entry["surface"] == "dashboard"
+    accept_button = views.actions({"task": {"status": "blocked"}}, "p/x/t/y")
+    assert f'hx-include="#{views.REVIEW_TIP}"' in accept_button
+
+    wt = proj.paths.worktree("page")
+    (wt / "b.py").write_text("b = 2\n")
+    git(wt, "add", "b.py")
+    git(wt, "commit", "-qm", "moved under the page")
+    new = git(repo, "rev-parse", "corral/page")
+    main = git(repo, "rev-parse", "main")
+    for tip in (old, None):  # the page's tip, or none sent (then the person's last diff)
+        dashboard._accept(hub, state, task.id, tip, "page")
+        error = hub.narration[task.id][-1]
+        assert error["event"] == "error" and "moved under the page" in error["message"], error
+        assert "Accept again" in error["hint"] and f"--tip {new[:12]}" in error["hint"]
+    assert git(repo, "rev-parse", "main") == main and status_of(proj, "page") is Status.BLOCKED
+    again = hub.render_diff(state, task.id)  # the page's next look shows what came
+    assert f'value="{new}"' in again and "+b = 2" in again
+    dashboard._accept(hub, state, task.id, new, "page")
+    assert hub.narration[task.id][-1]["event"] == "result", hub.narration[task.id]
+    assert git(repo, "show", "main:b.py") == "b = 2"
+
+
+@pytest.mark.slow
+def test_watch_shows_the_diff_and_asks_again_when_the_branch_moved(
+    corral, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    from tests.cli.test_watch import Pane
+
+    env = fake_env(tmp_path, _agent_commits({"a.py": "a = 1\n"}))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GIT_PAGER", "cat")
+    corral.ok("create", "Watched", "--ref", "wx")
+    corral.ok("start", "wx", "--wait")
+    p = Pane(f"{shlex.quote(sys.executable)} -m corral watch; echo EXITED $?; sleep 600", repo)
+    try:
+        p.shows("Waiting for review (1)", "wx ")
+        p.keys("d")
+        p.shows("+a = 1", "press a key to go back")
+        old = git(repo, "rev-parse", "corral/wx")
+        with store_of(corral) as store, store.read() as tx:
+            assert tx.task_by_ref("wx").metadata[reviewed.REVIEWED]["human"]["tip"] == old  # recorded as shown
+        p.keys("x")
+        p.shows("Waiting for review (1)")
+        wt = Path(corral.json("show", "wx")["task"]["worktree"])
+        (wt / "b.py").write_text("b = 2\n")
+        git(wt, "add", "b.py")
+        git(wt, "commit", "-qm", "after the watch")
+        new = git(repo, "rev-parse", "corral/wx")
+        assert new != old
+        p.keys("a")
+        p.shows("[y/N]")
+        p.keys("y")
+        p.shows("moved since its diff was shown", "after the watch", "Merge these too? [y/N]")
+        assert git(repo, "ls-tree", "--name-only", "main").split() == ["README.md"]
+        p.keys("y")
+        p.shows("wx is complete: merged as")
+        assert git(repo, "show", "main:b.py") == "b = 2"
+        p.keys("q")
+        p.shows("EXITED 0")
+    finally:
+        p.close()

@@ -30,8 +30,8 @@ _GROUP_COLOR = {"review": "yellow", "failed": "red", "working": "cyan", "backlog
 #: The live line under a working row starts so.
 LIVE_MARK = "↳ "
 #: What the terminal's last lines say: the keys.
-KEYS = "↑/↓ select · Enter open · l log · u unblock · a accept · q quit"
-DETAIL_KEYS = "↑/↓ PgUp/PgDn scroll · l log · u unblock · a accept · Esc/q back"
+KEYS = "↑/↓ select · Enter open · d diff · l log · u unblock · a accept · q quit"
+DETAIL_KEYS = "↑/↓ PgUp/PgDn scroll · d diff · l log · u unblock · a accept · Esc/q back"
 
 
 def plain(text: str, _color: str) -> str:

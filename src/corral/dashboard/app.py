@@ -7,9 +7,10 @@ under ``static/``, pinned by its file name) and update by server-sent events, sw
 - ``GET /`` — the board of every project under ``CORRAL_HOME`` (``board.board``, not settled: the
   daemon's ticks keep its projects settled); ``GET /events/board`` sends it again whenever it
   changes (a project's database or the live line of a working task).
-- ``GET /p/<state>/t/<task>`` — one task (``queries.show_task``), its diff (``tasks.diff``) and its
-  latest turn's output; ``GET /events/p/<state>/t/<task>`` sends its parts (head, actions, details)
-  and the diff when they change, each new output line, and each phase of an accept started here.
+- ``GET /p/<state>/t/<task>`` — one task (``queries.show_task``), its diff (``tasks.diff``, its tip recorded
+  as shown and carried by the page's Accept) and its latest turn's output; ``GET /events/p/<state>/t/<task>``
+  sends its parts (head, actions, details) and the diff when they change, each new output line, and
+  each phase of an accept started here.
 - ``POST /p/<state>/t/<task>/<action>`` — start, unblock (with protected-file decisions), resume,
   ask, stop, accept, reject, close, reopen: the engine operations the CLI calls, as ``human``.
 
@@ -31,13 +32,13 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from corral.dashboard import security, views
-from corral.dashboard.html import Markup, join, tag
+from corral.dashboard.html import Markup, tag
 from corral.domain.actors import Actor
 from corral.domain.record import record
 from corral.engine.identity import project_states, read_record
 from corral.engine.project import Project
 from corral.engine.runtime.liveness import LiveCache
-from corral.errors import CorralError
+from corral.errors import CorralError, TipMoved
 
 HOST = "127.0.0.1"
 STATIC = Path(__file__).resolve().parent / "static"
@@ -222,15 +223,19 @@ class Hub:
         return value
 
     def render_diff(self, state: str, task_id: str) -> Markup:
-        from corral.dashboard.html import diff
+        """The task's diff as ``corral diff`` reads it, its tip recorded as shown to a person and carried by the
+        page, so its Accept merges that tip and no other (docs/dashboard.md#accept)."""
         from corral.engine.operations import tasks
 
         try:
-            found = tasks.diff(self.homes.get(state), task_id)
+            found = tasks.diff(self.homes.get(state), task_id, actor=ACTOR, surface="dashboard")
         except CorralError as exc:
             return tag("p", exc.message, class_="meta")
-        commits = tag("ul", join(tag("li", c) for c in found.commits), class_="commits")
-        return commits + diff(found.text)
+        return views.diff_fragment(found.tip, found.commits, found.text, found.uncommitted)
+
+    def forget_diff(self, task_id: str) -> None:
+        """The task's diff is read again at the next look (its branch moved without its row changing)."""
+        self._cache.pop(f"diff:{task_id}", None)
 
     async def diff(self, state: str, task_id: str, updated: str, status: str) -> Markup:
         value: Markup = await self.shared(
@@ -338,13 +343,23 @@ def _act(hub: Hub, state: str, task_id: str, action: str, form: dict[str, list[s
     raise AssertionError(action)
 
 
-def _accept(hub: Hub, state: str, task_id: str) -> None:
-    """An accept, each of its events kept for the task's open pages (narrated as it runs)."""
+def _accept(hub: Hub, state: str, task_id: str, tip: str | None = None, ref: str | None = None) -> None:
+    """An accept, each of its events kept for the task's open pages (narrated as it runs).
+
+    ``tip``: the commit the page's diff showed. It is the one merged; a branch that moved since is
+    refused (there is no one to ask here), and the page's diff is read again to show what came."""
     from corral.engine.operations import accept as accepting
 
     events = hub.narration[task_id] = []
     try:
-        result = accepting.accept(hub.homes.get(state), task_id, actor=ACTOR, report=events.append)
+        try:
+            result = accepting.accept(hub.homes.get(state), task_id, actor=ACTOR, report=events.append, tip=tip)
+        except TipMoved as exc:
+            hub.forget_diff(task_id)
+            hint = "The diff below now shows them: look, then Accept again"
+            hint += f" (or: corral accept {ref} --tip {exc.tip[:12]})." if ref else "."
+            events.append({"event": "error", "message": exc.message, "hint": hint})
+            return
         events.append(
             {
                 "event": "result",
@@ -495,7 +510,8 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
         loop = asyncio.get_running_loop()
         if name == "accept":
             hub.narration[tid] = [{"event": "phase", "label": "accept", "state": "requested", "position": None}]
-            future = loop.run_in_executor(hub.acts, _accept, hub, state, tid)
+            shown = (form.get("tip") or [""])[0].strip() or None  # the tip the page's diff showed
+            future = loop.run_in_executor(hub.acts, _accept, hub, state, tid, shown, doc["task"]["ref"])
 
             def failed(f: asyncio.Future[None]) -> None:
                 if not f.cancelled() and f.exception() is not None:

@@ -287,7 +287,7 @@ def actions(doc: dict[str, Any], base: str) -> Markup:
         files = tag("fieldset", tag("legend", "Protected files changed") + tag("ul", join(rows)), class_="violations")
     buttons = []
 
-    def button(name: str, label: str, cls: str = "") -> None:
+    def button(name: str, label: str, cls: str = "", include: str | None = None) -> None:
         buttons.append(
             tag(
                 "button",
@@ -297,6 +297,7 @@ def actions(doc: dict[str, Any], base: str) -> Markup:
                 value=name,
                 hx_post=f"{base}/{name}",
                 hx_target="#flash",
+                hx_include=include,
                 class_=cls or None,
             )
         )
@@ -312,13 +313,34 @@ def actions(doc: dict[str, Any], base: str) -> Markup:
     if status == "working":
         button("stop", "Stop")
     if status in ("blocked", "conflict", "interrupted", "submitted"):
-        button("accept", "Accept", "primary")
+        button("accept", "Accept", "primary", include=f"#{REVIEW_TIP}")  # merges the tip the diff shows
     if status not in ("complete", "abandoned", "working", "merging", "pairing"):
         button("reject", "Reject", "danger")
         button("close", "Close", "danger")
     if status in ("complete", "abandoned"):
         button("reopen", "Reopen")
     return files + tag("div", join(buttons), class_="buttons")
+
+
+#: The id of the diff's hidden field naming the tip it shows; Accept sends it (``hx-include``).
+REVIEW_TIP = "review-tip"
+#: Uncommitted paths named under a diff, at most.
+UNCOMMITTED_SHOWN = 20
+
+
+def diff_fragment(tip: str, commits: list[str], text: str, uncommitted: tuple[str, ...] = ()) -> Markup:
+    """The diff box: the commits, the tip they end at (also a hidden field, the tip Accept merges), the patch,
+    and the worktree's uncommitted paths, which are not part of it nor of what Accept merges."""
+    from corral.dashboard.html import diff
+
+    head = tag("p", f"At {tip[:12]}: {len(commits)} commit(s); Accept merges exactly this.", class_="meta")
+    field = Markup(f'<input type="hidden" id="{REVIEW_TIP}" name="tip" value="{esc(tip)}">')
+    out = head + field + tag("ul", join(tag("li", c) for c in commits), class_="commits") + diff(text)
+    if uncommitted:
+        named = ", ".join(uncommitted[:UNCOMMITTED_SHOWN]) + (" …" if len(uncommitted) > UNCOMMITTED_SHOWN else "")
+        said = f"Uncommitted in the worktree, not shown and not part of what Accept merges: {named}"
+        out += tag("p", said, class_="meta uncommitted")
+    return out
 
 
 def _incidents(doc: dict[str, Any]) -> Markup:

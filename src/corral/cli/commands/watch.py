@@ -42,7 +42,7 @@ from corral.engine.operations import board as boards
 from corral.engine.operations import queries
 from corral.engine.project import Project
 from corral.engine.runtime.protocol import STATUS
-from corral.errors import CorralError, TaskNotFound
+from corral.errors import CorralError, TaskNotFound, TipMoved
 
 #: How often the files a board is made of are looked at.
 POLL_SECONDS = 0.25
@@ -568,6 +568,8 @@ class Screen:
             self.asking = None
             if key in ("y", "Y") and what == "accept":
                 self.accept(row)
+            elif key in ("y", "Y") and what == "accept-moved":
+                self.accept(row, tip=row["moved_tip"])  # exactly the tip the question named
             else:
                 self.message = f"{row['ref']} was not accepted."
             return None
@@ -620,13 +622,15 @@ class Screen:
         return None
 
     def act(self, key: str, row: dict[str, Any] | None) -> None:
-        if key not in ("l", "u", "a"):
+        if key not in ("d", "l", "u", "a"):
             return
         if row is None:
             self.message = "No task selected."
             return
         try:
-            if key == "l":
+            if key == "d":
+                self.review(row)
+            elif key == "l":
                 self.follow(row)
             elif key == "u":
                 self.unblock(row)
@@ -678,6 +682,21 @@ class Screen:
             self.write("── press a key to go back to the board ")
             self._one_key()
 
+    def review(self, row: dict[str, Any]) -> None:
+        """``d``: ``corral diff`` of the task in git's pager, on this terminal. It records the tip it showed,
+        so a later ``a`` merges that tip, or names what came since and asks again."""
+        from corral.adapters.terminal import run_interactive
+
+        project = self.source.project_of(row)
+        argv = [sys.executable, "-m", "corral", "diff", row["id"], "--repo", str(project.paths.repo)]
+        with self.outside(screen=True):
+            try:
+                run_interactive(argv)
+            except OSError as exc:
+                self.write(f"could not run corral diff: {exc}\n")
+            self.write("── press a key to go back to the board ")
+            self._one_key()
+
     def _one_key(self) -> None:
         saved = termios.tcgetattr(self.fd)
         tty.setcbreak(self.fd)
@@ -702,8 +721,9 @@ class Screen:
         self.message = f"{started.task.ref} is working ({started.launched.where()})."
         self.source.invalidate()
 
-    def accept(self, row: dict[str, Any]) -> None:
-        """``a`` then ``y``: ``corral accept``'s operation, its steps shown as they go."""
+    def accept(self, row: dict[str, Any], tip: str | None = None) -> None:
+        """``a`` then ``y``: ``corral accept``'s operation, its steps shown as they go. When the branch moved
+        since its diff was shown, the new commits are named and a second ``y`` merges exactly that tip."""
         from corral.engine.operations import accept as accepting
 
         def report(event: dict[str, Any]) -> None:
@@ -713,7 +733,17 @@ class Screen:
                 self.draw()
 
         try:
-            result = accepting.accept(self.source.project_of(row), row["id"], actor=self.app.actor, report=report)
+            result = accepting.accept(
+                self.source.project_of(row), row["id"], actor=self.app.actor, report=report, tip=tip
+            )
+        except TipMoved as exc:
+            self.asking = ("accept-moved", {**row, "moved_tip": exc.tip})
+            named = "; ".join(exc.commits) or "its history was rewritten"
+            self.message = (
+                f"{row['ref']}'s branch moved since its diff was shown, to {exc.tip[:12]}: {named}. "
+                "Merge these too? [y/N]"
+            )
+            return
         except CorralError as exc:
             self.message = _said(exc)
             return
