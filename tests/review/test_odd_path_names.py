@@ -156,3 +156,28 @@ def test_a_name_that_is_not_utf8_is_recorded_escaped_and_asked_about(corral, age
     assert doc["task"]["status"] == "conflict"
     assert [(v["path"], v["decision"]) for v in doc["violations"]] == [(WORKFLOWS + "bad\\xffname.yml", "pending")]
     assert corral("accept", "ci").returncode == 3
+
+
+def test_a_local_change_to_an_oddly_named_file_the_merge_changes_is_kept_in_the_stash(proj, agent, repo) -> None:
+    """accept stashes the person's overlapping change and, when it cannot go back, restores the merged
+    file and names it: the stash's paths are read with ``-z``, so an odd name is among them."""
+    from corral.domain.actors import Actor
+    from corral.engine.operations import accept as accepting
+    from corral.engine.operations import control, tasks, turns
+
+    name = "docs/tab\there \x1b.md"
+    (repo / "docs").mkdir()
+    (repo / name).write_text("base\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "an oddly named file")
+    agent.script(commits(name))
+    task = tasks.create(proj, "Edit the doc", actor=Actor.HUMAN, ref="doc")
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    control.wait(proj, task.ref, timeout=30)
+    (repo / name).write_text("my local edit\n")  # overlaps with the merge
+    result = accepting.accept(proj, "doc", actor=Actor.HUMAN)
+    assert result.task.status.value == "complete"
+    assert (repo / name).read_text() == f"# {json.dumps(name)}\non: push\n"  # the merged file, no conflict markers
+    assert git(repo, "status", "--porcelain", "-z") == ""
+    assert git(repo, "show", f"stash@{{0}}:{name}") == "my local edit"
+    assert result.warning and shown_path(name) in result.warning and "\x1b" not in result.warning
