@@ -10,11 +10,11 @@ docs/harnesses.md.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from corral.domain.bounded_json import Reason, Unparseable, decode, decode_first
 from corral.domain.failures import FailureClass
 from corral.domain.incidents import Fact, ToolStart
 from corral.domain.posture import Posture
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 #: Linux caps one argv element at 128 KiB; past this a prompt goes on stdin (for Claude Code, Pi
 #: and Codex; the ``command`` harness always has it on stdin and in a file).
 ARGV_PROMPT_LIMIT = 96 * 1024
+#: The most of one stream line decoded: the supervisor's line reader keeps at most 1 MiB of a line.
+MAX_LINE = 1024 * 1024
 
 
 @record
@@ -81,7 +83,8 @@ class Event:
 
     session (session_id), text (text), tool_start (tool_id, name), tool_end (tool_id,
     is_error, text), model_error (text, status), retry (text), usage (usage),
-    result (is_error, text, status, usage), keepalive.
+    result (is_error, text, status, usage), keepalive, unparseable (text: why a line of the stream
+    could not be read; the line stays in the log).
     """
 
     kind: str
@@ -199,10 +202,10 @@ def shell_exit_code(text: str) -> int | None:
     read from what the command printed."""
     if SHELL_RESULT_KEY not in text[:200]:
         return None
-    try:
-        doc, _end = json.JSONDecoder().raw_decode(text.lstrip())
-    except ValueError:
+    decoded = decode_first(text)
+    if isinstance(decoded, Unparseable):
         return None
+    doc = decoded.value
     if not isinstance(doc, dict) or doc.get(SHELL_RESULT_KEY) != 1:
         return None
     code = doc.get("exit_code")
@@ -247,13 +250,22 @@ def last_result(events: Sequence[Event]) -> Event | None:
     return None
 
 
-def json_line(line: bytes) -> dict[str, Any] | None:
-    """One JSON-object line of a harness stream, or None for anything else (text, arrays, junk)."""
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+def json_line(line: bytes) -> dict[str, Any] | Unparseable | None:
+    """One JSON-object line of a harness stream; None for text (or an array, a number); :class:`Unparseable`
+    for a line no bounded reader takes whole — nested too deep, too large (a line its reader cut short
+    says its whole size in ``length``), or one that opens an object and is not valid JSON."""
+    decoded = decode(line, max_bytes=MAX_LINE, length=getattr(line, "length", None))
+    if isinstance(decoded, Unparseable):
+        if decoded.reason is Reason.MALFORMED and not line.lstrip().startswith(b"{"):
+            return None
+        return decoded
+    return decoded.value if isinstance(decoded.value, dict) else None
+
+
+def unread(line: Unparseable | None) -> list[Event]:
+    """What a stream parser returns for a line :func:`json_line` did not give as an object: nothing for
+    text, an ``unparseable`` event (the line stays in the log as text; the turn goes on) for the rest."""
+    return [] if line is None else [Event("unparseable", text=line.detail)]
 
 
 def obj(value: Any) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from corral.adapters.harness.base import (
     last_result,
     prompt_arg,
     shell_exit_code,
+    unread,
     usage_limit_in,
 )
 from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
@@ -189,8 +190,8 @@ class ClaudeHarness:
         if _SYSTEM.match(line) and b'"init"' not in line[:300] and b"retry" not in line[:300]:
             return [KEEPALIVE]
         data = json_line(line)
-        if data is None:
-            return []
+        if not isinstance(data, dict):
+            return unread(data)
         kind = data.get("type")
         if kind == "rate_limit_event":
             info = data.get("rate_limit_info")

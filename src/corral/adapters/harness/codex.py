@@ -66,6 +66,7 @@ from corral.adapters.harness.base import (
     obj,
     prompt_arg,
     shell_exit_code,
+    unread,
     usage_limit_in,
 )
 from corral.adapters.harness.claude import code_for
@@ -171,8 +172,8 @@ class CodexHarness:
 
     def parse(self, line: bytes) -> list[Event]:
         data = json_line(line)
-        if data is None:
-            return []
+        if not isinstance(data, dict):
+            return unread(data)
         kind = data.get("type")
         item = obj(data.get("item"))
         if kind == "thread.started" and isinstance(data.get("thread_id"), str):

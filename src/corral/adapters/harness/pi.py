@@ -44,8 +44,10 @@ from corral.adapters.harness.base import (
     json_line,
     obj,
     prompt_arg,
+    unread,
     usage_limit_in,
 )
+from corral.domain.bounded_json import Decoded, decode
 from corral.domain.failures import FailureClass, classify_common, classify_http_status
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
@@ -83,10 +85,11 @@ def session_dir(env: Mapping[str, str]) -> tuple[Path, bool]:
     ``<agent dir>/sessions`` (one per working directory)."""
     chosen = env.get("PI_CODING_AGENT_SESSION_DIR")
     if not chosen:
-        try:
-            settings = json.loads((agent_dir(env) / "settings.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            settings = None
+        try:  # a turn's harness can write its own settings: read as untrusted, bounded
+            decoded = decode((agent_dir(env) / "settings.json").read_bytes())
+        except OSError:
+            decoded = None
+        settings = decoded.value if isinstance(decoded, Decoded) else None
         value = settings.get("sessionDir") if isinstance(settings, dict) else None
         chosen = value if isinstance(value, str) and value else None
     if chosen and (chosen.startswith("~") or os.path.isabs(chosen)):
@@ -117,10 +120,8 @@ def describe_error(message: str) -> tuple[int | None, str]:
         words = " ".join(message.split())[:WORDS_CHARS] or "no error text"
         return None, f"no HTTP answer: {words}"
     status, rest = int(found.group(1)), found.group(2).strip()
-    try:
-        body = json.loads(rest) if rest else None
-    except ValueError:
-        body = None
+    decoded = decode(rest) if rest else None  # the model server's words, through the agent's harness: bounded
+    body = decoded.value if isinstance(decoded, Decoded) else None
     if isinstance(body, dict):
         error = obj(body.get("error"))
         kind = str(error.get("type") or "").removesuffix("_error")
@@ -329,8 +330,8 @@ class PiHarness:
 
     def parse(self, line: bytes) -> list[Event]:
         data = json_line(line)
-        if data is None:
-            return []
+        if not isinstance(data, dict):
+            return unread(data)
         kind = data.get("type")
         if kind == "session" and isinstance(data.get("id"), str):
             return [Event("session", session_id=data["id"])]
@@ -389,10 +390,8 @@ class PiHarness:
         if not (plain_id(session_id) and _SESSION_FILE.fullmatch(name) and name.endswith(f"_{session_id}.jsonl")):
             return None
         first, newline, rest = data.partition(b"\n")
-        try:
-            header = json.loads(first)
-        except ValueError:
-            return None
+        decoded = decode(first)
+        header = decoded.value if isinstance(decoded, Decoded) else None
         if not isinstance(header, dict) or header.get("type") != "session" or header.get("id") != session_id:
             return None
         header["cwd"] = os.path.realpath(worktree)

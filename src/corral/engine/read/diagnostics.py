@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import write_atomic
+from corral.domain.bounded_json import Decoded, decode
 from corral.domain.clock import rfc3339
 from corral.domain.record import asdict, replace
 from corral.domain.records import FailureEvidence
@@ -355,10 +356,8 @@ def translate_output(
 
 
 def _is_json_object(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
-        return False
+    decoded = decode(line)  # the agent's output: bounded (a deep line is text here, never a fault)
+    return isinstance(decoded, Decoded) and isinstance(decoded.value, dict)
 
 
 def harness_for(command: proto.Command | None) -> Harness | None:

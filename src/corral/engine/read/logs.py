@@ -11,7 +11,6 @@ alone. What each attempt ended with (exit, class) comes from the turn's record i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Event, Harness
 from corral.domain.actors import Role
+from corral.domain.bounded_json import Decoded, decode
 from corral.domain.record import field, record
 from corral.domain.records import Task
 from corral.domain.status import Status
@@ -197,10 +197,8 @@ class _Record:
 
 
 def _parse_record(raw: bytes) -> _Record | None:
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None
+    decoded = decode(raw, max_bytes=MAX_INDEX_LINE)
+    doc = decoded.value if isinstance(decoded, Decoded) else None
     if not isinstance(doc, dict) or doc.get("k") not in ("a", "o", "e"):
         return None
     o, e, t = doc.get("o"), doc.get("e"), doc.get("t")
@@ -376,8 +374,9 @@ def readable(harness: Harness, line: Line) -> Iterator[str]:
         yield _decode(line.data)
         return
     events = harness.parse(line.data)
-    if not events and line.data.strip():
-        yield _decode(line.data)
+    if line.data.strip() and all(event.kind == "unparseable" for event in events):
+        yield _decode(line.data)  # text, or a line no bounded reader takes whole: shown as it came
+        return
     for event in events:
         text = render_event(event)
         if text is not None:

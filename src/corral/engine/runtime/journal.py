@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from corral.adapters.files import fsync_dir, private_dirs, read_bounded, write_atomic
+from corral.domain.bounded_json import Decoded, Reason, Unparseable, decode
 from corral.domain.incidents import Collector, Fact, FailureState, Gap, ToolStart, operation_of, reduce
 from corral.engine.runtime import provenance
 
@@ -165,11 +166,8 @@ def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int,
     for line in data[:end].splitlines():
         if not line.strip():
             continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            unreadable += 1
-            continue
+        decoded = decode(line, max_bytes=MAX_RECORD)
+        event = decoded.value if isinstance(decoded, Decoded) else None
         if isinstance(event, dict):
             events.append(event)
         else:
@@ -344,7 +342,9 @@ def _scan_bytes(
     lines = _Lines(harness, cwd, collector, at, events)
     position = offset
     carry = b""
-    skipping = False  # inside a record over MAX_RECORD: drop bytes until its newline
+    # Inside a record over MAX_RECORD (reported once, where it began): bytes are dropped until its
+    # newline, by this scan and, when the log ends inside it, by the next (the cursor says so).
+    skipping = bool(cursors.logs.get(key, {}).get("skipping")) and offset > 0
     while position < size:
         # The line left incomplete is read again with what follows it: buffers of one size, where
         # joining it to the next read would cost more than reading (a fresh buffer each time).
@@ -354,7 +354,10 @@ def _scan_bytes(
             break
         position = base + len(data)
         start, end = 0, data.rfind(b"\n") + 1  # the complete lines are data[start:end]
-        if skipping and end:
+        if skipping and not end:  # still inside the oversized record: nothing of it is kept
+            carry = b""
+            continue
+        if skipping:
             start, skipping = data.find(b"\n") + 1, False
         if start < end:
             if by_line:
@@ -370,6 +373,10 @@ def _scan_bytes(
         events += collector.fold(Gap(f"partial:{end}", f"the turn ended inside a record (byte {end})"), at)
         end = position
     cursors.logs.setdefault(key, {})["offset"] = end
+    if skipping:
+        cursors.logs[key]["skipping"] = True
+    else:
+        cursors.logs[key].pop("skipping", None)
     return events
 
 
@@ -556,16 +563,23 @@ class _Lines:
         if operation is None:
             if len(self.operations) >= 4096:
                 self.operations.clear()
-            operation = self.operations[name, args] = operation_of(name, json.loads(args), self.cwd)
+            decoded = decode(args, max_bytes=MAX_RECORD)
+            if isinstance(decoded, Unparseable):
+                return True  # not passed over: the line is parsed, and its gap reported
+            operation = self.operations[name, args] = operation_of(name, decoded.value, self.cwd)
         return operation in failed
 
     def parse(self, line: bytes, line_at: int) -> None:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if line.lstrip().startswith(b"{"):
+        decoded = decode(line, max_bytes=MAX_RECORD)
+        if isinstance(decoded, Unparseable):
+            if decoded.reason is Reason.TOO_DEEP:
+                self.gap(f"too-deep:{line_at}", f"a record {decoded.detail} at byte {line_at}")
+            elif decoded.reason is Reason.TOO_LARGE:
+                self.oversized(line_at)
+            elif line.lstrip().startswith(b"{"):
                 self.gap(f"malformed:{line_at}", f"a malformed structured record at byte {line_at}")
             return
+        record = decoded.value
         if isinstance(record, dict):
             for fact in self.harness.incident_facts(record, line_at, self.cwd):
                 self.events += self.collector.fold(fact, self.at)

@@ -18,7 +18,7 @@ from typing import Any
 
 from corral.adapters.harness import make_harness
 from corral.domain.clock import rfc3339
-from corral.domain.incidents import Category, supervision_failure
+from corral.domain.incidents import Category, Gap, supervision_failure
 from corral.domain.redact import redact
 from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime.attempts import AttemptRun
@@ -72,7 +72,26 @@ class TurnObserver:
         elif run.signal is not None and not run.we_signalled:
             summary = f"the agent was killed by signal {run.signal} (attempt {run.number} of turn {self.sequence})"
             seen.append(supervision_failure(f"signal:{key}", Category.EXIT, summary, at))
+        gap = unread_gap(run, self.sequence)
+        if gap is not None:
+            seen += self.cursors.collector.fold(gap, at)
         self.scan(extra=seen)
+
+
+def unread_gap(run: AttemptRun, sequence: int) -> Gap | None:
+    """The lines of an attempt's stream its harness could not read (nested too deep, too large, a broken
+    object: ``unparseable`` events), as one observation gap; None when it read every line. The lines
+    stay in the log as text; the turn went on without them."""
+    unread = [event.text or "unreadable" for event in run.events if event.kind == "unparseable"]
+    if not unread:
+        return None
+    count = f"at least {len(unread)}" if len(run.events) == run.events.maxlen else str(len(unread))
+    why = "; ".join(dict.fromkeys(unread))
+    return Gap(
+        f"unread:{sequence}.{run.number}",
+        f"attempt {run.number} of turn {sequence}: {count} line(s) of the harness's stream could not be read "
+        f"({why}); they stay in its log as text",
+    )
 
 
 def _after(command: Command, secrets: list[str]) -> TurnObserver | None:
