@@ -29,7 +29,8 @@ def paths(app: App) -> None:
 @click.command(
     epilog="""\b
 Examples:
-  corral doctor              check git, the state directory, the database, the settings
+  corral doctor              check git, the state directory, the database, the settings,
+                             the repository's objects (missing or corrupt, and the refs that reach them)
   corral doctor fix-login    re-derive the task's blocked/conflict label from its violations
 """
 )

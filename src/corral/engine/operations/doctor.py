@@ -4,6 +4,9 @@ Each check says what it found and, when something is wrong, what to do. ``doctor
 every project state under ``CORRAL_HOME`` whose repository moved or is gone (to reattach or
 archive). ``doctor T`` re-derives a paused task's label, and takes an interrupted task whose
 failed upstream merge was resolved by hand to blocked.
+
+``doctor`` also checks the repository's objects (:func:`check_objects`): an agent that could
+write the object store can delete or rewrite what a task's branch, or ``main``, is made of.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import os
 import re
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 from corral.adapters.harness import make_harness
 from corral.domain.actors import Actor
 from corral.domain.record import record
 from corral.domain.records import Task
+from corral.domain.sanitize import sanitize_field
 from corral.domain.status import PAUSED, TERMINAL, Status
 from corral.engine.config import harness_settings, proposals
 from corral.engine.identity import orphans
@@ -28,6 +33,17 @@ from corral.engine.resolve import resolve_task
 from corral.errors import CorralError
 
 MIN_GIT = (2, 38)  # merge-tree --write-tree
+#: How many bad objects doctor names one by one (the count after them is whole).
+OBJECTS_SHOWN = 10
+_OID = r"[0-9a-f]{40}(?:[0-9a-f]{24})?"
+#: A loose object's path (``objects/d0/e0fd…``): the name git stores it under.
+_OBJECT_PATH = re.compile(r"objects/([0-9a-f]{2})/([0-9a-f]{38}(?:[0-9a-f]{24})?)\b")
+_MISSING = re.compile(rf"^missing (\w+) ({_OID})(?: \((.*)\))?$")
+_MISSING_OBJECT = re.compile(rf"missing (\w+) object '?({_OID})")
+_POINTER = re.compile(rf"^error: (\S+): invalid sha1 pointer ({_OID})")
+_LOOSE = re.compile(rf"loose object ({_OID})")
+_BROKEN_TO = re.compile(rf"\bto +(\w+) ({_OID})(?: \((.*)\))?")
+_ANY_OID = re.compile(rf"\b({_OID})\b")
 
 
 @record
@@ -291,6 +307,147 @@ def check_workers(project: Project) -> list[Check]:
     return out
 
 
+@record(frozen=False)
+class _Bad:
+    """One missing or corrupt object, and what reaches it."""
+
+    oid: str
+    what: str  # "missing blob", "corrupt object" …
+    names: set[str]  # refs (and paths below them) that reach it
+
+
+def _bad_objects(text: str, bad: dict[str, _Bad]) -> None:
+    """Add what git's fsck or rev-list output names as missing or corrupt to ``bad``."""
+
+    def add(oid: str, what: str, name: str | None = None) -> None:
+        if name and "@{" in name:
+            name = None  # a reflog entry, not a ref that reaches it now
+        found = bad.setdefault(oid, _Bad(oid, what, set()))
+        if _rank(what) > _rank(found.what):  # corrupt says more than missing, missing more than a bare mention
+            found.what = what
+        if name:
+            found.names.add(name)
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("?") and re.fullmatch(_OID, line[1:]):
+            add(line[1:], "missing object")  # rev-list --missing=print
+        elif m := _MISSING.match(line):
+            add(m.group(2), f"missing {m.group(1)}", m.group(3))
+        elif m := _POINTER.match(line):
+            add(m.group(2), "missing object", m.group(1))
+        elif line.startswith("broken link") and (m := _BROKEN_TO.search(line)):
+            add(m.group(2), f"missing {m.group(1)}", m.group(3))
+        elif "hash-path mismatch" in line and (p := _OBJECT_PATH.search(line)):
+            add(p.group(1) + p.group(2), "rewritten object (its content does not match its name)")
+        elif m := _LOOSE.search(line):
+            add(m.group(1), "corrupt object")
+        elif m := _MISSING_OBJECT.search(line):
+            add(m.group(2), f"missing {m.group(1)}")
+        elif line.startswith(("error:", "fatal:")) and "reflog" not in line:
+            if p := _OBJECT_PATH.search(line):
+                add(p.group(1) + p.group(2), "corrupt object")
+            elif m := _ANY_OID.search(line):
+                add(m.group(1), "object")
+
+
+def _rank(what: str) -> int:
+    if what.startswith(("corrupt", "rewritten")):
+        return 3
+    if what.startswith("missing"):
+        return 1 if what == "missing object" else 2  # "missing blob" names its type
+    return 0
+
+
+def _task_of(name: str) -> str | None:
+    """The task ref whose corral ref ``name`` (``refs/heads/corral/<ref>~2:src/a.py``) is, if any."""
+    ref = re.split(r"[~^:@]", name, maxsplit=1)[0]
+    for prefix in ("refs/heads/corral/", "refs/corral/archive/", "refs/corral/verified/", "refs/corral/kept/"):
+        if ref.startswith(prefix):
+            return ref.removeprefix(prefix).split("/", 1)[0] or None
+    return None
+
+
+def check_objects(project: Project) -> list[Check]:
+    """Every object the refs reach is present and readable, and every loose object matches its name.
+
+    Two reads of the repository: ``git rev-list --objects --all --missing=print --quiet`` walks
+    every ref's commits and trees and prints only what is missing (on git.git's 850,000 objects:
+    6.4 s of CPU, against 7.9 s for ``git fsck --connectivity-only`` and 14 s with
+    ``--name-objects``); ``git fsck --no-full`` hashes the loose objects only — where a turn's
+    objects land, and where a rewrite in place would otherwise pass unseen without reading
+    every blob.
+    Only when something is wrong does doctor pay for ``git fsck --connectivity-only
+    --name-objects``, to say which refs (and paths) reach each bad object.
+    """
+    git, repo = project.git, project.repo
+    limit = git.hook_timeout  # the whole history: the longer limit
+    bad: dict[str, _Bad] = {}
+    reach = git.run(
+        "rev-list", "--objects", "--all", "--missing=print", "--quiet", cwd=repo, check=False, timeout=limit
+    )
+    _bad_objects(reach.stdout, bad)
+    if reach.returncode != 0:
+        _bad_objects(reach.stderr, bad)
+    loose = git.run("fsck", "--no-full", "--no-dangling", "--name-objects", cwd=repo, check=False, timeout=limit)
+    if loose.returncode != 0:
+        _bad_objects(loose.stdout + "\n" + loose.stderr, bad)
+    if not bad:
+        if reach.returncode != 0:
+            said = (reach.stderr or reach.stdout).strip().splitlines()
+            return [
+                Check(
+                    "objects",
+                    "fail",
+                    f"git rev-list could not walk the repository: {said[-1] if said else reach.returncode}",
+                    f"Run `git fsck --name-objects` in {repo} to see what is wrong.",
+                )
+            ]
+        return [Check("objects", "ok", "every object the refs reach is present; loose objects match their names")]
+    named = git.run(
+        "fsck", "--connectivity-only", "--no-dangling", "--name-objects", cwd=repo, check=False, timeout=limit
+    )
+    _bad_objects(named.stdout + "\n" + named.stderr, bad)
+    tips = git.run("for-each-ref", "--format=%(objectname) %(refname)", cwd=repo, check=False).stdout
+    refs: dict[str, str] = {}
+    for line in tips.splitlines():
+        oid, _, ref = line.partition(" ")
+        refs[ref] = oid
+        if oid in bad:
+            bad[oid].names.add(ref)
+    stopped = reach.returncode != 0 or "fatal:" in loose.stderr or "fatal:" in named.stderr
+    found = sorted(bad.values(), key=lambda b: (not b.names, b.oid))
+    out = [_object_check(b, refs, repo) for b in found[:OBJECTS_SHOWN]]
+    more = len(found) - OBJECTS_SHOWN
+    if more > 0 or stopped:
+        said = [f"and {more} more missing or corrupt objects"] if more > 0 else []
+        said += ["git stopped at the first bad object it met, so there may be more"] if stopped else []
+        out.append(
+            Check("objects", "fail", "; ".join(said), f"Run `git fsck --name-objects` in {repo} to see every one.")
+        )
+    return out
+
+
+def _object_check(bad: _Bad, refs: dict[str, str], repo: Path) -> Check:
+    names = sorted(bad.names)
+    where = f", reached from {', '.join(names[:3])}" + (" …" if len(names) > 3 else "") if names else ""
+    message = f"{bad.what} {bad.oid[:12]}{where}"
+    tasks = sorted({t for t in (_task_of(n) for n in names) if t})
+    steps = []
+    for task in tasks[:3]:
+        kept = [r for r in (f"refs/corral/verified/{task}", f"refs/corral/archive/{task}") if r in refs]
+        if kept:
+            steps.append(
+                f"task {task}: if {kept[0]} reaches no bad object (`git rev-list --objects {kept[0]}`), "
+                f"put its branch back there: git update-ref refs/heads/corral/{task} {kept[0]}"
+            )
+    steps.append(
+        f"an object another clone or the remote holds comes back with `git fetch` there; "
+        f"`git fsck --name-objects` in {repo} lists every problem"
+    )
+    return Check("objects", "fail", sanitize_field(message), sanitize_field("; ".join(steps) + "."))
+
+
 def _guarded(name: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
     """A check that fails reports as a failed check: doctor itself never crashes."""
     try:
@@ -322,6 +479,7 @@ def run(project: Project, task: str | None = None) -> list[Check]:
         checks += _guarded("worktree", lambda: check_worktrees(project))
         checks += _guarded("checkout", lambda: check_checkouts(project))
         checks += _guarded("workers", lambda: check_workers(project))
+    checks += _guarded("objects", lambda: check_objects(project))
     checks += _guarded("private", lambda: check_private(project))
     checks += _guarded("project", lambda: check_projects(project))
     checks += _guarded("harness", lambda: check_harnesses(project))
