@@ -361,3 +361,33 @@ def test_a_ref_whose_lock_is_in_use_is_left_and_the_rest_still_removed(tasked: P
     assert report.refs == 2 and report.left == 2 and report.error is None
     why = {i.name: i.why or "" for i in report.items if not i.removed}
     assert "File exists" in why["refs/heads/corral/busy"] or "Unable to create" in why["refs/heads/corral/busy"]
+
+
+def test_refs_that_move_or_go_while_the_sweep_runs_are_left_to_whoever_moved_them(tasked: Path) -> None:
+    main, work = git(tasked, "rev-parse", "main"), git(tasked, "rev-parse", "corral/t")
+    for name in ("moved", "gone", "stray-1", "stray-2"):
+        git(tasked, "update-ref", f"refs/heads/corral/{name}", main)
+
+    runner = CountingRunner()
+    listed_first: list[bool] = []
+
+    def meanwhile() -> list[str]:
+        """Read after the refs are listed: a start makes its branch, another sweep or a person moves refs."""
+        # the tasks are read after the listing: a branch listed was made after its task's row
+        listed_first.append(any("for-each-ref" in argv for argv in runner.argvs))
+        git(tasked, "update-ref", "refs/heads/corral/new", main)
+        git(tasked, "update-ref", "refs/heads/corral/moved", work)
+        git(tasked, "update-ref", "-d", "refs/heads/corral/gone")
+        return ["t", "new"]
+
+    report = sweep(Git(runner), tasked, meanwhile, turn_ended=time.time() + 1, grace=0)
+
+    assert listed_first == [True]
+    after = refs(tasked)
+    assert after["refs/heads/corral/new"] == main  # the new task's branch: never a stray
+    assert after["refs/heads/corral/moved"] == work  # moved after the listing: left as moved
+    assert not {"refs/heads/corral/stray-1", "refs/heads/corral/stray-2"} & set(after)
+    assert report.refs == 2 and report.left == 1 and report.error is None
+    left = [i for i in report.items if not i.removed]
+    assert [(i.name, i.why) for i in left] == [("refs/heads/corral/moved", "moved since it was listed")]
+    assert "refs/heads/corral/gone" not in {i.name for i in report.items}

@@ -451,29 +451,42 @@ def is_ours(name: str, task_refs: frozenset[str]) -> bool:
     return False
 
 
-def _delete(git: Git, repo: Path, doomed: dict[str, str]) -> tuple[set[str], dict[str, str], str | None]:
-    """Delete ``doomed`` (name → the value listed) in one transaction; (deleted, refused name → why, error).
+def _delete(git: Git, repo: Path, doomed: dict[str, str]) -> tuple[set[str], set[str], dict[str, str], str | None]:
+    """Delete ``doomed`` (name → the value listed) in one transaction.
 
-    A name git refuses (its lock in use, moved since it was listed) is left out and the rest tried again.
+    Returns (deleted, gone meanwhile, refused name → why, error). When git refuses the
+    transaction, the refs are listed again: a name gone meanwhile (another sweep, corral's own
+    deletion) is dropped, one moved since is left ("moved since it was listed"), one git named
+    (its lock in use) is left with git's words, and the rest is tried again.
     """
     refused: dict[str, str] = {}
+    gone: set[str] = set()
     todo = dict(doomed)
     for _ in range(RETRIES + 1):
         if not todo:
-            return set(), refused, None
+            return set(), gone, refused, None
         lines = "".join(f"delete {name}\0{oid}\0" for name, oid in todo.items())
         done = git.run(*QUIET, "update-ref", "--no-deref", "-z", "--stdin", cwd=repo, input=lines, check=False)
         if done.returncode == 0:
-            return set(todo), refused, None
+            return set(todo), gone, refused, None
         said = (done.stderr or done.stdout).strip()
         last = _first_error(said, done.returncode)
-        named = [name for name in todo if f"'{name}'" in said]
-        if not named:
-            return set(), refused, f"git update-ref failed: {last}"
-        for name in named:
-            refused[name] = last
+        now = _list(git, repo)
+        changed = False
+        for name, oid in list(todo.items()):
+            if name not in now:
+                gone.add(name)
+            elif now[name][0] != oid:
+                refused[name] = "moved since it was listed"
+            elif f"'{name}'" in said:
+                refused[name] = last
+            else:
+                continue
             del todo[name]
-    return set(), refused, "git update-ref kept refusing the deletions"
+            changed = True
+        if not changed:
+            return set(), gone, refused, f"git update-ref failed: {last}"
+    return set(), gone, refused, "git update-ref kept refusing the deletions"
 
 
 def sweep(
@@ -541,9 +554,9 @@ def sweep(
         if broken_removed:
             listed = _list(git, where)  # a packed value the unreadable file hid shows through now
         doomed = {name: oid for name, (oid, symref) in listed.items() if symref or not is_ours(name, ours)}
-        deleted, refused, failed = _delete(git, where, doomed)
+        deleted, vanished, refused, failed = _delete(git, where, doomed)
         error = error or failed
-        for name in sorted(doomed):
+        for name in sorted(set(doomed) - vanished):
             oid, symref = listed[name]
             kind = "symref" if symref else "ref"
             shown = sanitize_field(name)
