@@ -144,9 +144,12 @@ def save_and_remove(project: Project, task: Task, session: Session, why: str) ->
     git, repo = project.git, project.repo
     branch = session.branch or task.branch
     worktree = Path(session.worktree) if session.worktree else None
-    if worktree is not None and worktree.is_dir():
-        git.commit_all(worktree, f"corral: work in progress saved before {why}\n\nCorral-Task: {task.id}")
-    tip = git.rev_parse(f"refs/heads/{branch}", cwd=repo)
+    # The branch is followed by name, never through the worktree's HEAD, and only as a plain ref
+    # (a symbolic ref is UnsafeBranch: the branch check after a turn puts one back).
+    if worktree is not None and worktree.is_dir() and git.rev_parse(f"refs/heads/{branch}", cwd=repo):
+        message = f"corral: work in progress saved before {why}\n\nCorral-Task: {task.id}"
+        git.save_work(worktree, f"refs/heads/{branch}", message)
+    tip = git.branch_value(f"refs/heads/{branch}", cwd=repo)
     if tip is not None:
         # The archive's reflog keeps every tip it held (a task reopened and accepted again moves it).
         git.update_ref(

@@ -52,6 +52,7 @@ from corral.engine.read.diagnostics import Translator
 from corral.engine.read.incidents import permission_hold
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.resolve import resolve_task, task_config
+from corral.engine.runtime import branch_check
 from corral.engine.runtime import protocol as proto
 from corral.errors import (
     CorralError,
@@ -397,11 +398,14 @@ def revert_files(project: Project, session: Session, reverts: Sequence[tuple[str
     if not reverts or not session.worktree:
         return None
     git, worktree = project.git, session.worktree
+    branch = session.branch or ""
+    # The branch is followed by name, never through the worktree's HEAD, and only as a plain ref.
+    branch_check.ensure(git, project.repo, branch)
     for path, check_from in reverts:
         # Both come from the store (on a shared one, from another host): a path must stay inside the
         # worktree (no parent a symlink the branch brought) and a source must be a commit, not an option.
         _inside(Path(worktree), path)
-        wanted = check_from or session.base_commit or "HEAD"
+        wanted = check_from or session.base_commit or f"refs/heads/{branch}"
         commit = f"{wanted}^{{commit}}"
         found = git.run("rev-parse", "--verify", "--quiet", "--end-of-options", commit, cwd=worktree, check=False)
         if found.returncode != 0:
@@ -419,8 +423,10 @@ def revert_files(project: Project, session: Session, reverts: Sequence[tuple[str
             target = Path(worktree) / path
             if target.exists() or target.is_symlink():
                 target.unlink()
-    git.commit_all(worktree, "corral: revert protected files\n\n" + "\n".join(p for p, _ in reverts))
-    return git.rev_parse("HEAD", cwd=worktree)
+    git.save_work(
+        worktree, f"refs/heads/{branch}", "corral: revert protected files\n\n" + "\n".join(p for p, _ in reverts)
+    )
+    return git.branch_value(f"refs/heads/{branch}", cwd=worktree)
 
 
 def _inside(worktree: Path, path: str) -> None:
