@@ -59,10 +59,18 @@ outside corral's namespaces, since no git makes them and every git stops at them
 separators and ``%(symref)`` (names are taken byte for byte, whatever bytes they hold), then one
 ``git update-ref --no-deref -z --stdin`` transaction of ``delete <name> <value>`` lines: a
 symbolic ref is deleted itself, never followed to the ref it names, and each deletion is a
-compare-and-swap against the value listed, so a ref moved meanwhile is left. Hooks and fsmonitor
-are off for it. A deletion git refuses (a lock in use on that ref) is left out and the rest tried
-again. 3,000 refs cost two git processes, not 3,000. A loose file git does not list (unreadable)
-is unlinked by the directory it was found in, if still the same inode.
+compare-and-swap against the value listed. Hooks and fsmonitor are off for it. When git refuses
+the transaction, the refs are listed again: one gone meanwhile (another sweep) is dropped, one
+moved since it was listed or whose lock is in use is left and reported, and the rest is tried
+again. 3,000 refs cost two git processes, not 3,000. A loose file git does not list
+(unreadable) is unlinked by the directory it was found in, if still the same inode.
+
+Not swept: the per-worktree git directories (``worktrees/<name>/``: a worktree's ``HEAD.lock``,
+``index.lock`` and its own ``refs/``), and what sits under a task's own ``refs/corral/kept/<ref>/``
+or ``refs/corral/stale/<ref>/`` (their names are open-ended; an agent kept out of ``refs/corral/``
+by the sandbox cannot write there). A sweep after one task's turn also removes what another
+task's running agent left meanwhile; a lock that agent holds now is younger than this turn's end,
+and left.
 
 **What to do with the report.** Store it (``StrayReport.to_json``) with the turn; ``summary``
 is the line ``show`` gives. ``task_refs`` names the refs at corral's own names that were removed
