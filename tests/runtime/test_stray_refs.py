@@ -50,9 +50,9 @@ def refs(repo: Path) -> dict[str, str]:
     return dict(line.split(" ") for line in out.splitlines())
 
 
-def after_turn(repo: Path, known: list[str], **kw: object) -> StrayReport:
-    """The sweep as the supervisor runs it: the turn ended now, every lock already older than that."""
-    return sweep(Git(), repo, known, turn_ended=time.time() + 1, grace=0, **kw)  # type: ignore[arg-type]
+def after_turn(repo: Path, known: list[str]) -> StrayReport:
+    """The sweep as the supervisor runs it, once every lock the test made is older than the turn's end."""
+    return sweep(Git(), repo, known, turn_ended=time.time() + 1, grace=0)
 
 
 @pytest.fixture
