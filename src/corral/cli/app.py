@@ -69,6 +69,8 @@ class App:
         self.stdout: TextIO = sys.stdout
         self.stderr: TextIO = sys.stderr
         self._mark = _style_mark()
+        #: The task a prefix of its ref matched, for a command that changes it (``gate``): said in the answer.
+        self.matched: dict[str, Any] | None = None
 
     # -- the project ---------------------------------------------------------------
     @property
@@ -98,16 +100,25 @@ class App:
         return self.caller.actor if os.environ.get(TOKEN_ENV, "").strip() else default_actor()
 
     def gate(self, command: str, params: dict[str, Any]) -> None:
-        """An agent's gates on a command it runs (docs/mcp.md#gates): its own task or a direct subtask."""
-        if not os.environ.get(TOKEN_ENV, "").strip():
+        """An agent's gates on a command it runs (docs/mcp.md#gates): its own task or a direct subtask; and,
+        whoever runs it, the rule for a prefix of the task's ref (docs/cli.md#task-references): said for a
+        command that changes the task, refused for one that ends or merges it."""
+        agent = bool(os.environ.get(TOKEN_ENV, "").strip())
+        named = params.get("task")
+        if not agent and not (isinstance(named, str) and _changes(command)):
             return
         caller = self.caller
         from corral.engine.operations import gates
 
         if command == "create":
             params["parent"] = gates.parent_for_create(caller, params.get("parent"), self.project)
-        elif isinstance(params.get("task"), str):
-            gates.target(self.project, caller, command, params["task"])
+        elif isinstance(named, str):
+            found = gates.aim(self.project, caller, command, named)
+            if found.prefix is not None:
+                params["task"] = found.task.ref  # the command runs on exactly the task said here
+                self.matched = found.matched_json()
+                if not self.json:
+                    self.note(found.note or "")
 
     def close(self) -> None:
         if self._project is not None:
@@ -185,7 +196,9 @@ class App:
             self.write(human() if callable(human) else human, self.stderr if aside else self.stdout, flush=True)
 
     def emit(self, doc: dict[str, Any]) -> None:
-        """The one JSON document of a --json command."""
+        """The one JSON document of a --json command (with the task a prefix matched, when one did)."""
+        if self.matched is not None:
+            doc = {**doc, "matched_by_prefix": self.matched}
         print(dumps({"schema_version": SCHEMA_VERSION, **doc}), file=self.stdout)
 
     def emit_line(self, doc: dict[str, Any]) -> None:
@@ -202,6 +215,12 @@ class App:
             if error.hint:
                 self.write(f"{self.style('hint:', 'yellow', self.stderr)} {error.hint}", self.stderr)
         return error.exit_code
+
+
+def _changes(command: str) -> bool:
+    from corral.engine.resolve import Reach, reach
+
+    return reach(command) is not Reach.READS
 
 
 #: What ``json.dumps`` leaves raw with ``ensure_ascii=False`` that a terminal would act on (DEL, C1,

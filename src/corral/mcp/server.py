@@ -128,6 +128,8 @@ def build(resolve: Resolve, name: str = "corral") -> Any:
                 assert tool.run is not None
                 run = tool.run
                 doc = await off(lambda: run(calling, args))
+            if args.matched is not None:  # the task a prefix matched (docs/cli.md#task-references)
+                doc = {**doc, "matched_by_prefix": args.matched}
             return _result(doc, error=tool.failed is not None and tool.failed(doc))
         except CorralError as exc:
             return _result(error_json(exc), error=True)

@@ -80,6 +80,8 @@ class Args:
     def __init__(self, tool: str, raw: Mapping[str, Any] | None) -> None:
         self.tool = tool
         self.raw = dict(raw or {})
+        #: The task a prefix of its ref matched, for a tool that changes it (``_target``): said in the result.
+        self.matched: dict[str, Any] | None = None
 
     def _bad(self, name: str, want: str) -> UsageError:
         return UsageError(
@@ -163,7 +165,9 @@ def projection(c: Calling, task: Task | str, last_turns: int = RESULT_TURNS) -> 
 
 
 def _target(c: Calling, tool: str, args: Args) -> Task:
-    return gates.target(c.project(), c.caller, tool, args.need("task"))
+    found = gates.aim(c.project(), c.caller, tool, args.need("task"))
+    args.matched = found.matched_json()
+    return found.task
 
 
 def _answer(c: Calling, task: Task, **extra: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from corral.domain.record import record, replace
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
-from corral.engine.resolve import resolve_task
+from corral.engine.resolve import Resolved, resolve_for, resolve_task
 from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.agent_tokens import Grant
 from corral.engine.runtime.protocol import Fence
@@ -102,10 +102,17 @@ def agent_of_token(project: Project, token: str) -> Caller:
 
 def target(project: Project, caller: Caller, tool: str, given: str) -> Task:
     """The task ``given`` names, once ``caller`` may aim ``tool`` at it (``OutOfScope`` otherwise)."""
+    return aim(project, caller, tool, given).task
+
+
+def aim(project: Project, caller: Caller, tool: str, given: str) -> Resolved:
+    """:func:`target`, with the rule for a prefix of the task's ref (``resolve.resolve_for``): refused for a
+    command that ends or merges a task, said (``Resolved.prefix``) for one that changes it."""
     with project.store.read() as tx:
-        task = resolve_task(tx, given)
+        found = resolve_for(tx, given, tool)
+    task = found.task
     if not caller.is_agent:
-        return task
+        return found
     own = task.id == caller.task_id
     child = task.parent_id is not None and task.parent_id == caller.task_id
     if tool in CHILD_ONLY and own:
@@ -114,7 +121,7 @@ def target(project: Project, caller: Caller, tool: str, given: str) -> Task:
             hint=f"Finish your turn and say what should change; the person who reviews {task.ref} decides.",
         )
     if child or (own and tool not in CHILD_ONLY):
-        return task
+        return found
     scope = "its direct subtasks" if tool in CHILD_ONLY else f"its own task ({caller.task_ref}) and its direct subtasks"
     raise OutOfScope(
         f"An agent may {tool} {scope}; {task.ref} is not one of them.",
