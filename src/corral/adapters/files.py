@@ -1,9 +1,12 @@
-"""Files corral keeps its state in: written so a crash leaves the old one or the new one, read
-so a symlink, a FIFO or a huge file never hurts.
+"""Files corral keeps its state in: the user's alone, written so a crash leaves the old one or the
+new one, read so a symlink, a FIFO or a huge file never hurts.
 
-A write is a temp file beside the target (0600), written and fsynced, renamed over the
-target, and the directory fsynced so the rename itself survives a power loss. A read never
-follows a symlink, never blocks on a FIFO, and never loads more than its bound.
+Everything corral creates under its state directory and ``CORRAL_HOME`` is private: directories
+:data:`PRIVATE_DIR_MODE`, files :data:`PRIVATE_FILE_MODE`, whatever the process's umask — made
+here (:func:`private_dirs`, :func:`write_atomic`, :func:`create_once`, :func:`open_private` for a
+log or a lock kept open). A write is a temp file beside the target (0600), written and fsynced,
+renamed over the target, and the directory fsynced so the rename itself survives a power loss.
+A read never follows a symlink, never blocks on a FIFO, and never loads more than its bound.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ import os
 import stat
 import threading
 from pathlib import Path
+
+#: The modes of what corral creates: the user's alone (its logs name the user's repositories and tasks).
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 
 def private_dirs(path: Path) -> None:
@@ -26,9 +33,28 @@ def private_dirs(path: Path) -> None:
         here = here.parent
     for directory in reversed(missing):
         try:
-            directory.mkdir(mode=0o700)
+            directory.mkdir(mode=PRIVATE_DIR_MODE)
         except FileExistsError:
             pass
+
+
+def open_private(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
+    """A descriptor on ``path`` (a log appended to, a lock), which is created 0600 in directories created 0700.
+
+    An existing file wider than that — made by an older corral, or under a wide umask by a
+    helper that did not come here — is narrowed to the user's bits when it is the user's own.
+    A symlink is refused (``ELOOP``): nothing in the state directory points elsewhere.
+    """
+    private_dirs(path.parent)
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        info = os.fstat(fd)
+        if stat.S_IMODE(info.st_mode) & 0o077 and info.st_uid == os.getuid() and stat.S_ISREG(info.st_mode):
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~0o077)  # the owner's bits only
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def fsync_dir(path: Path) -> None:
@@ -46,7 +72,7 @@ def write_atomic(path: Path, payload: bytes, *, durable: bool = True, mtime: flo
     """
     private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
     try:
         os.write(fd, payload)
         if durable:
@@ -72,7 +98,7 @@ def create_once(path: Path, payload: bytes) -> bytes:
         pass
     private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
     try:
         os.write(fd, payload)
         os.fsync(fd)

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Protocol
 
+from corral.adapters.files import open_private
 from corral.domain.record import record
 from corral.errors import ArgvError
 
@@ -111,12 +112,12 @@ def spawn_detached(
     environment (a supervisor's command tag, by which it is identified later).
     """
     check_argv(argv)
-    log.parent.mkdir(parents=True, exist_ok=True)
     full_env = None
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
-    with open(log, "ab") as out:
+    out = open_private(log)  # 0600: the log names the user's repositories and tasks
+    try:
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
@@ -127,6 +128,8 @@ def spawn_detached(
             start_new_session=True,
             close_fds=True,
         )
+    finally:
+        os.close(out)
     return proc.pid
 
 

@@ -38,6 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from corral.adapters.files import open_private
 from corral.adapters.locks import lock
 from corral.domain.clock import rfc3339, utcnow
 from corral.engine import daemons
@@ -45,7 +46,7 @@ from corral.engine.daemons import DaemonState
 from corral.engine.identity import holds, project_states, read_record
 from corral.engine.operations import notify
 from corral.engine.operations.refresh import settle
-from corral.engine.paths import corral_home, make_private_dir, private_umask
+from corral.engine.paths import corral_home, make_private_dir
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.liveness import supervisor_pids
@@ -68,13 +69,19 @@ def _logger(home: Path) -> logging.Logger:
     logger.setLevel(logging.INFO)
     logger.propagate = False
     if not logger.handlers:
-        with private_umask():  # the log names the user's repositories: theirs alone
-            handler = logging.handlers.RotatingFileHandler(
-                daemons.log_file(home), maxBytes=1_000_000, backupCount=3, encoding="utf-8"
-            )
+        handler = _PrivateLog(daemons.log_file(home), maxBytes=1_000_000, backupCount=3, encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
     return logger
+
+
+class _PrivateLog(logging.handlers.RotatingFileHandler):
+    """The daemon's log, opened 0600 (``files.open_private``) each time: at the start and after each
+    rotation — the log names the user's repositories, theirs alone whatever the daemon's umask."""
+
+    def _open(self) -> Any:
+        fd = open_private(Path(self.baseFilename))
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
 class Slot:

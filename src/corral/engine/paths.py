@@ -26,12 +26,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from corral.adapters.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
 from corral.domain.record import record
 from corral.domain.refs import is_plain_id, is_ref
 from corral.errors import UnsafeName
 
-PRIVATE_DIR_MODE = 0o700
-PRIVATE_FILE_MODE = 0o600
 PRIVATE_UMASK = 0o077
 
 
