@@ -392,3 +392,17 @@ def test_watch_shows_the_diff_and_asks_again_when_the_branch_moved(
         p.shows("EXITED 0")
     finally:
         p.close()
+
+
+def test_the_targets_own_commits_merged_in_are_not_named_as_the_tasks(proj, agent, repo) -> None:
+    blocked_with(proj, agent, "synced", work("a.py", "a = 1\n"))
+    reviewed_tip = tasks.diff(proj, "synced", actor=Actor.HUMAN).tip
+    (repo / "main.txt").write_text("on main\n")
+    git(repo, "add", "main.txt")
+    git(repo, "commit", "-qm", "a commit of the target's")
+    wt = proj.paths.worktree("synced")
+    git(wt, "merge", "-q", "--no-edit", "-m", "bring main in", "main")
+    with pytest.raises(TipMoved) as caught:
+        accepting.accept(proj, "synced", actor=Actor.HUMAN)
+    assert [c.split(" ", 1)[1] for c in caught.value.commits] == ["bring main in"]
+    assert caught.value.since == reviewed_tip

@@ -308,7 +308,7 @@ def _agreed_tip(
     if seen is None or seen == ready.tip:
         return seen
     branch = ready.session.branch or ready.task.branch
-    moved = reviewed.moved(project, branch, seen, ready.tip)
+    moved = reviewed.moved(project, branch, seen, ready.tip, None if ready.shared else ready.target)
     if pinned is not None or confirm is None:
         raise reviewed.refusal(ready.task, moved, pinned=pinned is not None)
     _confirmed(ready.task, moved, confirm, narrator)
@@ -328,7 +328,8 @@ def _after_pre_accept(
     puts the task back as the accept found it."""
     if agreed is None or agreed == ready.tip:
         return
-    moved = reviewed.moved(project, ready.session.branch or ready.task.branch, agreed, ready.tip)
+    branch = ready.session.branch or ready.task.branch
+    moved = reviewed.moved(project, branch, agreed, ready.tip, None if ready.shared else ready.target)
     try:
         if pinned or confirm is None:
             raise reviewed.refusal(ready.task, moved, pinned=pinned)

@@ -154,12 +154,16 @@ class Moved:
         }
 
 
-def moved(project: Project, branch: str, since: str, tip: str) -> Moved:
-    """The commits on ``tip`` that ``since`` lacks, each as short sha and subject (the agent's words: made
-    one safe line)."""
+def moved(project: Project, branch: str, since: str, tip: str, target: str | None = None) -> Moved:
+    """The commits on ``tip`` that neither ``since`` nor the ``target`` branch holds (the target's own commits,
+    brought in by a sync, are not the task's work), each as short sha and subject (the agent's words: made
+    one safe line). A ``since`` no longer in the repository leaves the target as the only bound."""
     git, repo = project.git, project.repo
+    bounds = [f"^{c}" for c in (since, git.rev_parse(f"refs/heads/{target}", cwd=repo) if target else None) if c]
+    if git.rev_parse(since, cwd=repo) is None:
+        bounds = bounds[1:]
     log = git.run(
-        "log", "--no-decorate", "--no-show-signature", "-z", "--format=%h %s", f"{since}..{tip}", "--", cwd=repo
+        "log", "--no-decorate", "--no-show-signature", "-z", "--format=%h %s", tip, *bounds, "--", cwd=repo
     ).stdout
     entries = [e for e in log.split("\0") if e.strip()]
     named = [one_line(e, SUBJECT_CHARS) for e in entries[:NAMED_COMMITS]]
