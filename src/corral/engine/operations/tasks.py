@@ -421,7 +421,8 @@ def diff(
         if git.rev_parse(f"refs/heads/{target}", cwd=repo)
         else (session.base_commit or tip)
     )
-    commits = git.out("log", "--oneline", "--no-decorate", f"{base}..{tip}", "--", cwd=repo).splitlines()
+    log = ("log", "--oneline", "--no-decorate", "--no-show-signature", f"{base}..{tip}", "--")
+    commits = git.out(*log, cwd=repo).splitlines()
     text = reviewed.review_diff(project, base, tip, stat=stat)
     worktree = session.worktree if live is not None and session.worktree and Path(session.worktree).is_dir() else None
     uncommitted = tuple(git.dirty_paths(worktree)) if worktree is not None else ()
