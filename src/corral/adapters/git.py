@@ -138,11 +138,14 @@ class Git:
         input: str | None = None,
         timeout: float | None = None,
         index_file: str | None = None,
+        as_configured: bool = False,
     ) -> Completed:
         """Run ``git args`` in ``cwd`` under ``timeout`` (default: :meth:`limit_for`); its expiry is GitTimeout.
 
         ``index_file``: an index of the caller's own (``GIT_INDEX_FILE``), so a snapshot of a
-        worktree never touches what its agent staged.
+        worktree never touches what its agent staged. ``as_configured``: without
+        :data:`UNTRUSTED_WORKTREE_ARGS`, for a question about the configuration itself (where the
+        person's hooks are); never for a command that runs anything.
         """
         if not _on_path(self.executable):
             raise GitError(
@@ -154,7 +157,7 @@ class Git:
         started = time.time()
         try:
             env = GIT_ENV if index_file is None else {**GIT_ENV, "GIT_INDEX_FILE": index_file}
-            argv = [self.executable, *untrusted_worktree_args(cwd), *args]
+            argv = [self.executable, *(() if as_configured else untrusted_worktree_args(cwd)), *args]
             result = self.runner.run(argv, cwd=str(cwd), env=env, input=input, timeout=limit)
         except subprocess.TimeoutExpired:
             raise self._timed_out(args, cwd, limit, started) from None

@@ -476,12 +476,16 @@ def refs_put_back(turns: Sequence[Turn]) -> list[dict[str, Any]]:
     out = []
     for t in turns:
         refs = t.details.get("refs") if t.role is Role.AGENT and t.details else None
-        if isinstance(refs, dict) and (refs.get("moves") or refs.get("error")):
+        if isinstance(refs, dict) and any(refs.get(k) for k in ("moves", "error", "objects", "strays")):
             from corral.engine.runtime.ref_guard import summary  # only a task whose agent moved refs
 
             try:
-                line = summary(refs) or f"corral could not check the refs after the turn ({refs.get('error')})."
+                line = summary(refs)
             except ValueError:
+                continue
+            if line is None and refs.get("error"):
+                line = f"corral could not check the refs after the turn ({refs.get('error')})."
+            if line is None:
                 continue
             out.append({"turn": t.sequence, "moves": refs.get("moves") or [], "line": line})
     return out

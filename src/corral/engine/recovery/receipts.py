@@ -377,12 +377,18 @@ def _details(receipt: proto.Receipt, human_seq: int | None, t: diagnostics.Trans
         kept["paths"] = [t.text(p, 1024) for p in receipt.kept.paths]
         kept["error"] = t.text(receipt.kept.error, 500) if receipt.kept.error else None
         details["kept"] = kept
-    if receipt.refs is not None and (receipt.refs.moves or receipt.refs.error):  # refs the agent moved, put back
+    if receipt.refs is not None and ref_guard_worth_keeping(receipt.refs):  # refs the agent moved, put back
         details["refs"] = guarded_json(receipt.refs, t)
     details = {k: v for k, v in details.items() if v is not None}
     if human_seq is not None:
         details["log_turn"] = human_seq
     return details
+
+
+def ref_guard_worth_keeping(guard: RefGuard) -> bool:
+    """A report with something to say: a move put back, an error, objects refused, strays removed."""
+    rejected = bool(guard.objects and guard.objects.get("rejected"))
+    return bool(guard.moves or guard.error or rejected or guard.strays)
 
 
 def guarded_json(guard: RefGuard, t: diagnostics.Translator) -> dict[str, Any]:
@@ -393,7 +399,28 @@ def guarded_json(guard: RefGuard, t: diagnostics.Translator) -> dict[str, Any]:
         move["kept"] = t.text(move["kept"], 400) if move["kept"] else None
         move["error"] = t.text(move["error"], 300) if move["error"] else None
     doc["error"] = t.text(guard.error, 300) if guard.error else None
+    if "objects" in doc:
+        doc["objects"]["problems"] = [t.text(str(p), 300) for p in doc["objects"].get("problems") or []][:20]
+        doc["objects"]["kept"] = t.text(str(doc["objects"]["kept"]), 400) if doc["objects"].get("kept") else None
+    if "strays" in doc:
+        from corral.engine.runtime.stray_refs import StrayReport
+
+        try:  # the names are the agent's: masked and bounded, as every other text it wrote
+            strays = StrayReport.from_json(doc["strays"]).to_json()
+        except (ValueError, TypeError):
+            strays = {"error": "the stray-ref report could not be read"}
+        doc["strays"] = _masked_tree(strays, t)
     return doc
+
+
+def _masked_tree(value: Any, t: diagnostics.Translator) -> Any:
+    if isinstance(value, str):
+        return t.text(value, 400)
+    if isinstance(value, list):
+        return [_masked_tree(v, t) for v in value[:40]]
+    if isinstance(value, dict):
+        return {k: _masked_tree(v, t) for k, v in value.items()}
+    return value
 
 
 def _record(

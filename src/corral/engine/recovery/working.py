@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from corral.adapters.files import entry_exists
 from corral.domain.actors import Actor, Role
@@ -80,6 +82,8 @@ def process_receipt(project: Project, task: Task, protocol_dir: str | Path | Non
             receipts.apply(project, task, receipt, None)
             receipts.file_away(project, task, path, receipt.command_id)
             return True
+    if command is not None:
+        receipt = _swept(project, receipt, command)
     try:
         receipts.apply(project, task, receipt, command)
     except (CorralError, OSError, sqlite3.Error):
@@ -104,6 +108,31 @@ def process_receipt(project: Project, task: Task, protocol_dir: str | Path | Non
     return True
 
 
+def sweep_strays(project: Project, ended: float) -> Any:
+    """What the agent left under corral's ref namespaces and as lock files, removed (the whole
+    store's tasks are corral's: ``corral.engine.runtime.stray_refs``); the report."""
+    from corral.engine.runtime import stray_refs
+
+    def known() -> list[str]:
+        with project.store.read() as tx:
+            return list(tx.refs())  # every task's ref, whatever its status
+
+    return stray_refs.sweep(project.git, project.repo, known, turn_ended=ended)
+
+
+def _swept(project: Project, receipt: proto.Receipt, command: proto.Command) -> proto.Receipt:
+    """The receipt with the stray-ref sweep's report in its refs report, when it removed or left anything."""
+    from corral.domain.clock import parse_time
+    from corral.engine.runtime.ref_guard import RefGuard
+
+    when = parse_time(receipt.ended_at)
+    report = sweep_strays(project, when.timestamp() if when else time.time())
+    if report.clean and report.error is None:
+        return receipt
+    guard = receipt.refs or RefGuard()
+    return replace(receipt, refs=replace(guard, strays=report.to_json()))
+
+
 def _finish_ref_guard(project: Project, task: Task) -> None:
     """A supervisor that died after its agent ran left the ref guard's check undone: done here
     (idempotent; it never raises), so a ref the agent moved is put back even with no receipt."""
@@ -112,6 +141,7 @@ def _finish_ref_guard(project: Project, task: Task) -> None:
         return
     from corral.engine.runtime import ref_guard
 
+    sweep_strays(project, time.time())  # its agent was reaped just now: a stray lock would block the put-back
     ref_guard.for_command(project.git, command)
 
 

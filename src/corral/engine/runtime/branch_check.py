@@ -27,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.adapters.git import Git
+from corral.engine.runtime import quarantine
 from corral.engine.runtime.ref_guard import RefMove, kept_ref
 from corral.errors import GitError
 
@@ -143,6 +144,7 @@ def _put_back(
     ref = f"refs/heads/{branch}"
     kept = None
     try:
+        _drop_own_lock(git, repo, ref)
         if tip is not None and code not in (INCOMPLETE, REJECTED):
             kept = kept_ref(task_ref, turn, ref)
             git.update_ref(kept, tip, cwd=repo, message=f"corral: {branch} as the agent left it ({code})")
@@ -156,9 +158,27 @@ def _put_back(
     return RefMove(ref, verified, raw, BY, kept, True, None, code=code)
 
 
-def ensure(git: Git, repo: str | Path, task_ref: str, branch: str) -> RefMove | None:
-    """Before corral follows a task's branch unconfined (saving work, a revert, a diff): its shape
-    checked, and a symbolic ref or a ref holding no commit put back to the verified tip."""
+def _drop_own_lock(git: Git, repo: str | Path, ref: str) -> None:
+    """The branch's own ``<ref>.lock`` the agent left (its processes are gone, and no corral step
+    runs on the branch during a turn) would make the put-back fail: removed when it is a plain file.
+    Every other stray is the sweep's (``corral.engine.runtime.stray_refs``, when the turn is recorded)."""
+    import os
+    import stat
+
+    common = git.out("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=repo)
+    lock = Path(common, ref + ".lock")
+    try:
+        if stat.S_ISREG(os.lstat(lock).st_mode):
+            os.unlink(lock)
+    except FileNotFoundError:
+        pass
+
+
+def ensure(git: Git, repo: str | Path, branch: str) -> RefMove | None:
+    """Before corral follows a task's branch (``corral/<ref>``) unconfined — saving work, a revert,
+    a merge —: its shape checked, and a symbolic ref or a ref holding no commit put back to the
+    verified tip."""
+    task_ref = branch.removeprefix("corral/")
     code, raw, _tip = _shape(git, repo, f"refs/heads/{branch}")
     if code not in (SYMREF, NOT_A_COMMIT):
         return None
@@ -174,7 +194,43 @@ def ensure(git: Git, repo: str | Path, task_ref: str, branch: str) -> RefMove | 
 def begin(git: Git, repo: str | Path, task_ref: str, branch: str) -> None:
     """Before the agent starts (after corral's own merge of the target): the branch as corral leaves
     it is the verified tip the turn's check compares with (every earlier turn was checked already)."""
-    ensure(git, repo, task_ref, branch)
+    ensure(git, repo, branch)
     tip = git.branch_value(f"refs/heads/{branch}", cwd=repo)
     if tip is not None and tip != verified_tip(git, repo, task_ref):
         mark_verified(git, repo, task_ref, tip)
+
+
+def after_confined(
+    git: Git,
+    repo: str | Path,
+    *,
+    common_dir: str | None,
+    quarantine_id: str | None,
+    task_ref: str,
+    branch: str,
+    target: str | None,
+    turn: int | str,
+) -> tuple[quarantine.ObjectsReport | None, RefMove | None, str | None]:
+    """After an agent wrote in a task's worktree (a turn, a pair): its quarantined objects verified
+    and moved (when it had a quarantine), then its branch checked. (objects, finding, error); never raises."""
+    objects = None
+    try:
+        if common_dir and quarantine_id:
+            objects = quarantine.settle(git, repo, common_dir, quarantine_id)
+    except (GitError, OSError) as exc:
+        return None, None, f"the turn's objects could not be checked: {exc}"[:300]
+    try:
+        confined = bool(common_dir and quarantine_id)
+        finding = check(
+            git,
+            repo,
+            task_ref=task_ref,
+            branch=branch,
+            target=target,
+            turn=turn,
+            new_commits=frozenset(objects.commits if objects else ()) if confined else None,
+            objects_rejected=objects is not None and not objects.ok,
+        )
+    except (GitError, OSError) as exc:
+        return objects, None, f"the branch could not be checked: {exc}"[:300]
+    return objects, finding, None

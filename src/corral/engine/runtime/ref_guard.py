@@ -88,8 +88,9 @@ MOVES = "moves.log"
 REPORT = "report.json"
 HOOKS = "hooks"
 KEPT_PREFIX = "refs/corral/kept/"
-#: Refs never guarded: remote-tracking refs (fetch moves them) and the per-worktree namespaces.
-EXEMPT = ("refs/remotes/", "refs/bisect/", "refs/worktree/", "refs/rewritten/")
+#: Refs never guarded: remote-tracking refs (fetch moves them), the per-worktree namespaces, and
+#: the branches' verified tips (corral's own, moved by the branch check; no sandbox reaches them).
+EXEMPT = ("refs/remotes/", "refs/bisect/", "refs/worktree/", "refs/rewritten/", "refs/corral/verified/")
 #: How many moves a report lists (its count of others is whole).
 MOVES_KEPT = 100
 _ZERO = "0" * 40
@@ -159,6 +160,8 @@ class RefGuard:
     error: str | None = None  # why the guard could not look (git unreadable, the snapshot gone)
     #: The turn's quarantined objects (``corral.engine.runtime.quarantine.ObjectsReport.to_json``).
     objects: Mapping[str, Any] | None = None
+    #: What the stray-ref sweep removed or left after the turn (``corral.engine.runtime.stray_refs``).
+    strays: Mapping[str, Any] | None = None
 
     @property
     def put_back(self) -> bool:
@@ -173,6 +176,8 @@ class RefGuard:
         }
         if self.objects is not None:
             doc["objects"] = dict(self.objects)
+        if self.strays is not None:
+            doc["strays"] = dict(self.strays)
         return doc
 
     @classmethod
@@ -187,6 +192,7 @@ class RefGuard:
             hook=data.get("hook") is not False,
             error=error if isinstance(error, str) else None,
             objects=data["objects"] if isinstance(data.get("objects"), dict) else None,
+            strays=data["strays"] if isinstance(data.get("strays"), dict) else None,
         )
 
 
@@ -242,13 +248,37 @@ def summary(guard: RefGuard | Mapping[str, Any]) -> str | None:
     """The one line ``show`` gives a turn whose agent moved refs; None when it moved none."""
     g = guard if isinstance(guard, RefGuard) else RefGuard.from_json(guard)
     if not g.moves:
-        return None
+        return _objects_line(g) or _strays_line(g)
     first = move_line(g.moves[0])
     more = len(g.moves) - 1
     line = first[0].upper() + first[1:]
     if more:
         line = line[:-1] + f" (and {more} more ref{'' if more == 1 else 's'}: corral show --json lists them)."
     return line
+
+
+def _objects_line(g: RefGuard) -> str | None:
+    objects = g.objects or {}
+    rejected = objects.get("rejected")
+    if not isinstance(rejected, int) or rejected <= 0:
+        return None
+    kept = objects.get("kept")
+    where = f" (kept aside for a look: {kept})" if isinstance(kept, str) else ""
+    return (
+        f"The agent's turn wrote {rejected} git object{'' if rejected == 1 else 's'} that failed corral's check; "
+        f"none reached the repository{where}."
+    )
+
+
+def _strays_line(g: RefGuard) -> str | None:
+    if not g.strays:
+        return None
+    from corral.engine.runtime.stray_refs import summary as strays_summary
+
+    try:
+        return strays_summary(g.strays)
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def target_moved(guard: RefGuard | Mapping[str, Any], target: str) -> RefMove | None:
@@ -333,7 +363,7 @@ exec {own} "$@"
 
 def _hooks(git: Git, worktree: Path, hooks: Path, log: Path) -> str:
     """Make the turn's hooks directory; returns the repository's own hooks path (as git gives it)."""
-    own = git.out("rev-parse", "--git-path", "hooks", cwd=worktree)
+    own = git.run("rev-parse", "--git-path", "hooks", cwd=worktree, as_configured=True).stdout.strip()
     found = Path(own) if os.path.isabs(own) else worktree / own
     names: set[str] = set()
     try:
@@ -623,7 +653,11 @@ def settle(
             guard = _plan(git, where, wt, branch, task_ref, turn)
             _write_report(report_path, guard)  # the plan first: a crash from here on is finished later
         if any(not m.restored and m.error is None for m in guard.moves):
-            moves = tuple(m if m.restored or m.error else _put_back(git, wt, m, label) for m in guard.moves)
+            # From the main checkout: the person's hooks run for corral's move of their refs, and none
+            # of the worktree's (a relative core.hooksPath there is the agent's).
+            common = common_dir(wt)
+            main = common.parent if common is not None and common.name == ".git" and common.parent.is_dir() else wt
+            moves = tuple(m if m.restored or m.error else _put_back(git, main, m, label) for m in guard.moves)
             guard = replace(guard, moves=moves)
             _write_report(report_path, guard)
         return guard
@@ -636,35 +670,22 @@ def for_command(git: Git, command: Any) -> RefGuard | None:
     the turn's quarantined objects verified and moved into the shared store, the other refs the
     agent moved put back (:func:`settle`), and the task's own branch checked
     (:mod:`corral.engine.runtime.branch_check`). Idempotent; never raises."""
-    from corral.engine.runtime import branch_check, quarantine
+    from corral.engine.runtime import branch_check
 
     spec = getattr(command, "sandbox", None)
     common = getattr(spec, "git_common_dir", None) if spec is not None and spec.confined else None
     read_only = bool(getattr(getattr(command, "posture", None), "read_only", False))
-    objects = None
-    error = None
-    try:
-        if common and not read_only:
-            objects = quarantine.settle(git, command.worktree, common, command.command_id)
-    except (GitError, OSError) as exc:
-        error = f"the turn's objects could not be checked: {exc}"[:300]
+    objects, branch, error = branch_check.after_confined(
+        git,
+        command.worktree,
+        common_dir=common if not read_only else None,
+        quarantine_id=command.command_id if common and not read_only else None,
+        task_ref=command.task_ref,
+        branch=command.branch,
+        target=getattr(command, "target", None),
+        turn=command.sequence,
+    )
     guard = settle(git, command.log_dir, command.worktree, command.branch, command.task_ref, command.sequence)
-    branch = None
-    try:
-        if error is None:
-            confined = common is not None and not read_only
-            branch = branch_check.check(
-                git,
-                command.worktree,
-                task_ref=command.task_ref,
-                branch=command.branch,
-                target=getattr(command, "target", None),
-                turn=command.sequence,
-                new_commits=frozenset(objects.commits if objects else ()) if confined else None,
-                objects_rejected=objects is not None and not objects.ok,
-            )
-    except (GitError, OSError) as exc:
-        error = f"the branch could not be checked: {exc}"[:300]
     if objects is None and branch is None and error is None:
         return guard
     guard = guard or RefGuard()
