@@ -397,8 +397,8 @@ def diff(
     """What the task's branch changed against its target, read from its commits (never the worktree's
     files, nor with the task's attributes: :mod:`corral.engine.operations.reviewed`), and its commits.
 
-    The tip shown is recorded for ``actor`` (and ``caller_task_id``, an agent's own task), so accept
-    can tell whether the branch moved since. Uncommitted changes in the worktree are named apart:
+    The tip shown of a live branch is recorded for ``actor`` (and ``caller_task_id``, an agent's own
+    task), so accept can tell whether the branch moved since. Uncommitted changes in the worktree are named apart:
     accept merges commits only (and refuses while there are any).
     """
     from corral.engine.operations import reviewed
@@ -426,7 +426,8 @@ def diff(
     text = reviewed.review_diff(project, base, tip, stat=stat)
     worktree = session.worktree if live is not None and session.worktree and Path(session.worktree).is_dir() else None
     uncommitted = tuple(git.dirty_paths(worktree)) if worktree is not None else ()
-    reviewed.record_shown(project, task.id, tip, reviewed.viewer(actor, caller_task_id), surface)
+    if live is not None:  # an archived tip has no branch to accept: a finished task's row is left as it is
+        reviewed.record_shown(project, task.id, tip, reviewed.viewer(actor, caller_task_id), surface)
     return Diff(task, base, tip, commits, text, uncommitted)
 
 
