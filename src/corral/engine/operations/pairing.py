@@ -95,6 +95,7 @@ def _interactive(
     worktree: str,
     read_only: bool,
     started: Callable[[int], None] | None = None,
+    quarantine_id: str | None = None,
 ) -> Ended:
     cfg = task_config(project.config, task)  # the task's own settings hold in a pair too
     harness = make_harness(task.harness or cfg["harness"], harness_settings(cfg))
@@ -111,7 +112,7 @@ def _interactive(
         )
     )
     env = {**os.environ, **launch.env}
-    argv = _confined(project, task, harness.name, launch.argv, worktree, read_only, env)
+    argv = _confined(project, task, harness.name, launch.argv, worktree, read_only, env, quarantine_id)
     try:
         return run_interactive(argv, cwd=worktree, env=env, started=started)
     except (FileNotFoundError, PermissionError) as exc:
@@ -123,9 +124,18 @@ def _interactive(
 
 
 def _confined(
-    project: Project, task: Task, harness: str, argv: list[str], worktree: str, read_only: bool, env: dict[str, str]
+    project: Project,
+    task: Task,
+    harness: str,
+    argv: list[str],
+    worktree: str,
+    read_only: bool,
+    env: dict[str, str],
+    quarantine_id: str | None = None,
 ) -> list[str]:
-    """The session's argv inside the task's sandbox, as a turn's would be (a chat's worktree read-only)."""
+    """The session's argv inside the task's sandbox, as a turn's would be (a chat's worktree read-only).
+
+    ``quarantine_id``: a pair's objects arrive through a quarantine of that name, settled when it ends."""
     from corral.adapters import sandbox
 
     spec = sandbox_spec(project, worktree, task.branch)
@@ -134,8 +144,13 @@ def _confined(
     if spec.error is not None:
         raise HarnessMisconfigured(spec.error, code="sandbox-unavailable", hint="See docs/harnesses.md#sandbox.")
     sandbox.prepare(spec, harness, env)
+    held = None
+    if quarantine_id and not read_only and spec.git_common_dir:
+        from corral.engine.runtime import quarantine
+
+        held = str(quarantine.open_(spec.git_common_dir, quarantine_id))
     prefix, inside = sandbox.bwrap_argv(
-        spec, worktree=worktree, program=argv[0], harness=harness, read_only=read_only, env=env
+        spec, worktree=worktree, program=argv[0], harness=harness, read_only=read_only, env=env, quarantine=held
     )
     env.update(inside)
     return [*prefix, *argv]
@@ -167,16 +182,40 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
         write_atomic(lock, json.dumps({**held, "agent": pid, "agent_start": start_ticks(pid)}).encode(), durable=False)
 
     git = project.git
-    before = git.rev_parse("HEAD", cwd=session.worktree)
+    branch = session.branch or task.branch
+    from corral.domain.clock import new_id
+    from corral.engine.runtime import branch_check
+
+    branch_check.begin(git, project.repo, task.ref, branch)  # the pair's check compares with this tip
+    before = git.rev_parse(f"refs/heads/{branch}", cwd=project.repo)
     started = project.clock()
     began = time.monotonic()
     ended: Ended | None = None
+    pair_id = f"pair-{new_id()}"
     try:
         ended = _interactive(
-            project, task, session.harness_session_id, session.worktree, read_only=False, started=agent_started
+            project,
+            task,
+            session.harness_session_id,
+            session.worktree,
+            read_only=False,
+            started=agent_started,
+            quarantine_id=pair_id,
         )
     finally:
-        after = git.rev_parse("HEAD", cwd=session.worktree)
+        # What the pair wrote is checked before corral reads it, as a turn's is.
+        spec = sandbox_spec(project, session.worktree, task.branch)
+        _objects, finding, problem = branch_check.after_confined(
+            git,
+            project.repo,
+            common_dir=spec.git_common_dir if spec.confined else None,
+            quarantine_id=pair_id if spec.confined else None,
+            task_ref=task.ref,
+            branch=branch,
+            target=None,
+            turn="pair",
+        )
+        after = git.rev_parse(f"refs/heads/{branch}", cwd=project.repo)
         commits = (
             git.out("rev-list", "--reverse", f"{before}..{after}", cwd=session.worktree).split()
             if before and after and before != after
@@ -190,7 +229,12 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
             actor,
             summary(seconds, commits, dirty, ended),
             started_at=started,
-            details={"agent": ended.to_json() if ended is not None else None, "commits": commits},
+            details={
+                "agent": ended.to_json() if ended is not None else None,
+                "commits": commits,
+                **({"branch_check": finding.to_json()} if finding is not None else {}),
+                **({"check_error": problem} if problem else {}),
+            },
         )
     return Paired(task, ended.status if ended is not None else 1, commits, dirty, ended)
 

@@ -152,6 +152,11 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> tuple[int | No
     env.update(ref_guard.hook_env(log_dir, Path(worktree), turn.command.command_id, env))
     sandbox.prepare(spec, turn.command.harness, env)
     guard = ref_guard.guard_dir(log_dir)
+    held = None
+    if spec.git_common_dir:  # its objects go where the turn's agent's go: the turn's quarantine
+        from corral.engine.runtime import quarantine
+
+        held = str(quarantine.open_(spec.git_common_dir, turn.command.command_id))
     prefix, inside = sandbox.bwrap_argv(
         spec,
         worktree=worktree,
@@ -161,6 +166,7 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> tuple[int | No
         env=env,
         read_paths=[str(guard / ref_guard.HOOKS)],
         write_paths=[str(guard / ref_guard.MOVES)],
+        quarantine=held,
     )
     proc = subprocess.Popen(
         [*prefix, "/bin/sh", "-c", command],
