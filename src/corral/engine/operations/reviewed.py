@@ -13,7 +13,7 @@ task's metadata under :data:`REVIEWED`, one entry per viewer: a person's review 
 overwritten by an agent reading the same diff. ``accept`` reads the branch's tip once
 (:func:`branch_tip`, the one place that reads it, so a verified tip can take its place) and
 merges exactly that commit; when it is not the tip the same viewer was shown, :func:`moved`
-names the commits that came since, to be confirmed or refused (docs/cli.md#accept).
+names the commits that came since, to be confirmed or refused (docs/cli.md#accepting-what-was-reviewed-is-what-lands).
 """
 
 from __future__ import annotations
