@@ -9,6 +9,7 @@ agrees with a plain recursive count on any text, strings included.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -17,10 +18,12 @@ from hypothesis import strategies as st
 
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Event, shell_exit_code
+from corral.adapters.harness.claude import ClaudeHarness
 from corral.domain.bounded_json import MAX_DEPTH, Decoded, Reason, Unparseable, decode, decode_first, too_deep
 from corral.engine.read.logs import Line, readable
 from corral.engine.runtime.journal import MAX_RECORD, Cursors, scan
 from corral.engine.runtime.lines import MAX_LINE_BYTES, LineBuffer, TruncatedLine
+from corral.engine.runtime.output import OutputCopier
 
 HARNESSES = ("claude", "codex", "pi")
 
@@ -174,3 +177,30 @@ def test_logs_show_a_line_no_parser_takes_as_the_text_it_is(name):
     for data in (nested_array(100_000), b'{"type":"assistant","message":' + nested_array(10_000) + b"}"):
         (shown,) = readable(harness, Line("stdout", data, None, 1))
         assert shown == data.decode()
+
+
+class _Stumbling(ClaudeHarness):
+    """Claude Code's parser, failing on the lines that say ``stumble`` (as a parser bug would)."""
+
+    def parse(self, line: bytes) -> list[Event]:
+        if b"stumble" in line:
+            raise TypeError("a field of an unexpected type")
+        return super().parse(line)
+
+
+def test_a_parser_that_fails_on_a_line_costs_that_line_never_the_copy(tmp_path):
+    out_fd = os.open(tmp_path / "output.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    err_fd = os.open(tmp_path / "stderr.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        copier = OutputCopier(_Stumbling("claude"), out_fd, err_fd)
+        text = b'{"type":"assistant","message":{"content":[{"type":"text","text":"still here"}]}}'
+        assert copier.take([b'{"type":"stumble"}', text]) is True
+    finally:
+        os.close(out_fd)
+        os.close(err_fd)
+    assert [(e.kind, e.text) for e in copier.events] == [
+        ("unparseable", "the Claude Code parser failed on it (TypeError)"),
+        ("text", "still here"),
+    ]
+    (shown,) = readable(_Stumbling("claude"), Line("stdout", b'{"type":"stumble"}', None, 1))
+    assert shown == '{"type":"stumble"}'

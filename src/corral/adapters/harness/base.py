@@ -268,6 +268,15 @@ def unread(line: Unparseable | None) -> list[Event]:
     return [] if line is None else [Event("unparseable", text=line.detail)]
 
 
+def parsed(harness: Harness, line: bytes) -> list[Event]:
+    """``harness.parse(line)`` for a reader of a turn's output (the supervisor's copy, ``logs``): the line is
+    the agent's, untrusted, so a parser that fails on it gives it as ``unparseable`` — said, never raised."""
+    try:
+        return harness.parse(line)
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
+        return [Event("unparseable", text=f"the {harness.display} parser failed on it ({type(exc).__name__})")]
+
+
 def obj(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one: stream lines are untrusted input."""
     return value if isinstance(value, dict) else {}

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from corral.adapters.harness import make_harness
-from corral.adapters.harness.base import Event, Harness
+from corral.adapters.harness.base import Event, Harness, parsed
 from corral.domain.actors import Role
 from corral.domain.bounded_json import Decoded, decode
 from corral.domain.record import field, record
@@ -373,7 +373,7 @@ def readable(harness: Harness, line: Line) -> Iterator[str]:
     if line.stream == "stderr":
         yield _decode(line.data)
         return
-    events = harness.parse(line.data)
+    events = parsed(harness, line.data)
     if line.data.strip() and all(event.kind == "unparseable" for event in events):
         yield _decode(line.data)  # text, or a line no bounded reader takes whole: shown as it came
         return

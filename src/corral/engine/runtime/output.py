@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO
 
-from corral.adapters.harness.base import Event, Harness
+from corral.adapters.harness.base import Event, Harness, parsed
 from corral.engine.paths import OUTPUT_INDEX
 from corral.engine.runtime.lines import LineBuffer
 
@@ -142,12 +142,17 @@ class OutputCopier:
         return self._err_tail
 
     def take(self, lines: list[bytes]) -> bool:
-        """Parse complete lines; True when one of them was progress."""
+        """Parse complete lines; True when one of them was progress.
+
+        A line is the agent's output, untrusted: one its harness's parser cannot read (the bounded
+        decode refused it, or the parser failed on it) is an ``unparseable`` event — an observation
+        gap of the attempt (``observer.unread_gap``) — and the copy goes on.
+        """
         progress = False
         for line in lines:
             if not line.strip():
                 continue
-            for event in self.harness.parse(line):
+            for event in parsed(self.harness, line):
                 if event.kind in ("session", "result") and event.session_id:
                     self.session_id = event.session_id
                 if event.kind != "keepalive":
