@@ -364,8 +364,6 @@ class Git:
         """Whether ``worktree`` has a merge begun and not yet committed (or aborted)."""
         return self.run("rev-parse", "-q", "--verify", "MERGE_HEAD", cwd=worktree, check=False).returncode == 0
 
-    def delete_branch(self, branch: str, *, cwd: str | Path) -> None:
-        self.run("branch", "-D", branch, cwd=cwd, check=False)
 
     # -- merging without a working tree ---------------------------------------------
     def merge_tree(self, ours: str, theirs: str, *, cwd: str | Path) -> tuple[str | None, list[str]]:

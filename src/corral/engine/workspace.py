@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from corral.adapters.branches import delete_task_branch
 from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
@@ -110,7 +111,7 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
                 hint=f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}",
             ) from exc
         git.worktree_remove(path, cwd=repo)
-        git.delete_branch(task.branch, cwd=repo)
+        delete_task_branch(git, repo, task.branch)
         raise PrepareFailed(f"corral could not make the worktree of {task.ref}: {exc.message}", hint=exc.hint) from exc
     return Workspace(path, task.branch, base)
 
@@ -133,7 +134,7 @@ def reclaim_orphan(project: Project, task: Task, path: Path, base: str) -> None:
     elif path.exists() or path.is_symlink():
         return
     git.run("worktree", "prune", cwd=repo, check=False)
-    git.delete_branch(task.branch, cwd=repo)
+    delete_task_branch(git, repo, task.branch)
 
 
 def save_and_remove(project: Project, task: Task, session: Session, why: str) -> str | None:
@@ -162,7 +163,7 @@ def save_and_remove(project: Project, task: Task, session: Session, why: str) ->
     if worktree is not None:
         git.worktree_remove(worktree, cwd=repo)
     if tip is not None:
-        git.delete_branch(branch, cwd=repo)
+        delete_task_branch(git, repo, branch, expected=tip)  # a commit made after the archive is never lost
     return tip
 
 
@@ -202,6 +203,6 @@ def restore(project: Project, task: Task, base_commit: str | None) -> Workspace:
     except GitError as exc:
         git.worktree_remove(path, cwd=repo)
         if new_branch:
-            git.delete_branch(task.branch, cwd=repo)
+            delete_task_branch(git, repo, task.branch)
         raise PrepareFailed(f"corral could not restore {task.ref}'s worktree: {exc.message}") from exc
     return Workspace(path, task.branch, base_commit or tip)

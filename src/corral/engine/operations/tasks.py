@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from corral.adapters.branches import delete_task_branch
 from corral.domain.actors import Actor
 from corral.domain.record import record
 from corral.domain.records import TASK_SETTINGS, Note, Task
@@ -452,7 +453,7 @@ def delete(project: Project, given: str, *, actor: Actor) -> Task:
             # Only the task's own worktree: a shared store's row could name any directory, another task's too.
             if session.worktree and Path(session.worktree).resolve() == own and own.exists():
                 git.worktree_remove(own, cwd=repo)
-        git.delete_branch(task.branch, cwd=repo)
+        delete_task_branch(git, repo, task.branch)
         git.delete_ref(workspace.archive_ref(task), cwd=repo)
     with project.store.write() as tx:
         tx.delete_task(task.id)

@@ -117,7 +117,15 @@ def sweep_strays(project: Project, ended: float) -> Any:
         with project.store.read() as tx:
             return list(tx.refs())  # every task's ref, whatever its status
 
-    return stray_refs.sweep(project.git, project.repo, known, turn_ended=ended)
+    report = stray_refs.sweep(project.git, project.repo, known, turn_ended=ended)
+    for name in report.task_refs:  # a task's own branch that was a symbolic ref or unreadable: back to verified
+        if name.startswith("refs/heads/corral/"):
+            from corral.engine.runtime import branch_check
+
+            verified = branch_check.verified_tip(project.git, project.repo, name.removeprefix("refs/heads/corral/"))
+            if verified is not None:
+                project.git.run("update-ref", name, verified, "0" * 40, cwd=project.repo, check=False)
+    return report
 
 
 def _swept(project: Project, receipt: proto.Receipt, command: proto.Command) -> proto.Receipt:

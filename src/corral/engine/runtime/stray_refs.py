@@ -77,23 +77,21 @@ is the line ``show`` gives. ``task_refs`` names the refs at corral's own names t
 (a task's branch that was a symbolic ref or unreadable): the caller puts each back from the
 last verified tip (``refs/corral/verified/<ref>``).
 
-:func:`delete_task_branch` replaces ``Git.delete_branch`` (which swallowed a failure): the
-branch is deleted by compare-and-swap, ``--no-deref``, and a failure is a :class:`GitError` with
-a hint; an absent branch is success.
+A task's branch itself is deleted by :func:`corral.adapters.branches.delete_task_branch`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from corral.adapters.git import Git
+from corral.adapters.branches import first_error
+from corral.adapters.git import UNTRUSTED_WORKTREE_ARGS, Git
 from corral.adapters.ref_files import common_dir
 from corral.domain.record import record
 from corral.domain.refs import is_ref
@@ -107,7 +105,7 @@ ONE_PER_TASK = frozenset({"archive", "verified", "wip", "remote-wip"})
 #: ``refs/corral/<name>/<task ref>/…``: any number per task.
 MANY_PER_TASK = frozenset({"kept", "stale"})
 #: Every git corral runs on refs an agent could have written: no hooks, no fsmonitor.
-QUIET = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+QUIET = UNTRUSTED_WORKTREE_ARGS  # what git in a task's worktree gets: no hooks, no fsmonitor
 #: How long a lock file must stay unchanged before it is taken for stale (see the module's rule).
 GRACE = 2.0
 #: A lock whose inode changed this far after now is impossible for a git; never "in use".
@@ -478,7 +476,7 @@ def _delete(git: Git, repo: Path, doomed: dict[str, str]) -> tuple[set[str], set
         if done.returncode == 0:
             return set(todo), gone, refused, None
         said = (done.stderr or done.stdout).strip()
-        last = _first_error(said, done.returncode)
+        last = first_error(said, done.returncode)
         now = _list(git, repo)
         changed = False
         for name, oid in list(todo.items()):
@@ -596,70 +594,3 @@ def sweep(
 
 
 # -- deleting a task's branch ---------------------------------------------------------------------
-
-
-def delete_task_branch(git: Git, repo: Path | str, branch: str, *, expected: str | None = None) -> str | None:
-    """Delete ``refs/heads/<branch>``; the value it held, or None when it was already absent.
-
-    Replaces ``Git.delete_branch`` (``branch -D`` with its failure swallowed): the ref is deleted
-    with ``update-ref --no-deref -d`` — a symbolic ref is deleted itself, never followed — as a
-    compare-and-swap against the value read (or ``expected``, when the caller archived a tip and
-    must not lose a commit made after it), with hooks off. A branch that is absent (or goes
-    meanwhile) is success. Anything else is a :class:`GitError` with a hint: a lock file in the
-    way, a branch moved since, an unreadable ref file.
-    """
-    where = Path(repo)
-    ref = f"refs/heads/{branch}"
-    value = _branch_value(git, where, ref)
-    if value is None:
-        return None
-    oid, symref = value
-    if expected is not None and oid != expected:
-        raise GitError(
-            f"Branch {sanitize_field(branch)} moved to {oid[:12] or 'nothing'} since corral read {expected[:12]}; "
-            "corral did not delete it.",
-            code="branch-moved",
-            hint=f"See what it holds with `git log {sanitize_field(branch)}`, then run the command again.",
-        )
-    args = [*QUIET, "update-ref", "--no-deref", "-d", ref] + ([oid] if oid else [])
-    done = git.run(*args, cwd=where, check=False)
-    if done.returncode == 0 or _branch_value(git, where, ref) is None:
-        return oid or symref
-    said = (done.stderr or done.stdout).strip()
-    raise GitError(
-        f"corral could not delete branch {sanitize_field(branch)}: {_first_error(said, done.returncode)}",
-        code="branch-delete-failed",
-        hint=_delete_hint(where, ref, said),
-    )
-
-
-def _first_error(said: str, code: int) -> str:
-    """git's own line about what failed (its ``fatal:``/``error:`` line, not the advice after it), escaped."""
-    lines = [line.strip() for line in said.splitlines() if line.strip()]
-    found = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
-    return sanitize_field(found or f"exit {code}")[:300]
-
-
-def _branch_value(git: Git, repo: Path, ref: str) -> tuple[str, str] | None:
-    """(object, symref target) of ``ref``; ``("", "")`` for a loose file git cannot read; None when absent."""
-    out = git.run("for-each-ref", _FORMAT, ref, cwd=repo).stdout
-    for line in out.split("\n"):
-        name, _, rest = line.partition("\0")
-        if name == ref:
-            oid, _, symref = rest.partition("\0")
-            return oid, symref
-    common = common_dir(repo)
-    if common is not None and os.path.lexists(common / ref):
-        return "", ""  # a file git does not list: a dangling symbolic ref, garbage
-    return None
-
-
-def _delete_hint(repo: Path, ref: str, said: str) -> str:
-    lock = re.search(r"'([^'\n]*\.lock)'", said)
-    if lock is not None:
-        path = sanitize_field(lock.group(1))
-        return (
-            f"A lock file is in the way: {path}. When no git runs in the repository, remove it "
-            f"(rm '{path}') and run the command again."
-        )
-    return f"Run `git update-ref --no-deref -d {sanitize_field(ref)}` in {repo} to see why, then run the command again."
