@@ -252,3 +252,31 @@ def test_objects_left_in_quarantine_by_a_killed_supervisor_reach_the_store(
     assert git(repo, "log", "-1", "--format=%s", branch) == "new"
     assert ok(repo, "fsck", "--connectivity-only", "--no-reflogs").returncode == 0
     assert git(repo, "rev-parse", branch_check.verified_ref(task.ref)) == git(repo, "rev-parse", branch)
+
+
+def test_stray_locks_symrefs_and_3000_refs_left_inside_are_removed_and_said(
+    boxed: Any, box_env: Path, repo: Path
+) -> None:
+    proj = boxed
+    task = run_agent(
+        proj,
+        box_env,
+        f"echo w > w.txt && git add w.txt && {COMMIT} -m w\n"
+        "common=$(git rev-parse --git-common-dir)\nb=$(git symbolic-ref HEAD)\n"
+        "tip=$(git rev-parse HEAD)\n"
+        'i=0; while [ $i -lt 3000 ]; do echo $tip > "$common/refs/heads/corral/spam-$i"; i=$((i+1)); done\n'
+        'echo "ref: refs/heads/main" > "$common/refs/heads/corral/evil"\n'
+        ': > "$common/$b.lock"\n',
+        "Leave strays",
+    )
+    left = git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/corral/").split()
+    assert left == [f"refs/heads/corral/{task.ref}"]
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    assert not (common / "refs" / "heads" / "corral" / f"{task.ref}.lock").exists()
+    assert git(repo, "log", "-1", "--format=%s", f"corral/{task.ref}") == "w"
+    (turn,) = shown(proj, task)["refs_put_back"]
+    assert turn["line"].startswith("The agent created corral/spam-") and "more refs" in turn["line"], turn["line"]
+    done = accept.accept(proj, task.ref, actor=Actor.HUMAN)  # its branch can be archived and deleted
+    assert done.task.status is Status.COMPLETE
+    assert ok(repo, "rev-parse", "--verify", "-q", f"refs/heads/corral/{task.ref}").returncode != 0
+    assert git(repo, "show", "main:w.txt") == "w"
