@@ -99,10 +99,16 @@ def test_too_large_malformed_and_cut_short_lines_say_so():
     st.integers(min_value=0, max_value=40),
 )
 def test_the_depth_check_agrees_with_a_plain_count_on_any_text(parts, limit):
+    """Equal to the count, an open string running to the end (where the decoder stops) included."""
     text = "".join(parts)
     expected = reference_depth(text) > limit
     assert too_deep(text, limit) is expected
     assert too_deep(text.encode(), limit) is expected
+
+
+def test_the_depth_check_is_linear_on_open_strings_full_of_escaped_quotes():
+    for line in (b"[" * 200 + b'"' + b'\\"' * 400_000, b"[" * 200 + b'"\\' * 400_000, b'["' * 400_000):
+        assert decode(line).reason is Reason.TOO_DEEP  # type: ignore[union-attr]  (quadratic: hours)
 
 
 # -- the harness parsers ----------------------------------------------------------------------------

@@ -12,8 +12,9 @@ The depth is found without the decoder, in linear time and without recursion (:f
 when the line holds more opening brackets than ``max_depth`` (most never do), its strings are
 cut out by one regular expression and the brackets left are measured in C.
 Where the line is not valid JSON, what this scan calls a string may differ from the
-decoder's view only after the point the decoder gives up, so the depth it finds is never
-less than the depth the decoder would reach.
+decoder's view only after the point the decoder gives up (an open string runs to the end, as
+the decoder stops there), so the depth it finds is never less than the depth the decoder
+would reach.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ MAX_DEPTH = 128
 #: The most bytes decoded by default: a harness's event is far smaller; corral's readers pass their own cap.
 MAX_BYTES = 2 * 1024 * 1024
 
-_STRING_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_STRING_TEXT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+#: A string, or one left open to the end of the text (where the decoder stops): a match never fails once
+#: begun, so no quote is tried twice and the cut is linear whatever the text (an open string with many
+#: escaped quotes would otherwise be scanned again from each of them).
+_STRING_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
+_STRING_TEXT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _BRACKETS = b"[]{}"
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
 #: Each byte's step of the depth: +1 for an opening bracket, -1 for a closing one, 0 for the rest.
