@@ -14,6 +14,8 @@ import signal
 import subprocess
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,11 @@ from corral.adapters.sandbox import SHARED_OBJECTS
 from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.engine.operations import accept, tasks, turns
+from corral.engine.project import Project
 from corral.engine.read.projection import show
 from corral.engine.runtime import branch_check, quarantine
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.processes import reap_turn
 from tests.conftest import git
 from tests.runtime.conftest import agent_turns, finished
 from tests.runtime.test_sandbox import lines, needs_bwrap
@@ -43,6 +47,19 @@ def ok(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def shown(proj: Any, task: Any) -> dict[str, Any]:
     with proj.store.read() as tx:
         return show(tx, tx.get_task(task.id))
+
+
+@contextmanager
+def opened(repo: Path) -> Iterator[Project]:
+    proj = Project.open(repo)
+    try:
+        yield proj
+    finally:
+        with proj.store.read() as tx:
+            ids = [t.id for t in tx.tasks()]
+        for task_id in ids:
+            reap_turn(proj, task_id)
+        proj.close()
 
 
 def run_agent(proj: Any, box_env: Path, script: str, goal: str) -> Any:
@@ -280,3 +297,69 @@ def test_stray_locks_symrefs_and_3000_refs_left_inside_are_removed_and_said(
     assert done.task.status is Status.COMPLETE
     assert ok(repo, "rev-parse", "--verify", "-q", f"refs/heads/corral/{task.ref}").returncode != 0
     assert git(repo, "show", "main:w.txt") == "w"
+
+
+HOSTILE_CHECKS = {
+    "make test": ("Makefile", "test:\n\t{payload}\n"),
+    "{python} -m pytest -q -p no:cacheprovider check_test.py": (
+        "conftest.py",
+        "import os\nos.system({payload!r})\n",
+    ),
+    "npm test --silent": ("package.json", '{{"scripts": {{"test": {payload_json}}}}}\n'),
+}
+
+
+@pytest.mark.parametrize("check", list(HOSTILE_CHECKS), ids=["make", "conftest", "npm"])
+def test_the_post_turn_check_runs_the_agents_code_inside_the_sandbox(
+    box_env: Path, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: str
+) -> None:
+    import json
+    import sys
+
+    home = Path(os.environ["HOME"])
+    bashrc = home / ".bashrc"
+    bashrc.write_text("# the person's\n")
+    outside = tmp_path / "escaped"
+    payload = f"echo pwned >> {bashrc}; touch {outside}; echo ran-inside"
+    name, body = HOSTILE_CHECKS[check]
+    command = check.format(python=sys.executable)
+    monkeypatch.setenv("CORRAL_POST_TURN_CHECK", command)
+    text = body.format(payload=payload, payload_json=json.dumps(payload))
+    box_env.write_text(
+        "#!/bin/sh\n"
+        f"cat > {name} <<'EOF_AGENT'\n{text}EOF_AGENT\n"
+        "echo 'def test_x(): pass' > check_test.py\n"
+        f"git add -A && {COMMIT} -m 'a check of my own'\n"
+    )
+    with opened(repo) as proj:  # after the settings above: a project reads them when it opens
+        task = tasks.create(proj, "Rewrite the check", actor=Actor.HUMAN, harness="command")
+        turns.start(proj, task.ref, actor=Actor.HUMAN)
+        finished(proj, task.ref)
+        doc = shown(proj, task)
+    assert bashrc.read_text() == "# the person's\n"
+    assert not outside.exists()
+    assert doc["post_turn_check"]["command"] == command
+    assert doc["post_turn_check"]["confinement"] == "bwrap"
+
+
+def test_the_check_runs_unconfined_only_by_the_persons_choice_and_show_says_so(
+    box_env: Path, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "ran-outside"
+    monkeypatch.setenv("CORRAL_POST_TURN_CHECK", f"touch {outside}")
+    monkeypatch.setenv("CORRAL_POST_TURN_CHECK_UNCONFINED", "1")
+    with opened(repo) as proj:
+        task = run_agent(proj, box_env, f"echo c > c.txt && git add c.txt && {COMMIT} -m c\n", "Check outside")
+        assert shown(proj, task)["post_turn_check"]["confinement"] == "unconfined"
+    assert outside.exists()
+    from tests.conftest import CLI
+
+    assert "Check:    touch" in CLI(repo).ok("show", task.ref).stdout
+    assert "UNCONFINED" in CLI(repo).ok("show", task.ref).stdout
+
+
+def test_a_repository_cannot_run_its_check_unconfined(box_env: Path, repo: Path) -> None:
+    (repo / "corral.toml").write_text('post_turn_check_unconfined = true\nsandbox_read_paths = ["/etc"]\n')
+    with opened(repo) as proj:
+        assert proj.config["post_turn_check_unconfined"] is False
+        assert list(proj.config["sandbox_read_paths"]) == []

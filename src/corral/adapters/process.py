@@ -173,6 +173,21 @@ def spawn_shell(
     )
 
 
+def spawn_argv(
+    argv: list[str], *, cwd: str | Path, env: dict[str, str], output: int | IO[bytes] | None = subprocess.PIPE
+) -> subprocess.Popen[bytes]:
+    """A program in its own group (the post-turn check in the sandbox), stdout and stderr together."""
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` names a live process; a zombie (exited, not yet reaped) is not alive."""
     if pid <= 0 or pid > MAX_PID:

@@ -79,6 +79,9 @@ class SandboxSpec:
     git_common_dir: str | None = None
     git_dir: str | None = None
     branch: str | None = None  # the branch's full ref, refs/heads/corral/<ref>
+    #: What the person lets a confined turn read beyond the defaults (``sandbox_read_paths``, user-only:
+    #: toolchains in the home such as ``~/.cargo`` or ``~/.nvm``), read-only.
+    read_paths: tuple[str, ...] = ()
 
     @property
     def confined(self) -> bool:
@@ -87,6 +90,7 @@ class SandboxSpec:
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["hidden"] = list(self.hidden)
+        doc["read_paths"] = list(self.read_paths)
         return doc
 
     @classmethod
@@ -103,6 +107,9 @@ class SandboxSpec:
         hidden = data.get("hidden") or []
         if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
             raise ValueError("sandbox.hidden: expected a list of strings")
+        read_paths = data.get("read_paths") or []
+        if not isinstance(read_paths, list) or not all(isinstance(h, str) for h in read_paths):
+            raise ValueError("sandbox.read_paths: expected a list of strings")
         return cls(
             mode=mode,
             reason=reason,
@@ -112,6 +119,7 @@ class SandboxSpec:
             git_common_dir=text("git_common_dir"),
             git_dir=text("git_dir"),
             branch=text("branch"),
+            read_paths=tuple(read_paths),
         )
 
 
@@ -142,13 +150,20 @@ def resolve(
     git_common_dir: str | None = None,
     git_dir: str | None = None,
     branch: str | None = None,
+    read_paths: Sequence[str] = (),
 ) -> SandboxSpec:
     """The sandbox a turn gets from the ``sandbox`` setting: ``auto`` is bwrap where it works, else off.
 
     ``bwrap`` where bubblewrap is missing or does not work is a spec with ``error`` (the turn
     fails ``fatal_config`` with the install hint), never an unconfined turn.
     """
-    paths = {"hidden": tuple(hidden), "git_common_dir": git_common_dir, "git_dir": git_dir, "branch": branch}
+    paths = {
+        "hidden": tuple(hidden),
+        "git_common_dir": git_common_dir,
+        "git_dir": git_dir,
+        "branch": branch,
+        "read_paths": tuple(os.path.expanduser(p) for p in read_paths),
+    }
     if setting == OFF:
         return SandboxSpec(OFF, "sandbox = off in the settings")
     found = find_bwrap(env)

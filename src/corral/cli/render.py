@@ -378,6 +378,16 @@ def show_lines(
         out.append(f"Tools:    the agent had no corral tools ({one_line(tools['absent'] or 'not given')})")
     if sandbox := doc.get("sandbox"):
         out.append(f"Sandbox:  {sandbox['mode']} ({one_line(sandbox['reason'] or 'no reason recorded')})")
+    if (check := doc.get("post_turn_check")) and check.get("command"):
+        if check["timed_out"]:
+            outcome = "ran past its time limit"
+        else:
+            outcome = f"exit {check['exit_code']}" if check["exit_code"] is not None else "no exit status"
+        where = {
+            "bwrap": "in the sandbox",
+            "unconfined": "UNCONFINED (post_turn_check_unconfined, or no sandbox)",
+        }.get(check["confinement"] or "", "where is not recorded")
+        out.append(f"Check:    {one_line(check['command'])}: {outcome}, {where}")
     if rule := doc.get("failure_rule"):
         if rule["rule"] == "intents":
             out.append(

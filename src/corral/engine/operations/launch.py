@@ -93,7 +93,11 @@ def posture(config: Config, *, read_only: bool, confined: bool = False) -> Postu
 def sandbox_spec(project: Project, worktree: str, branch: str) -> sandboxing.SandboxSpec:
     """The turn's sandbox from the ``sandbox`` setting, resolved once here (``auto`` probes bwrap
     once per process), with the worktree's git directories the agent must write to commit."""
-    spec = sandboxing.resolve(str(project.config["sandbox"]), hidden=[str(project.paths.home)])
+    spec = sandboxing.resolve(
+        str(project.config["sandbox"]),
+        hidden=[str(project.paths.home)],
+        read_paths=[str(p) for p in project.config["sandbox_read_paths"] or ()],
+    )
     if not spec.confined:
         return spec
     common = git_dir = None
@@ -151,7 +155,9 @@ def build_command(
             term_grace_seconds=TERM_GRACE_SECONDS,
         ),
         budgets=budgets(cfg),
-        check=proto.CheckSpec(cfg["post_turn_check"], float(cfg["post_turn_check_timeout"])),
+        check=proto.CheckSpec(
+            cfg["post_turn_check"], float(cfg["post_turn_check_timeout"]), bool(cfg["post_turn_check_unconfined"])
+        ),
         protected=protected_patterns(cfg, task.protected),
         created_at=rfc3339(project.clock()) or "",
         usage_limits=str(usage_limits_file(project.paths.home)),

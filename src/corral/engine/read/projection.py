@@ -406,6 +406,7 @@ def _show(
         "refs_put_back": refs_put_back(turns),
         "agent_tools": agent_tools_json(task),
         "sandbox": sandbox_json(task),
+        "post_turn_check": check_json(turns),
         "failure_rule": failure_rule_json(task),
         # Which worker runs (or last ran) the task's turn, under which epoch (docs/workers.md).
         "lease": lease.to_json() if (lease := tx.lease(task.id)) is not None else None,
@@ -431,6 +432,22 @@ def agent_tools_json(task: Task) -> dict[str, Any] | None:
         return None
     absent = note.get("absent")
     return {"mcp": note.get("mcp") is True, "absent": absent if isinstance(absent, str) else None}
+
+
+def check_json(turns: Sequence[Turn]) -> dict[str, Any] | None:
+    """The newest post-turn check among the shown turns: its command, exit and where it ran."""
+    for t in reversed(turns):
+        check = t.details.get("check") if t.role is Role.AGENT and t.details else None
+        if isinstance(check, dict):
+            where = check.get("confinement")
+            return {
+                "turn": t.sequence,
+                "command": check.get("command"),
+                "exit_code": check.get("exit_code"),
+                "timed_out": check.get("timed_out") is True,
+                "confinement": where if where in ("bwrap", "unconfined") else None,
+            }
+    return None
 
 
 def sandbox_json(task: Task) -> dict[str, Any] | None:

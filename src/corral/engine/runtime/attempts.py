@@ -22,6 +22,7 @@ harness that keeps its retries has them shown live instead: ``status.json``'s ``
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -179,27 +180,10 @@ class AttemptRunner:
                 run.spawn_error = box.error
                 run.ended_at = now()
                 return run
-            harness = getattr(self.harness, "name", "")
-            prepare(box, harness, env)
             prompt_file = env.get("CORRAL_PROMPT_FILE")
-            guard = ref_guard.guard_dir(self.log_dir)
-            held = None
-            if box.git_common_dir and not self.read_only():  # its objects arrive through a quarantine
-                from corral.engine.runtime import quarantine
-
-                held = str(quarantine.open_(box.git_common_dir, self.command_id))
-            prefix, _inside = bwrap_argv(
-                box,
-                worktree=str(self.worktree),
-                program=argv[0],
-                harness=harness,
-                read_only=self.read_only(),
-                env=env,
-                read_paths=[*([prompt_file] if prompt_file else []), str(guard / ref_guard.HOOKS)],
-                write_paths=[str(guard / ref_guard.MOVES)],  # the ref guard's hook logs the agent's moves
-                quarantine=held,
+            argv = self._confined(
+                box, argv, env, getattr(self.harness, "name", ""), [prompt_file] if prompt_file else []
             )
-            argv = [*prefix, *argv]
         out_fd = os.open(self.log_dir / OUTPUT_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err_fd = os.open(self.log_dir / STDERR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         run.log_start = os.fstat(out_fd).st_size
@@ -328,6 +312,48 @@ class AttemptRunner:
         box = self.sandbox()
         stop = stop_sandboxed_group if box is not None and box.confined else stop_child_group
         threading.Thread(target=stop, args=(proc, self.term_grace), daemon=True).start()
+
+    def _confined(
+        self, box: SandboxSpec, argv: list[str], env: dict[str, str], harness: str, reads: list[str]
+    ) -> list[str]:
+        """``argv`` inside the turn's sandbox: its objects through the turn's quarantine, its ref moves logged."""
+        prepare(box, harness, env)
+        guard = ref_guard.guard_dir(self.log_dir)
+        held = None
+        if box.git_common_dir and not self.read_only():  # its objects arrive through a quarantine
+            from corral.engine.runtime import quarantine
+
+            held = str(quarantine.open_(box.git_common_dir, self.command_id))
+        prefix, _inside = bwrap_argv(
+            box,
+            worktree=str(self.worktree),
+            program=argv[0],
+            harness=harness,
+            read_only=self.read_only(),
+            env=env,
+            read_paths=[*reads, *box.read_paths, str(guard / ref_guard.HOOKS)],
+            write_paths=[str(guard / ref_guard.MOVES)],  # the ref guard's hook logs the agent's moves
+            quarantine=held,
+        )
+        return [*prefix, *argv]
+
+    def confine_check(self, argv: list[str]) -> tuple[list[str], dict[str, str]] | None:
+        """The post-turn check's argv and environment in the turn's sandbox; None when the turn has none.
+
+        Its environment is the agent's less the harness's: the turn's tag (reaped with the turn), the
+        ref guard's hooks. A sandbox that cannot run (``error``) runs nothing: the check is refused.
+        """
+        box = self.sandbox()
+        if box is None or not box.confined:
+            return None
+        env = dict(os.environ)
+        for var in PRIVATE_ENV:
+            env.pop(var, None)
+        env[COMMAND_TAG] = self.command_id
+        env.update(ref_guard.hook_env(self.log_dir, self.worktree, self.command_id, env))
+        if box.error is not None:
+            return ["/bin/sh", "-c", f"echo {shlex.quote(box.error)} >&2; exit 126"], env
+        return self._confined(box, argv, env, "command", []), env
 
     def sandbox(self) -> SandboxSpec | None:
         if self._sandbox is _FROM_COMMAND:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from corral.adapters.process import spawn_shell, stop_child_group
+from corral.adapters.process import spawn_argv, spawn_shell, stop_child_group
 from corral.domain.redact import bounded, redact
 from corral.engine.runtime import protocol as proto
 
@@ -30,10 +31,30 @@ def _drain(stream: IO[bytes], chunks: list[bytes]) -> None:
             kept -= len(chunks.pop(0))
 
 
-def run_check(spec: proto.CheckSpec, worktree: Path, secrets: list[str], term_grace: float) -> proto.CheckResult | None:
+def run_check(
+    spec: proto.CheckSpec,
+    worktree: Path,
+    secrets: list[str],
+    term_grace: float,
+    confine: Callable[[list[str]], tuple[list[str], dict[str, str]] | None] | None = None,
+) -> proto.CheckResult | None:
+    """Run the check; ``confine`` wraps its argv in the turn's sandbox (None: no sandbox for this turn).
+
+    The check runs the agent's code (a Makefile, a conftest.py, a package.json script), so it runs
+    where the agent ran: inside the turn's sandbox, before corral verifies the turn's objects and
+    refs (it can write the same things). Unconfined only where the person chose it for the
+    repository (``post_turn_check_unconfined``, a user-only setting), and then said so.
+    """
     if not spec.command:
         return None
-    proc = spawn_shell(spec.command, cwd=worktree)
+    wrapped = confine(["/bin/sh", "-c", spec.command]) if confine is not None and not spec.unconfined else None
+    if wrapped is not None:
+        argv, env = wrapped
+        proc = spawn_argv(argv, cwd=worktree, env=env)
+        where = "bwrap"
+    else:
+        proc = spawn_shell(spec.command, cwd=worktree)
+        where = "unconfined"
     chunks: list[bytes] = []
     assert proc.stdout is not None
     reader = threading.Thread(target=_drain, args=(proc.stdout, chunks), daemon=True)
@@ -60,4 +81,5 @@ def run_check(spec: proto.CheckSpec, worktree: Path, secrets: list[str], term_gr
         timed_out=timed_out,
         timeout=spec.timeout_seconds,
         tail=bounded(redact("\n".join(lines[-CHECK_TAIL_LINES:]), secrets), CHECK_TAIL_BYTES),
+        confinement=where,
     )

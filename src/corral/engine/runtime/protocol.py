@@ -177,6 +177,9 @@ class CheckSpec:
 
     command: str | None
     timeout_seconds: float
+    #: Run outside the sandbox (the person's user-only ``post_turn_check_unconfined``); by default
+    #: the check runs in the turn's own sandbox, since it runs the agent's code (a Makefile, conftest.py).
+    unconfined: bool = False
 
 
 def _posture_json(p: Posture) -> JSON:
@@ -393,7 +396,11 @@ class Command:
                 term_grace_seconds=_num(watchdog, "term_grace_seconds"),
             ),
             budgets=_budgets(_obj(data, "budgets") or {}),
-            check=CheckSpec(command=_opt(check, "command", str), timeout_seconds=_num(check, "timeout_seconds")),
+            check=CheckSpec(
+                command=_opt(check, "command", str),
+                timeout_seconds=_num(check, "timeout_seconds"),
+                unconfined=check.get("unconfined") is True,
+            ),
             protected=_strs(data, "protected"),
             created_at=_req(data, "created_at", str),
             read_only_before=_before(before) if before is not None else None,
@@ -718,6 +725,8 @@ class CheckResult:
     timed_out: bool
     timeout: float
     tail: str
+    #: Where it ran: "bwrap" (the turn's sandbox), or "unconfined" (no sandbox, or the person's choice).
+    confinement: str | None = None
 
     def to_json(self) -> JSON:
         return asdict(self)
@@ -730,6 +739,7 @@ class CheckResult:
             timed_out=bool(_req(data, "timed_out", bool)),
             timeout=_num(data, "timeout"),
             tail=_opt(data, "tail", str) or "",
+            confinement=_opt(data, "confinement", str),
         )
 
 

@@ -200,7 +200,13 @@ class Supervisor:
             fields["usage"] = work.usage()
             if c.kind != "ask" and c.check.command:
                 self.status.update(phase="check")
-                fields["check"] = run_check(c.check, self.worktree, self.secrets, c.watchdog.term_grace_seconds)
+                fields["check"] = run_check(
+                    c.check,
+                    self.worktree,
+                    self.secrets,
+                    c.watchdog.term_grace_seconds,
+                    confine=self.runner.confine_check,  # it runs the agent's code: where the agent ran
+                )
         # What the agent wrote is checked before corral reads it: its objects, its branch, other refs.
         self._refs = ref_guard.for_command(self.probe.git, self.command)
         fields["git"] = self.probe.facts(c.git_start_sha, pre_sync, post_sync, c.protected)
