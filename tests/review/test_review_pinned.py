@@ -4,15 +4,18 @@ for a yes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from corral.domain.actors import Actor
+from corral.domain.clock import rfc3339
 from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
 from corral.engine.operations import reviewed, tasks
@@ -328,6 +331,25 @@ def test_the_dashboard_merges_the_tip_its_page_showed(proj, agent, repo) -> None
     with proj.store.read() as tx:
         entry = tx.get_task(task.id).metadata[reviewed.REVIEWED]["human"]
     assert entry["tip"] == old and entry["surface"] == "dashboard"
+    # Recording the tip touched the row: the page's next look at the row as it now is reads no diff again.
+    renders: list[str] = []
+    real = hub.render_diff
+
+    def counted(state_: str, task_id: str) -> Any:
+        renders.append(task_id)
+        return real(state_, task_id)
+
+    hub.render_diff = counted  # type: ignore[method-assign]
+
+    async def two_looks() -> None:
+        await hub.diff(state, task.id, "before", "blocked")
+        with proj.store.read() as tx:
+            now = tx.get_task(task.id)
+        await hub.diff(state, task.id, rfc3339(now.updated_at), now.status.value)
+
+    asyncio.run(two_looks())
+    assert len(renders) == 1
+    hub.render_diff = real  # type: ignore[method-assign]
     accept_button = views.actions({"task": {"status": "blocked"}}, "p/x/t/y")
     assert f'hx-include="#{views.REVIEW_TIP}"' in accept_button
 

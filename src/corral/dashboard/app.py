@@ -140,6 +140,7 @@ class Hub:
         self._locks: dict[str, asyncio.Lock] = {}
         self._cache: dict[str, tuple[Any, Any]] = {}
         self.narration: dict[str, list[dict[str, Any]]] = {}  # task id -> the events of its latest accept here
+        self._diff_rows: dict[str, tuple[str, str]] = {}  # task id -> (updated_at, status) its last diff read left
         self.working = False  # whether the last board had a working task (its live lines move)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -225,22 +226,33 @@ class Hub:
     def render_diff(self, state: str, task_id: str) -> Markup:
         """The task's diff as ``corral diff`` reads it, its tip recorded as shown to a person and carried by the
         page, so its Accept merges that tip and no other (docs/dashboard.md#accept)."""
+        from corral.domain.clock import rfc3339
         from corral.engine.operations import tasks
 
+        project = self.homes.get(state)
         try:
-            found = tasks.diff(self.homes.get(state), task_id, actor=ACTOR, surface="dashboard")
+            found = tasks.diff(project, task_id, actor=ACTOR, surface="dashboard")
         except CorralError as exc:
             return tag("p", exc.message, class_="meta")
-        return views.diff_fragment(found.tip, found.commits, found.text, found.uncommitted)
+        shown = views.diff_fragment(found.tip, found.commits, found.text, found.uncommitted)
+        with project.store.read() as tx:
+            after = tx.get_task(task_id)
+        if after is not None:  # recording the tip touched the row: this render stands for the row as it is now
+            self._diff_rows[task_id] = (rfc3339(after.updated_at) or "", after.status.value)
+        return shown
 
     def forget_diff(self, task_id: str) -> None:
         """The task's diff is read again at the next look (its branch moved without its row changing)."""
         self._cache.pop(f"diff:{task_id}", None)
 
     async def diff(self, state: str, task_id: str, updated: str, status: str) -> Markup:
-        value: Markup = await self.shared(
-            f"diff:{task_id}", (updated, status), lambda: self.render_diff(state, task_id)
-        )
+        """The task's diff, read again when its row changed (its updated_at or status), the row's change made by
+        recording the tip shown aside (:meth:`render_diff` keys its render by the row as it left it)."""
+        key = f"diff:{task_id}"
+        value: Markup = await self.shared(key, (updated, status), lambda: self.render_diff(state, task_id))
+        row = self._diff_rows.pop(task_id, None)
+        if row is not None:
+            self._cache[key] = (row, value)
         return value
 
 
