@@ -186,6 +186,24 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("post_turn_check", str, None, "command run in the worktree after each work phase", _EXEC),
     Setting("post_turn_check_timeout", float, 300.0, "seconds the post-turn check may run"),
+    # User-only: the check runs the agent's code (a Makefile, conftest.py), so outside the sandbox it
+    # is an escape; a toolchain in the home is something a person lets the sandbox read.
+    Setting(
+        "post_turn_check_unconfined",
+        bool,
+        False,
+        "run the post-turn check outside the sandbox (it runs code the agent could have written)",
+        _USER,
+        because="it runs code the agent could have written outside the sandbox",
+    ),
+    Setting(
+        "sandbox_read_paths",
+        list,
+        (),
+        "more paths a confined turn and its check may read (toolchains in your home: ~/.cargo, ~/.nvm)",
+        _USER,
+        because="it shows a confined agent more of your machine",
+    ),
     Setting("auto_resume", bool, True, "resume a crashed turn automatically, under the circuit breaker"),
     Setting("breaker_threshold", int, 3, "consecutive interruptions that stop auto-resume"),
     Setting(
