@@ -141,6 +141,8 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
 
 
 WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools", "protected_defaults"}
+#: Where the post-turn check runs and what a confined turn may read are the person's to widen.
+WIDENS |= {"post_turn_check_unconfined", "sandbox_read_paths"}
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}

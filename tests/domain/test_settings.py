@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "protected_defaults": [".claude/settings*.json", ".mcp.json", ".codex/**", ".pi/**", ".github/workflows/**"],
     "post_turn_check": None,
     "post_turn_check_timeout": 300.0,
+    "post_turn_check_unconfined": False,
+    "sandbox_read_paths": [],
     "auto_resume": True,
     "breaker_threshold": 3,
     "breaker_same_cause": 2,
@@ -65,6 +67,8 @@ DEFAULTS: dict[str, Any] = {
 #: Settings that widen what an agent may do: never from corral.toml, which may not even propose them
 #: (``protected_defaults``: taking a default protection away lets an agent change what a harness runs).
 WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools", "protected_defaults"}
+#: Where the post-turn check runs and what a confined turn may read are the person's to widen.
+WIDENS |= {"post_turn_check_unconfined", "sandbox_read_paths"}
 #: Settings that make corral execute something: never from corral.toml, which may only propose them.
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 #: Settings a repository may not set because they say where a person's own records go.
