@@ -30,6 +30,7 @@ def worktree(repo: Path) -> Path:
     (repo / "kept.txt").write_text("as it was\n")
     git(repo, "add", "kept.txt")
     git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "corral/fix")  # on the task's branch, as a task's worktree is
     return repo
 
 

@@ -455,6 +455,7 @@ def delete(project: Project, given: str, *, actor: Actor) -> Task:
                 git.worktree_remove(own, cwd=repo)
         delete_task_branch(git, repo, task.branch)
         git.delete_ref(workspace.archive_ref(task), cwd=repo)
+        git.delete_ref(f"refs/corral/verified/{task.ref}", cwd=repo)  # the branch check's, for this task
     with project.store.write() as tx:
         tx.delete_task(task.id)
     if safe:
