@@ -106,14 +106,22 @@ def test_hostile_lines_leave_a_normal_turn_gaps_and_readable_logs(corral, tmp_pa
 
 def test_a_failed_turn_after_hostile_lines_is_explained_not_a_fault(corral, tmp_path):
     # Its last lines, what a failed turn's diagnostic reads: a deep object, whole in the window it reads.
+    # It ends refused by the model server (401: fatal, no retry), so the turn's diagnostic is written.
     last = {"stdout": _nested_object(9_000) + "\n"}
-    failing = [*HOSTILE[:4], {"text": "giving up"}, last, {"stderr": "boom\n"}, {"exit": 1}]
-    env = fake_env(tmp_path, failing, failing, failing, failing)
+    failing = [
+        *HOSTILE[:4],
+        {"text": "giving up"},
+        last,
+        {"result": "Invalid API key", "is_error": True, "status": 401},
+    ]
+    env = fake_env(tmp_path, [*failing, {"exit": 1}])
     corral.ok("create", "Hostile failure", "--ref", "failing", env=env)
     corral.ok("start", "failing", env=env)
     waited = corral("wait", "failing", "--json", env=env, timeout=120)
     doc = waited.json()
-    assert "internal" not in json.dumps(doc["resting_cause"]).lower(), doc
+    assert doc["task"]["status"] != "working", doc  # the turn was recorded: its diagnostic did not fail
+    assert doc["resting_cause"]["code"] == "harness-not-authenticated", doc["resting_cause"]
+    assert doc["resting_cause"]["evidence"]["diagnostic"], doc["resting_cause"]
     for args in (("show", "failing"), ("show", "failing", "--json"), ("logs", "failing"), ("failures", "failing")):
         result = corral(*args, env=env, timeout=120)
         assert result.returncode == 0, (args, result.stderr[-2000:])
