@@ -273,12 +273,12 @@ def test_a_sandboxed_claude_work_turn_gets_every_tool_and_an_ask_keeps_plan_mode
 ) -> None:
     """Claude Code's posture in the sandbox: bypassPermissions with IS_SANDBOX=1 for work, plan for an ask.
 
-    The fake agent stands in for ``claude``; its scenario and record live in ``~/.claude``, the
-    one place of the home a sandboxed Claude Code turn may write."""
-    state = Path(os.environ["HOME"]) / ".claude"
+    The fake agent stands in for ``claude``; its scenario and record live in ``~/.claude/cache``,
+    Claude Code's state, which a sandboxed Claude Code turn may write (its configuration it may not)."""
+    state = Path(os.environ["HOME"]) / ".claude" / "cache"
     record = state / "fake-record"
     scenario = state / "scenario.json"
-    state.mkdir()
+    state.mkdir(parents=True)
     scenario.write_text(json.dumps({"invocations": [], "default": [{"init": True}, {"result": "ok"}]}))
     monkeypatch.setenv("CORRAL_CLAUDE_BIN", str(wrapper_script(tmp_path / "claude-bin")))
     monkeypatch.setenv("CORRAL_FAKE_SCENARIO", str(scenario))
@@ -355,6 +355,7 @@ def test_the_bwrap_argv_hides_state_and_home_and_binds_what_git_writes(tmp_path:
     )
     env = {"HOME": str(home), "PATH": "/usr/bin"}
     quarantine = common / "corral-quarantine" / "c1"
+    sandboxing.prepare(spec, "claude", env)  # Claude Code's configuration placeholders, pinned below
     argv, inside = sandboxing.bwrap_argv(
         spec,
         worktree=str(state / "worktrees" / "t"),
@@ -382,7 +383,7 @@ def test_the_bwrap_argv_hides_state_and_home_and_binds_what_git_writes(tmp_path:
     assert binds[str(common / "worktrees" / "t")] == "--bind-try"
     assert binds[str(common / "refs" / "heads" / "corral")] == "--bind-try"
     assert binds[str(common / "logs" / "refs" / "heads" / "corral")] == "--bind-try"
-    assert binds[str(home / ".claude")] == "--bind-try" and binds[str(home / ".claude.json")] == "--bind-try"
+    assert binds[str(home / ".claude")] == "--bind-try" and binds[str(home / ".claude.json")] == "--ro-bind-try"
     assert str(common / "packed-refs") not in binds and str(common / "refs") not in binds
     # A hidden directory is mounted before what is put back inside it.
     assert argv.index(str(state)) < argv.index(str(state / "worktrees" / "t"))
