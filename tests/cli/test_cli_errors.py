@@ -175,7 +175,7 @@ def test_huge_text_is_refused_and_nothing_is_stored(corral) -> None:
 def test_the_text_cap_is_a_setting(corral) -> None:
     create(corral, "Small cap", "--ref", "small-cap")
     json_error(
-        corral("comment", "small-cap", "-m", "x" * 11, "--json", env={"CORRAL_TEXT_CAP": "10"}),
+        corral("comment", "small-cap", "-m", "x" * 1025, "--json", env={"CORRAL_TEXT_CAP": "1024"}),
         2,
         "text-too-large",
     )

@@ -80,11 +80,11 @@ def test_config_defaults(corral) -> None:
 def test_project_file_beats_user_file_and_environment_beats_both(corral, repo: Path, isolated_env: Path) -> None:
     user = isolated_env / "user-config.toml"
     user.write_text('watchdog_timeout = 100\nmodel = "from-user"\n')
-    (repo / "corral.toml").write_text("watchdog_timeout = 42\n")
+    (repo / "corral.toml").write_text("watchdog_timeout = 4200\n")  # a repository may lengthen it, not shorten it
     doc = _settings(corral)
     assert doc["settings"]["watchdog_timeout"] == {
         **doc["settings"]["watchdog_timeout"],
-        "value": 42,
+        "value": 4200,
         "source": "project",
         "origin": str(repo.resolve() / "corral.toml"),
     }
@@ -94,7 +94,7 @@ def test_project_file_beats_user_file_and_environment_beats_both(corral, repo: P
     assert (env["value"], env["source"], env["origin"]) == (7, "env", "CORRAL_WATCHDOG_TIMEOUT")
     text = corral.ok("config", "show").stdout
     line = next(line for line in text.splitlines() if line.startswith("watchdog_timeout"))
-    assert "42" in line and "project" in line
+    assert "4200" in line and "project" in line
 
 
 def test_permission_mode_in_the_project_file_is_ignored_and_reported(corral, repo: Path, isolated_env: Path) -> None:

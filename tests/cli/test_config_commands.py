@@ -106,16 +106,16 @@ def test_local_scope_writes_this_repositorys_table(corral, repo: Path, isolated_
 
 @pytest.mark.slow
 def test_project_scope_writes_corral_toml_and_refuses_what_a_repository_may_not_set(corral, repo: Path) -> None:
-    corral.ok("config", "set", "watchdog_timeout", "900", "--scope", "project")
+    corral.ok("config", "set", "watchdog_timeout", "3600", "--scope", "project")
     toml = repo / "corral.toml"
-    assert tomllib.loads(toml.read_text()) == {"watchdog_timeout": 900.0}
+    assert tomllib.loads(toml.read_text()) == {"watchdog_timeout": 3600.0}
     assert stat.S_IMODE(toml.stat().st_mode) & 0o044 == 0o044  # a shared file stays readable, not 0600
     shown = corral.json("config", "show")["settings"]["watchdog_timeout"]
-    assert (shown["value"], shown["source"]) == (900.0, "project")
+    assert (shown["value"], shown["source"]) == (3600.0, "project")
     for name, value in (("permission_mode", "bypassPermissions"), ("is_sandbox", "true"), ("allowed_tools", "Bash")):
         err = json_error(corral("config", "set", name, value, "--scope", "project", "--json"), 2, "config-invalid")
         assert name in err["message"] and "--scope local" in (err["hint"] or "")
-    assert tomllib.loads(toml.read_text()) == {"watchdog_timeout": 900.0}
+    assert tomllib.loads(toml.read_text()) == {"watchdog_timeout": 3600.0}
     # a setting that runs something is only a proposal there, and says so
     proposed = corral("config", "set", "post_turn_check", "make test", "--scope", "project")
     assert proposed.returncode == 0 and "only proposes post_turn_check" in proposed.stdout
@@ -215,7 +215,7 @@ def test_a_bad_edit_is_kept_out_and_kept_aside(corral, isolated_env: Path, tmp_p
 def test_edit_of_the_project_file_fixes_a_broken_one(corral, repo: Path, tmp_path: Path) -> None:
     (repo / "corral.toml").write_text("watchdog_timeout = [\n")
     assert corral("list").returncode == 2
-    corral.ok("config", "edit", "--scope", "project", env={"EDITOR": _editor(tmp_path, "watchdog_timeout = 30\n")})
+    corral.ok("config", "edit", "--scope", "project", env={"EDITOR": _editor(tmp_path, "watchdog_timeout = 3600\n")})
     assert corral.json("config", "get", "watchdog_timeout")["source"] == "project"
     corral.ok("list")
 

@@ -57,6 +57,17 @@ class Setting(NamedTuple):
     narrowing: tuple[str, ...] = ()
     #: Why a ``USER_ONLY`` setting is not a repository's to set (what a refusal and a report say).
     because: str = "it widens what an agent may do"
+    #: For a number, the least and the most it may be, both included; a number is also finite, and whole
+    #: for an ``int`` setting. Every number has both, so no source can make corral wait forever, never
+    #: wait, or take a text no memory holds (``corral config show`` and docs/cli.md#ranges say them).
+    least: float | None = None
+    most: float | None = None
+    #: False for a limit a repository's ``corral.toml`` may raise but never lower (a delay, a time limit,
+    #: the text cap): lowered, it would break corral in that repository (``git_timeout = 1`` stops its git
+    #: commands), so a value there below the one it would replace is ignored and reported.
+    repository_may_lower: bool = True
+    #: A name corral passes to git (the remote): it may not begin with ``-``, where git reads an option.
+    git_name: bool = False
 
     @property
     def optional(self) -> bool:
@@ -85,11 +96,67 @@ class Setting(NamedTuple):
         return list(self.default) if isinstance(self.default, tuple) else self.default
 
     def coerce(self, raw: object, where: str) -> SettingValue:
-        """``raw`` (a TOML value, or the text of an environment variable) as this setting's type.
+        """``raw`` (a TOML value, or the text of an environment variable) as this setting's type, in its range.
 
-        ``where`` names the source in the error (a file or a variable). Text converts to
-        any type, in a file as in the environment (a list is comma-separated); any other
-        TOML value must already have the type, except that a whole number is a valid float.
+        ``where`` names the source in the error (a file or a variable): a value of another type
+        (:meth:`typed`) or outside the setting's range (:meth:`refusal`) is a :class:`ConfigError`.
+        """
+        return self.check(self.typed(raw, where), where)
+
+    def check(self, value: SettingValue, where: str) -> SettingValue:
+        """``value`` itself when the setting may take it; else a :class:`ConfigError` naming the range."""
+        why = self.refusal(value)
+        if why is None:
+            return value
+        raise ConfigError(
+            f"{where}: '{self.name}' {why}, not {value!r}.", hint=f"{self.name}: {self.help}; {self.takes()}."
+        )
+
+    def refusal(self, value: SettingValue) -> str | None:
+        """Why the setting may not take ``value`` of its type (a number out of its range, a name git
+        would read as an option), or None. A repository's value refused here is ignored and reported."""
+        if self._out_of_range(value):
+            return f"must be {self.range_words()}"
+        if self.git_name and isinstance(value, str) and value.startswith("-"):
+            return "must be a remote's name (a name beginning with '-' git would read as an option)"
+        return None
+
+    def _out_of_range(self, value: SettingValue) -> bool:
+        if self.kind not in (int, float) or not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False
+        return (
+            (self.kind is int and not isinstance(value, int))
+            or value != value  # NaN
+            or value in (_INFINITY, -_INFINITY)
+            or (self.least is not None and value < self.least)
+            or (self.most is not None and value > self.most)
+        )
+
+    def range_words(self) -> str:
+        """A number's range as a person reads it: ``a whole number from 1 to 1000``."""
+        words = _KIND_NAMES[self.kind] if self.kind in (int, float) else "a value"
+        if self.least is not None and self.most is not None:
+            return f"{words} from {_number(self.least)} to {_number(self.most)}"
+        if self.least is not None:
+            return f"{words} of at least {_number(self.least)}"
+        if self.most is not None:
+            return f"{words} of at most {_number(self.most)}"
+        return words
+
+    def takes(self) -> str:
+        """What the setting takes, for a hint: its range (or its rule) and its default."""
+        shown = "not set" if self.default is None else repr(self.default_value())
+        if self.git_name:
+            return f"it takes the name of a remote that `git remote` lists (default {shown})"
+        return f"it takes {self.range_words()} (default {shown})"
+
+    def typed(self, raw: object, where: str) -> SettingValue:
+        """``raw`` as this setting's type, not yet checked against its range (:meth:`refusal` does that).
+
+        Text converts to any type, in a file as in the environment (a list is comma-separated);
+        any other TOML value must already have the type, except that a whole number is a valid
+        float, and any number is taken here for a whole-number setting: ``nan`` or ``2.5`` there
+        is out of its range, said with the range.
         """
         if raw is None and self.optional:
             return None
@@ -117,12 +184,15 @@ class Setting(NamedTuple):
                 return [str(x) for x in raw]
             raise self._wrong_type(raw, where)
         if kind is int:
-            if isinstance(raw, int) and not isinstance(raw, bool):
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool):
                 return raw
             raise self._wrong_type(raw, where)
         if kind is float:
             if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-                return float(raw)
+                try:
+                    return float(raw)
+                except OverflowError:  # a whole number past any float: out of every range
+                    return _INFINITY if raw > 0 else -_INFINITY
             raise self._wrong_type(raw, where)
         if isinstance(raw, str):
             if self.choices and raw not in self.choices:
@@ -138,6 +208,14 @@ class Setting(NamedTuple):
             f"{where}: '{self.name}' must be {_KIND_NAMES.get(self.kind, 'a string')}, not {raw!r}.",
             hint=f"{self.name}: {self.help}.",
         )
+
+
+_INFINITY = float("inf")
+
+
+def _number(value: float) -> str:
+    """A bound as a person types it: ``86400``, not ``86400.0``."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -163,10 +241,25 @@ PROTECTED_DEFAULTS: tuple[str, ...] = (
     ".github/workflows/**",
 )
 
+#: Bounds of the numeric settings (seconds, and how many times a thing may be tried).
+_HOUR = 3600
+_DAY = 24 * _HOUR
+_WEEK = 7 * _DAY
+_COUNT = 1000
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("harness", str, "claude", "default harness for new tasks (claude, pi, codex, command)"),
     Setting("model", str, None, "default model passed to the harness"),
-    Setting("watchdog_timeout", float, 1800.0, "seconds without progress before the watchdog kills a turn"),
+    # A delay: a repository may lengthen it, never shorten it (its turns would be killed while working).
+    Setting(
+        "watchdog_timeout",
+        float,
+        1800.0,
+        "seconds without progress before the watchdog kills a turn",
+        least=1,
+        most=_DAY,
+        repository_may_lower=False,
+    ),
     Setting(
         "protected",
         list,
@@ -185,7 +278,15 @@ SETTINGS: tuple[Setting, ...] = (
         because="taking one away lets an agent rewrite what a harness you run, or CI, executes",
     ),
     Setting("post_turn_check", str, None, "command run in the worktree after each work phase", _EXEC),
-    Setting("post_turn_check_timeout", float, 300.0, "seconds the post-turn check may run"),
+    Setting(
+        "post_turn_check_timeout",
+        float,
+        300.0,
+        "seconds the post-turn check may run",
+        least=1,
+        most=_DAY,
+        repository_may_lower=False,
+    ),
     # User-only: the check runs the agent's code (a Makefile, conftest.py), so outside the sandbox it
     # is an escape; a toolchain in the home is something a person lets the sandbox read.
     Setting(
@@ -205,31 +306,65 @@ SETTINGS: tuple[Setting, ...] = (
         because="it shows a confined agent more of your machine",
     ),
     Setting("auto_resume", bool, True, "resume a crashed turn automatically, under the circuit breaker"),
-    Setting("breaker_threshold", int, 3, "consecutive interruptions that stop auto-resume"),
+    Setting("breaker_threshold", int, 3, "consecutive interruptions that stop auto-resume", least=1, most=_COUNT),
     Setting(
         "breaker_same_cause",
         int,
         2,
         "interruptions in a row with one cause (same code and exit status, no new commit, within 10 min)"
         " that stop auto-resume; 0 turns it off",
+        least=0,
+        most=_COUNT,
     ),
-    Setting("grace_period", float, 30.0, "seconds a new turn's supervisor has to be seen alive"),
+    Setting(
+        "grace_period",
+        float,
+        30.0,
+        "seconds a new turn's supervisor has to be seen alive",
+        least=1,
+        most=_HOUR,
+        repository_may_lower=False,
+    ),
     # Usage windows last 5 h, so an overloaded provider is retried for longer than that.
-    Setting("budget_overload", float, 6 * 3600.0, "seconds of retrying transient_overload"),
-    Setting("budget_network", float, 3600.0, "seconds of retrying transient_network"),
-    Setting("budget_unreachable", int, 12, "attempts for transient_unreachable"),
-    Setting("budget_unknown", int, 6, "attempts for an unclassified failure"),
-    Setting("text_cap", int, 100 * 1024, "largest text (bytes) corral takes at intake"),
-    Setting("remote", str, "origin", "remote that `corral submit` pushes to"),
+    Setting("budget_overload", float, 6 * 3600.0, "seconds of retrying transient_overload", least=1, most=_WEEK),
+    Setting("budget_network", float, 3600.0, "seconds of retrying transient_network", least=1, most=_WEEK),
+    Setting("budget_unreachable", int, 12, "attempts for transient_unreachable", least=1, most=_COUNT),
+    Setting("budget_unknown", int, 6, "attempts for an unclassified failure", least=1, most=_COUNT),
+    # A cap on what corral holds in memory and stores; a repository may raise it, never lower it (its
+    # prompts and comments would be refused).
+    Setting(
+        "text_cap",
+        int,
+        100 * 1024,
+        "largest text (bytes) corral takes at intake",
+        least=1024,
+        most=16 * 1024 * 1024,
+        repository_may_lower=False,
+    ),
+    # Where git reads it as a remote (push, fetch, ls-remote): never an option (corral.engine.remote checks
+    # it names a remote the repository has).
+    Setting("remote", str, "origin", "remote that `corral submit` pushes to", git_name=True),
     Setting("forge", str, None, "forge CLI for pull requests on submit (gh)"),
     Setting("pre_accept_prompt", str, None, "a last turn run before every accept's merge", _EXEC),
     Setting("notify_command", str, None, "command run with each notice as JSON on its stdin", _EXEC),
-    Setting("git_timeout", float, 60.0, "seconds a git plumbing command may run before corral stops it"),
+    # Time limits: lowered by a repository, every git command there would be stopped (never lowered by one).
+    Setting(
+        "git_timeout",
+        float,
+        60.0,
+        "seconds a git plumbing command may run before corral stops it",
+        least=1,
+        most=_HOUR,
+        repository_may_lower=False,
+    ),
     Setting(
         "git_hook_timeout",
         float,
         300.0,
         "seconds a git command that runs hooks or touches many files (commit, merge, checkout, push) may run",
+        least=1,
+        most=_DAY,
+        repository_may_lower=False,
     ),
     Setting("permission_mode", str, "acceptEdits", "Claude Code permission mode for work turns", _USER),
     Setting(
@@ -288,7 +423,14 @@ SETTINGS: tuple[Setting, ...] = (
         because="it names your host to the team (two hosts given one name by a repository would read as one)",
     ),
     Setting(
-        "worker_turns", int, 2, "turns one `corral worker` runs at once", _USER, because="it sizes your host's load"
+        "worker_turns",
+        int,
+        2,
+        "turns one `corral worker` runs at once",
+        _USER,
+        because="it sizes your host's load",
+        least=1,
+        most=64,
     ),
     Setting(
         "lease_seconds",
@@ -297,12 +439,16 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds without a worker's heartbeat before another worker takes its turns over",
         _USER,
         because="it decides when your turns move to another host",
+        least=1,
+        most=_DAY,
     ),
     Setting(
         "wip_push_interval",
         float,
         180.0,
         "seconds between a worker's pushes of a running turn's uncommitted work to the remote",
+        least=1,
+        most=_DAY,
     ),
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),

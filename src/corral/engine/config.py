@@ -263,6 +263,14 @@ class _Loading:
             self.problem(exc)
             return False, None
 
+    def typed(self, setting: Setting, raw: object, where: str) -> tuple[bool, SettingValue]:
+        """``raw`` as the setting's type, not yet checked against its range (a repository's value)."""
+        try:
+            return True, setting.typed(raw, where)
+        except ConfigError as exc:
+            self.problem(exc)
+            return False, None
+
 
 def follow_move(user_file: Path, old: Path, new: Path) -> bool:
     """The user file's table for a repository that moved from ``old`` now names ``new``: its settings follow.
@@ -360,8 +368,11 @@ def load_config(
                         f"{allowed}; set it in your user file or {setting.env_var} instead)"
                     )
             else:
-                ok, value = load.coerce(setting, raw, str(project_file))
-                if ok:
+                ok, value = load.typed(setting, raw, str(project_file))
+                why = _repository_refusal(setting, value, values[key]) if ok else None
+                if why is not None:
+                    config.ignored.append(f"{key} = {_shown(value)} in {project_file} ({why})")
+                elif ok:
                     values[key] = Value(value, "project", str(project_file))
     if mine:
         _take(load, mine, "user_project", f"{user_file} [{PROJECTS_TABLE}.{toml_value(config.user_table or '')}]")
@@ -377,6 +388,35 @@ def load_config(
             Proposal(key, value, str(project_file), config.repo or "", adopted=values[key].value == value)
         )
     return config
+
+
+def _repository_refusal(setting: Setting, value: SettingValue, replaced: Value) -> str | None:
+    """Why ``corral.toml`` may not give ``setting`` this ``value`` of its type, or None.
+
+    A repository cannot break corral: a number outside the setting's range, or a name git would
+    read as an option, is ignored and reported rather than an error on every command; and a limit
+    the schema keeps from being lowered (a delay, a time limit, the text cap) may be raised there,
+    never lowered below the value it would ``replace`` (your user file's, or the default).
+    """
+    why = setting.refusal(value)
+    if why is not None:
+        return f"it {why}; set it in your user file or {setting.env_var} instead"
+    if (
+        not setting.repository_may_lower
+        and isinstance(value, (int, float))
+        and isinstance(replaced.value, (int, float))
+        and value < replaced.value
+    ):
+        was = "the default" if replaced.origin is None else f"from {replaced.origin}"
+        return (
+            f"a repository may only raise this limit, never lower it: {_shown(value)} is below "
+            f"{_shown(replaced.value)}, {was}; set a lower one in your user file or {setting.env_var}"
+        )
+    return None
+
+
+def _shown(value: SettingValue) -> str:
+    return "(not set)" if value is None else toml_value(value)
 
 
 def _near_misses(config: Config, env: Mapping[str, str]) -> None:
@@ -507,9 +547,23 @@ def scope_target(config: Config, scope: str) -> tuple[Path, str | None]:
 
 def check_scope(setting: Setting, scope: str, value: SettingValue = None) -> None:
     """A setting a repository may not set is refused in corral.toml (it would be ignored there);
-    with ``value``, one of its narrowing values is not (``sandbox = "bwrap"``)."""
+    with ``value``, one of its narrowing values is not (``sandbox = "bwrap"``), and a limit a
+    repository may only raise is refused there below its default (it would be ignored too)."""
     if value is not None and setting.narrowing and setting.repository_may_set_value(value):
         return
+    if (
+        scope == "project"
+        and not setting.repository_may_lower
+        and isinstance(value, (int, float))
+        and isinstance(setting.default, (int, float))
+        and value < setting.default
+    ):
+        raise ConfigError(
+            f"{setting.name} cannot be lowered by a repository's corral.toml: {_shown(value)} is below the "
+            f"default {_shown(setting.default)}, so corral ignores it there.",
+            hint=f"Set it for yourself: corral config set {setting.name} {_shown(value)} (or --scope local for "
+            "this repository only).",
+        )
     if scope == "project" and not setting.repository_may_set and not setting.repository_may_propose:
         raise ConfigError(
             f"{setting.name} cannot be set in a repository's corral.toml: {setting.because}, "

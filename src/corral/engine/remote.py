@@ -25,10 +25,11 @@ from pathlib import Path
 from corral.adapters.locks import lock
 from corral.domain.record import record
 from corral.domain.records import Task
+from corral.domain.settings import setting
 from corral.domain.status import Status
 from corral.domain.team import Lease
 from corral.engine.project import Project
-from corral.errors import GitError, PrepareFailed, WorkNotPushed
+from corral.errors import CorralError, GitError, PrepareFailed, WorkNotPushed
 
 WIP_PREFIX = "refs/corral/wip/"
 WORKTREE_LOCK_SECONDS = 60.0
@@ -40,7 +41,29 @@ def wip_ref(task: Task) -> str:
 
 
 def remote_name(project: Project) -> str:
-    return str(project.config["remote"])
+    """The ``remote`` setting, checked here, where every push, fetch and ls-remote corral makes takes it:
+    a remote this repository has (``git remote`` lists it), never a word git would read as an option
+    (``--upload-pack=…``). The schema refuses such a value from any source; this is the last word
+    before git's argv, whatever the configuration in memory says."""
+    name = str(project.config["remote"])
+    origin = project.config.values["remote"].origin
+    where = f" (set in {origin})" if origin else ""
+    why = setting("remote").refusal(name)
+    if why is not None:
+        raise CorralError(
+            f"The remote setting {name!r}{where} is not a remote's name: it would reach git as an option.",
+            code="bad-remote",
+            hint="Name a remote that `git remote` lists: corral config set remote origin",
+        )
+    listed = project.git.run("remote", cwd=project.repo, check=False)
+    if name not in listed.stdout.splitlines():
+        raise CorralError(
+            f"The repository has no remote named {name}{where}.",
+            code="no-remote",
+            hint=f"Add one (git -C {project.repo} remote add {name} URL), or set `remote` to one that "
+            f"`git -C {project.repo} remote` lists (corral config set remote NAME).",
+        )
+    return name
 
 
 def hold(project: Project, task: Task, epoch: int | None) -> None:
@@ -59,7 +82,8 @@ def swap(project: Project, cwd: Path, ref: str, new: str | None, expected: str |
     """
     lease = f"--force-with-lease={ref}:{expected or ''}"
     refspec = f"{new}:{ref}" if new is not None else f":{ref}"
-    done = project.git.run("push", "--quiet", lease, remote_name(project), refspec, cwd=cwd, check=False)
+    name = remote_name(project)
+    done = project.git.run("push", "--quiet", lease, name, refspec, cwd=cwd, check=False)
     if done.returncode == 0:
         return
     try:
@@ -72,9 +96,9 @@ def swap(project: Project, cwd: Path, ref: str, new: str | None, expected: str |
     why = next((line for line in said if "rejected" in line or line.startswith("fatal:")), None)
     why = why or (said[-1] if said else f"exit {done.returncode}")
     raise GitError(
-        f"git push to {remote_name(project)} failed: {why[:300]}",
+        f"git push to {name} failed: {why[:300]}",
         code="push-failed",
-        hint=f"Check that this host may push there: git -C {project.repo} push --dry-run {remote_name(project)}",
+        hint=f"Check that this host may push there: git -C {project.repo} push --dry-run {name}",
     )
 
 
@@ -332,12 +356,12 @@ def follow_branch(project: Project, task: Task, target: str) -> Fetched:
 
 def push_target(project: Project, target: str, commit: str, expected: str) -> bool:
     """Move the remote's ``target`` from ``expected`` to ``commit`` (a compare-and-swap); False when it moved."""
-    git, repo = project.git, project.repo
+    git, repo, name = project.git, project.repo, remote_name(project)
     done = git.run(
         "push",
         "--quiet",
         f"--force-with-lease=refs/heads/{target}:{expected}",
-        remote_name(project),
+        name,
         f"{commit}:refs/heads/{target}",
         cwd=repo,
         check=False,
@@ -349,8 +373,8 @@ def push_target(project: Project, target: str, commit: str, expected: str) -> bo
     if "stale info" in said or "rejected" in said or "fetch first" in said:
         return False
     raise GitError(
-        f"git push of {target} to {remote_name(project)} failed: {(done.stderr or '').strip()[-300:]}",
-        hint=f"Check that this host may push to the remote: git -C {repo} push --dry-run {remote_name(project)}",
+        f"git push of {target} to {name} failed: {(done.stderr or '').strip()[-300:]}",
+        hint=f"Check that this host may push to the remote: git -C {repo} push --dry-run {name}",
     )
 
 

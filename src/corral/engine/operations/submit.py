@@ -14,6 +14,7 @@ from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
+from corral.engine.remote import remote_name
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError, GitError, RefusedError
 
@@ -42,14 +43,8 @@ def submit(project: Project, given: str, *, actor: Actor) -> Submitted:
                     hint=f"corral unblock {task.ref} --approve-file PATH",
                 )
             target = workspace.target_branch(tx, task)
-        remote = str(project.config["remote"])
+        remote = remote_name(project)  # a remote the repository has, never an option
         git = project.git
-        if git.run("remote", "get-url", remote, cwd=project.repo, check=False).returncode != 0:
-            raise CorralError(
-                f"The repository has no remote named {remote}.",
-                code="no-remote",
-                hint="Add one (git remote add origin URL) or set `remote` in corral.toml.",
-            )
         push = git.run(
             "push",
             "--porcelain",
