@@ -734,7 +734,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "bash",
-            "Run a shell command in your worktree, inside your turn's sandbox (confined turns only). Optional "
+            "Run a shell command in your worktree, inside your turn's sandbox (confined turns only); whatever it "
+            "starts, in the background or detached, ends with your turn. Optional "
             "intent: operationId names one logical operation across modified retries (a later success with "
             "the same operationId recovers its failure); attemptId names this execution (never reuse one); "
             "expectedExitCodes declares intended non-zero exits (e.g. [1] for a grep with no match).",

@@ -4,8 +4,26 @@ The ``bash`` and ``failure_disposition`` tools (docs/incidents.md, "Confined run
 The shell runs ``sh -c`` inside the caller's own sandbox and worktree, never in the calling
 process; an ``attemptId`` is on record (``shell-attempts.jsonl`` in the session's journal
 directory, where the agent cannot write) before its command runs, so a reused one is refused.
+
 A disposition is checked against the caller's log scanned to now, by the same pure check the
 replay applies; the replay, not this, writes the journal event.
+
+What the shell starts belongs to the caller's turn and ends with it, however it escapes:
+
+- it runs only while the agent that asked is running (:func:`processes.running_agent`): a call
+  whose agent has exited — the supervisor settling the turn, a leftover of the agent's holding its
+  token — is refused before anything starts, and the turn's quarantine, once settled, is never
+  opened again;
+- it carries the turn's tag (``CORRAL_COMMAND_ID``), so the supervisor's sweep at the end of each
+  attempt, ``stop`` and the reconciler end it with the agent's own leftovers (and name it in the
+  receipt's ``reaped``);
+- it lives in a PID namespace of its own (bwrap's ``--unshare-pid``) whose init dies with the
+  bwrap process (``--die-with-parent``): ending that one process ends everything inside, a
+  ``setsid`` escape and a double fork with a cleared environment included (and a daemon that dies
+  takes its calls' sandboxes with it). The call watches the agent while its command runs and ends
+  the command the moment the agent is gone (a supervisor killed outright included); bwrap, started
+  held (``--block-fd``), runs nothing until the agent is seen alive after the spawn, so no sweep
+  can miss a command that starts as the agent exits.
 """
 
 from __future__ import annotations
@@ -15,6 +33,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +42,7 @@ from corral.domain.record import record
 from corral.domain.records import Task
 from corral.engine.operations.gates import Caller, require_agent
 from corral.engine.project import Project
+from corral.engine.runtime import processes
 from corral.engine.runtime import protocol as proto
 from corral.errors import AgentTokenInvalid, DispositionRefused, TextTooLarge, UsageError
 
@@ -32,6 +52,8 @@ SHELL_SECONDS = 120.0
 SHELL_MAX_SECONDS = 540.0
 OUTPUT_BYTES = 200_000
 SHELL_ATTEMPTS = "shell-attempts.jsonl"
+#: How often a running command checks that the agent that asked for it is still running.
+WATCH_SECONDS = 0.1
 
 
 @record
@@ -55,10 +77,20 @@ def own_turn(project: Project, caller: Caller, tool: str) -> OwnTurn:
         raise AgentTokenInvalid(
             "This token's turn is no longer the task's current one.", hint="A new turn gets a new token."
         )
+    if processes.running_agent(project.paths.protocol_dir(own), command.command_id) is None:
+        raise turn_ended()
     with project.store.read() as tx:
         task = tx.get_task(own)
     assert task is not None
     return OwnTurn(project, task, command)
+
+
+def turn_ended() -> AgentTokenInvalid:
+    """The refusal of a call whose turn's agent is no longer running: nothing starts for a turn that ended."""
+    return AgentTokenInvalid(
+        "This token's turn has ended (its agent is no longer running), so nothing was run for it.",
+        hint="Everything a turn starts ends with it; the next turn of the task gets a new token.",
+    )
 
 
 def _ledger(turn: OwnTurn) -> Path:
@@ -122,14 +154,15 @@ def run(turn: OwnTurn, command: str, args: dict[str, Any], timeout: float) -> di
                 hint="Give every execution an attemptId of its own; operationId is what names the operation.",
             )
         _note_attempt(turn, intent.attempt_id)
-    exit_code, out, err, timed_out = _run_confined(turn, command, timeout)
+    ran = _run_confined(turn, command, timeout)
     return {
         SHELL_RESULT_KEY: 1,
-        "exit_code": exit_code,
-        "timed_out": timed_out,
-        "expected": exit_code is not None and exit_code in intent.expected,
-        "stdout": out,
-        "stderr": err,
+        "exit_code": ran.exit_code,
+        "timed_out": ran.timed_out,
+        "ended_with_turn": ran.ended_with_turn,
+        "expected": ran.exit_code is not None and ran.exit_code in intent.expected,
+        "stdout": ran.stdout,
+        "stderr": ran.stderr,
         "intent": {
             "operationId": intent.operation_id,
             "attemptId": intent.attempt_id,
@@ -138,45 +171,86 @@ def run(turn: OwnTurn, command: str, args: dict[str, Any], timeout: float) -> di
     }
 
 
-def _run_confined(turn: OwnTurn, command: str, timeout: float) -> tuple[int | None, str, str, bool]:
-    """``sh -c command`` in the turn's sandbox and worktree (never in this process); output capped and masked."""
+@record
+class Ran:
+    """How one command of the shell ended: its exit code (None when corral ended it), and why corral did."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    ended_with_turn: bool = False
+
+
+def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
+    """``sh -c command`` in the turn's sandbox and worktree (never in this process), as a process of the
+    turn (module docstring); output capped and masked."""
     from corral.adapters import sandbox
     from corral.domain.redact import redact, secret_values
     from corral.engine.runtime import ref_guard
 
     spec = turn.command.sandbox
     assert spec is not None
+    command_id = turn.command.command_id
+    protocol_dir = turn.project.paths.protocol_dir(turn.task.id)
     log_dir, worktree = Path(turn.command.log_dir), turn.command.worktree
+    read_only = turn.command.posture.read_only
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     # its git moves refs as the agent's own would: through the turn's ref-guard hook
-    env.update(ref_guard.hook_env(log_dir, Path(worktree), turn.command.command_id, env))
+    env.update(ref_guard.hook_env(log_dir, Path(worktree), command_id, env))
+    env[processes.COMMAND_TAG] = command_id  # a process of the turn: every sweep of the turn's finds it
     sandbox.prepare(spec, turn.command.harness, env)
     guard = ref_guard.guard_dir(log_dir)
     held = None
-    if spec.git_common_dir:  # its objects go where the turn's agent's go: the turn's quarantine
+    if spec.git_common_dir and not read_only:  # its objects go where the turn's agent's go: the turn's quarantine
         from corral.engine.runtime import quarantine
 
-        held = str(quarantine.open_(spec.git_common_dir, turn.command.command_id))
+        if not quarantine.path_for(spec.git_common_dir, command_id).is_dir():
+            raise turn_ended()  # settled: the turn is over, and its quarantine is never opened again
+        held = str(quarantine.open_(spec.git_common_dir, command_id))
     prefix, inside = sandbox.bwrap_argv(
         spec,
         worktree=worktree,
         program="/bin/sh",
         harness=turn.command.harness,
-        read_only=False,
+        read_only=read_only,
         env=env,
         read_paths=[str(guard / ref_guard.HOOKS)],
         write_paths=[str(guard / ref_guard.MOVES)],
         quarantine=held,
     )
-    proc = subprocess.Popen(
-        [*prefix, "/bin/sh", "-c", command],
-        cwd=worktree,
-        env={**env, **inside},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    assert prefix[-1] == "--"
+    gate, go = os.pipe()  # bwrap runs nothing before a byte arrives on ``gate``
+    try:
+        proc = subprocess.Popen(
+            [*prefix[:-1], "--block-fd", str(gate), "--", "/bin/sh", "-c", command],
+            cwd=worktree,
+            env={**env, **inside},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(gate,),
+        )
+    except BaseException:
+        os.close(go)
+        raise
+    finally:
+        os.close(gate)
+    # Seen alive after the spawn, the agent exits after it: the supervisor's sweep then finds this
+    # command by its tag. Not seen: it is ended before it could run anything (ended first, the gate
+    # closed after: bwrap takes a closed gate for an open one).
+    agent = None
+    try:
+        agent = processes.running_agent(protocol_dir, command_id)
+        if agent is not None:
+            os.write(go, b"g")
+    finally:
+        if agent is None:
+            _end(proc)
+        os.close(go)
+    if agent is None:
+        raise turn_ended()
     # Each stream is read as it comes and only its head is kept: a flood costs the daemon, which
     # serves every project, no memory.
     kept: dict[str, bytes] = {}
@@ -186,13 +260,22 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> tuple[int | No
     ]
     for reader in readers:
         reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    timed_out = ended = False
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if not agent.matches():
+            ended = True
+        elif time.monotonic() >= deadline:
+            timed_out = True
+        else:
+            try:
+                proc.wait(timeout=min(WATCH_SECONDS, max(deadline - time.monotonic(), 0.0)))
+            except subprocess.TimeoutExpired:
+                pass
+            continue
+        _end(proc)
+    if not (ended or timed_out) and proc.returncode < 0 and not agent.matches():
+        ended = True  # the turn's own sweep (the supervisor's, a stop's) ended it
     for reader in readers:
         reader.join(5)
     secrets = secret_values(os.environ)
@@ -201,7 +284,18 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> tuple[int | No
         return redact(data[:OUTPUT_BYTES].decode("utf-8", "replace"), secrets)
 
     out, err = kept.get("out", b""), kept.get("err", b"")
-    return (None if timed_out else proc.returncode), shown(out), shown(err), timed_out
+    code = None if timed_out or ended else proc.returncode
+    return Ran(code, shown(out), shown(err), timed_out=timed_out, ended_with_turn=ended)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """End the command's sandbox: its process group at once, and with bwrap the PID namespace's init,
+    so everything inside goes, whatever group, session or environment it gave itself."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def keep_head(pipe: Any, kept: dict[str, bytes], name: str) -> None:

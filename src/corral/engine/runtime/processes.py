@@ -8,10 +8,16 @@ registration. A supervisor that holds its pid but has not beaten for
 :data:`~corral.engine.runtime.heartbeat.STALE_HEARTBEAT_SECONDS` (frozen, stopped) is lost,
 not working (:func:`supervisor_lost`). "Never two live agents for one task": before a new
 turn launches, whatever the previous command left alive is stopped (:func:`reap_turn`).
+
+What a turn's agent starts through corral's own tools (its shell, run by the daemon) is the
+turn's too: it carries the same tag, so the supervisor's end-of-attempt sweep, ``stop`` and the
+reconciler end it with the agent's own leftovers, and it runs only while :func:`running_agent`
+still finds the agent that asked for it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corral.adapters.process import (
@@ -133,6 +139,17 @@ def reap_turn(project: Project, task_id: str, *, grace: float = 1.0, command_id:
         if identity.pid not in stopped and stop_identified(identity, grace):
             stopped.append(identity.pid)
     return stopped
+
+
+def running_agent(protocol_dir: Path, command_id: str) -> Identity | None:
+    """The agent of the turn ``command_id`` while it runs: named in ``status.json`` by a supervisor still
+    running that turn, and still the process recorded; None once it exited, between two attempts, or
+    when its supervisor is gone or lost (a turn whose agent is not running has nothing to act for)."""
+    status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
+    if status is None or status.command_id != command_id or supervisor_lost(status) is not None:
+        return None
+    agent = agent_identity(status)
+    return agent if agent is not None and agent.matches() else None
 
 
 def request_stop(project: Project, task_id: str, actor: str) -> bool:
