@@ -77,6 +77,28 @@ PRIVATE = {"database_url"}
 HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
 USER_ONLY = WIDENS | PRIVATE | HOSTS | EXECUTES
 KINDS = {str, int, float, bool, list}
+#: Every number's range, both bounds included, written out by hand (docs/cli.md#ranges lists the same).
+RANGES: dict[str, tuple[float, float]] = {
+    "watchdog_timeout": (1, 86400),
+    "post_turn_check_timeout": (1, 86400),
+    "breaker_threshold": (1, 1000),
+    "breaker_same_cause": (0, 1000),  # 0 turns that breaker off
+    "grace_period": (1, 3600),
+    "budget_overload": (1, 7 * 86400),
+    "budget_network": (1, 7 * 86400),
+    "budget_unreachable": (1, 1000),
+    "budget_unknown": (1, 1000),
+    "text_cap": (1024, 16 * 1024 * 1024),
+    "git_timeout": (1, 3600),
+    "git_hook_timeout": (1, 86400),
+    "worker_turns": (1, 64),
+    "lease_seconds": (1, 86400),
+    "wip_push_interval": (1, 86400),
+}
+#: Limits a repository's corral.toml may raise but never lower: the delays, the time limits, the text cap.
+NEVER_LOWERED = {"watchdog_timeout", "post_turn_check_timeout", "grace_period", "git_timeout", "git_hook_timeout"} | {
+    "text_cap"
+}
 
 
 # -- the schema --------------------------------------------------------------------------------
@@ -183,7 +205,12 @@ def test_text_from_the_environment_becomes_the_settings_type(name: str, text: st
 
 @pytest.mark.parametrize(
     ("name", "text"),
-    [("auto_resume", "maybe"), ("breaker_threshold", "many"), ("breaker_threshold", "7.5"), ("grace_period", "soon")],
+    [
+        ("auto_resume", "maybe"),
+        ("breaker_threshold", "many"),
+        ("breaker_threshold", "7 times"),
+        ("grace_period", "soon"),
+    ],
 )
 def test_text_that_is_not_the_settings_type_is_a_config_error(name: str, text: str) -> None:
     var = setting(name).env_var
@@ -191,7 +218,9 @@ def test_text_that_is_not_the_settings_type_is_a_config_error(name: str, text: s
         setting(name).coerce(text, var)
     assert caught.value.code == "config-invalid"
     assert var in caught.value.message and f"'{name}'" in caught.value.message and repr(text) in caught.value.message
-    assert caught.value.hint == f"{name}: {setting(name).help}."
+    # a number's hint says its range too
+    takes = f"; {setting(name).takes()}" if setting(name).kind in (int, float) else ""
+    assert caught.value.hint == f"{name}: {setting(name).help}{takes}."
 
 
 @pytest.mark.parametrize(
@@ -226,8 +255,72 @@ def test_a_toml_value_of_the_right_type_is_taken(name: str, raw: object, value: 
     ],
 )
 def test_a_toml_value_of_another_type_is_refused(name: str, raw: object) -> None:
-    with pytest.raises(ConfigError, match=f"corral.toml: '{name}' must be"):
+    with pytest.raises(ConfigError, match=f"corral.toml: '{name}' (must be|is 3.0, but it must be a whole number)"):
         setting(name).coerce(raw, "corral.toml")
+
+
+# -- ranges ------------------------------------------------------------------------------------
+
+
+def test_every_number_has_a_range_and_its_default_is_in_it() -> None:
+    numbers = {s.name: s for s in SETTINGS if s.kind in (int, float)}
+    assert {n: (s.least, s.most) for n, s in numbers.items()} == RANGES
+    for s in numbers.values():
+        assert s.refusal(s.default_value()) is None, s.name
+        assert s.least is not None and s.most is not None and 0 <= s.least < s.most, s.name
+    # a timeout is more than 0, a count at least 1 (breaker_same_cause's 0 turns it off, as its help says)
+    assert all(s.least >= 1 for n, s in numbers.items() if n != "breaker_same_cause")  # type: ignore[operator]
+    assert "0 turns it off" in setting("breaker_same_cause").help
+    assert {s.name for s in SETTINGS if not s.repository_may_lower} == NEVER_LOWERED
+    assert all(s.least is None and s.most is None for s in SETTINGS if s.kind not in (int, float))
+
+
+@pytest.mark.parametrize("name", list(RANGES))
+def test_a_number_out_of_its_range_is_refused_naming_the_range(name: str) -> None:
+    s = setting(name)
+    least, most = RANGES[name]
+    words = f"from {least} to {most}"
+    outside: list[object] = [least - 1, most + 1, math.nan, math.inf, -math.inf, 10**30, 10**400, -(10**400)]
+    if s.kind is int:
+        outside += [2.5, float(least + 1)]  # a whole-number setting takes no fraction, nor a float
+    for raw in outside:
+        with pytest.raises(ConfigError) as caught:
+            s.coerce(raw, "corral.toml")
+        assert caught.value.code == "config-invalid"
+        assert caught.value.message.startswith(f"corral.toml: '{name}' is "), caught.value.message
+        assert words in caught.value.message and words in (caught.value.hint or ""), caught.value.message
+        assert s.refusal(s.typed(raw, "corral.toml")) is not None, raw  # typed alone takes it: the range refuses it
+    texts = ["nan", "inf", "-inf", "1e30", str(least - 1), str(most + 1)] + ([f"{least}.5"] if s.kind is int else [])
+    for text in texts:
+        with pytest.raises(ConfigError, match=words):
+            s.coerce(text, s.env_var)
+    # both bounds are in the range
+    assert s.coerce(least, "corral.toml") == least and s.coerce(str(most), s.env_var) == most
+
+
+@given(hs.one_of(hs.floats(), hs.integers()), hs.sampled_from(sorted(RANGES)))
+def test_a_number_is_taken_exactly_when_it_is_in_range(number: float, name: str) -> None:
+    s = setting(name)
+    least, most = RANGES[name]
+    fits = not math.isnan(number) and least <= number <= most and (s.kind is float or isinstance(number, int))
+    try:
+        got = s.coerce(number, "corral.toml")
+    except ConfigError:
+        assert not fits
+    else:
+        assert fits and got == number and type(got) is s.kind
+
+
+def test_the_remote_is_never_a_word_git_reads_as_an_option() -> None:
+    remote = setting("remote")
+    for name in ("--upload-pack=touch /tmp/x", "-oProxyCommand=x", "-"):
+        with pytest.raises(ConfigError) as caught:
+            remote.coerce(name, "CORRAL_REMOTE")
+        assert "option" in caught.value.message and repr(name) in caught.value.message
+        assert "git remote" in (caught.value.hint or "")
+    assert remote.coerce("upstream", "corral.toml") == "upstream"
+    assert remote.coerce("my-fork", "corral.toml") == "my-fork"
+    assert setting("model").refusal("-opus") is None  # only a name corral passes to git is checked so
 
 
 # -- writing a value back as TOML --------------------------------------------------------------

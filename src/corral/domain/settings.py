@@ -109,7 +109,7 @@ class Setting(NamedTuple):
         if why is None:
             return value
         raise ConfigError(
-            f"{where}: '{self.name}' {why}, not {value!r}.", hint=f"{self.name}: {self.help}; {self.takes()}."
+            f"{where}: '{self.name}' is {value!r}, but it {why}.", hint=f"{self.name}: {self.help}; {self.takes()}."
         )
 
     def refusal(self, value: SettingValue) -> str | None:
@@ -118,7 +118,7 @@ class Setting(NamedTuple):
         if self._out_of_range(value):
             return f"must be {self.range_words()}"
         if self.git_name and isinstance(value, str) and value.startswith("-"):
-            return "must be a remote's name (a name beginning with '-' git would read as an option)"
+            return "must be a remote's name, which never begins with '-': git reads that as an option"
         return None
 
     def _out_of_range(self, value: SettingValue) -> bool:
@@ -171,8 +171,13 @@ class Setting(NamedTuple):
                 raise self._wrong_type(raw, where)
             if kind is list:
                 return [part.strip() for part in text.split(",") if part.strip()]
+            if kind is int:
+                try:
+                    return int(text)
+                except ValueError:
+                    pass
             try:
-                return int(text) if kind is int else float(text)
+                return float(text)  # for a whole-number setting, a number its range refuses ("nan", "2.5")
             except ValueError:
                 raise self._wrong_type(raw, where) from None
         if kind is bool:
@@ -206,7 +211,7 @@ class Setting(NamedTuple):
     def _wrong_type(self, raw: object, where: str) -> ConfigError:
         return ConfigError(
             f"{where}: '{self.name}' must be {_KIND_NAMES.get(self.kind, 'a string')}, not {raw!r}.",
-            hint=f"{self.name}: {self.help}.",
+            hint=f"{self.name}: {self.help}" + (f"; {self.takes()}." if self.kind in (int, float) else "."),
         )
 
 

@@ -400,7 +400,7 @@ def _repository_refusal(setting: Setting, value: SettingValue, replaced: Value) 
     """
     why = setting.refusal(value)
     if why is not None:
-        return f"it {why}; set it in your user file or {setting.env_var} instead"
+        return f"it {why}"
     if (
         not setting.repository_may_lower
         and isinstance(value, (int, float))

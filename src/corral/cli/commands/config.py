@@ -142,6 +142,9 @@ def _setting_json(cfg: Config, s: Setting) -> dict[str, Any]:
         "trust": s.trust.value,
         "default": s.default_value(),
         "help": s.help,
+        # A number's bounds, both included; a repository may not lower a limit it may only raise.
+        "range": None if s.kind not in (int, float) else {"least": s.least, "most": s.most},
+        "repository_may_lower": s.repository_may_lower,
     }
 
 
@@ -492,6 +495,13 @@ _TRUST_WORDS = {
 }
 
 
+def _range_words(s: Setting) -> str:
+    """A number's range, as config show writes it after the help (and ``corral.toml`` may only raise it)."""
+    if s.kind not in (int, float):
+        return ""
+    return f" ({s.range_words()}" + ("; corral.toml may only raise it)" if not s.repository_may_lower else ")")
+
+
 def _trust_words(s: Setting) -> str:
     if s.narrowing:  # user-only, but a value that only narrows is a repository's to require
         return f" (corral.toml may set only {', '.join(s.narrowing)})"
@@ -515,7 +525,7 @@ def settings_toml(cfg: Config) -> list[str]:
         v = cfg.values[s.name]
         where = "default" if v.origin is None else f"from {v.origin} ({_SOURCE_WORDS.get(v.source, v.source)})"
         lines.append("")
-        lines.append(f"# {toml_comment(s.help)}{_trust_words(s)}")
+        lines.append(f"# {toml_comment(s.help)}{_range_words(s)}{_trust_words(s)}")
         if v.value is None:
             lines.append(f"# {s.name} = (not set)  # {toml_comment(where)}")
         else:
