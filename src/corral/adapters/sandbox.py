@@ -232,17 +232,17 @@ class HarnessState:
 #: Claude Code's own state in its configuration directory: what it writes keeping sessions, caches
 #: and its login (``.credentials.json``, which it replaces by renaming a new file over it: the
 #: directory must stay writable). Taken from the list Claude Code 2.1.332 itself keeps apart from
-#: its configuration; everything else there (``settings.json``, ``hooks/``, ``plugins/``,
-#: ``agents/``, ``commands/``, ``skills/``, ``CLAUDE.md``, ``.claude.json`` under
-#: ``CLAUDE_CONFIG_DIR`` with its ``mcpServers``…) is configuration.
+#: its configuration, less what holds or copies configuration (``backups/``, copies of
+#: ``~/.claude.json`` with its ``mcpServers``; the managed settings it fetches, signed) or what it
+#: runs later (its jobs, tasks and teams); everything else there (``settings.json``, ``hooks/``,
+#: ``plugins/``, ``agents/``, ``commands/``, ``skills/``, ``CLAUDE.md``, ``.claude.json`` under
+#: ``CLAUDE_CONFIG_DIR``…) is configuration.
 CLAUDE_STATE = (
-    ".credentials.json", ".claude.json.backup*", ".claude.json.lock", ".claude.json.tmp.*", "*.tmp.*", "*.lock",
-    "projects", "sessions", "todos", "statsig", "file-history", "history.jsonl", "ide", "logs", "backups",
+    ".credentials.json", ".claude.json.lock", "*.tmp.*", "*.lock",
+    "projects", "sessions", "todos", "statsig", "file-history", "history.jsonl", "ide", "logs",
     "debug", "plans", "telemetry", "cache", "paste-cache", "image-cache", "stats-cache.json",
-    "mcp-needs-auth-cache.json", "gh-pr-status-cache.json", "usage-data", "uploads", "tasks", "state",
-    "teams", "jobs", "shares", "feedback", "feedback-bundles", "traces", "startup-perf", "downloads",
-    "remote-settings.json", "policy-limits.json", "*.signature.json", "*.signature-iat.json",
-    "active-time.json", ".session_ingress_token", "storage-v2",
+    "mcp-needs-auth-cache.json", "gh-pr-status-cache.json", "usage-data", "uploads", "feedback",
+    "feedback-bundles", "traces", "startup-perf", "active-time.json", ".session_ingress_token",
 )  # fmt: skip
 #: Claude Code's configuration that is executed or obeyed, held even before it exists.
 CLAUDE_PLACEHOLDERS: tuple[tuple[str, str | None], ...] = (
@@ -250,7 +250,7 @@ CLAUDE_PLACEHOLDERS: tuple[tuple[str, str | None], ...] = (
     ("settings.local.json", "{}\n"),
     ("CLAUDE.md", ""),
     *((name, None) for name in ("hooks", "agents", "commands", "skills", "plugins", "output-styles", "rules")),
-    *((name, None) for name in ("workflows", "routines")),
+    *((name, None) for name in ("workflows", "routines", "backups")),
 )
 #: Codex's own state in ``$CODEX_HOME``: its sessions, its SQLite state and logs, its login
 #: (``auth.json``), caches and temporary files. Configuration: ``config.toml`` (``notify``, MCP
