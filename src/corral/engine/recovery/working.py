@@ -135,6 +135,11 @@ def _swept(project: Project, receipt: proto.Receipt, command: proto.Command) -> 
 
     when = parse_time(receipt.ended_at)
     report = sweep_strays(project, when.timestamp() if when else time.time())
+    common = command.sandbox.git_common_dir if command.sandbox is not None else None
+    if common:  # the settled quarantines' files, set aside at the turn's end, go now
+        from corral.engine.runtime import quarantine
+
+        quarantine.purge(common)
     if report.clean and report.error is None:
         return receipt
     guard = receipt.refs or RefGuard()

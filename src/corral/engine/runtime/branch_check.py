@@ -73,12 +73,6 @@ def _shape(git: Git, repo: str | Path, ref: str) -> tuple[str | None, str | None
     return None, value, value
 
 
-def _target_tip(git: Git, repo: str | Path, target: str | None) -> str | None:
-    if not target:
-        return None
-    return git.rev_parse(target if target.startswith("refs/") else f"refs/heads/{target}", cwd=repo)
-
-
 def _beyond(git: Git, repo: str | Path, tip: str, verified: str, target: str | None) -> tuple[list[str], bool]:
     """The commits of ``tip`` in neither ``verified`` nor the target, and whether every object they
     reach is there (``rev-list --objects --missing=print``)."""
@@ -89,6 +83,54 @@ def _beyond(git: Git, repo: str | Path, tip: str, verified: str, target: str | N
     return [c for c in commits.stdout.split() if c], complete and commits.returncode == 0
 
 
+_FORMAT = "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(symref)"
+
+
+def _read(git: Git, repo: str | Path, names: list[str]) -> dict[str, tuple[str, str, str]]:
+    """name → (object, its type, the ref a symbolic ref names) of each of ``names`` that git lists,
+    in one process; a broken ref (an object that is not there) is not listed."""
+    done = git.run("for-each-ref", _FORMAT, *names, cwd=repo, check=False)
+    if done.returncode != 0:  # one ref's object is missing ("fatal: missing object"): each is read alone
+        found = {}
+        for name in names:
+            value = git.run("rev-parse", "--verify", "--quiet", "--end-of-options", name, cwd=repo, check=False)
+            oid = value.stdout.strip()
+            if value.returncode == 0 and oid:
+                kind = git.run("cat-file", "-t", oid, cwd=repo, check=False).stdout.strip()
+                sym = git.run("symbolic-ref", "--quiet", name, cwd=repo, check=False).stdout.strip()
+                found[name] = (oid, kind, sym)
+        return found
+    found = {}
+    for line in done.stdout.split("\n"):
+        parts = line.split("\0")
+        if len(parts) == 4 and parts[0] in names:
+            found[parts[0]] = (parts[1], parts[2], parts[3])
+    return found
+
+
+def _foreign(
+    git: Git, repo: str | Path, tip: str, verified: str, target: str | None, objects: quarantine.ObjectsReport
+) -> bool:
+    """Whether ``tip`` reaches a commit that is neither new in this turn (its quarantine's), nor in
+    the verified tip, nor on the target. Walked through the new commits' parents as the quarantine
+    read them; only the few commits where the walk leaves the new ones are asked of git."""
+    new = set(objects.commits)
+    parents = dict(objects.parents)
+    stops = {verified, *([target] if target else [])}
+    boundary: set[str] = set()
+    stack, seen = [tip], set()
+    while stack:
+        commit = stack.pop()
+        if commit in seen or commit in stops:
+            continue
+        seen.add(commit)
+        if commit in new:
+            stack.extend(parents.get(commit, ()))
+        else:
+            boundary.add(commit)
+    return any(not any(git.is_ancestor(commit, stop, cwd=repo) for stop in stops) for commit in boundary)
+
+
 def check(
     git: Git,
     repo: str | Path,
@@ -97,32 +139,44 @@ def check(
     branch: str,
     target: str | None,
     turn: int | str,
-    new_commits: frozenset[str] | None,
-    objects_rejected: bool = False,
+    objects: quarantine.ObjectsReport | None,
+    confined: bool,
 ) -> RefMove | None:
     """Check the task's branch after a turn; None when it is sound (and now verified), else what was done.
 
-    ``new_commits``: the commits that came through the turn's quarantine and passed (None: the
-    turn had no quarantine, and only the ref's shape is checked). ``objects_rejected``: the
-    quarantine held objects that failed, so whatever the agent left is put back. Idempotent.
+    ``confined``: the turn's objects came through a quarantine (``objects``: what it held, None when
+    it held nothing), so its new commits are known; otherwise only the ref's shape is checked.
+    Objects that failed the quarantine's check put back whatever the agent left. Idempotent.
     """
     ref = f"refs/heads/{branch}"
-    verified = verified_tip(git, repo, task_ref)
-    code, raw, tip = _shape(git, repo, ref)
+    target_ref = (target if target.startswith("refs/") else f"refs/heads/{target}") if target else None
+    listed = _read(git, repo, [ref, verified_ref(task_ref), *([target_ref] if target_ref else [])])
+    verified = listed[verified_ref(task_ref)][0] if verified_ref(task_ref) in listed else None
+    target_tip = listed[target_ref][0] if target_ref and target_ref in listed else None
+    own = listed.get(ref)
+    if own is not None and not own[2] and own[1] == "commit":
+        code, raw, tip = None, own[0], own[0]
+    else:
+        code, raw, tip = _shape(git, repo, ref)  # the rare case: said exactly
     if verified is None:
         if code is None and tip is not None:
             mark_verified(git, repo, task_ref, tip)  # the first look: what corral itself made
         return None
-    if objects_rejected and code in (None, NOT_A_COMMIT) and raw != verified:
+    rejected = objects is not None and not objects.ok
+    if rejected and code in (None, NOT_A_COMMIT) and raw != verified:
         code = REJECTED  # the agent's commits did not reach the store: whatever it left goes back
     if code is None and tip is not None:
         if tip == verified:
             return None
-        if new_commits is not None:
-            commits, complete = _beyond(git, repo, tip, verified, _target_tip(git, repo, target))
-            if not complete:
+        if confined:
+            report = objects or quarantine.ObjectsReport(complete=True)
+            if report.complete is None:  # a pack came in: git walks the new commits' objects
+                commits, complete = _beyond(git, repo, tip, verified, target_tip)
+                new = set(report.commits)
+                code = INCOMPLETE if not complete else (FOREIGN if any(c not in new for c in commits) else None)
+            elif not report.complete:
                 code = INCOMPLETE
-            elif any(c not in new_commits for c in commits):
+            elif _foreign(git, repo, tip, verified, target_tip, report):
                 code = FOREIGN
         if code is None:
             mark_verified(git, repo, task_ref, tip, old=verified)
@@ -220,7 +274,6 @@ def after_confined(
     except (GitError, OSError) as exc:
         return None, None, f"the turn's objects could not be checked: {exc}"[:300]
     try:
-        confined = bool(common_dir and quarantine_id)
         finding = check(
             git,
             repo,
@@ -228,8 +281,8 @@ def after_confined(
             branch=branch,
             target=target,
             turn=turn,
-            new_commits=frozenset(objects.commits if objects else ()) if confined else None,
-            objects_rejected=objects is not None and not objects.ok,
+            objects=objects,
+            confined=bool(common_dir and quarantine_id),
         )
     except (GitError, OSError) as exc:
         return objects, None, f"the branch could not be checked: {exc}"[:300]

@@ -29,6 +29,7 @@ the branch check (:mod:`corral.engine.runtime.branch_check`) then puts the branc
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -48,6 +49,7 @@ from corral.errors import GitError
 DIR = "corral-quarantine"
 _LOCK = ".lock"
 _REJECTED = "rejected-"
+_TRASH = ".settled-"
 _LOOSE = re.compile(r"^[0-9a-f]{2}$")
 _NAME = {40: re.compile(r"^[0-9a-f]{38}$"), 64: re.compile(r"^[0-9a-f]{62}$")}
 _TYPES = frozenset({b"commit", b"tree", b"blob", b"tag"})
@@ -67,6 +69,10 @@ class ObjectsReport:
     rejected: int = 0  # objects (or packs) that failed the check
     problems: tuple[str, ...] = ()  # what failed, a line each (bounded)
     kept: str | None = None  # where a quarantine with rejected objects is kept
+    #: Every object the new ones name is there (None: not known here, a pack came in: git is asked).
+    complete: bool | None = None
+    missing: tuple[str, ...] = ()  # what the new objects name and the store lacks (bounded)
+    parents: tuple[tuple[str, tuple[str, ...]], ...] = ()  # each new loose commit's parents
 
     @property
     def ok(self) -> bool:
@@ -80,6 +86,8 @@ class ObjectsReport:
             "rejected": self.rejected,
             "problems": list(self.problems),
             "kept": self.kept,
+            "complete": self.complete,
+            "missing": list(self.missing),
         }
 
 
@@ -146,67 +154,88 @@ def open_(common_dir: str | Path, command_id: str) -> Path:
     return q
 
 
-def _object_format(git: Git, repo: str | Path) -> str:
+def _object_format(git: Git, repo: str | Path, q: Path) -> tuple[str, int]:
+    """The hash and the width of an object's name: read off the quarantine's first loose object (a
+    git process less at every turn's end), else asked of git. A name of the other width then fails
+    its check, or names an object the store is asked for and does not hold: never trusted either way."""
+    for sub in sorted(os.listdir(q)):
+        if _LOOSE.match(sub) and os.path.isdir(q / sub) and not os.path.islink(q / sub):
+            for name in os.listdir(q / sub):
+                if len(name) in (38, 62) and not name.startswith("tmp_obj_"):
+                    return ("sha256", 64) if len(name) == 62 else ("sha1", 40)
     found = git.run("rev-parse", "--show-object-format", cwd=repo, check=False).stdout.strip()
-    return found or "sha1"
+    return ("sha256", 64) if found == "sha256" else ("sha1", 40)
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file, never through a link, never blocking on a FIFO."""
+#: The inflated content kept of commits, trees and tags, for the connectivity check (in all).
+LINKS_BYTES = 64 * 1024 * 1024
+
+
+def _open_regular(path: Path, limit: int) -> int:
+    """A descriptor on a regular file, never through a link, never blocking on a FIFO."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
-        if info.st_size > limit:
-            raise ValueError(f"{info.st_size} bytes, over the bound")
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         os.close(fd)
+        raise ValueError("not a regular file" if not stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes")
+    return fd
 
 
-def check_loose(data: bytes, name: str, algorithm: str) -> str:
-    """The object's type when ``data`` (a loose object's file) hashes to ``name``; else ValueError."""
+def copy_verified(fd: int, name: str, algorithm: str, out: int | None, keep: bool) -> tuple[str, bytes | None]:
+    """Read a loose object from ``fd``, writing its bytes as read to ``out``, and check it: the type,
+    and (``keep``: a commit, tree or tag) its content, when it hashes to ``name``; else ValueError.
+
+    Streamed, so a large blob costs no memory; what is written is what was hashed, so a writer that
+    still held the file could change nothing after the check.
+    """
     inflate = zlib.decompressobj()
     digest = hashlib.new(algorithm)
     header = b""
+    kind = b""
     size = None
     got = 0
-    view = memoryview(data)
-    step = 1 << 20
-    for start in range(0, len(data), step):
-        out = inflate.decompress(view[start : start + step])
+    kept: list[bytes] = []
+    while chunk := os.read(fd, 1 << 20):
+        if out is not None:
+            os.write(out, chunk)
+        data = inflate.decompress(chunk)
         if size is None:
-            header += out
+            header += data
             if b"\0" not in header:
                 if len(header) > 64:
                     raise ValueError("no object header")
                 continue
-            head, _, rest = header.partition(b"\0")
+            head, _, data = header.partition(b"\0")
             kind, _, length = head.partition(b" ")
             if kind not in _TYPES or not length.isdigit():
                 raise ValueError("not a git object header")
             size = int(length)
             digest.update(head + b"\0")
-            out = rest
-        digest.update(out)
-        got += len(out)
+        digest.update(data)
+        got += len(data)
+        if keep and kind != b"blob":
+            kept.append(data)
     tail = inflate.flush()
     digest.update(tail)
     got += len(tail)
+    kept.append(tail)
     if size is None or not inflate.eof or inflate.unused_data:
         raise ValueError("not a whole zlib stream")
     if got != size:
         raise ValueError(f"header says {size} bytes, content has {got}")
     if digest.hexdigest() != name:
         raise ValueError("its content hashes to another name")
-    return kind.decode()
+    return kind.decode(), b"".join(kept) if keep and kind != b"blob" else None
+
+
+def check_loose(data: bytes, name: str, algorithm: str) -> str:
+    """The object's type when ``data`` (a loose object's file) hashes to ``name``; else ValueError."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:
+        f.write(data)
+        f.seek(0)
+        return copy_verified(f.fileno(), name, algorithm, None, False)[0]
 
 
 def _loose_files(q: Path) -> Iterator[tuple[str, Path]]:
@@ -223,24 +252,52 @@ def _loose_files(q: Path) -> Iterator[tuple[str, Path]]:
             yield sub + name, where / name
 
 
-def _put(data: bytes, final: Path) -> None:
-    """Write a verified loose object into the shared store; one already there is never replaced."""
-    if os.path.lexists(final):
-        return
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f"tmp_obj_corral_{os.getpid()}_{final.name[:8]}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, final)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
+def _links(kind: str, content: bytes, width: int) -> list[tuple[str, str]]:
+    """(object, the type it must have) for each object a commit, tree or tag names."""
+    found: list[tuple[str, str]] = []
+    if kind == "tree":
+        raw = width // 2
+        i = 0
+        while i < len(content):
+            space = content.index(b" ", i)
+            nul = content.index(b"\0", space)
+            mode = content[i:space]
+            oid = content[nul + 1 : nul + 1 + raw].hex()
+            if len(oid) != width:
+                raise ValueError("a tree entry cut short")
+            if mode != b"160000":  # a submodule's commit lives in another repository
+                found.append((oid, "tree" if mode == b"40000" else "blob"))
+            i = nul + 1 + raw
+        return found
+    for line in content.split(b"\n"):
+        if not line:
+            break  # the message begins
+        key, _, value = line.partition(b" ")
+        oid = value.decode("ascii", "replace")
+        if len(oid) != width and key in (b"tree", b"parent", b"object"):
+            raise ValueError(f"a {key.decode()} line that names no object")
+        if kind == "commit" and key in (b"tree", b"parent"):
+            found.append((oid, "tree" if key == b"tree" else "commit"))
+        elif kind == "tag" and key == b"object":
+            found.append((oid, ""))
+    return found
+
+
+def _existing(git: Git, repo: str | Path, wanted: dict[str, str]) -> list[str]:
+    """What of ``wanted`` (object → its type) the shared store lacks or holds as another type."""
+    if not wanted:
+        return []
+    names = sorted(wanted)
+    out = git.run("cat-file", "--batch-check", cwd=repo, input="".join(f"{n}\n" for n in names), check=False).stdout
+    problems = []
+    for name, line in zip(names, out.splitlines(), strict=False):
+        oid, _, kind = line.partition(" ")
+        kind = kind.split(" ")[0]
+        if kind == "missing" or oid != name:
+            problems.append(f"{name} is missing")
+        elif wanted[name] and kind != wanted[name]:
+            problems.append(f"{name} is a {kind}, named as a {wanted[name]}")
+    return problems
 
 
 def _pack_objects(git: Git, repo: str | Path, idx: Path) -> list[str]:
@@ -258,36 +315,65 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
     """Verify and move a turn's quarantined objects into the shared store; None when it had none.
 
     Idempotent: what a crash left half done is finished by the next call (moved objects are
-    skipped, the alternates line and the quarantine removed last).
+    skipped, the alternates line and the quarantine removed last). Loose objects are not
+    fsynced one by one, as git's own are not (``core.fsync``'s default leaves loose objects out);
+    a pack is.
     """
     q = path_for(common_dir, command_id)
     if not q.is_dir() or q.is_symlink():
         with _Locked(common_dir):
             _rewrite_alternates(common_dir, drop=str(q))
         return None
-    algorithm = _object_format(git, repo)
-    width = 64 if algorithm == "sha256" else 40
+    algorithm, width = _object_format(git, repo, q)
     shared = Path(common_dir) / "objects"
-    passed: list[tuple[str, bytes]] = []
+    staging = root(common_dir) / f".staging-{command_id}"  # packs are indexed here
+    passed: list[tuple[Path, Path]] = []  # (written beside its place in the store, its place)
     commits: list[str] = []
     problems: list[str] = []
     rejected = 0
+    linked: dict[str, str] = {}  # what the new objects name, and the type each must have
+    new: dict[str, str] = {}  # the new objects, by type
+    parents: dict[str, tuple[str, ...]] = {}  # each new commit's parents
+    kept_bytes = 0
     for name, path in _loose_files(q):
         try:
             if len(name) != width or not _NAME[width].match(name[2:]):
                 raise ValueError("not an object name")
-            data = _read_regular(path, MAX_LOOSE_BYTES)
-            kind = check_loose(data, name, algorithm)
+            final = shared / name[:2] / name[2:]
+            fd = _open_regular(path, MAX_LOOSE_BYTES)
+            out = None
+            try:
+                if os.path.lexists(final):
+                    kind, content = copy_verified(fd, name, algorithm, None, kept_bytes < LINKS_BYTES)
+                else:  # written as git writes one: a temporary file in its fan-out directory, renamed last
+                    final.parent.mkdir(exist_ok=True)
+                    written = final.parent / f"tmp_obj_corral_{os.getpid()}_{name[2:10]}"
+                    out = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
+                    passed.append((written, final))
+                    kind, content = copy_verified(fd, name, algorithm, out, kept_bytes < LINKS_BYTES)
+            finally:
+                os.close(fd)
+                if out is not None:
+                    os.close(out)
         except (OSError, ValueError, zlib.error) as exc:
             rejected += 1
             problems.append(f"{name[:2]}/{name[2:]}: {exc}")
             continue
-        passed.append((name, data))
+        new[name] = kind
         if kind == "commit":
             commits.append(name)
+        if content is not None:
+            kept_bytes += len(content)
+            try:
+                links = _links(kind, content, width)
+                linked.update(links)
+                if kind == "commit":
+                    parents[name] = tuple(oid for oid, named in links if named == "commit")
+            except (ValueError, UnicodeDecodeError) as exc:
+                rejected += 1
+                problems.append(f"{name[:2]}/{name[2:]}: a {kind} that cannot be read: {exc}")
     packs: list[tuple[Path, Path]] = []
     pack_dir = q / "pack"
-    scratch = root(common_dir) / f".index-{command_id}"
     if pack_dir.is_dir() and not pack_dir.is_symlink():
         for entry in sorted(os.listdir(pack_dir)):
             if not entry.endswith(".pack"):
@@ -297,9 +383,9 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
                 info = os.lstat(pack)
                 if not stat.S_ISREG(info.st_mode):
                     raise ValueError("not a regular file")
-                scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
-                idx = scratch / (entry[: -len(".pack")] + ".idx")
-                copy = scratch / entry
+                staging.mkdir(mode=0o700, parents=True, exist_ok=True)
+                idx = staging / (entry[: -len(".pack")] + ".idx")
+                copy = staging / entry
                 shutil.copyfile(pack, copy, follow_symlinks=False)
                 made = git.run("index-pack", "--fsck-objects", "-o", str(idx), str(copy), cwd=repo, check=False)
                 if made.returncode != 0:
@@ -307,15 +393,30 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
                     raise ValueError(said[-1] if said else f"index-pack exit {made.returncode}")
                 name = made.stdout.strip().split()[-1] if made.stdout.strip() else ""
                 final = f"pack-{name}" if name else entry[: -len(".pack")]
-                os.replace(copy, scratch / f"{final}.pack")
-                os.replace(idx, scratch / f"{final}.idx")
-                packs.append((scratch / f"{final}.pack", scratch / f"{final}.idx"))
-                commits += _pack_objects(git, repo, scratch / f"{final}.idx")
+                os.replace(copy, staging / f"{final}.pack")
+                os.replace(idx, staging / f"{final}.idx")
+                packs.append((staging / f"{final}.pack", staging / f"{final}.idx"))
+                commits += _pack_objects(git, repo, staging / f"{final}.idx")
             except (OSError, ValueError, GitError) as exc:
                 rejected += 1
                 problems.append(f"pack/{entry}: {exc}")
-    kept = None
+    # Every object the new ones name is new too, or already in the store with the type it is named as.
+    # (A pack's links are not read here: with a pack, the branch check asks git for the whole walk.)
+    outside = {oid: kind for oid, kind in linked.items() if oid not in new}
+    for oid, kind in linked.items():
+        if oid in new and kind and new[oid] != kind:
+            problems.append(f"{oid} is a {new[oid]}, named as a {kind}")
+    known = not packs and kept_bytes < LINKS_BYTES
+    complete = known
+    if complete and outside:
+        missing = _existing(git, repo, outside)
+        if missing:
+            problems += missing[:PROBLEMS_KEPT]
+            complete = False
     if rejected:
+        for written, _final in passed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(written)
         kept_at = root(common_dir) / f"{_REJECTED}{command_id}"
         with _Locked(common_dir):
             _rewrite_alternates(common_dir, drop=str(q))
@@ -323,27 +424,61 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
                 os.replace(q, kept_at)
             else:
                 shutil.rmtree(q, ignore_errors=True)
-        shutil.rmtree(scratch, ignore_errors=True)
-        kept = str(kept_at)
+        shutil.rmtree(staging, ignore_errors=True)
         return ObjectsReport(
             commits=tuple(commits),
+            complete=False,
             rejected=rejected,
             problems=tuple(problems[:PROBLEMS_KEPT]),
-            kept=kept,
+            kept=str(kept_at),
         )
-    for name, data in passed:
-        _put(data, shared / name[:2] / name[2:])
+    for written, final in passed:
+        if os.path.lexists(final):  # one already there is never replaced
+            os.unlink(written)
+        else:
+            os.rename(written, final)
     for pack, idx in packs:
         target = shared / "pack"
         target.mkdir(parents=True, exist_ok=True)
         if not (target / idx.name).exists():
+            for made in (pack, idx):
+                fd = os.open(made, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             os.replace(pack, target / pack.name)  # the pack first: git sees a pack once its index is there
             os.replace(idx, target / idx.name)
     with _Locked(common_dir):
         _rewrite_alternates(common_dir, drop=str(q))
-    shutil.rmtree(q, ignore_errors=True)
-    shutil.rmtree(scratch, ignore_errors=True)
-    return ObjectsReport(loose=len(passed), packs=len(packs), commits=tuple(commits))
+    # Out of the way at once (one rename); its files are removed later, off the turn's end (purge).
+    for made, aside in ((q, f"{_TRASH}{command_id}"), (staging, f"{_TRASH}{command_id}.staging")):
+        if made.exists():
+            if (root(common_dir) / aside).exists():
+                shutil.rmtree(root(common_dir) / aside, ignore_errors=True)
+            os.replace(made, root(common_dir) / aside)
+    return ObjectsReport(
+        loose=len(passed),
+        packs=len(packs),
+        commits=tuple(commits),
+        complete=(complete and not problems) if known else None,
+        missing=tuple(problems[:PROBLEMS_KEPT]),
+        parents=tuple(sorted(parents.items())),
+    )
+
+
+def purge(common_dir: str | Path) -> int:
+    """Remove the settled quarantines set aside (their objects are in the store); how many went."""
+    gone = 0
+    try:
+        names = os.listdir(root(common_dir))
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(_TRASH):
+            shutil.rmtree(root(common_dir) / name, ignore_errors=True)
+            gone += 1
+    return gone
 
 
 def leftovers(common_dir: str | Path) -> list[str]:
