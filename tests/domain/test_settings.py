@@ -96,8 +96,14 @@ RANGES: dict[str, tuple[float, float]] = {
     "wip_push_interval": (1, 86400),
 }
 #: Limits a repository's corral.toml may raise but never lower: the delays, the time limits, the text cap.
-NEVER_LOWERED = {"watchdog_timeout", "post_turn_check_timeout", "grace_period", "git_timeout", "git_hook_timeout"} | {
-    "text_cap"
+NEVER_LOWERED = {
+    "watchdog_timeout",
+    "post_turn_check_timeout",
+    "grace_period",
+    "git_timeout",
+    "git_hook_timeout",
+    "wip_push_interval",
+    "text_cap",
 }
 
 
@@ -296,6 +302,17 @@ def test_a_number_out_of_its_range_is_refused_naming_the_range(name: str) -> Non
             s.coerce(text, s.env_var)
     # both bounds are in the range
     assert s.coerce(least, "corral.toml") == least and s.coerce(str(most), s.env_var) == most
+
+
+def test_the_docs_say_each_range_and_which_a_repository_may_only_raise() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    start = text.index("### Ranges")
+    section = text[start : text.index("\n#", start + 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    for name, (least, most) in RANGES.items():
+        (row,) = [line for line in rows if f"`{name}`" in line]
+        assert f"| {least} to {most}" in row, row
+        assert ("raise it only" in row) is (name in NEVER_LOWERED), row
 
 
 @given(hs.one_of(hs.floats(), hs.integers()), hs.sampled_from(sorted(RANGES)))

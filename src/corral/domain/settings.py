@@ -5,6 +5,13 @@ that says which sources may set it. This is the only place a default is written:
 that needs one asks :func:`default` (``default("watchdog_timeout", float)``), and the
 engine's loader (``corral.engine.config``) reads the environment and the settings files
 against this schema. ``corral config show`` renders it with :func:`toml_value`.
+
+It is also the one home of what a value may be: every number has a range (``least`` and
+``most``, both included, finite, whole for a whole-number setting), the remote is never a word
+git reads as an option, and a delay, a time limit or the text cap is marked as one a
+repository may raise but never lower. :meth:`Setting.coerce` refuses a value outside them (a
+person's own, from their file, the environment, ``config set`` or a task's ``--set``);
+the loader ignores and reports one from a repository's ``corral.toml`` (:meth:`Setting.refusal`).
 """
 
 from __future__ import annotations
@@ -454,6 +461,7 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds between a worker's pushes of a running turn's uncommitted work to the remote",
         least=1,
         most=_DAY,
+        repository_may_lower=False,  # a delay: shortened by a repository, its pushes would load every worker
     ),
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),

@@ -17,6 +17,12 @@ records go) is left out when found there and reported in ``Config.ignored``. A s
 (``Config.proposals``), which :func:`adopt` writes into the user file's table for this
 repository when the person asks (``corral config adopt NAME``).
 
+A repository cannot break corral with a value: one outside its setting's range (``git_timeout
+= 0``, ``watchdog_timeout = nan``), a ``remote`` git would read as an option, or a delay, time
+limit or text cap lower than the value it would replace (the schema's ``repository_may_lower``)
+is ignored and reported in ``Config.ignored`` with the reason. The same value from the person's
+own file or the environment is an error naming the range.
+
 A key that names no setting, a value of the wrong type and a file that is not TOML are
 errors (:class:`ConfigError`, naming the file, the line and column, or the nearest
 setting's name). :func:`load_config` raises the first one; inside :func:`lenient` it
