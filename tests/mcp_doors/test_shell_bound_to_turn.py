@@ -3,12 +3,13 @@
 Each case is a hostile agent under bubblewrap: a shell script on the ``command`` harness that hands
 the test its door (the URL and token corral gave it, written in its worktree) and holds its turn
 while the test calls corral's ``bash`` tool as that agent. The commands escape as a process can:
-a background sleeper, one that ``setsid``\\ s away, one double-forked with its environment cleared
+a background sleeper, one that calls ``setsid``, one double-forked with its environment cleared
 (``env -i``: no tag of the turn's left on it), and one that waits for the turn to end to commit on
-the task's branch. The turn then ends normally, by ``corral stop``, or by its supervisor's death
-(SIGKILL); what the machine looks like afterwards is asserted from ``/proc`` and the repository:
-no process of any of those commands remains, nothing moved the branch, and the turn's token is
-refused. A call whose agent has already exited (the supervisor still checking the turn) never runs.
+the task's branch. The turn then ends normally, by ``corral stop``, by its supervisor's death
+(SIGKILL) or at the watchdog; what the machine looks like afterwards is asserted from ``/proc``
+and the repository: no process of any of those commands remains, nothing moved the branch, and
+the turn's token is refused. A call whose agent has already exited (the supervisor still
+checking the turn) never runs.
 """
 
 from __future__ import annotations
@@ -170,13 +171,18 @@ def end_turn(turn: Turn, how: str) -> None:
         (turn.worktree / ".release").write_text("")
     elif how == "stopped":
         turn.door.cli.ok("stop", "linger")
-    else:
+    elif how == "supervisor-killed":
         os.kill(turn.supervisor().pid, signal.SIGKILL)
+    # the watchdog's: the agent says nothing, and the watchdog ends it (then its one relaunch)
     until(lambda: turn.status() != "working", timeout=60, what="the turn to be recorded")
 
 
-@pytest.mark.parametrize("how", ["ends", "stopped", "supervisor-killed"])
-def test_what_corrals_shell_started_ends_with_the_turn(confined_door: Door, repo: Path, how: str) -> None:
+@pytest.mark.parametrize("how", ["ends", "stopped", "supervisor-killed", "watchdog"])
+def test_what_corrals_shell_started_ends_with_the_turn(
+    confined_door: Door, repo: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if how == "watchdog":
+        monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "8")
     turn = Turn(confined_door, repo)
     marks = {what: f"lingers-{what}-{uuid.uuid4().hex[:12]}" for what in ("background", "setsid", "cleared", "late")}
     threads = [turn.bash(what, command) for what, command in escapes(marks, repo).items()]

@@ -159,7 +159,6 @@ def run(turn: OwnTurn, command: str, args: dict[str, Any], timeout: float) -> di
         SHELL_RESULT_KEY: 1,
         "exit_code": ran.exit_code,
         "timed_out": ran.timed_out,
-        "ended_with_turn": ran.ended_with_turn,
         "expected": ran.exit_code is not None and ran.exit_code in intent.expected,
         "stdout": ran.stdout,
         "stderr": ran.stderr,
@@ -168,6 +167,7 @@ def run(turn: OwnTurn, command: str, args: dict[str, Any], timeout: float) -> di
             "attemptId": intent.attempt_id,
             "expectedExitCodes": list(intent.expected),
         },
+        "ended_with_turn": ran.ended_with_turn,  # last: what a harness shows of a result is its head
     }
 
 
