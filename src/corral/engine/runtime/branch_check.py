@@ -287,3 +287,15 @@ def after_confined(
     except (GitError, OSError) as exc:
         return objects, None, f"the branch could not be checked: {exc}"[:300]
     return objects, finding, None
+
+
+def on_branch(git: Git, repo: str | Path, worktree: str | Path, branch: str) -> None:
+    """Before corral commits through a task worktree's ``HEAD`` (a merge of the target): the branch
+    is a plain ref to a commit (a symbolic ref put back first), and ``HEAD`` names it; else GitError."""
+    ensure(git, repo, branch)
+    head = git.run("symbolic-ref", "--quiet", "HEAD", cwd=worktree, check=False).stdout.strip()
+    if head != f"refs/heads/{branch}":
+        raise GitError(
+            f"The worktree {worktree} is not on its task's branch {branch} (its HEAD: {head[:200] or 'detached'}).",
+            hint=f"Check it out again there: git -C {worktree} switch {branch}",
+        )

@@ -184,6 +184,8 @@ class Supervisor:
     def _run(self) -> proto.Receipt:
         c = self.command
         make_private_dir(self.log_dir)
+        if not c.posture.read_only and c.sync_before_work and c.target:  # the merge commits through HEAD
+            branch_check.on_branch(self.probe.git, self.worktree, self.worktree, c.branch)
         pre_sync = self.probe.head()
         outcome = self._sync()
         self.sync = proto.SyncReport(outcome.state, outcome.target, outcome.files)
