@@ -39,8 +39,10 @@ from tests.support.polling import until
 
 pytestmark = [pytest.mark.timeout(180), needs_bwrap]
 
-#: The agent: its door where the test can read it (the worktree), then its turn held until released.
+#: The agent: a commit of its own, its door where the test can read it (the worktree), then its turn held
+#: until released.
 AGENT = """#!/bin/sh
+echo work > work.txt && git add work.txt && git -c user.name=a -c user.email=a@b commit -qm work
 printf '%s\\n%s\\n' "$CORRAL_MCP_URL" "$CORRAL_AGENT_TOKEN" > .door.tmp && mv .door.tmp .door
 until [ -e .release ]; do sleep 0.05; done
 rm -f .door .release
@@ -57,7 +59,8 @@ def escapes(marks: dict[str, str], repo: Path) -> dict[str, str]:
     hold = 'exec "$TMPDIR/{mark}" 599'
     late = (
         f"until [ -e {repo}/turn-ended ]; do sleep 0.1; done; sleep 2; echo late > late.txt; "
-        "git add late.txt && git -c user.name=a -c user.email=a@b commit -qm late"
+        "git add late.txt; git -c user.name=a -c user.email=a@b commit -qm late; "
+        "git update-ref refs/heads/corral/linger HEAD~1"
     )
     return {
         "background": f"{NAMED.format(program='sleep', mark=marks['background'])}; "
@@ -200,7 +203,8 @@ def test_what_corrals_shell_started_ends_with_the_turn(
         assert "doc" in answer and answer["doc"]["ended_with_turn"] is True, (what, answer)
         assert answer["doc"]["exit_code"] is None and not answer["doc"]["timed_out"]
 
-    # the late committer would have committed two seconds after the turn ended: the branch never moves
+    # the late committer would have committed two seconds after the turn ended, then put the branch back
+    # a commit: the branch never moves
     tip = git(repo, "rev-parse", "refs/heads/corral/linger")
     (repo / "turn-ended").write_text("")
     time.sleep(4)
