@@ -26,6 +26,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from corral.engine import daemons
 from corral.engine.operations import shell
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
@@ -220,6 +221,25 @@ def test_what_corrals_shell_started_ends_with_the_turn(
     )
     assert gone.status_code == 401 and gone.json()["error"]["code"] == "agent-token-invalid"
     assert not (turn.worktree / "after.txt").exists()
+
+
+def test_what_corrals_shell_started_dies_with_the_daemon_that_ran_it(confined_door: Door, repo: Path) -> None:
+    turn = Turn(confined_door, repo)
+    marks = {what: f"orphaned-{what}-{uuid.uuid4().hex[:12]}" for what in ("background", "setsid", "cleared", "late")}
+    for what, command in escapes(marks, repo).items():
+        turn.bash(what, command)
+    until(lambda: sleepers(marks) == set(marks), timeout=60, what="every command's sleepers to run")
+    daemon = daemons.state(Path(os.environ["CORRAL_HOME"]))
+    assert daemon.pid is not None
+    os.kill(daemon.pid, signal.SIGKILL)  # a crash of the process that ran them: their sandboxes die with it
+    until(lambda: not marked(marks), timeout=30, what=f"the daemon's commands to end: {marked(marks)}")
+    (turn.worktree / ".release").write_text("")
+    until(lambda: turn.status() != "working", timeout=60, what="the turn to be recorded")
+    tip = git(repo, "rev-parse", "refs/heads/corral/linger")
+    (repo / "turn-ended").write_text("")
+    time.sleep(4)
+    assert git(repo, "rev-parse", "refs/heads/corral/linger") == tip
+    assert not (turn.worktree / "late.txt").exists()
 
 
 def _bash_request(command: str) -> dict[str, Any]:
