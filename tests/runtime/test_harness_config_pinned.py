@@ -55,6 +55,8 @@ ATTEMPTS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("agent", "echo x > $D/agents/evil.md", "REFUSED"),
             ("command", "echo x > $D/commands/evil.md", "REFUSED"),
             ("unknown_kept", "echo x > $D/daemon.json", "REFUSED"),
+            ("ide_server", 'echo \'{"transport": "ws"}\' > $D/ide/4242.lock', "REFUSED"),
+            ("backup", 'echo \'{"mcpServers": {"x": {}}}\' > $D/backups/.claude.json.backup.1', "REFUSED"),
             ("transcript", "mkdir -p $D/projects/k && echo {} >> $D/projects/k/s.jsonl", "ALLOWED"),
             ("credentials", "echo '{}' > $D/.credentials.json", "ALLOWED"),
             ("snapshot", "echo x > $D/shell-snapshots/snap.sh", "ALLOWED"),

@@ -234,12 +234,13 @@ class HarnessState:
 #: directory must stay writable). Taken from the list Claude Code 2.1.332 itself keeps apart from
 #: its configuration, less what holds or copies configuration (``backups/``, copies of
 #: ``~/.claude.json`` with its ``mcpServers``; the managed settings it fetches, signed) or what it
-#: runs later (its jobs, tasks and teams); everything else there (``settings.json``, ``hooks/``,
+#: runs later (its jobs, tasks and teams) or connects to (``ide/``: the editors' MCP servers it
+#: finds by their lock files); everything else there (``settings.json``, ``hooks/``,
 #: ``plugins/``, ``agents/``, ``commands/``, ``skills/``, ``CLAUDE.md``, ``.claude.json`` under
 #: ``CLAUDE_CONFIG_DIR``…) is configuration.
 CLAUDE_STATE = (
     ".credentials.json", ".claude.json.lock", "*.tmp.*", "*.lock",
-    "projects", "sessions", "todos", "statsig", "file-history", "history.jsonl", "ide", "logs",
+    "projects", "sessions", "todos", "statsig", "file-history", "history.jsonl", "logs",
     "debug", "plans", "telemetry", "cache", "paste-cache", "image-cache", "stats-cache.json",
     "mcp-needs-auth-cache.json", "gh-pr-status-cache.json", "usage-data", "uploads", "feedback",
     "feedback-bundles", "traces", "startup-perf", "active-time.json", ".session_ingress_token",
@@ -250,7 +251,7 @@ CLAUDE_PLACEHOLDERS: tuple[tuple[str, str | None], ...] = (
     ("settings.local.json", "{}\n"),
     ("CLAUDE.md", ""),
     *((name, None) for name in ("hooks", "agents", "commands", "skills", "plugins", "output-styles", "rules")),
-    *((name, None) for name in ("workflows", "routines", "backups")),
+    *((name, None) for name in ("workflows", "routines", "backups", "ide")),
 )
 #: Codex's own state in ``$CODEX_HOME``: its sessions, its SQLite state and logs, its login
 #: (``auth.json``), caches and temporary files. Configuration: ``config.toml`` (``notify``, MCP
