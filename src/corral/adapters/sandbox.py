@@ -372,12 +372,14 @@ def state_mounts(harness: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
         root = os.path.normpath(os.path.abspath(state.root))
         pinned = state.pinned()
         private = [state.root / name for name in state.private]
-        whole = any(not os.path.lexists(p) or os.path.islink(p) for p in [*pinned, *private])
-        if whole or os.path.islink(root):
+        if any(not os.path.lexists(p) or os.path.islink(p) for p in [*pinned, *private]):
             out.append(("--ro-bind-try", root))
             continue
         out.append(("--bind-try", root))
-        out += [("--ro-bind", os.path.join(root, p.name)) for p in pinned]
+        made = {name for name, _ in state.placeholders}
+        # A placeholder must be there (or bwrap fails, and nothing runs); another entry may have
+        # been a harness's temporary file, gone since: nothing of the person's to hold then.
+        out += [("--ro-bind" if p.name in made else "--ro-bind-try", os.path.join(root, p.name)) for p in pinned]
         out += [("--tmpfs", os.path.join(root, p.name)) for p in private]
     for path in pinned_files(harness, env):
         out.append(("--ro-bind-try", os.path.normpath(os.path.abspath(path))))
