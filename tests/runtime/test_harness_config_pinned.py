@@ -182,8 +182,10 @@ def test_the_argv_binds_the_state_writable_and_pins_what_is_not_state(tmp_path: 
     codex = str(home / ".codex")
     triples = {tuple(argv[i : i + 3]) for i in range(len(argv) - 2)}
     assert ("--bind-try", codex, codex) in triples  # an ask's harness keeps its session too
-    for pinned in ("config.toml", "hooks.json", "rules", "skills", "newer-config.toml"):
+    for pinned in ("config.toml", "hooks.json", "rules", "skills"):  # made by prepare: must be mounted
         assert ("--ro-bind", f"{codex}/{pinned}", f"{codex}/{pinned}") in triples
+    # Found there, so the person's: pinned as well (where it is still there when bwrap mounts it).
+    assert ("--ro-bind-try", f"{codex}/newer-config.toml", f"{codex}/newer-config.toml") in triples
     assert not any(t[1] == f"{codex}/sessions" for t in triples)
     assert ("--tmpfs", f"{codex}/shell_snapshots") in {(argv[i], argv[i + 1]) for i in range(len(argv) - 1)}
     # The state directory is mounted before what is pinned inside it.
@@ -244,3 +246,20 @@ def test_a_confined_claude_turn_cannot_write_claude_codes_configuration(
     assert (home / ".claude.json").read_text() == '{"mcpServers": {}}'
     assert not (home / ".claude" / "hooks" / "start.sh").exists()
     assert (home / ".claude" / "projects" / "k" / "s.jsonl").read_text() == "{}\n"
+
+
+@needs_bwrap
+def test_a_state_directory_that_is_a_link_keeps_its_sessions_and_its_configuration_pinned(tmp_path: Path) -> None:
+    """``~/.claude`` a link into a dotfiles checkout: the mounts land where it points, as they should."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "dotfiles" / "claude").mkdir(parents=True)
+    (home / ".claude").symlink_to(tmp_path / "dotfiles" / "claude")
+    script = TRY + (
+        f"try settings 'echo {json.dumps(HOOK)} > $HOME/.claude/settings.json'\n"
+        "try transcript 'mkdir -p $HOME/.claude/projects/k && echo {} > $HOME/.claude/projects/k/s.jsonl'\n"
+    )
+    done = confined("claude", home, script, tmp_path)
+    assert verdicts(done.stdout) == {"settings": "REFUSED", "transcript": "ALLOWED"}, (done.stdout, done.stderr)
+    assert json.loads((tmp_path / "dotfiles" / "claude" / "settings.json").read_text()) == {}
+    assert (tmp_path / "dotfiles" / "claude" / "projects" / "k" / "s.jsonl").read_text() == "{}\n"
