@@ -7,10 +7,10 @@ The summary records how the agent really ended (its exit code, or the signal tha
 it) and how long it ran, in its text and its details. A pair whose process died is
 recovered by the stale-pairing sweep.
 
-Both run the agent through :func:`corral.adapters.terminal.run_interactive`: the agent
-owns the terminal's foreground process group, so Ctrl-C, Ctrl-Z and window-size changes
-are the agent's, and corral never ends it for a keystroke (docs/architecture.md,
-"Interactive sessions").
+Both run the agent through :func:`corral.adapters.terminal.run_interactive` on a terminal of
+its own that corral relays to the person's (:mod:`corral.adapters.ptyrelay`): nothing it types
+into its terminal reaches the person's shell; Ctrl-C, Ctrl-Z and window-size changes are the
+agent's, and corral never ends it for a keystroke (docs/architecture.md, "Interactive sessions").
 
 chat: status-neutral and read-only; it holds the worktree's chat lock for its whole
 duration, so unblock, resume, ask, an accept's pre-accept turn and sync refuse while it is
@@ -35,6 +35,7 @@ from corral.adapters.locks import is_locked, try_lock
 from corral.adapters.process import start_ticks
 from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
+from corral.domain.clock import new_id
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Op, Status, check_operation, check_transition
@@ -114,7 +115,7 @@ def _interactive(
     env = {**os.environ, **launch.env}
     argv = _confined(project, task, harness.name, launch.argv, worktree, read_only, env, quarantine_id)
     try:
-        return run_interactive(argv, cwd=worktree, env=env, started=started)
+        return run_interactive(argv, cwd=worktree, env=env, started=started, own_terminal=True)
     except (FileNotFoundError, PermissionError) as exc:
         raise CorralError(
             f"{harness.display} could not start: {exc.strerror} ({launch.argv[0]}).",
@@ -173,7 +174,9 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
             # Named by this host's identity on the shared store: only this host judges it by its pid.
             tx.register_process(task.id, "pair", os.getpid(), owner=owner(project))
         lock = pairing_lock(project, task.id)
-        held = {"pid": os.getpid(), "actor": actor.value, "at": time.time()}
+        # The pair's objects' quarantine is named in its lock: a pair whose corral died is settled by the sweep.
+        pair_id = f"pair-{new_id()}"
+        held = {"pid": os.getpid(), "actor": actor.value, "at": time.time(), "quarantine": pair_id}
         write_atomic(lock, json.dumps(held).encode(), durable=False)  # the sweep never reads half a lock
 
     def agent_started(pid: int) -> None:
@@ -183,7 +186,6 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
 
     git = project.git
     branch = session.branch or task.branch
-    from corral.domain.clock import new_id
     from corral.engine.runtime import branch_check
 
     branch_check.begin(git, project.repo, task.ref, branch)  # the pair's check compares with this tip
@@ -191,7 +193,6 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
     started = project.clock()
     began = time.monotonic()
     ended: Ended | None = None
-    pair_id = f"pair-{new_id()}"
     try:
         ended = _interactive(
             project,

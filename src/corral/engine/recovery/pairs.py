@@ -26,6 +26,7 @@ from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
+from corral.errors import CorralError
 
 if TYPE_CHECKING:
     # The keep-aside and the receipts' evidence load only when a chat begins or ends: the
@@ -91,6 +92,30 @@ def _stop_orphan_agent(data: dict[str, Any]) -> bool:
     return stop_identified(Identity(pid, start=start), ORPHAN_AGENT_GRACE)
 
 
+def _settle_pair_objects(project: Project, task: Task, quarantine_id: object) -> None:
+    """A pair whose corral died left its objects in quarantine: verified and moved, and the branch
+    checked, as the pair's own end would have (its agent is stopped first)."""
+    if not isinstance(quarantine_id, str) or not quarantine_id.startswith("pair-"):
+        return
+    from corral.engine.runtime import branch_check, quarantine
+
+    try:
+        common = project.git.out("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=project.repo)
+        quarantine.path_for(common, quarantine_id)  # a name no corral would make is refused here
+    except (CorralError, OSError):
+        return
+    branch_check.after_confined(
+        project.git,
+        project.repo,
+        common_dir=common,
+        quarantine_id=quarantine_id,
+        task_ref=task.ref,
+        branch=task.branch,
+        target=None,
+        turn="pair",
+    )
+
+
 def sweep_stale_pairs(project: Project) -> int:
     """A pairing task whose pair process is gone → blocked or conflict, lock removed (docs/lifecycle.md).
 
@@ -118,6 +143,7 @@ def sweep_stale_pairs(project: Project) -> int:
         if pid > 1 and pid_alive(pid):
             continue
         stopped = _stop_orphan_agent(data) if isinstance(data, dict) else False
+        _settle_pair_objects(project, task, data.get("quarantine") if isinstance(data, dict) else None)
         text = "The pair session ended without corral (its process is gone)."
         if stopped:
             text += " Its agent was still running and was stopped."

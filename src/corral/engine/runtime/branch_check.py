@@ -154,6 +154,9 @@ def check(
     verified = listed[verified_ref(task_ref)][0] if verified_ref(task_ref) in listed else None
     target_tip = listed[target_ref][0] if target_ref and target_ref in listed else None
     own = listed.get(ref)
+    code: str | None
+    raw: str | None
+    tip: str | None
     if own is not None and not own[2] and own[1] == "commit":
         code, raw, tip = None, own[0], own[0]
     else:

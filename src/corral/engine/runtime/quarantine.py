@@ -391,12 +391,12 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
                 if made.returncode != 0:
                     said = (made.stderr or made.stdout).strip().splitlines()
                     raise ValueError(said[-1] if said else f"index-pack exit {made.returncode}")
-                name = made.stdout.strip().split()[-1] if made.stdout.strip() else ""
-                final = f"pack-{name}" if name else entry[: -len(".pack")]
-                os.replace(copy, staging / f"{final}.pack")
-                os.replace(idx, staging / f"{final}.idx")
-                packs.append((staging / f"{final}.pack", staging / f"{final}.idx"))
-                commits += _pack_objects(git, repo, staging / f"{final}.idx")
+                digest = made.stdout.strip().split()[-1] if made.stdout.strip() else ""
+                stem = f"pack-{digest}" if digest else entry[: -len(".pack")]
+                os.replace(copy, staging / f"{stem}.pack")
+                os.replace(idx, staging / f"{stem}.idx")
+                packs.append((staging / f"{stem}.pack", staging / f"{stem}.idx"))
+                commits += _pack_objects(git, repo, staging / f"{stem}.idx")
             except (OSError, ValueError, GitError) as exc:
                 rejected += 1
                 problems.append(f"pack/{entry}: {exc}")
@@ -441,8 +441,8 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
         target = shared / "pack"
         target.mkdir(parents=True, exist_ok=True)
         if not (target / idx.name).exists():
-            for made in (pack, idx):
-                fd = os.open(made, os.O_RDONLY)
+            for written in (pack, idx):
+                fd = os.open(written, os.O_RDONLY)
                 try:
                     os.fsync(fd)
                 finally:
@@ -452,11 +452,11 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
     with _Locked(common_dir):
         _rewrite_alternates(common_dir, drop=str(q))
     # Out of the way at once (one rename); its files are removed later, off the turn's end (purge).
-    for made, aside in ((q, f"{_TRASH}{command_id}"), (staging, f"{_TRASH}{command_id}.staging")):
-        if made.exists():
+    for settled, aside in ((q, f"{_TRASH}{command_id}"), (staging, f"{_TRASH}{command_id}.staging")):
+        if settled.exists():
             if (root(common_dir) / aside).exists():
                 shutil.rmtree(root(common_dir) / aside, ignore_errors=True)
-            os.replace(made, root(common_dir) / aside)
+            os.replace(settled, root(common_dir) / aside)
     return ObjectsReport(
         loose=len(passed),
         packs=len(packs),
