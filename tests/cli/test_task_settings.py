@@ -218,3 +218,42 @@ def test_show_of_a_working_task_says_how_long_it_ran_its_last_line_and_its_own_s
     assert "watchdog_timeout = 30.0  (from CORRAL_WATCHDOG_TIMEOUT at a launch)" in text
     corral.ok("stop", "watched", env=env)
     assert corral.json("show", "watched", env=env)["live"] is None  # resting: nothing runs
+
+
+def test_a_stored_task_setting_out_of_range_is_not_applied(tmp_path: Path) -> None:
+    """A value kept before ranges were checked, or another host's row: the schema's range still holds."""
+    from datetime import UTC, datetime
+
+    from corral.domain.records import TASK_SETTINGS, Task
+    from corral.domain.status import Status
+    from corral.engine.config import load_config
+    from corral.engine.resolve import task_config
+
+    config = load_config(user_file=None, project_file=None, env={})
+    when = datetime.now(UTC)
+    task = Task(
+        id="0123456789abcdef",
+        ref="t",
+        goal="g",
+        prompt="",
+        parent_id=None,
+        status=Status.BACKLOG,
+        harness=None,
+        model=None,
+        target_branch="main",
+        protected=(),
+        metadata={
+            TASK_SETTINGS: {
+                "watchdog_timeout": {"value": float("nan"), "source": "task"},
+                "breaker_threshold": {"value": 7, "source": "task"},
+            }
+        },
+        resting_cause=None,
+        session_id=None,
+        created_at=when,
+        updated_at=when,
+        last_interaction_at=when,
+    )
+    own = task_config(config, task)
+    assert own["watchdog_timeout"] == config["watchdog_timeout"]  # nan: refused, the default holds
+    assert own["breaker_threshold"] == 7  # in range: the task's own

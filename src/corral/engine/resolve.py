@@ -122,6 +122,15 @@ def _find(tx: Tx, given: str) -> tuple[Task, str | None]:
     raise TaskNotFound(name, nearest)
 
 
+def _in_range(name: str, entry: object) -> bool:
+    from corral.domain.settings import BY_NAME
+
+    if not isinstance(entry, dict):
+        return False
+    setting = BY_NAME.get(name)
+    return setting is None or setting.refusal(entry.get("value")) is None
+
+
 def task_config(config: Config, task: Task, *, on_worker: bool = False) -> Config:
     """``config`` with the settings ``task`` keeps as its own laid over it (docs/architecture.md#a-tasks-own-settings).
 
@@ -133,7 +142,10 @@ def task_config(config: Config, task: Task, *, on_worker: bool = False) -> Confi
     own = {
         k: v
         for k, v in task.settings.items()
-        if k in TASK_SCOPED and k in config.values and not (on_worker and host_owned(k))
+        if k in TASK_SCOPED
+        and k in config.values
+        and not (on_worker and host_owned(k))
+        and _in_range(k, v)  # a value kept before ranges were checked, or another host's row
     }
     if not own:
         return config
