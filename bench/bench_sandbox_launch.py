@@ -11,7 +11,13 @@ worktree: its git directories, the branch, corral's state hidden), ``--runs`` ti
 For scale, the same script exec'd bare and behind the same ``bwrap`` prefix (no supervisor),
 time to its first stdout line; and the probe ``sandbox = auto`` runs once per launching process.
 
-Target: the sandbox adds under 50 ms (median) to an attempt's launch.
+Also: a ``claude`` turn's prefix, with its configuration pinned read-only inside its state
+directory (``prepare`` + the argv + exec to the first line), beside the bare exec; and a post-turn
+check (``true``) run in the turn's sandbox (through ``AttemptRunner.confine_check``: the quarantine,
+the ref guard's hooks) beside one run unconfined.
+
+Targets: the sandbox adds under 50 ms (median) to an attempt's launch; the pinned configuration
+under 50 ms over a bare exec; a confined check under 50 ms over an unconfined one.
 
     .venv/bin/python bench/bench_sandbox_launch.py [--runs 30]
 
@@ -95,6 +101,33 @@ def through_runner(base: Path, worktree: Path, agent: Path, spec: sandboxing.San
     return (int(first) - started) / 1e6
 
 
+def check_run(base: Path, worktree: Path, spec: sandboxing.SandboxSpec | None, n: int) -> float:
+    """ms of a post-turn check (``true``) from its start to its end: in the turn's sandbox (``spec``,
+    through the runner's ``confine_check``: its quarantine, its hooks) or unconfined."""
+    from corral.engine.runtime import protocol as proto
+    from corral.engine.runtime.check import run_check
+
+    log_dir = base / "checks" / f"{'box' if spec else 'bare'}-{n}"
+    (log_dir / "protocol").mkdir(parents=True)
+    runner = AttemptRunner(
+        make_harness("command", {"command": "/bin/true"}),
+        worktree=worktree,
+        log_dir=log_dir,
+        command_id=f"chk-{n}",
+        secrets=[],
+        status=StatusReporter(log_dir / "protocol", f"chk-{n}", "start"),
+        stop=StopFlag(log_dir / "protocol"),
+        term_grace=1.0,
+        sandbox=spec,
+        read_only=False,
+    )
+    started = time.perf_counter()
+    done = run_check(proto.CheckSpec("true", 60.0), worktree, [], 1.0, confine=runner.confine_check)
+    ms = (time.perf_counter() - started) * 1000
+    assert done is not None and done.exit_code == 0 and done.confinement == ("bwrap" if spec else "unconfined")
+    return ms
+
+
 def bare_exec(argv: list[str], cwd: Path) -> float:
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -130,6 +163,30 @@ def main() -> int:
         )
         bare = [bare_exec([str(agent)], worktree) for _ in range(args.runs)]
         boxed = [bare_exec([*prefix, str(agent)], worktree) for _ in range(args.runs)]
+        # Claude Code's state with its configuration pinned read-only (a home of its own, made as a
+        # person's would be): what a confined claude turn's prefix costs beyond the command's.
+        home = base / "home"
+        (home / ".claude" / "projects").mkdir(parents=True)
+        (home / ".claude" / "settings.json").write_text("{}\n")
+        (home / ".claude.json").write_text("{}\n")
+        claude_env = {**os.environ, "HOME": str(home)}
+        pinned: list[float] = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            sandboxing.prepare(spec, "claude", claude_env)
+            claude_prefix, _ = sandboxing.bwrap_argv(
+                spec, worktree=str(worktree), program=str(agent), harness="claude", read_only=False, env=claude_env
+            )
+            made = (time.perf_counter() - t0) * 1000
+            pinned.append(made + bare_exec([*claude_prefix, str(agent)], worktree))
+        checks_bare: list[float] = []
+        checks_boxed: list[float] = []
+        for n in range(args.runs + 2):
+            u = check_run(base, worktree, None, n)
+            c = check_run(base, worktree, spec, n)
+            if n >= 2:
+                checks_bare.append(u)
+                checks_boxed.append(c)
         probes = []
         for _ in range(max(5, args.runs // 3)):
             sandboxing.probe.cache_clear()
@@ -139,7 +196,9 @@ def main() -> int:
     finally:
         drop_scratch(base, args.keep)
     added = median(sandboxed) - median(unconfined)
-    ok = added < TARGET_MS
+    check_added = median(checks_boxed) - median(checks_bare)
+    claude_added = median(pinned) - median(bare)
+    ok = added < TARGET_MS and check_added < TARGET_MS and claude_added < TARGET_MS
     result.update(
         {
             "unconfined_ms": unconfined,
@@ -148,6 +207,11 @@ def main() -> int:
             "bwrap_exec_ms": boxed,
             "probe_ms": probes,
             "added_ms": added,
+            "claude_pinned_exec_ms": pinned,
+            "claude_added_ms": claude_added,
+            "check_unconfined_ms": checks_bare,
+            "check_sandboxed_ms": checks_boxed,
+            "check_added_ms": check_added,
             "bwrap_mounts": sum(1 for a in prefix if a.startswith("--") and ("bind" in a or a == "--tmpfs")),
         }
     )
@@ -156,6 +220,16 @@ def main() -> int:
     print(f"  sandboxed:  median {median(sandboxed):.1f} ms, p90 {percentile(sandboxed, 90):.1f} ms")
     print(f"  added by the sandbox: {added:.1f} ms (target < {TARGET_MS:.0f} ms) {'PASS' if ok else 'FAIL'}")
     print(f"exec → first line, no supervisor: bare median {median(bare):.1f} ms, behind bwrap {median(boxed):.1f} ms")
+    print(
+        f"claude's configuration pinned (prepare + argv + exec → first line): median {median(pinned):.1f} ms, "
+        f"{claude_added:.1f} ms over bare (target < {TARGET_MS:.0f} ms) "
+        f"{'PASS' if claude_added < TARGET_MS else 'FAIL'}"
+    )
+    print(
+        f"post-turn check `true`: unconfined median {median(checks_bare):.1f} ms, in the sandbox "
+        f"{median(checks_boxed):.1f} ms: {check_added:.1f} ms added (target < {TARGET_MS:.0f} ms) "
+        f"{'PASS' if check_added < TARGET_MS else 'FAIL'}"
+    )
     print(f"the auto probe (once per launching process): median {median(probes):.1f} ms")
     return finish("bench_sandbox_launch", result, ok)
 
