@@ -1,10 +1,12 @@
-"""`corral pair` under a real pseudo-terminal: the agent owns the terminal's foreground.
+"""`corral pair` under a real pseudo-terminal: the agent runs on a terminal of its own, relayed to the person's.
 
 The real CLI runs as a child whose controlling terminal is the pty's slave (``pty.fork``
 makes it a session leader with the slave as its terminal, as a login shell would be); the
 agent is the `command` harness running a Python script that reports what it receives.
-Keystrokes are written to the pty's master, so the kernel's line discipline turns them
-into signals for the terminal's foreground process group — whichever group that is.
+Keystrokes are written to the pty's master: corral relays them (the person's terminal in
+raw mode) to the agent's own terminal, whose line discipline turns them into signals for
+the agent's foreground process group. Signals that reach corral through the person's
+terminal (when stdin is not that terminal) are passed on the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import termios
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -171,13 +174,45 @@ def wait_for_state(pid: int, letters: str, timeout: float = 10) -> str:
     return now
 
 
+def corral_of(agent: int) -> int:
+    """The corral that runs ``agent``: the parent of the agent's session leader, checked by its command line."""
+    cli = parent(parent(agent))
+    assert b"-m\0corral\0" in Path(f"/proc/{cli}/cmdline").read_bytes()
+    return cli
+
+
+def raw(fd: int) -> bool:
+    """Whether the terminal is in raw mode (no line editing, no echo, no keyboard signals)."""
+    lflag = termios.tcgetattr(fd)[3]
+    return not lflag & (termios.ICANON | termios.ECHO | termios.ISIG)
+
+
+def cooked(fd: int) -> bool:
+    """Whether the terminal is as a shell keeps it: line editing, echo and keyboard signals on."""
+    lflag = termios.tcgetattr(fd)[3]
+    return lflag & (termios.ICANON | termios.ECHO | termios.ISIG) == termios.ICANON | termios.ECHO | termios.ISIG
+
+
 def ready_line(out: str) -> dict[str, int]:
     line = next(x for x in out.splitlines() if x.startswith("ready "))
     return {k: int(v) for k, v in (part.split("=") for part in line.split()[1:])}
 
 
+def end_leftovers(tmp_path: Path) -> None:
+    """A failed test leaves its corral and agent running (the agent ignores SIGHUP): end what names its directory."""
+    mark = str(tmp_path).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 @pytest.fixture
-def paired(corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CLI:
+def paired(corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CLI]:
     """A blocked task `pt` whose harness is the reporting agent above."""
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
@@ -187,7 +222,8 @@ def paired(corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     corral.ok("create", "Pair under a terminal", "--ref", "pt")
     corral.ok("start", "pt", "--wait", "--timeout", "60")
     assert corral.json("show", "pt")["task"]["status"] == "blocked"
-    return corral
+    yield corral
+    end_leftovers(tmp_path)
 
 
 def pair_summary(corral: CLI) -> dict[str, object]:
@@ -201,11 +237,13 @@ def test_ctrl_c_reaches_the_agent_alone_and_the_summary_records_its_real_exit(pa
     session = Pty([sys.executable, "-m", "corral", "pair", "pt"], repo, shell=True)
     ids = ready_line(session.read_until("ready "))
     agent = ids["pid"]
-    cli = parent(agent)
-    assert "corral" in Path(f"/proc/{cli}/cmdline").read_text()
+    cli = corral_of(agent)
     assert ids["pgrp"] == agent != os.getpgid(cli)  # a process group of its own …
-    assert ids["fg"] == agent  # … which is the terminal's foreground group
-    assert os.tcgetpgrp(session.fd) == agent
+    assert ids["fg"] == agent  # … which is the foreground group of its terminal …
+    assert os.getsid(agent) != os.getsid(cli)  # … in a session of its own …
+    assert os.readlink(f"/proc/{agent}/fd/0") != os.readlink(f"/proc/{cli}/fd/0")  # … on a terminal of its own
+    assert os.tcgetpgrp(session.fd) == os.getpgid(cli)  # the person's terminal stays corral's, relayed raw
+    assert raw(session.fd)
 
     session.write(b"\x03")  # Ctrl-C, through the line discipline
     session.read_until("caught")
@@ -216,6 +254,8 @@ def test_ctrl_c_reaches_the_agent_alone_and_the_summary_records_its_real_exit(pa
 
     session.write(b"exit 7\n")
     session.read_until("bye")
+    session.read_until("; pt is blocked")  # said once the person's terminal is back …
+    assert cooked(session.fd)  # … as it was
     assert session.finish() == 0, session.out
     out = session.out.decode("utf-8", "replace")
     assert "The pair ended: the agent exited with code 7; pt is blocked" in out
@@ -245,17 +285,18 @@ def test_ctrl_z_suspends_agent_and_corral_together_and_continuing_gives_the_term
 ) -> None:
     session = Pty([sys.executable, "-m", "corral", "pair", "pt"], repo, shell=True)
     agent = ready_line(session.read_until("ready "))["pid"]
-    cli = parent(agent)
+    cli = corral_of(agent)
 
-    session.write(b"\x1a")  # Ctrl-Z
+    session.write(b"\x1a")  # Ctrl-Z, relayed to the agent's terminal, which stops the agent
     assert wait_for_state(agent, "Tt") in "Tt"
     assert wait_for_state(cli, "Tt") in "Tt"  # corral stopped itself: the job is suspended
-    assert os.tcgetpgrp(session.fd) == os.getpgid(cli)  # and it took the terminal back first
+    assert os.tcgetpgrp(session.fd) == os.getpgid(cli)
+    assert cooked(session.fd)  # and the shell has the terminal as it left it
 
     os.kill(cli, signal.SIGCONT)  # what a shell's `fg` does after giving corral the terminal
     session.read_until("continued")
     assert wait_for_state(agent, "RS") in "RS"
-    assert os.tcgetpgrp(session.fd) == agent  # the agent owns the terminal again
+    assert raw(session.fd)  # relayed again
     session.write(b"after the stop\n")
     session.read_until("heard after the stop")
 
@@ -306,14 +347,16 @@ def test_with_stdin_piped_under_a_terminal_ctrl_c_is_still_the_agents_and_ctrl_z
     session = Pty([sys.executable, "-m", "corral", "pair", "pt"], repo, stdin=read_end, shell=True)
     os.close(read_end)
     ids = ready_line(session.read_until("ready "))
-    agent, cli = ids["pid"], ids["pgrp"]
-    assert ids["fg"] == -1 and "corral" in Path(f"/proc/{cli}/cmdline").read_text()  # corral's own group
+    agent = ids["pid"]
+    cli = corral_of(agent)
+    assert ids["fg"] == ids["pgrp"] == agent  # its own terminal all the same
+    assert cooked(session.fd)  # the person's terminal is not stdin: corral leaves it alone
 
-    session.write(b"\x03")  # Ctrl-C reaches the whole foreground group: corral ignores it
+    session.write(b"\x03")  # Ctrl-C signals corral's group; corral passes it on to the agent
     session.read_until("caught")
     assert state(cli) not in ("", "Z", "T") and state(agent) not in ("", "Z")
 
-    session.write(b"\x1a")  # Ctrl-Z stops the group, corral with it (it does not ignore SIGTSTP here)
+    session.write(b"\x1a")  # Ctrl-Z: passed on, the agent stops, and corral with it
     assert wait_for_state(agent, "Tt") in "Tt"
     assert wait_for_state(cli, "Tt") in "Tt"
     os.killpg(cli, signal.SIGCONT)  # a shell's `fg`
@@ -331,8 +374,8 @@ def test_without_a_terminal_the_pair_still_runs_and_records_the_exit(paired: CLI
     assert result.returncode == 0, result.stderr
     assert "heard hello" in result.stdout and "bye" in result.stdout
     ids = ready_line(result.stdout)
-    assert ids["fg"] == -1  # no terminal to hand over …
-    assert ids["pgrp"] != ids["pid"]  # … so the agent stays in corral's group, as any child would
+    assert ids["fg"] == ids["pgrp"] == ids["pid"]  # no terminal to relay, but a terminal of its own
+    assert "hello" not in result.stdout.replace("heard hello", "")  # piped input is not echoed back
     assert "the agent exited with code 5." in str(pair_summary(paired)["content"])
 
 

@@ -1,13 +1,16 @@
-"""The person's terminal during an interactive session: the agent owns it while corral waits.
+"""The person's terminal during an interactive session: the program owns it while corral waits.
 
-``pair``, ``chat`` (and anything else a person drives by hand) run the agent with
-:func:`run_interactive`. With a terminal on stdin whose foreground process group is
-corral's, the agent gets a process group of its own and becomes the terminal's
-foreground group (``tcsetpgrp``, done in the child before it execs, so it never reads the
-terminal from the background). The kernel then sends the keyboard's signals — Ctrl-C
-(SIGINT), Ctrl-\\ (SIGQUIT), Ctrl-Z (SIGTSTP) — and window-size changes (SIGWINCH) to
-the agent alone: corral is never the target of a keystroke and never kills the agent for
-one. Claude Code, Codex and Pi use Ctrl-C to cancel their current action.
+What a person drives by hand (an editor, ``logs -f`` from the board) runs with
+:func:`run_interactive`. An agent (``pair``, ``chat``) runs with ``own_terminal``: on a
+pseudo-terminal of its own that corral relays to the person's, so it never holds the
+person's terminal (:mod:`corral.adapters.ptyrelay`). Otherwise, with a terminal on stdin
+whose foreground process group is corral's, the program (called the agent below) gets a
+process group of its own and becomes the terminal's foreground group (``tcsetpgrp``, done
+in the child before it execs, so it never reads the terminal from the background). The
+kernel then sends the keyboard's signals — Ctrl-C (SIGINT), Ctrl-\\ (SIGQUIT), Ctrl-Z
+(SIGTSTP) — and window-size changes (SIGWINCH) to the agent alone: corral is never the
+target of a keystroke and never kills the agent for one. Claude Code, Codex and Pi use
+Ctrl-C to cancel their current action.
 
 While it waits corral ignores SIGINT, SIGQUIT and SIGTSTP (a stray ``kill -INT`` at corral
 does not end the session), SIGTTIN and SIGTTOU (it takes the terminal back from the background);
@@ -67,7 +70,8 @@ class Ended:
     signal: int | None
     seconds: float
     stops: int = 0  # times it was suspended (Ctrl-Z) and continued
-    terminal: bool = False  # whether it owned the terminal's foreground
+    # Whether it had the person's terminal: its foreground, or (on a terminal of its own) the relay of it.
+    terminal: bool = False
 
     @property
     def status(self) -> int:
@@ -110,6 +114,7 @@ def run_interactive(
     env: Mapping[str, str] | None = None,
     tty: int | None = -1,
     started: Callable[[int], None] | None = None,
+    own_terminal: bool = False,
 ) -> Ended:
     """Run ``argv`` for the person at the terminal until it exits; how it ended.
 
@@ -117,8 +122,16 @@ def run_interactive(
     group; None: none). ``started`` is told the agent's pid once it runs (so it can be
     recorded). Raises what :class:`subprocess.Popen` raises when it cannot start
     (FileNotFoundError, PermissionError), with the terminal already restored.
+
+    ``own_terminal``: a program that must never hold the person's terminal (an agent) runs
+    on a pseudo-terminal of its own, relayed to the person's (:mod:`corral.adapters.ptyrelay`);
+    ``tty`` is then unused.
     """
     check_argv(argv)
+    if own_terminal:
+        from corral.adapters.ptyrelay import run_relayed  # it builds on this module's Ended
+
+        return run_relayed(argv, cwd=cwd, env=env, started=started)
     if tty == -1:
         tty = foreground_terminal()
     began = time.monotonic()
