@@ -63,3 +63,26 @@ def test_doctor_checks_a_harness_a_task_uses_and_says_how_to_install_one_not_fou
     assert result.returncode == 0 and result.json()["ok"] is True  # a harness warning is not a broken state
     human = corral("doctor", env=env).stdout
     assert f"pi: Pi ({pi}) is not installed" in human and "hint:" in human
+
+
+def test_doctor_names_a_toolchain_in_the_home_a_confined_turn_cannot_see_and_its_hint_works(corral):
+    import shlex
+
+    home = Path(os.environ["HOME"])
+    (home / ".cargo" / "bin").mkdir(parents=True)
+    env = {"CORRAL_SANDBOX": "bwrap"}
+
+    def sandbox_check():
+        result = corral("doctor", "--json", env=env)
+        assert "Traceback" not in result.stderr, result.stderr
+        return next(c for c in result.json()["checks"] if c["name"] == "sandbox")
+
+    found = sandbox_check()
+    assert found["status"] == "warn" and str(home / ".cargo") in found["message"]
+    typed = shlex.split(found["hint"].removeprefix("If they need it: "))
+    assert typed[:2] == ["corral", "config"]
+    corral.ok(*typed[1:], env=env)  # the hint, as a person types it
+    assert sandbox_check()["status"] == "ok"
+    assert not [
+        c for c in corral("doctor", "--json", env={"CORRAL_SANDBOX": "off"}).json()["checks"] if c["name"] == "sandbox"
+    ]

@@ -205,6 +205,32 @@ def check_private(project: Project) -> list[Check]:
     return shown or [Check("private", "ok", f"{project.paths.root} is private to you")]
 
 
+#: Toolchains people keep in their home, which a confined turn (and its post-turn check) cannot see
+#: unless ``sandbox_read_paths`` names them: the home is hidden inside the sandbox.
+HOME_TOOLCHAINS = (".cargo", ".rustup", ".nvm", ".pyenv", ".local/bin", ".deno", ".bun", ".volta", "go", ".sdkman")
+
+
+def check_sandbox_reads(project: Project, home: str | None = None) -> list[Check]:
+    """The usual toolchains found in the home that a confined turn would not see."""
+    if project.config["sandbox"] == "off":
+        return []
+    where = Path(home or os.environ.get("HOME") or "/")
+    given = [os.path.expanduser(str(p)) for p in project.config["sandbox_read_paths"] or ()]
+    found = [where / name for name in HOME_TOOLCHAINS if (where / name).is_dir()]
+    missing = [str(p) for p in found if not any(str(p) == g or str(p).startswith(g.rstrip("/") + "/") for g in given)]
+    if not missing:
+        return [Check("sandbox", "ok", "no toolchain in your home that a confined turn lacks")]
+    listed = ", ".join(f"'{m}'" for m in missing)
+    return [
+        Check(
+            "sandbox",
+            "warn",
+            f"a confined turn and its post-turn check cannot see {', '.join(missing)} (your home is hidden)",
+            f"If they need it: corral config set sandbox_read_paths \"[{listed}]\"",
+        )
+    ]
+
+
 def check_harnesses(project: Project) -> list[Check]:
     """Every configured harness: found, its version, whether it can tell it is logged in, how it is held read-only.
 
@@ -483,6 +509,7 @@ def run(project: Project, task: str | None = None) -> list[Check]:
     checks += _guarded("private", lambda: check_private(project))
     checks += _guarded("project", lambda: check_projects(project))
     checks += _guarded("harness", lambda: check_harnesses(project))
+    checks += _guarded("sandbox", lambda: check_sandbox_reads(project))
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     checks.append(
         Check(
