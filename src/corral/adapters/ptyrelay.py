@@ -31,7 +31,8 @@ The person's side:
   in the background, the agent runs and its output is shown; the person's keys reach it once
   corral is brought to the foreground.
 
-How the agent ended (its exit code or signal) comes back as :class:`corral.adapters.terminal.Ended`.
+How the agent ended (its exit code or signal) comes back as :class:`Relayed`, which
+:func:`corral.adapters.terminal.run_interactive` (the way in) turns into its ``Ended``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from types import FrameType
 from typing import Any
 
 from corral.adapters.process import check_argv
-from corral.adapters.terminal import Ended
+from corral.domain.record import record
 from corral.errors import CorralError
 
 #: The session leader, run by path with ``python -I -S`` (see its docstring).
@@ -90,13 +91,24 @@ END_GRACE = 2.0
 _Disposition = Callable[[int, FrameType | None], Any] | int | None
 
 
+@record
+class Relayed:
+    """How a relayed agent ended: its exit code or the signal that ended it, how long it ran, how often it stopped."""
+
+    exit_code: int | None  # None when a signal ended it
+    signal: int | None
+    seconds: float
+    stops: int
+    terminal: bool  # whether the person's terminal was relayed (stdin was corral's controlling terminal)
+
+
 def run_relayed(
     argv: Sequence[str],
     *,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     started: Callable[[int], None] | None = None,
-) -> Ended:
+) -> Relayed:
     """Run ``argv`` on a pseudo-terminal of its own, relayed to the person's, until it exits; how it ended.
 
     ``started`` is told the agent's pid once it runs (so it can be recorded; its process
@@ -142,7 +154,7 @@ class _Relay:
 
     # -- the session ------------------------------------------------------------------------
 
-    def run(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None) -> Ended:
+    def run(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None) -> Relayed:
         began = time.monotonic()
         ignored = [sig for sig in INHERITED if signal.getsignal(sig) == signal.SIG_IGN]
         try:
@@ -182,11 +194,11 @@ class _Relay:
         terminal = self.person is not None
         if self.status is None:  # the leader was killed before it could tell: its own end is all there is
             if code < 0:
-                return Ended(None, -code, seconds, self.stops, terminal)
-            return Ended(code, None, seconds, self.stops, terminal)
+                return Relayed(None, -code, seconds, self.stops, terminal)
+            return Relayed(code, None, seconds, self.stops, terminal)
         if os.WIFSIGNALED(self.status):
-            return Ended(None, os.WTERMSIG(self.status), seconds, self.stops, terminal)
-        return Ended(os.WEXITSTATUS(self.status), None, seconds, self.stops, terminal)
+            return Relayed(None, os.WTERMSIG(self.status), seconds, self.stops, terminal)
+        return Relayed(os.WEXITSTATUS(self.status), None, seconds, self.stops, terminal)
 
     def _loop(self) -> None:
         """Relay until the leader closes its report pipe (it has exited)."""

@@ -48,6 +48,7 @@ from types import FrameType
 from typing import Any
 
 from corral.adapters.process import check_argv
+from corral.adapters.ptyrelay import run_relayed
 from corral.domain.failures import signal_name
 from corral.domain.record import record
 
@@ -129,9 +130,8 @@ def run_interactive(
     """
     check_argv(argv)
     if own_terminal:
-        from corral.adapters.ptyrelay import run_relayed  # it builds on this module's Ended
-
-        return run_relayed(argv, cwd=cwd, env=env, started=started)
+        relayed = run_relayed(argv, cwd=cwd, env=env, started=started)
+        return Ended(relayed.exit_code, relayed.signal, relayed.seconds, relayed.stops, relayed.terminal)
     if tty == -1:
         tty = foreground_terminal()
     began = time.monotonic()
