@@ -60,6 +60,14 @@ PENDING = (
 )
 
 
+def tiocsti_allowed() -> bool:
+    """Whether this kernel lets a process type into its controlling terminal (``dev.tty.legacy_tiocsti``)."""
+    try:
+        return Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "1"
+    except OSError:  # a kernel older than the switch: it always lets it
+        return True
+
+
 def line_after(session: Pty, prefix: str, timeout: float = 60) -> str:
     """What the terminal showed up to the end of the line that starts with ``prefix``."""
     deadline = time.monotonic() + timeout
@@ -88,7 +96,8 @@ def test_an_agent_typing_into_its_terminal_never_reaches_the_persons_shell(
     bin_dir = tmp_path / "agent-bin"
     bin_dir.mkdir()
     script = bin_dir / "injector"
-    script.write_text(INJECTOR.format(python=sys.executable, line=f"echo PWNED > {marker}\n".encode()))
+    line = f"echo PWNED > {marker}\n".encode()
+    script.write_text(INJECTOR.format(python=sys.executable, line=line))
     script.chmod(0o755)
     monkeypatch.setenv("CORRAL_HARNESS", "command")
     monkeypatch.setenv("CORRAL_COMMAND", str(script))
@@ -106,6 +115,8 @@ def test_an_agent_typing_into_its_terminal_never_reaches_the_persons_shell(
     session = Pty(["sh", "-c", shell], repo)
     out = line_after(session, "PENDING ")
     assert "tried every descriptor" in out, out  # the attempt was made …
+    if tiocsti_allowed():  # … and the kernel let it type: into the agent's own terminal
+        assert f"typed fd=0 bytes={len(line)}" in out, out
     assert "CORRAL-EXIT 0" in out, out
     waiting = int(out.split("PENDING ")[1].split()[0])  # bytes in the person's terminal's input
 
