@@ -11,13 +11,14 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-from tests.cli.test_pair_terminal import cooked, raw, state
+from tests.cli.test_pair_terminal import cooked, parent, raw, state
 
 #: Runs the relay; prints how the agent ended, or what the relay raised (``raise``: recording the pid fails).
 DRIVER = textwrap.dedent(
@@ -170,5 +171,21 @@ def test_the_agents_terminal_starts_as_the_persons_and_never_is_it(tmp_path: Pat
     assert led  # … whose session is led by its parent (the leader), not the person's shell's
     assert canonical and interrupt  # set up as the person's was (cooked, Ctrl-C its interrupt)
     assert ended(person.out.decode())["exit_code"] == 0
+    assert cooked(person.fd)
+    assert person.close() == 0
+
+
+def test_a_killed_leader_ends_the_relay_and_the_agent_it_left() -> None:
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    )
+    person = Person("plain", [sys.executable, "-c", stubborn])
+    out = person.read_until("up")
+    agent = agent_pid(out)
+    os.kill(parent(agent), signal.SIGKILL)  # the session leader, and with it the agent's terminal's session
+    person.read_until("ENDED ")
+    person.read_until("}")
+    assert ended(person.out.decode())["signal_number"] == 9  # the leader's end is all there is to tell
+    assert state(agent) in ("", "Z")  # the agent, deaf to the hangup, was stopped all the same
     assert cooked(person.fd)
     assert person.close() == 0

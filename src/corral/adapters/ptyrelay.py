@@ -53,7 +53,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from corral.adapters.process import check_argv
+from corral.adapters.process import Identity, check_argv, start_ticks, stop_identified
 from corral.domain.record import record
 from corral.errors import CorralError
 
@@ -85,7 +85,7 @@ INHERITED = (
 DEFAULT_SIZE = (24, 80)
 #: What the relay holds of the person's input the agent has not read yet (more waits in stdin).
 INPUT_HELD = 1 << 16
-#: How long an agent gets between a hangup and SIGKILL when corral leaves on an error.
+#: How long an agent gets between a hangup (or SIGTERM) and SIGKILL when corral or its leader leaves early.
 END_GRACE = 2.0
 
 _Disposition = Callable[[int, FrameType | None], Any] | int | None
@@ -142,6 +142,7 @@ class _Relay:
         self.previous_wakeup = -1
         self.dispositions: dict[int, _Disposition] = {}
         self.agent = 0
+        self.agent_identity: Identity | None = None
         self.status: int | None = None  # the agent's wait status
         self.failure: int | None = None  # the errno the agent could not start with
         self.unusable: int | None = None  # the errno its terminal could not be made controlling with
@@ -161,12 +162,12 @@ class _Relay:
             self.master, slave = os.openpty()
         except OSError as exc:
             raise _unavailable(exc) from exc
-        os.set_blocking(self.master, False)
-        self._set_up_agent_terminal(slave)
-        self._catch_signals()
-        reports_r, reports_w = os.pipe()
-        self.reports = reports_r
+        reports_w = -1
         try:
+            os.set_blocking(self.master, False)
+            self._set_up_agent_terminal(slave)
+            self._catch_signals()
+            self.reports, reports_w = os.pipe()
             leader = [sys.executable, "-I", "-S", str(LEADER), str(reports_w), ",".join(str(int(s)) for s in ignored)]
             self.leader = subprocess.Popen(
                 [*leader, "--", *argv],
@@ -179,8 +180,9 @@ class _Relay:
                 pass_fds=(reports_w,),
             )
         finally:
-            os.close(reports_w)
             os.close(slave)
+            if reports_w >= 0:
+                os.close(reports_w)
         self._take_terminal()
         self._loop()
         self._drain()
@@ -193,6 +195,8 @@ class _Relay:
             raise OSError(self.failure, os.strerror(self.failure), argv[0])
         terminal = self.person is not None
         if self.status is None:  # the leader was killed before it could tell: its own end is all there is
+            if self.agent_identity is not None:  # and an agent it started may run on, with no terminal left
+                stop_identified(self.agent_identity, END_GRACE)
             if code < 0:
                 return Relayed(None, -code, seconds, self.stops, terminal)
             return Relayed(code, None, seconds, self.stops, terminal)
@@ -234,6 +238,8 @@ class _Relay:
         what, number = words[0], int(words[1])
         if what == "started":
             self.agent = number
+            start = start_ticks(number)
+            self.agent_identity = Identity(number, start=start) if start is not None else None
             if self.started is not None:
                 try:
                     self.started(number)
