@@ -6,6 +6,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     CorralError                          exit 1   the operation failed
     ├── UsageError                       exit 2   the request itself is wrong
     │   ├── AmbiguousTask                         a prefix matches several tasks
+    │   ├── PrefixRefused                         a prefix given where the whole ref is required
     │   ├── TextTooLarge                          text at intake over the cap
     │   ├── InvalidRef                            a ref that cannot name a branch
     │   ├── ConfigError                           a setting or a settings file is wrong
@@ -76,6 +77,18 @@ class CorralError(Exception):
 class UsageError(CorralError):
     exit_code = 2
     code = "usage"
+
+
+class PrefixRefused(UsageError):
+    """A command that ends or merges a task was given only the beginning of its ref or id."""
+
+    code = "prefix-refused"
+
+    def __init__(self, command: str, given: str, ref: str, task_id: str) -> None:
+        super().__init__(
+            f"'{given}' is only the beginning of {ref} ({task_id}): {command} takes a task's whole ref or id.",
+            hint=f"corral {command} {ref}",
+        )
 
 
 class AmbiguousTask(UsageError):

@@ -17,7 +17,7 @@ from corral.domain.record import record, replace
 from corral.domain.records import Task
 from corral.domain.settings import TASK_SCOPED, host_owned
 from corral.engine.config import Config, Value
-from corral.errors import AmbiguousTask, TaskNotFound, UsageError
+from corral.errors import AmbiguousTask, PrefixRefused, TaskNotFound, UsageError
 from corral.store import Tx
 
 
@@ -57,16 +57,6 @@ def reach(command: str) -> Reach:
     return Reach.CHANGES if command in CHANGES else Reach.READS
 
 
-class PrefixRefused(UsageError):
-    code = "prefix-refused"
-
-    def __init__(self, command: str, given: str, task: Task) -> None:
-        super().__init__(
-            f"'{given}' is only the beginning of {task.ref} ({task.id}): {command} takes a task's whole ref or id.",
-            hint=f"corral {command} {task.ref}",
-        )
-
-
 @record
 class Resolved:
     """The task a command named; ``prefix`` is what was given when it was only a prefix of its ref or id."""
@@ -94,7 +84,7 @@ def resolve_for(tx: Tx, given: str, command: str) -> Resolved:
     task, prefix = _find(tx, given)
     how = reach(command)
     if prefix is not None and how is Reach.WHOLE:
-        raise PrefixRefused(command, prefix, task)
+        raise PrefixRefused(command, prefix, task.ref, task.id)
     return Resolved(task, prefix if how is Reach.CHANGES else None)
 
 
