@@ -222,40 +222,6 @@ def send(pid: int, signum: int) -> bool:
     return True
 
 
-def signal_group(pid: int, signum: int) -> None:
-    """Signal ``pid``'s process group (or ``pid`` alone when it shares ours); never 0, 1 or ourselves."""
-    if pid <= 1 or pid == os.getpid():
-        return
-    try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
-        return
-    try:
-        if pgid == os.getpgrp():
-            # Not started in its own group (never the case for corral's children): the process alone.
-            os.kill(pid, signum)
-        else:
-            os.killpg(pgid, signum)
-    except ProcessLookupError:
-        pass
-
-
-def stop_group(pid: int, grace: float) -> None:
-    """SIGTERM the process's group, then SIGKILL it after ``grace`` seconds if it still lives.
-
-    Only for a pid corral holds as its own child or has just identified: a recorded pid goes
-    through :func:`stop_identified`.
-    """
-    if not pid_alive(pid):
-        return
-    signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.05)
-    if pid_alive(pid):
-        signal_group(pid, signal.SIGKILL)
-
-
 def exited(proc: subprocess.Popen[bytes]) -> bool:
     """Whether a child exited, without reaping it: its zombie keeps its pid (and so its group's
     and session's ids) from being given to another process until :meth:`Popen.wait`."""

@@ -42,8 +42,6 @@ from corral.store.protocol import Store, Tx
 #: accepting itself would skip its review, and editing itself would change what it was asked to do
 #: and under which protections (its protected paths) — both the person's.
 CHILD_ONLY = frozenset({"accept", "edit"})
-#: Tools that name no task, or name one only to read it without acting on it beyond the caller's subtree.
-UNTARGETED = frozenset({"list", "create", "update_progress"})
 
 
 @record

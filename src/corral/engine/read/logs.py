@@ -230,10 +230,6 @@ class TurnLog:
         self._pending = {"o": b"", "e": b""}
         self._pending_at: dict[str, datetime | None] = {"o": None, "e": None}
 
-    @property
-    def indexed(self) -> bool:
-        return bool(self.records) or (self.directory / OUTPUT_INDEX).exists()
-
     def _read_index(self) -> None:
         path = self.directory / OUTPUT_INDEX
         try:

@@ -93,8 +93,3 @@ def heartbeat_age(status: proto.SupervisorStatus, *, mono_now: float | None = No
         return max(0.0, (now() - beat).total_seconds())
     except (ValueError, TypeError):  # a timestamp corral did not write: no beat to read
         return None
-
-
-def heartbeat_stale(status: proto.SupervisorStatus, *, mono_now: float | None = None) -> bool:
-    age = heartbeat_age(status, mono_now=mono_now)
-    return age is not None and age > STALE_HEARTBEAT_SECONDS

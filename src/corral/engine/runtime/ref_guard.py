@@ -163,10 +163,6 @@ class RefGuard:
     #: What the stray-ref sweep removed or left after the turn (``corral.engine.runtime.stray_refs``).
     strays: Mapping[str, Any] | None = None
 
-    @property
-    def put_back(self) -> bool:
-        return bool(self.moves)
-
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "moves": [m.to_json() for m in self.moves],
