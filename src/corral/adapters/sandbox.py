@@ -49,7 +49,6 @@ from corral.domain.record import asdict, record
 
 #: The values of the ``sandbox`` setting.
 AUTO, BWRAP, OFF = "auto", "bwrap", "off"
-MODES = (AUTO, BWRAP, OFF)
 INSTALL_HINT = 'Install bubblewrap: apt install bubblewrap (or set sandbox = "off" in your user file).'
 #: How long the probe may take (a bwrap that hangs never hangs a launch).
 PROBE_TIMEOUT = 10.0
@@ -299,11 +298,6 @@ def harness_state(harness: str, env: Mapping[str, str]) -> list[HarnessState]:
         root = Path(os.path.expanduser(agent_dir)) if agent_dir else home / ".pi" / "agent"
         return [HarnessState(root, PI_STATE, (), PI_PLACEHOLDERS)]
     return []
-
-
-def state_dirs(harness: str, env: Mapping[str, str]) -> list[Path]:
-    """The harness's own state directories (writable inside, but for what :func:`harness_state` pins)."""
-    return [s.root for s in harness_state(harness, env)]
 
 
 def pinned_files(harness: str, env: Mapping[str, str]) -> list[Path]:

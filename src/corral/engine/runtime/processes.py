@@ -46,11 +46,6 @@ def tag(command_id: str) -> str:
     return f"{COMMAND_TAG}={command_id}"
 
 
-def tagged(command_id: str) -> list[int]:
-    """Live processes whose environment carries ``CORRAL_COMMAND_ID=<command_id>`` (Linux /proc)."""
-    return [p.pid for p in tagged_processes(command_id)]
-
-
 def tagged_processes(command_id: str) -> list[ProcInfo]:
     entry = tag(command_id)
     return [p for p in all_processes() if environ_has(p.pid, entry)]

@@ -228,16 +228,6 @@ def copy_verified(fd: int, name: str, algorithm: str, out: int | None, keep: boo
     return kind.decode(), b"".join(kept) if keep and kind != b"blob" else None
 
 
-def check_loose(data: bytes, name: str, algorithm: str) -> str:
-    """The object's type when ``data`` (a loose object's file) hashes to ``name``; else ValueError."""
-    import tempfile
-
-    with tempfile.TemporaryFile() as f:
-        f.write(data)
-        f.seek(0)
-        return copy_verified(f.fileno(), name, algorithm, None, False)[0]
-
-
 def _loose_files(q: Path) -> Iterator[tuple[str, Path]]:
     for sub in sorted(os.listdir(q)):
         if not _LOOSE.match(sub):
