@@ -76,3 +76,13 @@ def finished(proj: Project, ref: str, timeout: float = 45) -> Any:
 def agent_turns(proj: Project, task: Any) -> list[Any]:
     with proj.store.read() as tx:
         return [t for t in tx.turns(task.id) if t.role is Role.AGENT]
+
+
+def until_logged(proj: Project, task: Any, text: str, timeout: float = 30) -> None:
+    """Wait until the task's first turn's output holds ``text`` (the agent said it is there)."""
+    import time
+
+    log = proj.paths.turn_dir(task.id, 1) / "output.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (log.exists() and text in log.read_text()):
+        time.sleep(0.05)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from corral.engine.runtime import branch_check, quarantine
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.processes import reap_turn
 from tests.conftest import git
-from tests.runtime.conftest import agent_turns, finished
+from tests.runtime.conftest import agent_turns, finished, until_logged
 from tests.runtime.test_sandbox import lines, needs_bwrap
 
 pytestmark = [pytest.mark.timeout(120), needs_bwrap]
@@ -247,10 +246,7 @@ def test_objects_left_in_quarantine_by_a_killed_supervisor_reach_the_store(
     )
     task = tasks.create(proj, "Die mid-turn", actor=Actor.HUMAN, harness="command")
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    log = proj.paths.turn_dir(task.id, 1) / "output.log"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (log.exists() and "committed" in log.read_text()):
-        time.sleep(0.05)
+    until_logged(proj, task, "committed")
     command = proto.read_record(proj.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
     assert command is not None and command.sandbox is not None
     common = command.sandbox.git_common_dir

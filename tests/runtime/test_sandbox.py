@@ -31,7 +31,7 @@ from corral.engine.runtime.processes import reap_turn, tag
 from corral.errors import HarnessMisconfigured
 from corral.testing.fake_agent import wrapper_script
 from tests.conftest import CLI, git
-from tests.runtime.conftest import agent_turns, finished
+from tests.runtime.conftest import agent_turns, finished, until_logged
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -188,10 +188,8 @@ def test_a_stop_reaches_the_sandboxed_agent_which_ends_in_its_own_way(boxed: Any
     )
     task = tasks.create(proj, "Trap", actor=Actor.HUMAN, harness="command")
     turns.start(proj, task.ref, actor=Actor.HUMAN)
+    until_logged(proj, task, "ready", timeout=20)
     log = proj.paths.turn_dir(task.id, 1) / "output.log"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not (log.exists() and "ready" in log.read_text()):
-        time.sleep(0.05)
     control.stop(proj, task.ref, actor=Actor.HUMAN)
     finished(proj, task.ref)
     text = log.read_text()

@@ -161,20 +161,16 @@ def spawn_piped(
 def spawn_shell(
     command: str, *, cwd: str | Path, output: int | IO[bytes] | None = subprocess.PIPE
 ) -> subprocess.Popen[bytes]:
-    """A shell command in its own group (the post-turn check), stdout and stderr together."""
-    return subprocess.Popen(
-        command,
-        shell=True,
-        cwd=cwd,
-        stdout=output,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    """A shell command in its own group (the post-turn check, unconfined), stdout and stderr together."""
+    return spawn_argv(["/bin/sh", "-c", command], cwd=cwd, env=None, output=output)
 
 
 def spawn_argv(
-    argv: list[str], *, cwd: str | Path, env: dict[str, str], output: int | IO[bytes] | None = subprocess.PIPE
+    argv: list[str],
+    *,
+    cwd: str | Path,
+    env: dict[str, str] | None,
+    output: int | IO[bytes] | None = subprocess.PIPE,
 ) -> subprocess.Popen[bytes]:
     """A program in its own group (the post-turn check in the sandbox), stdout and stderr together."""
     return subprocess.Popen(
