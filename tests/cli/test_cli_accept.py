@@ -70,3 +70,7 @@ def test_accept_json_errors_are_one_more_json_line(corral):
     refused = corral("accept", "idle", "--json")
     assert refused.returncode == 3
     assert json.loads(refused.stdout.splitlines()[-1])["event"] == "error"
+    refused = corral("accept", "idl", "--json")  # a prefix: refused by the gate, before accept runs
+    assert refused.returncode == 2 and refused.stdout.count("\n") == 1
+    doc = json.loads(refused.stdout)
+    assert doc["event"] == "error" and doc["error"]["code"] == "prefix-refused"

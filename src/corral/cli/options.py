@@ -20,10 +20,19 @@ def pass_app(f: F) -> F:
     def run(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         app = ctx.ensure_object(App)
+        if getattr(f, "streams", False):  # before the gates: a refusal there is one more JSON Line too
+            app.streaming = True
         app.gate(ctx.info_name or (ctx.command.name or ""), kwargs)
         return f(app, *args, **kwargs)
 
     return cast(F, run)
+
+
+def streams(f: F) -> F:
+    """Mark a command that always streams (JSON Lines with --json): its errors, its gates' included,
+    are one more line. Put it below :func:`pass_app`."""
+    f.streams = True  # type: ignore[attr-defined]
+    return f
 
 
 def json_option(f: Any) -> Any:

@@ -14,7 +14,7 @@ import click
 
 from corral.adapters.process import environ_overlay
 from corral.cli.app import App, color_enabled
-from corral.cli.options import json_option, pass_app
+from corral.cli.options import json_option, pass_app, streams
 from corral.cli.textinput import obtain
 from corral.engine import workspace
 from corral.engine.operations import queries, tasks
@@ -112,6 +112,7 @@ with {"event": "error", "error": {"code", "message", "hint"}}. Human progress go
 @click.option("-y", "--yes", is_flag=True, help="Merge commits made since the diff was shown without asking.")
 @json_option
 @pass_app
+@streams
 def accept(app: App, task: str, tip: str | None, yes: bool) -> int:
     """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete).
 
@@ -121,7 +122,6 @@ def accept(app: App, task: str, tip: str | None, yes: bool) -> int:
 
     if tip is not None and yes:
         raise UsageError("--tip and --yes are two answers to one question.", hint="Give one of them.")
-    app.streaming = True
     result = accepting.accept(
         app.project,
         task,
