@@ -181,3 +181,24 @@ def test_a_local_change_to_an_oddly_named_file_the_merge_changes_is_kept_in_the_
     assert git(repo, "status", "--porcelain", "-z") == ""
     assert git(repo, "show", f"stash@{{0}}:{name}") == "my local edit"
     assert result.warning and shown_path(name) in result.warning and "\x1b" not in result.warning
+
+
+def test_a_merge_conflict_names_each_path_exactly_as_stored(repo: Path) -> None:
+    """accept's merge (merge-tree) reads the conflicted paths with -z: a tab, a quote, a newline stay."""
+    from corral.adapters.git import Git
+
+    names = ["f\ttab.txt", 'q"uote.txt', "new\nline.txt", "déploy.yml"]
+    for name in names:
+        (repo / name).write_text("base\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "theirs")
+    for name in names:
+        (repo / name).write_text("theirs\n")
+    git(repo, "commit", "-q", "-am", "theirs")
+    git(repo, "checkout", "-q", "main")
+    for name in names:
+        (repo / name).write_text("ours\n")
+    git(repo, "commit", "-q", "-am", "ours")
+    tree, conflicts = Git().merge_tree("main", "theirs", cwd=repo)
+    assert tree is None and sorted(conflicts) == sorted(names)

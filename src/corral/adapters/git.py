@@ -369,13 +369,13 @@ class Git:
     def merge_tree(self, ours: str, theirs: str, *, cwd: str | Path) -> tuple[str | None, list[str]]:
         """The tree of merging ``theirs`` into ``ours`` (None and the conflicted paths on conflict)."""
         result = self.run(
-            "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs, cwd=cwd, check=False
+            "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs, cwd=cwd, check=False
         )
-        lines = result.stdout.splitlines()
-        if result.returncode == 0 and lines:
-            return lines[0].strip(), []
-        if result.returncode == 1 and lines:
-            return None, [line for line in lines[1:] if line.strip()]
+        fields = result.stdout.split("\0")  # -z: the tree, then each conflicted path exactly as stored
+        if result.returncode == 0 and fields[0].strip():
+            return fields[0].strip(), []
+        if result.returncode == 1 and fields[0].strip():
+            return None, list(dict.fromkeys(f for f in fields[1:] if f))
         raise GitError(f"git merge-tree failed: {(result.stderr or result.stdout).strip()[-300:]}")
 
     def commit_tree(self, tree: str, parents: list[str], message: str, *, cwd: str | Path) -> str:
