@@ -8,12 +8,13 @@ progress line), ``stop.json`` (:class:`StopRequest`) and finally ``response.json
 record with ``to_json`` / ``from_json`` and a ``protocol_version``.
 
 One writer, :func:`write` (temp file, fsync, rename, fsync of the directory: a crash leaves
-the old file or the new one), and one reader, :func:`read`: it never follows a symlink,
-never blocks on a FIFO, never loads more than :data:`MAX_BYTES` (the writer refuses to write
-more, so a file corral wrote is always one corral can read), and says why a file could not
-be used as an :class:`Unreadable` value (missing, not a regular file, a symlink, too large,
-invalid UTF-8, blank, not a JSON object, the wrong shape, or a newer protocol version). A
-file from an older ``protocol_version`` is still read.
+the old file or the new one; a command goes through :func:`write_command`), and one reader,
+:func:`read`: it never follows a symlink, never blocks on a FIFO, never loads more than
+:data:`MAX_BYTES` (the writer refuses to write more, so a file corral wrote is always one
+corral can read), and says why a file could not be used as an :class:`Unreadable` value
+(missing, not a regular file, a symlink, too large, invalid UTF-8, blank, not a JSON object,
+the wrong shape, or a newer protocol version). A file from an older ``protocol_version`` is
+still read.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from corral.domain.failures import Budgets
 from corral.domain.posture import Posture
 from corral.domain.record import asdict, field, record
 from corral.domain.records import FailureEvidence
+from corral.engine.paths import make_private_dir
 
 if TYPE_CHECKING:
     # The sandbox adapter (and shutil) load only where a command is read whole; a read-only turn's
@@ -987,6 +989,19 @@ def write(
 ) -> None:
     """Write one protocol record to its file in ``directory``."""
     write_json(directory / record.FILE, record.to_json(), durable=durable)
+
+
+def write_command(directory: Path, command: Command) -> None:
+    """Write a turn's ``command.json`` into ``directory``, made private (0700) first if missing.
+
+    The one writer of a command, so its file is made one way wherever it lands: the protocol
+    directory, where the supervisor reads it (``launch.launch``, once, before the supervisor
+    starts), and the turn's log directory, where the settings it was launched with stay on record
+    beside its logs once the next turn has replaced the protocol's copy (the launch skeleton
+    ``turns._launch``, and a worker's ``claimed`` launch, before ``launch.launch``).
+    """
+    make_private_dir(directory)
+    write(directory, command)
 
 
 @record
