@@ -7,7 +7,6 @@ Loaded only when a pass has a working or interrupted task to look at.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -86,8 +85,8 @@ def process_receipt(project: Project, task: Task, protocol_dir: str | Path | Non
         receipt = _swept(project, receipt, command)
     try:
         receipts.apply(project, task, receipt, command)
-    except (CorralError, OSError, sqlite3.Error):
-        raise  # the store or the disk: the next pass tries again
+    except (CorralError, OSError):
+        raise  # the store (its StoreError: it translates its driver's faults) or the disk: the next pass tries again
     except Exception as exc:  # the receipt's content broke corral's own code: an execution fault
         fault = proto.Receipt(
             command_id=receipt.command_id,
