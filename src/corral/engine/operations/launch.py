@@ -5,8 +5,8 @@ first, act second). Every setting the supervisor needs is resolved here, once, i
 typed :class:`~corral.engine.runtime.protocol.Command`. A read-only turn (an ask) gets its
 branch and worktree recorded in the command before anything runs
 (:func:`corral.engine.readonly.take`), so whatever it changes is kept aside and reverted
-after it. An exception here, after the task went working, rests the task interrupted with
-the cause "internal fault" instead of leaving it with no owner.
+after it. An exception here, after the task went working, reaches the operation that moved it
+there, whose fault handler rests the task interrupted with the cause "internal fault" (once).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from corral.engine.config import Config, harness_settings, protected_patterns
 from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.project import Project
 from corral.engine.queue import owner
-from corral.engine.recovery.faults import internal_fault
 from corral.engine.resolve import task_config
 from corral.engine.runtime import agent_marks, agent_tokens, provenance
 from corral.engine.runtime import protocol as proto
@@ -305,33 +304,32 @@ def with_before(project: Project, command: proto.Command) -> proto.Command:
 
 
 def launch(project: Project, task: Task, command: proto.Command) -> Launched:
+    """Start the turn's supervisor for ``command`` and see it alive.
+
+    A fault here is not handled here: the operation that moved the task to working owns it
+    (``turns.owned``, or a worker's claim in ``operations/claimed.py``), so it is recorded once.
+    """
     protocol_dir = project.paths.protocol_dir(task.id)
     log_dir = Path(command.log_dir)
-    try:
-        # Never two live agents for one task: whatever the previous command left alive goes first.
-        reap_turn(project, task.id)
-        file_claimed_receipt(project, task)
-        agent_tokens.revoke_command(protocol_dir)
-        clear_protocol(protocol_dir, keep_into=log_dir)
-        command = with_before(project, command)
-        command, token = agent_tools(project, task, command)
-        proto.write(protocol_dir, command)
-        write_provenance(task, command)
-        crashpoints.hit("launch.command-written")
-        _note_agent_tools(project, task, command)
-        pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log, token)
-        crashpoints.hit("launch.supervisor-spawned")
-        with project.store.write() as tx:
-            tx.register_process(task.id, "supervisor", pid, command.command_id, owner=owner(project))
-        crashpoints.hit("launch.supervisor-registered")
-        if not wait_alive(protocol_dir, pid):
-            raise LaunchFailed(
-                f"The supervisor of {task.ref} did not start within {int(SUPERVISOR_START_TIMEOUT)} s.",
-                hint=f"See {project.paths.supervisor_log}.",
-            )
-    except Exception as exc:
-        internal_fault(project, task, exc)
-        if isinstance(exc, CorralError):
-            raise
-        raise LaunchFailed(f"corral could not launch the turn of {task.ref}: {exc}") from exc
+    # Never two live agents for one task: whatever the previous command left alive goes first.
+    reap_turn(project, task.id)
+    file_claimed_receipt(project, task)
+    agent_tokens.revoke_command(protocol_dir)
+    clear_protocol(protocol_dir, keep_into=log_dir)
+    command = with_before(project, command)
+    command, token = agent_tools(project, task, command)
+    proto.write(protocol_dir, command)
+    write_provenance(task, command)
+    crashpoints.hit("launch.command-written")
+    _note_agent_tools(project, task, command)
+    pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log, token)
+    crashpoints.hit("launch.supervisor-spawned")
+    with project.store.write() as tx:
+        tx.register_process(task.id, "supervisor", pid, command.command_id, owner=owner(project))
+    crashpoints.hit("launch.supervisor-registered")
+    if not wait_alive(protocol_dir, pid):
+        raise LaunchFailed(
+            f"The supervisor of {task.ref} did not start within {int(SUPERVISOR_START_TIMEOUT)} s.",
+            hint=f"See {project.paths.supervisor_log}.",
+        )
     return Launched(command.command_id, pid, protocol_dir, log_dir)

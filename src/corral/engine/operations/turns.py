@@ -78,8 +78,8 @@ def owned(project: Project, task: Task) -> Iterator[None]:
 
     An execution fault (docs/architecture.md#how-a-turns-end-is-read): the task goes interrupted
     with the cause "internal fault", never auto-resumed, and the error reaches the caller
-    as a ``CorralError``. A fault inside ``launch.launch`` was rested there already; the
-    second look finds the task no longer working and does nothing.
+    as a ``CorralError``. This is the one fault handler of a local launch: ``launch.launch``
+    has none of its own, so a fault is recorded once.
     """
     try:
         yield

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import traceback
 
+from corral import crashpoints
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.record import replace
@@ -27,6 +28,7 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
     not claim the command, so a receipt that still arrives is recorded too), with its
     detailed diagnostic — the translated cause and stack — written first.
     """
+    crashpoints.hit("fault.handling")
     t = diagnostics.Translator()
     error = t.text(f"{type(exc).__name__}: {exc}", 500)
     evidence = FailureEvidence(
