@@ -1,11 +1,12 @@
 """``watch``'s text, built from a board (``corral.engine.operations.board``) and nothing else: the
 live board's frame, one line of ``--plain`` per change, and fitting a line to the terminal.
 
-Pure: no terminal, no clock, no store. The board decides every status, group and badge; this
-module only lays them out. Every text that came from outside (a goal, a reason, the agent's
-last line and progress) is escaped here as one line (:func:`corral.cli.render.clip` and
-:func:`~corral.cli.render.one_line`), so what reaches the terminal cannot act on it; the
-colours are the app's marks (``App.paint``), which only ``App.safe`` turns into escape codes.
+Pure: no terminal, no clock, no store. The board decides every status, group and badge, and the
+operations table which keys act on a task; this module only lays them out. Every text that came
+from outside (a goal, a reason, the agent's last line and progress) is escaped here as one line
+(:func:`corral.cli.render.clip` and :func:`~corral.cli.render.one_line`), so what reaches the
+terminal cannot act on it; the colours are the app's marks (``App.paint``), which only
+``App.safe`` turns into escape codes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral.cli.render import INDENT, STATUS_COLOR, clip, one_line
-from corral.domain.status import Status
+from corral.domain.status import Op, Status, allowed_operations
 from corral.domain.substate import render_status, retry_summary, runs_on
 
 #: ``paint(text, colour)``: the app's colour marks, or the text as it is.
@@ -29,9 +30,18 @@ _GROUP_COLOR = {"review": "yellow", "failed": "red", "working": "cyan", "backlog
 
 #: The live line under a working row starts so.
 LIVE_MARK = "↳ "
-#: What the terminal's last lines say: the keys.
-KEYS = "↑/↓ select · Enter open · d diff · l log · u unblock · a accept · q quit"
-DETAIL_KEYS = "↑/↓ PgUp/PgDn scroll · d diff · l log · u unblock · a accept · Esc/q back"
+#: The keys that act on a task, and the operation each asks for (``d`` and ``l`` only read).
+ACTION_KEYS: dict[str, Op] = {"u": Op.UNBLOCK, "a": Op.ACCEPT}
+
+
+def keys_line(status: Status | None, *, detail: bool = False) -> str:
+    """What the terminal's last line says: the keys, those that act only where the operations table lets
+    the selected task's ``status`` take their operation (None: no task selected, no key acts)."""
+    allowed = allowed_operations(status) if status is not None else ()
+    acts = [f"{key} {op.value}" for key, op in ACTION_KEYS.items() if op in allowed]
+    if detail:
+        return " · ".join(["↑/↓ PgUp/PgDn scroll", "d diff", "l log", *acts, "Esc/q back"])
+    return " · ".join(["↑/↓ select", "Enter open", "d diff", "l log", *acts, "q quit"])
 
 
 def plain(text: str, _color: str) -> str:

@@ -315,7 +315,8 @@ def sse(event: str, data: str) -> str:
 
 # -- the actions -------------------------------------------------------------------------------------
 
-ACTIONS = ("start", "unblock", "resume", "ask", "stop", "accept", "reject", "close", "reopen")
+#: The actions a page may post: one route per button (which of them a task shows, the operations table decides).
+ACTIONS = tuple(op.value for op in views.BUTTONS)
 
 
 def _act(hub: Hub, state: str, task_id: str, action: str, form: dict[str, list[str]]) -> Markup:

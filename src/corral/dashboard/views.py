@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from corral.dashboard.html import Markup, esc, join, path, tag
 from corral.domain.clock import parse_time
+from corral.domain.status import Op, Status, allowed_operations
 from corral.domain.substate import runs_on
 
 HTMX = "static/htmx-2.0.11.min.js"
@@ -265,8 +266,10 @@ def compose(csrf: str, actions_html: Markup) -> Markup:
 
 
 def actions(doc: dict[str, Any], base: str) -> Markup:
-    """The buttons of what a person may do now, and the protected files to approve or revert; an
-    action the engine refuses says why in the flash line."""
+    """The buttons of what a person may do now, and the protected files to approve or revert. Which
+    buttons a status shows is the operations table's answer (``allowed_operations``), never this
+    module's; an action the engine refuses all the same (the task moved meanwhile) says why in the
+    flash line."""
     status = doc["task"]["status"]
     pending = [v for v in doc.get("violations") or [] if v.get("decision") == "pending"]
     files = ""
@@ -285,41 +288,39 @@ def actions(doc: dict[str, Any], base: str) -> Markup:
                 )
             )
         files = tag("fieldset", tag("legend", "Protected files changed") + tag("ul", join(rows)), class_="violations")
-    buttons = []
-
-    def button(name: str, label: str, cls: str = "", include: str | None = None) -> None:
-        buttons.append(
-            tag(
-                "button",
-                label,
-                type="submit",
-                name="action",
-                value=name,
-                hx_post=f"{base}/{name}",
-                hx_target="#flash",
-                hx_include=include,
-                class_=cls or None,
-            )
-        )
-
-    if status == "backlog":
-        button("start", "Start")
-    if status in ("blocked", "conflict", "interrupted"):
-        button("unblock", "Unblock", "primary")
-    if status == "interrupted":
-        button("resume", "Resume")
-    if status not in ("complete", "abandoned", "backlog"):
-        button("ask", "Ask")
-    if status == "working":
-        button("stop", "Stop")
-    if status in ("blocked", "conflict", "interrupted", "submitted"):
-        button("accept", "Accept", "primary", include=f"#{REVIEW_TIP}")  # merges the tip the diff shows
-    if status not in ("complete", "abandoned", "working", "merging", "pairing"):
-        button("reject", "Reject", "danger")
-        button("close", "Close", "danger")
-    if status in ("complete", "abandoned"):
-        button("reopen", "Reopen")
+    offered = allowed_operations(Status(status))
+    buttons = [_button(op, base) for op in BUTTONS if op in offered]
     return files + tag("div", join(buttons), class_="buttons")
+
+
+#: The dashboard's buttons, in the order shown: (label, class) by operation. Each posts to its own
+#: route (``app.ACTIONS``); which of them a task shows, the operations table decides.
+BUTTONS: dict[Op, tuple[str, str]] = {
+    Op.START: ("Start", ""),
+    Op.UNBLOCK: ("Unblock", "primary"),
+    Op.RESUME: ("Resume", ""),
+    Op.ASK: ("Ask", ""),
+    Op.STOP: ("Stop", ""),
+    Op.ACCEPT: ("Accept", "primary"),
+    Op.REJECT: ("Reject", "danger"),
+    Op.CLOSE: ("Close", "danger"),
+    Op.REOPEN: ("Reopen", ""),
+}
+
+
+def _button(op: Op, base: str) -> Markup:
+    label, cls = BUTTONS[op]
+    return tag(
+        "button",
+        label,
+        type="submit",
+        name="action",
+        value=op.value,
+        hx_post=f"{base}/{op.value}",
+        hx_target="#flash",
+        hx_include=f"#{REVIEW_TIP}" if op is Op.ACCEPT else None,  # Accept merges the tip the diff shows
+        class_=cls or None,
+    )
 
 
 #: The id of the diff's hidden field naming the tip it shows; Accept sends it (``hx-include``).

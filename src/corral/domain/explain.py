@@ -118,12 +118,13 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
         case "harness-permission-refused":
             return Wording(
                 f"{agent} refused the permission mode corral asked for.",
-                "Change permission_mode for yourself (corral config set permission_mode MODE), then unblock the task.",
+                "Change permission_mode for yourself (corral config set permission_mode MODE), "
+                f"then: corral unblock {ref} -m 'continue'",
             )
         case "harness-config":
             return Wording(
                 f"{agent} couldn't run with this configuration.",
-                f"Open the details (corral show {ref} --details), fix the setting, then unblock the task.",
+                f"Open the details (corral show {ref} --details), fix the setting, then: corral unblock {ref} -m '…'",
             )
         case "harness-not-authenticated":
             return Wording(
@@ -147,7 +148,7 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
             reason = _detail(cause, evidence)
             return Wording(
                 f"{agent} exited without finishing its turn" + (f": {reason}" if reason else "."),
-                f"Look at its output (corral logs {ref}), then resume or unblock it.",
+                f"Look at its output (corral logs {ref}), then: corral resume {ref} (or corral unblock {ref} -m '…')",
             )
         case "harness-killed":
             return Wording(f"{agent} was killed before it finished.", f"corral resume {ref}")
@@ -338,16 +339,16 @@ def breaker_line(consecutive: int) -> str:
     )
 
 
-_COMMAND = re.compile(r"\bcorral ([a-z-]+)")
+#: An operation named in a hint, as a command (``corral resume``) or in words ("then resume it").
+_OP_WORD = re.compile(r"\b(" + "|".join(re.escape(o.value) for o in sorted(Op, key=len, reverse=True)) + r")\b")
 
 
-def offers(text: str, status: Status) -> bool:
-    """Whether every lifecycle command ``text`` names may run on a task in ``status`` (the operations table)."""
-    return all(not op_named(name) or may(Op(name), status) for name in _COMMAND.findall(text))
-
-
-def op_named(name: str) -> bool:
-    return name in Op._value2member_map_
+def offers(text: str, status: Status, ref: str | None = None) -> bool:
+    """Whether every operation ``text`` names, as a command or in words, may run on a task in ``status``
+    (the operations table). The task's ``ref`` is not read for names: a task may be called ``start-page``."""
+    if ref:
+        text = re.sub(rf"(?<![\w-]){re.escape(ref)}(?![\w-])", " ", text)
+    return all(may(Op(name), status) for name in _OP_WORD.findall(text.lower()))
 
 
 def next_step(task: Task, *, pending_violations: int = 0, breaker: bool = False) -> str | None:
@@ -357,7 +358,7 @@ def next_step(task: Task, *, pending_violations: int = 0, breaker: bool = False)
     tailored hint that would is passed over for the status's own.
     """
     hint = _next_step(task, pending_violations=pending_violations, breaker=breaker)
-    if hint is not None and not offers(hint, task.status):
+    if hint is not None and not offers(hint, task.status, task.ref):
         return _by_status(task, pending_violations, breaker)
     return hint
 
@@ -369,7 +370,7 @@ def _next_step(task: Task, *, pending_violations: int, breaker: bool) -> str | N
         return f"Look at what failed (corral logs {ref}), then: corral resume {ref}"
     if cause is not None and task.status in (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.BACKLOG):
         tailored = _tailored(cause.code, harness_name(task.harness), ref, cause)
-        if tailored is not None and tailored.next and not pending_violations and offers(tailored.next, task.status):
+        if tailored is not None and tailored.next and not pending_violations:  # next_step asks the table of it
             return tailored.next
     return _by_status(task, pending_violations, breaker)
 
@@ -392,7 +393,7 @@ def _by_status(task: Task, pending_violations: int, breaker: bool) -> str | None
                 return f"Look at what failed (corral logs {ref}), then: corral resume {ref}"
             return f"Resume it: corral resume {ref} (or give feedback: corral unblock {ref} -m '…')"
         case Status.PAIRING:
-            return "A pair session is open in the worktree; end it to continue."
+            return "Someone is pairing in the worktree; the task rests again when they end it."
         case Status.MERGING:
             return f"A merge is in flight; corral show {ref} when it ends."
         case Status.SUBMITTED:

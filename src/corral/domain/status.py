@@ -209,6 +209,12 @@ def allowed_from(op: Op) -> tuple[Status, ...]:
     return tuple(s for s in Status if s in OPERATIONS[op])
 
 
+def allowed_operations(status: Status) -> tuple[Op, ...]:
+    """The operations a task in ``status`` may take, in the order of :class:`Op`: what every surface offers
+    (a dashboard's buttons, ``watch``'s keys, a "Next:" hint) is asked of this, never decided by a surface."""
+    return tuple(op for op in Op if status in OPERATIONS[op])
+
+
 def takes(op: Op) -> str:
     """The statuses ``op`` runs from, in words: "blocked, conflict or interrupted"."""
     names = [s.value for s in allowed_from(op)]

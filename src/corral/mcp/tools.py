@@ -25,9 +25,10 @@ from typing import Any
 from corral.domain.actors import Role
 from corral.domain.agent_tools import WAIT_CALL_SECONDS
 from corral.domain.intents import DISPOSITIONS, ID_PATTERN, MAX_EXPECTED, MAX_TARGETS, PERMISSION_RESOURCES
-from corral.domain.record import record
+from corral.domain.record import record, replace
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
+from corral.domain.status import Op, takes
 from corral.engine.operations import control, gates, queries, shell, tasks, turns
 from corral.engine.operations.gates import Caller
 from corral.engine.project import Project
@@ -548,8 +549,17 @@ _WAIT = {
     "description": f"return after this many seconds if it still runs (at most {WAIT_CALL_SECONDS:g})",
 }
 
+
+def _takes(tool: Tool) -> Tool:
+    """A lifecycle tool's description ends with the statuses it takes, asked of the operations table."""
+    op = next((op for op in Op if op.value == tool.name), None)
+    if op is None:
+        return tool
+    return replace(tool, description=f"{tool.description} Takes a task that is {takes(op)}.")
+
+
 TOOLS: dict[str, Tool] = {
-    t.name: t
+    t.name: _takes(t)
     for t in (
         Tool(
             "create",

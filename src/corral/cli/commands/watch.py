@@ -37,7 +37,7 @@ from corral.cli import watch_view as view
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import show_lines
-from corral.domain.status import Op, Status, check_operation
+from corral.domain.status import Status, check_operation
 from corral.engine.operations import board as boards
 from corral.engine.operations import queries
 from corral.engine.project import Project
@@ -460,7 +460,7 @@ class Screen:
             lines = self.detail_lines
             self.detail_top = max(0, min(self.detail_top, len(lines) - body))
             shown = view.window(lines, self.detail_top, body)
-            keys = view.DETAIL_KEYS
+            keys = view.keys_line(self.status_of(self.detail), detail=True)
         else:
             doc = board.to_json() if board is not None else {"groups": [], "projects": []}
             paint = self.app.paint if self.app.colors() else view.plain
@@ -481,7 +481,7 @@ class Screen:
             at = next((i for i, k in where if k == self.selected), 0)
             self.top = 0 if where and at == where[0][0] else view.scroll_to(self.top, at, body)
             shown = view.window(lines, self.top, body)
-            keys = view.KEYS
+            keys = view.keys_line(self.status_of(self.selected))
         self.paint([view.fit(self.app.safe(line), width - 1) for line in [*shown, self.message, keys]])
 
     def paint(self, frame: list[str]) -> None:
@@ -562,6 +562,11 @@ class Screen:
                 return row
         return None
 
+    def status_of(self, key: view.Key | None) -> Status | None:
+        """The status of the task ``key`` names, as the board last read it (None: no such task)."""
+        row = self.row(key)
+        return Status(row["status"]) if row is not None else None
+
     def key(self, key: str) -> str | None:
         if self.asking is not None:
             what, row = self.asking
@@ -622,12 +627,16 @@ class Screen:
         return None
 
     def act(self, key: str, row: dict[str, Any] | None) -> None:
-        if key not in ("d", "l", "u", "a"):
+        """``d`` and ``l`` read; a key that acts (``view.ACTION_KEYS``) is refused as the operations table
+        refuses its operation, naming what it takes, before anything is asked or opened."""
+        if key not in ("d", "l", *view.ACTION_KEYS):
             return
         if row is None:
             self.message = "No task selected."
             return
         try:
+            if key in view.ACTION_KEYS:
+                check_operation(view.ACTION_KEYS[key], Status(row["status"]), row["ref"])
             if key == "d":
                 self.review(row)
             elif key == "l":
@@ -635,7 +644,6 @@ class Screen:
             elif key == "u":
                 self.unblock(row)
             else:
-                check_operation(Op.ACCEPT, Status(row["status"]), row["ref"])
                 self.asking = ("accept", row)
                 self.message = f"Accept {row['ref']}: squash-merge its work into its target? [y/N]"
         except CorralError as exc:
@@ -711,7 +719,6 @@ class Screen:
         from corral.cli.textinput import from_editor
         from corral.engine.operations import turns
 
-        check_operation(Op.UNBLOCK, Status(row["status"]), row["ref"])
         with self.outside():
             text = from_editor("Your feedback for the agent. It is delivered verbatim.")
         if not text.strip():
@@ -797,7 +804,8 @@ Examples:
 \b
 Keys: ↑/↓ (or j/k) select · Enter the task (timeline, Stopped because, Next) ·
 l follow its log · u unblock it with feedback written in $EDITOR · a accept it (asks first) ·
-q quit. In the task's view: ↑/↓ PgUp/PgDn scroll, Esc or q back to the board.
+q quit; u and a are offered where the task's status allows them. In the task's view: ↑/↓
+PgUp/PgDn scroll, Esc or q back to the board.
 """
 )
 @click.argument("tasks", nargs=-1)
