@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from corral.cli import watch_view as view
+from corral.cli.app import App
+from corral.cli.render import show_lines
 from corral.dashboard import app as dashboard_app
 from corral.dashboard import views
 from corral.domain import explain
@@ -30,6 +32,7 @@ from corral.domain.records import RestingCause
 from corral.domain.status import Op, Status, allowed_from, allowed_operations, may
 from corral.engine.operations import queries, tasks
 from corral.engine.project import Project
+from corral.engine.read.incidents import Hold
 from corral.mcp.tools import TOOLS
 from tests.cli.test_watch import Pane, agented, row_line
 from tests.conftest import CLI
@@ -189,6 +192,17 @@ def test_the_next_hint_names_only_operations_the_table_allows(status: Status, pr
                 assert hint, (status, code)
                 refused = {op for op in named_ops(hint, task.ref) if not may(op, status)}
                 assert not refused, (status, code, pending, breaker, hint)
+
+
+@pytest.mark.parametrize("status", STATUSES, ids=IDS)
+def test_the_show_page_offers_a_held_tasks_retry_only_where_unblock_runs(status: Status, proj: Project) -> None:
+    """``corral show`` (and ``watch``'s task page) of a task a permission blocker holds: the hold is said in
+    every status, and the command that confirms its retry (an unblock) only where the table lets unblock run."""
+    doc = shown_in(proj, status)
+    doc["permission_hold"] = Hold("i-1", "network", "a push to the remote").to_json()
+    page = "\n".join(show_lines(App(), doc))
+    assert "Held:" in page and "a push to the remote" in page
+    assert ("--retry-blocked" in page) is may(Op.UNBLOCK, status), page
 
 
 # -- MCP ----------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 from corral.cli.app import App
 from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
-from corral.domain.status import Status
+from corral.domain.status import Op, Status, may
 from corral.domain.substate import NOT_PUSHED, render_status, retry_summary, runs_on
 from corral.domain.violations import shown_path
 
@@ -415,7 +415,9 @@ def show_lines(
             f"Held:     the agent reported that a permission ({hold['permission_resource']}) blocked "
             f"{one_line(hold['summary'])} (agent-reported; the remote outcome is unknown)"
         )
-        out.append(f"          confirm one retry (nothing more is granted): corral unblock {t['ref']} --retry-blocked")
+        if may(Op.UNBLOCK, Status(t["status"])):  # the one way out, offered where the table lets it run
+            retry = f"corral unblock {t['ref']} --retry-blocked"
+            out.append(f"          confirm one retry (nothing more is granted): {retry}")
     incidents = doc.get("incidents")
     if incidents and doc.get("session"):
         # Before the agent's own account of its progress: what went wrong is never hidden by a status.
