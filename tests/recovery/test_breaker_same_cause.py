@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral.domain.failures import (
+from corral.domain.breaker import (
     SAME_CAUSE_WINDOW_SECONDS,
     Interruption,
     same_cause,

@@ -1,4 +1,4 @@
-"""Failure classes, the one retry policy, the crash-loop detector, the watchdog's rule and the circuit breakers.
+"""Failure classes, the one retry policy, the crash-loop detector, the watchdog's rule, the causes never auto-resumed.
 
 Each harness maps its own output onto :class:`FailureClass`; a classifier that is
 unsure says ``unknown``, because a wrong ``fatal_*`` blocks work that would have
@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from enum import StrEnum
 from functools import cache
 
+# Re-exported for the readers that still import it from here: the rule's home is domain/breaker.py.
+from corral.domain.breaker import breaker_tripped as breaker_tripped
 from corral.domain.record import record
 from corral.domain.settings import default
 
@@ -185,68 +187,6 @@ def decide_watchdog_retry(work_captured: bool, relaunches: int, limit: int = WAT
     read git, the caller passes False (fail toward retrying).
     """
     return not work_captured and relaunches < limit
-
-
-def breaker_tripped(consecutive: int, threshold: int) -> bool:
-    """The circuit breaker: after ``threshold`` consecutive interruptions, no more auto-resume."""
-    return consecutive >= threshold
-
-
-#: Two interruptions further apart than this are not one cause repeating, even when they look alike.
-SAME_CAUSE_WINDOW_SECONDS = 600.0
-
-
-@record
-class Interruption:
-    """What the same-cause breaker compares between two interruptions of a task."""
-
-    code: str  # the resting cause's code
-    exit_code: int | None  # the agent's exit status, when it had one
-    head: str | None  # the task branch's commit when it was interrupted
-    at: float  # when, in seconds since the epoch
-
-    def to_json(self) -> dict[str, object]:
-        return {"code": self.code, "exit_code": self.exit_code, "head": self.head, "at": self.at}
-
-    @classmethod
-    def from_json(cls, data: object) -> Interruption | None:
-        if not isinstance(data, dict) or not isinstance(data.get("code"), str):
-            return None
-        exit_code, head, at = data.get("exit_code"), data.get("head"), data.get("at")
-        if not isinstance(at, (int, float)) or isinstance(at, bool):
-            return None
-        return cls(
-            code=data["code"],
-            exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
-            head=head if isinstance(head, str) else None,
-            at=float(at),
-        )
-
-
-def same_cause(before: Interruption, now: Interruption) -> bool:
-    """One cause again: the same code and exit status, no new commit between them, within the window."""
-    return (
-        before.code == now.code
-        and before.exit_code == now.exit_code
-        and before.head == now.head
-        and 0 <= now.at - before.at <= SAME_CAUSE_WINDOW_SECONDS
-    )
-
-
-def same_cause_run(before: Interruption | None, run: int, now: Interruption, *, in_a_row: bool) -> int:
-    """How many interruptions in a row had ``now``'s cause, ``now`` included.
-
-    ``run`` is the count that ended at ``before``; ``in_a_row`` says no turn ended well (and no
-    person launched one) since ``before``, which a repeat needs.
-    """
-    if before is not None and in_a_row and same_cause(before, now):
-        return run + 1
-    return 1
-
-
-def same_cause_tripped(run: int, threshold: int) -> bool:
-    """The same-cause breaker: ``threshold`` interruptions in a row with one cause stop auto-resume."""
-    return threshold > 0 and run >= threshold
 
 
 #: Resting causes after which auto-resume must never fire: the task needs a person.

@@ -6,7 +6,8 @@ anyway; never while violations are pending; never for an ask; not once the sessi
 been interrupted ``breaker_threshold`` times in a row; and not once it was interrupted
 ``breaker_same_cause`` times in a row by one cause (the same code and exit status, no new
 commit between them, within ten minutes), which is recorded on the resting cause so ``show``
-says so. Each setting is the task's own where it keeps one. The resume turn carries no
+says so. Each setting is the task's own where it keeps one; the rules and the counters they read
+are the breaker's (``domain/breaker.py``). The resume turn carries no
 feedback itself, so a crash during it redelivers the same feedback. On the shared store a turn that
 ran on a host of its own is resumed by that host only (docs/workers.md#turns-run-on-your-own-host).
 """
@@ -16,12 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from corral.domain.actors import Actor
+from corral.domain.breaker import Breaker, Counters, Interruption
 from corral.domain.explain import SAME_CAUSE_BREAKER
-from corral.domain.failures import NO_AUTO_RESUME, Interruption, same_cause_run, same_cause_tripped
-from corral.domain.failures import breaker_tripped as tripped
+from corral.domain.failures import NO_AUTO_RESUME
 from corral.domain.records import LAST_INTERRUPTION, RestingCause, Session, Task
 from corral.domain.status import Status
-from corral.engine.config import Config
 from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.resolve import task_config
@@ -29,10 +29,6 @@ from corral.errors import CorralError, TaskBusy
 
 if TYPE_CHECKING:  # a lease is read only with the shared store
     from corral.domain.team import Lease
-
-
-def breaker_tripped(project: Project, consecutive: int, config: Config | None = None) -> bool:
-    return tripped(consecutive, int((config or project.config)["breaker_threshold"]))
 
 
 def resumable(project: Project, task_id: str) -> bool:
@@ -47,7 +43,7 @@ def resumable(project: Project, task_id: str) -> bool:
         if cause is not None and (cause.code in NO_AUTO_RESUME or SAME_CAUSE_BREAKER in cause.details):
             return False
         session = tx.get_session(task.session_id)
-        if session is None or breaker_tripped(project, session.consecutive_interruptions, config):
+        if session is None or Breaker.of(config).tripped(Counters.of(session)):
             return False
         if project.database_url is not None and not _ours(project, tx.lease(task.id)):
             return False
@@ -78,10 +74,8 @@ def _interruption(project: Project, task: Task, session: Session) -> Interruptio
 
 
 def same_cause_stop(project: Project, task_id: str) -> bool:
-    """Count this interruption against the one before; True (recorded on the cause) when the breaker trips.
-
-    Counted once per interruption: its time tells it from the one recorded before.
-    """
+    """Count this interruption against the one before (the breaker's ``on_repeat``); True (recorded on
+    the cause) when the same-cause breaker trips."""
     with project.store.write() as tx:
         task = tx.get_task(task_id)
         session = tx.get_session(task.session_id) if task is not None and task.session_id else None
@@ -90,21 +84,14 @@ def same_cause_stop(project: Project, task_id: str) -> bool:
         now = _interruption(project, task, session)
         if now is None:
             return False
-        kept = task.metadata.get(LAST_INTERRUPTION)
-        kept = kept if isinstance(kept, dict) else {}
-        before = Interruption.from_json(kept.get("interruption"))
-        run = kept.get("run")
-        run = run if isinstance(run, int) and not isinstance(run, bool) else 1
-        if before is None or before.at != now.at:
-            # A run goes on only while nothing ended it: no turn ended well, no person launched one.
-            run = same_cause_run(before, run, now, in_a_row=session.consecutive_interruptions > 1)
-            record = {"interruption": now.to_json(), "run": run}
-            tx.update_task(task.id, metadata={**task.metadata, LAST_INTERRUPTION: record}, touch=False)
-        threshold = int(task_config(project.config, task)["breaker_same_cause"])
-        if not same_cause_tripped(run, threshold):
+        breaker = Breaker.of(task_config(project.config, task))
+        repeat = breaker.on_repeat(Counters.of(session), task.metadata.get(LAST_INTERRUPTION), now)
+        if repeat.keep is not None:
+            tx.update_task(task.id, metadata={**task.metadata, LAST_INTERRUPTION: repeat.keep}, touch=False)
+        if not repeat.tripped:
             return False
         cause = task.resting_cause
-        details = {**cause.details, SAME_CAUSE_BREAKER: {"run": run, "code": now.code, "exit_code": now.exit_code}}
+        details = {**cause.details, SAME_CAUSE_BREAKER: repeat.details()}
         tx.set_resting_cause(task.id, RestingCause(cause.code, cause.at, cause.actor, cause.evidence, details))
         return True
 

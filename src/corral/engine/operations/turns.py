@@ -23,6 +23,7 @@ from typing import Any
 from corral import crashpoints
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
+from corral.domain.breaker import Breaker, Counters
 from corral.domain.clock import new_id
 from corral.domain.record import record, replace
 from corral.domain.records import (
@@ -505,7 +506,7 @@ def unblock(
             command_id=command_id,
         )
         pending = tx.pending_feedback(session.id)
-        session = tx.update_session(session.id, consecutive_interruptions=0)
+        session = tx.update_session(session.id, **Breaker().on_person_launch(Counters.of(session)).fields())
         tx.set_status(task.id, Status.WORKING, actor, "unblock", expected_from=task.status, resting_cause=None)
         _hold_here(project, tx, task.id, command_id, actor)
         target = workspace.target_branch(tx, task)
@@ -570,11 +571,9 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
             command_id=command_id,
         )
         pending = tx.pending_feedback(session.id)
-        session = (
-            tx.update_session(session.id, consecutive_interruptions=0)
-            if actor is not Actor.SYSTEM
-            else tx.update_session(session.id, auto_resumed=True)
-        )
+        breaker, counters = Breaker(), Counters.of(session)
+        launched = breaker.on_auto_resume(counters) if actor is Actor.SYSTEM else breaker.on_person_launch(counters)
+        session = tx.update_session(session.id, **launched.fields())
         tx.set_status(task.id, Status.WORKING, actor, kind, expected_from=Status.INTERRUPTED, resting_cause=None)
         _hold_here(project, tx, task.id, command_id, actor)
         target = workspace.target_branch(tx, task)

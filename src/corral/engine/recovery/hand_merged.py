@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.domain.actors import Actor
+from corral.domain.breaker import Breaker, Counters
 from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
@@ -94,7 +95,7 @@ def settle(project: Project, task: Task) -> Settled:
         ):
             return Settled(False, f"{task.ref} changed while its worktree was read")
         tx.park(again.id, Actor.SYSTEM, REASON, expected_from=Status.INTERRUPTED, resting_cause=None)
-        tx.update_session(session.id, consecutive_interruptions=0)
+        tx.update_session(session.id, **Breaker().on_hand_merged(Counters.of(tx.get_session(session.id))).fields())
     return Settled(True)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from corral import crashpoints
 from corral.adapters.locks import lock
 from corral.domain.actors import Actor, Role
+from corral.domain.breaker import Breaker, Counters
 from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
 from corral.domain.record import replace
@@ -476,7 +477,8 @@ def _record(
         return
     git = receipt.git if receipt.git is not None and receipt.git.error is None else None
     if status is S.COMPLETED and not is_ask:
-        session_updates["consecutive_interruptions"] = 0
+        session = tx.get_session(session_id) if session_id else None
+        session_updates.update(Breaker().on_success(Counters.of(session)).fields())
         if git is not None and git.head:
             session_updates["git_start_sha"] = git.head
         if git is not None and git.protected_changes:
@@ -551,8 +553,9 @@ def interrupt(
     counts: bool = True,
 ) -> None:
     """The one way a working task becomes interrupted: the status, its cause and the session's
-    interrupt record (reason, exit code, time, log tail, and — for a crash the breaker counts —
-    one more consecutive interruption), in the caller's transaction."""
+    interrupt record (reason, exit code, time, log tail, and what the breaker's ``on_interrupt``
+    returns: one more consecutive interruption, unless ``counts`` is False), in the caller's
+    transaction. Whether the breaker tripped is asked at auto-resume, with the task's own settings."""
     tx.set_status(
         task.id,
         Status.INTERRUPTED,
@@ -562,15 +565,14 @@ def interrupt(
         resting_cause=cause,
     )
     if task.session_id:
-        session = tx.get_session(task.session_id)
-        previous = session.consecutive_interruptions if session else 0
+        update = Breaker().on_interrupt(Counters.of(tx.get_session(task.session_id)), counted=counts)
         tx.update_session(
             task.session_id,
             interrupt_reason=reason[:500],
             interrupt_exit_code=exit_code,
             interrupt_at=tx.now(),
             interrupt_logs=logs,
-            consecutive_interruptions=previous + 1 if counts else previous,
+            **update.fields(),
         )
 
 
