@@ -28,7 +28,7 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
     not claim the command, so a receipt that still arrives is recorded too), with its
     detailed diagnostic — the translated cause and stack — written first.
     """
-    crashpoints.hit("fault.handling")
+    crashpoints.hit("fault.handling")  # one per fault: a launch that fails is recorded once (its test counts it)
     t = diagnostics.Translator()
     error = t.text(f"{type(exc).__name__}: {exc}", 500)
     evidence = FailureEvidence(
