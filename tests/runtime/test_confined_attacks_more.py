@@ -10,6 +10,9 @@ is about the person's repository, what they were shown, or what landed on ``main
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
+import subprocess
 import zlib
 from pathlib import Path
 from typing import Any
@@ -285,6 +288,34 @@ def test_a_rejected_turn_leaves_the_persons_git_gc_working(boxed: Any, box_env: 
     assert turn["moves"][0]["code"] == branch_check.REJECTED
     gc = ok(repo, "gc", "--quiet")
     assert gc.returncode == 0, gc.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="hole: the worktree's index (.git/worktrees/<name>/index, writable inside, never checked) left as a FIFO "
+    "hangs the person's git gc for ever, and the turn's end for git_hook_timeout (corral's git diff against it)",
+)
+def test_an_index_left_as_a_fifo_hangs_nothing_outside(boxed: Any, box_env: Path, repo: Path) -> None:
+    proj = boxed
+    box_env.write_text(
+        f"#!/bin/sh\necho ok > ok.txt && git add ok.txt && {COMMIT} -m ok\n"
+        'index="$(git rev-parse --git-dir)/index"\nrm -f "$index" && mkfifo "$index"\necho planted\nexit 0\n'
+    )
+    task = tasks.create(proj, "Index FIFO", actor=Actor.HUMAN, harness="command")
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    until_logged(proj, task, "planted")
+    # The person's own maintenance, unconfined, while (or after) the turn ends; in a group of its own, so
+    # what it started (repack, pack-objects) is ended with it if it hangs.
+    gc = subprocess.Popen(["git", "gc", "--quiet"], cwd=repo, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _, err = gc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(gc.pid, signal.SIGKILL)
+        gc.wait()
+        raise AssertionError("the person's git gc hangs on the worktree's index") from None
+    assert gc.returncode == 0, err
+    assert finished(proj, task.ref, timeout=30).status is not None
 
 
 # -- what held -----------------------------------------------------------------------------------
