@@ -318,6 +318,33 @@ def test_an_index_left_as_a_fifo_hangs_nothing_outside(boxed: Any, box_env: Path
     assert finished(proj, task.ref, timeout=30).status is not None
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="hole: the branch check's put-back runs before the stray sweep, so it fails on the directory of refs "
+    "('cannot lock ref … exists'); the sweep then removes those refs but puts back only branches it removed itself: "
+    "the task is left with no branch (diff: 'no work yet'; accept: every file 'uncommitted')",
+)
+def test_a_directory_where_the_branch_was_is_swept_and_the_branch_put_back(
+    boxed: Any, box_env: Path, repo: Path
+) -> None:
+    """The agent removes its branch's file and makes a directory of refs at its name
+    (``refs/heads/corral/<ref>/…``): nothing can be written at the branch's name until it goes."""
+    proj = boxed
+    task = run_agent(
+        proj,
+        box_env,
+        f"echo d > d.txt && git add d.txt && {COMMIT} -m d\n"
+        "common=$(git rev-parse --git-common-dir)\nb=$(git symbolic-ref HEAD)\ntip=$(git rev-parse HEAD)\n"
+        'rm -f "$common/$b" && mkdir -p "$common/$b/x" && echo $tip > "$common/$b/x/y" && echo $tip > "$common/$b/z"\n',
+        "A directory at the branch",
+    )
+    branch = f"refs/heads/corral/{task.ref}"
+    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/corral/").split() == [branch]
+    assert git(repo, "rev-parse", branch) == git(repo, "rev-parse", branch_check.verified_ref(task.ref))
+    assert ok(repo, "symbolic-ref", "-q", branch).returncode != 0
+
+
 # -- what held -----------------------------------------------------------------------------------
 
 
@@ -386,3 +413,50 @@ def test_an_alternates_file_cannot_be_written_in_the_quarantine(boxed: Any, box_
     from tests.runtime.test_sandbox import lines
 
     assert lines(agent_turns(proj, task)[-1].content) == {"alternates": "REFUSED", "info": "REFUSED"}
+
+
+# -- the turn's end, bounded ---------------------------------------------------------------------
+
+BOMB_SETTLE = """
+import resource, sys
+from corral.adapters.git import Git
+from corral.engine.runtime import quarantine
+
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # 1 GiB: what a small supervisor may use
+repo, common = sys.argv[1], sys.argv[2]
+report = quarantine.settle(Git(), repo, common, "bomb")
+print("rejected" if report is not None and not report.ok else "accepted", report.problems if report else None)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="hole: the quarantine inflates each 1 MiB read whole (decompress without max_length) and keeps a "
+    "commit's, tree's or tag's content whole (the 64 MiB cap is checked between objects, not within one): a few "
+    "MiB of zlib make the supervisor raise MemoryError (not caught: the turn's end crashes, the reconciler's too)",
+)
+def test_a_zlib_bomb_in_the_quarantine_is_refused_within_bounded_memory(repo: Path) -> None:
+    """Written here as an agent inside writes it (its quarantine's fan-out directories are its own): a
+    'tree' of 1.5 GiB of zeros in about 1.5 MiB. The check runs in a process held to 1 GiB."""
+    import sys
+
+    from corral.engine.runtime import quarantine
+
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    q = quarantine.open_(common, "bomb")
+    (q / "ab").mkdir()
+    size = 1536 << 20
+    pack = zlib.compressobj(9)
+    with open(q / "ab" / ("c" * 38), "wb") as out:
+        out.write(pack.compress(b"tree %d\0" % size))
+        zeros = bytes(1 << 20)
+        for _ in range(size >> 20):
+            out.write(pack.compress(zeros))
+        out.write(pack.flush())
+    done = subprocess.run(
+        [sys.executable, "-c", BOMB_SETTLE, str(repo), str(common)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-400:]
+    assert done.stdout.startswith("rejected"), done.stdout
+    assert not (common / "objects" / "ab" / ("c" * 38)).exists()
