@@ -16,7 +16,6 @@ from enum import StrEnum
 from functools import cache
 
 # Re-exported for the readers that still import it from here: the rule's home is domain/breaker.py.
-from corral.domain.breaker import breaker_tripped as breaker_tripped
 from corral.domain.record import record
 from corral.domain.settings import default
 

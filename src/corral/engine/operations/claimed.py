@@ -37,7 +37,6 @@ from corral.domain.team import HANDED_BACK, HARNESS_HOST, Lease, LeaseState, Tur
 from corral.engine import remote
 from corral.engine.operations import control, launch
 from corral.engine.operations.turns import revert_files
-from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.recovery.leases import end_interrupted
@@ -195,8 +194,7 @@ def _launch(
         read_only=plan.read_only,
     )
     command = replace(command, fence=proto.Fence(epoch, me.id, me.host))
-    make_private_dir(Path(command.log_dir))
-    proto.write(Path(command.log_dir), command)
+    proto.write_command(Path(command.log_dir), command)
     with project.store.write() as tx:
         tx.check_fence(task_id, epoch)  # taken over while this host made its worktree: nothing launched
         now = tx.get_task(task_id) or task

@@ -318,7 +318,7 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
     clear_protocol(protocol_dir, keep_into=log_dir)
     command = with_before(project, command)
     command, token = agent_tools(project, task, command)
-    proto.write(protocol_dir, command)
+    proto.write_command(protocol_dir, command)
     write_provenance(task, command)
     crashpoints.hit("launch.command-written")
     _note_agent_tools(project, task, command)

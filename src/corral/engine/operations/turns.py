@@ -46,7 +46,6 @@ from corral.engine import workspace
 from corral.engine.locks import task_lock
 from corral.engine.operations import dispatch, launch, preflight
 from corral.engine.operations.pairing import refuse_while_chat
-from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
 from corral.engine.queue import host_name, owner
 from corral.engine.read.diagnostics import Translator
@@ -150,8 +149,7 @@ def _launch(
             read_only=plan.read_only,
         )
         # The turn's settings stay on record beside its logs: the protocol's copy goes with the next turn.
-        make_private_dir(Path(command.log_dir))
-        proto.write(Path(command.log_dir), command)
+        proto.write_command(Path(command.log_dir), command)
         return Started(task, launch.launch(project, task, command))
 
 

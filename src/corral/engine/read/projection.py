@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral.domain.actors import Role
+from corral.domain.breaker import breaker_tripped
 from corral.domain.clock import rfc3339
 from corral.domain.explain import (
     attempt_line,
@@ -26,7 +27,6 @@ from corral.domain.explain import (
     next_step,
     stopped_because,
 )
-from corral.domain.failures import breaker_tripped
 from corral.domain.needs import need_of
 from corral.domain.record import record
 from corral.domain.records import (
