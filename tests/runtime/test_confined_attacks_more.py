@@ -345,6 +345,32 @@ def test_a_directory_where_the_branch_was_is_swept_and_the_branch_put_back(
     assert ok(repo, "symbolic-ref", "-q", branch).returncode != 0
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="hole: the branch's reflog (logs/refs/heads/corral/, writable inside) can be a symbolic link; corral's "
+    "unconfined update-ref of the branch (the put-back, save_work) appends its reflog line through it, to any file "
+    "the person can write, and creates one that does not exist (as root: /etc/nologin, /etc/sudoers.d/…)",
+)
+def test_a_reflog_made_a_link_never_lets_corral_write_outside_the_sandbox(
+    boxed: Any, box_env: Path, repo: Path, tmp_path: Path
+) -> None:
+    proj = boxed
+    victim = tmp_path / "victim"  # a file of the person's, out of the sandbox's sight
+    victim.write_text("# the person's\n")
+    task = run_agent(
+        proj,
+        box_env,
+        "common=$(git rev-parse --git-common-dir)\nb=$(git symbolic-ref HEAD)\n"
+        f'rm -f "$common/logs/$b" && ln -s {victim} "$common/logs/$b"\n'
+        'echo 1234567890123456789012345678901234567890 > "$common/$b"\n',  # put back by corral, logged
+        "Reflog link",
+    )
+    (turn,) = shown(proj, task)["refs_put_back"]
+    assert turn["moves"][0]["restored"] is True  # corral's own update-ref of the branch ran
+    assert victim.read_text() == "# the person's\n", victim.read_text()
+
+
 # -- what held -----------------------------------------------------------------------------------
 
 
