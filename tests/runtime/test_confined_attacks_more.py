@@ -371,6 +371,39 @@ def test_a_reflog_made_a_link_never_lets_corral_write_outside_the_sandbox(
     assert victim.read_text() == "# the person's\n", victim.read_text()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="hole: the worktree's git directory (writable inside) can hold MERGE_MSG as a symbolic link; corral's "
+    "unconfined git merge there (sync, and the merge of the target before a turn) truncates and rewrites the file it "
+    "names with the merge message: any file the person can write (as root: /etc/passwd, corral's own store)",
+)
+def test_merge_files_made_links_never_let_corrals_merge_write_outside_the_sandbox(
+    boxed: Any, box_env: Path, repo: Path, tmp_path: Path
+) -> None:
+    from corral.engine.operations import sync
+
+    proj = boxed
+    victim = tmp_path / "victim"
+    victim.write_text("# the person's\n")
+    task = run_agent(
+        proj,
+        box_env,
+        f"echo w > w.txt && git add w.txt && {COMMIT} -m w\n"
+        "gd=$(git rev-parse --git-dir)\n"
+        f'ln -sf {victim} "$gd/MERGE_MSG"\n',
+        "Merge files as links",
+    )
+    (repo / "upstream.txt").write_text("new on main\n")
+    git(repo, "add", "upstream.txt")
+    git(repo, "commit", "-q", "-m", "upstream")
+    try:
+        sync.sync(proj, task.ref, actor=Actor.HUMAN)
+    except CorralError:
+        pass  # refusing is fine; writing through the link is not
+    assert victim.read_text() == "# the person's\n", victim.read_text()
+
+
 # -- what held -----------------------------------------------------------------------------------
 
 
