@@ -7,7 +7,7 @@ open page shows a status change, and the server's memory with 20 pages open.
    naming this live process), the rest finished; the board shows every unfinished task and
    the last 100 finished.
 
-2. The server: ``corral.dashboard.app.start(home)`` — what the daemon runs in a thread — in a
+2. The server: ``corral.dashboard.web.start(home)`` — what the daemon runs in a thread — in a
    child process of its own (``--serve``), so its RSS is the server's alone. The daemon's ticks
    do not run (they would mark the seeded working tasks lost), so the store changes only when
    this benchmark changes it.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.daemon.service import Daemon
+from corral.daemon.daemon_service import Daemon
 from corral.engine.project import Project
 from tests.cli.helpers import database, state_paths, to_working
 from tests.cli.test_cli_accept import WORK

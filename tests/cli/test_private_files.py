@@ -78,7 +78,7 @@ def test_nothing_corral_creates_is_open_to_group_or_others(corral, tmp_path, uma
 
 
 def test_the_daemons_log_stays_private_when_it_rotates(tmp_path, umask_022):
-    from corral.daemon.service import _logger
+    from corral.daemon.daemon_service import _logger
     from corral.engine import daemons
 
     home = tmp_path / "home"

@@ -134,7 +134,7 @@ def test_the_plain_list_never_imports_click(corral: CLI, repo: Path) -> None:
 def test_the_plain_list_loads_nothing_only_one_task_s_read_needs(corral: CLI, repo: Path) -> None:
     corral.ok("create", "First task")
     show_only = [
-        "corral.engine.read.incidents",  # incidents and their journal: show and failures
+        "corral.engine.read.incident_views",  # incidents and their journal: show and failures
         "corral.engine.runtime.journal",
         "corral.engine.read.diagnostics",  # evidence's diagnostics: show
         "corral.domain.incidents",
@@ -147,7 +147,7 @@ def test_the_plain_list_loads_nothing_only_one_task_s_read_needs(corral: CLI, re
     assert out.stdout.strip().splitlines()[-1] == "[]"
     probe_show = probe.replace("'list', '--active'", "'show', 'first-task'")
     out = subprocess.run([sys.executable, "-c", probe_show], cwd=repo, capture_output=True, text=True, check=True)
-    assert "corral.engine.read.incidents" in out.stdout.strip().splitlines()[-1]
+    assert "corral.engine.read.incident_views" in out.stdout.strip().splitlines()[-1]
 
 
 def test_the_plain_list_loads_no_dispatch_engine_nor_database_driver(corral: CLI, repo: Path) -> None:

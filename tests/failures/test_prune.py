@@ -9,7 +9,7 @@ import subprocess
 from datetime import timedelta
 from pathlib import Path
 
-from corral.daemon.service import PRUNE_SECONDS, Daemon
+from corral.daemon.daemon_service import PRUNE_SECONDS, Daemon
 from corral.domain.actors import Actor
 from corral.engine.operations import tasks
 from corral.engine.operations.prune import prune

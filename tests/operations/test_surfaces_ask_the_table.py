@@ -25,8 +25,8 @@ import pytest
 from corral.cli import watch_view as view
 from corral.cli.app import App
 from corral.cli.render import show_lines
-from corral.dashboard import app as dashboard_app
 from corral.dashboard import views
+from corral.dashboard import web as dashboard_app
 from corral.dashboard.html import Markup
 from corral.domain import explain
 from corral.domain.actors import Actor
@@ -34,7 +34,7 @@ from corral.domain.records import RestingCause
 from corral.domain.status import Op, Status, allowed_from, allowed_operations, may
 from corral.engine.operations import queries, tasks
 from corral.engine.project import Project
-from corral.engine.read.incidents import Hold
+from corral.engine.read.incident_views import Hold
 from corral.mcp.tools import TOOLS
 from tests.cli.test_watch import Pane, agented, row_line
 from tests.conftest import CLI

@@ -292,7 +292,7 @@ def test_a_sigkilled_supervisor_is_seen_at_once_its_agent_stopped_and_the_turn_r
 def test_a_daemon_started_after_a_crash_recovers_it_before_it_loads_the_mcp_endpoint(dproj, agent, monkeypatch):
     """Loading the MCP SDK takes a second or two of CPU; a daemon (re)started while a turn lies
     crashed records that turn in its first tick, before the endpoint starts loading."""
-    from corral.daemon.service import Daemon
+    from corral.daemon.daemon_service import Daemon
 
     agent.script(LONG)
     task = tasks.create(dproj, "Crashed while no daemon ran", actor=Actor.HUMAN)

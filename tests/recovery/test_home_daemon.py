@@ -272,7 +272,7 @@ def test_a_clean_stop_takes_back_the_wait_markers_it_wrote_in_every_project(two)
     clears them in every project it served (a SIGKILLed one's are disbelieved by their pid)."""
     import threading
 
-    from corral.daemon.service import Daemon
+    from corral.daemon.daemon_service import Daemon
     from corral.engine.runtime import agent_marks
 
     callers = [tasks.create(proj, f"Waits in project {n}", actor=Actor.HUMAN) for n, proj in enumerate(two)]

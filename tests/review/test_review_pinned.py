@@ -317,8 +317,8 @@ def test_a_pin_refuses_commits_the_pre_accept_turn_adds(proj, agent, repo, monke
 
 
 def test_the_dashboard_merges_the_tip_its_page_showed(proj, agent, repo) -> None:
-    from corral.dashboard import app as dashboard
     from corral.dashboard import views
+    from corral.dashboard import web as dashboard
 
     blocked_with(proj, agent, "page", work("a.py", "a = 1\n"))
     old = git(repo, "rev-parse", "corral/page")

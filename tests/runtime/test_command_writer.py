@@ -10,6 +10,8 @@ from corral.engine.runtime import protocol as proto
 from tests.runtime.test_protocol import a_command
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "corral"
+
+
 #: The modules that still write a command through ``protocol.write`` (each a one-line move to
 #: ``write_command``, left while those modules are being reworked). None may join them.
 def _names_a_command(arg: ast.expr) -> bool:

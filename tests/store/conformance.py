@@ -1,4 +1,4 @@
-"""The ``Store`` conformance suite: what every implementation of ``corral.store.protocol.Store`` does.
+"""The ``Store`` conformance suite: what every implementation of ``corral.store.contract.Store`` does.
 
 Plain test functions over two fixtures the implementation's test module provides:
 

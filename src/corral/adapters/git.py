@@ -364,7 +364,6 @@ class Git:
         """Whether ``worktree`` has a merge begun and not yet committed (or aborted)."""
         return self.run("rev-parse", "-q", "--verify", "MERGE_HEAD", cwd=worktree, check=False).returncode == 0
 
-
     # -- merging without a working tree ---------------------------------------------
     def merge_tree(self, ours: str, theirs: str, *, cwd: str | Path) -> tuple[str | None, list[str]]:
         """The tree of merging ``theirs`` into ``ours`` (None and the conflicted paths on conflict)."""

@@ -3,7 +3,7 @@
 The two commands people run most are reads that take about ten milliseconds of work; loading
 click to parse ``list --active`` cost more than the work. :func:`quick` recognises the plain
 forms — each command's own flags, ``--json`` and ``--repo PATH`` in any order — and runs the
-same body the click command runs (``corral.cli.commands.tasks``). Anything else (``--help``,
+same body the click command runs (``corral.cli.commands.tasks_cli``). Anything else (``--help``,
 a mistyped flag, two filters at once, shell completion) returns None and goes through click,
 which owns every message about usage. ``tests/cli/test_quick.py`` holds the two grammars equal.
 """

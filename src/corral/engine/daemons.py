@@ -1,6 +1,6 @@
 """The daemon of a ``CORRAL_HOME``: one for every project kept there, found, started and stopped here.
 
-The daemon itself is a surface (``corral daemon run``, :mod:`corral.daemon.service`); this module
+The daemon itself is a surface (``corral daemon run``, :mod:`corral.daemon.daemon_service`); this module
 is what the rest of corral needs of it without loading it: whether it runs and what it serves
 (:func:`state`), starting it in the background (:func:`start_detached`, and :func:`ensure_running`
 for a launch that needs its MCP endpoint) and stopping it (:func:`stop_running`).

@@ -37,7 +37,7 @@ from corral.domain.records import (
 from corral.domain.status import PAUSED, RESTING, Status, check_transition
 from corral.domain.violations import Decision, after_change, park_status
 from corral.errors import LeaseLost, RefusedError, StoreError
-from corral.store.protocol import UNSET, NewTask
+from corral.store.contract import UNSET, NewTask
 
 if TYPE_CHECKING:  # loaded by the lease methods, on first use: a store that runs no worker never pays
     from corral.domain.team import Lease, LeaseState, Worker, WorkerState
@@ -122,7 +122,7 @@ class _Decoded:
 
 
 class SQLTx:
-    """One transaction over an open connection; see ``corral.store.protocol.Tx``.
+    """One transaction over an open connection; see ``corral.store.contract.Tx``.
 
     A dialect subclass overrides :meth:`_ref_taken` and, where a failed statement aborts the
     transaction, :meth:`_may_fail`.

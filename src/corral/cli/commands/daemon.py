@@ -17,7 +17,7 @@ from corral.engine import daemons
 from corral.engine.daemons import DaemonState
 from corral.engine.paths import corral_home
 
-TICK_SECONDS = 2.0  # corral.daemon.service.TICK_SECONDS, without loading the daemon for `status`
+TICK_SECONDS = 2.0  # corral.daemon.daemon_service.TICK_SECONDS, without loading the daemon for `status`
 
 
 @click.group(
@@ -47,7 +47,7 @@ def daemon() -> None:
 @pass_app
 def run(app: App, tick: float) -> None:
     """Run in the foreground until SIGTERM or Ctrl-C."""
-    from corral.daemon import service
+    from corral.daemon import daemon_service as service
 
     service.serve(
         corral_home(),

@@ -39,7 +39,7 @@ def worker(app: App, extra: tuple[str, ...]) -> None:
     from corral.engine.config import load_config
     from corral.engine.paths import corral_home, user_config_file
     from corral.engine.project import Project
-    from corral.worker.service import Worker
+    from corral.worker.worker_service import Worker
 
     # The person's own settings say what this host serves, never a repository's corral.toml.
     listed = [str(p) for p in load_config(user_file=user_config_file(), project_file=None)["worker_projects"]]

@@ -39,7 +39,6 @@ from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Op, Status, may, takes
 from corral.engine import remote, workspace
-from corral.engine.locks import task_lock
 from corral.engine.operations import reviewed
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
@@ -59,6 +58,7 @@ from corral.engine.recovery.merges import (
     without_flight,
 )
 from corral.engine.resolve import resolve_task
+from corral.engine.task_locks import task_lock
 from corral.errors import (
     STATUS_WORDS,
     AcceptRefused,

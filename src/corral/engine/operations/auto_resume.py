@@ -22,9 +22,9 @@ from corral.domain.explain import SAME_CAUSE_BREAKER
 from corral.domain.failures import NO_AUTO_RESUME
 from corral.domain.records import LAST_INTERRUPTION, RestingCause, Session, Task
 from corral.domain.status import Status
-from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.resolve import task_config
+from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, TaskBusy
 
 if TYPE_CHECKING:  # a lease is read only with the shared store

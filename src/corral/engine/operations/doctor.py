@@ -226,7 +226,7 @@ def check_sandbox_reads(project: Project, home: str | None = None) -> list[Check
             "sandbox",
             "warn",
             f"a confined turn and its post-turn check cannot see {', '.join(missing)} (your home is hidden)",
-            f"If they need it: corral config set sandbox_read_paths \"[{listed}]\"",
+            f'If they need it: corral config set sandbox_read_paths "[{listed}]"',
         )
     ]
 

@@ -36,7 +36,7 @@ from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.agent_tokens import Grant
 from corral.engine.runtime.protocol import Fence
 from corral.errors import AgentTokenInvalid, LeaseLost, OutOfScope, StoreError, UsageError
-from corral.store.protocol import Store, Tx
+from corral.store.contract import Store, Tx
 
 #: Tools (and CLI commands) an agent may aim at its direct subtasks only, never at its own task:
 #: accepting itself would skip its review, and editing itself would change what it was asked to do

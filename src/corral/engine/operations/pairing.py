@@ -40,12 +40,12 @@ from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine.config import harness_settings
-from corral.engine.locks import task_lock
 from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project
 from corral.engine.queue import owner
 from corral.engine.recovery.pairs import chat_held, end_chat, end_pair, hold_chat, pairing_lock, read_hold
 from corral.engine.resolve import resolve_task, task_config
+from corral.engine.task_locks import task_lock
 from corral.errors import ChatOpen, CorralError, HarnessMisconfigured, RefusedError
 
 

@@ -147,7 +147,7 @@ def show_task(
     now; the daemon's endpoint passes its short-lived ``LiveCache``), the task's and its children's.
     """
     from corral.engine import workspace  # what only one task's read needs: not loaded for ``list``
-    from corral.engine.read import incidents
+    from corral.engine.read import incident_views as incidents
     from corral.engine.recovery import merges
 
     observed: Observed = {}
@@ -211,7 +211,7 @@ def failures(
     max_bytes: int | None = None,
 ) -> Failures:
     """A task's incidents (its current session's by default): those needing action, or every one; one page."""
-    from corral.engine.read import incidents  # the journal's reader: only the incident reads load it
+    from corral.engine.read import incident_views as incidents  # the journal's reader: only the incident reads load it
 
     problems = _settle(project)
     with project.store.read() as tx:
@@ -238,7 +238,7 @@ def failures_of_log(
     max_bytes: int | None = None,
 ) -> Failures:
     """The incidents a log outside any task holds, scanned from its start (measurable beside others)."""
-    from corral.engine.read import incidents
+    from corral.engine.read import incident_views as incidents
 
     state = incidents.scan_log(Path(path), harness)
     doc = {**incidents.summary(state), "rows": incidents.rows(state, history=history, raw=raw)}

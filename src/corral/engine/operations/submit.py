@@ -12,10 +12,10 @@ from corral.domain.actors import Actor
 from corral.domain.record import record
 from corral.domain.status import Op, Status, check_operation, check_transition
 from corral.engine import workspace
-from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.remote import remote_name
 from corral.engine.resolve import resolve_task
+from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, GitError, RefusedError
 
 

@@ -43,17 +43,17 @@ from corral.domain.status import TERMINAL, Op, Status, check_operation, check_tr
 from corral.domain.team import TurnPlan
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import workspace
-from corral.engine.locks import task_lock
 from corral.engine.operations import dispatch, launch, preflight
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.queue import host_name, owner
 from corral.engine.read.diagnostics import Translator
-from corral.engine.read.incidents import permission_hold
+from corral.engine.read.incident_views import permission_hold
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime import branch_check
 from corral.engine.runtime import protocol as proto
+from corral.engine.task_locks import task_lock
 from corral.errors import (
     CorralError,
     HarnessMisconfigured,

@@ -41,9 +41,9 @@ from corral.domain.records import RESTORE_CONFLICT, RestingCause, Session, Task
 from corral.domain.status import Status
 from corral.domain.violations import shown_paths
 from corral.engine import workspace
-from corral.engine.locks import task_lock
 from corral.engine.project import Project
 from corral.engine.queue import owner
+from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, DestinationRestoreConflict, TaskBusy
 
 MARKER = "accept_in_flight_from"

@@ -3,7 +3,7 @@
 Run as ``python -m corral.engine.runtime.supervisor <protocol dir>``, in its own session
 and process group, so it outlives the CLI that started it. It composes one part per job:
 the status reporter (``status.json`` and its heartbeat), the upstream merge
-(:mod:`~corral.engine.runtime.sync`), the work phase (attempts, the retry ladder and the
+(:mod:`~corral.engine.runtime.upstream`), the work phase (attempts, the retry ladder and the
 watchdog), the post-turn check, the git facts and the receipt. It writes files only —
 never the database: the reconciler turns the receipt into the turn, its attempts and the
 status change. It holds no defaults of its own: every setting arrives in the typed command.
@@ -43,7 +43,7 @@ from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.ladder import WorkOutcome, WorkPhase
 from corral.engine.runtime.observer import TurnObserver
 from corral.engine.runtime.stopping import StopFlag, Stopped
-from corral.engine.runtime.sync import merge_upstream
+from corral.engine.runtime.upstream import merge_upstream
 from corral.engine.runtime.usage_pause import UsagePauses
 from corral.errors import UsageError
 

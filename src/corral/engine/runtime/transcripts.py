@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from corral.adapters.harness.base import Harness
     from corral.domain.records import Session, Task
     from corral.engine.project import Project
-    from corral.store.protocol import Tx
+    from corral.store.contract import Tx
 
 #: Where a task's shipped files keep its harness sessions' transcripts (never a path ``materialize`` fills).
 PREFIX = "transcripts/"

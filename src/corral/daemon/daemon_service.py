@@ -127,7 +127,7 @@ class Daemon:
         self.mcp_url: str | None = None
         self._served: Any = None  # the MCP endpoint (corral.mcp.http's Served)
         self.dashboard_url: str | None = None
-        self._dashboard: Any = None  # the web dashboard (corral.dashboard.app's Served)
+        self._dashboard: Any = None  # the web dashboard (corral.dashboard.web's Served)
         self._started = ""
         self._mcp_ready = threading.Event()
         self._mcp_thread: threading.Thread | None = None
@@ -211,7 +211,7 @@ class Daemon:
     def start_dashboard(self) -> None:
         """The web dashboard on its own port: loopback, unless ``corral dashboard --host`` asked for another."""
         try:
-            from corral.dashboard import app as dashboard
+            from corral.dashboard import web as dashboard
 
             host = daemons.take_dashboard_host(self.home) or dashboard.HOST
             self._dashboard = dashboard.start(self.home, host, self.log)
