@@ -404,6 +404,57 @@ def test_merge_files_made_links_never_let_corrals_merge_write_outside_the_sandbo
     assert victim.read_text() == "# the person's\n", victim.read_text()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="hole: the completeness check asks git, which reads every open quarantine (they are alternates of the "
+    "shared store): a commit naming a blob that lives only in another running turn's quarantine is verified, and "
+    "when that turn's objects are rejected the verified branch names a missing object",
+)
+def test_a_blob_found_only_in_another_turns_quarantine_never_completes_a_branch(
+    boxed: Any, box_env: Path, repo: Path, tmp_path: Path
+) -> None:
+    proj = boxed
+    content = b"print('lives in the other quarantine')\n"
+    blob = object_name("blob", content)
+    payload = stash(repo, "payload", content)
+    corrupt = stash(repo, "corrupt", loose("blob", b"EVIL\n"))
+    flag = repo / ".git" / "attack-release"
+    # B: writes the blob, and one object that fails the check; waits until A's turn is over.
+    box_env.write_text(
+        "#!/bin/sh\n"
+        'case "$PWD" in *holder*)\n'
+        f"  git hash-object -w {payload} >/dev/null\n"
+        f"  common=$(git rev-parse --git-common-dir)\n  mkdir -p $common/objects/ab && cp {corrupt} $common/objects/ab/"
+        + "c"
+        * 38
+        + "\n"
+        "  echo holding\n"
+        f"  while [ ! -e {flag} ]; do sleep 0.05; done ;;\n"
+        "*)\n"  # A: a tree naming the blob, which its own quarantine never holds
+        f"  t=$(printf '100644 app.py\\0' | cat - {stash(repo, 'oid', bytes.fromhex(blob))} "
+        "| git hash-object -w --literally -t tree --stdin)\n"
+        "  c=$(git commit-tree $t -p HEAD -m 'the app')\n  git update-ref HEAD $c\n"
+        f"  cp {payload} app.py ;;\n"
+        "esac\nexit 0\n"
+    )
+    holder = tasks.create(proj, "Holder", actor=Actor.HUMAN, harness="command")
+    turns.start(proj, holder.ref, actor=Actor.HUMAN)
+    until_logged(proj, holder, "holding")
+    taker = tasks.create(proj, "Taker", actor=Actor.HUMAN, harness="command")
+    turns.start(proj, taker.ref, actor=Actor.HUMAN)
+    finished(proj, taker.ref)
+    flag.write_text("")
+    finished(proj, holder.ref)
+    assert ok(repo, "cat-file", "-e", blob).returncode != 0  # the holder's objects never reached the store
+    branch = f"corral/{taker.ref}"
+    walk = ok(repo, "rev-list", "--objects", "--missing=print", branch)
+    missing = [line for line in walk.stdout.splitlines() if line.startswith("?")]
+    assert not missing, (
+        f"{branch} (verified: {git(repo, 'rev-parse', branch_check.verified_ref(taker.ref))}) names {missing}"
+    )
+
+
 # -- what held -----------------------------------------------------------------------------------
 
 
