@@ -200,11 +200,12 @@ def test_a_loose_tree_with_a_dot_git_entry_never_reaches_main(boxed: Any, box_en
     assert not any(p.startswith(".git/") for p in on_main), on_main
 
 
-MALFORMED = {
-    # A header git cannot parse ("blob 06"): the quarantine hashes the raw header and takes it.
-    "leading-zero-size": lambda: (b"note\n", b"blob 05"),
+#: case → (type, content, header as written; None: the true one).
+MALFORMED: dict[str, tuple[str, bytes, bytes | None]] = {
+    # A header git cannot parse ("blob 05", a leading zero): the quarantine hashes the raw header and takes it.
+    "leading-zero-size": ("blob", b"note\n", b"blob 05"),
     # A commit with no tree line names nothing the link check looks for.
-    "commit-without-tree": lambda: (b"author a <a@b> 0 +0000\ncommitter a <a@b> 0 +0000\n\nno tree\n", None),
+    "commit-without-tree": ("commit", b"author a <a@b> 0 +0000\ncommitter a <a@b> 0 +0000\n\nno tree\n", None),
 }
 
 
@@ -217,8 +218,7 @@ MALFORMED = {
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_a_malformed_object_never_reaches_the_store(boxed: Any, box_env: Path, repo: Path, case: str) -> None:
     proj = boxed
-    content, header = MALFORMED[case]()
-    kind = "commit" if case == "commit-without-tree" else "blob"
+    kind, content, header = MALFORMED[case]
     raw_header = header or b"%s %d" % (kind.encode(), len(content))
     name = hashlib.sha1(raw_header + b"\0" + content).hexdigest()
     planted = stash(repo, "malformed", loose(kind, content, raw_header))
