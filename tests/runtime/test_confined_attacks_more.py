@@ -76,12 +76,6 @@ def main_entries(repo: Path) -> list[tuple[str, str, str]]:
 # -- review during the turn ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: a diff shown during a turn reads the quarantine's objects unverified (an alternate), records "
-    "the tip as reviewed, and accept then merges that tip without asking although its blob changed underneath",
-)
 def test_a_review_during_the_turn_never_lets_accept_merge_content_it_did_not_show(
     boxed: Any, box_env: Path, repo: Path
 ) -> None:
@@ -290,12 +284,6 @@ def test_a_rejected_turn_leaves_the_persons_git_gc_working(boxed: Any, box_env: 
     assert gc.returncode == 0, gc.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: the worktree's index (.git/worktrees/<name>/index, writable inside, never checked) left as a FIFO "
-    "hangs the person's git gc for ever, and the turn's end for git_hook_timeout (corral's git diff against it)",
-)
 def test_an_index_left_as_a_fifo_hangs_nothing_outside(boxed: Any, box_env: Path, repo: Path) -> None:
     proj = boxed
     box_env.write_text(
@@ -345,13 +333,6 @@ def test_a_directory_where_the_branch_was_is_swept_and_the_branch_put_back(
     assert ok(repo, "symbolic-ref", "-q", branch).returncode != 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: the branch's reflog (logs/refs/heads/corral/, writable inside) can be a symbolic link; corral's "
-    "unconfined update-ref of the branch (the put-back, save_work) appends its reflog line through it, to any file "
-    "the person can write, and creates one that does not exist (as root: /etc/nologin, /etc/sudoers.d/…)",
-)
 def test_a_reflog_made_a_link_never_lets_corral_write_outside_the_sandbox(
     boxed: Any, box_env: Path, repo: Path, tmp_path: Path
 ) -> None:
@@ -371,13 +352,6 @@ def test_a_reflog_made_a_link_never_lets_corral_write_outside_the_sandbox(
     assert victim.read_text() == "# the person's\n", victim.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: the worktree's git directory (writable inside) can hold MERGE_MSG as a symbolic link; corral's "
-    "unconfined git merge there (sync, and the merge of the target before a turn) truncates and rewrites the file it "
-    "names with the merge message: any file the person can write (as root: /etc/passwd, corral's own store)",
-)
 def test_merge_files_made_links_never_let_corrals_merge_write_outside_the_sandbox(
     boxed: Any, box_env: Path, repo: Path, tmp_path: Path
 ) -> None:

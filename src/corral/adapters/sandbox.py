@@ -425,11 +425,15 @@ def sibling_refs(spec: SandboxSpec) -> list[str]:
         return []
     where, own = found
     out = []
-    for root, _dirs, files in os.walk(where):
-        for name in files:
-            path = Path(root, name)
-            if path != own and not name.endswith(".lock") and not name.startswith("."):
-                out.append(str(path))
+    # The reflogs beside the branch's own too (``logs/refs/heads/corral/*``): their directory is
+    # writable for the same reason, and another task's reflog is not this agent's to touch.
+    logs = Path(spec.git_common_dir or "", "logs", os.path.relpath(where, spec.git_common_dir or "/"))
+    for base, mine in ((where, own), (logs, logs / own.name)):
+        for root, _dirs, files in os.walk(base):
+            for name in files:
+                path = Path(root, name)
+                if path != mine and not name.endswith(".lock") and not name.startswith(".") and not path.is_symlink():
+                    out.append(str(path))
     return sorted(out)
 
 

@@ -16,12 +16,11 @@ from corral.adapters.process import environ_overlay
 from corral.cli.app import App, color_enabled
 from corral.cli.options import json_option, pass_app, streams
 from corral.cli.textinput import obtain
-from corral.engine import workspace
-from corral.engine.operations import queries, tasks
+from corral.engine.api import queries, tasks, workspace
 from corral.errors import CorralError, UsageError
 
 if TYPE_CHECKING:
-    from corral.engine.operations.reviewed import Moved
+    from corral.engine.api import Moved
 
 
 def _abandon(app: App, task: str, message: str | None, how: str) -> None:
@@ -118,7 +117,7 @@ def accept(app: App, task: str, tip: str | None, yes: bool) -> int:
 
     It streams: with --json its output is JSON Lines (see below), not one document.
     """
-    from corral.engine.operations import accept as accepting
+    from corral.engine.api import accept as accepting
 
     if tip is not None and yes:
         raise UsageError("--tip and --yes are two answers to one question.", hint="Give one of them.")
@@ -193,7 +192,7 @@ Examples:
 @pass_app
 def submit(app: App, task: str) -> None:
     """Push the task's branch to the configured remote for review there (→ submitted)."""
-    from corral.engine.operations.submit import submit as submitting
+    from corral.engine.api import submit as submitting
 
     result = submitting(app.project, task, actor=app.actor)
     app.answer(
@@ -231,6 +230,12 @@ def diff(app: App, task: str, stat: bool, no_pager: bool) -> None:
     with _git_colour(terminal and color_enabled(app.stdout)):
         result = tasks.diff(app.project, task, stat=stat, actor=app.actor, surface="cli")
     said = [f"{len(result.commits)} commit(s) on {result.task.branch} beyond its target, at {result.tip[:12]}:"]
+    if result.unverified:
+        said.insert(
+            0,
+            "Not yet verified: the agent's turn is still writing this work (its objects are checked when it "
+            "ends), so this view is not taken as your review; accept will show these commits again.",
+        )
     said += [f"  {line}" for line in result.commits]
     said.append("")
     if result.text:
@@ -254,6 +259,7 @@ def diff(app: App, task: str, stat: bool, no_pager: bool) -> None:
             "commits": result.commits,
             "diff": result.text,
             "uncommitted": list(result.uncommitted),
+            "unverified": result.unverified,
         },
         said,
         keep_sgr=terminal,
@@ -323,10 +329,8 @@ def delete(app: App, task: str, yes: bool) -> None:
 def _confirm_delete(app: App, given: str) -> None:
     """Ask on a terminal; without one, refuse. A task that may not be deleted is refused before asking."""
     from corral.domain.status import Op, check_operation
-    from corral.engine.resolve import resolve_task
 
-    with app.project.store.read() as tx:
-        found = resolve_task(tx, given)
+    found = queries.find_task(app.project, given)
     check_operation(Op.DELETE, found.status, found.ref, hint=f"Close it first: corral close {found.ref} -m 'why'")
     ref = found.ref
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
@@ -350,7 +354,7 @@ Examples:
 @pass_app
 def pair(app: App, task: str) -> int:
     """Work interactively with the agent in the task's worktree (→ pairing, then back to review)."""
-    from corral.engine.operations.pairing import pair as pairing
+    from corral.engine.api import pair as pairing
 
     result = pairing(app.project, task, actor=app.actor)
     app.answer(
@@ -378,7 +382,7 @@ Examples:
 @pass_app
 def chat(app: App, task: str) -> int:
     """Talk with the agent interactively, read-only; the task's status does not change."""
-    from corral.engine.operations.pairing import chat as chatting
+    from corral.engine.api import chat as chatting
 
     code = chatting(app.project, task)
     app.answer({"exit_code": code})  # the conversation was the text

@@ -215,6 +215,7 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
             branch=branch,
             target=None,
             turn="pair",
+            worktree=session.worktree,
         )
         after = git.rev_parse(f"refs/heads/{branch}", cwd=project.repo)
         commits = (

@@ -384,6 +384,9 @@ class Diff:
     text: str
     #: Paths the worktree holds uncommitted: not part of the diff, nor of what accept merges.
     uncommitted: tuple[str, ...] = ()
+    #: The tip is not yet verified (a confined turn's work, read while it runs, before its objects and
+    #: branch are checked): shown, but not recorded as reviewed, so accept asks about it afterwards.
+    unverified: bool = False
 
 
 def diff(
@@ -427,9 +430,23 @@ def diff(
     text = reviewed.review_diff(project, base, tip, stat=stat)
     worktree = session.worktree if live is not None and session.worktree and Path(session.worktree).is_dir() else None
     uncommitted = tuple(git.dirty_paths(worktree)) if worktree is not None else ()
+    unverified = False
     if live is not None:  # an archived tip has no branch to accept: a finished task's row is left as it is
-        reviewed.record_shown(project, task.id, tip, reviewed.viewer(actor, caller_task_id), surface)
-    return Diff(task, base, tip, commits, text, uncommitted)
+        from corral.engine.runtime.branch_check import verified_tip
+
+        # Only a tip corral verified is what a person reviewed: the objects of one a turn is still writing
+        # are read unchecked (its quarantine), and their bytes may differ once the turn ends.
+        verified = verified_tip(git, repo, task.ref)
+        unverified = verified is not None and verified != tip
+        # What the person can have reviewed is the verified tip: commits beyond it are named by accept again.
+        reviewed.record_shown(
+            project,
+            task.id,
+            verified if unverified and verified else tip,
+            reviewed.viewer(actor, caller_task_id),
+            surface,
+        )
+    return Diff(task, base, tip, commits, text, uncommitted, unverified)
 
 
 def delete(project: Project, given: str, *, actor: Actor) -> Task:

@@ -113,6 +113,7 @@ def _settle_pair_objects(project: Project, task: Task, quarantine_id: object) ->
         branch=task.branch,
         target=None,
         turn="pair",
+        worktree=project.paths.worktree(task.ref),
     )
 
 
@@ -125,7 +126,7 @@ def sweep_stale_pairs(project: Project) -> int:
     """
     with project.store.read() as tx:
         pairing = tx.tasks([Status.PAIRING])
-        records = [p for p in tx.processes() if p.kind == "pair"] if pairing and project.database_url else []
+        records = [p for p in tx.processes() if p.kind == "pair"] if pairing and project.placement.other_hosts() else []
     if records:
         from corral.engine.queue import owner
 

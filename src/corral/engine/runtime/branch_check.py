@@ -267,11 +267,13 @@ def after_confined(
     branch: str,
     target: str | None,
     turn: int | str,
+    worktree: str | Path | None = None,
 ) -> tuple[quarantine.ObjectsReport | None, RefMove | None, str | None]:
     """After an agent wrote in a task's worktree (a turn, a pair): its quarantined objects verified
     and moved (when it had a quarantine), then its branch checked. (objects, finding, error); never raises."""
     objects = None
     try:
+        scrub(git, worktree or repo, branch)  # links and FIFOs the agent left where corral's git writes: gone first
         if common_dir and quarantine_id:
             objects = quarantine.settle(git, repo, common_dir, quarantine_id)
     except (GitError, OSError) as exc:
@@ -295,6 +297,7 @@ def after_confined(
 def on_branch(git: Git, repo: str | Path, worktree: str | Path, branch: str) -> None:
     """Before corral commits through a task worktree's ``HEAD`` (a merge of the target): the branch
     is a plain ref to a commit (a symbolic ref put back first), and ``HEAD`` names it; else GitError."""
+    scrub(git, worktree, branch)
     ensure(git, repo, branch)
     head = git.run("symbolic-ref", "--quiet", "HEAD", cwd=worktree, check=False).stdout.strip()
     if head != f"refs/heads/{branch}":
@@ -302,3 +305,66 @@ def on_branch(git: Git, repo: str | Path, worktree: str | Path, branch: str) -> 
             f"The worktree {worktree} is not on its task's branch {branch} (its HEAD: {head[:200] or 'detached'}).",
             hint=f"Check it out again there: git -C {worktree} switch {branch}",
         )
+
+
+def _own_git_dir(worktree: str | Path) -> Path | None:
+    """A linked worktree's own git directory, read from its ``.git`` file (pinned read-only inside
+    the sandbox, so the agent's word is not taken for where it is); None for a main checkout."""
+    dot = Path(worktree) / ".git"
+    try:
+        line = dot.read_text(encoding="utf-8", errors="replace").strip() if dot.is_file() else ""
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    where = Path(line.removeprefix("gitdir:").strip())
+    return where if where.is_absolute() else Path(worktree) / where
+
+
+def scrub(git: Git, worktree: str | Path, branch: str) -> list[str]:
+    """Before corral's unconfined git acts in a task's worktree: what the agent could have left in
+    the git files it may write — the worktree's own git directory (``MERGE_MSG``, ``logs/HEAD``,
+    ``index``…) and the directories of the task branches' refs and reflogs — that git would write
+    *through* (a symbolic link: a merge or a reflog line would land anywhere the person can write)
+    or block on (a FIFO, a socket, a device) is removed, never followed or opened. An index that
+    went is made again from the branch's tip. The paths removed (for the report)."""
+    import os
+    import stat
+
+    removed: list[str] = []
+    places: list[Path] = []
+    own = _own_git_dir(worktree)
+    if own is not None:
+        places.append(own)
+    common = own.parent.parent if own is not None and own.parent.name == "worktrees" else None
+    if common is not None:
+        ref_dir = os.path.dirname(f"refs/heads/{branch}")
+        places += [common / ref_dir, common / "logs" / ref_dir]
+    index_gone = False
+    for place in places:
+        try:
+            if stat.S_ISLNK(os.lstat(place).st_mode):
+                continue  # a place that is itself a link is never walked (it is not the agent's to make)
+        except OSError:
+            continue
+        for root, dirs, files in os.walk(place, followlinks=False):
+            for name in [*files, *dirs]:
+                path = Path(root, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                except OSError:
+                    continue
+                if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                    continue
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+                removed.append(str(path))
+                if own is not None and path == own / "index":
+                    index_gone = True
+    if index_gone:
+        tip = git.rev_parse(f"refs/heads/{branch}", cwd=worktree)
+        if tip is not None:
+            git.run("read-tree", tip, cwd=worktree, check=False)
+    return removed
