@@ -37,6 +37,8 @@ LAYERS = {
 }
 #: The engine's rooms, lowest first; modules at the engine's root are the house (room 0).
 ROOMS = {"runtime": 1, "read": 2, "recovery": 3, "operations": 4}
+# The front door (corral.engine.api) re-exports from every room, so it sits above them all.
+DOOR_ROOM = {"api": 5}
 # Modules at the package root that are not a layer of their own.
 ROOT_MODULES = {"__init__": 0, "__main__": 5}
 
@@ -182,7 +184,7 @@ def _room_of(dotted: str) -> int | None:
         return None
     if len(parts) == 2:
         return 0
-    return ROOMS.get(parts[2], 0)
+    return ROOMS.get(parts[2], DOOR_ROOM.get(parts[2], 0))
 
 
 ENGINE = [p for p in MODULES if _dotted(p).startswith("corral.engine")]

@@ -34,11 +34,11 @@ from corral.domain.actors import Actor
 from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.records import SCHEMA_VERSION
 from corral.domain.sanitize import display
-from corral.engine.project import Project, default_actor
+from corral.engine.api import Project, default_actor
 from corral.errors import CorralError
 
 if TYPE_CHECKING:
-    from corral.engine.operations.gates import Caller
+    from corral.engine.api import Caller
 
 Text = str | Iterable[str]  # one string, or lines
 
@@ -86,7 +86,7 @@ class App:
         """Who runs this command: a person (``CORRAL_ACTOR`` aside), or, inside a turn's process
         tree, that turn's agent, named by the token its supervisor put in the environment."""
         if self._caller is None:
-            from corral.engine.operations.gates import Caller, agent_of_token, fenced  # the CLI's start stays lean
+            from corral.engine.api import Caller, agent_of_token, fenced
 
             token = os.environ.get(TOKEN_ENV, "").strip()
             self._caller = agent_of_token(self.project, token) if token else Caller(default_actor())
@@ -108,7 +108,7 @@ class App:
         if not agent and not (isinstance(named, str) and _changes(command)):
             return
         caller = self.caller
-        from corral.engine.operations import gates
+        from corral.engine.api import gates
 
         if command == "create":
             params["parent"] = gates.parent_for_create(caller, params.get("parent"), self.project)
@@ -218,7 +218,7 @@ class App:
 
 
 def _changes(command: str) -> bool:
-    from corral.engine.resolve import Reach, reach
+    from corral.engine.api import Reach, reach
 
     return reach(command) is not Reach.READS
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.domain.sanitize import display
-from corral.engine.project import Project
+from corral.engine.api import Project
 from corral.errors import RepositoryCopied
 
 CHOICES = {"a": "attach", "attach": "attach", "f": "fresh", "fresh": "fresh"}

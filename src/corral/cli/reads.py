@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from corral.cli.app import App
 from corral.cli.render import list_lines, show_lines
 from corral.domain.agent_tools import TOKEN_ENV
-from corral.engine.operations import queries
-from corral.engine.read.projection import as_tree
+from corral.engine.api import as_tree, queries
 
 #: ``list``'s filters: flag -> the value of its one ``which`` parameter.
 LIST_FILTERS = {"--active": "active", "--blocked": "blocked", "--all": "all"}

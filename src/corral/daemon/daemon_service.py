@@ -41,16 +41,22 @@ from typing import Any
 from corral.adapters.files import open_private
 from corral.adapters.locks import lock
 from corral.domain.clock import rfc3339, utcnow
-from corral.engine import daemons
-from corral.engine.daemons import DaemonState
-from corral.engine.identity import holds, project_states, read_record
-from corral.engine.operations import notify
-from corral.engine.operations.refresh import settle
-from corral.engine.paths import corral_home, make_private_dir
-from corral.engine.project import Project
-from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.liveness import supervisor_pids
-from corral.engine.runtime.processes import signal_daemon
+from corral.engine.api import (
+    DaemonState,
+    Project,
+    corral_home,
+    daemons,
+    holds,
+    make_private_dir,
+    notify,
+    project_states,
+    read_record,
+    read_state_file,
+    settle,
+    signal_daemon,
+    supervisor_pids,
+    write_state_file,
+)
 from corral.errors import CorralError, DaemonRunning
 
 __all__ = ["PRUNE_SECONDS", "TICK_SECONDS", "Daemon", "DaemonState", "Slot", "serve"]
@@ -179,7 +185,7 @@ class Daemon:
     def write_state(self) -> None:
         if not self._mcp_ready.is_set():
             return
-        proto.write_json(
+        write_state_file(
             daemons.state_file(self.home),
             {
                 "pid": os.getpid(),
@@ -341,7 +347,7 @@ class Daemon:
         fd = lock(path, LOCK_RETRY)
         if fd is not None:
             return fd
-        old = proto.read_raw(project.paths.daemon_state) or {}
+        old = read_state_file(project.paths.daemon_state) or {}
         pid, started = old.get("pid"), old.get("started_at")
         repo = str(project.repo)
         if not isinstance(pid, int) or not isinstance(started, str):
@@ -406,7 +412,7 @@ class Daemon:
 
     def prune_once(self, slot: Slot) -> None:
         """Remove diagnostics past 90 days (never worktrees: that is `corral prune`'s, run by a person)."""
-        from corral.engine.operations.prune import prune_diagnostics
+        from corral.engine.api import prune_diagnostics
 
         repo = slot.repo
         try:
@@ -425,11 +431,11 @@ class Daemon:
     def clear_marks(self) -> None:
         """A clean stop takes back the wait markers this daemon wrote (helper B's bookkeeping)."""
         try:
-            from corral.engine.runtime import agent_marks
+            from corral.engine.api import clear_owned
         except ImportError:
             return
         for slot in self.slots.values():
-            self.guarded("clear-marks", partial(agent_marks.clear_owned, slot.project, os.getpid()), slot)
+            self.guarded("clear-marks", partial(clear_owned, slot.project, os.getpid()), slot)
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -503,8 +509,7 @@ class Daemon:
 def _shared_store(checkout: str) -> bool:
     """Whether the person's settings keep this checkout's tasks in the shared PostgreSQL store (``database_url``):
     such a project has no ``corral.db``, and whether it is served is the store's to decide, reached or not."""
-    from corral.engine.config import load_config
-    from corral.engine.paths import user_config_file
+    from corral.engine.api import load_config, user_config_file
 
     try:
         config = load_config(user_file=user_config_file(), project_file=Path(checkout) / "corral.toml", strict=False)

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from corral.adapters.http_server import allowed_hosts
-from corral.engine import daemons
+from corral.engine.api import daemons
 from corral.errors import CorralError
 
 CSP = (

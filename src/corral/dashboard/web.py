@@ -35,9 +35,7 @@ from corral.dashboard import security, views
 from corral.dashboard.html import Markup, tag
 from corral.domain.actors import Actor
 from corral.domain.record import record
-from corral.engine.identity import project_states, read_record
-from corral.engine.project import Project
-from corral.engine.runtime.liveness import LiveCache
+from corral.engine.api import LiveCache, Project, project_states, read_record
 from corral.errors import CorralError, TipMoved
 
 HOST = "127.0.0.1"
@@ -174,10 +172,10 @@ class Hub:
         return (await self.stamp(), live)
 
     def render_board(self) -> Markup:
-        from corral.engine.operations.board import activity, board
+        from corral.engine.api import activity, board
 
         pairs, problems, names = self.homes.opened()
-        doc = board(pairs, settle=False).to_json()
+        doc = board.board(pairs, settle=False).to_json()
         doc["problems"] = problems + doc["problems"]
         self.working = any(g["needs"] == "working" and g["rows"] for g in doc["groups"])
         return views.board_fragment(doc, names, activity(pairs))
@@ -197,7 +195,7 @@ class Hub:
     # -- a task ---------------------------------------------------------------------------------------
 
     def show(self, state: str, given: str) -> dict[str, Any]:
-        from corral.engine.operations import queries
+        from corral.engine.api import queries
 
         project = self.homes.get(state)
 
@@ -227,7 +225,7 @@ class Hub:
         """The task's diff as ``corral diff`` reads it, its tip recorded as shown to a person and carried by the
         page, so its Accept merges that tip and no other (docs/dashboard.md#accept)."""
         from corral.domain.clock import rfc3339
-        from corral.engine.operations import tasks
+        from corral.engine.api import queries, tasks
 
         project = self.homes.get(state)
         try:
@@ -235,8 +233,7 @@ class Hub:
         except CorralError as exc:
             return tag("p", exc.message, class_="meta")
         shown = views.diff_fragment(found.tip, found.commits, found.text, found.uncommitted)
-        with project.store.read() as tx:
-            after = tx.get_task(task_id)
+        after = queries.task_row(project, task_id)
         if after is not None:  # recording the tip touched the row: this render stands for the row as it is now
             self._diff_rows[task_id] = (rfc3339(after.updated_at) or "", after.status.value)
         return shown
@@ -267,12 +264,12 @@ class Follower:
         self.harness: Any = None
 
     def poll(self) -> list[tuple[str, str]]:
-        from corral.engine.read import logs as turn_logs
+        from corral.engine.api import logs as turn_logs
+        from corral.engine.api import queries
 
         project = self.hub.homes.get(self.state)
         now = turn_logs.current(project, self.task_id)
-        with project.store.read() as tx:
-            task = tx.get_task(self.task_id)
+        task = queries.task_row(project, self.task_id)
         if task is None:
             return []
         available = turn_logs.log_turns(project, task)
@@ -297,7 +294,7 @@ class Follower:
         return out
 
     def _lines(self, pieces: list[Any]) -> list[tuple[str, str]]:
-        from corral.engine.read import logs as turn_logs
+        from corral.engine.api import logs as turn_logs
 
         out: list[tuple[str, str]] = []
         for piece in pieces:
@@ -321,7 +318,7 @@ ACTIONS = tuple(op.value for op in views.BUTTONS)
 
 def _act(hub: Hub, state: str, task_id: str, action: str, form: dict[str, list[str]]) -> Markup:
     """One action, as the CLI's command does it; the flash line that says what happened."""
-    from corral.engine.operations import control, tasks, turns
+    from corral.engine.api import control, tasks, turns
 
     project = hub.homes.get(state)
     message = (form.get("message") or [""])[0].replace("\r\n", "\n").strip()
@@ -361,7 +358,7 @@ def _accept(hub: Hub, state: str, task_id: str, tip: str | None = None, ref: str
 
     ``tip``: the commit the page's diff showed. It is the one merged; a branch that moved since is
     refused (there is no one to ask here), and the page's diff is read again to show what came."""
-    from corral.engine.operations import accept as accepting
+    from corral.engine.api import accept as accepting
 
     events = hub.narration[task_id] = []
     try:

@@ -1,6 +1,6 @@
 """The task agents' door: MCP over streamable HTTP on loopback, served by the daemon, the caller known by its token.
 
-Every turn corral launches gets a bearer token (:mod:`corral.engine.runtime.agent_tokens`);
+Every turn corral launches gets a bearer token (the engine's ``find_grant``);
 its grant names the caller's task and project, and nothing a request says can change that:
 there is one endpoint, ``/mcp``, and no task in the URL. A request without a live token is
 answered 401 before the SDK sees it; each tool call checks the token again, so a turn that
@@ -26,9 +26,7 @@ from typing import Any
 
 from corral.adapters.http_server import allowed_hosts
 from corral.domain.record import record
-from corral.engine.operations import gates
-from corral.engine.runtime import agent_tokens
-from corral.engine.runtime.liveness import LiveCache
+from corral.engine.api import LiveCache, find_grant, gates
 from corral.mcp.server import Projects, build
 from corral.mcp.tools import Calling
 
@@ -80,7 +78,7 @@ class Guard:
             )
             return
         token = bearer(headers)
-        grant = agent_tokens.find(self.home, token) if token is not None else None
+        grant = find_grant(self.home, token) if token is not None else None
         if grant is None:
             await _deny(send, 401, "agent-token-invalid", "A bearer token corral minted for a running turn is needed.")
             return

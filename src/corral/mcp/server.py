@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral.engine.project import Project
+from corral.engine.api import Project
 from corral.errors import CorralError, UsageError
 from corral.mcp.tools import TOOLS, Args, Calling, visible
 
@@ -113,11 +113,11 @@ def build(resolve: Resolve, name: str = "corral") -> Any:
             calling = await off(lambda: resolve(ctx))
             args = Args(tool.name, params.arguments)
             if tool.agents_only and not calling.caller.is_agent:
-                from corral.engine.operations.gates import require_agent
+                from corral.engine.api import require_agent
 
                 require_agent(calling.caller, tool.name)
             if not tool.read_only and calling.caller.fence is not None:
-                from corral.engine.operations.gates import hold_fence
+                from corral.engine.api import hold_fence
 
                 # A worker's turn that lost its lease starts nothing (a push, a merge, a file); each store
                 # write checks the fence again in its own transaction.

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.actors import Actor
-from corral.engine.operations.gates import person
+from corral.engine.api import person
 from corral.mcp.server import Projects, build
 from corral.mcp.tools import Calling
 

@@ -29,11 +29,7 @@ from corral.domain.record import record, replace
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
 from corral.domain.status import Op, takes
-from corral.engine.operations import control, gates, queries, shell, tasks, turns
-from corral.engine.operations.gates import Caller
-from corral.engine.project import Project
-from corral.engine.read import notices
-from corral.engine.runtime.liveness import LiveCache, LiveOf
+from corral.engine.api import Caller, LiveCache, LiveOf, Project, control, gates, notices, queries, shell, tasks, turns
 from corral.errors import UsageError
 
 #: How often a blocking tool looks again.
@@ -236,7 +232,7 @@ def _stop(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _sync(c: Calling, a: Args) -> dict[str, Any]:
-    from corral.engine.operations.sync import sync
+    from corral.engine.api import sync
 
     task = _target(c, "sync", a)
     result = sync(c.project(), task.id, actor=c.caller.actor)
@@ -291,7 +287,7 @@ def _list(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _logs(c: Calling, a: Args) -> dict[str, Any]:
-    from corral.engine.read import logs as turn_logs
+    from corral.engine.api import logs as turn_logs
 
     task = _target(c, "logs", a)
     project = c.project()
@@ -329,11 +325,11 @@ def _diff(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _accept(c: Calling, a: Args) -> dict[str, Any]:
-    from corral.engine.operations.accept import accept
+    from corral.engine.api import accept
 
     task = _target(c, "accept", a)
     # No one to ask here: a branch moved since this caller's diff is refused (tip-moved) unless ``tip`` pins it.
-    done = accept(c.project(), task.id, actor=c.caller.actor, caller_task_id=c.caller.task_id, tip=a.text("tip"))
+    done = accept.accept(c.project(), task.id, actor=c.caller.actor, caller_task_id=c.caller.task_id, tip=a.text("tip"))
     extra: dict[str, Any] = {"commit": done.commit, "already_accepted": done.already, "warning": done.warning}
     if done.conflict is not None:
         extra["restore_conflict"] = done.conflict.to_json()
@@ -341,7 +337,7 @@ def _accept(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _submit(c: Calling, a: Args) -> dict[str, Any]:
-    from corral.engine.operations.submit import submit
+    from corral.engine.api import submit
 
     task = _target(c, "submit", a)
     done = submit(c.project(), task.id, actor=c.caller.actor)
@@ -363,7 +359,7 @@ def _reopen(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _comment(c: Calling, a: Args) -> dict[str, Any]:
-    from corral.engine.read.projection import note_json
+    from corral.engine.api import note_json
 
     task = _target(c, "comment", a)
     note = tasks.comment(c.project(), task.id, a.need("body"), actor=c.caller.actor)
@@ -371,7 +367,7 @@ def _comment(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _journal(c: Calling, a: Args) -> dict[str, Any]:
-    from corral.engine.read.projection import note_json
+    from corral.engine.api import note_json
 
     task = _target(c, "journal", a)
     entry = a.text("entry")
@@ -382,13 +378,13 @@ def _journal(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _update_progress(c: Calling, a: Args) -> dict[str, Any]:
-    from corral.engine.runtime import agent_marks
+    from corral.engine.api import post_progress
 
     own = gates.require_agent(c.caller, "update_progress")
     raw = a.raw.get("message")
     if not isinstance(raw, str):
         raise a._bad("message", "a string")
-    posted = agent_marks.post_progress(c.project(), own, sanitize_field(raw))
+    posted = post_progress(c.project(), own, sanitize_field(raw))
     return {"message": posted.message, "truncated": posted.truncated}
 
 
@@ -427,7 +423,7 @@ def _fresh(c: Calling) -> Project:
     keep its own projects settled)."""
     project = c.project()
     if c.settles:
-        from corral.engine.operations.refresh import settle
+        from corral.engine.api import settle
 
         settle(project)
     return project
@@ -441,12 +437,11 @@ def _tracking(c: Calling, targets: Sequence[str]) -> Any:
     """The caller's wait marker and interval while it waits (an agent's only: a builder has no turn)."""
     if not c.caller.is_agent or c.caller.task_id is None:
         return nullcontext(lambda _outcome: None)
-    from corral.engine.runtime import agent_marks
+    from corral.engine.api import track_wait
 
     project = c.project()
-    with project.store.read() as tx:
-        current = tx.current_command(c.caller.task_id)
-    return agent_marks.track_wait(project, c.caller.task_id, list(targets), current.sequence + 1 if current else None)
+    current = queries.current_command(project, c.caller.task_id)
+    return track_wait(project, c.caller.task_id, list(targets), current.sequence + 1 if current else None)
 
 
 async def _wait(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitable[Any]]) -> dict[str, Any]:
@@ -456,8 +451,7 @@ async def _wait(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitabl
 
     def look() -> Task:
         project = _fresh(c)
-        with project.store.read() as tx:
-            now = tx.get_task(task.id) or task
+        now = queries.task_row(project, task.id) or task
         notices.deliver(project, now, NOTICE_CHANNEL, lambda n: shown.append(n.to_json()), project.clock())
         return now
 
@@ -494,8 +488,7 @@ async def _ask(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitable
 
     def look() -> Any:
         project = _fresh(c)
-        with project.store.read() as tx:
-            return tx.turn_by_command(started.launched.command_id, Role.AGENT)
+        return queries.turn_by_command(project, started.launched.command_id, Role.AGENT)
 
     import anyio
 

@@ -30,12 +30,8 @@ from typing import Any
 from corral.adapters.jobs import Dispatch
 from corral.adapters.locks import try_lock
 from corral.domain.clock import rfc3339, utcnow
-from corral.domain.team import BEATS_PER_LEASE, Lease, LeaseState, WorkerState
-from corral.engine.operations import claimed
-from corral.engine.operations.refresh import settle
-from corral.engine.project import Project
-from corral.engine.queue import host_name, worker_id
-from corral.engine.runtime import usage_pause
+from corral.domain.team import BEATS_PER_LEASE, Lease, WorkerState
+from corral.engine.api import Project, claimed, host_name, queries, roster, settle, share_usage_pauses, worker_id
 from corral.errors import CorralError, RefusedError, UsageError
 
 #: How often the worker settles each project (lost workers' turns, auto-resume). The turns it runs
@@ -91,14 +87,14 @@ class Worker:
     # -- heartbeat ---------------------------------------------------------------------------
     def beat(self, state: WorkerState | None = None) -> None:
         for project in self.projects.values():
-            with project.store.write() as tx:
-                tx.beat_worker(
-                    self.me.id,
-                    host=self.host,
-                    pid=os.getpid(),
-                    state=state or self.state,
-                    lease_seconds=self.lease_seconds,
-                )
+            roster.beat(
+                project,
+                self.me.id,
+                host=self.host,
+                pid=os.getpid(),
+                state=state or self.state,
+                lease_seconds=self.lease_seconds,
+            )
 
     def heartbeat_loop(self) -> None:
         interval = self.lease_seconds / BEATS_PER_LEASE
@@ -111,7 +107,7 @@ class Worker:
         shared (or a beat that failed) must never leave a fenced-off agent running or a turn unwatched."""
         self._step(self.beat)
         for project in self.projects.values():
-            self._step(usage_pause.share, project)
+            self._step(share_usage_pauses, project)
         with self.lock:
             mine = dict(self.running)
         for key, project in self.projects.items():
@@ -190,8 +186,7 @@ class Worker:
             again = {t: self.running[t][1] for t in self.unwatched if t in self.running and self.running[t][0] == key}
         if not again:
             return
-        with project.store.read() as tx:
-            held = {task_id: tx.lease(task_id) for task_id in again}
+        held = queries.leases_of(project, again)
         for task_id, epoch in again.items():
             lease = held[task_id]
             if lease is None or lease.epoch != epoch or not lease.claimed or lease.worker_id != self.me.id:
@@ -205,8 +200,7 @@ class Worker:
     def adopt(self) -> None:
         """The turns this worker claimed before a restart: followed to their end again."""
         for project in self.projects.values():
-            with project.store.read() as tx:
-                mine = [lease for lease in tx.leases([LeaseState.CLAIMED]) if lease.worker_id == self.me.id]
+            mine = queries.claimed_by(project, self.me.id)
             for lease in mine:
                 assert project.identity is not None
                 with self.lock:

@@ -71,8 +71,7 @@ def complete_refs(ctx: click.Context, incomplete: str) -> list[Any]:
     """Task refs starting with ``incomplete``, unfinished ones first; nothing when there is no store."""
     from click.shell_completion import CompletionItem
 
-    from corral.engine.config import lenient
-    from corral.engine.project import Project
+    from corral.engine.api import Project, lenient, queries
     from corral.store import SQLiteStore
 
     app = ctx.find_object(App)
@@ -88,8 +87,7 @@ def complete_refs(ctx: click.Context, incomplete: str) -> list[Any]:
                 return []
             store = SQLiteStore(db, create=False)
         try:
-            with store.read() as tx:
-                tasks = tx.tasks()
+            tasks = queries.every_task(store)
         finally:
             store.close()
     except Exception:  # completion never prints an error into the person's command line

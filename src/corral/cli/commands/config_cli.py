@@ -19,7 +19,7 @@ import click
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.domain.settings import BY_NAME, SETTINGS, Setting, SettingValue, lookup, toml_comment, toml_value
-from corral.engine.config import (
+from corral.engine.api import (
     PROJECTS_TABLE,
     SCOPES,
     Config,
@@ -33,9 +33,9 @@ from corral.engine.config import (
     proposals,
     read_toml,
     scope_target,
+    user_config_file,
     write_setting,
 )
-from corral.engine.paths import user_config_file
 from corral.errors import ConfigError, CorralError, NotARepository, UsageError
 
 _SCOPE_HELP = (

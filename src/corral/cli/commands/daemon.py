@@ -13,9 +13,7 @@ import click
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import event_text
-from corral.engine import daemons
-from corral.engine.daemons import DaemonState
-from corral.engine.paths import corral_home
+from corral.engine.api import DaemonState, corral_home, daemons
 
 TICK_SECONDS = 2.0  # corral.daemon.daemon_service.TICK_SECONDS, without loading the daemon for `status`
 

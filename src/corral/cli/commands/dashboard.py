@@ -9,8 +9,7 @@ import click
 from corral.adapters.http_server import LOOPBACK
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.engine import daemons
-from corral.engine.paths import corral_home
+from corral.engine.api import corral_home, daemons
 from corral.errors import CorralError
 
 

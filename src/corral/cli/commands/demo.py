@@ -23,9 +23,8 @@ from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import timeline
 from corral.domain.actors import Actor
-from corral.engine.operations import accept as accepting
-from corral.engine.operations import control, queries, tasks, turns
-from corral.engine.project import Project
+from corral.engine.api import Project, control, queries, tasks, turns
+from corral.engine.api import accept as accepting
 from corral.errors import UsageError
 from corral.testing.fake_agent import wrapper_script
 

@@ -9,7 +9,7 @@ import click
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import incident_line
-from corral.engine.operations import queries
+from corral.engine.api import queries
 from corral.errors import UsageError
 
 HARNESSES = ("claude", "codex", "pi")

@@ -6,8 +6,8 @@ import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.engine.config import lenient
-from corral.engine.operations import doctor as doctor_checks
+from corral.engine.api import doctor as doctor_checks
+from corral.engine.api import lenient
 
 
 @click.command(

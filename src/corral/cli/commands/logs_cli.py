@@ -21,9 +21,8 @@ from corral.cli.render import local_time
 from corral.domain.clock import rfc3339
 from corral.domain.records import Task
 from corral.domain.substate import retry_summary
-from corral.engine.operations import queries
-from corral.engine.read import logs as turn_logs
-from corral.engine.read.logs import AttemptStart, Line, TurnFacts, TurnLog
+from corral.engine.api import AttemptStart, Line, TurnFacts, TurnLog, queries
+from corral.engine.api import logs as turn_logs
 from corral.errors import UsageError
 
 #: How often a follower looks for more output, and asks whether the turn still runs when there is none.

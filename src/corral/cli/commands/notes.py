@@ -9,8 +9,7 @@ from corral.cli.options import json_option, pass_app
 from corral.cli.render import local_time
 from corral.cli.textinput import obtain
 from corral.domain.clock import rfc3339
-from corral.engine.operations import tasks
-from corral.engine.read.projection import note_json
+from corral.engine.api import note_json, tasks
 from corral.errors import UsageError
 
 

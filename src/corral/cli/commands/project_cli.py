@@ -13,9 +13,7 @@ import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.engine import identity
-from corral.engine.paths import corral_home
-from corral.engine.project import Project
+from corral.engine.api import Project, corral_home, identity
 from corral.errors import RefusedError, RepositoryCopied
 
 

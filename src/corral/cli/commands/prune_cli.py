@@ -6,7 +6,7 @@ import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.engine.operations import prune as pruning
+from corral.engine.api import prune as pruning
 
 
 @click.command(

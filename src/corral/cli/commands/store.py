@@ -89,7 +89,7 @@ CORRAL_DATABASE_URL. Refused while the daemon runs or a turn is working, unless 
 @pass_app
 def store_migrate(app: App, to: str, replace: bool, force: bool) -> None:
     """Copy every record to PostgreSQL or back to SQLite, verified by counts and a checksum."""
-    from corral.engine.operations.store_migrate import migrate
+    from corral.engine.api import migrate
 
     done = migrate(app.project, to, replace=replace, force=force)
     rows = ", ".join(f"{n} {table}" for table, n in done.copied.counts.items())

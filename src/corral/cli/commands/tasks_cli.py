@@ -8,7 +8,7 @@ from corral.cli import reads
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.domain.settings import toml_value
-from corral.engine.operations import queries
+from corral.engine.api import queries
 
 
 @click.command(
@@ -47,7 +47,7 @@ def create(
     target: str | None,
 ) -> None:
     """Create a task in backlog."""
-    from corral.engine.operations import tasks  # not needed by list and show
+    from corral.engine.api import tasks
 
     task = tasks.create(
         app.project,
@@ -114,7 +114,7 @@ def edit(
     one of its turns, and what --set gives it. They win over the repository's settings for
     each of its turns; `corral show TASK --details` lists them.
     """
-    from corral.engine.operations import tasks  # not needed by list and show
+    from corral.engine.api import tasks
 
     patterns: tuple[str, ...] | None = () if no_protect else (protect or None)
     updated = tasks.edit(

@@ -16,9 +16,7 @@ from corral.cli.options import json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.domain.attention import Notice
 from corral.domain.records import Task
-from corral.engine.operations import control, notify, queries, turns
-from corral.engine.project import Project
-from corral.engine.read.live import live_turn
+from corral.engine.api import Project, control, live_turn, notify, queries, turns
 from corral.errors import UsageError
 
 
@@ -317,7 +315,7 @@ Examples:
 @pass_app
 def sync(app: App, task: str) -> None:
     """Merge the task's target into its branch while it rests; the status stays as it was."""
-    from corral.engine.operations.sync import sync as syncing
+    from corral.engine.api import sync as syncing
 
     result = syncing(app.project, task, actor=app.actor)
     app.answer(

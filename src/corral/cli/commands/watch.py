@@ -38,10 +38,9 @@ from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import show_lines
 from corral.domain.status import Status, check_operation
-from corral.engine.operations import board as boards
-from corral.engine.operations import queries
-from corral.engine.project import Project
-from corral.engine.runtime.protocol import STATUS
+from corral.engine.api import STATUS_FILE as STATUS
+from corral.engine.api import Project, queries
+from corral.engine.api import board as boards
 from corral.errors import CorralError, TaskNotFound, TipMoved
 
 #: How often the files a board is made of are looked at.
@@ -89,7 +88,7 @@ class Source:
         self._memo: dict[str, tuple[Stat, Any]] = {}  # status.json's path -> (its stat, what it says)
         self._states: list[Any] | None = None  # the home's project state directories, last looked at
         if home is not None:
-            from corral.engine.identity import project_states
+            from corral.engine.api import project_states
 
             self._states = project_states(home)
 
@@ -137,7 +136,7 @@ class Source:
 
     def _more_projects(self) -> None:
         """Projects kept under the home since the watch began (looked for only when its list changed)."""
-        from corral.engine.identity import project_states
+        from corral.engine.api import project_states
 
         states = project_states(self.home)
         if states == self._states:
@@ -215,7 +214,7 @@ def _open(app: App, all_projects: bool, tasks: Sequence[str]) -> Source:
     home = None
     opened: list[Project] = []
     if all_projects:
-        from corral.engine.paths import corral_home
+        from corral.engine.api import corral_home
 
         home = corral_home()
         found = boards.home_projects(home)
@@ -717,7 +716,7 @@ class Screen:
     def unblock(self, row: dict[str, Any]) -> None:
         """``u``: feedback written in ``$EDITOR``, then ``corral unblock``'s operation."""
         from corral.cli.textinput import from_editor
-        from corral.engine.operations import turns
+        from corral.engine.api import turns
 
         with self.outside():
             text = from_editor("Your feedback for the agent. It is delivered verbatim.")
@@ -731,7 +730,7 @@ class Screen:
     def accept(self, row: dict[str, Any], tip: str | None = None) -> None:
         """``a`` then ``y``: ``corral accept``'s operation, its steps shown as they go. When the branch moved
         since its diff was shown, the new commits are named and a second ``y`` merges exactly that tip."""
-        from corral.engine.operations import accept as accepting
+        from corral.engine.api import accept as accepting
 
         def report(event: dict[str, Any]) -> None:
             if event.get("event") == "phase":

@@ -36,9 +36,7 @@ turn runs with (posture, sandbox, commands) is this host's own (docs/workers.md)
 @pass_app
 def worker(app: App, extra: tuple[str, ...]) -> None:
     """Claim queued turns of the projects this host serves and run them here, until SIGTERM."""
-    from corral.engine.config import load_config
-    from corral.engine.paths import corral_home, user_config_file
-    from corral.engine.project import Project
+    from corral.engine.api import Project, corral_home, load_config, user_config_file
     from corral.worker.worker_service import Worker
 
     # The person's own settings say what this host serves, never a repository's corral.toml.
@@ -60,18 +58,9 @@ Examples:
 @pass_app
 def workers(app: App) -> None:
     """The workers of this project's shared store: host, state, last heartbeat, and the turns each runs."""
-    from corral.domain.team import LeaseState
+    from corral.engine.api import queries
 
-    project = app.project
-    with project.store.read() as tx:
-        known = tx.workers()
-        claimed = tx.leases([LeaseState.CLAIMED])
-        refs = tx.refs_by_id(lease.task_id for lease in claimed)
-        now = tx.now()
-    running: dict[str, list[str]] = {}
-    for lease in claimed:
-        running.setdefault(lease.worker_id or "", []).append(refs.get(lease.task_id, lease.task_id))
-    rows = [{**w.to_json(now), "running": sorted(running.get(w.id, []))} for w in known]
+    rows = queries.worker_rows(app.project)
 
     def human() -> list[str]:
         if not rows:

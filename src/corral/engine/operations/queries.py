@@ -10,18 +10,21 @@ just changed) do not need to.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from corral.domain.actors import Role
 from corral.domain.record import record
-from corral.domain.records import RESTORE_CONFLICT, Task
+from corral.domain.records import RESTORE_CONFLICT, Task, Turn
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
+from corral.domain.team import Lease, LeaseState
 from corral.engine.project import Project
 from corral.engine.read import projection
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 from corral.errors import NotFoundError, RefusedError, UsageError
-from corral.store import Tx
+from corral.store import Store, Tx
 
 # What ``list`` shows for each choice; None: every task, finished ones included.
 LISTS: dict[str | None, frozenset[Status] | None] = {
@@ -276,3 +279,56 @@ def turn_running(project: Project, task_id: str) -> bool:
     with project.store.read() as tx:
         current = tx.get_task(task_id)
     return current is not None and current.status is Status.WORKING
+
+
+# -- the reads surfaces used to open transactions for: each is one short read, no settling ----------------
+
+
+def task_row(project: Project, task_id: str) -> Task | None:
+    """The task's row as it is now, or None once it is gone (a page re-reading the row an operation touched)."""
+    with project.store.read() as tx:
+        return tx.get_task(task_id)
+
+
+def every_task(store: Store) -> list[Task]:
+    """Every task of a store a surface opened itself without creating it (shell completion, which must stay
+    quiet and cheap: no project checks, no settling)."""
+    with store.read() as tx:
+        return tx.tasks()
+
+
+def current_command(project: Project, task_id: str) -> Turn | None:
+    """The task's latest command (the turn a wait marker counts from), or None before its first turn."""
+    with project.store.read() as tx:
+        return tx.current_command(task_id)
+
+
+def turn_by_command(project: Project, command_id: str, role: Role) -> Turn | None:
+    """The ``role`` turn answering ``command_id`` once it is recorded (an ``ask`` waiting for its answer)."""
+    with project.store.read() as tx:
+        return tx.turn_by_command(command_id, role)
+
+
+def worker_rows(project: Project) -> list[dict[str, Any]]:
+    """Every worker the project's shared store has heard from, each with the refs of the turns it holds."""
+    with project.store.read() as tx:
+        known = tx.workers()
+        claimed = tx.leases([LeaseState.CLAIMED])
+        refs = tx.refs_by_id(lease.task_id for lease in claimed)
+        now = tx.now()
+    running: dict[str, list[str]] = {}
+    for lease in claimed:
+        running.setdefault(lease.worker_id or "", []).append(refs.get(lease.task_id, lease.task_id))
+    return [{**w.to_json(now), "running": sorted(running.get(w.id, []))} for w in known]
+
+
+def leases_of(project: Project, task_ids: Iterable[str]) -> dict[str, Lease | None]:
+    """Each task's lease as the shared store has it now (None: let go), read in one transaction."""
+    with project.store.read() as tx:
+        return {task_id: tx.lease(task_id) for task_id in task_ids}
+
+
+def claimed_by(project: Project, worker_id: str) -> list[Lease]:
+    """The leases ``worker_id`` holds claimed (a worker adopting its turns after a restart)."""
+    with project.store.read() as tx:
+        return [lease for lease in tx.leases([LeaseState.CLAIMED]) if lease.worker_id == worker_id]
