@@ -2,9 +2,8 @@
 deceive, commits the branch check counts as new when they are not, and a review read during the turn.
 
 Each agent is a shell script on the ``command`` harness (tests/runtime/test_sandbox.py's
-fixtures). What a test marked ``xfail`` shows is a hole still open (its reason says which); it
-passes the day the hole is closed, and ``strict`` then asks for the mark to go. Every assertion
-is about the person's repository, what they were shown, or what landed on ``main``.
+fixtures). Each was written as a hole the checks had (an attacker's try of them) and now holds.
+Every assertion is about the person's repository, what they were shown, or what landed on ``main``.
 """
 
 from __future__ import annotations
@@ -119,12 +118,6 @@ def test_a_review_during_the_turn_never_lets_accept_merge_content_it_did_not_sho
 # -- commits the branch check counts as new ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: a commit already in the store, copied loose into the quarantine, counts as new in the turn, "
-    "so a branch moved to another task's tip passes the branch check (branch-foreign-commits is never found)",
-)
 def test_another_tasks_commit_copied_into_the_quarantine_is_still_foreign(
     boxed: Any, box_env: Path, repo: Path
 ) -> None:
@@ -151,12 +144,6 @@ def test_another_tasks_commit_copied_into_the_quarantine_is_still_foreign(
 # -- objects whose hash is right and whose content is not ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: loose objects are hashed but never fsck'd (a pack is, by index-pack --fsck-objects): a tree "
-    "with a .git entry reaches the store and accept's merge-tree puts it on main",
-)
 def test_a_loose_tree_with_a_dot_git_entry_never_reaches_main(boxed: Any, box_env: Path, repo: Path) -> None:
     proj = boxed
     hook = b"#!/bin/sh\necho pwned\n"
@@ -184,7 +171,8 @@ def test_a_loose_tree_with_a_dot_git_entry_never_reaches_main(boxed: Any, box_en
         f'cp {files["index"]} "$(git rev-parse --git-dir)/index"\n',
         "Plant a .git tree",
     )
-    assert ".git/hooks/post-checkout" in git(repo, "ls-tree", "-r", "--name-only", f"corral/{task.ref}")
+    # The tree with a .git entry is refused with the turn's objects: the branch is back at its verified tip.
+    assert ".git/hooks/post-checkout" not in git(repo, "ls-tree", "-r", "--name-only", f"corral/{task.ref}")
     try:
         accept.accept(proj, task.ref, actor=Actor.HUMAN)  # today: complete, "the merge stands on main"
     except CorralError:
@@ -203,12 +191,6 @@ MALFORMED: dict[str, tuple[str, bytes, bytes | None]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: a loose object git itself cannot parse passes the quarantine's check and lands in the store "
-    "(git fsck then fails in the person's repository)",
-)
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_a_malformed_object_never_reaches_the_store(boxed: Any, box_env: Path, repo: Path, case: str) -> None:
     proj = boxed
@@ -234,12 +216,6 @@ def test_a_malformed_object_never_reaches_the_store(boxed: Any, box_env: Path, r
 # -- git state beside the objects: the worktree's index and the reflogs -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: the worktree's index and the branch's reflog (both writable inside) may name objects the store "
-    "lacks; nothing checks them after the turn, and the person's git gc then dies (fatal: bad object)",
-)
 def test_the_persons_git_gc_still_works_after_a_turn_whose_index_and_reflog_name_missing_objects(
     boxed: Any, box_env: Path, repo: Path
 ) -> None:
@@ -261,12 +237,6 @@ def test_the_persons_git_gc_still_works_after_a_turn_whose_index_and_reflog_name
     assert git(repo, "show", f"{branch}:ok.txt") == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: when a turn's objects are rejected and its branch put back, the worktree's index and the "
-    "branch's and HEAD's reflogs still name the agent's commit, which never reached the store: git gc dies",
-)
 def test_a_rejected_turn_leaves_the_persons_git_gc_working(boxed: Any, box_env: Path, repo: Path) -> None:
     proj = boxed
     planted = stash(repo, "corrupt", loose("blob", b"EVIL\n"))
@@ -306,13 +276,6 @@ def test_an_index_left_as_a_fifo_hangs_nothing_outside(boxed: Any, box_env: Path
     assert finished(proj, task.ref, timeout=30).status is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: the branch check's put-back runs before the stray sweep, so it fails on the directory of refs "
-    "('cannot lock ref … exists'); the sweep then removes those refs but puts back only branches it removed itself: "
-    "the task is left with no branch (diff: 'no work yet'; accept: every file 'uncommitted')",
-)
 def test_a_directory_where_the_branch_was_is_swept_and_the_branch_put_back(
     boxed: Any, box_env: Path, repo: Path
 ) -> None:
@@ -378,13 +341,6 @@ def test_merge_files_made_links_never_let_corrals_merge_write_outside_the_sandbo
     assert victim.read_text() == "# the person's\n", victim.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: the completeness check asks git, which reads every open quarantine (they are alternates of the "
-    "shared store): a commit naming a blob that lives only in another running turn's quarantine is verified, and "
-    "when that turn's objects are rejected the verified branch names a missing object",
-)
 def test_a_blob_found_only_in_another_turns_quarantine_never_completes_a_branch(
     boxed: Any, box_env: Path, repo: Path, tmp_path: Path
 ) -> None:
@@ -513,13 +469,6 @@ print("rejected" if report is not None and not report.ok else "accepted", report
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="hole: the quarantine inflates each 1 MiB read whole (decompress without max_length) and keeps a "
-    "commit's, tree's or tag's content whole (the 64 MiB cap is checked between objects, not within one): a few "
-    "MiB of zlib make the supervisor raise MemoryError (not caught: the turn's end crashes, the reconciler's too)",
-)
 def test_a_zlib_bomb_in_the_quarantine_is_refused_within_bounded_memory(repo: Path) -> None:
     """Written here as an agent inside writes it (its quarantine's fan-out directories are its own): a
     'tree' of 1.5 GiB of zeros in about 1.5 MiB. The check runs in a process held to 1 GiB."""

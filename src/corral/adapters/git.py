@@ -139,13 +139,15 @@ class Git:
         timeout: float | None = None,
         index_file: str | None = None,
         as_configured: bool = False,
+        objects: str | None = None,
     ) -> Completed:
         """Run ``git args`` in ``cwd`` under ``timeout`` (default: :meth:`limit_for`); its expiry is GitTimeout.
 
         ``index_file``: an index of the caller's own (``GIT_INDEX_FILE``), so a snapshot of a
         worktree never touches what its agent staged. ``as_configured``: without
         :data:`UNTRUSTED_WORKTREE_ARGS`, for a question about the configuration itself (where the
-        person's hooks are); never for a command that runs anything.
+        person's hooks are); never for a command that runs anything. ``objects``: the object
+        directory git reads (``GIT_OBJECT_DIRECTORY``), with no alternates of its own.
         """
         if not _on_path(self.executable):
             raise GitError(
@@ -157,6 +159,8 @@ class Git:
         started = time.time()
         try:
             env = GIT_ENV if index_file is None else {**GIT_ENV, "GIT_INDEX_FILE": index_file}
+            if objects is not None:
+                env = {**env, "GIT_OBJECT_DIRECTORY": objects}
             argv = [self.executable, *(() if as_configured else untrusted_worktree_args(cwd)), *args]
             result = self.runner.run(argv, cwd=str(cwd), env=env, input=input, timeout=limit)
         except subprocess.TimeoutExpired:

@@ -164,6 +164,7 @@ def save_and_remove(project: Project, task: Task, session: Session, why: str) ->
         git.worktree_remove(worktree, cwd=repo)
     if tip is not None:
         delete_task_branch(git, repo, branch, expected=tip)  # a commit made after the archive is never lost
+        git.delete_ref(f"refs/corral/verified/{task.ref}", cwd=repo)  # the branch's verified tip goes with it
     return tip
 
 

@@ -139,10 +139,28 @@ def _swept(project: Project, receipt: proto.Receipt, command: proto.Command) -> 
         from corral.engine.runtime import quarantine
 
         quarantine.purge(common)
-    if report.clean and report.error is None:
+    # The turn's own branch, should the sweep have removed what stood in its place (a directory of refs
+    # at its name, where the put-back could not go): back to its verified tip now.
+    from corral.engine.runtime import branch_check
+
+    restored = None
+    if command.branch and not project.git.ref_exists(f"refs/heads/{command.branch}", cwd=project.repo):
+        restored = branch_check.check(
+            project.git,
+            project.repo,
+            task_ref=command.task_ref,
+            branch=command.branch,
+            target=None,
+            turn=command.sequence,
+            objects=None,
+            confined=False,
+        )
+    if report.clean and report.error is None and restored is None:
         return receipt
     guard = receipt.refs or RefGuard()
-    return replace(receipt, refs=replace(guard, strays=report.to_json()))
+    moves = (restored, *guard.moves) if restored is not None else guard.moves
+    strays = report.to_json() if not (report.clean and report.error is None) else guard.strays
+    return replace(receipt, refs=replace(guard, strays=strays, moves=moves))
 
 
 def _finish_ref_guard(project: Project, task: Task) -> None:
@@ -191,7 +209,7 @@ def reconcile_working(project: Project, head: TaskHead, grace: timedelta, *, obs
         task = tx.get_task(head.id)
         current = tx.current_command(head.id)
         # A turn a worker claimed was launched at its claim, not when it was queued (docs/workers.md).
-        lease = tx.lease(head.id) if project.database_url is not None else None
+        lease = tx.lease(head.id) if project.placement.other_hosts() else None
     if task is None:
         return False  # deleted since the sweep read it: no turn of it is left to reconcile
     if status is not None and current is not None and status.command_id != current.command_id:

@@ -24,6 +24,7 @@ put back; its commits are trusted.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from corral.adapters.git import Git
@@ -291,6 +292,10 @@ def after_confined(
         )
     except (GitError, OSError) as exc:
         return objects, None, f"the branch could not be checked: {exc}"[:300]
+    try:
+        mend(git, worktree or repo, branch, reset_index=finding is not None or (objects is not None and not objects.ok))
+    except (GitError, OSError) as exc:
+        return objects, finding, f"the worktree's git state could not be mended: {exc}"[:300]
     return objects, finding, None
 
 
@@ -368,3 +373,74 @@ def scrub(git: Git, worktree: str | Path, branch: str) -> list[str]:
         if tip is not None:
             git.run("read-tree", tip, cwd=worktree, check=False)
     return removed
+
+
+def _missing(git: Git, repo: str | Path, names: set[str]) -> set[str]:
+    if not names:
+        return set()
+    ordered = sorted(names)
+    out = git.run("cat-file", "--batch-check", cwd=repo, input="".join(f"{n}\n" for n in ordered), check=False)
+    found = set()
+    for line in out.stdout.splitlines():
+        oid, _, kind = line.partition(" ")
+        if kind and not kind.startswith("missing"):
+            found.add(oid)
+    return names - found
+
+
+def mend(git: Git, worktree: str | Path, branch: str, *, reset_index: bool) -> list[str]:
+    """After a turn: the git state beside the objects that names what the store lacks — the branch's
+    reflog, the worktree's ``HEAD`` reflog, its index — would break the person's ``git gc`` and
+    ``fsck``. Reflog lines naming a missing object are dropped; the index is made again from the
+    branch's tip when ``reset_index`` (the branch was put back, or objects were refused) or when an
+    entry that differs from the tip names a missing object. What was mended, a line each."""
+    import os
+
+    said: list[str] = []
+    own = _own_git_dir(worktree)
+    common = own.parent.parent if own is not None and own.parent.name == "worktrees" else None
+    logs = [
+        p
+        for p in (
+            (common / "logs" / "refs" / "heads" / branch) if common else None,
+            (own / "logs" / "HEAD") if own else None,
+        )
+        if p
+    ]
+    sha = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64}) ([0-9a-f]{40}|[0-9a-f]{64}) ")
+    texts: dict[Path, list[str]] = {}
+    named: set[str] = set()
+    for log in logs:
+        try:
+            if not log.is_file() or log.is_symlink():
+                continue
+            lines = log.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
+        except OSError:
+            continue
+        texts[log] = lines
+        for line in lines:
+            m = sha.match(line)
+            if m:
+                named |= {m.group(1), m.group(2)}
+    named = {n for n in named if set(n) != {"0"}}
+    gone = _missing(git, worktree, named)
+    for log, lines in texts.items():
+        kept = [ln for ln in lines if not ((m := sha.match(ln)) and {m.group(1), m.group(2)} & gone)]
+        kept = [ln for ln in kept if sha.match(ln)]  # a line git cannot read is not kept either
+        if kept != lines:
+            tmp = log.with_name(f".{log.name}.corral-tmp")
+            tmp.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
+            os.replace(tmp, log)
+            said.append(f"{log}: {len(lines) - len(kept)} line(s) naming missing objects dropped")
+    tip = git.rev_parse(f"refs/heads/{branch}", cwd=worktree)
+    if tip is None or own is None:
+        return said
+    if not reset_index:
+        out = git.run("diff-index", "--cached", "--no-renames", "-z", tip, cwd=worktree, check=False)
+        fields = out.stdout.split("\0")
+        staged = {f.split(" ")[3] for f in fields if f.startswith(":") and len(f.split(" ")) >= 5}
+        reset_index = out.returncode != 0 or bool(_missing(git, worktree, {s for s in staged if set(s) != {"0"}}))
+    if reset_index:
+        git.run("read-tree", tip, cwd=worktree, check=False)
+        said.append("the worktree's index was made again from the branch's tip")
+    return said

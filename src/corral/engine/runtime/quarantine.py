@@ -181,51 +181,129 @@ def _open_regular(path: Path, limit: int) -> int:
     return fd
 
 
+#: The largest object a quarantine may hold, inflated (a blob); a commit, tree or tag is kept whole to be
+#: read, so it is bounded by :data:`LINKS_BYTES`.
+MAX_OBJECT_BYTES = 2 * 1024**3
+#: How much inflated data one step may make: a small compressed read never becomes a huge allocation.
+INFLATE_STEP = 1 << 20
+
+
 def copy_verified(fd: int, name: str, algorithm: str, out: int | None, keep: bool) -> tuple[str, bytes | None]:
     """Read a loose object from ``fd``, writing its bytes as read to ``out``, and check it: the type,
     and (``keep``: a commit, tree or tag) its content, when it hashes to ``name``; else ValueError.
 
     Streamed, so a large blob costs no memory; what is written is what was hashed, so a writer that
-    still held the file could change nothing after the check.
+    still held the file could change nothing after the check. Inflated a bounded step at a time (a
+    zlib bomb never becomes one allocation), the header's size in git's own form and within bounds
+    before any content is read on.
     """
     inflate = zlib.decompressobj()
     digest = hashlib.new(algorithm)
     header = b""
     kind = b""
-    size = None
+    size: int | None = None
     got = 0
     kept: list[bytes] = []
-    while chunk := os.read(fd, 1 << 20):
-        if out is not None:
-            os.write(out, chunk)
-        data = inflate.decompress(chunk)
+
+    def take(data: bytes) -> None:
+        nonlocal header, kind, size, got
         if size is None:
             header += data
             if b"\0" not in header:
                 if len(header) > 64:
                     raise ValueError("no object header")
-                continue
+                return
             head, _, data = header.partition(b"\0")
             kind, _, length = head.partition(b" ")
-            if kind not in _TYPES or not length.isdigit():
-                raise ValueError("not a git object header")
+            if kind not in _TYPES or not length.isdigit() or str(int(length)).encode() != length:
+                raise ValueError("not a git object header")  # git's own form: no sign, no leading zero
             size = int(length)
+            bound = MAX_OBJECT_BYTES if kind == b"blob" else LINKS_BYTES
+            if size > bound:
+                raise ValueError(f"a {kind.decode()} of {size} bytes, over the bound of {bound}")
             digest.update(head + b"\0")
-        digest.update(data)
         got += len(data)
+        if got > size:
+            raise ValueError(f"header says {size} bytes, content runs past it")
+        digest.update(data)
         if keep and kind != b"blob":
             kept.append(data)
-    tail = inflate.flush()
-    digest.update(tail)
-    got += len(tail)
-    kept.append(tail)
+
+    while chunk := os.read(fd, 1 << 20):
+        if out is not None:
+            os.write(out, chunk)
+        pending = chunk
+        while pending:
+            take(inflate.decompress(pending, INFLATE_STEP))
+            pending = inflate.unconsumed_tail
+    while not inflate.eof and (tail := inflate.decompress(b"", INFLATE_STEP)):
+        take(tail)
+    take(inflate.flush())
     if size is None or not inflate.eof or inflate.unused_data:
         raise ValueError("not a whole zlib stream")
     if got != size:
         raise ValueError(f"header says {size} bytes, content has {got}")
     if digest.hexdigest() != name:
         raise ValueError("its content hashes to another name")
-    return kind.decode(), b"".join(kept) if keep and kind != b"blob" else None
+    content = b"".join(kept) if keep and kind != b"blob" else None
+    if content is not None:
+        well_formed(kind.decode(), content, len(name))
+    return kind.decode(), content
+
+
+#: Tree entry modes git writes (``100664`` is an old git's, still accepted by git's own fsck).
+_MODES = frozenset({b"100644", b"100755", b"100664", b"120000", b"40000", b"160000"})
+#: Characters HFS+ ignores in a name (git's ``is_hfs_dotgit``): ``.g\u200cit`` is ``.git`` there.
+_IGNORED = dict.fromkeys([*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
+
+
+def _dotgit(name: bytes) -> bool:
+    """Whether a tree entry's name means ``.git`` on some filesystem git checks out on (git's fsck:
+    case, HFS+'s ignored characters, NTFS's trailing dots and spaces and ``git~1``)."""
+    text = name.decode("utf-8", "replace").translate(_IGNORED).lower().rstrip(". ")
+    return text in (".git", "git~1")
+
+
+def well_formed(kind: str, content: bytes, width: int) -> None:
+    """git's own checks of a commit, tree or tag that a hash check does not make (``git fsck``'s
+    errors): a commit begins with one tree line, then its parents, author and committer; a tree's
+    entries have a known mode and a name that is no path (``.``, ``..``, a ``/``, empty) nor ``.git``
+    by any spelling a filesystem reads as it; a tag names an object and its type. ValueError otherwise."""
+    if kind == "tree":
+        i = 0
+        raw = width // 2
+        while i < len(content):
+            space = content.find(b" ", i)
+            nul = content.find(b"\0", space + 1)
+            if space < 0 or nul < 0 or nul + 1 + raw > len(content):
+                raise ValueError("a tree entry cut short")
+            mode, name = content[i:space], content[space + 1 : nul]
+            if mode not in _MODES:
+                raise ValueError(f"a tree entry with mode {mode[:10]!r}")
+            if name in (b"", b".", b"..") or b"/" in name or _dotgit(name):
+                raise ValueError(f"a tree entry named {name[:40]!r}")
+            i = nul + 1 + raw
+        return
+    lines = content.split(b"\n")
+    hexes = re.compile(rb"[0-9a-f]{%d}" % width)
+    if kind == "commit":
+        if not lines or not lines[0].startswith(b"tree ") or not hexes.fullmatch(lines[0][5:]):
+            raise ValueError("a commit that does not begin with its tree")
+        rest = lines[1:]
+        while rest and rest[0].startswith(b"parent "):
+            if not hexes.fullmatch(rest[0][7:]):
+                raise ValueError("a commit with a bad parent line")
+            rest = rest[1:]
+        if len(rest) < 2 or not rest[0].startswith(b"author ") or not rest[1].startswith(b"committer "):
+            raise ValueError("a commit without its author and committer")
+    elif kind == "tag" and (
+        len(lines) < 3
+        or not lines[0].startswith(b"object ")
+        or not hexes.fullmatch(lines[0][7:])
+        or lines[1][5:] not in _TYPES
+        or not lines[1].startswith(b"type ")
+    ):
+        raise ValueError("a tag that does not name its object and its type")
 
 
 def _loose_files(q: Path) -> Iterator[tuple[str, Path]]:
@@ -273,17 +351,46 @@ def _links(kind: str, content: bytes, width: int) -> list[tuple[str, str]]:
     return found
 
 
-def _existing(git: Git, repo: str | Path, wanted: dict[str, str]) -> list[str]:
-    """What of ``wanted`` (object → its type) the shared store lacks or holds as another type."""
-    if not wanted:
-        return []
-    names = sorted(wanted)
-    out = git.run("cat-file", "--batch-check", cwd=repo, input="".join(f"{n}\n" for n in names), check=False).stdout
-    problems = []
-    for name, line in zip(names, out.splitlines(), strict=False):
+def store_view(common_dir: str | Path) -> str:
+    """An object directory that is the shared store alone: its fan-out directories and packs, linked,
+    and no alternates — so a question asked there is never answered by another turn's quarantine
+    (which every reader sees through the store's alternates while that turn runs)."""
+    view = root(common_dir) / ".store-view"
+    shared = Path(common_dir) / "objects"
+    if not (view / "pack").is_symlink():
+        view.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for i in range(256):
+            link = view / f"{i:02x}"
+            if not link.is_symlink():
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(shared / link.name, link)
+        with contextlib.suppress(FileExistsError):
+            os.symlink(shared / "pack", view / "pack")
+    return str(view)
+
+
+def _in_store(git: Git, repo: str | Path, common_dir: str | Path, names: list[str]) -> dict[str, str]:
+    """object → its type, for each of ``names`` the shared store itself holds."""
+    if not names:
+        return {}
+    listing = "".join(f"{n}\n" for n in names)
+    out = git.run("cat-file", "--batch-check", cwd=repo, input=listing, objects=store_view(common_dir), check=False)
+    found = {}
+    for line in out.stdout.splitlines():
         oid, _, kind = line.partition(" ")
         kind = kind.split(" ")[0]
-        if kind == "missing" or oid != name:
+        if kind and kind != "missing":
+            found[oid] = kind
+    return found
+
+
+def _existing(git: Git, repo: str | Path, wanted: dict[str, str], held: dict[str, str]) -> list[str]:
+    """What of ``wanted`` (object → its type) the shared store (``held``: what it holds) lacks or holds as
+    another type."""
+    problems = []
+    for name in sorted(wanted):
+        kind = held.get(name)
+        if kind is None:
             problems.append(f"{name} is missing")
         elif wanted[name] and kind != wanted[name]:
             problems.append(f"{name} is a {kind}, named as a {wanted[name]}")
@@ -398,8 +505,12 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
             problems.append(f"{oid} is a {new[oid]}, named as a {kind}")
     known = not packs and kept_bytes < LINKS_BYTES
     complete = known
+    # One question of the store alone: which of the quarantine's objects it held already (a copy of
+    # another task's commit is not new in this turn), and whether what the new ones name is there.
+    held = _in_store(git, repo, common_dir, sorted(set(new) | (set(outside) if known else set())))
+    commits = [c for c in commits if c not in held]
     if complete and outside:
-        missing = _existing(git, repo, outside)
+        missing = _existing(git, repo, outside, held)
         if missing:
             problems += missing[:PROBLEMS_KEPT]
             complete = False
