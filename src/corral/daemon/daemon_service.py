@@ -299,7 +299,7 @@ class Daemon:
     def open(self, state: Path, path: str) -> None:
         try:
             project = Project.open(path)
-            if project.database_url is not None:
+            if project.placement.remote():
                 try:
                     project.store  # noqa: B018 -- the shared store: served once it can be reached (and is there)
                 except Exception:
@@ -509,13 +509,13 @@ class Daemon:
 def _shared_store(checkout: str) -> bool:
     """Whether the person's settings keep this checkout's tasks in the shared PostgreSQL store (``database_url``):
     such a project has no ``corral.db``, and whether it is served is the store's to decide, reached or not."""
-    from corral.engine.api import load_config, user_config_file
+    from corral.engine.api import load_config, placement_for, user_config_file
 
     try:
         config = load_config(user_file=user_config_file(), project_file=Path(checkout) / "corral.toml", strict=False)
     except CorralError:
         return False
-    return bool(config.get("database_url"))
+    return placement_for(config).remote()
 
 
 def serve(

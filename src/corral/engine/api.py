@@ -144,6 +144,9 @@ if TYPE_CHECKING:
     from corral.engine.paths import (
         user_config_file as user_config_file,
     )
+    from corral.engine.placement import (
+        placement_for as placement_for,
+    )
     from corral.engine.project import (
         Project as Project,
     )
@@ -278,6 +281,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "pair": ("corral.engine.operations.pairing", "pair"),
     "parse_toml": ("corral.engine.config", "parse_toml"),
     "person": ("corral.engine.operations.gates", "person"),
+    "placement_for": ("corral.engine.placement", "placement_for"),
     "post_progress": ("corral.engine.runtime.agent_marks", "post_progress"),
     "project_states": ("corral.engine.identity", "project_states"),
     "proposals": ("corral.engine.config", "proposals"),
@@ -361,6 +365,7 @@ __all__ = [
     "pair",
     "parse_toml",
     "person",
+    "placement_for",
     "post_progress",
     "project_states",
     "proposals",

@@ -34,6 +34,7 @@ from corral.engine.paths import (
     private_umask,
     user_config_file,
 )
+from corral.engine.placement import Placement, placement_for
 from corral.errors import DaemonRunning, RefusedError, StoreError, StoreMissing, UsageError
 from corral.store import SQLiteStore, Store
 
@@ -128,6 +129,7 @@ class Project:
     identity: Identity | None = None  # None: a repository without a commit yet
     moved_from: str | None = None  # opening it found the repository moved from here, and followed
     _store: Store | None = field(default=None, repr=False)
+    _placement: Placement | None = field(default=None, repr=False)
 
     @classmethod
     def open(
@@ -137,12 +139,16 @@ class Project:
         git: Git | None = None,
         clock: Clock = utcnow,
         copy: str | None = None,
+        placement: Placement | None = None,
+        store: Store | None = None,
     ) -> Project:
         """The project of the checkout containing ``repo`` (default: the current directory).
 
         Its state directory is found by the project's identity (:mod:`corral.engine.identity`):
         a repository that moved is reattached here, and a copy is refused with
         ``RepositoryCopied`` unless ``copy`` answers the question (``"attach"`` or ``"fresh"``).
+        Its placement (:mod:`corral.engine.placement`) is the one the settings choose unless one is
+        given, as its store is the one the placement opens unless one is given (tests pass both).
         """
         given = git
         git = git or Git()
@@ -161,6 +167,8 @@ class Project:
             clock=clock,
             identity=located.identity,
             moved_from=located.moved_from,
+            _store=store,
+            _placement=placement if placement is not None else placement_for(config),
         )
 
     @classmethod
@@ -189,10 +197,11 @@ class Project:
         return self._store
 
     @property
-    def database_url(self) -> str | None:
-        """The user's PostgreSQL URL (their settings or ``CORRAL_DATABASE_URL``), None for SQLite."""
-        url = self.config.get("database_url")
-        return str(url) if url else None
+    def placement(self) -> Placement:
+        """Where this project's turns run and who answers for them (:mod:`corral.engine.placement`)."""
+        if self._placement is None:
+            self._placement = placement_for(self.config)
+        return self._placement
 
     @property
     def pg_schema(self) -> str:
@@ -202,40 +211,10 @@ class Project:
 
         return schema_name(self.identity.key if self.identity is not None else self.paths.root.name)
 
-    def postgres_store(self, *, create: bool = True) -> Store:
-        """This project's PostgreSQL store (its own schema in the database ``database_url`` names)."""
-        from corral.store.postgres import PostgresStore  # psycopg only for a user who chose PostgreSQL
-
-        url = self.database_url
-        if url is None:
-            raise UsageError(
-                "database_url is not set: this project keeps its records in SQLite.",
-                hint="Set it in your own settings: corral config set database_url postgresql://USER@HOST/DB",
-            )
-        with private_umask():
-            prepare_private_state(self.paths)
-        return PostgresStore(url, schema=self.pg_schema, clock=self.clock, create=create)
-
     def _open_store(self) -> Store:
-        if self.database_url is not None:
-            try:
-                return self.postgres_store(create=False)
-            except StoreMissing as exc:
-                # No schema there yet: start one only when the SQLite file holds no history, so
-                # choosing PostgreSQL never reads as "every task is gone".
-                held = self._sqlite_tasks()
-                if held == 0:
-                    return self.postgres_store(create=True)
-                raise StoreMissing(
-                    f"{exc.message.rstrip('.')}, but this project's SQLite database {self.paths.db} holds "
-                    f"{'its history' if held is None else f'{held} task(s)'}. corral will not start an empty "
-                    "history in PostgreSQL over it.",
-                    hint="Nothing was changed. Copy the history there: corral store migrate --to postgres; "
-                    "or unset database_url to keep using SQLite.",
-                ) from exc
-        return self._open_sqlite()
+        return self.placement.open_store(self)
 
-    def _sqlite_tasks(self) -> int | None:
+    def sqlite_tasks(self) -> int | None:
         """How many tasks the SQLite file holds (0: no file), None when it cannot be read."""
         if _no_database(self.paths.db):
             return 0
@@ -251,7 +230,7 @@ class Project:
         finally:
             lite.close()
 
-    def _open_sqlite(self) -> SQLiteStore:
+    def open_sqlite(self) -> SQLiteStore:
         # Counting what remains only when there is no database: most commands open a full one.
         left = remains(self.paths) if _no_database(self.paths.db) else []
         hint = restore_hint(self.paths)
@@ -288,12 +267,7 @@ class Project:
         open. The current file is kept in ``backups/`` first. Returns the restored schema
         version and where the replaced file was kept (None: there was none).
         """
-        if self.database_url is not None:
-            raise UsageError(
-                "This project keeps its records in PostgreSQL (database_url); "
-                "`corral restore` puts back an SQLite file.",
-                hint="Unset database_url, restore, then copy it over: corral store migrate --to postgres --replace",
-            )
+        self.placement.check_restorable()
         source = source.expanduser().absolute()
         if not source.is_file():
             raise StoreMissing(f"{source} is not a file.", hint="Name a file made by `corral backup`.")

@@ -57,21 +57,21 @@ class Worker:
         self.turns = int(first.config["worker_turns"])
         self.projects: dict[str, Project] = {}
         for project in projects:
-            if project.database_url is None or project.identity is None:
+            if project.placement.queue_url() is None or project.identity is None:
                 raise UsageError(
                     f"{project.repo}: a worker needs the shared PostgreSQL store (database_url) and a commit.",
                     code="workers-need-postgres",
                     hint="corral config set database_url postgresql://USER@HOST/DB",
                 )
             self.projects[project.identity.key] = project
-        urls = {p.database_url for p in projects}
+        urls = {p.placement.queue_url() for p in projects}
         if len(urls) != 1:
             raise UsageError(
                 "Every project a worker serves must use the same database_url (its dispatch queue is there).",
                 code="worker-many-databases",
                 hint="Run one worker per database, each with its own CORRAL_HOME and worker_projects.",
             )
-        self.dispatch = Dispatch(str(first.database_url))
+        self.dispatch = Dispatch(str(first.placement.queue_url()))
         self.stop = threading.Event()  # SIGTERM: drain
         self.hand_back = threading.Event()  # a second SIGTERM while draining: hand the turns back
         self.state = WorkerState.RUNNING

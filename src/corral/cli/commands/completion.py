@@ -72,20 +72,15 @@ def complete_refs(ctx: click.Context, incomplete: str) -> list[Any]:
     from click.shell_completion import CompletionItem
 
     from corral.engine.api import Project, lenient, queries
-    from corral.store import SQLiteStore
 
     app = ctx.find_object(App)
     repo = app.repo if app is not None else None
     try:
         with lenient():
             project = Project.open(repo)
-        if project.database_url is not None:  # the records are in PostgreSQL: read there, create nothing
-            store = project.postgres_store(create=False)
-        else:
-            db = project.paths.db
-            if not db.is_file():
-                return []
-            store = SQLiteStore(db, create=False)
+        store = project.placement.existing_store(project)  # read where the records are, create nothing
+        if store is None:
+            return []
         try:
             tasks = queries.every_task(store)
         finally:

@@ -45,7 +45,7 @@ def resumable(project: Project, task_id: str) -> bool:
         session = tx.get_session(task.session_id)
         if session is None or Breaker.of(config).tripped(Counters.of(session)):
             return False
-        if project.database_url is not None and not _ours(project, tx.lease(task.id)):
+        if project.placement.other_hosts() and not _ours(project, tx.lease(task.id)):
             return False
         return not tx.pending_paths(task.id)
 

@@ -100,7 +100,7 @@ def check_store(project: Project) -> list[Check]:
         return [_fault("database", exc)]
     if faults:
         return [_fault("database", fault) for fault in faults]
-    if project.database_url is not None:
+    if project.placement.remote():
         # PostgreSQL: the connection answered, the project's schema is there at this corral's version.
         return [Check("database", "ok", f"PostgreSQL {store.location}, schema version {version} (connected)")]
     return [Check("database", "ok", f"{store.location} (schema {version})")]
@@ -305,7 +305,7 @@ def check_workers(project: Project) -> list[Check]:
     from corral.domain.team import LeaseState, WorkerState
     from corral.engine.queue import to_workers
 
-    if project.database_url is None:
+    if project.placement.queue_url() is None:
         return []
     with project.store.read() as tx:
         known = tx.workers()

@@ -57,7 +57,7 @@ def from_daemon(
             for t in tx.tasks(set(Status) - TERMINAL)
             if t.session_id and (t.status is Status.WORKING or now - t.updated_at <= RECENT)
         ]
-        if tasks and project.database_url is not None:
+        if tasks and project.placement.other_hosts():
             tasks = _ours(project, tx, tasks)
     delivered = []
     for task in tasks:

@@ -64,12 +64,8 @@ def migrate(project: Project, to: str, *, replace: bool = False, force: bool = F
     """Copy the project's records to ``to`` ("postgres" or "sqlite"), verified before it commits."""
     if to not in TARGETS:
         raise UsageError(f"--to is postgres or sqlite, not {to!r}.")
-    if project.database_url is None:
-        raise UsageError(
-            "database_url is not set, so there is no PostgreSQL database to copy to or from.",
-            hint="Set it in your own settings (never corral.toml): "
-            "corral config set database_url postgresql://USER@HOST:5432/DB",
-        )
+    if not project.placement.remote():
+        project.placement.shared_store(project, create=False)  # refused here, saying how to set the database
     project.close()
     if to == "postgres":
         return _to_postgres(project, replace=replace, force=force)
@@ -84,7 +80,7 @@ def _to_postgres(project: Project, *, replace: bool, force: bool) -> Migrated:
     try:
         if not force:
             _refuse_while_in_use(project, source)
-        dest = project.postgres_store(create=True)
+        dest = project.placement.shared_store(project, create=True)
         try:
             copied = copy_store(source, dest, replace=replace)
             return Migrated("postgres", source.location, dest.location, copied)
@@ -95,7 +91,7 @@ def _to_postgres(project: Project, *, replace: bool, force: bool) -> Migrated:
 
 
 def _to_sqlite(project: Project, *, force: bool) -> Migrated:
-    source = project.postgres_store(create=False)
+    source = project.placement.shared_store(project, create=False)
     try:
         if not force:
             _refuse_while_in_use(project, source)

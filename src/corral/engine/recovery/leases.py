@@ -58,7 +58,7 @@ def survey(
     goes into ``observed`` (``liveness.away``): queued; what their host shipped, a worker's alive while its
     heartbeat holds its lease, a local turn's while its host reports it, else ``unreported``.
     """
-    if project.database_url is None:
+    if not project.placement.other_hosts():
         return Survey(set(), [])
     with project.store.read() as tx:
         active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED, LeaseState.LOCAL])
@@ -82,7 +82,7 @@ def bring_shipped(project: Project, worker_id: str | None) -> int:
     """This host's copy of what other hosts shipped of their turns (their workers', and their own local
     turns': ``runtime.shipping``): a running turn's files on every pass, an ended one's once more after it
     ended (its lease let go). The bytes written."""
-    if project.database_url is None:
+    if not project.placement.ships_files():
         return 0
     with project.store.read() as tx:
         others = [lease for lease in tx.leases() if lease.worker_id is not None and lease.worker_id != worker_id]
@@ -110,7 +110,7 @@ def _read_mark(path: Path) -> str | None:
 
 def sweep(project: Project) -> list[str]:
     """Fence off the leases of lost workers, interrupt their turns; the ids of the tasks interrupted."""
-    if project.database_url is None:
+    if not project.placement.other_hosts():
         return []
     with project.store.read() as tx:
         active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])

@@ -155,7 +155,7 @@ def mark_in_flight(project: Project, task_id: str, prior: Status) -> None:
 
 def accepting_elsewhere(project: Project, task_id: str) -> bool:
     """Whether the task's accept in flight runs on another host (only that host may recover it)."""
-    if project.database_url is None:
+    if not project.placement.other_hosts():
         return False
     with project.store.read() as tx:
         records = [p for p in tx.processes(task_id) if p.kind == ACCEPT]

@@ -6,8 +6,10 @@ receipt is claimed in a transaction, so two reconcilers never process it twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
 
 from corral.domain.actors import Actor
 from corral.domain.record import record
@@ -21,6 +23,8 @@ from corral.engine.runtime.liveness import Observed
 
 if TYPE_CHECKING:  # a lease is read only with the shared store
     from corral.domain.team import Lease
+
+T = TypeVar("T")
 
 
 def sweep_blocked_without_session(project: Project) -> int:
@@ -62,74 +66,59 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
     working: dict[str, str | None] = {}
     # What the pass sees of this host's running turns: the caller's, or its own (its local turns are shipped from it).
     seen: Observed = observed if observed is not None else {}
-    if project.database_url is not None:  # turns on other hosts (docs/workers.md): only with the shared store
+    if project.placement.other_hosts():  # turns on other hosts (docs/workers.md): only with the shared store
         from corral.engine.queue import host_id
         from corral.engine.recovery import leases, owned
 
-        ended += _sweep_leases(project, problems)
+        # The lease sweep must not hide the local one.
+        ended += tolerated(problems, "leases", partial(leases.sweep, project), [])
         me = host_id(project)
         working = {t.id: t.command_id for t in candidates if t.status is Status.WORKING}
-        try:
-            held = leases.survey(project, me, working, observed)
-        except Exception as exc:  # which turns other hosts hold is asked again on the next pass
-            if problems is None:
-                raise
-            problems.append(f"turns held elsewhere: {type(exc).__name__}: {exc}")
-            # Not knowing which working turns are this host's, it judges none of them this pass: a turn
-            # another host holds has no supervisor here, and would be taken for lost.
-            held = leases.Survey(set(working), [])
+        # Which turns other hosts hold is asked again on the next pass. Not knowing which working turns are
+        # this host's, it judges none of them this pass: a turn another host holds has no supervisor here,
+        # and would be taken for lost.
+        held = tolerated(
+            problems,
+            "turns held elsewhere",
+            partial(leases.survey, project, me, working, observed),
+            leases.Survey(set(working), []),
+        )
         mine = held.mine
-        parked: list[str] = []
-        try:
-            grace = timedelta(seconds=float(project.config["grace_period"]))
-            parked = owned.relay_stops(project, mine, working, grace)
-        except Exception as exc:  # a stop not relayed now is relayed on the next pass
-            if problems is None:
-                raise
-            problems.append(f"stops asked elsewhere: {type(exc).__name__}: {exc}")
-        try:
-            leases.bring_shipped(project, me)
-        except Exception as exc:  # what others shipped is read again on the next pass
-            if problems is None:
-                raise
-            problems.append(f"shipped files: {type(exc).__name__}: {exc}")
+        grace = timedelta(seconds=float(project.config["grace_period"]))
+        # A stop not relayed now is relayed on the next pass; what others shipped is read again on it.
+        parked: list[str] = tolerated(
+            problems, "stops asked elsewhere", partial(owned.relay_stops, project, mine, working, grace), []
+        )
+        tolerated(problems, "shipped files", partial(leases.bring_shipped, project, me), 0)
         skip = held.away | set(parked)
         candidates = [t for t in candidates if t.id not in skip or t.status is not Status.WORKING]
     if candidates:
         from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
 
         grace = timedelta(seconds=float(project.config["grace_period"]))
-        for head in candidates:
-            try:
-                if reconcile_working(project, head, grace, observed=seen):
-                    ended.append(head.id)
-            except Exception as exc:  # isolated per task; reported, not swallowed
-                if problems is None:
-                    raise
-                problems.append(f"{head.ref}: {type(exc).__name__}: {exc}")
+        for head in candidates:  # isolated per task; reported, not swallowed
+            if tolerated(problems, head.ref, partial(reconcile_working, project, head, grace, observed=seen), False):
+                ended.append(head.id)
     if mine:
         from corral.engine.recovery import owned
 
         still = {task_id: command for task_id, command in working.items() if task_id not in ended}
-        try:
-            owned.ship(project, mine, still, seen)
-        except Exception as exc:  # shipped again on the next pass
-            if problems is None:
-                raise
-            problems.append(f"own turns shipped: {type(exc).__name__}: {exc}")
+        # Shipped again on the next pass.
+        tolerated(problems, "own turns shipped", partial(owned.ship, project, mine, still, seen), None)
     return ended
 
 
-def _sweep_leases(project: Project, problems: list[str] | None) -> list[str]:
-    from corral.engine.recovery import leases
-
+def tolerated(problems: list[str] | None, what: str, sweep: Callable[[], T], instead: T) -> T:
+    """A sweep that may fail without stopping the pass: its failure is one line in ``problems`` (named
+    ``what``) and ``instead`` stands for its result; a caller with no ``problems`` to report in gets the
+    failure raised, as it asked. Every step of a pass that another may follow is run through here."""
     try:
-        return leases.sweep(project)
-    except Exception as exc:  # the lease sweep must not hide the local one
+        return sweep()
+    except Exception as exc:  # reported, never swallowed
         if problems is None:
             raise
-        problems.append(f"leases: {type(exc).__name__}: {exc}")
-        return []
+        problems.append(f"{what}: {type(exc).__name__}: {exc}")
+        return instead
 
 
 def sweep_terminal(project: Project) -> int:
@@ -139,7 +128,7 @@ def sweep_terminal(project: Project) -> int:
     """
     with project.store.read() as tx:
         records = [(p, tx.get_task(p.task_id)) for p in tx.processes()]
-    if records and project.database_url is not None:
+    if records and project.placement.other_hosts():
         from corral.engine.queue import owner
 
         me = owner(project)
@@ -193,8 +182,6 @@ def reconcile(project: Project, observed: Observed | None = None) -> Reconciled:
         sweep_stale_chats,
         sweep_blocked_without_session,
     ):
-        try:
-            sweep(project)
-        except Exception as exc:  # one broken sweep must not hide the state the others repair
-            problems.append(f"{sweep.__name__}: {type(exc).__name__}: {exc}")
+        # One broken sweep must not hide the state the others repair.
+        tolerated(problems, sweep.__name__, partial(sweep, project), None)
     return Reconciled(problems, ended)

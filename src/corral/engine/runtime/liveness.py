@@ -57,7 +57,7 @@ def live_facts(project: Project, task: Task, observed: Observed | None = None) -
 
     status = proto.read_record(project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
     alive = status is not None and supervisor_alive(status)
-    if not alive and project.database_url is not None:
+    if not alive and project.placement.other_hosts():
         # A reader with no pass behind it (the daemon's endpoints): a turn another host holds is read as
         # that host shipped it, never as this host's missing supervisor.
         held = _away(project, task.id)

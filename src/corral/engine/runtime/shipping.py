@@ -119,7 +119,7 @@ def put_live(project: Project, task_id: str, command_id: str, epoch: int, live: 
 def bring(project: Project, task_id: str) -> int:
     """:func:`materialize` when the task's turns run (or ran) on another host (its worker, or that host's
     own local turn); 0 otherwise."""
-    if project.database_url is None:
+    if not project.placement.ships_files():
         return 0
     with project.store.read() as tx:
         lease = tx.lease(task_id)
