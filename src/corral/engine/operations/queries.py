@@ -12,19 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.actors import Role
 from corral.domain.record import record
 from corral.domain.records import RESTORE_CONFLICT, Task, Turn
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
-from corral.domain.team import Lease, LeaseState
 from corral.engine.project import Project
 from corral.engine.read import projection
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 from corral.errors import NotFoundError, RefusedError, UsageError
 from corral.store import Store, Tx
+
+if TYPE_CHECKING:  # the shared store's records: only its reads below need them, and `list` loads none
+    from corral.domain.team import Lease
 
 # What ``list`` shows for each choice; None: every task, finished ones included.
 LISTS: dict[str | None, frozenset[Status] | None] = {
@@ -311,6 +313,8 @@ def turn_by_command(project: Project, command_id: str, role: Role) -> Turn | Non
 
 def worker_rows(project: Project) -> list[dict[str, Any]]:
     """Every worker the project's shared store has heard from, each with the refs of the turns it holds."""
+    from corral.domain.team import LeaseState
+
     with project.store.read() as tx:
         known = tx.workers()
         claimed = tx.leases([LeaseState.CLAIMED])
@@ -330,5 +334,7 @@ def leases_of(project: Project, task_ids: Iterable[str]) -> dict[str, Lease | No
 
 def claimed_by(project: Project, worker_id: str) -> list[Lease]:
     """The leases ``worker_id`` holds claimed (a worker adopting its turns after a restart)."""
+    from corral.domain.team import LeaseState
+
     with project.store.read() as tx:
         return [lease for lease in tx.leases([LeaseState.CLAIMED]) if lease.worker_id == worker_id]
