@@ -263,8 +263,10 @@ def test_an_index_left_as_a_fifo_hangs_nothing_outside(boxed: Any, box_env: Path
     task = tasks.create(proj, "Index FIFO", actor=Actor.HUMAN, harness="command")
     turns.start(proj, task.ref, actor=Actor.HUMAN)
     until_logged(proj, task, "planted")
-    # The person's own maintenance, unconfined, while (or after) the turn ends; in a group of its own, so
-    # what it started (repack, pack-objects) is ended with it if it hangs.
+    # Once the turn has ended (while it runs, its own git directory is the agent's to write: a limit
+    # docs/harnesses.md#sandbox names), the person's own maintenance, unconfined; in a group of its own,
+    # so what it started (repack, pack-objects) is ended with it if it hangs.
+    assert finished(proj, task.ref, timeout=60).status is not None
     gc = subprocess.Popen(["git", "gc", "--quiet"], cwd=repo, stderr=subprocess.PIPE, start_new_session=True)
     try:
         _, err = gc.communicate(timeout=30)
@@ -273,7 +275,6 @@ def test_an_index_left_as_a_fifo_hangs_nothing_outside(boxed: Any, box_env: Path
         gc.wait()
         raise AssertionError("the person's git gc hangs on the worktree's index") from None
     assert gc.returncode == 0, err
-    assert finished(proj, task.ref, timeout=30).status is not None
 
 
 def test_a_directory_where_the_branch_was_is_swept_and_the_branch_put_back(

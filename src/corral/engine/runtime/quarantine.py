@@ -424,7 +424,8 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
     algorithm, width = _object_format(git, repo, q)
     shared = Path(common_dir) / "objects"
     staging = root(common_dir) / f".staging-{command_id}"  # packs are indexed here
-    passed: list[tuple[Path, Path]] = []  # (written beside its place in the store, its place)
+    passed: list[tuple[Path, Path]] = []  # (the file checked, or a copy of it, and its place in the store)
+    fanned: set[str] = set()  # the store's fan-out directories known to be there
     commits: list[str] = []
     problems: list[str] = []
     rejected = 0
@@ -442,8 +443,15 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
             try:
                 if os.path.lexists(final):
                     kind, content = copy_verified(fd, name, algorithm, None, kept_bytes < LINKS_BYTES)
-                else:  # written as git writes one: a temporary file in its fan-out directory, renamed last
-                    final.parent.mkdir(exist_ok=True)
+                elif os.fstat(fd).st_nlink == 1:
+                    # Its one name is the quarantine's, and every process of the turn is gone: nothing can
+                    # write it after this check, so the file checked is the file moved (renamed, last).
+                    kind, content = copy_verified(fd, name, algorithm, None, kept_bytes < LINKS_BYTES)
+                    passed.append((path, final))
+                else:  # a second name (a hard link the agent made): a copy of what was checked, as git writes one
+                    if final.parent.name not in fanned:
+                        final.parent.mkdir(exist_ok=True)
+                        fanned.add(final.parent.name)
                     written = final.parent / f"tmp_obj_corral_{os.getpid()}_{name[2:10]}"
                     out = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
                     passed.append((written, final))
@@ -516,8 +524,9 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
             complete = False
     if rejected:
         for written, _final in passed:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(written)
+            if written.name.startswith("tmp_obj_corral_"):  # a copy of corral's own; the quarantine's files stay
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(written)
         kept_at = root(common_dir) / f"{_REJECTED}{command_id}"
         with _Locked(common_dir):
             _rewrite_alternates(common_dir, drop=str(q))
@@ -535,9 +544,19 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
         )
     for written, final in passed:
         if os.path.lexists(final):  # one already there is never replaced
-            os.unlink(written)
-        else:
+            if written.name.startswith("tmp_obj_corral_"):
+                os.unlink(written)
+            continue
+        if final.parent.name not in fanned:
+            final.parent.mkdir(exist_ok=True)
+            fanned.add(final.parent.name)
+        try:
+            os.chmod(written, 0o444)  # as git leaves an object: read-only
             os.rename(written, final)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            shutil.copyfile(written, final)  # another filesystem: the quarantine's file, checked, copied
     for pack, idx in packs:
         target = shared / "pack"
         target.mkdir(parents=True, exist_ok=True)
