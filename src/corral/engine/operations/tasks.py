@@ -385,7 +385,8 @@ class Diff:
     #: Paths the worktree holds uncommitted: not part of the diff, nor of what accept merges.
     uncommitted: tuple[str, ...] = ()
     #: The tip is not yet verified (a confined turn's work, read while it runs, before its objects and
-    #: branch are checked): shown, but not recorded as reviewed, so accept asks about it afterwards.
+    #: branch are checked): shown, but only the verified tip is recorded as reviewed, so accept asks
+    #: about the rest afterwards.
     unverified: bool = False
 
 
@@ -437,7 +438,7 @@ def diff(
         # Only a tip corral verified is what a person reviewed: the objects of one a turn is still writing
         # are read unchecked (its quarantine), and their bytes may differ once the turn ends.
         verified = verified_tip(git, repo, task.ref)
-        unverified = verified is not None and verified != tip
+        unverified = verified is not None and verified != tip and _objects_in_quarantine(project, task.id)
         # What the person can have reviewed is the verified tip: commits beyond it are named by accept again.
         reviewed.record_shown(
             project,
@@ -447,6 +448,21 @@ def diff(
             surface,
         )
     return Diff(task, base, tip, commits, text, uncommitted, unverified)
+
+
+def _objects_in_quarantine(project: Project, task_id: str) -> bool:
+    """Whether the task's branch may hold objects not yet verified: its confined turn's quarantine, or a
+    pair's, is still open (its objects are read unchecked, through the store's alternates, until it settles)."""
+    from corral.engine.runtime import protocol as proto
+    from corral.engine.runtime import quarantine
+
+    command = proto.read_record(project.paths.protocol_dir(task_id) / proto.COMMAND, proto.Command)
+    spec = command.sandbox if command is not None else None
+    if command is None or spec is None or not spec.confined or not spec.git_common_dir:
+        return False
+    if quarantine.path_for(spec.git_common_dir, command.command_id).is_dir():
+        return True
+    return any(name.startswith("pair-") for name in quarantine.leftovers(spec.git_common_dir))
 
 
 def delete(project: Project, given: str, *, actor: Actor) -> Task:
