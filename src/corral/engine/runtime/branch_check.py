@@ -252,9 +252,16 @@ def ensure(git: Git, repo: str | Path, branch: str) -> RefMove | None:
 def begin(git: Git, repo: str | Path, task_ref: str, branch: str) -> None:
     """Before the agent starts (after corral's own merge of the target): the branch as corral leaves
     it is the verified tip the turn's check compares with (every earlier turn was checked already)."""
-    ensure(git, repo, branch)
-    tip = git.branch_value(f"refs/heads/{branch}", cwd=repo)
-    if tip is not None and tip != verified_tip(git, repo, task_ref):
+    ref = f"refs/heads/{branch}"
+    listed = _read(git, repo, [ref, verified_ref(task_ref)])  # one look in the common case
+    own = listed.get(ref)
+    if own is None or own[2] or own[1] != "commit":
+        ensure(git, repo, branch)  # the rare case: a symbolic ref put back, or said
+        tip = git.branch_value(ref, cwd=repo)
+    else:
+        tip = own[0]
+    verified = listed.get(verified_ref(task_ref))
+    if tip is not None and tip != (verified[0] if verified else None):
         mark_verified(git, repo, task_ref, tip)
 
 
@@ -293,7 +300,13 @@ def after_confined(
     except (GitError, OSError) as exc:
         return objects, None, f"the branch could not be checked: {exc}"[:300]
     try:
-        mend(git, worktree or repo, branch, reset_index=finding is not None or (objects is not None and not objects.ok))
+        if common_dir and quarantine_id:  # an agent that ran as the person could break anything: confined only
+            mend(
+                git,
+                worktree or repo,
+                branch,
+                reset_index=finding is not None or (objects is not None and not objects.ok),
+            )
     except (GitError, OSError) as exc:
         return objects, finding, f"the worktree's git state could not be mended: {exc}"[:300]
     return objects, finding, None
