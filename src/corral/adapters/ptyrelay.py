@@ -54,6 +54,9 @@ from types import FrameType
 from typing import Any
 
 from corral.adapters.process import Identity, check_argv, start_ticks, stop_identified
+
+# Whose first disposition the agent starts with (ignored stays ignored): the leader's own list, one home.
+from corral.adapters.ptyleader import INHERITED
 from corral.domain.record import record
 from corral.errors import CorralError
 
@@ -71,16 +74,6 @@ HANDLED = (
 )
 #: Ignored while it runs: corral reads and sets its terminal only as its foreground, and restores it from anywhere.
 IGNORED = (signal.SIGTTIN, signal.SIGTTOU)
-#: Whose first disposition the agent starts with (ignored stays ignored; anything else is the default).
-INHERITED = (
-    signal.SIGINT,
-    signal.SIGQUIT,
-    signal.SIGTSTP,
-    signal.SIGTTIN,
-    signal.SIGTTOU,
-    signal.SIGTERM,
-    signal.SIGHUP,
-)
 #: The agent's window when the person has no terminal to take it from.
 DEFAULT_SIZE = (24, 80)
 #: What the relay holds of the person's input the agent has not read yet (more waits in stdin).
