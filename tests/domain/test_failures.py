@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from corral.domain.classifiers import classify_common
+from corral.domain.exits import exit_reason
 from corral.domain.failures import (
     Budgets,
     FailureClass,
     Retry,
     Stop,
-    classify_common,
     decide,
     decide_watchdog_retry,
-    exit_reason,
 )
 
 OVER, N, U, K = (

@@ -49,7 +49,7 @@ from typing import Any
 
 from corral.adapters.process import check_argv
 from corral.adapters.ptyrelay import run_relayed
-from corral.domain.failures import signal_name
+from corral.domain.exits import signal_name
 from corral.domain.record import record
 
 #: Ignored by corral while the agent runs: the keyboard's signals …

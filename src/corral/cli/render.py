@@ -214,7 +214,7 @@ def _native(native: dict[str, Any]) -> str:
     if native.get("exit_code") is not None:
         parts.append(f"exit code {native['exit_code']}")
     if native.get("signal") is not None:
-        from corral.domain.failures import signal_name  # only the details view needs it
+        from corral.domain.exits import signal_name  # only the details view needs it
 
         parts.append(f"signal {native['signal']} ({signal_name(native['signal'])})")
     if native.get("errno") is not None:

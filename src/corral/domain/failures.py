@@ -4,18 +4,16 @@ Each harness maps its own output onto :class:`FailureClass`; a classifier that i
 unsure says ``unknown``, because a wrong ``fatal_*`` blocks work that would have
 healed. :func:`decide` is a pure function of (class, attempt, elapsed) and is the
 only place cadence is decided; the budgets' defaults are settings
-(``corral.domain.settings``).
+(``corral.domain.settings``). :func:`decide_watchdog_retry` is the same decision after a
+watchdog's no-progress kill. The signals every harness shares are in
+:mod:`corral.domain.classifiers`; how a process ended, in words, in :mod:`corral.domain.exits`.
 """
 
 from __future__ import annotations
 
-import re
-import signal as _signal
 from collections.abc import Sequence
 from enum import StrEnum
-from functools import cache
 
-# Re-exported for the readers that still import it from here: the rule's home is domain/breaker.py.
 from corral.domain.record import record
 from corral.domain.settings import default
 
@@ -106,75 +104,8 @@ def decide(
     return Retry(delay)
 
 
-# -- shared signals ------------------------------------------------------------------
-
-_SIGNALS = (
-    (FailureClass.FATAL_AUTH, r"\b(401|403)\b|credit balance|invalid api key|unauthori[sz]ed|authentication"),
-    (FailureClass.TRANSIENT_OVERLOAD, r"\b(429|529|503)\b|overloaded|rate.?limit|usage limit|too many requests"),
-    (FailureClass.TRANSIENT_UNREACHABLE, r"ECONNREFUSED|ENOTFOUND|EAI_AGAIN|connection refused|getaddrinfo"),
-    (
-        FailureClass.TRANSIENT_NETWORK,
-        r"ECONNRESET|ETIMEDOUT|EPIPE|socket hang up|\b(500|502|504)\b|network error|fetch failed",
-    ),
-)
-
-
-@cache
-def _compiled() -> tuple[tuple[FailureClass, re.Pattern[str]], ...]:
-    """The shared signals, compiled on first use: most commands never classify a failure."""
-    return tuple((cls, re.compile(pattern, re.I)) for cls, pattern in _SIGNALS)
-
-
-def classify_common(text: str, exit_code: int | None = None) -> FailureClass:
-    """Shared HTTP/socket signals (auth, overload, unreachable, network); else unknown."""
-    if exit_code == 127:
-        return FailureClass.FATAL_CONFIG
-    for cls, pattern in _compiled():
-        if pattern.search(text):
-            return cls
-    return FailureClass.UNKNOWN
-
-
-def classify_http_status(status: int | None) -> FailureClass | None:
-    if status is None:
-        return None
-    if status in (401, 403):
-        return FailureClass.FATAL_AUTH
-    if status in (429, 503, 529):
-        return FailureClass.TRANSIENT_OVERLOAD
-    if status in (500, 502, 504):
-        return FailureClass.TRANSIENT_NETWORK
-    return None
-
-
-# -- exits and signals ---------------------------------------------------------------
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return _signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def exit_reason(exit_code: int | None, signum: int | None = None) -> str:
-    """The plain reason for a process end, e.g. "OOM killed or SIGKILL (exit code 137)"."""
-    if signum is None and exit_code is not None and exit_code > 128:
-        signum = exit_code - 128
-    if signum is not None:
-        code = exit_code if exit_code is not None else 128 + signum
-        if signum == _signal.SIGKILL:
-            return f"OOM killed or SIGKILL (exit code {code})"
-        return f"killed by {signal_name(signum)} (exit code {code})"
-    if exit_code is None:
-        return "the process ended with no exit status"
-    if exit_code == 127:
-        return "command not found (exit code 127)"
-    return f"exited with code {exit_code}"
-
-
-# -- the watchdog --------------------------------------------------------------------
-
+#: The watchdog's rule: how often a turn killed for making no progress is relaunched, and how long
+#: a process has between SIGTERM and SIGKILL.
 WATCHDOG_RELAUNCHES = 3
 TERM_GRACE_SECONDS = 5.0
 

@@ -58,7 +58,8 @@ from corral.adapters.harness.base import (
     usage_limit_in,
 )
 from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
-from corral.domain.failures import FailureClass, classify_common, classify_http_status
+from corral.domain.classifiers import classify_common, classify_http_status
+from corral.domain.failures import FailureClass
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
 if TYPE_CHECKING:

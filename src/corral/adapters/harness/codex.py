@@ -71,7 +71,8 @@ from corral.adapters.harness.base import (
 )
 from corral.adapters.harness.claude import code_for
 from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
-from corral.domain.failures import FailureClass, classify_common
+from corral.domain.classifiers import classify_common
+from corral.domain.failures import FailureClass
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
 if TYPE_CHECKING:

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnRequest, Verdict
 from corral.adapters.harness.claude import code_for
 from corral.domain.agent_tools import TOKEN_ENV, URL_ENV
-from corral.domain.failures import FailureClass, classify_common
+from corral.domain.classifiers import classify_common
+from corral.domain.failures import FailureClass
 from corral.domain.incidents import Fact
 from corral.errors import ArgvError
 

@@ -48,7 +48,8 @@ from corral.adapters.harness.base import (
     usage_limit_in,
 )
 from corral.domain.bounded_json import Decoded, decode
-from corral.domain.failures import FailureClass, classify_common, classify_http_status
+from corral.domain.classifiers import classify_common, classify_http_status
+from corral.domain.failures import FailureClass
 from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ from corral.adapters.process import (
     stop_child_group,
 )
 from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, prepare
-from corral.domain.failures import classify_common, classify_http_status
+from corral.domain.classifiers import classify_common, classify_http_status
 from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG

@@ -17,13 +17,13 @@ from datetime import datetime
 from corral.adapters.harness.base import AgentTools, Harness, Launch, TurnRequest, Verdict
 from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.clock import rfc3339, utcnow
+from corral.domain.exits import exit_reason
 from corral.domain.failures import (
     RETRY_REASON_BYTES,
     FailureClass,
     Retry,
     decide,
     decide_watchdog_retry,
-    exit_reason,
 )
 from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
