@@ -42,6 +42,9 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     ├── PrepareFailed                    exit 1   a task's branch or worktree could not be made
     ├── LaunchFailed                     exit 1   a turn's supervisor could not be started
     ├── ArgvError                        exit 1   an argument no program can receive
+    ├── ProgramError                     exit 1   a program corral runs could not start, or did not end
+    │   ├── ProgramMissing                        its executable is not installed or not on PATH
+    │   └── ProgramTimeout                        it ran past its time limit, and corral ended it
     ├── HarnessNotFound                  exit 1   the harness's executable is not on PATH
     ├── HarnessMisconfigured             exit 1   the harness cannot run as configured (fatal_config)
     ├── DestinationRestoreConflict       exit 1   the merge stands; local changes kept aside
@@ -330,6 +333,25 @@ class LaunchFailed(CorralError):
 
 class ArgvError(CorralError):
     code = "argv-invalid"
+
+
+class ProgramError(CorralError):
+    """A program corral runs (a hook, a harness's ``--version``, a check) could not be started: the
+    process runner's failures are these, never the bare ``OSError`` a spawn raises."""
+
+    code = "program-failed"
+
+
+class ProgramMissing(ProgramError):
+    """The program's executable is not installed, not on PATH, or not executable."""
+
+    code = "program-missing"
+
+
+class ProgramTimeout(ProgramError):
+    """The program ran past the time limit it was given; corral ended its process group."""
+
+    code = "program-timeout"
 
 
 class HarnessNotFound(CorralError):

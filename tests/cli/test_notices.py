@@ -51,11 +51,11 @@ def test_the_daemon_logs_each_notice_and_hands_it_to_the_users_hook_once(
     _thrice(agent, corral, "hooked")
     corral.ok("start", "hooked", "--wait", "--timeout", "60")
     monkeypatch.setenv("CORRAL_NOTIFY_COMMAND", "notify-me --urgent")
-    project = Project.open(repo)
+    hook = Recorder()
+    project = Project.open(repo, runner=hook)
     try:
         logged: list[dict[str, Any]] = []
-        hook = Recorder()
-        delivered = notify.from_daemon(project, logged.append, hook)
+        delivered = notify.from_daemon(project, logged.append)
         assert [task.ref for task, _ in delivered] == ["hooked"]
         (doc,) = logged
         assert doc["event"] == "notice" and doc["task"]["ref"] == "hooked"
@@ -64,7 +64,7 @@ def test_the_daemon_logs_each_notice_and_hands_it_to_the_users_hook_once(
         (call,) = hook.calls
         assert call["argv"] == ["notify-me", "--urgent"]
         assert json.loads(call["input"])["notice"]["key"] == doc["notice"]["key"]
-        assert notify.from_daemon(project, logged.append, hook) == [] and len(hook.calls) == 1  # once
+        assert notify.from_daemon(project, logged.append) == [] and len(hook.calls) == 1  # once
     finally:
         project.close()
 
@@ -73,11 +73,11 @@ def test_a_repositorys_corral_toml_cannot_set_the_hook(agent: FakeAgent, corral:
     (repo / "corral.toml").write_text(f'notify_command = "{sys.executable} -c pass"\n')
     _thrice(agent, corral, "untrusted")
     corral.ok("start", "untrusted", "--wait", "--timeout", "60")
-    project = Project.open(repo)
+    hook = Recorder()
+    project = Project.open(repo, runner=hook)
     try:
-        hook = Recorder()
         logged: list[dict[str, Any]] = []
-        notify.from_daemon(project, logged.append, hook)
+        notify.from_daemon(project, logged.append)
         assert [d["event"] for d in logged] == ["notice"]  # still logged
         assert hook.calls == []  # never run: a repository may only propose it
     finally:

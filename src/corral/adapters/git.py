@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import time
 from collections.abc import Sequence
 from functools import cache
@@ -21,7 +20,7 @@ from pathlib import Path
 from corral.adapters.process import Completed, Runner, SubprocessRunner
 from corral.domain import gittext
 from corral.domain.settings import default
-from corral.errors import GitError, GitTimeout, NotARepository, UnsafeBranch
+from corral.errors import GitError, GitTimeout, NotARepository, ProgramError, ProgramTimeout, UnsafeBranch
 
 GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
 
@@ -163,7 +162,7 @@ class Git:
                 env = {**env, "GIT_OBJECT_DIRECTORY": objects}
             argv = [self.executable, *(() if as_configured else untrusted_worktree_args(cwd)), *args]
             result = self.runner.run(argv, cwd=str(cwd), env=env, input=input, timeout=limit)
-        except subprocess.TimeoutExpired:
+        except ProgramTimeout:
             raise self._timed_out(args, cwd, limit, started) from None
         if check and result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
@@ -211,7 +210,7 @@ class Git:
                 env=GIT_ENV,
                 timeout=_HINT_LOOKUP_SECONDS,
             )
-        except (subprocess.TimeoutExpired, OSError):
+        except ProgramError:
             return []
         lines = found.stdout.split("\n")[:3]
         return lines if found.returncode == 0 and len(lines) == 3 and all(lines) else []

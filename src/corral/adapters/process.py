@@ -1,11 +1,21 @@
 """Processes, the one way: run, spawn (detached or in the foreground), tell alive, identify, stop with grace.
 
 Everything corral executes goes through here, so tests can record or replace it:
-``Runner`` runs a command to completion and captures its output; :func:`spawn` starts a
-long-lived child (detached in its own session for a supervisor or a daemon, or in the
-foreground for an interactive pair); :func:`pid_alive` tells whether a pid is a live
-process (a zombie is not). Every argv passes :func:`check_argv` first: a NUL byte in an
-argument would otherwise surface as Python's opaque "embedded null byte".
+a :class:`Runner` runs a command to completion and captures its output (:meth:`Runner.run`),
+or starts one in a process group of its own and hands back the :class:`Started` child to
+read, wait for and end by its group (:meth:`Runner.start`: the post-turn check, corral's
+shell). The engine holds one runner, ``Project.runner`` (or a caller's own argument, for the
+supervisor's check), and never spawns a process itself; a test hands it
+:class:`corral.testing.fake_runner.FakeRunner`, which records each argv and plays scripted
+results. A runner's failures are typed: :class:`~corral.errors.ProgramMissing` for an
+executable that is not there, :class:`~corral.errors.ProgramTimeout` for a run past its time
+limit, :class:`~corral.errors.ProgramError` for any other spawn failure.
+
+The supervisor and the daemon keep their own launch here (:func:`spawn_detached`), as the
+supervisor keeps the agent's (:func:`spawn_piped`): the skeletons of a turn, not programs a
+test would script. :func:`pid_alive` tells whether a pid is a live process (a zombie is not).
+Every argv passes :func:`check_argv` first: a NUL byte in an argument would otherwise surface
+as Python's opaque "embedded null byte".
 
 A pid alone names whatever process holds the number now (pids wrap within minutes on a
 busy machine), so nothing recorded is signalled by its pid alone: an :class:`Identity`
@@ -29,7 +39,7 @@ from typing import IO, Protocol
 
 from corral.adapters.files import open_private
 from corral.domain.record import record
-from corral.errors import ArgvError
+from corral.errors import ArgvError, ProgramError, ProgramMissing, ProgramTimeout
 
 MAX_PID = 2**22  # Linux's pid_max ceiling; anything larger is not a process
 
@@ -52,6 +62,39 @@ class Completed:
     stderr: str
 
 
+class Started(Protocol):
+    """A child started by :meth:`Runner.start`, in a session and process group of its own (its group id
+    is its pid), so it and everything it starts end together."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None:
+        """Its exit code (negative: the signal that ended it), or None while it runs."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Its exit code once it ends, or None when it still runs after ``timeout`` seconds."""
+        ...
+
+    def stop_group(self, grace: float) -> None:
+        """SIGTERM to its group, then SIGKILL to the group after ``grace`` seconds (:func:`stop_child_group`)."""
+        ...
+
+    def kill_group(self) -> None:
+        """SIGKILL to its group at once."""
+        ...
+
+
 class Runner(Protocol):
     def run(
         self,
@@ -61,11 +104,59 @@ class Runner(Protocol):
         env: Mapping[str, str] | None = None,
         input: str | None = None,
         timeout: float | None = None,
-    ) -> Completed: ...
+    ) -> Completed:
+        """Run ``argv`` to its end, output captured as text; ``env`` adds to this process's environment.
+        Raises :class:`~corral.errors.ProgramTimeout` past ``timeout`` (its group ended first),
+        :class:`~corral.errors.ProgramMissing` or :class:`~corral.errors.ProgramError` when it cannot start."""
+        ...
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        environ: Mapping[str, str] | None = None,
+        merge_stderr: bool = False,
+        pass_fds: Sequence[int] = (),
+    ) -> Started:
+        """Start ``argv`` in a session of its own, stdin from /dev/null, stdout and stderr piped (stderr
+        into stdout with ``merge_stderr``); ``environ`` is its whole environment (None: this process's),
+        ``pass_fds`` the descriptors it inherits. Raises as :meth:`run` does when it cannot start."""
+        ...
+
+
+def not_started(argv: Sequence[str], exc: OSError) -> ProgramError:
+    """The typed error of a spawn that failed: the executable missing (or not executable), or anything else."""
+    name = argv[0] if argv else "(nothing)"
+    if isinstance(exc, FileNotFoundError | PermissionError) and exc.filename in (None, name):
+        return ProgramMissing(
+            f"`{name}` could not be run: {exc.strerror or exc}.",
+            hint=f"Install it or put it on PATH (`command -v {name}` says where it is), or give its full path.",
+        )
+    return ProgramError(
+        f"`{name}` could not be started: {exc.strerror or exc}"
+        + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")
+        + ".",
+        hint="Check that the program and the directory it runs in exist and can be used.",
+    )
+
+
+def timed_out(argv: Sequence[str], timeout: float) -> ProgramTimeout:
+    """The typed error of a run past its time limit (its group already ended)."""
+    shown = _shown(argv)
+    return ProgramTimeout(
+        f"`{shown}` ran past its {timeout:g} s limit; corral ended it.",
+        hint=f"Run `{shown}` by hand to see where it hangs.",
+    )
+
+
+def _shown(argv: Sequence[str], limit: int = 200) -> str:
+    text = " ".join(argv)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class SubprocessRunner:
-    """The real runner: a child process, its output captured as text."""
+    """The real runner: child processes."""
 
     def run(
         self,
@@ -82,24 +173,95 @@ class SubprocessRunner:
             full_env.update(env)
         # With a time limit the child gets a session of its own, so an expiry ends its whole
         # group with SIGTERM first: git removes its lock files, and a hook it ran goes too.
-        with subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=full_env,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="surrogateescape",
-            start_new_session=timeout is not None,
-        ) as proc:
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="surrogateescape",
+                start_new_session=timeout is not None,
+            )
+        except OSError as exc:
+            raise not_started(argv, exc) from None
+        with proc:
             try:
                 out, err = proc.communicate(input, timeout=timeout)
             except subprocess.TimeoutExpired:
                 _end_group(proc, RUNNER_TERM_GRACE)
                 proc.communicate()
-                raise
+                assert timeout is not None
+                raise timed_out(argv, timeout) from None
         return Completed(tuple(argv), proc.returncode, out, err)
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        environ: Mapping[str, str] | None = None,
+        merge_stderr: bool = False,
+        pass_fds: Sequence[int] = (),
+    ) -> Started:
+        check_argv(argv)
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=None if environ is None else dict(environ),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=tuple(pass_fds),
+            )
+        except OSError as exc:
+            raise not_started(argv, exc) from None
+        return StartedChild(proc)
+
+
+class StartedChild:
+    """A real child of :meth:`SubprocessRunner.start`: a :class:`subprocess.Popen` seen as :class:`Started`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def stdout(self) -> IO[bytes] | None:
+        return self._proc.stdout
+
+    @property
+    def stderr(self) -> IO[bytes] | None:
+        return self._proc.stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop_group(self, grace: float) -> None:
+        stop_child_group(self._proc, grace)
+
+    def kill_group(self) -> None:
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def spawn_detached(
@@ -155,32 +317,6 @@ def spawn_piped(
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
-    )
-
-
-def spawn_shell(
-    command: str, *, cwd: str | Path, output: int | IO[bytes] | None = subprocess.PIPE
-) -> subprocess.Popen[bytes]:
-    """A shell command in its own group (the post-turn check, unconfined), stdout and stderr together."""
-    return spawn_argv(["/bin/sh", "-c", command], cwd=cwd, env=None, output=output)
-
-
-def spawn_argv(
-    argv: list[str],
-    *,
-    cwd: str | Path,
-    env: dict[str, str] | None,
-    output: int | IO[bytes] | None = subprocess.PIPE,
-) -> subprocess.Popen[bytes]:
-    """A program in its own group (the post-turn check in the sandbox), stdout and stderr together."""
-    return subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdout=output,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
     )
 
 

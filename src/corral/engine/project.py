@@ -20,6 +20,7 @@ from pathlib import Path
 
 from corral.adapters.git import Git
 from corral.adapters.locks import is_locked
+from corral.adapters.process import Runner, SubprocessRunner
 from corral.domain.actors import Actor
 from corral.domain.clock import Clock, utcnow
 from corral.domain.record import field, record
@@ -128,6 +129,8 @@ class Project:
     clock: Clock = utcnow
     identity: Identity | None = None  # None: a repository without a commit yet
     moved_from: str | None = None  # opening it found the repository moved from here, and followed
+    #: Runs every program the engine starts besides git (whose own is ``git.runner``): a mode, like ``clock``.
+    runner: Runner = field(default_factory=SubprocessRunner)
     _store: Store | None = field(default=None, repr=False)
     _placement: Placement | None = field(default=None, repr=False)
 
@@ -141,6 +144,7 @@ class Project:
         copy: str | None = None,
         placement: Placement | None = None,
         store: Store | None = None,
+        runner: Runner | None = None,
     ) -> Project:
         """The project of the checkout containing ``repo`` (default: the current directory).
 
@@ -149,6 +153,8 @@ class Project:
         ``RepositoryCopied`` unless ``copy`` answers the question (``"attach"`` or ``"fresh"``).
         Its placement (:mod:`corral.engine.placement`) is the one the settings choose unless one is
         given, as its store is the one the placement opens unless one is given (tests pass both).
+        ``runner`` starts every program but git: tests pass :class:`corral.testing.fake_runner.FakeRunner`
+        where no real process is needed.
         """
         given = git
         git = git or Git()
@@ -169,6 +175,7 @@ class Project:
             moved_from=located.moved_from,
             _store=store,
             _placement=placement if placement is not None else placement_for(config),
+            runner=runner if runner is not None else SubprocessRunner(),
         )
 
     @classmethod

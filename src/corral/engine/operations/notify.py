@@ -3,23 +3,24 @@
 The rule of what is due and when is ``corral.domain.attention``; receipts per channel are
 ``corral.engine.read.notices``. The hook is the user's ``notify_command`` — trusted only from
 their own settings or environment, never from a repository's ``corral.toml`` (which may only
-propose it) — run with the notice as JSON on stdin, a few seconds at most.
+propose it) — run by the project's runner with the notice as JSON on stdin, a few seconds at most;
+a hook that cannot run, fails or runs out of time is logged (``notify-failed``), never raised.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from collections.abc import Callable
 from datetime import timedelta
 
-from corral.adapters.process import Runner, SubprocessRunner
+from corral.adapters.process import Runner
 from corral.domain.attention import Notice
 from corral.domain.records import Task
 from corral.domain.status import TERMINAL, Status
 from corral.engine.project import Project
 from corral.engine.read import notices
+from corral.errors import ArgvError, ProgramError
 from corral.store import Tx
 
 HOOK_TIMEOUT_SECONDS = 10.0
@@ -43,12 +44,9 @@ def for_wait(project: Project, task: Task, show: Callable[[Notice], None]) -> No
     return notices.deliver(project, task, "wait", show, project.clock())
 
 
-def from_daemon(
-    project: Project, log: Callable[[dict[str, object]], None], runner: Runner | None = None
-) -> list[tuple[Task, Notice]]:
-    """Every due notice of the project's running and recently ended turns: logged, and handed to the hook.
-    On the shared store, only of this host's own turns (:func:`_ours`)."""
-    runner = runner or SubprocessRunner()
+def from_daemon(project: Project, log: Callable[[dict[str, object]], None]) -> list[tuple[Task, Notice]]:
+    """Every due notice of the project's running and recently ended turns: logged, and handed to the hook
+    (run by ``project.runner``). On the shared store, only of this host's own turns (:func:`_ours`)."""
     hook = project.config["notify_command"]
     now = project.clock()
     with project.store.read() as tx:
@@ -66,7 +64,7 @@ def from_daemon(
             doc = notice_doc(project, task, notice)
             log(doc)
             if hook:
-                _run_hook(runner, str(hook), doc, log)
+                _run_hook(project.runner, str(hook), doc, log)
 
         notice = notices.deliver(project, task, "daemon", hand_over, now)
         if notice is not None:
@@ -87,9 +85,17 @@ def _ours(project: Project, tx: Tx, tasks: list[Task]) -> list[Task]:
 
 def _run_hook(runner: Runner, hook: str, doc: dict[str, object], log: Callable[[dict[str, object]], None]) -> None:
     try:
-        done = runner.run(shlex.split(hook), input=json.dumps(doc), timeout=HOOK_TIMEOUT_SECONDS)
-    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        log({"event": "notify-failed", "notice": _key(doc), "message": f"{type(exc).__name__}: {exc}"})
+        argv = shlex.split(hook)
+    except ValueError as exc:  # an unclosed quote
+        log({"event": "notify-failed", "notice": _key(doc), "message": f"notify_command cannot be parsed: {exc}"})
+        return
+    if not argv:
+        log({"event": "notify-failed", "notice": _key(doc), "message": "notify_command holds no command"})
+        return
+    try:
+        done = runner.run(argv, input=json.dumps(doc), timeout=HOOK_TIMEOUT_SECONDS)
+    except (ProgramError, ArgvError) as exc:  # not there (ProgramMissing), out of time (ProgramTimeout), a NUL
+        log({"event": "notify-failed", "notice": _key(doc), "code": exc.code, "message": exc.message})
         return
     if done.returncode != 0:
         log(

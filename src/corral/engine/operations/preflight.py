@@ -16,18 +16,25 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from corral.adapters.harness import NAMES, make_harness
 from corral.adapters.harness.base import Harness
+from corral.adapters.process import Runner
 from corral.domain.record import record
 from corral.domain.redact import bounded
 from corral.engine.config import harness_settings
 from corral.engine.project import Project
-from corral.errors import HarnessMisconfigured, HarnessNotFound, UsageError
+from corral.errors import (
+    HarnessMisconfigured,
+    HarnessNotFound,
+    ProgramError,
+    ProgramMissing,
+    ProgramTimeout,
+    UsageError,
+)
 
 #: How long ``<bin> --version`` may take in ``doctor`` (a hanging binary never hangs doctor). Pi, a
 #: Node program, takes seconds on a loaded machine; the harnesses are asked side by side.
@@ -235,21 +242,19 @@ def _problem(
     return None
 
 
-def _version(adapter: Harness, path: str) -> tuple[str | None, str | None]:
+def _version(runner: Runner, adapter: Harness, path: str) -> tuple[str | None, str | None]:
+    """(its first line of ``--version``, why it could not tell): a binary that hangs is ended at
+    :data:`VERSION_TIMEOUT`, with its process group."""
     try:
-        done = subprocess.run(
-            [path, "--version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=VERSION_TIMEOUT,
-            check=False,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired:
+        done = runner.run([path, "--version"], timeout=VERSION_TIMEOUT)
+    except ProgramTimeout:
         return None, f"`{adapter.executable} --version` did not answer within {int(VERSION_TIMEOUT)} s"
-    except OSError as exc:
-        return None, f"`{adapter.executable} --version` could not run: {exc.strerror or exc}"
-    text = (done.stdout or done.stderr).decode("utf-8", "replace").strip()
+    except ProgramMissing:
+        return None, f"`{adapter.executable} --version` could not run: {path} is gone or not executable"
+    except ProgramError as exc:
+        return None, f"`{adapter.executable} --version` could not run: {exc.message}"
+    said = done.stdout or done.stderr  # read with surrogate escapes: made plain text here
+    text = said.encode("utf-8", "surrogateescape").decode("utf-8", "replace").strip()
     first = text.splitlines()[0] if text else ""
     if done.returncode != 0:
         return (bounded(first, 200) or None), f"`{adapter.executable} --version` exited {done.returncode}"
@@ -323,11 +328,11 @@ def report(project: Project, names: list[str] | None = None) -> list[HarnessRepo
     values = harness_settings(project.config)
     wanted = names or configured_harnesses(project)
     with ThreadPoolExecutor(max_workers=max(1, len(wanted))) as pool:
-        return list(pool.map(lambda name: report_one(name, values), wanted))
+        return list(pool.map(lambda name: report_one(name, values, project.runner), wanted))
 
 
-def report_one(name: str, values: Mapping[str, Any]) -> HarnessReport:
-    """The doctor's look at one harness: runs ``<bin> --version`` under :data:`VERSION_TIMEOUT`."""
+def report_one(name: str, values: Mapping[str, Any], runner: Runner) -> HarnessReport:
+    """The doctor's look at one harness: runs ``<bin> --version`` (by ``runner``) under :data:`VERSION_TIMEOUT`."""
     if name not in NAMES:
         return HarnessReport(
             name, "", False, problem=f"'{name}' is not a harness corral knows", hint=f"Use one of: {', '.join(NAMES)}."
@@ -347,7 +352,7 @@ def report_one(name: str, values: Mapping[str, Any]) -> HarnessReport:
             hint=adapter.install_hint,
             read_only=read_only,
         )
-    version, version_problem = _version(adapter, path) if name != "command" else (None, None)
+    version, version_problem = _version(runner, adapter, path) if name != "command" else (None, None)
     logged_in, source = login(name)
     return HarnessReport(
         name,

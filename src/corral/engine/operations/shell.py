@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from corral.adapters.harness.base import ARGV_PROMPT_LIMIT, SHELL_RESULT_KEY
+from corral.adapters.process import Started
 from corral.domain.record import record
 from corral.domain.records import Task
 from corral.engine.operations.gates import Caller, require_agent
@@ -222,14 +222,10 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     assert prefix[-1] == "--"
     gate, go = os.pipe()  # bwrap runs nothing before a byte arrives on ``gate``
     try:
-        proc = subprocess.Popen(
+        proc = turn.project.runner.start(
             [*prefix[:-1], "--block-fd", str(gate), "--", "/bin/sh", "-c", command],
             cwd=worktree,
-            env={**env, **inside},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
+            environ={**env, **inside},
             pass_fds=(gate,),
         )
     except BaseException:
@@ -260,22 +256,7 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     ]
     for reader in readers:
         reader.start()
-    timed_out = ended = False
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None:
-        if not agent.matches():
-            ended = True
-        elif time.monotonic() >= deadline:
-            timed_out = True
-        else:
-            try:
-                proc.wait(timeout=min(WATCH_SECONDS, max(deadline - time.monotonic(), 0.0)))
-            except subprocess.TimeoutExpired:
-                pass
-            continue
-        _end(proc)
-    if not (ended or timed_out) and proc.returncode < 0 and not agent.matches():
-        ended = True  # the turn's own sweep (the supervisor's, a stop's) ended it
+    timed_out, ended = watch(proc, agent.matches, timeout)
     for reader in readers:
         reader.join(5)
     secrets = secret_values(os.environ)
@@ -288,13 +269,30 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     return Ran(code, shown(out), shown(err), timed_out=timed_out, ended_with_turn=ended)
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
+def watch(proc: Started, agent_alive: Callable[[], bool], timeout: float) -> tuple[bool, bool]:
+    """Wait for the command while the agent that asked runs, at most ``timeout`` seconds; end it the
+    moment either fails. Returns (timed out, ended with the turn)."""
+    timed_out = ended = False
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if not agent_alive():
+            ended = True
+        elif time.monotonic() >= deadline:
+            timed_out = True
+        else:
+            proc.wait(timeout=min(WATCH_SECONDS, max(deadline - time.monotonic(), 0.0)))
+            continue
+        _end(proc)
+    code = proc.returncode
+    if not (ended or timed_out) and code is not None and code < 0 and not agent_alive():
+        ended = True  # the turn's own sweep (the supervisor's, a stop's) ended it
+    return timed_out, ended
+
+
+def _end(proc: Started) -> None:
     """End the command's sandbox: its process group at once, and with bwrap the PID namespace's init,
     so everything inside goes, whatever group, session or environment it gave itself."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    proc.kill_group()
     proc.wait()
 
 

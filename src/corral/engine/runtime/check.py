@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from corral.adapters.process import spawn_argv, spawn_shell, stop_child_group
+from corral.adapters.process import Runner, SubprocessRunner
 from corral.domain.redact import bounded, redact
 from corral.engine.runtime import protocol as proto
 
@@ -37,8 +36,10 @@ def run_check(
     secrets: list[str],
     term_grace: float,
     confine: Callable[[list[str]], tuple[list[str], dict[str, str]] | None] | None = None,
+    runner: Runner | None = None,
 ) -> proto.CheckResult | None:
     """Run the check; ``confine`` wraps its argv in the turn's sandbox (None: no sandbox for this turn).
+    ``runner`` starts it (the real one unless a test gives its own: the supervisor holds no project).
 
     The check runs the agent's code (a Makefile, a conftest.py, a package.json script), so it runs
     where the agent ran: inside the turn's sandbox, before corral verifies the turn's objects and
@@ -47,27 +48,25 @@ def run_check(
     """
     if not spec.command:
         return None
-    wrapped = confine(["/bin/sh", "-c", spec.command]) if confine is not None and not spec.unconfined else None
+    runner = runner or SubprocessRunner()
+    shell = ["/bin/sh", "-c", spec.command]
+    wrapped = confine(shell) if confine is not None and not spec.unconfined else None
     if wrapped is not None:
         argv, env = wrapped
-        proc = spawn_argv(argv, cwd=worktree, env=env)
+        proc = runner.start(argv, cwd=worktree, environ=env, merge_stderr=True)
         where = "bwrap"
     else:
-        proc = spawn_shell(spec.command, cwd=worktree)
+        proc = runner.start(shell, cwd=worktree, merge_stderr=True)
         where = "unconfined"
     chunks: list[bytes] = []
     assert proc.stdout is not None
     reader = threading.Thread(target=_drain, args=(proc.stdout, chunks), daemon=True)
     reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=spec.timeout_seconds)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    timed_out = proc.wait(timeout=spec.timeout_seconds) is None
     # The check's shell is done (or out of time): a background child it left holding the output
     # must not hold the turn. Read what is left within a short bound, then end the whole group.
     reader.join(DRAIN_SECONDS if not timed_out else 0)
-    stop_child_group(proc, term_grace)
+    proc.stop_group(term_grace)
     proc.wait()
     reader.join(DRAIN_SECONDS)
     output = b"".join(chunks)
