@@ -10,20 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from corral.domain.incidents import (
-    Accepted,
-    Collector,
-    Fact,
-    FailureState,
-    Label,
-    Refused,
-    ToolEnd,
-    ToolStart,
-    check_disposition,
-    disposition_id,
-    open_incidents,
-    reduce,
-)
+from corral.domain.collector import Collector, Fact, ToolEnd, ToolStart
+from corral.domain.dispositions import Accepted, Refused, check_disposition, disposition_id, open_incidents
+from corral.domain.incidents import FailureState, Label, reduce
 from corral.domain.intents import PERMISSION_RESOURCES, DispositionRequest, Rejected, parse_disposition, parse_intent
 
 CWD = "/work/tree"

@@ -7,20 +7,13 @@ from typing import Any
 
 import pytest
 
+from corral.domain.collector import Collector, Fact, Gap, ModelFailure, ModelOk, ToolEnd, ToolStart, operation_of
 from corral.domain.incidents import (
     MODEL_CALL,
     Category,
-    Collector,
-    Fact,
     FailureState,
-    Gap,
     Incident,
     Label,
-    ModelFailure,
-    ModelOk,
-    ToolEnd,
-    ToolStart,
-    operation_of,
     reduce,
     summary_line,
     supervision_failure,
@@ -395,7 +388,7 @@ def test_the_state_as_json_counts_every_label_and_what_needs_action():
 
 
 def test_a_secret_is_masked_before_the_summary_is_cut_and_a_lone_surrogate_is_replaced():
-    from corral.domain.incidents import Collector, ToolEnd, ToolStart
+    from corral.domain.collector import Collector, ToolEnd, ToolStart
 
     secret = "sk-ant-api03-SECRETSECRETSECRET"
     collector = Collector(mask=lambda text: text.replace(secret, "[masked]"))

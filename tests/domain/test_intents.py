@@ -13,21 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from corral.domain.incidents import (
-    MODEL_CALL,
-    Collector,
-    Fact,
-    FailureState,
-    Gap,
-    Label,
-    ModelFailure,
-    ModelOk,
-    ToolEnd,
-    ToolStart,
-    excerpt,
-    operation_of,
-    reduce,
-)
+from corral.domain.collector import Collector, Fact, Gap, ModelFailure, ModelOk, ToolEnd, ToolStart, operation_of
+from corral.domain.incidents import MODEL_CALL, FailureState, Label, excerpt, reduce
 from corral.domain.intents import ID_PATTERN, MAX_EXPECTED, Intent, Rejected, command_args, parse_intent
 
 CWD = "/work/tree"

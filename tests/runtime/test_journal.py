@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from corral.domain.incidents import Fact, FailureState, Label, ModelFailure, ModelOk, ToolEnd, ToolStart, reduce
+from corral.domain.collector import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
+from corral.domain.incidents import FailureState, Label, reduce
 from corral.engine.runtime.journal import (
     CURSOR,
     JOURNAL,

@@ -10,7 +10,7 @@ and again by the collector when it replays the agent's log — so both reach the
   :class:`Rejected` with one plain reason per problem; a rejected call is never run.
 - ``failure_disposition`` takes ``disposition``, ``targets``, ``reason``, ``evidence`` and
   ``permissionResource``. :func:`parse_disposition` checks the request's own shape; whether its
-  targets and evidence hold is decided against the incidents (``incidents.check_disposition``).
+  targets and evidence hold is decided against the incidents (``dispositions.check_disposition``).
 
 Rules: an id matches :data:`ID_PATTERN` (1–64 characters, letters, digits and ``._:/-``, starting
 with a letter or digit). ``expectedExitCodes`` is a list of integers 0–255 (a boolean is not an

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.domain.bounded_json import Reason, Unparseable, decode, decode_first
+from corral.domain.collector import Fact, ToolStart
 from corral.domain.failures import FailureClass
-from corral.domain.incidents import Fact, ToolStart
 from corral.domain.posture import Posture
 from corral.domain.record import field, record
 

@@ -31,8 +31,8 @@ from corral.adapters.harness.base import AttemptFacts, Event, Launch, TurnReques
 from corral.adapters.harness.claude import code_for
 from corral.domain.agent_tools import TOKEN_ENV, URL_ENV
 from corral.domain.classifiers import classify_common
+from corral.domain.collector import Fact
 from corral.domain.failures import FailureClass
-from corral.domain.incidents import Fact
 from corral.errors import ArgvError
 
 if TYPE_CHECKING:

@@ -49,8 +49,8 @@ from corral.adapters.harness.base import (
 )
 from corral.domain.bounded_json import Decoded, decode
 from corral.domain.classifiers import classify_common, classify_http_status
+from corral.domain.collector import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 from corral.domain.failures import FailureClass
-from corral.domain.incidents import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 
 if TYPE_CHECKING:
     from corral.adapters.harness.sessions import SessionFiles

@@ -309,7 +309,7 @@ def dispose(turn: OwnTurn, args: dict[str, Any]) -> dict[str, Any]:
     """Check a disposition of the caller's own incidents against its log scanned to now; the scan of
     the log records it (once). Ignored, and said so, for a turn that is not confined."""
     from corral.adapters.harness import make_harness
-    from corral.domain.incidents import Refused, check_disposition, open_incidents
+    from corral.domain.dispositions import Refused, check_disposition, open_incidents
     from corral.engine.paths import OUTPUT_LOG
     from corral.engine.runtime.journal import Cursors, scan
 

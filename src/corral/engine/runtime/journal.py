@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 from corral.adapters.files import fsync_dir, private_dirs, read_bounded, write_atomic
 from corral.domain.bounded_json import Decoded, Reason, Unparseable, decode
-from corral.domain.incidents import Collector, Fact, FailureState, Gap, ToolStart, operation_of, reduce
+from corral.domain.collector import Collector, Fact, Gap, ToolStart, operation_of
+from corral.domain.incidents import FailureState, reduce
 from corral.engine.runtime import provenance
 
 JOURNAL = "failures.jsonl"

@@ -18,7 +18,8 @@ from typing import Any
 
 from corral.adapters.harness import make_harness
 from corral.domain.clock import rfc3339
-from corral.domain.incidents import Category, Gap, supervision_failure
+from corral.domain.collector import Gap
+from corral.domain.incidents import Category, supervision_failure
 from corral.domain.redact import redact
 from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime.attempts import AttemptRun
