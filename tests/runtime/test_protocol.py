@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from corral.adapters.harness.base import Posture
@@ -43,9 +44,7 @@ def a_command(**changes: object) -> proto.Command:
         protected=("db/*",),
         created_at="2026-01-01T00:00:00.000000Z",
     )
-    from dataclasses import replace
-
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return msgspec.structs.replace(base, **changes)
 
 
 def a_receipt() -> proto.Receipt:
@@ -140,11 +139,12 @@ def test_a_receipt_from_a_newer_corral_is_refused_with_its_cause(tmp_path: Path)
         ({"attempts": [{"number": "one", "started_at": "a", "outcome": "failed"}]}, "number"),
         ({"command_id": 7}, "command_id"),
         ({"error": {"kind": "meteor", "phase": None, "reason": "x"}, "status": "error"}, "error.kind"),
-        ({"changed_paths": "a.py"}, "changed_paths"),
+        ({"git": {"changed_paths": "a.py"}}, "git.changed_paths"),
+        ({"reaped": [{"pid": True, "command": "sleep"}]}, "reaped[0].pid"),
     ],
 )
 def test_the_wrong_shape_is_refused_naming_the_field(tmp_path: Path, change: dict[str, object], field: str) -> None:
-    doc = {**a_receipt().to_json(), **change}
+    doc = {**a_receipt().to_json(), **change, "protocol_version": proto.PROTOCOL_VERSION}
     (tmp_path / proto.RESPONSE).write_text(json.dumps(doc))
     found = proto.read(tmp_path / proto.RESPONSE, proto.Receipt)
     assert isinstance(found, proto.Unreadable) and found.problem is proto.Problem.WRONG_SHAPE
