@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from corral.domain.settings import BY_NAME, SETTINGS, toml_value
+from corral.domain.settings import BY_NAME, SETTINGS
+from corral.domain.toml_text import toml_value
 from tests.cli.helpers import create, json_error, no_traceback, park, state_paths, store_of, to_working
 
 PATH_KEYS = {

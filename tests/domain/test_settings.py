@@ -17,7 +17,8 @@ from hypothesis import strategies as hs
 from corral.domain import settings as schema
 from corral.domain.failures import Budgets
 from corral.domain.sanitize import DEFAULT_TEXT_CAP
-from corral.domain.settings import BY_NAME, SETTINGS, Trust, default, setting, toml_comment, toml_value
+from corral.domain.settings import BY_NAME, SETTINGS, Trust, default, setting
+from corral.domain.toml_text import toml_comment, toml_value
 from corral.errors import ConfigError
 
 #: Written out by hand: a default that changes must change here too, on purpose.

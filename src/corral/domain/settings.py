@@ -1,10 +1,10 @@
-"""Every setting corral has, in one typed schema, and how a value is read and written back as TOML.
+"""Every setting corral has, in one typed schema: its name, type, default, help, trust and range.
 
 Each :class:`Setting` has a name, a type, a default, a one-line help and a :class:`Trust`
 that says which sources may set it. This is the only place a default is written: code
 that needs one asks :func:`default` (``default("watchdog_timeout", float)``), and the
 engine's loader (``corral.engine.config``) reads the environment and the settings files
-against this schema. ``corral config show`` renders it with :func:`toml_value`.
+against this schema. ``corral config show`` writes values back with :mod:`corral.domain.toml_text`.
 
 It is also the one home of what a value may be: every number has a range (``least`` and
 ``most``, both included, finite, whole for a whole-number setting), the remote is never a word
@@ -574,53 +574,3 @@ def default(name: str, kind: type[_T] | None = None) -> SettingValue | _T:
     if kind is not None and not isinstance(value, kind):
         raise TypeError(f"the default of {name!r} is {type(value).__name__}, not {kind.__name__}")
     return value
-
-
-# -- writing values back as TOML ------------------------------------------------------
-
-
-def toml_value(value: str | int | float | bool | list[str]) -> str:
-    """``value`` as a TOML value that ``tomllib`` reads back equal. None has no TOML form."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        # repr is TOML's float syntax too, including inf, -inf and nan.
-        return repr(value)
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_string(item) for item in value) + "]"
-    raise TypeError(f"no TOML form for {type(value).__name__}")
-
-
-_STRING_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-
-
-def _toml_string(text: str) -> str:
-    out: list[str] = []
-    for ch in text:
-        code = ord(ch)
-        if ch in _STRING_ESCAPES:
-            out.append(_STRING_ESCAPES[ch])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04X}")
-        elif 0xD800 <= code <= 0xDFFF:
-            # An undecodable byte from the environment has no Unicode form; TOML text must be Unicode.
-            out.append("\\uFFFD")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def toml_comment(text: str) -> str:
-    """``text`` made safe to follow a ``#``: TOML comments may hold no control character but tab."""
-    out: list[str] = []
-    for ch in text:
-        code = ord(ch)
-        if (code < 0x20 and ch != "\t") or code == 0x7F or 0xD800 <= code <= 0xDFFF:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)

@@ -48,15 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.record import field, record
-from corral.domain.settings import (
-    BY_NAME,
-    SETTINGS,
-    Setting,
-    SettingValue,
-    nearest_setting,
-    toml_value,
-    unknown_setting,
-)
+from corral.domain.settings import BY_NAME, SETTINGS, Setting, SettingValue, nearest_setting, unknown_setting
+from corral.domain.toml_text import toml_value
 from corral.errors import ConfigError, UsageError
 
 #: The user file's table of per-repository tables.

@@ -18,7 +18,8 @@ import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.domain.settings import BY_NAME, SETTINGS, Setting, SettingValue, lookup, toml_comment, toml_value
+from corral.domain.settings import BY_NAME, SETTINGS, Setting, SettingValue, lookup
+from corral.domain.toml_text import toml_comment, toml_value
 from corral.engine.api import (
     PROJECTS_TABLE,
     SCOPES,

@@ -7,7 +7,7 @@ import click
 from corral.cli import reads
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.domain.settings import toml_value
+from corral.domain.toml_text import toml_value
 from corral.engine.api import queries
 
 
