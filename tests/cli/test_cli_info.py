@@ -149,7 +149,21 @@ EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bi
 PRIVATE = {"database_url"}
 #: Settings a repository may not set because they say which machines run a person's agents (docs/workers.md).
 HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
-USER_ONLY = WIDENS | PRIVATE | HOSTS | EXECUTES
+#: A turn's waits (domain/delays.py): a repository's value could kill a person's agents early or retry without pause.
+PACES = {
+    "retry_delay_first",
+    "retry_delay_unknown",
+    "retry_delay_longest",
+    "crash_loop_window",
+    "term_grace",
+    "reap_grace",
+    "heartbeat_interval",
+    "drain_quiet",
+    "drain_longest",
+    "usage_limit_poll",
+    "usage_limit_nap",
+}
+USER_ONLY = WIDENS | PRIVATE | HOSTS | PACES | EXECUTES
 TRUST_WORDS = {
     "user_only": "(corral.toml may not set this)",
     "executes": "(corral.toml may propose this, never set it)",
@@ -223,7 +237,7 @@ def test_config_show_json_carries_each_settings_help_default_and_trust(corral) -
     assert (watchdog["default"], watchdog["value"], watchdog["trust"]) == (1800.0, 1800.0, "anywhere")
     assert watchdog["help"] == "seconds without progress before the watchdog kills a turn"
     assert {n for n, s in doc.items() if s["trusted_only"]} == USER_ONLY
-    assert {n for n, s in doc.items() if s["trust"] == "user_only"} == WIDENS | PRIVATE | HOSTS
+    assert {n for n, s in doc.items() if s["trust"] == "user_only"} == WIDENS | PRIVATE | HOSTS | PACES
     assert {n for n, s in doc.items() if s["trust"] == "executes"} == EXECUTES
     assert doc["model"]["default"] is None and doc["text_cap"]["default"] == 100 * 1024
 
@@ -243,7 +257,7 @@ def test_corral_toml_sets_only_what_a_repository_may(
             assert (got["value"], got["source"], got["origin"]) == (s.default_value(), "default", None), s.name
         else:
             assert (got["value"], got["source"], got["origin"]) == (values[s.name], "project", project), s.name
-    assert sorted(item.split(" ", 1)[0] for item in doc["ignored"]) == sorted(WIDENS | PRIVATE | HOSTS)
+    assert sorted(item.split(" ", 1)[0] for item in doc["ignored"]) == sorted(WIDENS | PRIVATE | HOSTS | PACES)
     assert all(f"in {project} " in item for item in doc["ignored"])
     assert {p["name"]: (p["value"], p["file"], p["adopted"]) for p in doc["proposals"]} == {
         name: (values[name], project, False) for name in EXECUTES

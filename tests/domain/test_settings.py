@@ -36,6 +36,17 @@ DEFAULTS: dict[str, Any] = {
     "breaker_threshold": 3,
     "breaker_same_cause": 2,
     "grace_period": 30.0,
+    "retry_delay_first": 5.0,
+    "retry_delay_unknown": 15.0,
+    "retry_delay_longest": 60.0,
+    "crash_loop_window": 10.0,
+    "term_grace": 5.0,
+    "reap_grace": 1.0,
+    "heartbeat_interval": 2.0,
+    "drain_quiet": 2.0,
+    "drain_longest": 10.0,
+    "usage_limit_poll": 1.0,
+    "usage_limit_nap": 30.0,
     "budget_overload": 6 * 3600.0,
     "budget_network": 3600.0,
     "budget_unreachable": 12,
@@ -76,7 +87,21 @@ EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bi
 PRIVATE = {"database_url"}
 #: Which machines run a person's agents is theirs to say (docs/workers.md).
 HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
-USER_ONLY = WIDENS | PRIVATE | HOSTS | EXECUTES
+#: A turn's waits (domain/delays.py): a repository's value could kill a person's agents early or retry without pause.
+PACES = {
+    "retry_delay_first",
+    "retry_delay_unknown",
+    "retry_delay_longest",
+    "crash_loop_window",
+    "term_grace",
+    "reap_grace",
+    "heartbeat_interval",
+    "drain_quiet",
+    "drain_longest",
+    "usage_limit_poll",
+    "usage_limit_nap",
+}
+USER_ONLY = WIDENS | PRIVATE | HOSTS | PACES | EXECUTES
 KINDS = {str, int, float, bool, list}
 #: Every number's range, both bounds included, written out by hand (docs/cli.md#ranges lists the same).
 RANGES: dict[str, tuple[float, float]] = {
@@ -85,6 +110,17 @@ RANGES: dict[str, tuple[float, float]] = {
     "breaker_threshold": (1, 1000),
     "breaker_same_cause": (0, 1000),  # 0 turns that breaker off
     "grace_period": (1, 3600),
+    "retry_delay_first": (0.001, 3600),
+    "retry_delay_unknown": (0.001, 3600),
+    "retry_delay_longest": (0.001, 86400),
+    "crash_loop_window": (0.001, 3600),
+    "term_grace": (0.001, 3600),
+    "reap_grace": (0.001, 3600),
+    "heartbeat_interval": (0.001, 60),
+    "drain_quiet": (0.001, 3600),
+    "drain_longest": (0.001, 3600),
+    "usage_limit_poll": (0.001, 3600),
+    "usage_limit_nap": (0.001, 3600),
     "budget_overload": (1, 7 * 86400),
     "budget_network": (1, 7 * 86400),
     "budget_unreachable": (1, 1000),
@@ -135,7 +171,7 @@ def test_each_default_has_its_settings_type() -> None:
 
 
 def test_trust_says_which_settings_a_repository_may_set() -> None:
-    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS | PRIVATE | HOSTS
+    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS | PRIVATE | HOSTS | PACES
     assert {s.name for s in SETTINGS if s.trust is Trust.EXECUTES} == EXECUTES
     assert {s.name for s in SETTINGS if s.trust is Trust.ANYWHERE} == set(DEFAULTS) - USER_ONLY
     assert {s.name for s in SETTINGS if not s.repository_may_set} == USER_ONLY
@@ -276,7 +312,9 @@ def test_every_number_has_a_range_and_its_default_is_in_it() -> None:
         assert s.refusal(s.default_value()) is None, s.name
         assert s.least is not None and s.most is not None and 0 <= s.least < s.most, s.name
     # a timeout is more than 0, a count at least 1 (breaker_same_cause's 0 turns it off, as its help says)
-    assert all(s.least >= 1 for n, s in numbers.items() if n != "breaker_same_cause")  # type: ignore[operator]
+    assert all(s.least >= 1 for n, s in numbers.items() if n != "breaker_same_cause" and n not in PACES)  # type: ignore[operator]
+    # a turn's wait is at least a millisecond (what a test sets it to), never none
+    assert all(numbers[n].least == 0.001 and numbers[n].kind is float for n in PACES)
     assert "0 turns it off" in setting("breaker_same_cause").help
     assert {s.name for s in SETTINGS if not s.repository_may_lower} == NEVER_LOWERED
     assert all(s.least is None and s.most is None for s in SETTINGS if s.kind not in (int, float))

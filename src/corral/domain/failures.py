@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
+from corral.domain.delays import Delays
 from corral.domain.record import record
 from corral.domain.settings import default
 
@@ -47,9 +48,7 @@ class Budgets:
     unknown_attempts: int = default("budget_unknown", int)
 
 
-TRANSIENT_LADDER: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
-UNKNOWN_LADDER: tuple[float, ...] = (15.0, 30.0, 60.0)
-FAST_FAILURE_SECONDS = 10.0
+#: Fast unclassified failures in a row (each shorter than the ``crash_loop_window``) that are a crash loop.
 FAST_FAILURES_FOR_LOOP = 3
 
 
@@ -66,16 +65,13 @@ class Stop:
 Decision = Retry | Stop
 
 
-def _ladder(ladder: Sequence[float], attempt: int) -> float:
-    return ladder[min(attempt, len(ladder)) - 1]
-
-
 def decide(
     failure_class: FailureClass,
     attempt: int,
     elapsed: float,
     budgets: Budgets = Budgets(),
     recent_durations: Sequence[float] = (),
+    delays: Delays = Delays(),
 ) -> Decision:
     """What to do after attempt number ``attempt`` failed with ``failure_class``.
 
@@ -83,17 +79,18 @@ def decide(
     ``recent_durations`` the run time of each failed attempt so far, newest last
     (for the fast crash-loop detector, which applies to ``unknown`` only: a 429
     comes back in milliseconds, so three fast transients are not a crash loop).
+    The ladders' steps and the crash-loop window are the turn's ``delays``.
     """
     if failure_class in FATAL:
         return Stop("fatal")
     if failure_class is FailureClass.UNKNOWN:
         recent = list(recent_durations)[-FAST_FAILURES_FOR_LOOP:]
-        if len(recent) == FAST_FAILURES_FOR_LOOP and all(d < FAST_FAILURE_SECONDS for d in recent):
+        if len(recent) == FAST_FAILURES_FOR_LOOP and all(d < delays.crash_loop_window for d in recent):
             return Stop("crash-loop")
         if attempt >= budgets.unknown_attempts:
             return Stop("budget-exhausted")
-        return Retry(_ladder(UNKNOWN_LADDER, attempt))
-    delay = _ladder(TRANSIENT_LADDER, attempt)
+        return Retry(delays.unknown_step(attempt))
+    delay = delays.transient_step(attempt)
     if failure_class is FailureClass.TRANSIENT_UNREACHABLE:
         if attempt >= budgets.unreachable_attempts:
             return Stop("budget-exhausted")
@@ -107,7 +104,8 @@ def decide(
 #: The watchdog's rule: how often a turn killed for making no progress is relaunched, and how long
 #: a process has between SIGTERM and SIGKILL.
 WATCHDOG_RELAUNCHES = 3
-TERM_GRACE_SECONDS = 5.0
+#: The ``term_grace`` setting's default: what a version-1 command, which carried no grace, is read with.
+TERM_GRACE_SECONDS = default("term_grace", float)
 
 
 def decide_watchdog_retry(work_captured: bool, relaunches: int, limit: int = WATCHDOG_RELAUNCHES) -> bool:

@@ -258,6 +258,9 @@ _HOUR = 3600
 _DAY = 24 * _HOUR
 _WEEK = 7 * _DAY
 _COUNT = 1000
+#: The shortest a turn's wait may be (a millisecond: what a test sets them to), and why a repository may not.
+_SHORTEST = 0.001
+_PACES = "it paces your turns: a repository's value could kill your agents early or retry a provider without pause"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("harness", str, "claude", "default harness for new tasks (claude, pi, codex, command)"),
@@ -336,6 +339,120 @@ SETTINGS: tuple[Setting, ...] = (
         least=1,
         most=_HOUR,
         repository_may_lower=False,
+    ),
+    # A turn's waits (corral.domain.delays): user-only, so a repository can neither shorten them (its agents
+    # killed at once, a provider retried without pause) nor lengthen them (a crash loop never seen).
+    Setting(
+        "retry_delay_first",
+        float,
+        5.0,
+        "seconds before the first retry of a transient failure (overload, network, unreachable);"
+        " each next wait doubles, up to retry_delay_longest",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "retry_delay_unknown",
+        float,
+        15.0,
+        "seconds before the first retry of an unclassified failure; each next wait doubles, up to retry_delay_longest",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "retry_delay_longest",
+        float,
+        60.0,
+        "the longest wait between two attempts of a turn (seconds)",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_DAY,
+    ),
+    Setting(
+        "crash_loop_window",
+        float,
+        10.0,
+        "an unclassified failure's attempt that ran fewer seconds than this is fast; three fast ones in a row"
+        " are a crash loop, which stops the turn",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "term_grace",
+        float,
+        5.0,
+        "seconds an agent corral stops (the watchdog, a stop) has between SIGTERM and SIGKILL",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "reap_grace",
+        float,
+        1.0,
+        "seconds a process an agent left running has between SIGTERM and SIGKILL when its attempt ends",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "heartbeat_interval",
+        float,
+        2.0,
+        "seconds between a turn's supervisor's heartbeats; ten missed and it is taken for frozen or gone",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=60,
+    ),
+    Setting(
+        "drain_quiet",
+        float,
+        2.0,
+        "seconds of quiet after an agent exits before corral stops reading output a process it left holds open",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "drain_longest",
+        float,
+        10.0,
+        "the most seconds corral reads output a process an exited agent left holds open",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "usage_limit_poll",
+        float,
+        1.0,
+        "seconds between looks of a turn waiting behind the first task through its account's usage-limit reset",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "usage_limit_nap",
+        float,
+        30.0,
+        "the longest a turn waiting for its account's usage-limit reset sleeps before it looks again (seconds)",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
     ),
     # Usage windows last 5 h, so an overloaded provider is retried for longer than that.
     Setting("budget_overload", float, 6 * 3600.0, "seconds of retrying transient_overload", least=1, most=_WEEK),

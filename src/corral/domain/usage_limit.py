@@ -17,8 +17,6 @@ from datetime import UTC, datetime, timedelta, tzinfo
 
 from corral.domain.record import record
 
-#: How often a task waiting on an account looks again (for the reset, or for the first one through).
-POLL_SECONDS = 1.0
 #: How long the first task after a reset may take to get a model response before another goes.
 FIRST_THROUGH_SECONDS = 300.0
 

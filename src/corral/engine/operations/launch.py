@@ -23,7 +23,8 @@ from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.actors import Role
 from corral.domain.agent_tools import TOKEN_ENV, TOOL_TIMEOUT_SECONDS
 from corral.domain.clock import new_id, rfc3339
-from corral.domain.failures import TERM_GRACE_SECONDS, WATCHDOG_RELAUNCHES, Budgets
+from corral.domain.delays import Delays
+from corral.domain.failures import WATCHDOG_RELAUNCHES, Budgets
 from corral.domain.posture import Posture
 from corral.domain.prompts import system_text
 from corral.domain.record import record, replace
@@ -151,7 +152,7 @@ def build_command(
         watchdog=proto.Watchdog(
             timeout_seconds=float(cfg["watchdog_timeout"]),
             relaunches=WATCHDOG_RELAUNCHES,
-            term_grace_seconds=TERM_GRACE_SECONDS,
+            term_grace_seconds=float(cfg["term_grace"]),
         ),
         budgets=budgets(cfg),
         check=proto.CheckSpec(
@@ -162,6 +163,7 @@ def build_command(
         usage_limits=str(usage_limits_file(project.paths.home)),
         journal_dir=str(project.paths.journal_dir(task.id, session.id)),
         sandbox=sandbox,
+        delays=Delays.of(cfg),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from corral.adapters.files import entry_exists
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
+from corral.domain.delays import Delays
 from corral.domain.explain import RECEIPT_PROBLEMS
 from corral.domain.record import replace
 from corral.domain.records import READ_ONLY_KEPT, FailureEvidence, PossibleEffects, RestingCause, Task, TaskHead
@@ -200,7 +201,7 @@ def reconcile_working(project: Project, head: TaskHead, grace: timedelta, *, obs
     if head.status is not Status.WORKING:
         return False
     status = proto.read_record(f"{protocol_dir}{os.sep}{proto.STATUS}", proto.SupervisorStatus)
-    why = supervisor_lost(status) if status is not None else None
+    why = supervisor_lost(status, stale=Delays.of(project.config).stale_heartbeat) if status is not None else None
     if status is not None and why is None and head.command_id is not None and status.command_id == head.command_id:
         if observed is not None:
             observed[head.id] = live_of(status, alive=True)

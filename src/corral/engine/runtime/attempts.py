@@ -49,6 +49,7 @@ from corral.adapters.process import (
 )
 from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, prepare
 from corral.domain.classifiers import classify_common, classify_http_status
+from corral.domain.delays import Delays
 from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
@@ -63,8 +64,6 @@ from corral.errors import ArgvError
 
 #: Variables of the supervisor's own environment that never reach the agent.
 PRIVATE_ENV = ("CORRAL_CRASH_AT", "CORRAL_CRASH_HOW")
-#: The grace a leftover process gets between SIGTERM and SIGKILL at the attempt's end.
-REAP_GRACE_SECONDS = 1.0
 #: What remains in the streams once the leftovers are gone is read until this quiet.
 RESIDUE_QUIET_SECONDS = 0.2
 #: A reaped process is named by this much of its command line (masked).
@@ -135,8 +134,11 @@ class AttemptRunner:
         clock: Callable[[], float] = time.monotonic,
         sandbox: SandboxSpec | object | None = _FROM_COMMAND,
         read_only: bool | None = None,
+        delays: Delays | None = None,
     ) -> None:
         self.harness = harness
+        #: The turn's waits: the grace of the agent's leftovers, the drain of its output.
+        self.delays = delays if delays is not None else Delays()
         self.worktree = worktree
         self.log_dir = log_dir
         self.command_id = command_id
@@ -236,7 +238,16 @@ class AttemptRunner:
                 self.observe()
             return min(progress.remaining(), OBSERVE_SECONDS)
 
-        closed = copier.pump(proc.stdout, proc.stderr, tick, progress.progressed, lambda: exited(proc))
+        delays = self.delays
+        closed = copier.pump(
+            proc.stdout,
+            proc.stderr,
+            tick,
+            progress.progressed,
+            lambda: exited(proc),
+            quiet=delays.drain_quiet,
+            longest=delays.drain_longest,
+        )
         # The streams closed; the process may linger (a daemonized child): the watchdog still applies.
         while not exited(proc):
             self._maybe_end(proc, run, progress)
@@ -244,7 +255,15 @@ class AttemptRunner:
         run.reaped = self._reap_leftovers(proc)
         self.reaped.extend(run.reaped)
         if not closed:  # what the leftovers had written and nobody read yet
-            copier.pump(proc.stdout, proc.stderr, tick, progress.progressed, lambda: True, quiet=RESIDUE_QUIET_SECONDS)
+            copier.pump(
+                proc.stdout,
+                proc.stderr,
+                tick,
+                progress.progressed,
+                lambda: True,
+                quiet=min(RESIDUE_QUIET_SECONDS, delays.drain_quiet),
+                longest=delays.drain_longest,
+            )
         if copier.flush():
             progress.progressed()
         proc.stdout.close()
@@ -295,7 +314,7 @@ class AttemptRunner:
             and (p.pgrp == proc.pid or p.session == proc.pid or environ_has(p.pid, entry))
         ]
         names = {p.pid: command_line(p.pid) for p in found}
-        reaped = reap(found, REAP_GRACE_SECONDS)
+        reaped = reap(found, self.delays.reap_grace)
         return [proto.Reaped(p.pid, redact(names.get(p.pid, ""), self.secrets)[:COMMAND_CHARS]) for p in reaped]
 
     def _maybe_end(self, proc: subprocess.Popen[bytes], run: AttemptRun, progress: ProgressClock) -> None:

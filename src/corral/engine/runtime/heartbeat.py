@@ -2,8 +2,10 @@
 
 A reader outside (``list``, the reconciler, the daemon) learns from it which supervisor
 runs the turn (its pid and start time), where the turn is, which agent pid it owns and
-what is being retried; a heartbeat older than :data:`STALE_HEARTBEAT_SECONDS` says the
-supervisor is frozen, stopped or gone (:func:`heartbeat_age` is the one reading of it).
+what is being retried. It beats every ``heartbeat_interval`` (the turn's delays,
+``corral.domain.delays``); a heartbeat older than ten of them (``Delays.stale_heartbeat``, read
+by the reader from its own settings) says the supervisor is frozen, stopped or gone
+(:func:`heartbeat_age` is the one reading of it).
 """
 
 from __future__ import annotations
@@ -16,13 +18,9 @@ from pathlib import Path
 
 from corral.adapters.process import start_ticks
 from corral.domain.clock import parse_time, rfc3339
+from corral.domain.delays import Delays
 from corral.domain.record import replace
 from corral.engine.runtime import protocol as proto
-
-HEARTBEAT_SECONDS = 2.0
-#: The one bound on a heartbeat's age: older, and the supervisor is frozen, stopped or not the
-#: process that holds its pid now. Ten beats, so a loaded machine's late beat is never taken for it.
-STALE_HEARTBEAT_SECONDS = 10 * HEARTBEAT_SECONDS
 
 
 def now() -> datetime:
@@ -32,8 +30,10 @@ def now() -> datetime:
 class StatusReporter:
     """Owns ``status.json``: the current phase, attempt, agent pid and retry state, with a heartbeat."""
 
-    def __init__(self, protocol_dir: Path, command_id: str, kind: str) -> None:
+    def __init__(self, protocol_dir: Path, command_id: str, kind: str, interval: float | None = None) -> None:
         self.dir = protocol_dir
+        #: Seconds between beats: the command's ``heartbeat_interval`` (the default when none is given).
+        self.interval = interval if interval is not None else Delays().heartbeat_interval
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.status = proto.SupervisorStatus(
@@ -61,7 +61,7 @@ class StatusReporter:
             proto.write(self.dir, self.status, durable=False)
 
     def beat(self) -> None:
-        while not self._done.wait(HEARTBEAT_SECONDS):
+        while not self._done.wait(self.interval):
             try:
                 self.update()
             except OSError:

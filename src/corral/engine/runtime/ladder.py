@@ -27,7 +27,7 @@ from corral.domain.failures import (
 )
 from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
-from corral.domain.usage_limit import POLL_SECONDS, Beyond, reset_of
+from corral.domain.usage_limit import Beyond, reset_of
 from corral.domain.usage_limit import verdict as usage_verdict
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRun, AttemptRunner
@@ -35,9 +35,6 @@ from corral.engine.runtime.gitfacts import GitProbe
 from corral.engine.runtime.heartbeat import StatusReporter
 from corral.engine.runtime.stopping import StopFlag, Stopped
 from corral.engine.runtime.usage_pause import UsagePauses
-
-#: The longest a turn waiting for a usage limit's reset sleeps before it looks again.
-RESET_NAP_SECONDS = 30.0
 
 #: Bytes of a failure's reason kept in the receipt's evidence (the live retry state keeps
 #: ``domain.failures.RETRY_REASON_BYTES``).
@@ -186,9 +183,10 @@ class WorkPhase:
                 behind_first=turn.until is None,
             )
             self.status.update(phase="waiting", waiting=wait, retry=None)
-            nap = POLL_SECONDS
+            delays = self.command.delays
+            nap = delays.usage_limit_poll
             if turn.until is not None:
-                nap = min(max((turn.until - self.wall()).total_seconds(), 0.0) + 0.05, RESET_NAP_SECONDS)
+                nap = min(max((turn.until - self.wall()).total_seconds(), 0.0) + 0.05, delays.usage_limit_nap)
             self.stop.wait(nap)
             if self.stop.is_set():
                 raise Stopped
@@ -278,7 +276,7 @@ class WorkPhase:
                 streak_class, streak, streak_started, durations = failure_class, 0, self.clock(), []
             streak += 1
             durations.append(run.duration)
-            decision = decide(failure_class, streak, self.clock() - streak_started, c.budgets, durations)
+            decision = decide(failure_class, streak, self.clock() - streak_started, c.budgets, durations, c.delays)
             if isinstance(decision, Retry):
                 retry = proto.RetryState(
                     attempt=number,

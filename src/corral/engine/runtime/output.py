@@ -7,8 +7,8 @@ and each line is parsed by the harness into events. A completed step (an assista
 a tool result, the result) is progress, which is what the watchdog measures; a keep-alive is
 not. The copy ends when both streams close, or soon after the agent process exits: a
 background child it left (``cmd &``) may hold the streams open for ever, so once the leader is
-gone the copy reads what remains until the streams are quiet for :data:`DRAIN_QUIET_SECONDS`
-(or :data:`DRAIN_MAX_SECONDS` have passed), and the turn ends.
+gone the copy reads what remains until the streams are quiet for the turn's ``drain_quiet``
+(or its ``drain_longest`` has passed: ``corral.domain.delays``), and the turn ends.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import IO
 
 from corral.adapters.harness.base import Event, Harness, parsed
+from corral.domain.delays import Delays
 from corral.engine.paths import OUTPUT_INDEX
 from corral.engine.runtime.lines import LineBuffer
 
@@ -31,10 +32,8 @@ TAIL_BYTES = 64 * 1024
 #: Bounded: classification needs only the last events (the result, the last errors), and a
 #: 100 MB stream must not grow the supervisor. Counts and the verbatim log keep the rest.
 EVENTS_KEPT = 500
-#: After the agent process exited: the streams are read until they stay quiet this long...
-DRAIN_QUIET_SECONDS = 2.0
-#: ...or this long at most (a background child that never stops writing does not hold the turn).
-DRAIN_MAX_SECONDS = 10.0
+#: The drain's waits when a caller gives none: the settings' defaults.
+_DRAIN = Delays()
 #: How often a live agent is checked for having exited while its streams are open.
 LEADER_POLL_SECONDS = 0.25
 
@@ -170,10 +169,11 @@ class OutputCopier:
         on_progress: Callable[[], None],
         leader_gone: Callable[[], bool] = lambda: False,
         *,
-        quiet: float = DRAIN_QUIET_SECONDS,
+        quiet: float = _DRAIN.drain_quiet,
+        longest: float = _DRAIN.drain_longest,
     ) -> bool:
         """Copy until both streams close, or until they are quiet for ``quiet`` seconds (at most
-        :data:`DRAIN_MAX_SECONDS`) after ``leader_gone()`` turned true. ``tick(elapsed)`` runs at
+        ``longest``) after ``leader_gone()`` turned true. ``tick(elapsed)`` runs at
         least once a second and returns how long the next wait may be (the watchdog's remaining
         time). True when both streams closed; False when the copy stopped with one still open
         (call it again to read what is left, and :meth:`flush` once the copy is over)."""
@@ -190,7 +190,7 @@ class OutputCopier:
                 now = time.monotonic()
                 if drain_from is None and leader_gone():
                     drain_from = last_data = now
-                if drain_from is not None and (now - last_data >= quiet or now - drain_from >= DRAIN_MAX_SECONDS):
+                if drain_from is not None and (now - last_data >= quiet or now - drain_from >= longest):
                     break
                 wait = min(1.0, remaining, LEADER_POLL_SECONDS if drain_from is None else 0.1)
                 for key, _mask in sel.select(timeout=max(0.05, wait)):

@@ -4,9 +4,9 @@ A pid in a protocol file or the store is never signalled on its own: the process
 must still be the one recorded — the same start time (``status.json`` keeps ``pid_start``
 and ``agent_start``), or the command's tag in its environment (``CORRAL_COMMAND_ID``, on the
 supervisor and on every agent), or for a store record a start no later than its
-registration. A supervisor that holds its pid but has not beaten for
-:data:`~corral.engine.runtime.heartbeat.STALE_HEARTBEAT_SECONDS` (frozen, stopped) is lost,
-not working (:func:`supervisor_lost`). "Never two live agents for one task": before a new
+registration. A supervisor that holds its pid but has not beaten for ten heartbeats
+(``Delays.stale_heartbeat``, ``corral.domain.delays``: frozen, stopped) is lost, not working
+(:func:`supervisor_lost`). "Never two live agents for one task": before a new
 turn launches, whatever the previous command left alive is stopped (:func:`reap_turn`).
 
 What a turn's agent starts through corral's own tools (its shell, run by the daemon) is the
@@ -30,9 +30,10 @@ from corral.adapters.process import (
     stop_identified,
 )
 from corral.domain.clock import parse_time
+from corral.domain.delays import Delays
 from corral.domain.records import ProcessRecord
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.heartbeat import STALE_HEARTBEAT_SECONDS, heartbeat_age
+from corral.engine.runtime.heartbeat import heartbeat_age
 
 if TYPE_CHECKING:  # the supervisor loads this module, and never the store
     from corral.engine.project import Project
@@ -78,14 +79,19 @@ def record_identity(record: ProcessRecord) -> Identity:
 #: :func:`supervisor_lost`'s answer for a supervisor that simply exited (every other answer is a
 #: live process that is not, or no longer, running the turn).
 GONE = "its process is gone"
+#: The delays a reader that names none judges a heartbeat by: the settings' defaults.
+_DEFAULT = Delays()
 
 
-def supervisor_lost(status: proto.SupervisorStatus, *, mono_now: float | None = None) -> str | None:
+def supervisor_lost(
+    status: proto.SupervisorStatus, *, mono_now: float | None = None, stale: float | None = None
+) -> str | None:
     """Why the supervisor ``status.json`` names is not running its turn, or None when it is.
 
     Gone, its pid held by another process (a different start time), or alive with a
-    heartbeat older than the bound (frozen or stopped). A status file without a start time
-    (an older supervisor's) is judged by its pid and heartbeat alone.
+    heartbeat older than ``stale`` seconds (frozen or stopped; the reader's own settings give it,
+    ``Delays.stale_heartbeat``, else the default's). A status file without a start time (an older
+    supervisor's) is judged by its pid and heartbeat alone.
     """
     info = proc_info(status.pid)  # None for no process and for a zombie: one read of /proc, no signal
     if info is None:
@@ -93,10 +99,11 @@ def supervisor_lost(status: proto.SupervisorStatus, *, mono_now: float | None = 
     if status.pid_start is not None and info.start != status.pid_start:
         return f"its pid {status.pid} now names another process"
     age = heartbeat_age(status, mono_now=mono_now)
-    if age is not None and age > STALE_HEARTBEAT_SECONDS:
+    bound = stale if stale is not None else _DEFAULT.stale_heartbeat
+    if age is not None and age > bound:
         return (
             f"its heartbeat is stale: the last beat was {age:.0f} s ago (the bound is "
-            f"{STALE_HEARTBEAT_SECONDS:.0f} s); the process is frozen or stopped"
+            f"{bound:g} s); the process is frozen or stopped"
         )
     return None
 

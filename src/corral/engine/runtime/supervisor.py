@@ -6,7 +6,8 @@ the status reporter (``status.json`` and its heartbeat), the upstream merge
 (:mod:`~corral.engine.runtime.upstream`), the work phase (attempts, the retry ladder and the
 watchdog), the post-turn check, the git facts and the receipt. It writes files only —
 never the database: the reconciler turns the receipt into the turn, its attempts and the
-status change. It holds no defaults of its own: every setting arrives in the typed command.
+status change. It holds no defaults of its own: every setting arrives in the typed command,
+and every wait it makes is the command's ``delays`` (``corral.domain.delays``).
 
 Every text it takes from the harness (the result, reasons, tails) is masked here, at capture,
 with this process's secrets (the values of its secret-named environment variables, which a
@@ -69,7 +70,7 @@ class Supervisor:
         self.harness: Harness = make_harness(command.harness, command.harness_settings.as_mapping())
         self.secrets = secret_values(os.environ)
         self.probe = GitProbe(git or Git(), self.worktree)
-        self.status = StatusReporter(protocol_dir, command.command_id, command.kind)
+        self.status = StatusReporter(protocol_dir, command.command_id, command.kind, command.delays.heartbeat_interval)
         self.stop = StopFlag(protocol_dir, sleep)
         self.runner = AttemptRunner(
             self.harness,
@@ -83,6 +84,7 @@ class Supervisor:
             clock=ladder_clock,
             sandbox=command.sandbox,
             read_only=command.posture.read_only,
+            delays=command.delays,
         )
         self.runner.session_id = command.resume_id
         self.work = WorkPhase(
