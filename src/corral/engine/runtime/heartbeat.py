@@ -16,10 +16,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from corral.adapters.process import start_ticks
 from corral.domain.clock import parse_time, rfc3339
 from corral.domain.delays import Delays
-from corral.domain.record import replace
 from corral.engine.runtime import protocol as proto
 
 

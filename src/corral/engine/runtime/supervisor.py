@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from corral import crashpoints
 from corral.adapters.git import Git
 from corral.adapters.harness import make_harness
@@ -32,7 +34,6 @@ from corral.adapters.harness.base import Harness
 from corral.adapters.process import start_ticks
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
-from corral.domain.record import replace
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.runtime import branch_check, receipt, ref_guard
