@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from corral.adapters.process import Completed
 from corral.engine.operations import notify
 from corral.engine.project import Project
+from corral.testing.fake_runner import FakeRunner
 from tests.conftest import CLI, FakeAgent
 
 pytestmark = pytest.mark.timeout(90)
@@ -36,22 +36,13 @@ def test_wait_prints_the_turns_notice_on_stderr_once_and_keeps_its_exit_code(age
     json.loads(as_json.stdout)  # stdout stays one document
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def run(self, argv: Any, *, cwd: Any = None, env: Any = None, input: Any = None, timeout: Any = None) -> Completed:
-        self.calls.append({"argv": list(argv), "input": input, "timeout": timeout})
-        return Completed(tuple(argv), 0, "", "")
-
-
 def test_the_daemon_logs_each_notice_and_hands_it_to_the_users_hook_once(
     agent: FakeAgent, corral: CLI, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _thrice(agent, corral, "hooked")
     corral.ok("start", "hooked", "--wait", "--timeout", "60")
     monkeypatch.setenv("CORRAL_NOTIFY_COMMAND", "notify-me --urgent")
-    hook = Recorder()
+    hook = FakeRunner().on("notify-me")
     project = Project.open(repo, runner=hook)
     try:
         logged: list[dict[str, Any]] = []
@@ -62,8 +53,8 @@ def test_the_daemon_logs_each_notice_and_hands_it_to_the_users_hook_once(
         assert doc["notice"]["kind"] == "completion"
         assert doc["notice"]["incidents"][0]["label"] == "Action required"
         (call,) = hook.calls
-        assert call["argv"] == ["notify-me", "--urgent"]
-        assert json.loads(call["input"])["notice"]["key"] == doc["notice"]["key"]
+        assert call.argv == ("notify-me", "--urgent") and call.timeout == notify.HOOK_TIMEOUT_SECONDS
+        assert json.loads(call.input or "")["notice"]["key"] == doc["notice"]["key"]
         assert notify.from_daemon(project, logged.append) == [] and len(hook.calls) == 1  # once
     finally:
         project.close()
@@ -73,7 +64,7 @@ def test_a_repositorys_corral_toml_cannot_set_the_hook(agent: FakeAgent, corral:
     (repo / "corral.toml").write_text(f'notify_command = "{sys.executable} -c pass"\n')
     _thrice(agent, corral, "untrusted")
     corral.ok("start", "untrusted", "--wait", "--timeout", "60")
-    hook = Recorder()
+    hook = FakeRunner().on(sys.executable)
     project = Project.open(repo, runner=hook)
     try:
         logged: list[dict[str, Any]] = []
