@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from corral.domain import status as st
+from corral.domain.operations_table import OPERATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 LIFECYCLE = ROOT / "docs" / "lifecycle.md"
@@ -35,7 +36,7 @@ def test_the_transition_table_in_the_docs_is_the_codes() -> None:
 
 def test_the_operations_table_in_the_docs_is_the_codes() -> None:
     documented = {r[0].strip("`"): set(_statuses(r[1])) for r in _rows("Operations table")}
-    code = {op.value: {s.value for s in statuses} for op, statuses in st.OPERATIONS.items()}
+    code = {op.value: {s.value for s in statuses} for op, statuses in OPERATIONS.items()}
     assert documented == code
 
 

@@ -1,4 +1,4 @@
-"""Every operation's guard reads the one operations table (``corral.domain.status.OPERATIONS``).
+"""Every operation's guard reads the one operations table (``corral.domain.operations_table.OPERATIONS``).
 
 For each operation and each status the table does not allow, the real operation refuses a
 real task in that status (exit 3) and names what the operation takes; an operation added to
@@ -17,8 +17,9 @@ import pytest
 
 from corral.domain.actors import Actor
 from corral.domain.explain import next_step, offers
+from corral.domain.operations_table import OPERATIONS, Op, allowed_from, takes
 from corral.domain.records import RestingCause
-from corral.domain.status import OPERATIONS, Op, Status, allowed_from, takes
+from corral.domain.status import Status
 from corral.engine.operations import accept, control, pairing, submit, tasks, turns
 from corral.engine.operations import sync as syncing
 from corral.engine.project import Project
@@ -88,7 +89,8 @@ def test_an_operation_refuses_every_status_the_table_does_not_allow(op: Op, proj
 
 
 def test_the_table_agrees_with_the_transition_table() -> None:
-    from corral.domain.status import OP_TARGET, is_allowed
+    from corral.domain.operations_table import OP_TARGET
+    from corral.domain.status import is_allowed
 
     for op, target in OP_TARGET.items():
         for status in allowed_from(op):

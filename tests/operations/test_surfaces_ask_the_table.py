@@ -5,7 +5,7 @@ or a builder meets them: the dashboard's buttons (its task page's HTML), ``watch
 key line, on the board and on a task's page, and what a key does on the live board), the
 "Next:" hint every surface prints (the ``show`` document's ``next``), ``show``'s offer to confirm
 a held task's retry, and the MCP tools' descriptions. Each is compared with
-:data:`corral.domain.status.OPERATIONS`: a button, key or hint for an operation the engine
+:data:`corral.domain.operations_table.OPERATIONS`: a button, key or hint for an operation the engine
 refuses fails here, and so does one the table allows that the surface hides. A surface that
 spells out a set of statuses of its own fails too: it would decide instead of asking.
 """
@@ -30,8 +30,9 @@ from corral.dashboard import web as dashboard_app
 from corral.dashboard.html import Markup
 from corral.domain import explain
 from corral.domain.actors import Actor
+from corral.domain.operations_table import Op, allowed_from, allowed_operations, may
 from corral.domain.records import RestingCause
-from corral.domain.status import Op, Status, allowed_from, allowed_operations, may
+from corral.domain.status import Status
 from corral.engine.operations import queries, tasks
 from corral.engine.project import Project
 from corral.engine.read.incident_views import Hold

@@ -16,8 +16,9 @@ from typing import Any
 
 from corral.cli.app import App
 from corral.domain.clock import parse_time
+from corral.domain.operations_table import Op, may
 from corral.domain.sanitize import display
-from corral.domain.status import Op, Status, may
+from corral.domain.status import Status
 from corral.domain.substate import NOT_PUSHED, render_status, retry_summary, runs_on
 from corral.domain.violations import shown_path
 

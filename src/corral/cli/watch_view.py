@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral.cli.render import INDENT, STATUS_COLOR, clip, one_line
-from corral.domain.status import Op, Status, allowed_operations
+from corral.domain.operations_table import Op, allowed_operations
+from corral.domain.status import Status
 from corral.domain.substate import render_status, retry_summary, runs_on
 
 #: ``paint(text, colour)``: the app's colour marks, or the text as it is.

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 from corral.dashboard.html import Markup, esc, join, path, tag
 from corral.domain.clock import parse_time
-from corral.domain.status import Op, Status, allowed_operations
+from corral.domain.operations_table import Op, allowed_operations
+from corral.domain.status import Status
 from corral.domain.substate import runs_on
 
 HTMX = "static/htmx-2.0.11.min.js"

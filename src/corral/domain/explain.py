@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 
+from corral.domain.operations_table import Op, may
 from corral.domain.record import record
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
-from corral.domain.status import Op, Status, may
+from corral.domain.status import Status
 
 UNKNOWN_REASON = "This turn failed for unknown reasons."
 MAY_HAVE_CHANGED = "It may have changed files before it stopped."

@@ -1,9 +1,8 @@
-"""Task statuses, their categories, the one transition table corral obeys, and which operation
-may run from which status.
+"""Task statuses, their categories and the one transition table corral obeys.
 
 The transition table is the one in docs/lifecycle.md. Every status change anywhere in corral
-is validated here (:func:`check_transition`), and every operation's guard, every "Next:" hint
-and every error naming the statuses an operation takes reads :data:`OPERATIONS`.
+is validated here (:func:`check_transition`); which operation may run from which status is
+the operations table, :mod:`corral.domain.operations_table`.
 """
 
 from __future__ import annotations
@@ -134,103 +133,3 @@ def check_transition(src: Status, dst: Status, actor: Actor, *, what: str | None
 def sources_for(dst: Status) -> tuple[Status, ...]:
     """Every status from which ``dst`` is reachable in one step (reverse lookup)."""
     return tuple(src for src in Status if (src, dst) in _EDGES)
-
-
-# -- which operation may run from which status ----------------------------------------------
-
-
-class Op(StrEnum):
-    """The lifecycle operations a person, a builder or an agent can ask for."""
-
-    START = "start"
-    UNBLOCK = "unblock"
-    RESUME = "resume"
-    ASK = "ask"
-    PRE_ACCEPT = "pre-accept"
-    STOP = "stop"
-    SYNC = "sync"
-    PAIR = "pair"
-    CHAT = "chat"
-    ACCEPT = "accept"
-    SUBMIT = "submit"
-    CLOSE = "close"
-    REJECT = "reject"
-    REOPEN = "reopen"
-    EDIT = "edit"
-    DELETE = "delete"
-
-
-#: Where an operation that moves the task takes it; the statuses it runs from must all reach it.
-OP_TARGET: dict[Op, Status] = {
-    Op.START: S.WORKING,
-    Op.UNBLOCK: S.WORKING,
-    Op.RESUME: S.WORKING,
-    Op.ASK: S.WORKING,
-    Op.PRE_ACCEPT: S.WORKING,
-    Op.PAIR: S.PAIRING,
-    Op.ACCEPT: S.MERGING,
-    Op.SUBMIT: S.SUBMITTED,
-    Op.CLOSE: S.ABANDONED,
-    Op.REJECT: S.ABANDONED,
-}
-
-_RESTING_WITH_WORK = frozenset({S.BLOCKED, S.CONFLICT, S.INTERRUPTED, S.SUBMITTED})
-
-#: The statuses each operation runs from: the one home of every such rule.
-OPERATIONS: dict[Op, frozenset[Status]] = {
-    Op.START: frozenset({S.BACKLOG}),
-    Op.UNBLOCK: _RESTING_WITH_WORK,
-    Op.RESUME: frozenset({S.INTERRUPTED}),
-    Op.ASK: PAUSED,
-    Op.PRE_ACCEPT: frozenset({S.BLOCKED, S.SUBMITTED}),
-    Op.STOP: frozenset({S.WORKING}),
-    Op.SYNC: _RESTING_WITH_WORK,
-    Op.PAIR: frozenset({S.BLOCKED, S.CONFLICT, S.INTERRUPTED}),
-    Op.CHAT: PAUSED,
-    Op.ACCEPT: frozenset({S.BLOCKED, S.SUBMITTED}),
-    Op.SUBMIT: frozenset({S.BLOCKED}),
-    Op.CLOSE: frozenset(sources_for(S.ABANDONED)),
-    Op.REJECT: frozenset(sources_for(S.ABANDONED)),
-    Op.REOPEN: TERMINAL,
-    Op.EDIT: frozenset(Status) - TERMINAL,
-    Op.DELETE: TERMINAL,
-}
-
-#: Statuses in which a task rests for ``corral wait``: no turn running, no pair open, no merge in flight.
-WAIT_RESTS: frozenset[Status] = RESTING | TERMINAL
-
-
-def may(op: Op, status: Status) -> bool:
-    return status in OPERATIONS[op]
-
-
-def allowed_from(op: Op) -> tuple[Status, ...]:
-    """The statuses ``op`` runs from, in the table's order of statuses."""
-    return tuple(s for s in Status if s in OPERATIONS[op])
-
-
-def allowed_operations(status: Status) -> tuple[Op, ...]:
-    """The operations a task in ``status`` may take, in the order of :class:`Op`: what every surface offers
-    (a dashboard's buttons, ``watch``'s keys, a "Next:" hint) is asked of this, never decided by a surface."""
-    return tuple(op for op in Op if status in OPERATIONS[op])
-
-
-def takes(op: Op) -> str:
-    """The statuses ``op`` runs from, in words: "blocked, conflict or interrupted"."""
-    names = [s.value for s in allowed_from(op)]
-    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
-
-
-def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None) -> None:
-    """Refuse ``op`` on a task in ``status`` unless the operations table allows it, naming what it takes."""
-    if may(op, status):
-        return
-    takes = [s.value for s in allowed_from(op)]
-    raise IllegalTransition(
-        status.value,
-        OP_TARGET[op].value if op in OP_TARGET else status.value,
-        [t.value for t in allowed_targets(status, Actor.HUMAN)],  # zombie is the system's alone
-        what=f"{op.value} {ref}",
-        takes=takes,
-        hint=hint,
-    )

@@ -25,10 +25,10 @@ from typing import Any
 from corral.domain.actors import Role
 from corral.domain.agent_tools import WAIT_CALL_SECONDS
 from corral.domain.intents import DISPOSITIONS, ID_PATTERN, MAX_EXPECTED, MAX_TARGETS, PERMISSION_RESOURCES
+from corral.domain.operations_table import Op, takes
 from corral.domain.record import record, replace
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
-from corral.domain.status import Op, takes
 from corral.engine.api import Caller, LiveCache, LiveOf, Project, control, gates, notices, queries, shell, tasks, turns
 from corral.errors import UsageError
 

@@ -328,7 +328,7 @@ def delete(app: App, task: str, yes: bool) -> None:
 
 def _confirm_delete(app: App, given: str) -> None:
     """Ask on a terminal; without one, refuse. A task that may not be deleted is refused before asking."""
-    from corral.domain.status import Op, check_operation
+    from corral.domain.operations_table import Op, check_operation
 
     found = queries.find_task(app.project, given)
     check_operation(Op.DELETE, found.status, found.ref, hint=f"Close it first: corral close {found.ref} -m 'why'")

@@ -37,7 +37,8 @@ from corral.cli import watch_view as view
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import show_lines
-from corral.domain.status import Status, check_operation
+from corral.domain.operations_table import check_operation
+from corral.domain.status import Status
 from corral.engine.api import STATUS_FILE as STATUS
 from corral.engine.api import Project, queries
 from corral.engine.api import board as boards

@@ -35,9 +35,10 @@ from corral import crashpoints
 from corral.domain import gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
+from corral.domain.operations_table import Op, may, takes
 from corral.domain.record import record
 from corral.domain.records import Session, Task
-from corral.domain.status import ACTIVE, SOLE_ACTOR, Op, Status, may, takes
+from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
 from corral.engine import remote, workspace
 from corral.engine.operations import reviewed
 from corral.engine.operations.pairing import refuse_while_chat

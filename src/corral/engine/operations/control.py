@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable
 
 from corral.domain.actors import Actor, Role
+from corral.domain.operations_table import WAIT_RESTS, Op, check_operation
 from corral.domain.record import record
 from corral.domain.records import RestingCause, Task, Turn
-from corral.domain.status import WAIT_RESTS, Op, Status, check_operation
+from corral.domain.status import Status
 from corral.domain.team import Lease, LeaseState
 from corral.engine.operations.refresh import settle
 from corral.engine.operations.turns import Started

@@ -36,9 +36,10 @@ from corral.adapters.process import start_ticks
 from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
 from corral.domain.clock import new_id
+from corral.domain.operations_table import Op, check_operation
 from corral.domain.record import record
 from corral.domain.records import Task
-from corral.domain.status import Op, Status, check_operation, check_transition
+from corral.domain.status import Status, check_transition
 from corral.engine.config import harness_settings
 from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project

@@ -9,8 +9,9 @@ from __future__ import annotations
 import shutil
 
 from corral.domain.actors import Actor
+from corral.domain.operations_table import Op, check_operation
 from corral.domain.record import record
-from corral.domain.status import Op, Status, check_operation, check_transition
+from corral.domain.status import Status, check_transition
 from corral.engine import workspace
 from corral.engine.project import Project
 from corral.engine.remote import remote_name

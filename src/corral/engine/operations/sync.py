@@ -8,9 +8,9 @@ with the conflicting files and the hint to ``unblock``, which hands the conflict
 from __future__ import annotations
 
 from corral.domain.actors import Actor, Role
+from corral.domain.operations_table import Op, check_operation
 from corral.domain.record import record
 from corral.domain.records import Task
-from corral.domain.status import Op, check_operation
 from corral.domain.violations import shown_paths
 from corral.engine import workspace
 from corral.engine.operations.pairing import refuse_while_chat

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from corral.adapters.branches import delete_task_branch
 from corral.domain.actors import Actor
+from corral.domain.operations_table import Op, check_operation, may
 from corral.domain.record import record
 from corral.domain.records import TASK_SETTINGS, Note, Task
 from corral.domain.refs import is_plain_id, is_ref, unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
 from corral.domain.settings import BY_NAME, TASK_SCOPED, Setting, SettingValue, Trust
-from corral.domain.status import Op, Status, check_operation, check_transition, is_terminal, may
+from corral.domain.status import Status, check_transition, is_terminal
 from corral.engine import remote, workspace
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task

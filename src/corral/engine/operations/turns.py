@@ -25,6 +25,7 @@ from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.breaker import Breaker, Counters
 from corral.domain.clock import new_id
+from corral.domain.operations_table import Op, check_operation
 from corral.domain.record import record, replace
 from corral.domain.records import (
     PERMISSION_RELEASED,
@@ -39,7 +40,7 @@ from corral.domain.records import (
 )
 from corral.domain.sanitize import check_size, sanitize_paths, sanitize_prose
 from corral.domain.settings import TASK_RECORDED
-from corral.domain.status import TERMINAL, Op, Status, check_operation, check_transition
+from corral.domain.status import TERMINAL, Status, check_transition
 from corral.domain.team import TurnPlan
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import workspace

@@ -1,0 +1,115 @@
+"""Which operation may run from which status: the operations table (docs/lifecycle.md#operations-table).
+
+Every operation's guard (:func:`check_operation`), every "Next:" hint, every error naming the
+statuses an operation takes and every surface's offer (a dashboard's buttons, ``watch``'s keys)
+reads :data:`OPERATIONS`; none decides it for itself. Where an operation that moves the task
+takes it (:data:`OP_TARGET`) must be a move the transition table (:mod:`corral.domain.status`)
+allows from each of those statuses.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from corral.domain.actors import Actor
+from corral.domain.status import PAUSED, RESTING, TERMINAL, Status, allowed_targets, sources_for
+from corral.errors import IllegalTransition
+
+S = Status
+
+
+class Op(StrEnum):
+    """The lifecycle operations a person, a builder or an agent can ask for."""
+
+    START = "start"
+    UNBLOCK = "unblock"
+    RESUME = "resume"
+    ASK = "ask"
+    PRE_ACCEPT = "pre-accept"
+    STOP = "stop"
+    SYNC = "sync"
+    PAIR = "pair"
+    CHAT = "chat"
+    ACCEPT = "accept"
+    SUBMIT = "submit"
+    CLOSE = "close"
+    REJECT = "reject"
+    REOPEN = "reopen"
+    EDIT = "edit"
+    DELETE = "delete"
+
+
+#: Where an operation that moves the task takes it; the statuses it runs from must all reach it.
+OP_TARGET: dict[Op, Status] = {
+    Op.START: S.WORKING,
+    Op.UNBLOCK: S.WORKING,
+    Op.RESUME: S.WORKING,
+    Op.ASK: S.WORKING,
+    Op.PRE_ACCEPT: S.WORKING,
+    Op.PAIR: S.PAIRING,
+    Op.ACCEPT: S.MERGING,
+    Op.SUBMIT: S.SUBMITTED,
+    Op.CLOSE: S.ABANDONED,
+    Op.REJECT: S.ABANDONED,
+}
+
+_RESTING_WITH_WORK = frozenset({S.BLOCKED, S.CONFLICT, S.INTERRUPTED, S.SUBMITTED})
+
+#: The statuses each operation runs from: the one home of every such rule.
+OPERATIONS: dict[Op, frozenset[Status]] = {
+    Op.START: frozenset({S.BACKLOG}),
+    Op.UNBLOCK: _RESTING_WITH_WORK,
+    Op.RESUME: frozenset({S.INTERRUPTED}),
+    Op.ASK: PAUSED,
+    Op.PRE_ACCEPT: frozenset({S.BLOCKED, S.SUBMITTED}),
+    Op.STOP: frozenset({S.WORKING}),
+    Op.SYNC: _RESTING_WITH_WORK,
+    Op.PAIR: frozenset({S.BLOCKED, S.CONFLICT, S.INTERRUPTED}),
+    Op.CHAT: PAUSED,
+    Op.ACCEPT: frozenset({S.BLOCKED, S.SUBMITTED}),
+    Op.SUBMIT: frozenset({S.BLOCKED}),
+    Op.CLOSE: frozenset(sources_for(S.ABANDONED)),
+    Op.REJECT: frozenset(sources_for(S.ABANDONED)),
+    Op.REOPEN: TERMINAL,
+    Op.EDIT: frozenset(Status) - TERMINAL,
+    Op.DELETE: TERMINAL,
+}
+
+#: Statuses in which a task rests for ``corral wait``: no turn running, no pair open, no merge in flight.
+WAIT_RESTS: frozenset[Status] = RESTING | TERMINAL
+
+
+def may(op: Op, status: Status) -> bool:
+    return status in OPERATIONS[op]
+
+
+def allowed_from(op: Op) -> tuple[Status, ...]:
+    """The statuses ``op`` runs from, in the table's order of statuses."""
+    return tuple(s for s in Status if s in OPERATIONS[op])
+
+
+def allowed_operations(status: Status) -> tuple[Op, ...]:
+    """The operations a task in ``status`` may take, in the order of :class:`Op`: what every surface offers
+    (a dashboard's buttons, ``watch``'s keys, a "Next:" hint) is asked of this, never decided by a surface."""
+    return tuple(op for op in Op if status in OPERATIONS[op])
+
+
+def takes(op: Op) -> str:
+    """The statuses ``op`` runs from, in words: "blocked, conflict or interrupted"."""
+    names = [s.value for s in allowed_from(op)]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None) -> None:
+    """Refuse ``op`` on a task in ``status`` unless the operations table allows it, naming what it takes."""
+    if may(op, status):
+        return
+    takes = [s.value for s in allowed_from(op)]
+    raise IllegalTransition(
+        status.value,
+        OP_TARGET[op].value if op in OP_TARGET else status.value,
+        [t.value for t in allowed_targets(status, Actor.HUMAN)],  # zombie is the system's alone
+        what=f"{op.value} {ref}",
+        takes=takes,
+        hint=hint,
+    )
