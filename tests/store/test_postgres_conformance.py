@@ -16,7 +16,8 @@ from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.errors import CorralError, RefusedError, StoreError, StoreTooNew
 from corral.store import NewTask, SQLiteStore
-from corral.store.migrations import LATEST, PG_MIGRATIONS
+from corral.store.migrations import LATEST
+from corral.store.pg_migrations import PG_MIGRATIONS
 from corral.store.postgres import PostgresStore
 from tests.conftest import FakeClock
 from tests.store.conformance import *  # noqa: F403  (the test_* functions of the suite)

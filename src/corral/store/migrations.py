@@ -2,7 +2,9 @@
 
 Each migration is a plain function of a connection, applied in order inside the
 caller's write transaction and recorded in ``schema_migrations``. Never edit a
-migration that has shipped; add the next number.
+migration that has shipped; add the next number. PostgreSQL's migrations
+(:mod:`corral.store.pg_migrations`) are numbered the same and share the SQL written in
+standard words here (the value lists, the team's tables, the later columns and index).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from corral.errors import StoreTooNew
 
 Migration = Callable[[sqlite3.Connection], None]
 
-_STATUSES = (
+#: The values a status and an actor column may hold, as SQL lists (both dialects' CHECKs).
+STATUS_VALUES = (
     "'backlog','working','blocked','conflict','pairing','interrupted',"
     "'merging','submitted','zombie','complete','abandoned'"
 )
-_ACTORS = "'human','builder','agent','system','supervisor'"
+ACTOR_VALUES = "'human','builder','agent','system','supervisor'"
 
 
 def run_script(db: sqlite3.Connection, script: str) -> None:
@@ -43,7 +46,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
             goal TEXT NOT NULL,
             prompt TEXT NOT NULL DEFAULT '',
             parent_id TEXT REFERENCES tasks(id),
-            status TEXT NOT NULL CHECK (status IN ({_STATUSES})),
+            status TEXT NOT NULL CHECK (status IN ({STATUS_VALUES})),
             harness TEXT,
             model TEXT,
             target_branch TEXT,
@@ -84,7 +87,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
             session_id TEXT REFERENCES sessions(id),
             sequence INTEGER NOT NULL,
             role TEXT NOT NULL CHECK (role IN ('human', 'agent')),
-            actor TEXT CHECK (actor IN ({_ACTORS})),
+            actor TEXT CHECK (actor IN ({ACTOR_VALUES})),
             kind TEXT NOT NULL,
             content TEXT NOT NULL,
             feedback_delivery TEXT NOT NULL DEFAULT 'none'
@@ -118,9 +121,9 @@ def m001_initial(db: sqlite3.Connection) -> None:
         CREATE TABLE status_changes (
             id INTEGER PRIMARY KEY,
             task_id TEXT NOT NULL REFERENCES tasks(id),
-            from_status TEXT CHECK (from_status IN ({_STATUSES})),
-            to_status TEXT NOT NULL CHECK (to_status IN ({_STATUSES})),
-            actor TEXT NOT NULL CHECK (actor IN ({_ACTORS})),
+            from_status TEXT CHECK (from_status IN ({STATUS_VALUES})),
+            to_status TEXT NOT NULL CHECK (to_status IN ({STATUS_VALUES})),
+            actor TEXT NOT NULL CHECK (actor IN ({ACTOR_VALUES})),
             reason TEXT,
             at TEXT NOT NULL
         ) STRICT;
@@ -132,7 +135,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
             path TEXT NOT NULL,
             turn_id TEXT REFERENCES turns(id),
             decision TEXT NOT NULL CHECK (decision IN ('pending', 'approved', 'reverted')),
-            decided_by TEXT CHECK (decided_by IN ({_ACTORS})),
+            decided_by TEXT CHECK (decided_by IN ({ACTOR_VALUES})),
             decided_at TEXT,
             created_at TEXT NOT NULL,
             check_from TEXT,
@@ -143,7 +146,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
             id TEXT PRIMARY KEY,
             task_id TEXT NOT NULL REFERENCES tasks(id),
             kind TEXT NOT NULL CHECK (kind IN ('comment', 'journal')),
-            actor TEXT NOT NULL CHECK (actor IN ({_ACTORS})),
+            actor TEXT NOT NULL CHECK (actor IN ({ACTOR_VALUES})),
             body TEXT NOT NULL,
             at TEXT NOT NULL
         ) STRICT;
@@ -173,7 +176,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
 #: fences off a worker that lost it, the workers' heartbeats, and what a reviewer on another
 #: host reads of a turn: its files, shipped in chunks as they grow, and its live status. Written in standard SQL, so
 #: the same text serves both dialects (SQLite's tables are STRICT, as every other).
-_TEAM = """
+TEAM_TABLES = """
     CREATE TABLE workers (
         id TEXT PRIMARY KEY,
         host TEXT NOT NULL,
@@ -219,26 +222,26 @@ _TEAM = """
 
 
 def m002_team(db: sqlite3.Connection) -> None:
-    run_script(db, _TEAM.format(strict=" STRICT"))
+    run_script(db, TEAM_TABLES.format(strict=" STRICT"))
 
 
 #: What a lease carries besides its claim (docs/workers.md): a stop a person asked for on another host,
 #: for the worker that holds it to relay to its supervisor, and why a turn's end has not reached the
 #: remote yet (its worker keeps trying; ``accept`` and ``diff`` wait for it).
-_LEASE_NOTES = """
+LEASE_NOTES = """
     ALTER TABLE leases ADD COLUMN stop_by TEXT;
     ALTER TABLE leases ADD COLUMN unpushed TEXT;
 """
 
 
 def m003_lease_notes(db: sqlite3.Connection) -> None:
-    run_script(db, _LEASE_NOTES)
+    run_script(db, LEASE_NOTES)
 
 
 #: Which host owns what (docs/workers.md#turns-run-on-your-own-host): a process record names the host
 #: identity it runs on, and a lease may be ``local``, held by the host that launched its turn there.
-_OWNER = "ALTER TABLE processes ADD COLUMN owner TEXT;"
-_LEASE_STATES = "'queued', 'claimed', 'released', 'local'"
+OWNER_COLUMN = "ALTER TABLE processes ADD COLUMN owner TEXT;"
+LEASE_STATES = "'queued', 'claimed', 'released', 'local'"
 _LEASE_COLUMNS = (
     "task_id, command_id, epoch, state, plan, worker_id, host, worktree, job_id, queued_at, claimed_at, "
     "stop_by, unpushed"
@@ -251,12 +254,12 @@ def m004_owners(db: sqlite3.Connection) -> None:
     run_script(
         db,
         f"""
-        {_OWNER}
+        {OWNER_COLUMN}
         CREATE TABLE leases_new (
             task_id TEXT PRIMARY KEY REFERENCES tasks(id),
             command_id TEXT NOT NULL,
             epoch INTEGER NOT NULL CHECK (epoch >= 1),
-            state TEXT NOT NULL CHECK (state IN ({_LEASE_STATES})),
+            state TEXT NOT NULL CHECK (state IN ({LEASE_STATES})),
             plan TEXT NOT NULL DEFAULT '{{}}',
             worker_id TEXT,
             host TEXT,
@@ -278,14 +281,14 @@ def m004_owners(db: sqlite3.Connection) -> None:
 #: A task's current command (``sqltx._CURRENT_COMMAND_ID``: its last human turn with a command) read
 #: from the index alone. Every read of ``list`` asks it of each working task; without the index each
 #: look steps through the task's turn rows, scattered over a large database (~8 µs each at 3,500).
-_CURRENT_COMMAND_INDEX = """
+CURRENT_COMMAND_INDEX = """
     CREATE INDEX turns_current_command ON turns(task_id, sequence, command_id, role)
         WHERE role = 'human' AND command_id IS NOT NULL;
 """
 
 
 def m005_current_command(db: sqlite3.Connection) -> None:
-    run_script(db, _CURRENT_COMMAND_INDEX)
+    run_script(db, CURRENT_COMMAND_INDEX)
 
 
 MIGRATIONS: list[tuple[int, str, Migration]] = [
@@ -306,182 +309,3 @@ def too_new(where: str, version: int, latest: int = LATEST) -> StoreTooNew:
         f"understands (up to {latest}).",
         hint="Upgrade corral (pip install -U corral) to the version that wrote it; nothing was changed.",
     )
-
-
-# -- PostgreSQL -------------------------------------------------------------------------------
-#
-# The same schema, numbered the same, in PostgreSQL's words: text compares byte by byte
-# (COLLATE "C", as SQLite compares), ``rowid`` is a column (SQLite's is implicit), and the
-# append-only rules are trigger functions. A PostgreSQL migration is applied by executing
-# its text in the caller's transaction, in the project's own schema (its search_path).
-
-_PG_TEXT = 'TEXT COLLATE "C"'
-
-
-def _pg(script: str) -> str:
-    return script.replace("TEXT", _PG_TEXT).replace(f"{_PG_TEXT} COLLATE", "TEXT COLLATE")
-
-
-PG_M001_INITIAL = _pg(
-    f"""
-    CREATE TABLE tasks (
-        id TEXT PRIMARY KEY,
-        ref TEXT NOT NULL UNIQUE,
-        goal TEXT NOT NULL,
-        prompt TEXT NOT NULL DEFAULT '',
-        parent_id TEXT REFERENCES tasks(id),
-        status TEXT NOT NULL CHECK (status IN ({_STATUSES})),
-        harness TEXT,
-        model TEXT,
-        target_branch TEXT,
-        protected TEXT NOT NULL DEFAULT '[]',
-        metadata TEXT NOT NULL DEFAULT '{{}}',
-        resting_cause TEXT,
-        session_id TEXT,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        last_interaction_at TEXT NOT NULL
-    );
-    CREATE INDEX tasks_status ON tasks(status);
-    CREATE INDEX tasks_parent ON tasks(parent_id);
-    CREATE INDEX tasks_updated ON tasks(updated_at);
-
-    CREATE TABLE sessions (
-        rowid BIGINT GENERATED BY DEFAULT AS IDENTITY UNIQUE,
-        id TEXT PRIMARY KEY,
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        worktree TEXT,
-        branch TEXT,
-        base_commit TEXT,
-        git_start_sha TEXT,
-        harness_session_id TEXT,
-        interrupt_reason TEXT,
-        interrupt_exit_code INTEGER,
-        interrupt_at TEXT,
-        interrupt_logs TEXT,
-        consecutive_interruptions INTEGER NOT NULL DEFAULT 0,
-        auto_resumed INTEGER NOT NULL DEFAULT 0 CHECK (auto_resumed IN (0, 1)),
-        outcome TEXT,
-        created_at TEXT NOT NULL,
-        ended_at TEXT
-    );
-    CREATE INDEX sessions_task ON sessions(task_id);
-
-    CREATE TABLE turns (
-        id TEXT PRIMARY KEY,
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        session_id TEXT REFERENCES sessions(id),
-        sequence INTEGER NOT NULL,
-        role TEXT NOT NULL CHECK (role IN ('human', 'agent')),
-        actor TEXT CHECK (actor IN ({_ACTORS})),
-        kind TEXT NOT NULL,
-        content TEXT NOT NULL,
-        feedback_delivery TEXT NOT NULL DEFAULT 'none'
-            CHECK (feedback_delivery IN ('none', 'pending', 'consumed')),
-        delivered TEXT NOT NULL DEFAULT '[]',
-        started_at TEXT NOT NULL,
-        ended_at TEXT,
-        usage TEXT,
-        failure TEXT,
-        details TEXT NOT NULL DEFAULT '{{}}',
-        command_id TEXT,
-        UNIQUE (task_id, sequence),
-        CHECK ((role = 'agent' AND actor IS NULL) OR (role = 'human' AND actor IS NOT NULL))
-    );
-    CREATE INDEX turns_pending ON turns(session_id) WHERE feedback_delivery = 'pending';
-    CREATE UNIQUE INDEX turns_command ON turns(command_id, role) WHERE command_id IS NOT NULL;
-
-    CREATE TABLE attempts (
-        turn_id TEXT NOT NULL REFERENCES turns(id),
-        number INTEGER NOT NULL CHECK (number >= 1),
-        started_at TEXT NOT NULL,
-        ended_at TEXT,
-        outcome TEXT NOT NULL
-            CHECK (outcome IN ('succeeded', 'failed', 'indeterminate', 'cancelled')),
-        failure_class TEXT,
-        failure TEXT,
-        PRIMARY KEY (turn_id, number)
-    );
-
-    CREATE TABLE status_changes (
-        id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        from_status TEXT CHECK (from_status IN ({_STATUSES})),
-        to_status TEXT NOT NULL CHECK (to_status IN ({_STATUSES})),
-        actor TEXT NOT NULL CHECK (actor IN ({_ACTORS})),
-        reason TEXT,
-        at TEXT NOT NULL
-    );
-    CREATE INDEX status_changes_task ON status_changes(task_id, id);
-    CREATE INDEX status_changes_at ON status_changes(at);
-
-    CREATE TABLE violations (
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        session_id TEXT NOT NULL REFERENCES sessions(id),
-        path TEXT NOT NULL,
-        turn_id TEXT REFERENCES turns(id),
-        decision TEXT NOT NULL CHECK (decision IN ('pending', 'approved', 'reverted')),
-        decided_by TEXT CHECK (decided_by IN ({_ACTORS})),
-        decided_at TEXT,
-        created_at TEXT NOT NULL,
-        check_from TEXT,
-        PRIMARY KEY (session_id, path)
-    );
-
-    CREATE TABLE notes (
-        rowid BIGINT GENERATED BY DEFAULT AS IDENTITY UNIQUE,
-        id TEXT PRIMARY KEY,
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        kind TEXT NOT NULL CHECK (kind IN ('comment', 'journal')),
-        actor TEXT NOT NULL CHECK (actor IN ({_ACTORS})),
-        body TEXT NOT NULL,
-        at TEXT NOT NULL
-    );
-    CREATE INDEX notes_task ON notes(task_id, kind, at);
-
-    CREATE TABLE processes (
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        kind TEXT NOT NULL CHECK (kind IN ('supervisor', 'pair', 'chat', 'accept')),
-        pid INTEGER NOT NULL CHECK (pid > 0),
-        command_id TEXT,
-        started_at TEXT NOT NULL,
-        PRIMARY KEY (task_id, kind)
-    );
-
-    CREATE FUNCTION append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN RAISE EXCEPTION '% are append-only', TG_ARGV[0]; END $$;
-    CREATE TRIGGER notes_append_only_update BEFORE UPDATE ON notes
-        FOR EACH ROW EXECUTE FUNCTION append_only('notes');
-    CREATE TRIGGER status_changes_append_only BEFORE UPDATE ON status_changes
-        FOR EACH ROW EXECUTE FUNCTION append_only('status changes');
-    """
-)
-
-#: PostgreSQL's migrations, numbered as SQLite's (one schema version means one set of tables).
-PG_MIGRATIONS: list[tuple[int, str, str]] = [
-    (1, "initial", PG_M001_INITIAL),
-    (
-        2,
-        "team",
-        _pg(
-            _TEAM.format(strict="")
-            .replace("REAL", "DOUBLE PRECISION")
-            .replace("job_id INTEGER", "job_id BIGINT")
-            .replace("offset_bytes INTEGER", "offset_bytes BIGINT")
-            .replace("BLOB", "BYTEA")
-        ),
-    ),
-    (3, "lease notes", _pg(_LEASE_NOTES)),
-    (
-        4,
-        "owners",
-        _pg(_OWNER)
-        + f"""
-        ALTER TABLE leases DROP CONSTRAINT leases_state_check;
-        ALTER TABLE leases ADD CONSTRAINT leases_state_check CHECK (state IN ({_LEASE_STATES}));
-        """,
-    ),
-    (5, "current command index", _CURRENT_COMMAND_INDEX),
-]
-
-assert [m[:2] for m in PG_MIGRATIONS] == [m[:2] for m in MIGRATIONS], "PostgreSQL and SQLite migrations must agree"

@@ -30,7 +30,8 @@ from corral.domain.clock import Clock, rfc3339, utcnow
 from corral.domain.sanitize import without_nul
 from corral.errors import CorralError, StoreDiskFull, StoreError, StoreMissing, StoreReadOnly, StoreTooNew
 from corral.store.dsn import redact
-from corral.store.migrations import LATEST, PG_MIGRATIONS, too_new
+from corral.store.migrations import LATEST, too_new
+from corral.store.pg_migrations import PG_MIGRATIONS
 from corral.store.sqltx import SQLTx, _Decoded
 
 if TYPE_CHECKING:
