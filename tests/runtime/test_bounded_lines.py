@@ -20,7 +20,8 @@ from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Event, shell_exit_code
 from corral.adapters.harness.claude import ClaudeHarness
 from corral.domain.bounded_json import MAX_DEPTH, Decoded, Reason, Unparseable, decode, decode_first, too_deep
-from corral.engine.read.logs import Line, readable
+from corral.engine.read.interleave import Line
+from corral.engine.read.log_text import readable
 from corral.engine.runtime.journal import MAX_RECORD, Cursors, scan
 from corral.engine.runtime.lines import MAX_LINE_BYTES, LineBuffer, TruncatedLine
 from corral.engine.runtime.output import OutputCopier

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from corral.adapters.harness.command import CommandHarness
 from corral.engine.paths import OUTPUT_INDEX, OUTPUT_LOG, STDERR_LOG
-from corral.engine.read.logs import AttemptStart, Line, TurnLog
+from corral.engine.read.interleave import AttemptStart, Line, TurnLog
 from corral.engine.runtime.output import OutputCopier, OutputIndex
 
 

@@ -264,8 +264,8 @@ class Follower:
         self.harness: Any = None
 
     def poll(self) -> list[tuple[str, str]]:
+        from corral.engine.api import TurnLog, log_text, queries
         from corral.engine.api import logs as turn_logs
-        from corral.engine.api import queries
 
         project = self.hub.homes.get(self.state)
         now = turn_logs.current(project, self.task_id)
@@ -281,8 +281,8 @@ class Follower:
             if self.log is not None and not self.done:
                 out += self._lines(self.log.finish())
             self.seq, self.done = seq, False
-            self.log = turn_logs.TurnLog(project.paths.turn_dir(self.task_id, seq))
-            self.harness = turn_logs.harness_of(project, task)
+            self.log = TurnLog(project.paths.turn_dir(self.task_id, seq))
+            self.harness = log_text.harness_of(project, task)
             out.append(("meta", f"── turn {seq}"))
         if self.done:
             return out
@@ -294,14 +294,14 @@ class Follower:
         return out
 
     def _lines(self, pieces: list[Any]) -> list[tuple[str, str]]:
-        from corral.engine.api import logs as turn_logs
+        from corral.engine.api import AttemptStart, log_text
 
         out: list[tuple[str, str]] = []
         for piece in pieces:
-            if isinstance(piece, turn_logs.AttemptStart):
+            if isinstance(piece, AttemptStart):
                 out.append(("meta", f"── attempt {piece.number}"))
                 continue
-            out.extend((piece.stream, text) for text in turn_logs.readable(self.harness, piece))
+            out.extend((piece.stream, text) for text in log_text.readable(self.harness, piece))
         return out
 
 

@@ -159,22 +159,24 @@ if TYPE_CHECKING:
     from corral.engine.queue import (
         worker_id as worker_id,
     )
+    from corral.engine.read import log_facts as log_facts
+    from corral.engine.read import log_text as log_text
     from corral.engine.read import logs as logs
     from corral.engine.read import notices as notices
+    from corral.engine.read.interleave import (
+        AttemptStart as AttemptStart,
+    )
+    from corral.engine.read.interleave import (
+        Line as Line,
+    )
+    from corral.engine.read.interleave import (
+        TurnLog as TurnLog,
+    )
     from corral.engine.read.live import (
         live_turn as live_turn,
     )
-    from corral.engine.read.logs import (
-        AttemptStart as AttemptStart,
-    )
-    from corral.engine.read.logs import (
-        Line as Line,
-    )
-    from corral.engine.read.logs import (
+    from corral.engine.read.log_facts import (
         TurnFacts as TurnFacts,
-    )
-    from corral.engine.read.logs import (
-        TurnLog as TurnLog,
     )
     from corral.engine.read.projection import (
         as_tree as as_tree,
@@ -230,11 +232,11 @@ if TYPE_CHECKING:
 
 #: Each public name: (the module that owns it, the name there; None when the name is that module itself).
 _EXPORTS: dict[str, tuple[str, str | None]] = {
-    "AttemptStart": ("corral.engine.read.logs", "AttemptStart"),
+    "AttemptStart": ("corral.engine.read.interleave", "AttemptStart"),
     "Caller": ("corral.engine.operations.gates", "Caller"),
     "Config": ("corral.engine.config", "Config"),
     "DaemonState": ("corral.engine.daemons", "DaemonState"),
-    "Line": ("corral.engine.read.logs", "Line"),
+    "Line": ("corral.engine.read.interleave", "Line"),
     "LiveCache": ("corral.engine.runtime.liveness", "LiveCache"),
     "LiveOf": ("corral.engine.runtime.liveness", "LiveOf"),
     "Moved": ("corral.engine.operations.reviewed", "Moved"),
@@ -243,8 +245,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Reach": ("corral.engine.resolve", "Reach"),
     "SCOPES": ("corral.engine.config", "SCOPES"),
     "STATUS_FILE": ("corral.engine.runtime.protocol", "STATUS"),
-    "TurnFacts": ("corral.engine.read.logs", "TurnFacts"),
-    "TurnLog": ("corral.engine.read.logs", "TurnLog"),
+    "TurnFacts": ("corral.engine.read.log_facts", "TurnFacts"),
+    "TurnLog": ("corral.engine.read.interleave", "TurnLog"),
     "Value": ("corral.engine.config", "Value"),
     "accept": ("corral.engine.operations.accept", None),
     "activity": ("corral.engine.operations.board", "activity"),
@@ -272,6 +274,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "lenient": ("corral.engine.config", "lenient"),
     "live_turn": ("corral.engine.read.live", "live_turn"),
     "load_config": ("corral.engine.config", "load_config"),
+    "log_facts": ("corral.engine.read.log_facts", None),
+    "log_text": ("corral.engine.read.log_text", None),
     "logs": ("corral.engine.read.logs", None),
     "make_private_dir": ("corral.engine.paths", "make_private_dir"),
     "migrate": ("corral.engine.operations.store_migrate", "migrate"),
@@ -356,6 +360,8 @@ __all__ = [
     "lenient",
     "live_turn",
     "load_config",
+    "log_facts",
+    "log_text",
     "logs",
     "make_private_dir",
     "migrate",

@@ -287,6 +287,7 @@ def _list(c: Calling, a: Args) -> dict[str, Any]:
 
 
 def _logs(c: Calling, a: Args) -> dict[str, Any]:
+    from corral.engine.api import Line, TurnLog, log_text
     from corral.engine.api import logs as turn_logs
 
     task = _target(c, "logs", a)
@@ -295,12 +296,12 @@ def _logs(c: Calling, a: Args) -> dict[str, Any]:
     if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int)):
         raise a._bad("turn", "a whole number")
     seq = turn_logs.pick_turn(project, task, turn)
-    harness = turn_logs.harness_of(project, task)
-    reader = turn_logs.TurnLog(project.paths.turn_dir(task.id, seq))
+    harness = log_text.harness_of(project, task)
+    reader = TurnLog(project.paths.turn_dir(task.id, seq))
     lines: list[str] = []
     for piece in reader.finish():
-        if isinstance(piece, turn_logs.Line):
-            lines.extend(turn_logs.readable(harness, piece))
+        if isinstance(piece, Line):
+            lines.extend(log_text.readable(harness, piece))
     last = a.whole("tail_lines", 200, low=1, high=100_000)
     text, cut = _cut("\n".join(lines[-last:]))
     return {"task": task.ref, "turn": seq, "lines": len(lines), "text": text, "truncated": cut or len(lines) > last}

@@ -21,7 +21,7 @@ from corral.cli.render import local_time
 from corral.domain.clock import rfc3339
 from corral.domain.records import Task
 from corral.domain.substate import retry_summary
-from corral.engine.api import AttemptStart, Line, TurnFacts, TurnLog, queries
+from corral.engine.api import AttemptStart, Line, TurnFacts, TurnLog, log_facts, log_text, queries
 from corral.engine.api import logs as turn_logs
 from corral.errors import UsageError
 
@@ -48,7 +48,7 @@ def _read_lines(path: Path, follow: bool, still_running: Callable[[], bool]) -> 
             time.sleep(POLL_SECONDS)
 
 
-def _attempt_end(a: turn_logs.AttemptFacts) -> str:
+def _attempt_end(a: log_facts.AttemptFacts) -> str:
     """``attempt 1: exit 1, transient_overload``: how one attempt ended, for the footer."""
     parts = []
     if a.exit_code is not None:
@@ -66,7 +66,7 @@ class Follower:
         self.app = app
         self.project = app.project
         self.task = task
-        self.harness = turn_logs.harness_of(self.project, task)
+        self.harness = log_text.harness_of(self.project, task)
         self.unknown: list[int] = []  # attempts whose header came before their end was recorded
 
     # -- the turn's state ------------------------------------------------------------------
@@ -122,13 +122,13 @@ class Follower:
             "attempt": line.attempt,
             "stream": line.stream,
             "at": rfc3339(line.at),
-            "text": turn_logs.exact(line),
+            "text": log_text.exact(line),
         }
         if self.app.json:
             self.app.event(doc)
             return
         mark = ERR_MARK if line.stream == "stderr" else ""
-        for text in turn_logs.readable(self.harness, line):
+        for text in log_text.readable(self.harness, line):
             self.app.event(doc, f"{mark}{text}")
 
     def retry(self, seq: int, retry: Any) -> None:
@@ -193,11 +193,11 @@ class Follower:
     # -- the loop --------------------------------------------------------------------------
     def show(self, seq: int, follow: bool) -> None:
         while True:
-            facts = turn_logs.turn_facts(self.project, self.task, seq)
+            facts = log_facts.turn_facts(self.project, self.task, seq)
             self.turn_header(facts)
             log = TurnLog(self.project.paths.turn_dir(self.task.id, seq))
             running = self.one_turn(seq, log, facts, follow)
-            facts = turn_logs.turn_facts(self.project, self.task, seq)
+            facts = log_facts.turn_facts(self.project, self.task, seq)
             now = turn_logs.current(self.project, self.task.id)
             resumed = (
                 now.sequence
@@ -226,7 +226,7 @@ class Follower:
                 return running
             if pieces:
                 continue
-            retry = turn_logs.live_retry(self.project, self.task)
+            retry = log_facts.live_retry(self.project, self.task)
             if retry is not None and retry.attempt > announced:
                 announced = retry.attempt
                 self.retry(seq, retry)

@@ -17,7 +17,8 @@ from corral.domain.status import Status
 from corral.domain.substate import Live, substate
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.project import Project
-from corral.engine.read.logs import Line, harness_of, readable
+from corral.engine.read.interleave import Line
+from corral.engine.read.log_text import harness_of, readable
 from corral.engine.runtime import protocol as proto
 
 #: How much of the end of a turn's output is read for its last line.
