@@ -31,7 +31,7 @@ from corral.engine.operations import control, tasks, turns
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.read import checkout
-from corral.engine.recovery import merges
+from corral.engine.recovery import destination, in_flight, merges
 from tests.conftest import git
 
 #: Each task has a file of its own on the target; its agent changes the first line, the person the last.
@@ -171,9 +171,9 @@ def assert_checkout(repo: Path, before: dict[str, Any], task: Any, proj: Project
     assert after["branch"] == "refs/heads/main"
     assert after["stash"] == "", (
         "a stash was left behind",
-        task.metadata.get(merges.RESTORE_CONFLICT, {}).get("message"),
+        task.metadata.get(destination.RESTORE_CONFLICT, {}).get("message"),
     )
-    assert merges.RESTORE_CONFLICT not in task.metadata and merges.JOURNAL not in task.metadata
+    assert destination.RESTORE_CONFLICT not in task.metadata and in_flight.JOURNAL not in task.metadata
     if not landed:
         assert task.status is Status.BLOCKED
         assert after == before  # exactly what the person had
@@ -227,7 +227,7 @@ def test_a_stranded_accept_whose_pop_conflicts_keeps_the_stash_and_names_it(proj
     crash_after_update_ref(repo, "clash")
     task = recover(proj, "clash")
     assert task.status is Status.COMPLETE
-    note = task.metadata[merges.RESTORE_CONFLICT]
+    note = task.metadata[destination.RESTORE_CONFLICT]
     stash = note["stash"]
     assert note["code"] == "destination-restore-conflict"
     assert note["command"] == f"git -C {repo} stash apply --index {stash}"
@@ -239,9 +239,9 @@ def test_a_stranded_accept_whose_pop_conflicts_keeps_the_stash_and_names_it(proj
     subprocess.run(note["command"].split(), capture_output=True, check=False)
     assert "my rival edit" in (repo / "clash.txt").read_text()
     git(repo, "stash", "drop")
-    assert merges.clear_resolved(proj) == 1
+    assert destination.clear_resolved(proj) == 1
     with proj.store.read() as tx:
-        assert merges.RESTORE_CONFLICT not in tx.task_by_ref("clash").metadata
+        assert destination.RESTORE_CONFLICT not in tx.task_by_ref("clash").metadata
 
 
 @pytest.mark.slow
@@ -263,7 +263,7 @@ def test_a_pop_conflict_in_a_live_accept_is_in_its_json_lines(proj, agent, repo)
     assert events[-1]["event"] == "error" and events[-1]["error"]["code"] == "destination-restore-conflict"
     assert stash in events[-1]["error"]["message"]
     with proj.store.read() as tx:
-        assert tx.task_by_ref("live").metadata[merges.RESTORE_CONFLICT]["stash"] == stash
+        assert tx.task_by_ref("live").metadata[destination.RESTORE_CONFLICT]["stash"] == stash
 
 
 @pytest.mark.slow
@@ -280,7 +280,7 @@ def test_a_checkout_that_cannot_be_brought_along_is_left_as_it_was_and_said_so(p
     theirs = git(repo, "ls-files", "-s", "stuck-new.txt").split("\t")[0]
     task = recover(proj, "stuck")
     assert task.status is Status.COMPLETE
-    note = task.metadata[merges.RESTORE_CONFLICT]
+    note = task.metadata[destination.RESTORE_CONFLICT]
     assert "could not be brought up to date" in note["message"]
     assert note["command"] == f"git -C {repo} read-tree -m -u {before['head']} {git(repo, 'rev-parse', 'main')}"
     after = snapshot(repo)

@@ -8,7 +8,7 @@ to merge; when the target moved under the swap, the merge is made again onto the
 new tip. A worktree that has the target checked out is brought along with a
 two-tree ``read-tree -m -u``, its overlapping local changes stashed first and
 popped after; what it is about to do is saved first (the in-flight record of
-``recovery.merges``), so a kill anywhere leaves recovery able to finish the update or
+``recovery.in_flight``), so a kill anywhere leaves recovery able to finish the update or
 put the checkout back. Accepts into one target serialize on the target's lock
 (merge, verify and destination), so twenty at once all land. The task reads
 ``merging`` for the whole merge phase, and ``accept_in_flight_from`` (recorded when
@@ -43,21 +43,10 @@ from corral.engine import remote, workspace
 from corral.engine.operations import reviewed
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
-from corral.engine.recovery.merges import (
-    ACCEPT,
-    CONFLICT_CAUSE,
-    InFlight,
-    Kept,
-    mark_in_flight,
-    note_conflict,
-    recover_into,
-    restore_prior,
-    save_in_flight,
-    settle_destination,
-    stash_overlap,
-    target_lock,
-    without_flight,
-)
+from corral.engine.recovery.destination import Kept, note_conflict, settle_destination, stash_overlap
+from corral.engine.recovery.in_flight import ACCEPT, InFlight, mark_in_flight, save_in_flight, without_flight
+from corral.engine.recovery.merges import CONFLICT_CAUSE, recover_into, restore_prior
+from corral.engine.recovery.target_locks import target_lock
 from corral.engine.resolve import resolve_task
 from corral.engine.task_locks import task_lock
 from corral.errors import (

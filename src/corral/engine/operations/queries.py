@@ -153,14 +153,14 @@ def show_task(
     """
     from corral.engine import workspace  # what only one task's read needs: not loaded for ``list``
     from corral.engine.read import incident_views as incidents
-    from corral.engine.recovery import merges
+    from corral.engine.recovery import destination
 
     observed: Observed = {}
     problems = _settle(project, observed) if settle else []
     earlier = 0
     with project.store.read() as tx:
         task = resolve_task(tx, given)
-    if RESTORE_CONFLICT in task.metadata and merges.clear_resolved(project, [task]):
+    if RESTORE_CONFLICT in task.metadata and destination.clear_resolved(project, [task]):
         pass  # the person restored their stash: the note goes, and show reads the task anew below
     with project.store.read() as tx:
         task = resolve_task(tx, task.id)

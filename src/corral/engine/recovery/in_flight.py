@@ -1,0 +1,106 @@
+"""An accept's in-flight record: what it is about to do, written before it does it.
+
+``accept_in_flight_from`` (:data:`MARKER`, recorded when an accept starts) names the status
+to restore when the accept aborts or dies. An accept that brings a checked-out target along
+also records, before it acts, what it is about to do (:data:`JOURNAL`: the target, its old
+tip, the new commit, the destination worktree and the message of the stash it may make), so
+that after a kill recovery can finish or undo the destination's update (``recovery/destination``).
+
+Locks, the checkout and its stash are the accepting host's own. On the shared store an accept
+in flight is therefore recorded as a process (:data:`ACCEPT`) named by that host's identity, written
+with its marker (:func:`mark_in_flight`): another host never takes it for stranded (its locks there
+are free, its target there is not the one that moved), and only the host it runs on recovers it
+(docs/workers.md#turns-run-on-your-own-host).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from corral.domain.record import record
+from corral.domain.status import Status
+from corral.engine.project import Project
+from corral.engine.queue import owner
+
+MARKER = "accept_in_flight_from"
+#: The in-flight record of an accept that brings a checked-out target along (see the module doc).
+JOURNAL = "accept_in_flight"
+
+
+@record
+class InFlight:
+    """What an accept is about to do to its target and the target's checkout."""
+
+    target: str
+    old: str
+    new: str
+    destination: str | None
+    stash_message: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "old": self.old,
+            "new": self.new,
+            "destination": self.destination,
+            "stash_message": self.stash_message,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> InFlight | None:
+        if not isinstance(data, dict):
+            return None
+        target, old, new = data.get("target"), data.get("old"), data.get("new")
+        if not (isinstance(target, str) and isinstance(old, str) and isinstance(new, str)):
+            return None
+        dest, message = data.get("destination"), data.get("stash_message")
+        return cls(
+            target,
+            old,
+            new,
+            dest if isinstance(dest, str) else None,
+            message if isinstance(message, str) else None,
+        )
+
+
+def save_in_flight(project: Project, task_id: str, flight: InFlight | None) -> None:
+    """Save (or, with None, drop) the accept's in-flight record: written before the step it describes."""
+    with project.store.write() as tx:
+        task = tx.get_task(task_id)
+        if task is None:
+            return
+        meta = {k: v for k, v in task.metadata.items() if k != JOURNAL}
+        if flight is not None:
+            meta[JOURNAL] = flight.to_json()
+        tx.update_task(task_id, metadata=meta, touch=False)
+
+
+def without_flight(metadata: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metadata.items() if k not in (MARKER, JOURNAL)}
+
+
+#: The process record of an accept in flight on the shared store (the host that runs it).
+ACCEPT = "accept"
+
+
+def mark_in_flight(project: Project, task_id: str, prior: Status) -> None:
+    """An accept starts: the status to restore should it die, and (on the shared store) the host it runs on."""
+    with project.store.write() as tx:
+        task = tx.get_task(task_id)
+        if task is None:
+            return
+        tx.update_task(task_id, metadata={**task.metadata, MARKER: prior.value}, touch=False)
+        me = owner(project)
+        if me is not None:
+            tx.register_process(task_id, ACCEPT, os.getpid(), owner=me)
+
+
+def accepting_elsewhere(project: Project, task_id: str) -> bool:
+    """Whether the task's accept in flight runs on another host (only that host may recover it)."""
+    if not project.placement.other_hosts():
+        return False
+    with project.store.read() as tx:
+        records = [p for p in tx.processes(task_id) if p.kind == ACCEPT]
+    me = owner(project)
+    return any(p.elsewhere(me) for p in records)
