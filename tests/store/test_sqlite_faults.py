@@ -25,7 +25,7 @@ import pytest
 from corral.domain.actors import Actor
 from corral.errors import StoreCorrupt, StoreDiskFull, StoreIOError, StoreMissing, StoreReadOnly
 from corral.store import NewTask, SQLiteStore
-from corral.store.sqlite import MIN_FREE_BYTES
+from corral.store.sqlite_files import MIN_FREE_BYTES
 
 
 def _make_task(store: SQLiteStore, ref: str, goal: str = "g") -> str:

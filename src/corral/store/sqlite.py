@@ -29,6 +29,18 @@ from corral.errors import (
     StoreTooNew,
 )
 from corral.store.migrations import LATEST, MIGRATIONS, too_new
+from corral.store.sqlite_files import (
+    FS_APPEND_FL,
+    FS_IMMUTABLE_FL,
+    MIN_FREE_BYTES,
+    file_size,
+    free_bytes,
+    holders_of_deleted,
+    inode_flags,
+    probe,
+    read_only_mount,
+    sidecars,
+)
 from corral.store.sqltx import SQLTx, _Decoded
 
 #: How long (seconds) a connection waits for another process's lock before a transaction
@@ -44,126 +56,8 @@ class SQLiteTx(SQLTx):
         return isinstance(exc, sqlite3.IntegrityError) and "tasks.ref" in str(exc)
 
 
-# -- what went wrong, in the file system's words ----------------------------------------------
-
-#: Free bytes below which the database's file system counts as full (a transaction needs room).
-MIN_FREE_BYTES = 1024 * 1024
-
-#: ``FS_IOC_GETFLAGS`` and the inode flags it reports (linux/fs.h): immutable and append-only files.
-_FS_IOC_GETFLAGS = 0x80086601
-_FS_IMMUTABLE_FL = 0x10
-_FS_APPEND_FL = 0x20
-
 #: Tables a corral database has from its first migration on: a file without them is not one.
 _CORRAL_TABLES = frozenset({"tasks", "sessions", "turns", "attempts", "status_changes", "notes", "schema_migrations"})
-
-
-def _sidecars(path: str) -> tuple[str, str]:
-    return path + "-wal", path + "-shm"
-
-
-def _inode_flags(path: str) -> int:
-    """The file's inode flags (``lsattr``), 0 when they cannot be read."""
-    return _probe(path)[0]
-
-
-def _probe(path: str) -> tuple[int, bool | None]:
-    """(inode flags, opens read-write) of ``path``, found by a child process.
-
-    Closing any descriptor of a file releases every POSIX lock this process holds on it, and
-    SQLite's locks on the database, its -wal and its -shm are such locks: a connection that
-    lost them lets the next process that closes the database take itself for the last one and
-    delete the -wal under it. So this process never opens those files itself; a forked child
-    (which holds no locks to lose) opens them, and answers through a pipe.
-    """
-    import fcntl
-    import struct
-
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: only system calls, then _exit (no cleanup of the parent's objects)
-        try:
-            os.close(read_end)
-            flags, writable = 0, "-"
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            except FileNotFoundError:
-                fd = None
-            except OSError:
-                fd = None
-                writable = "0"
-            if fd is not None:
-                try:
-                    flags = int(struct.unpack("l", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("l", 0)))[0])
-                except OSError:
-                    pass
-                os.close(fd)
-                try:
-                    os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
-                    writable = "1"
-                except OSError:
-                    writable = "0"
-            os.write(write_end, f"{flags} {writable}".encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    try:
-        answer = b""
-        while chunk := os.read(read_end, 64):
-            answer += chunk
-    finally:
-        os.close(read_end)
-        os.waitpid(pid, 0)
-    try:
-        flags_text, writable_text = answer.decode().split()
-        return int(flags_text), None if writable_text == "-" else writable_text == "1"
-    except ValueError:
-        return 0, None
-
-
-def _free_bytes(directory: str) -> int | None:
-    try:
-        info = os.statvfs(directory)
-    except OSError:
-        return None
-    return info.f_bavail * info.f_frsize
-
-
-def _read_only_mount(directory: str) -> bool:
-    try:
-        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-
-
-def _holders_of_deleted(path: str) -> list[int]:
-    """Pids of processes that hold ``path`` open although it was deleted (``/proc/*/fd``)."""
-    wanted = f"{os.path.realpath(path)} (deleted)"
-    found: list[int] = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return found
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
-                    found.append(pid)
-                    break
-            except OSError:
-                continue
-    return found
-
-
-def _size(path: str) -> int | None:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return None
 
 
 class SQLiteStore:
@@ -209,10 +103,10 @@ class SQLiteStore:
 
     def missing(self) -> str | None:
         """Why the file holds no database ("missing", "empty (0 bytes)"), or None when it has content."""
-        size = _size(self.path)
+        size = file_size(self.path)
         if size is None:
             return "missing" if not os.path.lexists(self.path) else None
-        if size == 0 and not _size(self.path + "-wal"):
+        if size == 0 and not file_size(self.path + "-wal"):
             return "empty (0 bytes)"
         return None
 
@@ -247,17 +141,17 @@ class SQLiteStore:
                 "the file was deleted or replaced while corral had it open",
                 f"put the file back at {self.path}, or {self.restore_hint}",
             )
-        if _read_only_mount(directory):
+        if read_only_mount(directory):
             return "its file system is mounted read-only", f"remount {directory} read-write"
-        for name in (self.path, *_sidecars(self.path)):
-            flags = _inode_flags(name)
-            if flags & _FS_IMMUTABLE_FL:
+        for name in (self.path, *sidecars(self.path)):
+            flags = inode_flags(name)
+            if flags & FS_IMMUTABLE_FL:
                 return f"{name} is immutable (chattr +i)", f"chattr -i '{name}'"
-            if flags & _FS_APPEND_FL:
+            if flags & FS_APPEND_FL:
                 return f"{name} is append-only (chattr +a)", f"chattr -a '{name}'"
         if not os.access(directory, os.W_OK):
             return f"its directory {directory} is not writable by this user", f"chmod u+w '{directory}'"
-        for name in (self.path, *_sidecars(self.path)):
+        for name in (self.path, *sidecars(self.path)):
             if os.path.exists(name) and not os.access(name, os.W_OK):
                 return f"{name} is not writable by this user", f"chmod u+w '{name}'"
         db = getattr(self, "_db", None)
@@ -278,7 +172,7 @@ class SQLiteStore:
 
     def _full(self, exc: BaseException | None = None) -> StoreDiskFull:
         directory = os.path.dirname(os.path.abspath(self.path))
-        free = _free_bytes(directory)
+        free = free_bytes(directory)
         told = f" ({exc})" if exc else ""
         return StoreDiskFull(
             f"The disk holding the corral database {self.path} is full{told}: "
@@ -291,15 +185,15 @@ class SQLiteStore:
 
     def _io(self, exc: BaseException) -> StoreError:
         """A ``disk I/O error``, named by what the file system shows: a deleted -wal, a full or read-only disk."""
-        wal, _shm = _sidecars(self.path)
-        holders = _holders_of_deleted(wal)
+        wal, _shm = sidecars(self.path)
+        holders = holders_of_deleted(wal)
         if holders or (self._identity is not None and not os.path.exists(wal) and self._wal_mode()):
             return self._deleted_wal(holders, exc)
         directory = os.path.dirname(os.path.abspath(self.path))
-        free = _free_bytes(directory)
+        free = free_bytes(directory)
         if free is not None and free < MIN_FREE_BYTES:
             return self._full(exc)
-        if _read_only_mount(directory):
+        if read_only_mount(directory):
             cause, fix = self._read_only_cause()
             return self._read_only(exc, cause, fix)
         return StoreIOError(
@@ -358,7 +252,7 @@ class SQLiteStore:
             return self._io(exc)
         if name.startswith("SQLITE_CANTOPEN"):
             directory = os.path.dirname(os.path.abspath(self.path))
-            if _read_only_mount(directory) or not os.access(directory, os.W_OK):
+            if read_only_mount(directory) or not os.access(directory, os.W_OK):
                 cause, fix = self._read_only_cause()
                 return self._read_only(exc, cause, fix)
             return StoreIOError(
@@ -381,11 +275,11 @@ class SQLiteStore:
                     code="state-dir-unusable",
                     hint="Point CORRAL_HOME at a writable local directory.",
                 ) from exc
-            wal, shm = _sidecars(self.path)
+            wal, shm = sidecars(self.path)
             # A -shm without its -wal: the log was deleted. If a process still holds it, opening
             # would let SQLite rebuild the index without it — a stale view, then two histories.
             if os.path.exists(shm) and not os.path.exists(wal):
-                holders = _holders_of_deleted(wal)
+                holders = holders_of_deleted(wal)
                 if holders:
                     raise self._deleted_wal(holders)
         try:
@@ -521,7 +415,7 @@ class SQLiteStore:
     def _undecodable(self) -> list[str]:
         """Where a text value is not UTF-8 (``quick_check`` does not look inside values)."""
         found: list[str] = []
-        wal, shm = _sidecars(self.path)
+        wal, shm = sidecars(self.path)
         if not os.path.exists(self.path) or (os.path.exists(shm) and not os.path.exists(wal)):
             return found  # a second connection on a deleted -wal would rebuild the index without it
         # A connection of its own: the shared one may be reading in another thread meanwhile.
@@ -574,14 +468,14 @@ class SQLiteStore:
                     f"The corral database {self.path} is damaged: {'; '.join(problems[:3])}.", hint=self._damaged_hint()
                 )
             )
-        wal, _shm = _sidecars(self.path)
-        holders = _holders_of_deleted(wal)
+        wal, _shm = sidecars(self.path)
+        holders = holders_of_deleted(wal)
         if holders or (not os.path.exists(wal) and self._wal_mode()):
             faults.append(self._deleted_wal(holders))
         refused = self._write_refused()
         if refused:
             faults.append(self._read_only(None, *refused))
-        free = _free_bytes(os.path.dirname(os.path.abspath(self.path)))
+        free = free_bytes(os.path.dirname(os.path.abspath(self.path)))
         if free is not None and free < MIN_FREE_BYTES:
             faults.append(self._full())
         return faults
@@ -589,11 +483,11 @@ class SQLiteStore:
     def _write_refused(self) -> tuple[str, str] | None:
         """Why a write would be refused now (cause, fix), found without writing; None when it would not."""
         directory = os.path.dirname(os.path.abspath(self.path))
-        if _read_only_mount(directory):
+        if read_only_mount(directory):
             return self._read_only_cause()
-        for name in (self.path, *_sidecars(self.path)):
-            flags, writable = _probe(name)
-            if flags & (_FS_IMMUTABLE_FL | _FS_APPEND_FL) or writable is False:
+        for name in (self.path, *sidecars(self.path)):
+            flags, writable = probe(name)
+            if flags & (FS_IMMUTABLE_FL | FS_APPEND_FL) or writable is False:
                 return self._read_only_cause()
         try:
             if self._db.execute("PRAGMA query_only").fetchone()[0]:
@@ -640,7 +534,7 @@ class SQLiteStore:
         """The schema version of a corral database at ``path``, read-only; refused when it is not one."""
         where = str(path)
         hint = "Nothing was changed. Name a file made by `corral backup` (they are in the state directory's backups/)."
-        if not os.path.isfile(where) or _size(where) == 0:
+        if not os.path.isfile(where) or file_size(where) == 0:
             raise StoreMissing(f"{where} is not a file with a database in it.", hint=hint)
         try:
             with closing(sqlite3.connect(f"file:{where}?mode=ro", uri=True, isolation_level=None)) as db:
@@ -685,7 +579,7 @@ class SQLiteStore:
                 new.execute("PRAGMA journal_mode = DELETE")
             _fsync(tmp)
             kept = _keep_aside(target, keep)
-            for sidecar in _sidecars(target):
+            for sidecar in sidecars(target):
                 _unlink(sidecar)  # a log of the old file must never be replayed into the new one
             os.replace(tmp, target)
             _fsync(os.path.dirname(os.path.abspath(target)))
@@ -733,7 +627,7 @@ def _unlink(path: str | Path) -> None:
 
 def _keep_aside(target: str, aside: Path) -> str | None:
     """Copy the database at ``target`` to ``aside`` (0600) before it is replaced; where it went, or None."""
-    if not os.path.lexists(target) or (_size(target) == 0 and not _size(target + "-wal")):
+    if not os.path.lexists(target) or (file_size(target) == 0 and not file_size(target + "-wal")):
         return None  # nothing there to keep: an empty file holds no history
     aside.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
