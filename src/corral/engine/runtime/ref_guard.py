@@ -78,7 +78,8 @@ from typing import Any
 from corral import crashpoints
 from corral.adapters.files import write_atomic
 from corral.adapters.git import Git
-from corral.adapters.ref_files import RefWatch, common_dir, read_refs
+from corral.adapters.ref_files import common_dir, read_refs
+from corral.adapters.ref_watch import RefWatch
 from corral.domain.record import record, replace
 from corral.errors import GitError
 
