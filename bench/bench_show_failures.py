@@ -70,7 +70,9 @@ from corral.domain.actors import Actor, Role
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, PossibleEffects, RestingCause
 from corral.domain.status import Status
 from corral.engine.paths import ProjectPaths
-from corral.engine.read import diagnostics
+from corral.engine.read import diagnostic_retention, diagnostics
+from corral.engine.read.diagnostic_content import TAIL_BYTES, cause_json
+from corral.engine.read.translator import Translator
 from corral.store import NewTask, SQLiteStore
 from seed_store import Shape, seed
 
@@ -106,8 +108,8 @@ def evidence(code: str, category: str, *, exit_code: int | None, signal: int | N
     )
 
 
-def diagnostic_content(task_id: str, n: int, cause: FailureEvidence, t: diagnostics.Translator) -> dict[str, Any]:
-    """What a failed turn's diagnostic holds (the shape diagnostics.for_receipt writes)."""
+def diagnostic_content(task_id: str, n: int, cause: FailureEvidence, t: Translator) -> dict[str, Any]:
+    """What a failed turn's diagnostic holds (the shape read/diagnostic_content.for_receipt writes)."""
     tail = "\n".join(f"[{n}] plain output line {i}: compiling module_{i}.py … ok" for i in range(40))
     return {
         "kind": "turn-failure",
@@ -115,7 +117,7 @@ def diagnostic_content(task_id: str, n: int, cause: FailureEvidence, t: diagnost
         "command_id": f"cmd{n:06d}",
         "turn_kind": "unblock",
         "harness": "claude",
-        "cause": diagnostics.cause_json(cause, t),
+        "cause": cause_json(cause, t),
         "attempts": [
             {"number": i, "outcome": "failed", "failure_class": "transient_overload", "code": "harness-overloaded",
              "started_at": None, "ended_at": None, "native": {"exit_code": 1}, "reason": "API Error: 529 overloaded"}
@@ -125,7 +127,7 @@ def diagnostic_content(task_id: str, n: int, cause: FailureEvidence, t: diagnost
         "retry": {"failure_class": "transient_overload", "attempts_in_streak": 2, "stop": None,
                   "budgets": {"overload_seconds": 21600.0}, "watchdog_timeout_seconds": 1800.0},
         "output": {
-            "tail": t.tail(tail, diagnostics.TAIL_BYTES),
+            "tail": t.tail(tail, TAIL_BYTES),
             "stderr_tail": "error: the connection was reset by peer",
             "partial_output": [{"kind": "assistant_text", "text": f"Working on step {i} of the change."}
                                for i in range(10)] + [{"kind": "tool_call", "name": "Bash"}],
@@ -141,7 +143,7 @@ def add_failures_task(
     started = time.perf_counter()
     clock = StepClock(datetime.now(UTC) - timedelta(seconds=300 * turns + 3600))  # recent: nothing expired yet
     store = SQLiteStore(db, clock=clock)
-    t = diagnostics.Translator([])
+    t = Translator([])
     failed = 0
     written = 0
     with store.write() as tx:
@@ -231,7 +233,7 @@ def add_failures_task(
     old = (datetime.now(UTC) - timedelta(days=91)).timestamp()
     for path in aged:
         os.utime(path, (old, old))
-    pruned = diagnostics.prune(paths, datetime.now(UTC))
+    pruned = diagnostic_retention.prune(paths, datetime.now(UTC))
     size = sum(p.stat().st_size for p in (paths.diagnostics / task.id).iterdir())
     return {
         "task_id": task.id,

@@ -14,7 +14,7 @@ from corral.domain.actors import Actor
 from corral.engine.operations import tasks
 from corral.engine.operations.prune import prune
 from corral.engine.project import Project
-from corral.engine.read import diagnostics
+from corral.engine.read import diagnostic_retention
 from tests.conftest import FakeAgent, FakeClock, git
 from tests.failures.conftest import diagnostic_files, line_after, new_task, run_start, show_json, show_text
 
@@ -55,7 +55,7 @@ def test_a_diagnostic_past_90_days_is_removed_and_reads_expired(repo, corral, cl
     assert evidence["native"]["exit_code"] == 1  # and the evidence with it
     assert evidence["diagnostic"] == f"{task.id}/{kept.name}"  # the reference too, now expired
     assert evidence["diagnostic_status"] == "expired" and evidence["diagnostic_path"] is None
-    assert evidence["diagnostic_note"] == diagnostics.EXPIRED == "Expired after 90 days"
+    assert evidence["diagnostic_note"] == diagnostic_retention.EXPIRED == "Expired after 90 days"
     (turn,) = [t for t in doc["turns"] if t["role"] == "agent"]
     assert turn["failure"]["code"] == "harness-not-authenticated" and turn["failure"]["diagnostic_status"] == "expired"
 

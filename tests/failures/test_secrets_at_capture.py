@@ -18,7 +18,7 @@ import stat
 from corral.domain.actors import Actor
 from corral.domain.redact import MASK, RESULT_BYTES, masked_head, truncation_note
 from corral.engine.operations import turns
-from corral.engine.read.diagnostics import Translator
+from corral.engine.read.translator import Translator
 from corral.engine.runtime import protocol as proto
 from tests.failures.conftest import diagnostic_files, new_task, reopen
 

@@ -18,8 +18,9 @@ from corral.domain.explain import (
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.redact import MASK
 from corral.engine.paths import ProjectPaths
-from corral.engine.read import diagnostics
-from corral.engine.read.diagnostics import Translator, translate_output
+from corral.engine.read import diagnostic_retention, diagnostics, translator
+from corral.engine.read.diagnostic_content import translate_output
+from corral.engine.read.translator import Translator
 
 SECRET = "hunter2-but-longer"
 CLAUDE = make_harness("claude", {})
@@ -41,7 +42,7 @@ def test_details_keep_only_allowlisted_scalar_fields_masked_and_bounded():
     assert SECRET not in json.dumps(out) and "sk-abc" not in out["reason"]
     assert out["reason"].count(MASK) == 2
     assert out["files"] == ["a.py", MASK]
-    assert len(out["summary"].encode()) <= diagnostics.TEXT_BYTES and out["summary"].endswith("…")
+    assert len(out["summary"].encode()) <= translator.TEXT_BYTES and out["summary"].endswith("…")
 
 
 def test_a_tail_is_exact_apart_from_masking_and_never_keeps_half_a_secret():
@@ -107,7 +108,7 @@ def test_write_is_atomic_private_and_dated_by_the_injected_clock(tmp_path):
     assert ref in diagnostics.present(paths.diagnostics, "task1")  # what show resolves the reference by
     path.unlink()
     assert ref not in diagnostics.present(paths.diagnostics, "task1")
-    assert diagnostics.EXPIRED == "Expired after 90 days"  # how show then reads it
+    assert diagnostic_retention.EXPIRED == "Expired after 90 days"  # how show then reads it
 
 
 # -- wording ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from corral.domain.actors import Actor
 from corral.engine.operations.prune import prune_diagnostics
 from corral.engine.placement import SharedPlacement
 from corral.engine.project import Project
-from corral.engine.read import diagnostics
+from corral.engine.read import diagnostic_retention, diagnostics
 from corral.engine.recovery import leases
 from corral.engine.runtime import agent_marks, shipping
 from corral.errors import UnsafeName
@@ -66,7 +66,7 @@ def test_a_pruned_diagnostic_leaves_the_store_too(project: Any) -> None:
     with project.store.write() as tx:
         tx.ship(task_id, rel, 0, path.read_bytes())
         tx.ship(task_id, kept, 0, b"log\n")
-    old = (project.clock() - diagnostics.RETENTION - timedelta(days=1)).timestamp()
+    old = (project.clock() - diagnostic_retention.RETENTION - timedelta(days=1)).timestamp()
     os.utime(path, (old, old))
     report = prune_diagnostics(project)
     assert report.removed and not Path(path).exists()

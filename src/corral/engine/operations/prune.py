@@ -1,6 +1,6 @@
 """``corral prune`` and the daemon's daily prune: expired diagnostics, stale worktrees.
 
-* **Diagnostics** 90 days old or older are removed (``corral.engine.read.diagnostics.prune``),
+* **Diagnostics** 90 days old or older are removed (``corral.engine.read.diagnostic_retention.prune``),
   and those of tasks that no longer exist. Failure evidence and resting causes stay in
   the database until the task is deleted; a pruned reference reads "Expired after 90
   days". The daemon does this once a day.
@@ -30,7 +30,7 @@ from typing import Any
 from corral.domain.record import field, record
 from corral.domain.status import TERMINAL
 from corral.engine.project import Project
-from corral.engine.read import diagnostics
+from corral.engine.read import diagnostic_retention
 from corral.errors import GitError
 
 #: A worktree without a session younger than this may be one a ``start`` is making now.
@@ -39,7 +39,7 @@ ORPHAN_GRACE = timedelta(hours=1)
 
 @record(frozen=False)
 class PruneResult:
-    diagnostics: diagnostics.PruneReport
+    diagnostics: diagnostic_retention.PruneReport
     worktrees_removed: list[str] = field(default_factory=list)  # in a dry run: would be removed
     worktrees_kept: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
     dry_run: bool = False
@@ -66,7 +66,7 @@ def require_healthy(project: Project) -> None:
 
 def prune_diagnostics(
     project: Project, now: datetime | None = None, *, dry_run: bool = False
-) -> diagnostics.PruneReport:
+) -> diagnostic_retention.PruneReport:
     require_healthy(project)
     with project.store.read() as tx:
         live = {t.id for t in tx.tasks()}
@@ -77,7 +77,7 @@ def prune_diagnostics(
         pass
     if dry_run:
         return _would_prune(project, now or project.clock(), live)
-    report = diagnostics.prune(project.paths, now or project.clock(), live)
+    report = diagnostic_retention.prune(project.paths, now or project.clock(), live)
     if report.removed:
         # What was shipped for reviewers elsewhere keeps the same retention (docs/workers.md#shipped).
         with project.store.write() as tx:
@@ -87,10 +87,10 @@ def prune_diagnostics(
     return report
 
 
-def _would_prune(project: Project, now: datetime, live: set[str]) -> diagnostics.PruneReport:
-    """What ``diagnostics.prune`` would remove, by its rules (its RETENTION), removing nothing."""
-    report = diagnostics.PruneReport()
-    cutoff = (now - diagnostics.RETENTION).timestamp()
+def _would_prune(project: Project, now: datetime, live: set[str]) -> diagnostic_retention.PruneReport:
+    """What ``diagnostic_retention.prune`` would remove, by its rules (its RETENTION), removing nothing."""
+    report = diagnostic_retention.PruneReport()
+    cutoff = (now - diagnostic_retention.RETENTION).timestamp()
     try:
         task_dirs = sorted(os.scandir(project.paths.diagnostics), key=lambda e: e.name)
     except OSError:

@@ -48,8 +48,8 @@ from corral.engine.operations import dispatch, launch, preflight
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.queue import host_name, owner
-from corral.engine.read.diagnostics import Translator
 from corral.engine.read.incident_views import permission_hold
+from corral.engine.read.translator import Translator
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime import branch_check

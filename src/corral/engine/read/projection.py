@@ -94,7 +94,7 @@ class _Failures:
             return seen[1]
         doc = evidence.to_json()
         if self.dir is not None and evidence.diagnostic:
-            from corral.engine.read.diagnostics import EXPIRED
+            from corral.engine.read.diagnostic_retention import EXPIRED
 
             kept = evidence.diagnostic in self.kept()
             doc["diagnostic_path"] = f"{self.dir}/{evidence.diagnostic}" if kept else None

@@ -17,7 +17,8 @@ from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.status import Status
 from corral.domain.substate import phase_words
 from corral.engine.project import Project
-from corral.engine.read import diagnostics
+from corral.engine.read import diagnostic_content, diagnostics
+from corral.engine.read.translator import Translator
 from corral.engine.recovery.receipts import interrupt
 
 
@@ -29,7 +30,7 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
     detailed diagnostic — the translated cause and stack — written first.
     """
     crashpoints.hit("fault.handling")  # one per fault: a launch that fails is recorded once (its test counts it)
-    t = diagnostics.Translator()
+    t = Translator()
     error = t.text(f"{type(exc).__name__}: {exc}", 500)
     evidence = FailureEvidence(
         source="corral",
@@ -47,8 +48,8 @@ def internal_fault(project: Project, task: Task, exc: BaseException, *, phase: s
         {
             "kind": "internal-fault",
             "task_id": task.id,
-            "cause": diagnostics.cause_json(evidence, t),
-            "stack": t.tail(stack, diagnostics.STACK_BYTES),
+            "cause": diagnostic_content.cause_json(evidence, t),
+            "stack": t.tail(stack, diagnostic_content.STACK_BYTES),
         },
         project.clock(),
     )

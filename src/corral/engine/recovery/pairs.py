@@ -237,7 +237,7 @@ def end_chat(
     ``agent`` is how the agent ended, when corral saw it end.
     """
     from corral.engine import readonly
-    from corral.engine.read.diagnostics import Translator
+    from corral.engine.read.translator import Translator
     from corral.engine.recovery.receipts import kept_evidence
 
     kept = None

@@ -44,7 +44,8 @@ from corral.domain.status import Status
 from corral.engine import readonly
 from corral.engine.paths import make_private_dir
 from corral.engine.project import Project
-from corral.engine.read import diagnostics
+from corral.engine.read import diagnostic_content, diagnostics
+from corral.engine.read.translator import Translator
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.check import CHECK_TAIL_BYTES
 from corral.engine.runtime.journal import Journal
@@ -80,7 +81,7 @@ def receipt_code(problem: str | None) -> str:
     return "receipt-invalid"
 
 
-def _evidence(evidence: FailureEvidence | None, t: diagnostics.Translator, ref: str | None) -> FailureEvidence | None:
+def _evidence(evidence: FailureEvidence | None, t: Translator, ref: str | None) -> FailureEvidence | None:
     safe = t.evidence(evidence)
     if safe is not None and ref is not None:
         safe = replace(safe, diagnostic=ref)
@@ -90,7 +91,7 @@ def _evidence(evidence: FailureEvidence | None, t: diagnostics.Translator, ref: 
 _OUTCOMES = {o.value: o for o in AttemptOutcome}
 
 
-def _record_attempts(tx: Tx, turn_id: str, receipt: proto.Receipt, t: diagnostics.Translator, ref: str | None) -> None:
+def _record_attempts(tx: Tx, turn_id: str, receipt: proto.Receipt, t: Translator, ref: str | None) -> None:
     for a in receipt.attempts:
         tx.add_attempt(
             turn_id,
@@ -125,10 +126,10 @@ def possible_effects(receipt: proto.Receipt, code: str) -> PossibleEffects:
 def failure_of(
     receipt: proto.Receipt,
     command: proto.Command | None = None,
-    t: diagnostics.Translator | None = None,
+    t: Translator | None = None,
 ) -> FailureEvidence | None:
     """The turn's failure evidence, from its receipt, through the safe translator."""
-    t = t or diagnostics.Translator()
+    t = t or Translator()
     exit_code, errno_, signal = _native(receipt)
     if receipt.status is proto.ReceiptStatus.FAILED:
         code = receipt.failure_code or "harness-error"
@@ -138,7 +139,7 @@ def failure_of(
             "stop": receipt.stop_reason,
         }
         if code == "harness-missing":
-            harness = diagnostics.harness_for(command)
+            harness = diagnostic_content.harness_for(command)
             if harness is not None and getattr(harness, "executable", None):
                 details["executable"] = str(harness.executable)
         return t.evidence(
@@ -209,13 +210,13 @@ def write_diagnostic(
     command: proto.Command | None,
     failure: FailureEvidence | None,
     log_seq: int | None,
-    t: diagnostics.Translator,
+    t: Translator,
 ) -> str | None:
     """The turn's detailed diagnostic, written before its row; None when nothing failed."""
     if failure is None and not _failed_attempts(receipt):
         return None
     log_dir = project.paths.turn_dir(task.id, log_seq) if log_seq is not None else None
-    content = diagnostics.for_receipt(
+    content = diagnostic_content.for_receipt(
         task_id=task.id, receipt=receipt, command=command, log_dir=log_dir, failure=failure, t=t
     )
     return diagnostics.try_write(project.paths, task.id, f"{receipt.command_id}", content, project.clock())
@@ -236,7 +237,7 @@ def apply(project: Project, task: Task, receipt: proto.Receipt, command: proto.C
             return False
         human = tx.turn_by_command(command_id, Role.HUMAN)
     receipt = hold_read_only(project, task, receipt, command, human.sequence if human else None)
-    t = diagnostics.Translator()
+    t = Translator()
     failure = failure_of(receipt, command, t)
     ref = write_diagnostic(project, task, receipt, command, failure, human.sequence if human else None, t)
     if failure is not None and ref is not None:
@@ -328,7 +329,7 @@ def kept_summary(kept: readonly.Kept) -> str:
     return f"{what} changed, kept on {kept.ref} and {done}"
 
 
-def kept_evidence(kept: readonly.Kept, t: diagnostics.Translator) -> FailureEvidence | None:
+def kept_evidence(kept: readonly.Kept, t: Translator) -> FailureEvidence | None:
     """The typed cause a read-only turn that changed something records."""
     return t.evidence(
         FailureEvidence(
@@ -342,7 +343,7 @@ def kept_evidence(kept: readonly.Kept, t: diagnostics.Translator) -> FailureEvid
     )
 
 
-def _details(receipt: proto.Receipt, human_seq: int | None, t: diagnostics.Translator) -> dict[str, Any]:
+def _details(receipt: proto.Receipt, human_seq: int | None, t: Translator) -> dict[str, Any]:
     """What a turn keeps of its receipt beside its content: git facts, the check, the sync, the stop."""
     details: dict[str, Any] = {}
     git = receipt.git
@@ -392,7 +393,7 @@ def ref_guard_worth_keeping(guard: RefGuard) -> bool:
     return bool(guard.moves or guard.error or rejected or guard.strays)
 
 
-def guarded_json(guard: RefGuard, t: diagnostics.Translator) -> dict[str, Any]:
+def guarded_json(guard: RefGuard, t: Translator) -> dict[str, Any]:
     """The ref guard's report as a turn keeps it: ref names and errors are the agent's text, masked."""
     doc = guard.to_json()
     for move in doc["moves"]:
@@ -414,7 +415,7 @@ def guarded_json(guard: RefGuard, t: diagnostics.Translator) -> dict[str, Any]:
     return doc
 
 
-def _masked_tree(value: Any, t: diagnostics.Translator) -> Any:
+def _masked_tree(value: Any, t: Translator) -> Any:
     if isinstance(value, str):
         return t.text(value, 400)
     if isinstance(value, list):
@@ -432,7 +433,7 @@ def _record(
     human_seq: int | None,
     failure: FailureEvidence | None,
     diagnostic: str | None,
-    t: diagnostics.Translator,
+    t: Translator,
 ) -> None:
     status = receipt.status
     kind = receipt.kind or "work"
@@ -537,7 +538,7 @@ def _record(
         cause,
         status_reason=t.text(reason, 300),
         exit_code=err.exit_code if err else None,
-        logs=t.tail(tail, diagnostics.TAIL_BYTES) if tail else None,
+        logs=t.tail(tail, diagnostic_content.TAIL_BYTES) if tail else None,
     )
 
 

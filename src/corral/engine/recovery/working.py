@@ -253,7 +253,8 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
     arrives later is recorded too. A supervisor alive with a stale heartbeat is stopped with
     its agent (each only if it is still the process recorded).
     """
-    from corral.engine.read import diagnostics  # a lost turn: what recording it takes loads here
+    from corral.engine.read import diagnostic_content, diagnostics  # a lost turn: what recording it takes loads here
+    from corral.engine.read.translator import Translator
     from corral.engine.recovery import receipts
     from corral.engine.runtime.observer import observe_lost  # the harness's log reader: only for a lost turn
     from corral.engine.runtime.receipt import output_tail
@@ -269,7 +270,7 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
     command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
     command_id = command.command_id if command else None
     code = "receipt-missing" if phase in LOST_PHASES_DONE and not frozen else "turn-lost"
-    t = diagnostics.Translator()
+    t = Translator()
     evidence = FailureEvidence(
         source="supervisor",
         code=code,
@@ -299,7 +300,7 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
         kept = receipts.keep_read_only_aside(project, task, command, launched.sequence if launched else None)
     if command is not None:
         observe_lost(command, reason, t.secrets)  # the turn's last observation: its log, and that it was lost
-    content = diagnostics.for_lost(task_id=task.id, status=status, command=command, evidence=evidence, t=t)
+    content = diagnostic_content.for_lost(task_id=task.id, status=status, command=command, evidence=evidence, t=t)
     ref = diagnostics.try_write(project.paths, task.id, f"{command_id or new_id()}-lost", content, project.clock())
     evidence = replace(evidence, diagnostic=ref)
     cause = RestingCause(code, project.clock(), Actor.SYSTEM, evidence=evidence, details={"summary": reason})
