@@ -20,6 +20,7 @@ import pytest
 from hypothesis import settings
 
 from corral.testing.fake_agent import wrapper_script
+from tests.support import inprocess
 
 settings.register_profile("ci", deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, max_examples=50)
@@ -95,10 +96,26 @@ class Result:
 
 
 class CLI:
-    """The real ``corral`` entry point, run as a process in ``cwd``."""
+    """The real ``corral`` entry point in ``cwd``: run in the test process (:mod:`tests.support.inprocess`,
+    exact as a process: arguments, cwd, environment, stdin, exit code, stdout and stderr apart), or
+    as a process of its own through :attr:`process`.
 
-    def __init__(self, cwd: Path) -> None:
+    A test about a process boundary — signals, a terminal, a broken pipe, a process killed in the
+    middle of a command, start-up cost, ``python -m corral`` itself — asks for ``corral.process``;
+    so does every call in a test marked ``cli_process``, and every call with ``--cli-process``
+    (the whole suite as it ran before, to tell whether a failure is the in-process run's).
+    A call that cannot be exact in-process (crash points, which corral reads at import; another
+    locale) is refused with the reason, so it is moved to ``corral.process`` by hand.
+    """
+
+    def __init__(self, cwd: Path, *, spawn: bool = False) -> None:
         self.cwd = cwd
+        self.spawn = spawn
+
+    @property
+    def process(self) -> CLI:
+        """The same CLI, run as a process of its own (``python -m corral``) for every call."""
+        return CLI(self.cwd, spawn=True)
 
     def __call__(
         self,
@@ -111,19 +128,26 @@ class CLI:
         full_env = dict(os.environ)
         full_env.update(env or {})
         data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
-        proc = subprocess.run(
-            [sys.executable, "-m", "corral", *args],
-            cwd=cwd or self.cwd,
-            env=full_env,
-            input=data if data is not None else b"",
-            capture_output=True,
-            timeout=timeout,
-        )
-        return Result(
-            proc.returncode,
-            proc.stdout.decode("utf-8", "replace"),
-            proc.stderr.decode("utf-8", "replace"),
-        )
+        if self.spawn or _EVERY_CALL_A_PROCESS:
+            proc = subprocess.run(
+                [sys.executable, "-m", "corral", *args],
+                cwd=cwd or self.cwd,
+                env=full_env,
+                input=data if data is not None else b"",
+                capture_output=True,
+                timeout=timeout,
+            )
+            code, out, err = proc.returncode, proc.stdout, proc.stderr
+        else:
+            why = inprocess.unfit(full_env)
+            if why is not None:
+                raise AssertionError(
+                    f"`corral {' '.join(args)}` cannot run in the test process ({why}): use corral.process"
+                )
+            code, out, err = inprocess.run(
+                args, cwd=Path(cwd or self.cwd), env=full_env, stdin=data or b"", timeout=timeout
+            )
+        return Result(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def ok(self, *args: str, **kw: Any) -> Result:
         result = self(*args, **kw)
@@ -132,6 +156,34 @@ class CLI:
 
     def json(self, *args: str, **kw: Any) -> Any:
         return self.ok(*args, "--json", **kw).json()
+
+
+#: Set for a test marked ``cli_process`` (and for the whole run by ``--cli-process``): every CLI call a process.
+_EVERY_CALL_A_PROCESS = False
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cli-process",
+        action="store_true",
+        help="Run every call of the corral CLI fixture as a process of its own (none in the test process).",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cli_process: every call of the corral CLI fixture in this test runs as a process of its own"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _cli_mode(request: pytest.FixtureRequest) -> Iterator[None]:
+    global _EVERY_CALL_A_PROCESS
+    _EVERY_CALL_A_PROCESS = bool(
+        request.config.getoption("--cli-process") or request.node.get_closest_marker("cli_process")
+    )
+    yield
+    _EVERY_CALL_A_PROCESS = False
 
 
 @pytest.fixture
