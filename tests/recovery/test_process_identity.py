@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from corral.adapters.process import Identity, pid_alive, start_ticks, stop_identified
+from corral.adapters.pid_identity import Identity, start_ticks, stop_identified
+from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor
 from corral.domain.clock import rfc3339
 from corral.domain.status import Status

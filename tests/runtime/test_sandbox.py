@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from corral.adapters import sandbox as sandboxing
-from corral.adapters.process import all_processes, command_line, environ_has
+from corral.adapters.pid_identity import all_processes, command_line, environ_has
 from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.engine.config import load_config

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from corral.adapters.process import start_ticks
+from corral.adapters.pid_identity import start_ticks
 from corral.domain.clock import rfc3339
 from corral.domain.failures import RETRY_REASON_BYTES
 from corral.domain.usage_limit import FIRST_THROUGH_SECONDS

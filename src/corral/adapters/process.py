@@ -17,13 +17,8 @@ test would script. :func:`pid_alive` tells whether a pid is a live process (a zo
 Every argv passes :func:`check_argv` first: a NUL byte in an argument would otherwise surface
 as Python's opaque "embedded null byte".
 
-A pid alone names whatever process holds the number now (pids wrap within minutes on a
-busy machine), so nothing recorded is signalled by its pid alone: an :class:`Identity`
-adds the process's start time (``/proc/<pid>/stat`` field 22, clock ticks since boot), an
-entry of its environment, or a moment it cannot have started after, and
-:func:`stop_identified` / :func:`send_identified` signal only a process that matches.
-:func:`reap` ends a set of processes found in ``/proc`` (a group, a session, an environment
-tag), each re-identified by its start time before every signal.
+A pid alone names whatever process holds the number now: what proves a recorded process is
+still the one, and signals it only then, is :mod:`corral.adapters.pid_identity`.
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Protocol
@@ -402,208 +397,6 @@ def stop_child_group(proc: subprocess.Popen[bytes], grace: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-# -- identity: a pid and what proves it is still the process corral recorded ------------------
-
-
-@record
-class ProcInfo:
-    """One live process as ``/proc/<pid>/stat`` tells it."""
-
-    pid: int
-    state: str
-    pgrp: int
-    session: int
-    start: int  # field 22: clock ticks after boot
-
-
-def proc_info(pid: int) -> ProcInfo | None:
-    """The process ``pid`` now, or None when there is none (or it is a zombie)."""
-    if pid <= 0 or pid > MAX_PID:
-        return None
-    try:  # unbuffered: the reconciler asks this of every running supervisor on every read
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # The command name (field 2) may hold spaces and parentheses: the fields follow its last ")".
-    # Split only as far as the start time (field 22), the last one read.
-    fields = raw[raw.rfind(b")") + 2 :].split(None, 20)
-    try:
-        info = ProcInfo(pid, fields[0].decode("ascii", "replace"), int(fields[2]), int(fields[3]), int(fields[19]))
-    except (IndexError, ValueError):
-        return None
-    return None if info.state in ("Z", "X") else info
-
-
-def start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` (ticks after boot), recorded beside the pid when corral learns it."""
-    info = proc_info(pid)
-    return info.start if info else None
-
-
-def _boot_time() -> float:
-    with open("/proc/stat", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    raise OSError("no btime in /proc/stat")
-
-
-def started_epoch(info: ProcInfo) -> float:
-    """When the process started, in seconds since the epoch (to the second: boot time's precision)."""
-    return _boot_time() + info.start / os.sysconf("SC_CLK_TCK")
-
-
-def environ_has(pid: int, entry: str) -> bool:
-    """Whether the process's environment (as it was started) holds ``entry`` (``NAME=value``)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return False
-    return (b"\0" + entry.encode() + b"\0") in b"\0" + data + b"\0"
-
-
-def command_line(pid: int) -> str:
-    """The process's argv joined by spaces (what ``ps`` shows), or "" once it is gone."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def all_processes() -> list[ProcInfo]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            info = proc_info(int(entry.name))
-            if info is not None:
-                found.append(info)
-    return found
-
-
-#: How far a start time read through boot time (whole seconds) may sit after the moment it is
-#: compared with.
-START_SLACK_SECONDS = 2.0
-
-
-@record
-class Identity:
-    """A pid, and what proves that the process holding it is the one corral recorded.
-
-    Each fact given must hold: ``start`` (its start time in ticks after boot), ``env`` (an
-    entry of its environment, ``NAME=value``), ``not_after`` (seconds since the epoch it
-    cannot have started after: it was recorded then). With no fact given nothing is proved,
-    and the process is never signalled.
-    """
-
-    pid: int
-    start: int | None = None
-    env: str | None = None
-    not_after: float | None = None
-
-    @property
-    def provable(self) -> bool:
-        return self.start is not None or self.env is not None or self.not_after is not None
-
-    def matches(self) -> bool:
-        """True only for a live process holding the pid that every recorded fact still describes."""
-        if not self.provable or self.pid <= 1 or self.pid == os.getpid():
-            return False
-        info = proc_info(self.pid)
-        if info is None:
-            return False
-        if self.start is not None and info.start != self.start:
-            return False
-        if self.not_after is not None:
-            try:
-                if started_epoch(info) > self.not_after + START_SLACK_SECONDS:
-                    return False
-            except (OSError, ValueError):
-                return False
-        return self.env is None or environ_has(self.pid, self.env)
-
-
-def send_identified(identity: Identity, signum: int) -> bool:
-    """Signal one process if it is the one identified; False when it is gone or another process."""
-    return identity.matches() and send(identity.pid, signum)
-
-
-def stop_identified(identity: Identity, grace: float) -> bool:
-    """End the identified process's group (SIGTERM, ``grace``, SIGKILL); False when it did not match.
-
-    The group is signalled only while its leader (or, once the leader is gone, a member seen
-    with it) is still the process identified, so a group id given to another process since is
-    never signalled.
-    """
-    if not identity.matches():
-        return False
-    try:
-        pgid = os.getpgid(identity.pid)
-    except ProcessLookupError:
-        return False
-    alone = pgid == os.getpgrp() or pgid <= 1  # not in a group of its own: the process alone
-    if alone:
-        send(identity.pid, signal.SIGTERM)
-        members = [proc_info(identity.pid)]
-    else:
-        members = [p for p in all_processes() if p.pgrp == pgid]
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            return True
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and identity.matches():
-        time.sleep(0.05)
-    if identity.matches() or any(_same(m) for m in members if m is not None):
-        if alone:
-            send_identified(identity, signal.SIGKILL)
-        else:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        _settle(lambda: identity.matches())
-    return True
-
-
-#: How long a SIGKILLed process may take to be gone (the kernel ends it asynchronously).
-KILL_SETTLE_SECONDS = 1.0
-
-
-def _settle(alive: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + KILL_SETTLE_SECONDS
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _same(info: ProcInfo) -> bool:
-    now = proc_info(info.pid)
-    return now is not None and now.start == info.start
-
-
-def reap(found: Sequence[ProcInfo], grace: float) -> list[ProcInfo]:
-    """End each process found (SIGTERM, ``grace``, SIGKILL), re-identified by its start time
-    before every signal; returns those that were still there to signal."""
-    own = {os.getpid(), os.getppid(), 0, 1}
-    targets = [p for p in found if p.pid not in own]
-    signalled = [p for p in targets if _same(p) and send(p.pid, signal.SIGTERM)]
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_same(p) for p in signalled):
-        time.sleep(0.05)
-    for p in signalled:
-        if _same(p):
-            send(p.pid, signal.SIGKILL)
-    _settle(lambda: any(_same(p) for p in signalled))
-    return signalled
 
 
 @contextmanager

@@ -53,7 +53,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from corral.adapters.process import Identity, check_argv, start_ticks, stop_identified
+from corral.adapters.pid_identity import Identity, start_ticks, stop_identified
+from corral.adapters.process import check_argv
 
 # Whose first disposition the agent starts with (ignored stays ignored): the leader's own list, one home.
 from corral.adapters.ptyleader import INHERITED

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.adapters.locks import is_locked, lock
-from corral.adapters.process import Identity, pid_alive, send_identified, spawn_detached
+from corral.adapters.pid_identity import Identity, send_identified
+from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import parse_time
 from corral.domain.record import record
 from corral.engine.paths import DAEMON_DIR, DAEMON_LOG, corral_home, make_private_dir

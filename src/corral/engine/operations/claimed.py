@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral import crashpoints
-from corral.adapters.process import send_identified
+from corral.adapters.pid_identity import send_identified
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.record import record, replace

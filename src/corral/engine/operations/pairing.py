@@ -32,7 +32,7 @@ from corral.adapters.files import write_atomic
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import TurnRequest
 from corral.adapters.locks import is_locked, try_lock
-from corral.adapters.process import start_ticks
+from corral.adapters.pid_identity import start_ticks
 from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
 from corral.domain.clock import new_id

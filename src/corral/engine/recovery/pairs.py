@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import write_atomic
 from corral.adapters.locks import is_locked
-from corral.adapters.process import Identity, pid_alive, stop_identified
+from corral.adapters.pid_identity import Identity, stop_identified
+from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time, rfc3339
 from corral.domain.record import record

@@ -41,7 +41,7 @@ from typing import Any
 
 from corral.adapters.files import private_dirs, read_bounded
 from corral.adapters.locks import lock
-from corral.adapters.process import proc_info
+from corral.adapters.pid_identity import proc_info
 from corral.domain.agent_tools import PROGRESS_CAP, WAIT_TARGET_CAP
 from corral.domain.clock import new_id, parse_time, rfc3339
 from corral.domain.record import record

@@ -34,19 +34,16 @@ from pathlib import Path
 
 from corral import crashpoints
 from corral.adapters.harness.base import AttemptFacts, Event, Harness, Launch, Verdict
-from corral.adapters.process import (
+from corral.adapters.pid_identity import (
     ProcInfo,
     all_processes,
-    check_argv,
     command_line,
     environ_has,
-    exited,
     proc_info,
     reap,
-    spawn_piped,
     start_ticks,
-    stop_child_group,
 )
+from corral.adapters.process import check_argv, exited, spawn_piped, stop_child_group
 from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, prepare
 from corral.domain.classifiers import classify_common, classify_http_status
 from corral.domain.delays import Delays

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from corral.adapters.process import start_ticks
+from corral.adapters.pid_identity import start_ticks
 from corral.domain.clock import parse_time, rfc3339
 from corral.domain.delays import Delays
 from corral.engine.runtime import protocol as proto

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from corral.adapters.process import (
+from corral.adapters.pid_identity import (
     Identity,
     ProcInfo,
     all_processes,

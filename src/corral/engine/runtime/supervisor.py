@@ -31,7 +31,7 @@ from corral import crashpoints
 from corral.adapters.git import Git
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Harness
-from corral.adapters.process import start_ticks
+from corral.adapters.pid_identity import start_ticks
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral.adapters.files import read_bounded, write_atomic
 from corral.adapters.locks import lock
-from corral.adapters.process import proc_info
+from corral.adapters.pid_identity import proc_info
 from corral.domain.clock import parse_time, rfc3339, utcnow
 from corral.domain.failures import RETRY_REASON_BYTES
 from corral.domain.record import record
