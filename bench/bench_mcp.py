@@ -361,7 +361,7 @@ async def run_client(
     import anyio
 
     from corral.domain.agent_tools import WAIT_CALL_SECONDS
-    from corral.engine.runtime.agent_marks import active_waits
+    from corral.engine.runtime.wait_markers import active_waits
 
     out: dict[str, Any] = {"rss_mb": {}, "hwm_mb": {}}
     out["rss_mb"]["started, no call yet"] = mb(server.rss())

@@ -1,7 +1,7 @@
 """Waits on subtasks, agent progress and the task tree through the real CLI: ``list``, ``show``, ``--json``.
 
-The markers are written as the daemon's MCP endpoint writes them (``agent_marks.track_wait``,
-``post_progress``) by this test process, whose pid also stands in for the running supervisors;
+The markers are written as the daemon's MCP endpoint writes them (``wait_markers.track_wait``,
+``progress_line.post_progress``) by this test process, whose pid also stands in for the running supervisors;
 the CLI, a separate process, reads them through the one substate derivation.
 """
 
@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from corral.engine.project import Project
-from corral.engine.runtime import agent_marks as marks
-from corral.engine.runtime import marked
+from corral.engine.runtime import marked, progress_line, wait_intervals, wait_markers
 from corral.engine.runtime import protocol as proto
 from tests.cli.helpers import create, to_working
 
@@ -59,8 +58,8 @@ def _line(out: str, ref: str) -> str:
 def test_list_and_show_carry_the_waits_the_progress_and_the_tree(
     corral: Any, project: Project, tree: dict[str, str]
 ) -> None:
-    marks.post_progress(project, tree["child"], "running migration 3/7")
-    with marks.track_wait(project, tree["parent"], ["child"], None) as settle:
+    progress_line.post_progress(project, tree["child"], "running migration 3/7")
+    with wait_markers.track_wait(project, tree["parent"], ["child"], None) as settle:
         out = corral.ok("list").stdout
         lines = [line for line in out.splitlines() if line.strip()]
         assert [line.split()[0] for line in lines] == ["parent", "child", "grandchild", "other"]
@@ -105,11 +104,11 @@ def test_a_killed_writer_degrades_every_surface_to_working_agent(
         import time
         from pathlib import Path
         from corral.engine.project import Project
-        from corral.engine.runtime import agent_marks as marks
+        from corral.engine.runtime import progress_line, wait_markers
         project = Project.open(Path({str(project.paths.repo)!r}))
-        held = marks.track_wait(project, {tree["parent"]!r}, ["child"], None)
+        held = wait_markers.track_wait(project, {tree["parent"]!r}, ["child"], None)
         held.__enter__()  # kept referenced: the wait is open until the process dies
-        marks.post_progress(project, {tree["parent"]!r}, "half way")
+        progress_line.post_progress(project, {tree["parent"]!r}, "half way")
         print("ready", flush=True)
         time.sleep(120)
         """
@@ -152,10 +151,10 @@ def test_show_gives_each_child_its_substate_and_each_agent_turn_its_waited_time(
     from corral.domain.actors import Role
     from tests.cli.helpers import store_of
 
-    marks.post_progress(project, tree["child"], "running migration 3/7")
-    with marks.track_wait(project, tree["parent"], ["child"], None) as settle:
+    progress_line.post_progress(project, tree["child"], "running migration 3/7")
+    with wait_markers.track_wait(project, tree["parent"], ["child"], None) as settle:
         settle("rested")
-    (waited,) = marks.intervals(project, tree["parent"])
+    (waited,) = wait_intervals.intervals(project, tree["parent"])
     assert waited.ended_at is not None
     with store_of(corral) as store, store.write() as tx:
         tx.add_turn(

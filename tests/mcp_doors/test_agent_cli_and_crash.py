@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.engine.project import Project
-from corral.engine.runtime import agent_marks
+from corral.engine.runtime import wait_intervals, wait_markers
 from tests.mcp_doors.conftest import Door
 from tests.support.polling import until
 
@@ -83,12 +83,12 @@ def test_a_daemon_killed_mid_wait_leaves_no_waiting_and_an_open_interval(door: D
     listed = {r["ref"]: r["substate"] for r in corral.json("list")["tasks"]}
     assert listed["parent"] == "agent"
     project = Project.open(corral.cwd)
-    (interval,) = agent_marks.intervals(project, after["task"]["id"])
+    (interval,) = wait_intervals.intervals(project, after["task"]["id"])
     assert interval.ended_at is None and interval.outcome is None
     # The turn ends: its progress line and its markers go with it.
     corral.ok("stop", "parent")
     until(lambda: corral.json("show", "parent")["task"]["status"] != "working", what="the parent's turn end")
     protocol = Path(corral.json("paths")["paths"]["tasks"]) / after["task"]["id"] / "protocol"
-    assert not (protocol / "progress.json").exists() and not (protocol / agent_marks.WAITING).exists()
+    assert not (protocol / "progress.json").exists() and not (protocol / wait_markers.WAITING).exists()
     assert corral.json("show", "parent")["task"]["substate"] is None
     kid_hold.unlink()

@@ -273,16 +273,16 @@ def test_a_clean_stop_takes_back_the_wait_markers_it_wrote_in_every_project(two)
     import threading
 
     from corral.daemon.daemon_service import Daemon
-    from corral.engine.runtime import agent_marks
+    from corral.engine.runtime import wait_markers
 
     callers = [tasks.create(proj, f"Waits in project {n}", actor=Actor.HUMAN) for n, proj in enumerate(two)]
     open_waits = []
     for proj, caller in zip(two, callers, strict=True):
         proj.paths.protocol_dir(caller.id).mkdir(parents=True, exist_ok=True)  # as a started task has
-        wait = agent_marks.track_wait(proj, caller.id, ["some-subtask"], 1)
+        wait = wait_markers.track_wait(proj, caller.id, ["some-subtask"], 1)
         wait.__enter__()  # a wait in flight, written by this process: the daemon here runs in-process
         open_waits.append(wait)
-        assert [w.target for w in agent_marks.active_waits(proj.paths.protocol_dir(caller.id))] == ["some-subtask"]
+        assert [w.target for w in wait_markers.active_waits(proj.paths.protocol_dir(caller.id))] == ["some-subtask"]
     daemon = Daemon(tick=0.05)
     runner = threading.Thread(target=daemon.run)
     runner.start()
@@ -293,7 +293,7 @@ def test_a_clean_stop_takes_back_the_wait_markers_it_wrote_in_every_project(two)
         runner.join(30)
     assert not runner.is_alive()
     for proj, caller in zip(two, callers, strict=True):
-        assert agent_marks.active_waits(proj.paths.protocol_dir(caller.id)) == []
+        assert wait_markers.active_waits(proj.paths.protocol_dir(caller.id)) == []
     for wait in open_waits:
         wait.__exit__(None, None, None)
 

@@ -17,7 +17,7 @@ from corral.engine.placement import SharedPlacement
 from corral.engine.project import Project
 from corral.engine.read import diagnostic_retention, diagnostics
 from corral.engine.recovery import leases
-from corral.engine.runtime import agent_marks, shipping
+from corral.engine.runtime import shipping, wait_intervals
 from corral.errors import UnsafeName
 from corral.store import NewTask
 
@@ -49,12 +49,12 @@ def test_shipped_files_come_back_byte_exact_and_never_outside_the_tasks_director
 def test_the_wait_intervals_a_worker_shipped_are_read_where_no_local_line_has_them(project: Any) -> None:
     task_id = _task(project)
     at = project.clock()
-    interval = agent_marks.WaitInterval("w1", task_id, ("sub-a",), 2, at, at + timedelta(seconds=40), "rested")
-    assert agent_marks.WaitInterval.from_json(interval.to_json()) == interval
-    assert agent_marks.WaitInterval.from_json({"id": 3}) is None
+    interval = wait_intervals.WaitInterval("w1", task_id, ("sub-a",), 2, at, at + timedelta(seconds=40), "rested")
+    assert wait_intervals.WaitInterval.from_json(interval.to_json()) == interval
+    assert wait_intervals.WaitInterval.from_json({"id": 3}) is None
     with project.store.write() as tx:
         tx.set_live(task_id, "cmd-1", {"intervals": [interval.to_json(), {"bogus": True}]})
-    assert agent_marks.intervals(project, task_id) == [interval]
+    assert wait_intervals.intervals(project, task_id) == [interval]
 
 
 def test_a_pruned_diagnostic_leaves_the_store_too(project: Any) -> None:

@@ -196,12 +196,6 @@ if TYPE_CHECKING:
     from corral.engine.runtime.agent_marks import (
         clear_owned as clear_owned,
     )
-    from corral.engine.runtime.agent_marks import (
-        post_progress as post_progress,
-    )
-    from corral.engine.runtime.agent_marks import (
-        track_wait as track_wait,
-    )
     from corral.engine.runtime.agent_tokens import (
         find as find_grant,
     )
@@ -217,6 +211,9 @@ if TYPE_CHECKING:
     from corral.engine.runtime.processes import (
         signal_daemon as signal_daemon,
     )
+    from corral.engine.runtime.progress_line import (
+        post_progress as post_progress,
+    )
     from corral.engine.runtime.protocol import (
         STATUS as STATUS_FILE,
     )
@@ -228,6 +225,9 @@ if TYPE_CHECKING:
     )
     from corral.engine.runtime.usage_pause import (
         share as share_usage_pauses,
+    )
+    from corral.engine.runtime.wait_markers import (
+        track_wait as track_wait,
     )
 
 #: Each public name: (the module that owns it, the name there; None when the name is that module itself).
@@ -286,7 +286,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "parse_toml": ("corral.engine.config", "parse_toml"),
     "person": ("corral.engine.operations.gates", "person"),
     "placement_for": ("corral.engine.placement", "placement_for"),
-    "post_progress": ("corral.engine.runtime.agent_marks", "post_progress"),
+    "post_progress": ("corral.engine.runtime.progress_line", "post_progress"),
     "project_states": ("corral.engine.identity", "project_states"),
     "proposals": ("corral.engine.config", "proposals"),
     "prune": ("corral.engine.operations.prune", None),
@@ -308,7 +308,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "supervisor_pids": ("corral.engine.runtime.liveness", "supervisor_pids"),
     "sync": ("corral.engine.operations.sync", "sync"),
     "tasks": ("corral.engine.operations.tasks", None),
-    "track_wait": ("corral.engine.runtime.agent_marks", "track_wait"),
+    "track_wait": ("corral.engine.runtime.wait_markers", "track_wait"),
     "turns": ("corral.engine.operations.turns", None),
     "user_config_file": ("corral.engine.paths", "user_config_file"),
     "worker_id": ("corral.engine.queue", "worker_id"),

@@ -193,7 +193,7 @@ def show_task(
 
 def _marks(project: Project, task: Task, tx: Tx, live: LiveOf | None = None) -> dict[str, Any]:
     """What ``projection.show`` counts an agent's waited time and its children's substates from."""
-    from corral.engine.runtime.agent_marks import intervals  # the waits' file: only a show reads it
+    from corral.engine.runtime.wait_intervals import intervals  # the waits' file: only a show reads it
 
     return {"intervals": intervals(project, task.id, tx), "live_of": live or (lambda t: live_facts(project, t))}
 

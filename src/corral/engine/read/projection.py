@@ -4,7 +4,7 @@ Built from the store and the live supervisor facts; no surface derives a status,
 a substate, a reason or a next step on its own.
 
 Two things a surface hands in beside the store when it has them: the task's persisted wait
-intervals (``agent_marks.intervals``), so each agent turn reports its waited time apart from
+intervals (``wait_intervals.intervals``), so each agent turn reports its waited time apart from
 the agent's own (``agent_s``, ``waited_s``), and the live facts of the task's children, so
 each child's substate shows beside its status.
 """
@@ -51,7 +51,7 @@ from corral.domain.substate import QUEUED, Live, substate
 from corral.store import Tx
 
 if TYPE_CHECKING:
-    from corral.engine.runtime.agent_marks import WaitInterval
+    from corral.engine.runtime.wait_intervals import WaitInterval
 
 #: The live facts of a task, for those the read shows beside another (a task's children).
 LiveOf = Callable[[Task], Live | None]
@@ -173,7 +173,7 @@ class _Failures:
         total = max(0.0, (t.ended_at - t.started_at).total_seconds())
         if self.intervals is None:
             return {"agent_s": round(total, 1), "waited_s": None}
-        from corral.engine.runtime.agent_marks import waited_seconds  # only a read that has intervals
+        from corral.engine.runtime.wait_intervals import waited_seconds  # only a read that has intervals
 
         waited = min(total, waited_seconds(self.intervals, t.started_at, t.ended_at)) if self.intervals else 0.0
         return {"agent_s": round(total - waited, 1), "waited_s": round(waited, 1)}

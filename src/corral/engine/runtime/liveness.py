@@ -130,11 +130,11 @@ def with_marks(project: Project, task_id: str, live: Live) -> Live:
     """
     if not marks_matter(live) or task_id not in marked.tasks(project.paths):
         return live  # the common case (one listing for a whole list), without loading the markers' reader
-    from corral.engine.runtime import agent_marks  # only a live agent phase has markers to read
+    from corral.engine.runtime import progress_line, wait_markers  # only a live agent phase has markers to read
 
     protocol_dir = project.paths.protocol_dir(task_id)
-    found = agent_marks.active_waits(protocol_dir)
-    line = agent_marks.progress(protocol_dir)
+    found = wait_markers.active_waits(protocol_dir)
+    line = progress_line.progress(protocol_dir)
     if not found and line is None:
         return live
     now = project.clock()

@@ -107,7 +107,7 @@ def ship_live(project: Project, task: Task, command_id: str, epoch: int) -> None
 def put_live(project: Project, task_id: str, command_id: str, epoch: int, live: Live | None) -> None:
     """:func:`ship_live` of facts already judged (``live``; None once the turn ended), with the agent's
     wait intervals; fenced by ``epoch`` as every shipped write."""
-    from corral.engine.runtime.agent_marks import intervals  # the waits' file: read where it is shipped
+    from corral.engine.runtime.wait_intervals import intervals  # the waits' file: read where it is shipped
 
     doc: dict[str, object] = {"live": live_to_json(live)} if live is not None else {}
     doc["intervals"] = [i.to_json() for i in intervals(project, task_id)]
