@@ -20,15 +20,12 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import msgspec
 
 from corral.adapters.files import read_bounded, write_atomic
 from corral.engine.paths import make_private_dir
-
-if TYPE_CHECKING:
-    from corral.engine.runtime.turn_command import Command
 
 #: 3: the receipt's git facts (and each attempt's failure evidence) are nested objects, as their records are.
 PROTOCOL_VERSION = 3
@@ -129,8 +126,8 @@ def write(directory: Path, record: Wire, *, durable: bool = True) -> None:
     write_json(directory / record.FILE, record.to_json(), durable=durable)
 
 
-def write_command(directory: Path, command: Command) -> None:
-    """Write a turn's ``command.json`` into ``directory``, made private (0700) first if missing.
+def write_command(directory: Path, command: Wire) -> None:
+    """Write a turn's ``command.json`` (a ``turn_command.Command``) into ``directory``, made private (0700) first.
 
     The one writer of a command, so its file is made one way wherever it lands: the protocol
     directory, where the supervisor reads it (``launch.launch``, once, before the supervisor
