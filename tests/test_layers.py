@@ -3,8 +3,14 @@
 Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < surfaces: cli, daemon, worker, mcp,
 dashboard (5).
 Inside the engine, rooms: the house (project, paths, config, …) < runtime < read < recovery <
-operations. A module may import its own layer or room, or a lower one. Every import counts,
-including those inside functions and under ``TYPE_CHECKING``; and no module reaches itself
+operations < shared < the front door (api). The shared store's room (``engine/shared``: the team
+mode's queue, leases, claimed turns, shipping, …) sits above every room whose work it plays for a
+team (it queues the turns the launch skeleton starts, ends the turns the recovery sweeps would);
+the rooms below reach it only through the placement object the house injects
+(``project.placement``, whose interface is the house's ``engine/placement.py``), and the house
+names the shared placement by module (``placement.SHARED``) to load it when the settings choose it,
+as a driver is loaded. A module may import its own layer or room, or a lower one. Every import
+counts, including those inside functions and under ``TYPE_CHECKING``; and no module reaches itself
 again through any chain of imports (no cycle anywhere, inside a layer or a room included).
 """
 
@@ -36,9 +42,9 @@ LAYERS = {
     "dashboard": 5,
 }
 #: The engine's rooms, lowest first; modules at the engine's root are the house (room 0).
-ROOMS = {"runtime": 1, "read": 2, "recovery": 3, "operations": 4}
+ROOMS = {"runtime": 1, "read": 2, "recovery": 3, "operations": 4, "shared": 5}
 # The front door (corral.engine.api) re-exports from every room, so it sits above them all.
-DOOR_ROOM = {"api": 5}
+DOOR_ROOM = {"api": 6}
 # Modules at the package root that are not a layer of their own.
 ROOT_MODULES = {"__init__": 0, "__main__": 5}
 
@@ -272,3 +278,15 @@ def test_the_cycle_check_sees_a_cycle() -> None:
     """The rule itself: two modules importing each other (even inside functions) are a cycle."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_shared_placement_the_house_names_is_a_placement_of_the_shared_room() -> None:
+    """The one name the house gives of the room above: the shared placement, loaded by module when the settings
+    choose it; every other call into the shared room goes through the placement object."""
+    import importlib
+
+    from corral.engine.placement import SHARED, Placement
+
+    module, name = SHARED
+    assert _room_of(module) == ROOMS["shared"]
+    assert issubclass(getattr(importlib.import_module(module), name), Placement)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from corral.engine.placement import LocalPlacement, Placement, SharedPlacement
+from corral.engine.placement import LocalPlacement, Placement
+from corral.engine.shared.team_placement import SharedPlacement
 from corral.engine.project import Project
 from corral.errors import UsageError
 
@@ -80,15 +81,14 @@ def test_the_settings_choose_the_placement_and_a_given_one_wins(project: Any, mo
 
 @pytest.mark.parametrize("placement", [LocalPlacement(), SharedPlacement("postgresql://shared")], ids=repr)
 def test_each_placement_makes_every_decision_of_one_mode(placement: Placement, project: Any) -> None:
+    """What each placement says of itself; what each does is tests/placement's suite, run over both."""
     shared = isinstance(placement, SharedPlacement)
-    assert placement.remote() is shared
-    assert placement.other_hosts() is shared
-    assert placement.ships_files() is shared
+    assert placement.over_network() is shared
     assert (placement.queue_url() is not None) is shared
     owner = placement.owner(project)
     assert (owner is not None) is shared
     if shared:
-        from corral.engine.queue import host_id
+        from corral.engine.placement import host_id
 
         assert owner == host_id(project)  # the identity its workers and its own local turns hold leases under
         with pytest.raises(UsageError, match="PostgreSQL"):

@@ -162,9 +162,9 @@ def test_a_remote_that_is_not_configured_or_looks_like_an_option_never_reaches_g
 ) -> None:
     """The one place a remote name reaches git checks it: configured (``git remote``), never an option."""
     from corral.domain.records import Task
-    from corral.engine import remote
     from corral.engine.config import Value
     from corral.engine.project import Project
+    from corral.engine.shared import remote_branches as remote
     from corral.errors import CorralError
 
     marker = tmp_path / "executed"

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from corral.engine.placement import LocalPlacement, SharedPlacement
+from corral.engine.placement import LocalPlacement
+from corral.engine.shared.team_placement import SharedPlacement
 from corral.engine.project import Project
 from corral.engine.recovery.reconcile import sweep_working, tolerated
 

@@ -13,10 +13,10 @@ from corral.domain.agent_tools import PROGRESS_CAP
 from corral.domain.status import Status
 from corral.domain.substate import Live, render_status, substate, waited
 from corral.domain.team import WorkerState
-from corral.engine.placement import SharedPlacement
 from corral.engine.project import Project
 from corral.engine.recovery.reconcile import sweep_working
 from corral.engine.runtime.liveness import ATTEMPT_CAP, live_from_json, live_to_json
+from corral.engine.shared.team_placement import SharedPlacement
 from corral.store import NewTask
 
 #: Numbers ``json.loads`` accepts that no turn reports: past a float, not finite, negative, of another type.

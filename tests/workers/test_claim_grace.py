@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from corral.domain.status import Status
-from corral.engine.operations import claimed
+from corral.engine.placement import host_id, host_name
 from corral.engine.project import Project
-from corral.engine.queue import host_id, host_name
 from corral.engine.recovery.working import reconcile_working
+from corral.engine.shared import claimed
 from tests.conftest import FakeClock
 from tests.workers.conftest import Team
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from corral.domain.records import Task
-from corral.engine import remote
-from corral.engine.operations import claimed
 from corral.engine.project import Project
 from corral.engine.runtime import shipping
+from corral.engine.shared import claimed
+from corral.engine.shared import remote_branches as remote
 from corral.errors import GitError, LeaseLost
 from tests.workers.conftest import Team
 from tests.workers.team import git

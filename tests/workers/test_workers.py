@@ -398,7 +398,7 @@ def _row(host, ref: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
 def test_a_turn_queued_before_any_worker_ever_ran_waits_for_the_first(team: Team) -> None:
     laptop = team.laptop()
     laptop.corral("create", "Early", "--ref", "early")
-    queued = laptop.json("start", "early")  # no worker has made the dispatch engine's tables yet
+    queued = laptop.json("start", "early")  # no worker has made the job queue's tables yet
     assert queued["queued"] is True
     shown = laptop.json("show", "early")
     assert shown["lease"]["state"] == "queued" and shown["task"]["status"] == "working"

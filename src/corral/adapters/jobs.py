@@ -1,9 +1,9 @@
-"""The dispatch engine: procrastinate's PostgreSQL job queue, carrying queued turns to workers (docs/workers.md).
+"""The job queue: procrastinate's, in PostgreSQL, carrying queued turns to workers (docs/workers.md).
 
 corral keeps its own lease and fencing epoch per task in its store; a job here only says
 "this command of this task of this project waits for a worker". One job per waiting command:
 the job's queueing lock is the task, so a second enqueue of a task still waiting is refused
-by the engine, not by a race. The queue's tables live in their own schema (``corral_dispatch``)
+by the queue, not by a race. The queue's tables live in their own schema (``corral_dispatch``)
 of the user's database, beside every project's own schema. procrastinate and psycopg are
 imported only here, and only when a turn is queued or a worker runs.
 """
@@ -49,7 +49,7 @@ def _connect_kwargs() -> dict[str, Any]:
     return {"options": f"-c search_path={SCHEMA}"}
 
 
-class Dispatch:
+class JobQueue:
     """The queue at ``url`` (a PostgreSQL URL): enqueue from any host, run a worker's loop on one."""
 
     def __init__(self, url: str) -> None:
@@ -70,7 +70,7 @@ class Dispatch:
                     conn.execute(SchemaManager.get_schema().encode())
         except psycopg.Error as exc:
             raise StoreError(
-                f"corral could not prepare the dispatch queue in {SCHEMA}: {exc}".strip(),
+                f"corral could not prepare the job queue in {SCHEMA}: {exc}".strip(),
                 hint="Check database_url and that its user may create a schema (corral doctor).",
             ) from exc
 
@@ -180,4 +180,4 @@ class Dispatch:
             except asyncio.CancelledError:
                 pass
             except Exception as exc:  # the engine's own failure: the worker reports it and exits
-                raise CorralError(f"the dispatch engine stopped: {type(exc).__name__}: {exc}") from exc
+                raise CorralError(f"the job queue stopped: {type(exc).__name__}: {exc}") from exc

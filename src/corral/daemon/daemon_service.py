@@ -299,12 +299,11 @@ class Daemon:
     def open(self, state: Path, path: str) -> None:
         try:
             project = Project.open(path)
-            if project.placement.remote():
-                try:
-                    project.store  # noqa: B018 -- the shared store: served once it can be reached (and is there)
-                except Exception:
-                    project.close()
-                    raise
+            try:
+                project.placement.reach(project)  # the shared store: served once it can be reached (and is there)
+            except Exception:
+                project.close()
+                raise
         except Exception as exc:  # a project that cannot be opened is skipped, logged once
             reason = f"it cannot be opened: {getattr(exc, 'message', None) or f'{type(exc).__name__}: {exc}'}"
             if self.skipped.get(state.name) != reason:
@@ -515,7 +514,7 @@ def _shared_store(checkout: str) -> bool:
         config = load_config(user_file=user_config_file(), project_file=Path(checkout) / "corral.toml", strict=False)
     except CorralError:
         return False
-    return placement_for(config).remote()
+    return placement_for(config).over_network()
 
 
 def serve(

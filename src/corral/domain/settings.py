@@ -470,7 +470,7 @@ SETTINGS: tuple[Setting, ...] = (
         most=16 * 1024 * 1024,
         repository_may_lower=False,
     ),
-    # Where git reads it as a remote (push, fetch, ls-remote): never an option (corral.engine.remote checks
+    # Where git reads it as a remote (push, fetch, ls-remote): never an option (corral.engine.git_remote checks
     # it names a remote the repository has).
     Setting("remote", str, "origin", "remote that `corral submit` pushes to", git_name=True),
     Setting("forge", str, None, "forge CLI for pull requests on submit (gh)"),

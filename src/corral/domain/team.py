@@ -110,7 +110,7 @@ class Lease:
     not reached the remote yet (why), so the worker keeps the claim and tries again.
 
     A ``local`` lease names in ``worker_id`` the identity of the host that launched the turn (its
-    ``CORRAL_HOME``'s, as a worker's id: :func:`~corral.engine.queue.host_id`) and in ``host`` its name; it
+    ``CORRAL_HOME``'s, as a worker's id: :func:`~corral.engine.placement.host_id`) and in ``host`` its name; it
     holds the turn while the task works on ``command_id`` (:meth:`holds_turn`) until that host lets it go.
     """
 

@@ -79,7 +79,6 @@ if TYPE_CHECKING:
     )
     from corral.engine.operations import accept as accept
     from corral.engine.operations import board as board
-    from corral.engine.operations import claimed as claimed
     from corral.engine.operations import control as control
     from corral.engine.operations import doctor as doctor
     from corral.engine.operations import gates as gates
@@ -126,9 +125,6 @@ if TYPE_CHECKING:
     from corral.engine.operations.reviewed import (
         Moved as Moved,
     )
-    from corral.engine.operations.store_migrate import (
-        migrate as migrate,
-    )
     from corral.engine.operations.submit import (
         submit as submit,
     )
@@ -145,19 +141,19 @@ if TYPE_CHECKING:
         user_config_file as user_config_file,
     )
     from corral.engine.placement import (
+        host_name as host_name,
+    )
+    from corral.engine.placement import (
         placement_for as placement_for,
+    )
+    from corral.engine.placement import (
+        worker_id as worker_id,
     )
     from corral.engine.project import (
         Project as Project,
     )
     from corral.engine.project import (
         default_actor as default_actor,
-    )
-    from corral.engine.queue import (
-        host_name as host_name,
-    )
-    from corral.engine.queue import (
-        worker_id as worker_id,
     )
     from corral.engine.read import log_facts as log_facts
     from corral.engine.read import log_text as log_text
@@ -229,6 +225,10 @@ if TYPE_CHECKING:
     from corral.engine.runtime.wait_markers import (
         track_wait as track_wait,
     )
+    from corral.engine.shared import claimed as claimed
+    from corral.engine.shared.store_migrate import (
+        migrate as migrate,
+    )
 
 #: Each public name: (the module that owns it, the name there; None when the name is that module itself).
 _EXPORTS: dict[str, tuple[str, str | None]] = {
@@ -256,7 +256,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "board": ("corral.engine.operations.board", None),
     "chat": ("corral.engine.operations.pairing", "chat"),
     "check_scope": ("corral.engine.config", "check_scope"),
-    "claimed": ("corral.engine.operations.claimed", None),
+    "claimed": ("corral.engine.shared.claimed", None),
     "clear_owned": ("corral.engine.runtime.agent_marks", "clear_owned"),
     "control": ("corral.engine.operations.control", None),
     "corral_home": ("corral.engine.paths", "corral_home"),
@@ -269,7 +269,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "gates": ("corral.engine.operations.gates", None),
     "hold_fence": ("corral.engine.operations.gates", "hold_fence"),
     "holds": ("corral.engine.identity", "holds"),
-    "host_name": ("corral.engine.queue", "host_name"),
+    "host_name": ("corral.engine.placement", "host_name"),
     "identity": ("corral.engine.identity", None),
     "lenient": ("corral.engine.config", "lenient"),
     "live_turn": ("corral.engine.read.live", "live_turn"),
@@ -278,7 +278,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "log_text": ("corral.engine.read.log_text", None),
     "logs": ("corral.engine.read.logs", None),
     "make_private_dir": ("corral.engine.paths", "make_private_dir"),
-    "migrate": ("corral.engine.operations.store_migrate", "migrate"),
+    "migrate": ("corral.engine.shared.store_migrate", "migrate"),
     "note_json": ("corral.engine.read.projection", "note_json"),
     "notices": ("corral.engine.read.notices", None),
     "notify": ("corral.engine.operations.notify", None),
@@ -311,7 +311,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "track_wait": ("corral.engine.runtime.wait_markers", "track_wait"),
     "turns": ("corral.engine.operations.turns", None),
     "user_config_file": ("corral.engine.paths", "user_config_file"),
-    "worker_id": ("corral.engine.queue", "worker_id"),
+    "worker_id": ("corral.engine.placement", "worker_id"),
     "workspace": ("corral.engine.workspace", None),
     "write_setting": ("corral.engine.config", "write_setting"),
     "write_state_file": ("corral.engine.runtime.protocol", "write_json"),

@@ -299,7 +299,7 @@ class Tx(Protocol):
         ...
 
     def note_job(self, task_id: str, command_id: str, job_id: int) -> None:
-        """The dispatch engine's job that carries this queued command (a queued lease without one is re-sent)."""
+        """The job queue's job that carries this queued command (a queued lease without one is re-sent)."""
         ...
 
     def claim_turn(self, task_id: str, command_id: str, worker_id: str, host: str) -> Lease | None:

@@ -5,8 +5,8 @@ One worker per ``CORRAL_HOME`` (a lock file), serving the clones its person's ow
 keeps, so a restarted worker is the same worker: it heartbeats on under the same id before its
 lease runs out and re-adopts the turns it claimed (their supervisors ran on without it). Three loops:
 
-- the dispatch engine (procrastinate) hands it jobs, ``worker_turns`` at once; each job claims its
-  turn under a new epoch and follows it to its end (``operations.claimed``);
+- the job queue (procrastinate) hands it jobs, ``worker_turns`` at once; each job claims its
+  turn under a new epoch and follows it to its end (``shared.claimed``);
 - every third of a lease it heartbeats, stops any agent whose epoch was taken over, and follows
   again any turn it still holds whose job died (its agent is never left unwatched);
 - every two seconds it settles each project (lost workers' turns are fenced off and resumed,
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral.adapters.jobs import Dispatch
+from corral.adapters.jobs import JobQueue
 from corral.adapters.locks import try_lock
 from corral.domain.clock import rfc3339, utcnow
 from corral.domain.team import BEATS_PER_LEASE, Lease, WorkerState
@@ -67,11 +67,11 @@ class Worker:
         urls = {p.placement.queue_url() for p in projects}
         if len(urls) != 1:
             raise UsageError(
-                "Every project a worker serves must use the same database_url (its dispatch queue is there).",
+                "Every project a worker serves must use the same database_url (its job queue is there).",
                 code="worker-many-databases",
                 hint="Run one worker per database, each with its own CORRAL_HOME and worker_projects.",
             )
-        self.dispatch = Dispatch(str(first.placement.queue_url()))
+        self.jobs = JobQueue(str(first.placement.queue_url()))
         self.stop = threading.Event()  # SIGTERM: drain
         self.hand_back = threading.Event()  # a second SIGTERM while draining: hand the turns back
         self.state = WorkerState.RUNNING
@@ -247,14 +247,14 @@ class Worker:
         self.done = threading.Event()
         previous = [signal.signal(s, self.request_stop) for s in (signal.SIGTERM, signal.SIGINT)]
         try:
-            self.dispatch.ensure_schema()
+            self.jobs.ensure_schema()
             self.beat()
             self.event("started", projects=[str(p.repo) for p in self.projects.values()], turns=self.turns)
             for loop in (self.heartbeat_loop, self.settle_loop):
                 thread = threading.Thread(target=loop, daemon=True)
                 thread.start()
             self.adopt()
-            self.dispatch.run(
+            self.jobs.run(
                 self.handle,
                 projects=list(self.projects),
                 name=self.me.id,

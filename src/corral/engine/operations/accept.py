@@ -39,7 +39,8 @@ from corral.domain.operations_table import Op, may, takes
 from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
-from corral.engine import remote, workspace
+from corral.engine import workspace
+from corral.engine.git_remote import remote_name
 from corral.engine.operations import reviewed
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
@@ -182,16 +183,15 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
         lease = tx.lease(task.id)
     # Its turns ran on workers: the remote holds its work. A turn run on a host of its own (a local lease)
     # left its work in that host's worktree, accepted there as on one host.
-    shared = lease is not None and not lease.local
-    remote.refuse_unpushed(task, lease, "accept")  # the remote's tip would be stale: never merged
+    # The placement refuses it while that work has not reached the remote (its tip would be stale).
+    fetched = project.placement.review_branch(project, task, target, lease, "accept")
     refuse_while_chat(project, task, "accept")  # it would merge what a live chat is changing
     git = project.git
-    if shared:
-        fetched = remote.follow_branch(project, task, target)
+    if fetched is not None:
         if fetched.target is None:
             raise AcceptRefused(
                 f"The remote holds no {target}, the target of {task.ref}.",
-                hint=f"Push it first: git push {remote.remote_name(project)} {target}",
+                hint=f"Push it first: git push {remote_name(project)} {target}",
             )
         if not Path(session.worktree).is_dir():  # the worktree is a worker's: the remote holds the work
             tip = fetched.branch
@@ -215,6 +215,7 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
     tip = reviewed.branch_tip(project, session.branch or task.branch)
     if tip is None:
         raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
+    shared = fetched is not None
     if not shared and git.rev_parse(f"refs/heads/{target}", cwd=project.repo) is None:
         raise AcceptRefused(
             f"The target branch {target} of {task.ref} does not exist.",
@@ -461,7 +462,7 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
     try:
         workspace.save_and_remove(project, done, session, "accept")
         if ready.shared:
-            remote.retire(project, done, ready.tip)
+            project.placement.retire_branch(project, done, ready.tip)
         narrator.phase(cleanup_phase, "done")
     except CorralError as exc:
         warning = (warning + " " if warning else "") + f"The worktree was kept: {exc.message}"
@@ -480,7 +481,7 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
     refusal, moved = "", False
     for attempt in range(RETRIES):
         if ready.shared:
-            old = remote.fetch(project, task, target).target
+            old = project.placement.remote_target(project, task, target)
         else:
             old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
         if old is None:
@@ -498,7 +499,7 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
             )
         commit = git.commit_tree(tree, [old], message, cwd=repo)
         if ready.shared:
-            if not remote.push_target(project, target, commit, old):
+            if not project.placement.push_target(project, target, commit, old):
                 moved = True  # another host's accept landed first: merged again onto it, re-verified
                 continue
             crashpoints.hit("accept.after-remote-push")
@@ -605,7 +606,7 @@ def verify(
     (``shared``: the remote's target, as fetched again)."""
     git, repo = project.git, project.repo
     if shared:
-        if remote.fetch(project, task, target).target != commit:
+        if project.placement.remote_target(project, task, target) != commit:
             return f"the remote's {target} does not point at the merge commit"
     elif git.rev_parse(f"refs/heads/{target}", cwd=repo) != commit:
         return f"{target} does not point at the merge commit"

@@ -14,8 +14,6 @@ ran on a host of its own is resumed by that host only (docs/workers.md#turns-run
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from corral.domain.actors import Actor
 from corral.domain.breaker import Breaker, Counters, Interruption
 from corral.domain.explain import SAME_CAUSE_BREAKER
@@ -26,9 +24,6 @@ from corral.engine.project import Project
 from corral.engine.resolve import task_config
 from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, TaskBusy
-
-if TYPE_CHECKING:  # a lease is read only with the shared store
-    from corral.domain.team import Lease
 
 
 def resumable(project: Project, task_id: str) -> bool:
@@ -45,20 +40,10 @@ def resumable(project: Project, task_id: str) -> bool:
         session = tx.get_session(task.session_id)
         if session is None or Breaker.of(config).tripped(Counters.of(session)):
             return False
-        if project.placement.other_hosts() and not _ours(project, tx.lease(task.id)):
+        # A turn that ran on a host of its own is resumed by that host only (the placement says which).
+        if not project.placement.resumes_here(project, project.placement.turn_lease(tx, task.id)):
             return False
         return not tx.pending_paths(task.id)
-
-
-def _ours(project: Project, lease: Lease | None) -> bool:
-    """Whether this host may resume the task: a turn that ran on a host of its own (a local lease) is resumed
-    by that host only, where its worktree and its harness session are; a worker's turn by any host (it is
-    queued again), as is a task whose last turn holds no lease (an older corral's)."""
-    if lease is None or not lease.local:
-        return True
-    from corral.engine.queue import host_id
-
-    return lease.worker_id == host_id(project)
 
 
 def _interruption(project: Project, task: Task, session: Session) -> Interruption | None:

@@ -100,7 +100,7 @@ def check_store(project: Project) -> list[Check]:
         return [_fault("database", exc)]
     if faults:
         return [_fault("database", fault) for fault in faults]
-    if project.placement.remote():
+    if project.placement.over_network():
         # PostgreSQL: the connection answered, the project's schema is there at this corral's version.
         return [Check("database", "ok", f"PostgreSQL {store.location}, schema version {version} (connected)")]
     return [Check("database", "ok", f"{store.location} (schema {version})")]
@@ -303,7 +303,6 @@ def check_projects(project: Project) -> list[Check]:
 def check_workers(project: Project) -> list[Check]:
     """With the shared store: the workers it has heard from, and whether queued turns have one to run them."""
     from corral.domain.team import LeaseState, WorkerState
-    from corral.engine.queue import to_workers
 
     if project.placement.queue_url() is None:
         return []
@@ -326,7 +325,7 @@ def check_workers(project: Project) -> list[Check]:
                 "Start one on a host with a clone: corral worker (with the clone in its worker_projects).",
             )
         )
-    if not out and (alive or to_workers(project)):
+    if not out and (alive or project.placement.goes_to_workers(project)):
         out.append(
             Check("workers", "ok", f"{len(alive)} running: {', '.join(sorted(w.host for w in alive)) or 'none'}")
         )

@@ -33,7 +33,6 @@ from corral.engine import daemons, readonly
 from corral.engine.config import Config, harness_settings, protected_patterns
 from corral.engine.paths import make_private_dir, usage_limits_file
 from corral.engine.project import Project
-from corral.engine.queue import owner
 from corral.engine.resolve import task_config
 from corral.engine.runtime import agent_marks, agent_tokens, provenance
 from corral.engine.runtime import protocol as proto
@@ -327,7 +326,7 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
     pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log, token)
     crashpoints.hit("launch.supervisor-spawned")
     with project.store.write() as tx:
-        tx.register_process(task.id, "supervisor", pid, command.command_id, owner=owner(project))
+        tx.register_process(task.id, "supervisor", pid, command.command_id, owner=project.placement.owner(project))
     crashpoints.hit("launch.supervisor-registered")
     if not wait_alive(protocol_dir, pid):
         raise LaunchFailed(

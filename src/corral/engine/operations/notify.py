@@ -21,7 +21,6 @@ from corral.domain.status import TERMINAL, Status
 from corral.engine.project import Project
 from corral.engine.read import notices
 from corral.errors import ArgvError, ProgramError
-from corral.store import Tx
 
 HOOK_TIMEOUT_SECONDS = 10.0
 #: A turn that ended this recently is still looked at for its completion notice.
@@ -46,7 +45,7 @@ def for_wait(project: Project, task: Task, show: Callable[[Notice], None]) -> No
 
 def from_daemon(project: Project, log: Callable[[dict[str, object]], None]) -> list[tuple[Task, Notice]]:
     """Every due notice of the project's running and recently ended turns: logged, and handed to the hook
-    (run by ``project.runner``). On the shared store, only of this host's own turns (:func:`_ours`)."""
+    (run by ``project.runner``). On the shared store, only of this host's own turns (``placement.own_tasks``)."""
     hook = project.config["notify_command"]
     now = project.clock()
     with project.store.read() as tx:
@@ -55,8 +54,7 @@ def from_daemon(project: Project, log: Callable[[dict[str, object]], None]) -> l
             for t in tx.tasks(set(Status) - TERMINAL)
             if t.session_id and (t.status is Status.WORKING or now - t.updated_at <= RECENT)
         ]
-        if tasks and project.placement.other_hosts():
-            tasks = _ours(project, tx, tasks)
+        tasks = project.placement.own_tasks(project, tx, tasks)
     delivered = []
     for task in tasks:
 
@@ -70,17 +68,6 @@ def from_daemon(project: Project, log: Callable[[dict[str, object]], None]) -> l
         if notice is not None:
             delivered.append((task, notice))
     return delivered
-
-
-def _ours(project: Project, tx: Tx, tasks: list[Task]) -> list[Task]:
-    """On the shared store, the tasks whose latest turn this host ran (its lease held by this host, a local
-    turn or this home's worker's claim): every host's daemon serves the project, and one incident is told by
-    the one host whose turn it is, never by each. A task whose turns hold no lease (an older corral's) stays."""
-    from corral.engine.queue import host_id
-
-    me = host_id(project)
-    held = {lease.task_id: lease for lease in tx.leases()}
-    return [t for t in tasks if t.id not in held or held[t.id].worker_id == me]
 
 
 def run_hook(runner: Runner, hook: str, doc: dict[str, object], log: Callable[[dict[str, object]], None]) -> None:

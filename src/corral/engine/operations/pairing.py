@@ -43,7 +43,6 @@ from corral.domain.status import Status, check_transition
 from corral.engine.config import harness_settings
 from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project
-from corral.engine.queue import owner
 from corral.engine.recovery.pairs import chat_held, end_chat, end_pair, hold_chat, pairing_lock, read_hold
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.task_locks import task_lock
@@ -173,7 +172,7 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
                 raise RefusedError(f"Task {task.ref} has no worktree to pair in.", code="no-session")
             tx.set_status(task.id, Status.PAIRING, actor, "pair", expected_from=task.status)
             # Named by this host's identity on the shared store: only this host judges it by its pid.
-            tx.register_process(task.id, "pair", os.getpid(), owner=owner(project))
+            tx.register_process(task.id, "pair", os.getpid(), owner=project.placement.owner(project))
         lock = pairing_lock(project, task.id)
         # The pair's objects' quarantine is named in its lock: a pair whose corral died is settled by the sweep.
         pair_id = f"pair-{new_id()}"

@@ -13,8 +13,8 @@ from corral.domain.operations_table import Op, check_operation
 from corral.domain.record import record
 from corral.domain.status import Status, check_transition
 from corral.engine import workspace
+from corral.engine.git_remote import remote_name
 from corral.engine.project import Project
-from corral.engine.remote import remote_name
 from corral.engine.resolve import resolve_task
 from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, GitError, RefusedError

@@ -21,7 +21,7 @@ from corral.domain.refs import is_plain_id, is_ref, unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
 from corral.domain.settings import BY_NAME, TASK_SCOPED, Setting, SettingValue, Trust
 from corral.domain.status import Status, check_transition, is_terminal
-from corral.engine import remote, workspace
+from corral.engine import workspace
 from corral.engine.project import Project
 from corral.engine.resolve import resolve_task
 from corral.errors import (
@@ -415,9 +415,8 @@ def diff(
         session = tx.get_session(task.session_id) if task.session_id else None
         target = workspace.target_branch(tx, task)
         lease = tx.lease(task.id)
-    if lease is not None and not lease.local:  # its turns ran on workers: the remote holds the branch as pushed
-        remote.refuse_unpushed(task, lease, "diff")
-        remote.follow_branch(project, task, target)
+    # Its turns ran on workers: the remote holds the branch as pushed (refused while it does not yet).
+    project.placement.review_branch(project, task, target, lease, "diff")
     live = reviewed.branch_tip(project, task.branch)
     tip = live if live is not None else git.rev_parse(workspace.archive_ref(task), cwd=repo)
     if session is None or tip is None:

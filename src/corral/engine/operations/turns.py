@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from corral import crashpoints
 from corral.domain import prompts
@@ -44,10 +47,10 @@ from corral.domain.status import TERMINAL, Status, check_transition
 from corral.domain.team import TurnPlan
 from corral.domain.violations import Decision, plan_decisions
 from corral.engine import workspace
-from corral.engine.operations import dispatch, launch, preflight
+from corral.engine.config import Config
+from corral.engine.operations import launch, preflight
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
-from corral.engine.queue import host_name, owner
 from corral.engine.read.incident_views import permission_hold
 from corral.engine.read.translator import Translator
 from corral.engine.recovery.faults import internal_fault
@@ -131,27 +134,59 @@ def _launch(
         crashpoints.hit(committed)
         if turn.actor is not Actor.SYSTEM:
             task = record_launch_settings(project, task)
-        if dispatch.to_workers(project, task.id, turn.actor):
-            return Started(task, dispatch.queue(project, task, turn, _plan(turn.kind, spec, target, reverts, pending)))
+        if project.placement.hand_over(project, task, turn, partial(_plan, turn.kind, spec, target, reverts, pending)):
+            return Started(task, _queued(project, task, turn))
         if prepare is not None:
             session = prepare(session)
         plan = spec(session) if callable(spec) else spec
-        command = launch.build_command(
-            replace(project, config=task_config(project.config, task)),
-            task,
-            session,
-            turn,
-            kind=plan.kind,
-            body=plan.body,
-            delivered=list(plan.delivered),
-            target=target,
-            sync_before_work=plan.sync_before_work,
-            announce_merge=plan.announce_merge,
-            read_only=plan.read_only,
-        )
-        # The turn's settings stay on record beside its logs: the protocol's copy goes with the next turn.
-        proto.write_command(Path(command.log_dir), command)
-        return Started(task, launch.launch(project, task, command))
+        _command, launched = start_turn(project, task, session, turn, plan, target, task_config(project.config, task))
+        return Started(task, launched)
+
+
+def start_turn(
+    project: Project,
+    task: Task,
+    session: Session,
+    turn: Turn,
+    plan: TurnSpec,
+    target: str,
+    config: Config,
+    *,
+    fence: proto.Fence | None = None,
+    confirm: Callable[[], None] | None = None,
+) -> tuple[proto.Command, launch.Launched]:
+    """The end of the one launch skeleton, for every turn wherever it runs (a local launch, a worker's claim):
+    its command built from ``plan`` with the settings it runs with (``config``), kept beside its logs, and its
+    supervisor started. A worker's turn carries the ``fence`` of its claim (every write of its results checks
+    the epoch) and is confirmed still held (``confirm``) just before its supervisor starts; a local turn is
+    held by the transaction that recorded it."""
+    command = launch.build_command(
+        replace(project, config=config),
+        task,
+        session,
+        turn,
+        kind=plan.kind,
+        body=plan.body,
+        delivered=list(plan.delivered),
+        target=target,
+        sync_before_work=plan.sync_before_work,
+        announce_merge=plan.announce_merge,
+        read_only=plan.read_only,
+    )
+    if fence is not None:
+        command = msgspec.structs.replace(command, fence=fence)
+    # The turn's settings stay on record beside its logs: the protocol's copy goes with the next turn.
+    proto.write_command(Path(command.log_dir), command)
+    if confirm is not None:
+        confirm()
+    return command, launch.launch(project, task, command)
+
+
+def _queued(project: Project, task: Task, turn: Turn) -> launch.Launched:
+    """A turn handed to the workers: no supervisor here; its protocol and logs are where a worker's are shipped."""
+    assert turn.command_id is not None
+    log_dir = project.paths.turn_dir(task.id, turn.sequence)
+    return launch.Launched(turn.command_id, None, project.paths.protocol_dir(task.id), log_dir)
 
 
 def _plan(
@@ -188,11 +223,8 @@ def _hold_here(project: Project, tx: Tx, task_id: str, command_id: str, actor: A
     """On the shared store, a turn this host will run itself is held by this host's identity, in the transaction
     that records it (docs/workers.md#turns-run-on-your-own-host): from that moment every other host reads
     it as this host's and leaves it alone, before its supervisor is even started. A turn for the workers
-    takes its lease when it is queued (``dispatch.queue``); on SQLite one host keeps everything."""
-    me = owner(project)
-    if me is None or dispatch.to_workers(project, task_id, actor, tx):
-        return
-    tx.hold_local(task_id, command_id, me, host_name(project))
+    takes its lease when it is queued (``placement.hand_over``); on SQLite one host keeps everything."""
+    project.placement.hold_here(project, tx, task_id, command_id, actor)
 
 
 def check_harness(project: Project, task: Task) -> None:
@@ -202,8 +234,7 @@ def check_harness(project: Project, task: Task) -> None:
     A turn for the workers is checked on the worker that claims it, against its own settings: here,
     only that it can be queued.
     """
-    if dispatch.to_workers(project):
-        dispatch.check(project)
+    if project.placement.check_hand_over(project):
         return
     settings = {k: v["value"] for k, v in launch_settings(project, task).items()}
     preflight.check_harness(project, task.harness, settings)
@@ -262,7 +293,7 @@ def _session(tx: Tx, task: Task) -> Session:
 
 def _check_turn_worktree(project: Project, task: Task, session: Session, actor: Actor) -> None:
     """A turn for the workers runs in the worktree of the worker that claims it; any other, in this one."""
-    if not dispatch.to_workers(project, task.id, actor):
+    if not project.placement.goes_to_workers(project, task.id, actor):
         _check_worktree(task, session)
 
 

@@ -127,14 +127,9 @@ def sweep_stale_pairs(project: Project) -> int:
     """
     with project.store.read() as tx:
         pairing = tx.tasks([Status.PAIRING])
-        records = [p for p in tx.processes() if p.kind == "pair"] if pairing and project.placement.other_hosts() else []
-    if records:
-        from corral.engine.queue import owner
-
-        me = owner(project)
         # Another host's pair: its lock file and its pid are on that host, which ends it if its corral died.
-        theirs = {p.task_id for p in records if p.elsewhere(me)}
-        pairing = [t for t in pairing if t.id not in theirs]
+        theirs = {p.task_id for p in project.placement.records_elsewhere(project, tx, "pair")} if pairing else set()
+    pairing = [t for t in pairing if t.id not in theirs]
     ended = 0
     for task in pairing:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from corral.domain.actors import Actor
 from corral.domain.record import record
@@ -20,9 +20,6 @@ from corral.engine.recovery.merged import sweep_merged_branches
 from corral.engine.recovery.merges import recover_stranded
 from corral.engine.recovery.pairs import sweep_stale_chats, sweep_stale_pairs
 from corral.engine.runtime.liveness import Observed
-
-if TYPE_CHECKING:  # a lease is read only with the shared store
-    from corral.domain.team import Lease
 
 T = TypeVar("T")
 
@@ -57,41 +54,18 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
     On the shared store a turn is judged only by the host that holds it (docs/workers.md): one
     another host holds (a worker's, or that host's own local turn) is left alone and read as its
     host shipped it; this host's own local turns get their relayed stops first and their files
-    and live facts shipped after (``recovery.owned``).
+    and live facts shipped after: the placement's sweeps (``project.placement.sweep_held``).
     """
     with project.store.read() as tx:
         candidates = tx.task_heads([Status.WORKING, Status.INTERRUPTED])
-    ended: list[str] = []
-    mine: list[Lease] = []
-    working: dict[str, str | None] = {}
     # What the pass sees of this host's running turns: the caller's, or its own (its local turns are shipped from it).
     seen: Observed = observed if observed is not None else {}
-    if project.placement.other_hosts():  # turns on other hosts (docs/workers.md): only with the shared store
-        from corral.engine.queue import host_id
-        from corral.engine.recovery import leases, owned
-
-        # The lease sweep must not hide the local one.
-        ended += tolerated(problems, "leases", partial(leases.sweep, project), [])
-        me = host_id(project)
-        working = {t.id: t.command_id for t in candidates if t.status is Status.WORKING}
-        # Which turns other hosts hold is asked again on the next pass. Not knowing which working turns are
-        # this host's, it judges none of them this pass: a turn another host holds has no supervisor here,
-        # and would be taken for lost.
-        held = tolerated(
-            problems,
-            "turns held elsewhere",
-            partial(leases.survey, project, me, working, observed),
-            leases.Survey(set(working), []),
-        )
-        mine = held.mine
-        grace = timedelta(seconds=float(project.config["grace_period"]))
-        # A stop not relayed now is relayed on the next pass; what others shipped is read again on it.
-        parked: list[str] = tolerated(
-            problems, "stops asked elsewhere", partial(owned.relay_stops, project, mine, working, grace), []
-        )
-        tolerated(problems, "shipped files", partial(leases.bring_shipped, project, me), 0)
-        skip = held.away | set(parked)
-        candidates = [t for t in candidates if t.id not in skip or t.status is not Status.WORKING]
+    working = {t.id: t.command_id for t in candidates if t.status is Status.WORKING}
+    # Turns on other hosts (docs/workers.md): the placement's sweeps say which this host must leave alone.
+    held = project.placement.sweep_held(project, working, problems, observed)
+    ended: list[str] = list(held.ended)
+    if held.leave:
+        candidates = [t for t in candidates if t.id not in held.leave or t.status is not Status.WORKING]
     if candidates:
         from corral.engine.recovery.working import reconcile_working  # the protocol and receipts load here
 
@@ -99,12 +73,7 @@ def sweep_working(project: Project, problems: list[str] | None = None, observed:
         for head in candidates:  # isolated per task; reported, not swallowed
             if tolerated(problems, head.ref, partial(reconcile_working, project, head, grace, observed=seen), False):
                 ended.append(head.id)
-    if mine:
-        from corral.engine.recovery import owned
-
-        still = {task_id: command for task_id, command in working.items() if task_id not in ended}
-        # Shipped again on the next pass.
-        tolerated(problems, "own turns shipped", partial(owned.ship, project, mine, still, seen), None)
+    held.after_pass({task_id: command for task_id, command in working.items() if task_id not in ended}, seen)
     return ended
 
 
@@ -128,11 +97,8 @@ def sweep_terminal(project: Project) -> int:
     """
     with project.store.read() as tx:
         records = [(p, tx.get_task(p.task_id)) for p in tx.processes()]
-    if records and project.placement.other_hosts():
-        from corral.engine.queue import owner
-
-        me = owner(project)
-        records = [(r, t) for r, t in records if not r.elsewhere(me)]
+    me = project.placement.owner(project)
+    records = [(r, t) for r, t in records if not r.elsewhere(me)]
     ended = [(r, t) for r, t in records if t is not None and t.status in TERMINAL]
     if not ended:
         return 0

@@ -210,7 +210,7 @@ def reconcile_working(project: Project, head: TaskHead, grace: timedelta, *, obs
         task = tx.get_task(head.id)
         current = tx.current_command(head.id)
         # A turn a worker claimed was launched at its claim, not when it was queued (docs/workers.md).
-        lease = tx.lease(head.id) if project.placement.other_hosts() else None
+        lease = project.placement.turn_lease(tx, head.id)
     if task is None:
         return False  # deleted since the sweep read it: no turn of it is left to reconcile
     if status is not None and current is not None and status.command_id != current.command_id:

@@ -57,10 +57,10 @@ def live_facts(project: Project, task: Task, observed: Observed | None = None) -
 
     status = proto.read_record(project.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)
     alive = status is not None and supervisor_alive(status)
-    if not alive and project.placement.other_hosts():
+    if not alive:
         # A reader with no pass behind it (the daemon's endpoints): a turn another host holds is read as
         # that host shipped it, never as this host's missing supervisor.
-        held = _away(project, task.id)
+        held = project.placement.read_elsewhere(project, task.id)
         if held is not None:
             return held
     return with_marks(project, task.id, live_of(status, alive))
@@ -90,23 +90,6 @@ def away(lease: Lease, shipped: Shipped | None, workers: dict[str, Worker], now:
     if isinstance(live, dict) and at is not None and now - at <= REPORT_FRESH:
         return live_from_json(live, alive=True)
     return Live(alive=True, phase=UNREPORTED)
-
-
-def _away(project: Project, task_id: str) -> Live | None:
-    """:func:`away` for one task whose turn another host holds; None when none does (this host judges it)."""
-    from corral.engine.queue import host_id
-
-    me = host_id(project)
-    with project.store.read() as tx:
-        lease = tx.lease(task_id)
-        if lease is None or not lease.elsewhere(me):
-            return None
-        if not lease.holds_turn(tx.current_command_ids([task_id]).get(task_id)):
-            return None
-        workers = {w.id: w for w in tx.workers()} if lease.claimed else {}
-        shipped = tx.live([task_id]).get(task_id)
-        now = tx.now()
-    return away(lease, shipped, workers, now)
 
 
 def protocol_path(project: Project, task_id: str) -> str:
@@ -283,11 +266,10 @@ def supervisor_pids(project: Project) -> set[int]:
     host's pid means nothing here), and those the working tasks' ``status.json`` name (a supervisor may
     be running before it is registered)."""
     from corral.adapters.process import pid_alive
-    from corral.engine.queue import owner
     from corral.engine.runtime import protocol as proto
 
     pids: set[int] = set()
-    me = owner(project)
+    me = project.placement.owner(project)
     with project.store.read() as tx:
         working = tx.tasks([Status.WORKING])
         pids.update(r.pid for r in tx.processes() if r.kind == "supervisor" and not r.elsewhere(me))

@@ -1,7 +1,7 @@
 """What a reviewer on another host reads of a turn, carried through the shared store (docs/workers.md#shipped).
 
 The worker that runs a turn (and a host that runs a turn of its own on the shared store, from its
-reconcile passes: ``recovery.owned``) ships its task's files — every turn's output and stderr logs and
+reconcile passes: ``shared.own_turns``) ships its task's files — every turn's output and stderr logs and
 their index, the command, receipt and provenance, each session's failure journal, the task's
 diagnostics — in chunks as they grow (:func:`ship`), and the turn's live facts
 (:func:`ship_live`). A host that did not run the turn fills its own copy of those files from the
@@ -22,7 +22,7 @@ from corral.domain.records import Task
 from corral.domain.substate import Live
 from corral.engine.paths import TASKS_DIR, make_private_dir
 from corral.engine.project import Project
-from corral.engine.queue import host_id
+from corral.engine.placement import host_id
 from corral.engine.runtime.journal import CURSOR
 from corral.engine.runtime.liveness import live_facts, live_to_json
 
@@ -119,8 +119,6 @@ def put_live(project: Project, task_id: str, command_id: str, epoch: int, live: 
 def bring(project: Project, task_id: str) -> int:
     """:func:`materialize` when the task's turns run (or ran) on another host (its worker, or that host's
     own local turn); 0 otherwise."""
-    if not project.placement.ships_files():
-        return 0
     with project.store.read() as tx:
         lease = tx.lease(task_id)
     if lease is None or lease.worker_id is None or lease.worker_id == host_id(project):

@@ -34,21 +34,22 @@ from corral.domain.records import FailureEvidence, PossibleEffects, Session, Tas
 from corral.domain.status import Status
 from corral.domain.substate import NOT_PUSHED
 from corral.domain.team import HANDED_BACK, HARNESS_HOST, Lease, LeaseState, TurnPlan
-from corral.engine import remote
-from corral.engine.operations import control, launch
-from corral.engine.operations.turns import revert_files
+from corral.engine.git_remote import remote_name
+from corral.engine.operations import control
+from corral.engine.operations.turns import TurnSpec, revert_files, start_turn
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
-from corral.engine.recovery.leases import end_interrupted
 from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import shipping
 from corral.engine.runtime.processes import reap_turn, supervisor_identity
+from corral.engine.shared import remote_branches as remote
+from corral.engine.shared.leases import end_interrupted
 from corral.errors import CorralError, LeaseLost
 
 if TYPE_CHECKING:
-    from corral.engine.runtime.transcripts import Carrier
+    from corral.engine.shared.transcripts import Carrier
 
 #: How often a worker looks at the turn it runs (its receipt recorded, its epoch still its own).
 POLL_SECONDS = 0.2
@@ -155,9 +156,9 @@ def run_claimed(
 def _launch(
     project: Project, me: Me, lease: Lease, task: Task, session: Session, current: Turn
 ) -> tuple[Path, str | None, proto.Command]:
-    """The claimed turn's worktree here, its command under the fence, its supervisor started;
-    the worktree, the remote tip of the branch it started from, and the command."""
-    from corral.engine.runtime import transcripts  # a harness session's transcript: only where a turn launches
+    """The claimed turn's worktree here, then the one launch skeleton's end (``turns.start_turn``) under the
+    claim's fence; the worktree, the remote tip of the branch it started from, and the command."""
+    from corral.engine.shared import transcripts  # a harness session's transcript: only where a turn launches
 
     task_id, epoch = task.id, lease.epoch
     plan = TurnPlan.from_json(lease.plan)
@@ -180,27 +181,26 @@ def _launch(
         # prompt and the pending feedback).
         here = replace(here, harness_session_id=None)
         body = f"{prompts.first_turn(task.goal, task.prompt)}\n\n{body}"
-    command = launch.build_command(
-        replace(project, config=config),
-        task,
-        here,
-        current,
-        kind=plan.kind,
-        body=body,
-        delivered=list(plan.delivered),
-        target=plan.target,
+    spec = TurnSpec(
+        plan.kind,
+        body,
+        delivered=plan.delivered,
         sync_before_work=sync,
         announce_merge=plan.announce_merge,
         read_only=plan.read_only,
     )
-    command = replace(command, fence=proto.Fence(epoch, me.id, me.host))
-    proto.write_command(Path(command.log_dir), command)
-    with project.store.write() as tx:
-        tx.check_fence(task_id, epoch)  # taken over while this host made its worktree: nothing launched
-        now = tx.get_task(task_id) or task
-        metadata = {**transcripts.noted(now.metadata, carry), HARNESS_HOST: {here.id: me.host}}
-        tx.update_task(task_id, metadata=metadata, touch=False)
-    launch.launch(project, task, command)
+
+    def confirm() -> None:
+        with project.store.write() as tx:
+            tx.check_fence(task_id, epoch)  # taken over while this host made its worktree: nothing launched
+            now = tx.get_task(task_id) or task
+            metadata = {**transcripts.noted(now.metadata, carry), HARNESS_HOST: {here.id: me.host}}
+            tx.update_task(task_id, metadata=metadata, touch=False)
+
+    fence = proto.Fence(epoch, me.id, me.host)
+    command, _launched = start_turn(
+        project, task, here, current, spec, plan.target, config, fence=fence, confirm=confirm
+    )
     return worktree, fetched.branch, command
 
 
@@ -215,7 +215,7 @@ def resume_following(
         with project.store.write() as tx:
             tx.release_turn(lease.task_id, lease.epoch)
         return Ran("skipped", "nothing of the turn was launched here")
-    started_from = project.git.rev_parse(f"refs/remotes/{remote.remote_name(project)}/{task.branch}", cwd=project.repo)
+    started_from = project.git.rev_parse(f"refs/remotes/{remote_name(project)}/{task.branch}", cwd=project.repo)
     interval = float(project.config["wip_push_interval"])
     followed = Follow(
         project, me, task, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval, say, hand_back
@@ -260,7 +260,7 @@ class Follow:
 
     def carrying(self, session_id: str, command: proto.Command) -> Follow:
         """Ship the turn's harness session with its files too, so the next host can resume it (docs/workers.md)."""
-        from corral.engine.runtime.transcripts import Carrier  # a harness session's transcript: only where turns run
+        from corral.engine.shared.transcripts import Carrier  # a harness session's transcript: only where turns run
 
         self.carrier = Carrier(self.project, self.task.id, session_id, command, self.me.host)
         return self

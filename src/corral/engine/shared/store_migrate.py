@@ -64,7 +64,7 @@ def migrate(project: Project, to: str, *, replace: bool = False, force: bool = F
     """Copy the project's records to ``to`` ("postgres" or "sqlite"), verified before it commits."""
     if to not in TARGETS:
         raise UsageError(f"--to is postgres or sqlite, not {to!r}.")
-    if not project.placement.remote():
+    if not project.placement.over_network():
         project.placement.shared_store(project, create=False)  # refused here, saying how to set the database
     project.close()
     if to == "postgres":

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
-from corral.domain.actors import Actor, Role
-from corral.domain.records import RestingCause, Task
+from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.domain.substate import Live
 from corral.domain.team import Lease
+from corral.engine.operations.control import record_stopped
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import shipping
@@ -31,29 +31,6 @@ from corral.store import Tx
 #: How often a pass ships a running local turn's files and live facts again when nothing it shows changed.
 #: Readers elsewhere take facts as current for ``liveness.REPORT_FRESH``; the daemon ticks every 2 s.
 SHIP_EVERY = timedelta(seconds=5)
-
-
-def record_stopped(project: Project, task_id: str, actor: Actor) -> Task | None:
-    """No supervisor was left to answer a stop: the turn ends here with the record a supervisor would have
-    written (a ``stopped`` agent turn, the task parked with the cause "stopped"). The task as it is after."""
-    with project.store.write() as tx:
-        current = tx.get_task(task_id)
-        if current is None or current.status is not Status.WORKING:
-            return current
-        cause = RestingCause("stopped", tx.now(), actor, details={"summary": f"Stopped by {actor.value}."})
-        command = proto.read_record(project.paths.protocol_dir(task_id) / proto.COMMAND, proto.Command)
-        command_id = command.command_id if command else None
-        if command_id is not None and tx.turn_by_command(command_id, Role.AGENT) is None:
-            tx.add_turn(
-                task_id,
-                role=Role.AGENT,
-                kind="stopped",
-                content=f"Stopped by {actor.value}.",
-                session_id=current.session_id,
-                command_id=command_id,
-            )
-        tx.park(task_id, actor, f"stopped by {actor.value}", expected_from=Status.WORKING, resting_cause=cause)
-        return tx.get_task(task_id) or current
 
 
 def _running(lease: Lease, working: Mapping[str, str | None]) -> bool:

@@ -1,5 +1,5 @@
 """The lease sweep: turns whose worker stopped heartbeating are fenced off and rest interrupted "worker lost";
-queued turns whose job never reached the dispatch engine are sent again (docs/workers.md#recovery).
+queued turns whose job never reached the job queue are sent again (docs/workers.md#recovery).
 
 Any reconciler runs it (a worker's, a reviewer's laptop's), and only for a project on the
 shared PostgreSQL store. Fencing is one compare-and-swap on the lease's epoch, so two hosts
@@ -7,7 +7,7 @@ that see the same lost worker interrupt its turn once; the auto-resume that foll
 turn again, under the breaker, for another worker.
 
 A ``local`` lease (a turn its host runs on its own) is never swept here: no heartbeat says that host
-is gone, and only that host may judge its processes (``recovery.owned``). :func:`survey` tells every
+is gone, and only that host may judge its processes (``shared.own_turns``). :func:`survey` tells every
 pass which working turns other hosts hold, so its working sweep leaves them alone.
 """
 
@@ -41,7 +41,7 @@ RESEND_AFTER = timedelta(seconds=5)
 @record
 class Survey:
     """Who holds the turns of a reconcile pass: ``away``, the working tasks whose turn another host holds
-    (this host's working sweep leaves them alone); ``mine``, this host's own local leases (``recovery.owned``)."""
+    (this host's working sweep leaves them alone); ``mine``, this host's own local leases (``shared.own_turns``)."""
 
     away: set[str]
     mine: list[Lease]
@@ -58,8 +58,6 @@ def survey(
     goes into ``observed`` (``liveness.away``): queued; what their host shipped, a worker's alive while its
     heartbeat holds its lease, a local turn's while its host reports it, else ``unreported``.
     """
-    if not project.placement.other_hosts():
-        return Survey(set(), [])
     with project.store.read() as tx:
         active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED, LeaseState.LOCAL])
         mine = [lease for lease in active if lease.state is LeaseState.LOCAL and lease.worker_id == me]
@@ -82,8 +80,6 @@ def bring_shipped(project: Project, worker_id: str | None) -> int:
     """This host's copy of what other hosts shipped of their turns (their workers', and their own local
     turns': ``runtime.shipping``): a running turn's files on every pass, an ended one's once more after it
     ended (its lease let go). The bytes written."""
-    if not project.placement.ships_files():
-        return 0
     with project.store.read() as tx:
         others = [lease for lease in tx.leases() if lease.worker_id is not None and lease.worker_id != worker_id]
     written = 0
@@ -110,8 +106,6 @@ def _read_mark(path: Path) -> str | None:
 
 def sweep(project: Project) -> list[str]:
     """Fence off the leases of lost workers, interrupt their turns; the ids of the tasks interrupted."""
-    if not project.placement.other_hosts():
-        return []
     with project.store.read() as tx:
         active = tx.leases([LeaseState.QUEUED, LeaseState.CLAIMED])
         workers = {w.id: w for w in tx.workers()} if active else {}
@@ -134,7 +128,7 @@ def sweep(project: Project) -> list[str]:
         if lease.job_id is not None:
             lost_jobs.append(lease.job_id)
     if lost_jobs:
-        queue.dispatcher(project).finish(lost_jobs)
+        queue.job_queue(project).finish(lost_jobs)
     return ended
 
 

@@ -23,13 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from corral.adapters.locks import lock
-from corral.domain.record import record
 from corral.domain.records import Task
-from corral.domain.settings import setting
 from corral.domain.status import Status
 from corral.domain.team import Lease
+from corral.engine.git_remote import remote_name
+from corral.engine.placement import Fetched
 from corral.engine.project import Project
-from corral.errors import CorralError, GitError, PrepareFailed, WorkNotPushed
+from corral.errors import GitError, PrepareFailed, WorkNotPushed
 
 WIP_PREFIX = "refs/corral/wip/"
 WORKTREE_LOCK_SECONDS = 60.0
@@ -38,32 +38,6 @@ STALE_PREFIX = "refs/corral/stale/"
 
 def wip_ref(task: Task) -> str:
     return f"{WIP_PREFIX}{task.ref}"
-
-
-def remote_name(project: Project) -> str:
-    """The ``remote`` setting, checked here, where every push, fetch and ls-remote corral makes takes it:
-    a remote this repository has (``git remote`` lists it), never a word git would read as an option
-    (``--upload-pack=…``). The schema refuses such a value from any source; this is the last word
-    before git's argv, whatever the configuration in memory says."""
-    name = str(project.config["remote"])
-    origin = project.config.values["remote"].origin
-    where = f" (set in {origin})" if origin else ""
-    why = setting("remote").refusal(name)
-    if why is not None:
-        raise CorralError(
-            f"The remote setting {name!r}{where} is not a remote's name: it would reach git as an option.",
-            code="bad-remote",
-            hint="Name a remote that `git remote` lists: corral config set remote origin",
-        )
-    listed = project.git.run("remote", cwd=project.repo, check=False)
-    if name not in listed.stdout.splitlines():
-        raise CorralError(
-            f"The repository has no remote named {name}{where}.",
-            code="no-remote",
-            hint=f"Add one (git -C {project.repo} remote add {name} URL), or set `remote` to one that "
-            f"`git -C {project.repo} remote` lists (corral config set remote NAME).",
-        )
-    return name
 
 
 def hold(project: Project, task: Task, epoch: int | None) -> None:
@@ -110,15 +84,6 @@ def remote_tip(project: Project, ref: str) -> str | None:
 
 def _tracking(project: Project, branch: str) -> str:
     return f"refs/remotes/{remote_name(project)}/{branch}"
-
-
-@record
-class Fetched:
-    """What the remote holds for a task: its branch tip, its WIP commit, the target's tip (None: absent)."""
-
-    branch: str | None
-    wip: str | None
-    target: str | None
 
 
 def fetch(project: Project, task: Task, target: str) -> Fetched:
