@@ -105,7 +105,10 @@ def test_the_rule_one_code_one_exit_status_no_commit_within_ten_minutes():
 
 
 @pytest.mark.slow
-def test_an_agent_that_exits_1_at_once_is_not_run_nine_times(corral, tmp_path):
+def test_an_agent_that_exits_1_at_once_is_not_run_nine_times(corral, tmp_path, monkeypatch):
+    # The person's unclassified-failure ladder at milliseconds (the defaults wait 15 s, then 30 s, in each
+    # turn); its crash-loop window stays the default's 10 s, which each attempt is far within.
+    monkeypatch.setenv("CORRAL_RETRY_DELAY_UNKNOWN", "0.01")
     env = fake_env(tmp_path)
     (tmp_path / "scenario.json").write_text(json.dumps({"invocations": [], "default": EXIT_1}))
     corral.ok("create", "Exits at once", "--ref", "exits", env=env)
