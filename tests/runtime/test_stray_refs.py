@@ -19,8 +19,9 @@ import pytest
 from corral.adapters.branches import delete_task_branch
 from corral.adapters.git import Git
 from corral.adapters.process import Completed, SubprocessRunner
-from corral.engine.runtime import stray_refs
-from corral.engine.runtime.stray_refs import StrayReport, sweep
+from corral.engine.runtime import stray_refs, stray_report
+from corral.engine.runtime.stray_refs import sweep
+from corral.engine.runtime.stray_report import StrayReport
 from corral.errors import GitError
 from tests.conftest import git
 
@@ -92,7 +93,7 @@ OURS = {
 def test_a_clean_repository_reports_nothing_and_keeps_every_ref(tasked: Path) -> None:
     before = refs(tasked)
     report = after_turn(tasked, ["t"])
-    assert report.clean and stray_refs.summary(report) is None
+    assert report.clean and stray_report.summary(report) is None
     assert refs(tasked) == before
 
 
@@ -112,7 +113,7 @@ def test_a_task_branch_made_a_symref_is_deleted_itself_never_followed_to_main(ta
     assert set(report.task_refs) == {"refs/heads/corral/t", "refs/corral/verified/t"}  # the caller puts them back
     shown = {i.name: i for i in report.items}
     assert shown["refs/heads/corral/t"].kind == "symref" and shown["refs/heads/corral/t"].value == "refs/heads/main"
-    assert "2 symbolic refs" in (stray_refs.summary(report) or "")
+    assert "2 symbolic refs" in (stray_report.summary(report) or "")
 
 
 def test_refs_corral_did_not_make_are_removed_and_its_own_kept(tasked: Path) -> None:
@@ -160,7 +161,7 @@ def test_three_thousand_refs_go_in_one_transaction_and_the_report_stays_bounded(
     assert set(after) == OURS | {"refs/heads/main"}
     assert report.refs == 3000 and report.left == 0 and report.error is None
     assert len(report.items) == stray_refs.ITEMS_KEPT
-    assert "3,000 refs" in (stray_refs.summary(report) or "")
+    assert "3,000 refs" in (stray_report.summary(report) or "")
     ran = [a[1:] for a in runner.argvs]
     assert len(ran) == 2, ran  # one for-each-ref, one update-ref transaction: not 3,000 processes
     assert ran[0][0] == "for-each-ref" and "update-ref" in ran[1] and "--stdin" in ran[1] and "--no-deref" in ran[1]
@@ -287,7 +288,7 @@ def test_the_report_round_trips_through_json(tasked: Path) -> None:
     (tasked / ".git" / "refs" / "heads" / "corral" / "y.lock").mkdir()
     report = after_turn(tasked, ["t"])
     assert StrayReport.from_json(report.to_json()) == report
-    line = stray_refs.summary(report.to_json()) or ""
+    line = stray_report.summary(report.to_json()) or ""
     assert "1 symbolic ref" in line and "refs/heads/corral/y.lock" in line
 
 

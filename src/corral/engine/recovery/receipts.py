@@ -405,7 +405,7 @@ def guarded_json(guard: RefGuard, t: Translator) -> dict[str, Any]:
         doc["objects"]["problems"] = [t.text(str(p), 300) for p in doc["objects"].get("problems") or []][:20]
         doc["objects"]["kept"] = t.text(str(doc["objects"]["kept"]), 400) if doc["objects"].get("kept") else None
     if "strays" in doc:
-        from corral.engine.runtime.stray_refs import StrayReport
+        from corral.engine.runtime.stray_report import StrayReport
 
         try:  # the names are the agent's: masked and bounded, as every other text it wrote
             strays = StrayReport.from_json(doc["strays"]).to_json()

@@ -270,7 +270,7 @@ def _objects_line(g: RefGuard) -> str | None:
 def _strays_line(g: RefGuard) -> str | None:
     if not g.strays:
         return None
-    from corral.engine.runtime.stray_refs import summary as strays_summary
+    from corral.engine.runtime.stray_report import summary as strays_summary
 
     try:
         return strays_summary(g.strays)
