@@ -66,10 +66,10 @@ CHROMIUM_ARGS = [
 
 def serve() -> int:
     """The child: the dashboard on loopback, its URL on stdout, until stdin closes."""
-    from corral.dashboard import app
+    from corral.dashboard import web
     from corral.engine.paths import corral_home
 
-    served = app.start(corral_home())
+    served = web.start(corral_home())
     print(served.url, flush=True)
     sys.stdin.read()
     served.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.dashboard import views
+from corral.dashboard import board_page
 
 
 def _row(**kw: Any) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def _row(**kw: Any) -> dict[str, Any]:
 
 
 def test_a_card_names_the_workers_host_escaped_and_a_queued_turn_none() -> None:
-    html = str(views._card(_row(host="build-<b>2</b>"), {"/x": "s"}))
+    html = str(board_page._card(_row(host="build-<b>2</b>"), {"/x": "s"}))
     assert "working · agent · on build-&lt;b&gt;2&lt;/b&gt;" in html
-    queued = str(views._card(_row(substate="queued", host="queued"), {"/x": "s"}))
+    queued = str(board_page._card(_row(substate="queued", host="queued"), {"/x": "s"}))
     assert "working · queued<" in queued and " on " not in queued

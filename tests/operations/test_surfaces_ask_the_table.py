@@ -25,8 +25,7 @@ import pytest
 from corral.cli import watch_view as view
 from corral.cli.app import App
 from corral.cli.render import show_lines
-from corral.dashboard import views
-from corral.dashboard import web as dashboard_app
+from corral.dashboard import task_actions, task_page
 from corral.dashboard.html import Markup
 from corral.domain import explain
 from corral.domain.actors import Actor
@@ -73,20 +72,20 @@ def buttons(html: str) -> list[str]:
 
 
 def test_every_dashboard_action_is_an_operation_of_the_table() -> None:
-    assert dashboard_app.ACTIONS and {Op(a) for a in dashboard_app.ACTIONS} <= set(Op)
+    assert task_actions.ACTIONS and {Op(a) for a in task_actions.ACTIONS} <= set(Op)
 
 
 @pytest.mark.parametrize("status", STATUSES, ids=IDS)
 def test_the_dashboard_shows_the_buttons_the_table_allows(status: Status, proj: Project) -> None:
     doc = shown_in(proj, status)
-    parts = views.task_parts(doc, proj.paths.root.name)
+    parts = task_page.task_parts(doc, proj.paths.root.name)
     offered = buttons(parts["actions"])
     assert len(offered) == len(set(offered)), offered
     # Of every action the dashboard can post, a button for exactly those the table allows here.
-    expected = {a for a in dashboard_app.ACTIONS if may(Op(a), status)}
+    expected = {a for a in task_actions.ACTIONS if may(Op(a), status)}
     assert set(offered) == expected, (status, offered)
     # And the whole page says the same (the buttons are nowhere else).
-    page = views.task_page(
+    page = task_page.task_page(
         views_keys(),
         proj.paths.root.name,
         doc["task"]["id"],

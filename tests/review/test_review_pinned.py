@@ -317,17 +317,17 @@ def test_a_pin_refuses_commits_the_pre_accept_turn_adds(proj, agent, repo, monke
 
 
 def test_the_dashboard_merges_the_tip_its_page_showed(proj, agent, repo) -> None:
-    from corral.dashboard import views
-    from corral.dashboard import web as dashboard
+    from corral.dashboard import task_actions, task_page
+    from corral.dashboard.hub import Hub
 
     blocked_with(proj, agent, "page", work("a.py", "a = 1\n"))
     old = git(repo, "rev-parse", "corral/page")
-    hub = dashboard.Hub(Path(os.environ["CORRAL_HOME"]))
+    hub = Hub(Path(os.environ["CORRAL_HOME"]))
     state = proj.paths.root.name
     with proj.store.read() as tx:
         task = tx.task_by_ref("page")
     shown = hub.render_diff(state, task.id)
-    assert f'id="{views.REVIEW_TIP}" name="tip" value="{old}"' in shown and "+a = 1" in shown
+    assert f'id="{task_page.REVIEW_TIP}" name="tip" value="{old}"' in shown and "+a = 1" in shown
     with proj.store.read() as tx:
         entry = tx.get_task(task.id).metadata[reviewed.REVIEWED]["human"]
     assert entry["tip"] == old and entry["surface"] == "dashboard"
@@ -350,8 +350,8 @@ def test_the_dashboard_merges_the_tip_its_page_showed(proj, agent, repo) -> None
     asyncio.run(two_looks())
     assert len(renders) == 1
     hub.render_diff = real  # type: ignore[method-assign]
-    accept_button = views.actions({"task": {"status": "blocked"}}, "p/x/t/y")
-    assert f'hx-include="#{views.REVIEW_TIP}"' in accept_button
+    accept_button = task_page.actions({"task": {"status": "blocked"}}, "p/x/t/y")
+    assert f'hx-include="#{task_page.REVIEW_TIP}"' in accept_button
 
     wt = proj.paths.worktree("page")
     (wt / "b.py").write_text("b = 2\n")
@@ -360,14 +360,14 @@ def test_the_dashboard_merges_the_tip_its_page_showed(proj, agent, repo) -> None
     new = git(repo, "rev-parse", "corral/page")
     main = git(repo, "rev-parse", "main")
     for tip in (old, None):  # the page's tip, or none sent (then the person's last diff)
-        dashboard._accept(hub, state, task.id, tip, "page")
+        task_actions.accept(hub, state, task.id, tip, "page")
         error = hub.narration[task.id][-1]
         assert error["event"] == "error" and "moved under the page" in error["message"], error
         assert "Accept again" in error["hint"] and f"--tip {new[:12]}" in error["hint"]
     assert git(repo, "rev-parse", "main") == main and status_of(proj, "page") is Status.BLOCKED
     again = hub.render_diff(state, task.id)  # the page's next look shows what came
     assert f'value="{new}"' in again and "+b = 2" in again
-    dashboard._accept(hub, state, task.id, new, "page")
+    task_actions.accept(hub, state, task.id, new, "page")
     assert hub.narration[task.id][-1]["event"] == "result", hub.narration[task.id]
     assert git(repo, "show", "main:b.py") == "b = 2"
 

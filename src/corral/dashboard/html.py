@@ -6,7 +6,8 @@ undecodable bytes become visible escapes like ``\\x1b``), then ``html.escape`` (
 ``&`` and both quotes), so an agent's ``<script>`` or ``javascript:`` link is text, and text is
 safe in an attribute as in an element. Views build HTML from :func:`esc`'d pieces and
 :class:`Markup` (HTML built here); nothing else is trusted. A URL corral puts in an ``href`` is
-made of ids and refs, each :func:`esc`'d and percent-quoted (:func:`path`).
+made of ids and refs, each :func:`esc`'d and percent-quoted (:func:`path`). A patch is built
+here too (:func:`diff`): every line of it is text from the task's branch.
 """
 
 from __future__ import annotations
@@ -63,8 +64,6 @@ def path(*parts: str) -> str:
     the page's ``<base>`` (the dashboard's secret root, ``security.Keys.prefix``)."""
     return "/".join(quote(p, safe="") for p in parts)
 
-
-# -- the diff -----------------------------------------------------------------------------------------
 
 #: A diff longer than this is cut (the rest is one `corral diff` away).
 DIFF_LINES = 4000
