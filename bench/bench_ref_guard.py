@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The ref guard's cost per turn, in a repository with 1,000 refs (docs/lifecycle.md#refs-are-guarded).
 
-Every turn pays twice: before the agent starts, the snapshot (``ref_guard.prepare``: every ref
+Every turn pays twice: before the agent starts, the snapshot (``ref_snapshot.prepare``: every ref
 file read, with an inotify watch on each refs directory made first, and the turn's hooks
-directory); after its work phase, the check (``ref_guard.settle``: the paths the watch saw
+directory); after its work phase, the check (``ref_restore.settle``: the paths the watch saw
 written read again, the report written). Both run in the supervisor, in the same process as
 here; this measures them directly.
 
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from benchlib import drop_scratch, finish, load, machine, make_repo, median, percentile, scratch_dir, scratch_options
 from corral.adapters.git import Git
-from corral.engine.runtime import ref_guard
+from corral.engine.runtime import ref_guard, ref_restore, ref_snapshot
 
 TARGET_MS = 20.0
 TAGS = 50
@@ -72,12 +72,12 @@ def one_turn(
 ) -> tuple[float, float, int]:
     log_dir = logs / str(n)
     started = time.perf_counter()
-    env = ref_guard.hook_env(log_dir, worktree, f"cmd-{n}", {})
+    env = ref_snapshot.hook_env(log_dir, worktree, f"cmd-{n}", {})
     snap = (time.perf_counter() - started) * 1000
     assert env, "the snapshot was not taken"
-    watch = ref_guard._take_watch(ref_guard.guard_dir(log_dir), f"cmd-{n}")  # None without inotify (not Linux)
+    watch = ref_snapshot.take_watch(ref_guard.guard_dir(log_dir), f"cmd-{n}")  # None without inotify (not Linux)
     if watched:
-        ref_guard._keep_watch(ref_guard.guard_dir(log_dir), f"cmd-{n}", watch)
+        ref_snapshot._keep_watch(ref_guard.guard_dir(log_dir), f"cmd-{n}", watch)
     elif watch is not None:
         watch.close()  # as the reconciler's check, in another process: every ref read again
     (worktree / f"f{n}.txt").write_text(f"{n}\n")
@@ -87,7 +87,7 @@ def one_turn(
     if move_main:
         git(worktree, "update-ref", "refs/heads/main", "HEAD", env=env)
     started = time.perf_counter()
-    report = ref_guard.settle(g, log_dir, worktree, "corral/bench", "bench", n)
+    report = ref_restore.settle(g, log_dir, worktree, "corral/bench", "bench", n)
     check = (time.perf_counter() - started) * 1000
     assert report is not None and report.error is None, report
     assert len(report.moves) == (1 if move_main else 0), report
@@ -108,7 +108,7 @@ def measure(repo: Path, worktree: Path, logs: Path, reps: int, label: str, start
     floor = []  # one bare for-each-ref of the same refs: what git alone takes, for scale
     for _ in range(reps):
         began = time.perf_counter()
-        subprocess.run(["git", "for-each-ref", ref_guard._FORMAT], cwd=worktree, capture_output=True, check=True)
+        subprocess.run(["git", "for-each-ref", ref_snapshot._FORMAT], cwd=worktree, capture_output=True, check=True)
         floor.append((time.perf_counter() - began) * 1000)
     refs = len(git(repo, "for-each-ref", "--format=%(refname)").splitlines())
     totals = [s + c for s, c in zip(snaps, checks, strict=True)]

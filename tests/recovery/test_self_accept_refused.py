@@ -21,7 +21,7 @@ from corral.domain.status import Status
 from corral.engine.operations import tasks, turns
 from corral.engine.operations.refresh import settle
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import ref_guard
+from corral.engine.runtime import ref_guard, ref_restore
 from tests.conftest import CLI, FakeAgent, git
 
 SELF_ACCEPT: list[dict[str, Any]] = [
@@ -108,7 +108,7 @@ def test_a_supervisor_killed_between_keeping_and_putting_back_is_finished_by_the
     assert again.status is Status.INTERRUPTED  # recoverable, and never complete
     assert tip(repo, "main") == main  # the interrupted put-back was finished
     assert tip(repo, kept) == branch_tip
-    report = ref_guard.settle(
+    report = ref_restore.settle(
         proj.git, proj.paths.turn_dir(found.id, human), worktree, "corral/crashy", "crashy", human
     )
     assert report is not None and [m.restored for m in report.moves] == [True]

@@ -19,7 +19,7 @@ import pytest
 
 from corral.adapters.git import Git
 from corral.adapters.ref_files import common_dir, read_refs
-from corral.engine.runtime import ref_guard
+from corral.engine.runtime import ref_guard, ref_restore, ref_snapshot
 from tests.conftest import CLI, FakeAgent, git
 
 DONE = {"result": "done"}
@@ -252,7 +252,7 @@ def test_the_repositorys_own_hooks_still_run_chained(corral: CLI, agent: FakeAge
 
 def test_the_hook_is_the_agents_only_and_keeps_its_git_config(tmp_path: Path, repo: Path) -> None:
     log_dir = tmp_path / "turn"
-    env = ref_guard.hook_env(log_dir, repo, "cmd-1", {"GIT_CONFIG_COUNT": "1"})
+    env = ref_snapshot.hook_env(log_dir, repo, "cmd-1", {"GIT_CONFIG_COUNT": "1"})
     assert env == {
         "GIT_CONFIG_COUNT": "2",
         "GIT_CONFIG_KEY_1": "core.hooksPath",
@@ -260,7 +260,7 @@ def test_the_hook_is_the_agents_only_and_keeps_its_git_config(tmp_path: Path, re
     }
     snapshot = (log_dir / "ref-guard" / "refs.json").read_text()
     git(repo, "tag", "later")
-    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {}) != {}  # a later attempt: the same snapshot
+    assert ref_snapshot.hook_env(log_dir, repo, "cmd-1", {}) != {}  # a later attempt: the same snapshot
     assert (log_dir / "ref-guard" / "refs.json").read_text() == snapshot
 
 
@@ -270,18 +270,18 @@ def test_a_ref_file_written_in_place_is_seen_without_git(tmp_path: Path, repo: P
     and carrying the turn's commits it is the agent's. Here the checkout on ``main`` is the task's."""
     git(repo, "branch", "other")
     log_dir = tmp_path / "turn"
-    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    assert ref_snapshot.hook_env(log_dir, repo, "cmd-1", {})
     (repo / "n.txt").write_text("n\n")
     git(repo, "add", "n.txt")
     git(repo, "commit", "-q", "-m", "made on the task's branch during the turn")
-    assert ref_guard.settle(Git(), log_dir, repo, "main", "t", 1) == ref_guard.RefGuard()
+    assert ref_restore.settle(Git(), log_dir, repo, "main", "t", 1) == ref_guard.RefGuard()
     (log_dir / "ref-guard" / "report.json").unlink()
     other = repo / ".git" / "refs" / "heads" / "other"
     inode = other.stat().st_ino
     with open(other, "w") as fh:  # truncated and written in place
         fh.write(tip(repo, "HEAD") + "\n")
     assert other.stat().st_ino == inode
-    found = ref_guard.settle(Git(), log_dir, repo, "main", "t", 1)
+    found = ref_restore.settle(Git(), log_dir, repo, "main", "t", 1)
     assert found is not None
     assert [(m.ref, m.by, m.restored) for m in found.moves] == [("refs/heads/other", "worktree-commits", True)]
     assert tip(repo, "other") == tip(repo, "HEAD~1")
@@ -347,7 +347,7 @@ def test_the_refs_read_from_the_files_are_the_ones_for_each_ref_gives(tmp_path: 
     git(worktree, "update-ref", "refs/bisect/bad", "HEAD")  # per-worktree: exempt
     for where in (repo, worktree):
         from_files = read_refs(common_dir(where), ref_guard.EXEMPT)
-        assert from_files == ref_guard._refs(Git(), where)
+        assert from_files == ref_snapshot._refs(Git(), where)
     assert from_files is not None
     assert from_files["refs/heads/packed-then-moved"] == tip(repo, "HEAD") != head
     assert from_files["refs/tags/v1"] == tip(repo, "refs/tags/v1") != head
@@ -373,20 +373,20 @@ def test_a_ref_file_rewritten_in_place_with_its_times_kept_is_seen(tmp_path: Pat
     git(repo, "branch", "other")
     before = tip(repo, "other")
     log_dir = tmp_path / "turn"
-    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    assert ref_snapshot.hook_env(log_dir, repo, "cmd-1", {})
     (repo / "n.txt").write_text("n\n")
     git(repo, "add", "n.txt")
     git(repo, "commit", "-q", "-m", "made on the task's branch during the turn")
     _rewrite_in_place_keeping_times(repo / ".git" / "refs" / "heads" / "other", tip(repo, "HEAD"))
     if checker == "the-same-process":
-        found = ref_guard.settle(Git(), log_dir, repo, "main", "t", 1)
+        found = ref_restore.settle(Git(), log_dir, repo, "main", "t", 1)
         assert found is not None
         moves = [(m.ref, m.by, m.restored) for m in found.moves]
     else:
         code = (
             "import json, sys; from pathlib import Path; from corral.adapters.git import Git; "
-            "from corral.engine.runtime import ref_guard; "
-            "g = ref_guard.settle(Git(), Path(sys.argv[1]), Path(sys.argv[2]), 'main', 't', 1); "
+            "from corral.engine.runtime import ref_restore; "
+            "g = ref_restore.settle(Git(), Path(sys.argv[1]), Path(sys.argv[2]), 'main', 't', 1); "
             "print(json.dumps(g.to_json()))"
         )
         done = subprocess.run(
@@ -404,7 +404,7 @@ def test_refs_written_by_hand_in_a_new_directory_and_in_packed_refs_are_seen(tmp
     git(repo, "pack-refs", "--all")
     packed_before = tip(repo, "packed")
     log_dir = tmp_path / "turn"
-    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    assert ref_snapshot.hook_env(log_dir, repo, "cmd-1", {})
     (repo / "n.txt").write_text("n\n")
     git(repo, "add", "n.txt")
     git(repo, "commit", "-q", "-m", "made on the task's branch during the turn")
@@ -417,7 +417,7 @@ def test_refs_written_by_hand_in_a_new_directory_and_in_packed_refs_are_seen(tmp
     assert f"{packed_before} refs/heads/packed\n" in text
     with open(packed_refs, "r+") as fh:  # in place
         fh.write(text.replace(f"{packed_before} refs/heads/packed\n", f"{new} refs/heads/packed\n"))
-    found = ref_guard.settle(Git(), log_dir, repo, "main", "t", 1)
+    found = ref_restore.settle(Git(), log_dir, repo, "main", "t", 1)
     assert found is not None
     assert [(m.ref, m.before, m.after, m.by, m.restored) for m in found.moves] == [
         ("refs/heads/made/by/hand", None, new, "worktree-commits", True),
@@ -436,7 +436,7 @@ def test_what_the_watch_saw_is_what_reading_every_ref_finds(tmp_path: Path, repo
         git(repo, "update-ref", f"refs/heads/{name}", head)
     git(repo, "tag", "t1")
     log_dir = tmp_path / "turn"
-    assert ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    assert ref_snapshot.hook_env(log_dir, repo, "cmd-1", {})
     (repo / "n.txt").write_text("n\n")
     git(repo, "add", "n.txt")
     git(repo, "commit", "-q", "-m", "two")
@@ -452,14 +452,14 @@ def test_what_the_watch_saw_is_what_reading_every_ref_finds(tmp_path: Path, repo
     (heads / "new" / "dir").mkdir(parents=True)
     (heads / "new" / "dir" / "x").write_text(new + "\n")
     _rewrite_in_place_keeping_times(heads / "stays", head)  # back to its value before the turn
-    watch = ref_guard._take_watch(ref_guard.guard_dir(log_dir), "cmd-1")
+    watch = ref_snapshot.take_watch(ref_guard.guard_dir(log_dir), "cmd-1")
     assert watch is not None
     try:
         seen = watch.now()
     finally:
         watch.close()
     everything = read_refs(common_dir(repo), ref_guard.EXEMPT)
-    assert seen == everything == ref_guard._refs(Git(), repo)
+    assert seen == everything == ref_snapshot._refs(Git(), repo)
     assert seen is not None
     assert seen["refs/heads/team2/c"] == head and seen["refs/heads/stays"] == head
     assert "refs/heads/team/c" not in seen and seen["refs/heads/new/dir/x"] == new  # team/a, b: packed
@@ -473,9 +473,9 @@ def test_refs_git_reaches_through_a_symbolic_link_are_left_to_git(tmp_path: Path
     (elsewhere / "x").write_text(tip(repo, "HEAD") + "\n")
     (repo / ".git" / "refs" / "heads" / "linked").symlink_to(elsewhere)
     assert read_refs(common_dir(repo), ref_guard.EXEMPT) is None
-    assert "refs/heads/linked/x" in ref_guard._refs(Git(), repo)
+    assert "refs/heads/linked/x" in ref_snapshot._refs(Git(), repo)
     log_dir = tmp_path / "turn"
-    env = ref_guard.hook_env(log_dir, repo, "cmd-1", {})
+    env = ref_snapshot.hook_env(log_dir, repo, "cmd-1", {})
     assert env
     assert json.loads((log_dir / "ref-guard" / "refs.json").read_text())["files"] is False
     (repo / "n.txt").write_text("n\n")
@@ -483,7 +483,7 @@ def test_refs_git_reaches_through_a_symbolic_link_are_left_to_git(tmp_path: Path
     git(repo, "commit", "-q", "-m", "made on the task's branch during the turn")
     subprocess.run(["git", "branch", "made"], cwd=repo, env={**os.environ, **env}, check=True)
     (elsewhere / "x").write_text(tip(repo, "HEAD") + "\n")  # in place, through the link
-    found = ref_guard.settle(Git(), log_dir, repo, "main", "t", 1)
+    found = ref_restore.settle(Git(), log_dir, repo, "main", "t", 1)
     assert found is not None
     assert [(m.ref, m.by, m.restored) for m in found.moves] == [
         ("refs/heads/linked/x", "worktree-commits", True),

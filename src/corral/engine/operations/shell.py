@@ -187,7 +187,7 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     turn (module docstring); output capped and masked."""
     from corral.adapters import sandbox
     from corral.domain.redact import redact, secret_values
-    from corral.engine.runtime import ref_guard
+    from corral.engine.runtime import ref_guard, ref_snapshot
 
     spec = turn.command.sandbox
     assert spec is not None
@@ -197,7 +197,7 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     read_only = turn.command.posture.read_only
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     # its git moves refs as the agent's own would: through the turn's ref-guard hook
-    env.update(ref_guard.hook_env(log_dir, Path(worktree), command_id, env))
+    env.update(ref_snapshot.hook_env(log_dir, Path(worktree), command_id, env))
     env[processes.COMMAND_TAG] = command_id  # a process of the turn: every sweep of the turn's finds it
     sandbox.prepare(spec, turn.command.harness, env)
     guard = ref_guard.guard_dir(log_dir)

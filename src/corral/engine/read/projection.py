@@ -494,7 +494,7 @@ def refs_put_back(turns: Sequence[Turn]) -> list[dict[str, Any]]:
     for t in turns:
         refs = t.details.get("refs") if t.role is Role.AGENT and t.details else None
         if isinstance(refs, dict) and any(refs.get(k) for k in ("moves", "error", "objects", "strays")):
-            from corral.engine.runtime.ref_guard import summary  # only a task whose agent moved refs
+            from corral.engine.runtime.ref_wording import summary  # only a task whose agent moved refs
 
             try:
                 line = summary(refs)

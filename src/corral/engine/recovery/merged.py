@@ -150,9 +150,9 @@ def _agent_moved_target(project: Project, task: Task, session: Session, target: 
 
     Read from each turn's recorded receipt (``details.refs``) and, for a turn recorded without it
     (its supervisor died before the receipt), from the ref guard's own files in the turn's log
-    directory, finishing an interrupted put-back there first (``ref_guard.settle`` is idempotent).
+    directory, finishing an interrupted put-back there first (``ref_restore.settle`` is idempotent).
     """
-    from corral.engine.runtime import ref_guard  # only a task whose work looks merged pays for it
+    from corral.engine.runtime import ref_guard, ref_restore, ref_wording  # only a merged-looking task pays for it
 
     with project.store.read() as tx:
         turns = [t for t in tx.turns(task.id) if t.session_id == session.id]
@@ -173,11 +173,11 @@ def _agent_moved_target(project: Project, task: Task, session: Session, target: 
             continue
         log_dir = project.paths.turn_dir(task.id, t.sequence)
         branch = session.branch or task.branch
-        found = ref_guard.settle(project.git, log_dir, session.worktree, branch, task.ref, t.sequence)
+        found = ref_restore.settle(project.git, log_dir, session.worktree, branch, task.ref, t.sequence)
         if found is not None:
             reports.append(found)
     for report in reports:
-        move = ref_guard.target_moved(report, target)
+        move = ref_wording.target_moved(report, target)
         if move is not None and (not move.restored or tip == move.after):
             return True
     return False

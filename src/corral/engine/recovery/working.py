@@ -170,10 +170,10 @@ def _finish_ref_guard(project: Project, task: Task) -> None:
     command = proto.read_record(project.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
     if command is None:
         return
-    from corral.engine.runtime import ref_guard
+    from corral.engine.runtime import ref_restore
 
     sweep_strays(project, time.time())  # its agent was reaped just now: a stray lock would block the put-back
-    ref_guard.for_command(project.git, command)
+    ref_restore.for_command(project.git, command)
 
 
 def teardown(protocol_dir: Path) -> None:

@@ -15,7 +15,7 @@ A branch that passes becomes the new verified tip, kept on ``refs/corral/verifie
 a compare-and-swap on the agent's value (``--no-deref``: a symbolic ref is replaced, never
 followed), the agent's version kept on ``refs/corral/kept/<ref>/<turn>-<branch>`` when it is a
 whole commit, and the finding is a move of the ref guard's report with its ``code``, which
-``show`` explains (:func:`corral.engine.runtime.ref_guard.move_line`).
+``show`` explains (:func:`corral.engine.runtime.ref_wording.move_line`).
 
 A turn with no quarantine (the sandbox off: an agent that runs as the person can do anything
 the person can) is checked for the shape only: a symbolic ref or a ref that holds no commit is
@@ -36,7 +36,7 @@ VERIFIED_PREFIX = "refs/corral/verified/"
 BY = "branch-check"
 _ZERO = "0" * 40
 
-#: The findings, each a code a move carries (its wording: ``ref_guard.move_line``).
+#: The findings, each a code a move carries (its wording: ``ref_wording.move_line``).
 SYMREF = "branch-symref"
 NOT_A_COMMIT = "branch-not-a-commit"
 MISSING = "branch-missing"

@@ -36,7 +36,7 @@ from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir, usage_limits_file
-from corral.engine.runtime import branch_check, receipt, ref_guard
+from corral.engine.runtime import branch_check, receipt, ref_guard, ref_restore
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.check import run_check
@@ -141,7 +141,7 @@ class Supervisor:
                 ),
             )
         if self._refs is None:  # after any ending: objects, the branch, other refs
-            self._refs = ref_guard.for_command(self.probe.git, self.command)
+            self._refs = ref_restore.for_command(self.probe.git, self.command)
         result = replace(result, refs=self._refs)
         result = self._with_windows(result)
         self.finish(result)
@@ -213,7 +213,7 @@ class Supervisor:
                     confine=self.runner.confine_check,  # it runs the agent's code: where the agent ran
                 )
         # What the agent wrote is checked before corral reads it: its objects, its branch, other refs.
-        self._refs = ref_guard.for_command(self.probe.git, self.command)
+        self._refs = ref_restore.for_command(self.probe.git, self.command)
         fields["git"] = self.probe.facts(c.git_start_sha, pre_sync, post_sync, c.protected)
         status = fields.pop("status", proto.ReceiptStatus.COMPLETED)
         assert isinstance(status, proto.ReceiptStatus)
