@@ -42,7 +42,7 @@ OK = [
 def test_start_returns_once_the_supervisor_runs_then_wait_reports(corral, tmp_path):
     env = fake_env(tmp_path, [{"init": True}, {"text": "waiting"}, {"sleep": 60}, {"result": "never"}])
     corral.ok("create", "Slow task", "--ref", "slow", env=env)
-    started = corral.json("start", "slow", env=env)
+    started = corral.process.json("start", "slow", env=env)  # a process of its own, which has exited
     assert started["task"]["status"] == "working" and started["supervisor_pid"] > 0
     os.kill(started["supervisor_pid"], 0)  # the supervisor runs on after the CLI returned
     deadline = time.monotonic() + 10

@@ -23,7 +23,7 @@ def test_a_launch_that_fails_records_one_fault(fproj, agent, corral, tmp_path: P
         "CORRAL_CRASH_HOW": "raise",
         "CORRAL_CRASH_TRACE": str(trace),
     }
-    result = corral("start", task.ref, env=env)
+    result = corral.process("start", task.ref, env=env)  # crash points are read when corral starts
     assert result.returncode != 0 and "crash point launch.command-written reached" in result.stderr
     assert "Traceback" not in result.stderr
 

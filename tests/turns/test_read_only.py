@@ -145,7 +145,8 @@ def test_a_kill_between_keeping_and_reverting_is_finished_by_the_next_command(co
     corral.ok("start", "crashy", "--wait", "--timeout", "60")
     worktree = Path(corral.json("show", "crashy")["task"]["worktree"])
     tip = git(worktree, "rev-parse", "HEAD")
-    died = corral("ask", "crashy", "-m", "Why?", env={"CORRAL_CRASH_AT": "read-only.kept", "CORRAL_CRASH_HOW": "kill"})
+    killed = {"CORRAL_CRASH_AT": "read-only.kept", "CORRAL_CRASH_HOW": "kill"}
+    died = corral.process("ask", "crashy", "-m", "Why?", env=killed)  # the CLI's own process is killed
     assert died.returncode != 0
     [ref] = git(worktree, "for-each-ref", "--format=%(refname)", "refs/corral/kept/").splitlines()
     assert git(worktree, "rev-parse", "HEAD") != tip  # saved, not yet reverted: the kill came between
