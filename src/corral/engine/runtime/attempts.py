@@ -51,7 +51,7 @@ from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import ref_guard
+from corral.engine.runtime import ref_guard, ref_snapshot
 from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier, OutputIndex
 from corral.engine.runtime.processes import COMMAND_TAG, tag
@@ -171,7 +171,7 @@ class AttemptRunner:
         for var in PRIVATE_ENV:
             env.pop(var, None)
         env[COMMAND_TAG] = self.command_id
-        env.update(ref_guard.hook_env(self.log_dir, self.worktree, self.command_id, env))  # refs are guarded
+        env.update(ref_snapshot.hook_env(self.log_dir, self.worktree, self.command_id, env))  # refs are guarded
         argv = spec.argv
         box = self.sandbox()
         if box is not None and box.confined:
@@ -366,7 +366,7 @@ class AttemptRunner:
         for var in PRIVATE_ENV:
             env.pop(var, None)
         env[COMMAND_TAG] = self.command_id
-        env.update(ref_guard.hook_env(self.log_dir, self.worktree, self.command_id, env))
+        env.update(ref_snapshot.hook_env(self.log_dir, self.worktree, self.command_id, env))
         if box.error is not None:
             return ["/bin/sh", "-c", f"echo {shlex.quote(box.error)} >&2; exit 126"], env
         return self._confined(box, argv, env, "command", []), env
