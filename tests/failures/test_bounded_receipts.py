@@ -26,7 +26,7 @@ from corral.domain.status import Status
 from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import receipt
+from corral.engine.runtime import receipt_fit
 from corral.engine.runtime.gitfacts import PATHS_KEPT, PROTECTED_KEPT, GitProbe
 from tests.conftest import git
 
@@ -200,10 +200,10 @@ def test_a_receipt_corral_writes_is_always_one_it_reads(tmp_path: Path):
             changed_count=FILES,
         ),
     )
-    assert receipt.encoded_size(huge) > 5 * proto.MAX_BYTES
+    assert receipt_fit.encoded_size(huge) > 5 * proto.MAX_BYTES
     with pytest.raises(proto.TooLarge):
         proto.write(tmp_path, huge)  # unshrunk, the writer would refuse it
-    fitted = receipt.fit(huge)
+    fitted = receipt_fit.fit(huge)
     proto.write(tmp_path, fitted)
     back = proto.read(tmp_path / proto.RESPONSE, proto.Receipt)
     assert isinstance(back, proto.Receipt)
@@ -213,4 +213,4 @@ def test_a_receipt_corral_writes_is_always_one_it_reads(tmp_path: Path):
     assert back.git is not None and back.git.head == "h" and back.git.changed_paths[0] == PATH.format(pkg=0, mod=0)
     assert back.git.changed_count == FILES  # the lists shrank; their counts did not
     small = replace(huge, result="ok", failure_reason=None, check=None, sync=None, attempts=(), git=None)
-    assert receipt.fit(small) is small  # what already fits is written as it is
+    assert receipt_fit.fit(small) is small  # what already fits is written as it is

@@ -11,7 +11,7 @@ and every wait it makes is the command's ``delays`` (``corral.domain.delays``).
 
 Every text it takes from the harness (the result, reasons, tails) is masked here, at capture,
 with this process's secrets (the values of its secret-named environment variables, which a
-later reconciler may not have), and bounded; :func:`~corral.engine.runtime.receipt.fit`
+later reconciler may not have), and bounded; :func:`~corral.engine.runtime.receipt_fit.fit`
 keeps the whole receipt within the protocol's bound, so the write never fails for size.
 Only ``output.log`` keeps the agent's output verbatim (0600).
 """
@@ -36,7 +36,7 @@ from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import make_private_dir, usage_limits_file
-from corral.engine.runtime import branch_check, receipt, ref_guard, ref_restore
+from corral.engine.runtime import branch_check, receipt, receipt_fit, ref_guard, ref_restore
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.check import run_check
@@ -153,7 +153,7 @@ class Supervisor:
         self.status.update(phase="response")
         crashpoints.hit("supervisor.before-response")
         try:
-            proto.write(self.dir, receipt.fit(result))
+            proto.write(self.dir, receipt_fit.fit(result))
         except proto.TooLarge as exc:  # fit leaves nothing this large; should it ever, still a receipt
             why = f"internal fault: the receipt could not be made small enough: {exc}"
             proto.write(self.dir, receipt.internal(result.command_id, result.task_id, result.kind, "response", why))
