@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.cli import line_fit
 from corral.cli import watch_view as view
 from corral.cli.commands.watch import keys_of
 from corral.domain.needs import ORDER, TITLES
@@ -488,14 +489,14 @@ def test_the_frame_groups_by_need_marks_the_selection_and_escapes_agent_text() -
     assert r"↳ step 2/5 · out \x1b[2J\x1b]0;t\x07 \u202eevil" in lines[where[1][0] + 1]
     assert "\x1b" not in text and "\u202e" not in text and "line forged" in text
     assert "2 h" in lines[where[2][0]]
-    assert all(view.cells(line) <= 100 for line in lines)
+    assert all(line_fit.cells(line) <= 100 for line in lines)
 
 
 def test_fit_counts_columns_and_keeps_colour_codes_whole() -> None:
-    assert view.fit("abcdef", 4) == "abc…"
-    assert view.fit("\x1b[1mabcdef\x1b[0m", 4) == "\x1b[1mabc…\x1b[0m"
-    assert view.fit("日本語テキスト", 6) == "日本…"
-    assert view.cells("\x1b[31mab\x1b[0m") == 2
+    assert line_fit.fit("abcdef", 4) == "abc…"
+    assert line_fit.fit("\x1b[1mabcdef\x1b[0m", 4) == "\x1b[1mabc…\x1b[0m"
+    assert line_fit.fit("日本語テキスト", 6) == "日本…"
+    assert line_fit.cells("\x1b[31mab\x1b[0m") == 2
 
 
 def test_keys_are_read_from_what_the_terminal_sends() -> None:

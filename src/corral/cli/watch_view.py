@@ -1,5 +1,6 @@
 """``watch``'s text, built from a board (``corral.engine.operations.board``) and nothing else: the
-live board's frame, one line of ``--plain`` per change, and fitting a line to the terminal.
+live board's frame and one line of ``--plain`` per change (each fitted to the terminal by
+:mod:`corral.cli.line_fit`).
 
 Pure: no terminal, no clock, no store. The board decides every status, group and badge, and the
 operations table which keys act on a task; this module only lays them out. Every text that came
@@ -11,9 +12,7 @@ terminal cannot act on it; the colours are the app's marks (``App.paint``), whic
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from corral.cli.render import INDENT, STATUS_COLOR, clip, one_line
@@ -196,61 +195,3 @@ def plain_line(row: dict[str, Any], *, many: bool, clock: str, title: str | None
         text += f" · {live}"
     parts.append(clip(text, 300))
     return "  ".join(parts)
-
-
-# -- fitting a line to the terminal ------------------------------------------------------------
-
-#: corral's own colour codes, the only escape sequences a line holds once the app made it safe.
-_SGR = re.compile("\x1b\\[[0-9;]*m")
-
-
-def _cells(ch: str) -> int:
-    if unicodedata.combining(ch):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
-
-
-def cells(text: str) -> int:
-    """How many terminal columns ``text`` takes, its colour codes aside."""
-    return sum(_cells(ch) for ch in _SGR.sub("", text))
-
-
-def fit(text: str, width: int) -> str:
-    """``text`` cut to ``width`` columns (colour codes kept, never cut in half, reset after a cut)."""
-    text = text.expandtabs(4)
-    if cells(text) <= width:
-        return text
-    out: list[str] = []
-    used = 0
-    pos = 0
-    while pos < len(text):
-        m = _SGR.match(text, pos)
-        if m:
-            out.append(m.group())
-            pos = m.end()
-            continue
-        ch = text[pos]
-        w = _cells(ch)
-        if used + w > width - 1:
-            break
-        out.append(ch)
-        used += w
-        pos += 1
-    return "".join(out) + "…" + ("\x1b[0m" if "\x1b[" in text else "")
-
-
-def window(lines: Sequence[str], top: int, height: int) -> list[str]:
-    """The ``height`` lines from ``top`` (padded with blanks): what a screen of that height shows."""
-    shown = list(lines[top : top + height])
-    return shown + [""] * (height - len(shown))
-
-
-def scroll_to(top: int, line: int, height: int) -> int:
-    """The first line to show so that ``line`` is in a window of ``height`` lines starting near ``top``."""
-    if height <= 0:
-        return 0
-    if line < top:
-        return line
-    if line >= top + height:
-        return line - height + 1
-    return top

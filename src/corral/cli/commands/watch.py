@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 
+from corral.cli import line_fit
 from corral.cli import watch_view as view
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
@@ -459,7 +460,7 @@ class Screen:
         if self.detail is not None:
             lines = self.detail_lines
             self.detail_top = max(0, min(self.detail_top, len(lines) - body))
-            shown = view.window(lines, self.detail_top, body)
+            shown = line_fit.window(lines, self.detail_top, body)
             keys = view.keys_line(self.status_of(self.detail), detail=True)
         else:
             doc = board.to_json() if board is not None else {"groups": [], "projects": []}
@@ -479,10 +480,10 @@ class Screen:
                     lines, where = layout(self.selected)
             self.where = where
             at = next((i for i, k in where if k == self.selected), 0)
-            self.top = 0 if where and at == where[0][0] else view.scroll_to(self.top, at, body)
-            shown = view.window(lines, self.top, body)
+            self.top = 0 if where and at == where[0][0] else line_fit.scroll_to(self.top, at, body)
+            shown = line_fit.window(lines, self.top, body)
             keys = view.keys_line(self.status_of(self.selected))
-        self.paint([view.fit(self.app.safe(line), width - 1) for line in [*shown, self.message, keys]])
+        self.paint([line_fit.fit(self.app.safe(line), width - 1) for line in [*shown, self.message, keys]])
 
     def paint(self, frame: list[str]) -> None:
         """Only what changed: each changed line rewritten where it is, the rest left alone."""
