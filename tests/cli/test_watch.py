@@ -32,7 +32,7 @@ import pytest
 
 from corral.cli import line_fit
 from corral.cli import watch_view as view
-from corral.cli.commands.watch import keys_of
+from corral.cli.watch_screen import keys_of
 from corral.domain.needs import ORDER, TITLES
 from tests.conftest import CLI
 from tests.support import postgres as pg_support
