@@ -27,6 +27,9 @@ from tests.recovery.conftest import check_invariants
 from tests.turns.conftest import ok
 
 SLOW_OK = [{"init": True}, {"text": "working"}, {"sleep": 0.3}, {"result": "done"}]
+#: The points of start and of unblock are crashed in parts, each a test of its own that traces the
+#: operation and crashes every ``PARTS``-th point: together the parts crash every point once.
+PARTS = 3
 
 
 def cli(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -74,13 +77,16 @@ def fresh(project: Project) -> Project:
 
 
 @pytest.mark.slow
-def test_every_crash_point_of_start(env_for_crashes, agent, repo, tmp_path):
+@pytest.mark.parametrize("part", range(PARTS))
+def test_every_crash_point_of_start(env_for_crashes, agent, repo, tmp_path, part):
     proj = env_for_crashes
     agent.script(default=SLOW_OK)
     tasks.create(proj, "Probe", actor=Actor.HUMAN, ref="probe")
     points = trace(repo, tmp_path, "start", "probe")
     assert {"start.prepared", "launch.command-written", "supervisor.agent-spawned"} <= {p.split("#")[0] for p in points}
     for i, point in enumerate(points):
+        if i % PARTS != part:
+            continue  # another part's
         ref = f"start-{i}"
         tasks.create(proj, f"Crash at {point}", actor=Actor.HUMAN, ref=ref)
         died = cli(repo, "start", ref, env={"CORRAL_CRASH_AT": point})
@@ -96,7 +102,8 @@ def test_every_crash_point_of_start(env_for_crashes, agent, repo, tmp_path):
 
 
 @pytest.mark.slow
-def test_every_crash_point_of_unblock(env_for_crashes, agent, repo, tmp_path):
+@pytest.mark.parametrize("part", range(PARTS))
+def test_every_crash_point_of_unblock(env_for_crashes, agent, repo, tmp_path, part):
     proj = env_for_crashes
     agent.script(default=SLOW_OK)
     submitted: list[str] = []
@@ -107,6 +114,8 @@ def test_every_crash_point_of_unblock(env_for_crashes, agent, repo, tmp_path):
     submitted.append("probe feedback")
     assert "unblock.committed#1" in points
     for i, point in enumerate(points):
+        if i % PARTS != part:
+            continue  # another part's
         ref = f"unblock-{i}"
         tasks.create(proj, f"Crash at {point}", actor=Actor.HUMAN, ref=ref)
         turns.start(proj, ref, actor=Actor.HUMAN)

@@ -9,7 +9,9 @@ the work finishes: the task rests blocked after a completed turn and every feedb
 given has been delivered and consumed.
 
 The moments are drawn from a seeded ``random.Random``; each test prints its seed.
-Reproduce a run with ``CORRAL_KILL_SEED=<base seed> pytest tests/recovery/test_kill_loops.py``.
+Reproduce a run with ``CORRAL_KILL_SEED=<base seed> pytest tests/recovery/test_kill_loops.py``. Each
+loop runs in :data:`PARTS` parts, each a test with its own task and seed; their kills add up to the
+loop's total.
 """
 
 from __future__ import annotations
@@ -50,6 +52,15 @@ BASE_SEED = int(os.environ.get("CORRAL_KILL_SEED") or time.time_ns() % 1_000_000
 AGENT_KILLS = 40
 SUPERVISOR_KILLS = 35
 DAEMON_KILLS = 30
+#: Each loop runs in parts, each a test of its own (its own task, its own seed), whose kills add up to
+#: the loop's total above: no one test holds a worker of a parallel run for the whole loop.
+PARTS = 2
+
+
+def share(total: int, part: int) -> int:
+    """The kills of part ``part`` of a loop of ``total``: the parts' shares add up to it."""
+    return total // PARTS + (1 if part < total % PARTS else 0)
+
 
 #: A turn of the fake agent: output, some work in the worktree, a result — about a second in all.
 WORK = [
@@ -262,12 +273,21 @@ def kill_loop(proj: Project, agent: FakeAgent, rng: Seeded, *, key: str, kills: 
 # -- the loops -----------------------------------------------------------------------------------
 
 
-def test_kill_9_the_agent_at_random_moments(kproj, agent, rng):
-    kill_loop(kproj, agent, rng, key="agent_pid", kills=AGENT_KILLS, max_delay=0.9)
+def test_the_parts_of_each_loop_add_up_to_its_kills():
+    for total in (AGENT_KILLS, SUPERVISOR_KILLS, DAEMON_KILLS):
+        assert sum(share(total, part) for part in range(PARTS)) == total
+        assert all(share(total, part) >= total // PARTS > 0 for part in range(PARTS))
+    assert AGENT_KILLS + SUPERVISOR_KILLS + DAEMON_KILLS == 105  # the module's word
 
 
-def test_kill_9_the_supervisor_at_random_moments(kproj, agent, rng):
-    kill_loop(kproj, agent, rng, key="pid", kills=SUPERVISOR_KILLS, max_delay=1.0)
+@pytest.mark.parametrize("part", range(PARTS))
+def test_kill_9_the_agent_at_random_moments(kproj, agent, rng, part):
+    kill_loop(kproj, agent, rng, key="agent_pid", kills=share(AGENT_KILLS, part), max_delay=0.9)
+
+
+@pytest.mark.parametrize("part", range(PARTS))
+def test_kill_9_the_supervisor_at_random_moments(kproj, agent, rng, part):
+    kill_loop(kproj, agent, rng, key="pid", kills=share(SUPERVISOR_KILLS, part), max_delay=1.0)
 
 
 def spawn_daemon(proj: Project, trace: Path) -> subprocess.Popen[bytes]:
@@ -310,7 +330,8 @@ def last_daemon_point(trace: Path) -> str:
     return points[-1].split("#")[0] if points else "before any point"
 
 
-def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path):
+@pytest.mark.parametrize("part", range(PARTS))
+def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path, part):
     """The daemon is the only reconciler while it runs; it is killed every 0.05–1.5 s and started
     again, while two tasks work, finish, crash (the agent kills itself) and get feedback."""
     seed = rng.seed_value
@@ -330,7 +351,8 @@ def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path):
     where: Counter[str] = Counter()
     lingering = 0
     deadline = time.monotonic() + 150
-    for i in range(DAEMON_KILLS):
+    kills = share(DAEMON_KILLS, part)
+    for i in range(kills):
         assert time.monotonic() < deadline, f"out of time after {i} daemon kills (seed {seed})"
         trace = tmp_path / f"daemon-{i}.trace"
         served_before = served_count()
@@ -363,7 +385,7 @@ def test_kill_9_the_daemon_at_random_moments(kproj, agent, rng, tmp_path):
                 time.sleep(0.01)
         checked(kproj, agent, submitted, settled=False)
     print(
-        f"daemon: {DAEMON_KILLS} kills; last point passed before each: {dict(where)}; feedback {len(submitted)}; "
+        f"daemon: {kills} kills; last point passed before each: {dict(where)}; feedback {len(submitted)}; "
         f"lock still held for a moment after {lingering} kills"
     )
     with kproj.store.read() as tx:
