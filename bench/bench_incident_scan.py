@@ -13,7 +13,7 @@
    recovered, but for those of the last 97 calls, which stay unclassified. No operation fails
    twice before its retry, so none reaches the thrice rule: nothing needs action.
 
-3. In-process, with ``journal.Cursors`` on a directory: scans the 100 MB 1 % log, appends
+3. In-process, with ``journal_scan.Cursors`` on a directory: scans the 100 MB 1 % log, appends
    1 MB more calls, scans again; the second scan's time should be about 1/100 of the first,
    and the two scans' events must be those of one scan of the grown log.
 
@@ -89,24 +89,24 @@ def scan_runs(spawner: Spawner, log: Path, base: Path, reps: int) -> tuple[list[
 
 def incremental(base: Path, fail_every: int) -> dict[str, Any]:
     from corral.adapters.harness.pi import PiHarness
-    from corral.engine.runtime import journal
+    from corral.engine.runtime import journal_scan
 
     log = base / "incremental" / "output.log"
     size, after = write_log(log, 100 * MB, fail_every)
     warm(log)
     harness = PiHarness()
-    cursors = journal.Cursors(base / "incremental")
+    cursors = journal_scan.Cursors(base / "incremental")
     began = time.perf_counter()
-    first = journal.scan(log, harness, "", cursors)
+    first = journal_scan.scan(log, harness, "", cursors)
     first_s = time.perf_counter() - began
     cursors.save()
     added, _ = write_log(log, MB, fail_every, first=after, append=True)
     warm(log)
-    cursors = journal.Cursors(base / "incremental")
+    cursors = journal_scan.Cursors(base / "incremental")
     began = time.perf_counter()
-    second = journal.scan(log, harness, "", cursors)
+    second = journal_scan.scan(log, harness, "", cursors)
     second_s = time.perf_counter() - began
-    whole = journal.scan(log, harness, "", journal.Cursors(None))
+    whole = journal_scan.scan(log, harness, "", journal_scan.Cursors(None))
     return {
         "log_bytes": size,
         "appended_bytes": added,
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         share_ok = inc["ratio"] < INCREMENTAL_SHARE and inc["same_as_one_scan"]
         ok = ok and share_ok
         print(
-            f"\n  in-process, journal.Cursors on a directory: 100 MB scan {inc['first_scan_s']} s, "
+            f"\n  in-process, journal_scan.Cursors on a directory: 100 MB scan {inc['first_scan_s']} s, "
             f"+1 MB scan {inc['appended_scan_s']} s (ratio {inc['ratio']}, target < {INCREMENTAL_SHARE}) "
             f"{verdict(inc['ratio'] < INCREMENTAL_SHARE)}; events {inc['events']}, "
             f"the same as one scan of the grown log: {verdict(inc['same_as_one_scan'])}"

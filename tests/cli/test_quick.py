@@ -136,6 +136,7 @@ def test_the_plain_list_loads_nothing_only_one_task_s_read_needs(corral: CLI, re
     show_only = [
         "corral.engine.read.incident_views",  # incidents and their journal: show and failures
         "corral.engine.runtime.journal",
+        "corral.engine.runtime.journal_scan",
         "corral.engine.read.diagnostics",  # evidence's diagnostics: show
         "corral.engine.read.diagnostic_retention",
         "corral.domain.incidents",

@@ -23,7 +23,8 @@ import pytest
 from corral.adapters.harness import make_harness
 from corral.domain.incidents import Category, FailureState, Incident, Label, reduce
 from corral.engine.runtime.attempts import AttemptRun
-from corral.engine.runtime.journal import Cursors, Journal, scan
+from corral.engine.runtime.journal import Journal
+from corral.engine.runtime.journal_scan import Cursors, scan
 from corral.engine.runtime.observer import TurnObserver
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -22,7 +22,8 @@ from corral.adapters.harness.claude import ClaudeHarness
 from corral.domain.bounded_json import MAX_DEPTH, Decoded, Reason, Unparseable, decode, decode_first, too_deep
 from corral.engine.read.interleave import Line
 from corral.engine.read.log_text import readable
-from corral.engine.runtime.journal import MAX_RECORD, Cursors, scan
+from corral.engine.runtime.journal import MAX_RECORD
+from corral.engine.runtime.journal_scan import Cursors, scan
 from corral.engine.runtime.lines import MAX_LINE_BYTES, LineBuffer, TruncatedLine
 from corral.engine.runtime.output import OutputCopier
 

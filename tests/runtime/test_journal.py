@@ -12,17 +12,8 @@ import pytest
 
 from corral.domain.collector import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 from corral.domain.incidents import FailureState, Label, reduce
-from corral.engine.runtime.journal import (
-    CURSOR,
-    JOURNAL,
-    MAX_RECORD,
-    OBSERVED,
-    Cursors,
-    Facts,
-    Journal,
-    read_events,
-    scan,
-)
+from corral.engine.runtime.journal import JOURNAL, MAX_RECORD, OBSERVED, Journal, read_events
+from corral.engine.runtime.journal_scan import CURSOR, Cursors, Facts, scan
 
 
 def failure(key: str, category: str = "tool", **kw: Any) -> dict[str, Any]:
@@ -652,7 +643,7 @@ def test_a_failure_with_no_text_argument_of_a_nameless_tool_is_recovered_by_its_
 
 @pytest.mark.parametrize("chunk", [997, 4096, 65536])
 def test_reads_of_any_size_give_the_events_of_one_read(tmp_path, monkeypatch, chunk):
-    from corral.engine.runtime import journal
+    from corral.engine.runtime import journal_scan
 
     lines = []
     for n in range(1, 400):  # failures open and closing throughout, lines split across reads
@@ -663,6 +654,6 @@ def test_reads_of_any_size_give_the_events_of_one_read(tmp_path, monkeypatch, ch
     log = tmp_path / "output.log"
     log.write_bytes(b"".join(lines))
     whole, _used = _scan_both(log)
-    monkeypatch.setattr(journal, "CHUNK", chunk)
+    monkeypatch.setattr(journal_scan, "CHUNK", chunk)
     pieces, _used = _scan_both(log)
     assert pieces == whole and _recovered(whole) and any(e["id"].startswith("incomplete:partial") for e in whole)

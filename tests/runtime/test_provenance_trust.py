@@ -16,8 +16,8 @@ import pytest
 from corral.adapters.harness.base import shell_exit_code
 from corral.adapters.harness.claude import ClaudeHarness
 from corral.domain.incidents import FailureState, Label, reduce
-from corral.engine.runtime import journal, provenance
-from corral.engine.runtime.journal import Cursors, scan
+from corral.engine.runtime import journal_scan, provenance
+from corral.engine.runtime.journal_scan import Cursors, scan
 
 PROVENANCE = {
     "task_id": "t1",
@@ -99,7 +99,7 @@ def test_unreadable_provenance_is_waited_for_then_the_exact_rule_applies_with_a_
     found, events = state(log, cursors)
     assert events == []  # the turn runs and the wait is young: nothing folded yet, nothing skipped
     clock = [1000.0]
-    monkeypatch.setattr(journal.time, "time", lambda: clock[0])
+    monkeypatch.setattr(journal_scan.time, "time", lambda: clock[0])
     cursors.waiting[str(log)] = 1000.0 - provenance.WAIT_SECONDS - 1
     found, events = state(log, cursors)
     assert any(e["kind"] == "incomplete" and "provenance" in e["id"] for e in events)

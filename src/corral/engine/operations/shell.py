@@ -311,7 +311,7 @@ def dispose(turn: OwnTurn, args: dict[str, Any]) -> dict[str, Any]:
     from corral.adapters.harness import make_harness
     from corral.domain.dispositions import Refused, check_disposition, open_incidents
     from corral.engine.paths import OUTPUT_LOG
-    from corral.engine.runtime.journal import Cursors, scan
+    from corral.engine.runtime.journal_scan import Cursors, scan
 
     if not turn.confined or not turn.command.journal_dir:
         return {

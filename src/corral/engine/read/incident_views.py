@@ -26,7 +26,8 @@ from corral.domain.incidents import (
 from corral.domain.record import record
 from corral.domain.records import PERMISSION_RELEASED, Task
 from corral.engine.project import Project
-from corral.engine.runtime.journal import Cursors, Journal, scan
+from corral.engine.runtime.journal import Journal
+from corral.engine.runtime.journal_scan import Cursors, scan
 from corral.errors import NotFoundError
 
 

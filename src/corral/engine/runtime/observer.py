@@ -24,7 +24,8 @@ from corral.domain.redact import redact
 from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime.attempts import AttemptRun
 from corral.engine.runtime.heartbeat import now
-from corral.engine.runtime.journal import Cursors, Facts, Journal, scan
+from corral.engine.runtime.journal import Journal
+from corral.engine.runtime.journal_scan import Cursors, Facts, scan
 from corral.engine.runtime.protocol import Command
 from corral.errors import UsageError
 

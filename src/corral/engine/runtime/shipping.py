@@ -23,7 +23,7 @@ from corral.domain.substate import Live
 from corral.engine.paths import TASKS_DIR, make_private_dir
 from corral.engine.project import Project
 from corral.engine.placement import host_id
-from corral.engine.runtime.journal import CURSOR
+from corral.engine.runtime.journal_scan import CURSOR
 from corral.engine.runtime.liveness import live_facts, live_to_json
 
 #: Bytes per stored chunk: one row, one round trip.
