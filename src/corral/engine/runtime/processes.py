@@ -113,12 +113,18 @@ def supervisor_alive(status: proto.SupervisorStatus, *, mono_now: float | None =
     return supervisor_lost(status, mono_now=mono_now) is None
 
 
-def reap_turn(project: Project, task_id: str, *, grace: float = 1.0, command_id: str | None = None) -> list[int]:
+def reap_turn(
+    project: Project, task_id: str, *, grace: float | None = None, command_id: str | None = None
+) -> list[int]:
+    if grace is None:
+        grace = float(project.config["reap_grace"])
     """Stop the supervisor and agent of the task's last command; returns the pids stopped.
 
     They are found by the pids in ``status.json`` (each signalled only if it is still the
     process recorded) and, for an agent whose supervisor died before naming it, by the
-    command tag in its environment. With ``command_id``, only that command's processes.
+    command tag in its environment. With ``command_id``, only that command's processes. Each
+    gets ``grace`` seconds between SIGTERM and SIGKILL: by default the settings' ``reap_grace``,
+    what a turn's own leftovers get.
     """
     protocol_dir = project.paths.protocol_dir(task_id)
     status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
