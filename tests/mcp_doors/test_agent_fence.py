@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral.domain.actors import Actor
-from corral.engine.operations import gates, tasks
+from corral.engine.operations import gates, tasks, turn_fence
 from corral.engine.project import Project
 from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.protocol import Fence
@@ -48,8 +48,8 @@ def refs(project: Project) -> list[str]:
 def test_an_agents_writes_hold_its_turns_lease_in_their_own_transaction(project: Project) -> None:
     task_id, fence = claimed(project, "w-b")
     caller = gates.Caller(Actor.AGENT, task_id, "fenced", "cmd-1", fence)
-    acting = gates.fenced(project, caller)
-    gates.hold_fence(project, caller)
+    acting = turn_fence.fenced(project, caller)
+    turn_fence.hold_fence(project, caller)
     kid = tasks.create(acting, "While it holds", actor=Actor.AGENT, ref="kid", parent=task_id)
     assert kid.parent_id == task_id
     # Another host fences the turn off after the door's look: the write itself is refused, and rolled back.
@@ -63,7 +63,7 @@ def test_an_agents_writes_hold_its_turns_lease_in_their_own_transaction(project:
     with pytest.raises(LeaseLost):
         tasks.comment(acting, "fenced", "after the takeover", actor=Actor.AGENT)
     with pytest.raises(LeaseLost):
-        gates.hold_fence(project, caller)
+        turn_fence.hold_fence(project, caller)
     assert refs(project) == before
     with project.store.read() as tx:
         assert tx.comments(task_id) == []
@@ -79,12 +79,13 @@ def test_a_lease_claimed_again_by_another_worker_is_not_the_agents(project: Proj
     for stale in (fence, Fence(taken.epoch, "w-b", "build-b")):  # its old epoch; the new one, not its worker's
         caller = gates.Caller(Actor.AGENT, task_id, "fenced", "cmd-1", stale)
         with pytest.raises(LeaseLost):
-            tasks.comment(gates.fenced(project, caller), "fenced", "not mine", actor=Actor.AGENT)
+            tasks.comment(turn_fence.fenced(project, caller), "fenced", "not mine", actor=Actor.AGENT)
     # The new holder's agent writes; a local turn's agent, a person and a builder are never fenced.
     holder = gates.Caller(Actor.AGENT, task_id, "fenced", "cmd-2", Fence(taken.epoch, "w-c", "build-c"))
-    tasks.comment(gates.fenced(project, holder), "fenced", "mine now", actor=Actor.AGENT)
+    tasks.comment(turn_fence.fenced(project, holder), "fenced", "mine now", actor=Actor.AGENT)
     local = gates.Caller(Actor.AGENT, task_id, "fenced", "cmd-2")
-    assert gates.fenced(project, local) is project and gates.fenced(project, gates.person(Actor.HUMAN)) is project
+    assert turn_fence.fenced(project, local) is project
+    assert turn_fence.fenced(project, gates.person(Actor.HUMAN)) is project
 
 
 def test_a_grant_carries_its_turns_fence_and_one_unreadable_is_no_grant(project: Project) -> None:

@@ -99,12 +99,6 @@ if TYPE_CHECKING:
         agent_of_token as agent_of_token,
     )
     from corral.engine.operations.gates import (
-        fenced as fenced,
-    )
-    from corral.engine.operations.gates import (
-        hold_fence as hold_fence,
-    )
-    from corral.engine.operations.gates import (
         person as person,
     )
     from corral.engine.operations.gates import (
@@ -130,6 +124,12 @@ if TYPE_CHECKING:
     )
     from corral.engine.operations.sync import (
         sync as sync,
+    )
+    from corral.engine.operations.turn_fence import (
+        fenced as fenced,
+    )
+    from corral.engine.operations.turn_fence import (
+        hold_fence as hold_fence,
     )
     from corral.engine.paths import (
         corral_home as corral_home,
@@ -263,11 +263,11 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "daemons": ("corral.engine.daemons", None),
     "default_actor": ("corral.engine.project", "default_actor"),
     "doctor": ("corral.engine.operations.doctor", None),
-    "fenced": ("corral.engine.operations.gates", "fenced"),
+    "fenced": ("corral.engine.operations.turn_fence", "fenced"),
     "file_problems": ("corral.engine.config", "file_problems"),
     "find_grant": ("corral.engine.runtime.agent_tokens", "find"),
     "gates": ("corral.engine.operations.gates", None),
-    "hold_fence": ("corral.engine.operations.gates", "hold_fence"),
+    "hold_fence": ("corral.engine.operations.turn_fence", "hold_fence"),
     "holds": ("corral.engine.identity", "holds"),
     "host_name": ("corral.engine.placement", "host_name"),
     "identity": ("corral.engine.identity", None),

@@ -8,7 +8,7 @@ ended mid-session loses its tools at once.
 
 On a worker host this is that host's daemon, serving the agents of the turns its worker runs: the
 grant names the worker's clone and carries the turn's fence, so the agent's writes reach the shared
-store only while its worker's lease holds (:func:`corral.engine.operations.gates.fenced`).
+store only while its worker's lease holds (:func:`corral.engine.operations.turn_fence.fenced`).
 
 Only loopback is served, and a request whose ``Host`` is not the loopback address and port
 served here, or whose ``Origin`` (when a browser sends one) is not that same origin, is
@@ -26,7 +26,7 @@ from typing import Any
 
 from corral.adapters.http_server import allowed_hosts
 from corral.domain.record import record
-from corral.engine.api import LiveCache, find_grant, gates
+from corral.engine.api import LiveCache, fenced, find_grant, gates
 from corral.mcp.server import Projects, build
 from corral.mcp.tools import Calling
 
@@ -122,10 +122,8 @@ def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) 
         grant = gates.grant_of(home, bearer(getattr(request, "headers", None)))
         project = projects.get(grant.repo, grant.state)
         caller = gates.agent(project, grant)
-        # A worker's turn: every write its agent makes holds the turn's fence (gates.fenced).
-        return Calling(
-            lambda: gates.fenced(projects.get(grant.repo, grant.state), caller), caller, settles=False, live=live
-        )
+        # A worker's turn: every write its agent makes holds the turn's fence (fenced).
+        return Calling(lambda: fenced(projects.get(grant.repo, grant.state), caller), caller, settles=False, live=live)
 
     server = build(resolve)
     p = port()

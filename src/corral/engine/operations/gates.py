@@ -9,12 +9,8 @@ never its own task (accepting is "merge upward and mark complete", which would s
 its task exists for); what it creates is a subtask of its own task; and what it lists is its
 own task and its direct subtasks (``queries.list_page(subtree_of=…)``).
 
-An agent whose turn a worker runs under a lease (docs/workers.md) is fenced as its worker is: the
-project it acts on (:func:`fenced`) checks, inside every write transaction, that the task's lease
-still has the turn's epoch and is claimed by that worker, and refuses the write (``LeaseLost``,
-nothing written) when another host took the turn over; a door also checks it before a call that
-changes anything (:func:`hold_fence`), so nothing outside the store (a push, a merge) starts either.
-Both are the one rule, :func:`_hold`.
+An agent whose turn a worker runs under a lease (docs/workers.md) is fenced as its worker is
+(``operations/turn_fence``).
 
 The gates are correct attribution and guard rails, not a security boundary: an agent that is
 not confined can still act as its user by other means (docs/mcp.md#what-the-gates-are).
@@ -22,12 +18,10 @@ not confined can still act as its user by other means (docs/mcp.md#what-the-gate
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from corral.domain.actors import Actor
-from corral.domain.record import record, replace
+from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -35,8 +29,7 @@ from corral.engine.resolve import Resolved, resolve_for, resolve_task
 from corral.engine.runtime import agent_tokens
 from corral.engine.runtime.agent_tokens import Grant
 from corral.engine.runtime.protocol import Fence
-from corral.errors import AgentTokenInvalid, LeaseLost, OutOfScope, StoreError, UsageError
-from corral.store.contract import Store, Tx
+from corral.errors import AgentTokenInvalid, OutOfScope, UsageError
 
 #: Tools (and CLI commands) an agent may aim at its direct subtasks only, never at its own task:
 #: accepting itself would skip its review, and editing itself would change what it was asked to do
@@ -151,81 +144,3 @@ def require_agent(caller: Caller, tool: str) -> str:
             hint="A builder or a person reads progress with show; only a turn's agent posts it.",
         )
     return caller.task_id
-
-
-# -- the fence of a worker's turn ---------------------------------------------------------------
-
-
-def _hold(tx: Tx, caller: Caller) -> None:
-    """The rule: a fenced agent acts only while its task's lease has its turn's epoch, claimed by its worker."""
-    fence = caller.fence
-    if fence is None or caller.task_id is None:
-        return
-    try:
-        lease = tx.check_fence(caller.task_id, fence.epoch)
-    except LeaseLost:
-        lease = None
-    if lease is not None and lease.worker_id == fence.worker_id:
-        return
-    raise LeaseLost(
-        f"{caller.task_ref}'s turn no longer holds its task's lease (it runs on {fence.host} under epoch "
-        f"{fence.epoch}; the lease was taken over): nothing was written.",
-        hint=f"This turn is over: end it. The task goes on where its lease is now (corral show {caller.task_ref}).",
-    )
-
-
-def hold_fence(project: Project, caller: Caller) -> None:
-    """Before a call that changes anything: refused (``LeaseLost``) when the caller's turn lost its lease."""
-    if caller.fence is None:
-        return
-    with project.store.read() as tx:
-        _hold(tx, caller)
-
-
-class FencedStore:
-    """A store whose every write transaction first holds the caller's fence (:func:`_hold`), in that
-    same transaction: a takeover commits either before it (the write is refused, and rolled back)
-    or after it (the write happened while the lease held). Writers are serialized per project
-    (SQLite's ``BEGIN IMMEDIATE``, PostgreSQL's advisory lock), so nothing slips between."""
-
-    def __init__(self, inner: Store, caller: Caller) -> None:
-        self.inner = inner
-        self.caller = caller
-
-    @property
-    def location(self) -> str:
-        return self.inner.location
-
-    def read(self) -> AbstractContextManager[Tx]:
-        return self.inner.read()
-
-    def write(self) -> AbstractContextManager[Tx]:
-        return self._write()
-
-    @contextmanager
-    def _write(self) -> Iterator[Tx]:
-        with self.inner.write() as tx:
-            _hold(tx, self.caller)
-            yield tx
-
-    def schema_version(self) -> int:
-        return self.inner.schema_version()
-
-    def check(self) -> list[str]:
-        return self.inner.check()
-
-    def health(self) -> list[StoreError]:
-        return self.inner.health()
-
-    def backup_to(self, dest: str) -> None:
-        self.inner.backup_to(dest)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def fenced(project: Project, caller: Caller) -> Project:
-    """``project`` as ``caller`` writes to it: under its turn's fence when a worker runs that turn."""
-    if caller.fence is None:
-        return project
-    return replace(project, _store=FencedStore(project.store, caller))

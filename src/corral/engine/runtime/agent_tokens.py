@@ -15,7 +15,7 @@ even when a supervisor was killed before it could clean up.
 
 A turn a worker runs under a lease carries its fence (epoch, worker, host) in the grant too:
 every write its agent makes checks that the lease still holds
-(:func:`corral.engine.operations.gates.fenced`), so an agent whose worker lost the turn writes
+(:func:`corral.engine.operations.turn_fence.fenced`), so an agent whose worker lost the turn writes
 nothing, even before its worker gets round to stopping it.
 """
 
