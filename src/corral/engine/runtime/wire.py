@@ -102,7 +102,8 @@ class Wire(msgspec.Struct, frozen=True, omit_defaults=True):
 R = TypeVar("R", bound=Wire)
 
 
-_SURROGATES = re.compile("[\ud800-\udfff]")
+#: Compiled on the first write (``re``'s cache keeps it): a reader, as ``list`` is, never needs it.
+_SURROGATES = "[\ud800-\udfff]"
 
 
 class TooLarge(ValueError):
@@ -115,7 +116,7 @@ def write_json(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> 
     text = json.dumps(doc, ensure_ascii=False, indent=1)
     # A lone surrogate (a harness that cut its output inside a character) is written as its JSON
     # escape: the file stays valid UTF-8, and the reader gets the very same text back.
-    payload = _SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+    payload = re.sub(_SURROGATES, lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
     if len(payload) > MAX_BYTES:
         raise TooLarge(f"{path.name} would be {len(payload):,} bytes; the protocol's bound is {MAX_BYTES:,}")
     write_atomic(path, payload, durable=durable)
