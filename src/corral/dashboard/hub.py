@@ -200,7 +200,7 @@ class Hub:
         """The task's diff as ``corral diff`` reads it, its tip recorded as shown to a person and carried by the
         page, so its Accept merges that tip and no other (docs/dashboard.md#accept)."""
         from corral.domain.clock import rfc3339
-        from corral.engine.api import queries, tasks
+        from corral.engine.api import lookups, tasks
 
         project = self.homes.get(state)
         try:
@@ -208,7 +208,7 @@ class Hub:
         except CorralError as exc:
             return tag("p", exc.message, class_="meta")
         shown = task_page.diff_fragment(found.tip, found.commits, found.text, found.uncommitted)
-        after = queries.task_row(project, task_id)
+        after = lookups.task_row(project, task_id)
         if after is not None:  # recording the tip touched the row: this render stands for the row as it is now
             self._diff_rows[task_id] = (rfc3339(after.updated_at) or "", after.status.value)
         return shown
@@ -239,12 +239,12 @@ class Follower:
         self.harness: Any = None
 
     def poll(self) -> list[tuple[str, str]]:
-        from corral.engine.api import TurnLog, log_text, queries
+        from corral.engine.api import TurnLog, log_text, lookups
         from corral.engine.api import logs as turn_logs
 
         project = self.hub.homes.get(self.state)
         now = turn_logs.current(project, self.task_id)
-        task = queries.task_row(project, self.task_id)
+        task = lookups.task_row(project, self.task_id)
         if task is None:
             return []
         available = turn_logs.log_turns(project, task)

@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from corral.engine.operations import control as control
     from corral.engine.operations import doctor as doctor
     from corral.engine.operations import gates as gates
+    from corral.engine.operations import lookups as lookups
     from corral.engine.operations import notify as notify
     from corral.engine.operations import prune as prune
     from corral.engine.operations import queries as queries
@@ -277,6 +278,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "log_facts": ("corral.engine.read.log_facts", None),
     "log_text": ("corral.engine.read.log_text", None),
     "logs": ("corral.engine.read.logs", None),
+    "lookups": ("corral.engine.operations.lookups", None),
     "make_private_dir": ("corral.engine.paths", "make_private_dir"),
     "migrate": ("corral.engine.shared.store_migrate", "migrate"),
     "note_json": ("corral.engine.read.projection", "note_json"),
@@ -363,6 +365,7 @@ __all__ = [
     "log_facts",
     "log_text",
     "logs",
+    "lookups",
     "make_private_dir",
     "migrate",
     "note_json",

@@ -29,7 +29,20 @@ from corral.domain.operations_table import Op, takes
 from corral.domain.record import record, replace
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
-from corral.engine.api import Caller, LiveCache, LiveOf, Project, control, gates, notices, queries, shell, tasks, turns
+from corral.engine.api import (
+    Caller,
+    LiveCache,
+    LiveOf,
+    Project,
+    control,
+    gates,
+    lookups,
+    notices,
+    queries,
+    shell,
+    tasks,
+    turns,
+)
 from corral.errors import UsageError
 
 #: How often a blocking tool looks again.
@@ -441,7 +454,7 @@ def _tracking(c: Calling, targets: Sequence[str]) -> Any:
     from corral.engine.api import track_wait
 
     project = c.project()
-    current = queries.current_command(project, c.caller.task_id)
+    current = lookups.current_command(project, c.caller.task_id)
     return track_wait(project, c.caller.task_id, list(targets), current.sequence + 1 if current else None)
 
 
@@ -452,7 +465,7 @@ async def _wait(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitabl
 
     def look() -> Task:
         project = _fresh(c)
-        now = queries.task_row(project, task.id) or task
+        now = lookups.task_row(project, task.id) or task
         notices.deliver(project, now, NOTICE_CHANNEL, lambda n: shown.append(n.to_json()), project.clock())
         return now
 
@@ -489,7 +502,7 @@ async def _ask(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitable
 
     def look() -> Any:
         project = _fresh(c)
-        return queries.turn_by_command(project, started.launched.command_id, Role.AGENT)
+        return lookups.turn_by_command(project, started.launched.command_id, Role.AGENT)
 
     import anyio
 

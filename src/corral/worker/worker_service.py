@@ -31,7 +31,7 @@ from corral.adapters.jobs import JobQueue
 from corral.adapters.locks import try_lock
 from corral.domain.clock import rfc3339, utcnow
 from corral.domain.team import BEATS_PER_LEASE, Lease, WorkerState
-from corral.engine.api import Project, claimed, host_name, queries, roster, settle, share_usage_pauses, worker_id
+from corral.engine.api import Project, claimed, host_name, lookups, roster, settle, share_usage_pauses, worker_id
 from corral.errors import CorralError, RefusedError, UsageError
 
 #: How often the worker settles each project (lost workers' turns, auto-resume). The turns it runs
@@ -186,7 +186,7 @@ class Worker:
             again = {t: self.running[t][1] for t in self.unwatched if t in self.running and self.running[t][0] == key}
         if not again:
             return
-        held = queries.leases_of(project, again)
+        held = lookups.leases_of(project, again)
         for task_id, epoch in again.items():
             lease = held[task_id]
             if lease is None or lease.epoch != epoch or not lease.claimed or lease.worker_id != self.me.id:
@@ -200,7 +200,7 @@ class Worker:
     def adopt(self) -> None:
         """The turns this worker claimed before a restart: followed to their end again."""
         for project in self.projects.values():
-            mine = queries.claimed_by(project, self.me.id)
+            mine = lookups.claimed_by(project, self.me.id)
             for lease in mine:
                 assert project.identity is not None
                 with self.lock:

@@ -71,7 +71,7 @@ def complete_refs(ctx: click.Context, incomplete: str) -> list[Any]:
     """Task refs starting with ``incomplete``, unfinished ones first; nothing when there is no store."""
     from click.shell_completion import CompletionItem
 
-    from corral.engine.api import Project, lenient, queries
+    from corral.engine.api import Project, lenient, lookups
 
     app = ctx.find_object(App)
     repo = app.repo if app is not None else None
@@ -82,7 +82,7 @@ def complete_refs(ctx: click.Context, incomplete: str) -> list[Any]:
         if store is None:
             return []
         try:
-            tasks = queries.every_task(store)
+            tasks = lookups.every_task(store)
         finally:
             store.close()
     except Exception:  # completion never prints an error into the person's command line

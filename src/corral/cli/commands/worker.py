@@ -58,9 +58,9 @@ Examples:
 @pass_app
 def workers(app: App) -> None:
     """The workers of this project's shared store: host, state, last heartbeat, and the turns each runs."""
-    from corral.engine.api import queries
+    from corral.engine.api import lookups
 
-    rows = queries.worker_rows(app.project)
+    rows = lookups.worker_rows(app.project)
 
     def human() -> list[str]:
         if not rows:

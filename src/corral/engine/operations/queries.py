@@ -5,28 +5,23 @@ transaction, reconciles or picks status sets itself: it asks here and renders wh
 back. Reads of "what is going on now" (``list``, ``show``, whether a turn still runs)
 settle first (``refresh.settle``: one reconcile pass, then auto-resume), so a turn that
 ended while nobody looked is seen as ended; reads right after an operation (the task it
-just changed) do not need to.
+just changed) do not need to. The short reads that need no settling are ``operations/lookups``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from corral.domain.actors import Role
 from corral.domain.record import record
-from corral.domain.records import RESTORE_CONFLICT, Task, Turn
+from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
 from corral.engine.project import Project
 from corral.engine.read import projection
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 from corral.errors import NotFoundError, RefusedError, UsageError
-from corral.store import Store, Tx
-
-if TYPE_CHECKING:  # the shared store's records: only its reads below need them, and `list` loads none
-    from corral.domain.team import Lease
+from corral.store import Tx
 
 # What ``list`` shows for each choice; None: every task, finished ones included.
 LISTS: dict[str | None, frozenset[Status] | None] = {
@@ -51,9 +46,6 @@ def _settle(project: Project, observed: Observed | None = None) -> list[str]:
 def _threshold(project: Project, task: Task) -> int:
     """The breaker threshold that holds for ``task``: its own, where it keeps one."""
     return int(task_config(project.config, task)["breaker_threshold"])
-
-
-# -- many tasks ------------------------------------------------------------------------
 
 
 @record
@@ -128,9 +120,6 @@ def list_page(
         )
     end = offset + len(page)
     return Page(rows, len(found), end if end < len(found) else None)
-
-
-# -- one task --------------------------------------------------------------------------
 
 
 @record
@@ -281,60 +270,3 @@ def turn_running(project: Project, task_id: str) -> bool:
     with project.store.read() as tx:
         current = tx.get_task(task_id)
     return current is not None and current.status is Status.WORKING
-
-
-# -- the reads surfaces used to open transactions for: each is one short read, no settling ----------------
-
-
-def task_row(project: Project, task_id: str) -> Task | None:
-    """The task's row as it is now, or None once it is gone (a page re-reading the row an operation touched)."""
-    with project.store.read() as tx:
-        return tx.get_task(task_id)
-
-
-def every_task(store: Store) -> list[Task]:
-    """Every task of a store a surface opened itself without creating it (shell completion, which must stay
-    quiet and cheap: no project checks, no settling)."""
-    with store.read() as tx:
-        return tx.tasks()
-
-
-def current_command(project: Project, task_id: str) -> Turn | None:
-    """The task's latest command (the turn a wait marker counts from), or None before its first turn."""
-    with project.store.read() as tx:
-        return tx.current_command(task_id)
-
-
-def turn_by_command(project: Project, command_id: str, role: Role) -> Turn | None:
-    """The ``role`` turn answering ``command_id`` once it is recorded (an ``ask`` waiting for its answer)."""
-    with project.store.read() as tx:
-        return tx.turn_by_command(command_id, role)
-
-
-def worker_rows(project: Project) -> list[dict[str, Any]]:
-    """Every worker the project's shared store has heard from, each with the refs of the turns it holds."""
-    from corral.domain.team import LeaseState
-
-    with project.store.read() as tx:
-        known = tx.workers()
-        claimed = tx.leases([LeaseState.CLAIMED])
-        refs = tx.refs_by_id(lease.task_id for lease in claimed)
-        now = tx.now()
-    running: dict[str, list[str]] = {}
-    for lease in claimed:
-        running.setdefault(lease.worker_id or "", []).append(refs.get(lease.task_id, lease.task_id))
-    return [{**w.to_json(now), "running": sorted(running.get(w.id, []))} for w in known]
-
-
-def leases_of(project: Project, task_ids: Iterable[str]) -> dict[str, Lease | None]:
-    """Each task's lease as the shared store has it now (None: let go), read in one transaction."""
-    with project.store.read() as tx:
-        return {task_id: tx.lease(task_id) for task_id in task_ids}
-
-
-def claimed_by(project: Project, worker_id: str) -> list[Lease]:
-    """The leases ``worker_id`` holds claimed (a worker adopting its turns after a restart)."""
-    from corral.domain.team import LeaseState
-
-    with project.store.read() as tx:
-        return [lease for lease in tx.leases([LeaseState.CLAIMED]) if lease.worker_id == worker_id]
