@@ -62,7 +62,7 @@ READ_AT_IMPORT = ("CORRAL_CRASH_AT", "CORRAL_CRASH_TRACE")
 #: searched for, so a module that moves fails here at once.
 PROCESS_STATE: tuple[tuple[str, str, Callable[[Any], None] | None], ...] = (
     ("corral.engine.runtime.marked", "_listed", None),  # a reader's listing of the marked directory, 0.5 s
-    ("corral.engine.runtime.ref_guard", "_watches", lambda held: held[1].close()),  # a turn's inotify watch
+    ("corral.engine.runtime.ref_snapshot", "_watches", lambda held: held[1].close()),  # a turn's inotify watch
     ("corral.crashpoints", "_seen", None),  # how often this process reached each crash point
 )
 
