@@ -27,19 +27,10 @@ if TYPE_CHECKING:
         PROJECTS_TABLE as PROJECTS_TABLE,
     )
     from corral.engine.config import (
-        SCOPES as SCOPES,
-    )
-    from corral.engine.config import (
         Config as Config,
     )
     from corral.engine.config import (
         Value as Value,
-    )
-    from corral.engine.config import (
-        adopt as adopt,
-    )
-    from corral.engine.config import (
-        check_scope as check_scope,
     )
     from corral.engine.config import (
         file_problems as file_problems,
@@ -58,12 +49,6 @@ if TYPE_CHECKING:
     )
     from corral.engine.config import (
         read_toml as read_toml,
-    )
-    from corral.engine.config import (
-        scope_target as scope_target,
-    )
-    from corral.engine.config import (
-        write_setting as write_setting,
     )
     from corral.engine.daemons import (
         DaemonState as DaemonState,
@@ -226,6 +211,21 @@ if TYPE_CHECKING:
     from corral.engine.runtime.wait_markers import (
         track_wait as track_wait,
     )
+    from corral.engine.setting_writes import (
+        SCOPES as SCOPES,
+    )
+    from corral.engine.setting_writes import (
+        adopt as adopt,
+    )
+    from corral.engine.setting_writes import (
+        check_scope as check_scope,
+    )
+    from corral.engine.setting_writes import (
+        scope_target as scope_target,
+    )
+    from corral.engine.setting_writes import (
+        write_setting as write_setting,
+    )
     from corral.engine.shared import claimed as claimed
     from corral.engine.shared.store_migrate import (
         migrate as migrate,
@@ -244,19 +244,19 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "PROJECTS_TABLE": ("corral.engine.config", "PROJECTS_TABLE"),
     "Project": ("corral.engine.project", "Project"),
     "Reach": ("corral.engine.resolve", "Reach"),
-    "SCOPES": ("corral.engine.config", "SCOPES"),
+    "SCOPES": ("corral.engine.setting_writes", "SCOPES"),
     "STATUS_FILE": ("corral.engine.runtime.protocol", "STATUS"),
     "TurnFacts": ("corral.engine.read.log_facts", "TurnFacts"),
     "TurnLog": ("corral.engine.read.interleave", "TurnLog"),
     "Value": ("corral.engine.config", "Value"),
     "accept": ("corral.engine.operations.accept", None),
     "activity": ("corral.engine.operations.board", "activity"),
-    "adopt": ("corral.engine.config", "adopt"),
+    "adopt": ("corral.engine.setting_writes", "adopt"),
     "agent_of_token": ("corral.engine.operations.gates", "agent_of_token"),
     "as_tree": ("corral.engine.read.projection", "as_tree"),
     "board": ("corral.engine.operations.board", None),
     "chat": ("corral.engine.operations.pairing", "chat"),
-    "check_scope": ("corral.engine.config", "check_scope"),
+    "check_scope": ("corral.engine.setting_writes", "check_scope"),
     "claimed": ("corral.engine.shared.claimed", None),
     "clear_owned": ("corral.engine.runtime.agent_marks", "clear_owned"),
     "control": ("corral.engine.operations.control", None),
@@ -301,7 +301,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "read_toml": ("corral.engine.config", "read_toml"),
     "require_agent": ("corral.engine.operations.gates", "require_agent"),
     "resolve_task": ("corral.engine.resolve", "resolve_task"),
-    "scope_target": ("corral.engine.config", "scope_target"),
+    "scope_target": ("corral.engine.setting_writes", "scope_target"),
     "settle": ("corral.engine.operations.refresh", "settle"),
     "share_usage_pauses": ("corral.engine.runtime.usage_pause", "share"),
     "shell": ("corral.engine.operations.shell", None),
@@ -315,7 +315,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "user_config_file": ("corral.engine.paths", "user_config_file"),
     "worker_id": ("corral.engine.placement", "worker_id"),
     "workspace": ("corral.engine.workspace", None),
-    "write_setting": ("corral.engine.config", "write_setting"),
+    "write_setting": ("corral.engine.setting_writes", "write_setting"),
     "write_state_file": ("corral.engine.runtime.protocol", "write_json"),
 }
 

@@ -3,7 +3,7 @@
 Every subcommand runs on broken settings (a file that is not TOML, a misspelt key, a value
 of the wrong type): it says what is wrong (file, line and column, or the nearest name) and
 exits 2, so the person can fix it with the same command. Writes go through
-:func:`corral.engine.config.write_setting`: one line changes, the rest of the file stays.
+:func:`corral.engine.setting_writes.write_setting`: one line changes, the rest of the file stays.
 """
 
 from __future__ import annotations
