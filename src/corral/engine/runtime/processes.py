@@ -116,8 +116,6 @@ def supervisor_alive(status: proto.SupervisorStatus, *, mono_now: float | None =
 def reap_turn(
     project: Project, task_id: str, *, grace: float | None = None, command_id: str | None = None
 ) -> list[int]:
-    if grace is None:
-        grace = float(project.config["reap_grace"])
     """Stop the supervisor and agent of the task's last command; returns the pids stopped.
 
     They are found by the pids in ``status.json`` (each signalled only if it is still the
@@ -126,6 +124,8 @@ def reap_turn(
     gets ``grace`` seconds between SIGTERM and SIGKILL: by default the settings' ``reap_grace``,
     what a turn's own leftovers get.
     """
+    if grace is None:
+        grace = float(project.config["reap_grace"])
     protocol_dir = project.paths.protocol_dir(task_id)
     status = proto.read_record(protocol_dir / proto.STATUS, proto.SupervisorStatus)
     command = proto.read_record(protocol_dir / proto.COMMAND, proto.Command)
