@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from corral.engine.project import Project
-from corral.engine.recovery.pairs import sweep_stale_chats
+from corral.engine.recovery.chats import sweep_stale_chats
 from tests.conftest import CLI, git
 
 pytestmark = pytest.mark.slow  # each drives `start` and a session through the real CLI: several seconds

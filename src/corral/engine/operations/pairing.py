@@ -43,7 +43,8 @@ from corral.domain.status import Status, check_transition
 from corral.engine.config import harness_settings
 from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project
-from corral.engine.recovery.pairs import chat_held, end_chat, end_pair, hold_chat, pairing_lock, read_hold
+from corral.engine.recovery.chats import chat_held, end_chat, hold_chat, read_hold
+from corral.engine.recovery.pairs import end_pair, pairing_lock
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.task_locks import task_lock
 from corral.errors import ChatOpen, CorralError, HarnessMisconfigured, RefusedError
@@ -283,7 +284,7 @@ def chat(project: Project, given: str) -> int:
     typed cause a read-only ask records (``read-only-changes-kept``, which ``show``
     explains; its details hold the whole record, ``kept``). A chat that changed nothing
     records no turn. The before-state is on disk while the chat runs, so a chat whose
-    corral was killed is still put back (recovery/pairs.sweep_stale_chats, and the next
+    corral was killed is still put back (recovery/chats.sweep_stale_chats, and the next
     chat or pair on the task).
     """
     with project.store.read() as tx:

@@ -16,9 +16,10 @@ from corral.domain.record import record
 from corral.domain.status import TERMINAL, Status
 from corral.engine.project import Project
 from corral.engine.recovery import hand_merged
+from corral.engine.recovery.chats import sweep_stale_chats
 from corral.engine.recovery.merged import sweep_merged_branches
 from corral.engine.recovery.merges import recover_stranded
-from corral.engine.recovery.pairs import sweep_stale_chats, sweep_stale_pairs
+from corral.engine.recovery.pairs import sweep_stale_pairs
 from corral.engine.runtime.liveness import Observed
 
 T = TypeVar("T")
