@@ -96,9 +96,6 @@ def record_stopped(project: Project, task_id: str, actor: Actor) -> Task | None:
         return tx.get_task(task_id) or current
 
 
-# -- waiting ---------------------------------------------------------------------------
-
-
 @record
 class WaitResult:
     task: Task
