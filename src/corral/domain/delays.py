@@ -8,6 +8,8 @@ carried in the command, where the supervisor reads it for every wait. Each is a 
 setting: a repository's ``corral.toml`` could otherwise shorten them (its turns killed at once,
 a provider retried without pause) or lengthen them (a crash loop never seen); a person sets
 them in their own file or the environment, and the tests set them to milliseconds that way.
+The watchdog's grace between SIGTERM and SIGKILL (the ``term_grace`` setting, user-only too) rides
+in the command's ``watchdog`` record beside its timeout, where a supervisor has always read it.
 
 What a reader outside the turn judges by them (a heartbeat gone stale) it reads from its own
 settings: the same person's, so the same values.
