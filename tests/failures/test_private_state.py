@@ -12,10 +12,10 @@ import os
 import stat
 from pathlib import Path
 
-from corral.engine.paths import (
+from corral.engine.paths import ProjectPaths
+from corral.engine.private_state import (
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
-    ProjectPaths,
     make_private_dir,
     prepare_private_state,
     private_mode_findings,

@@ -121,9 +121,6 @@ if TYPE_CHECKING:
         corral_home as corral_home,
     )
     from corral.engine.paths import (
-        make_private_dir as make_private_dir,
-    )
-    from corral.engine.paths import (
         user_config_file as user_config_file,
     )
     from corral.engine.placement import (
@@ -134,6 +131,9 @@ if TYPE_CHECKING:
     )
     from corral.engine.placement import (
         worker_id as worker_id,
+    )
+    from corral.engine.private_state import (
+        make_private_dir as make_private_dir,
     )
     from corral.engine.project import (
         Project as Project,
@@ -279,7 +279,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "log_text": ("corral.engine.read.log_text", None),
     "logs": ("corral.engine.read.logs", None),
     "lookups": ("corral.engine.operations.lookups", None),
-    "make_private_dir": ("corral.engine.paths", "make_private_dir"),
+    "make_private_dir": ("corral.engine.private_state", "make_private_dir"),
     "migrate": ("corral.engine.shared.store_migrate", "migrate"),
     "note_json": ("corral.engine.read.projection", "note_json"),
     "notices": ("corral.engine.read.notices", None),

@@ -28,7 +28,8 @@ from corral.adapters.pid_identity import Identity, send_identified
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import parse_time
 from corral.domain.record import record
-from corral.engine.paths import DAEMON_DIR, DAEMON_LOG, corral_home, make_private_dir
+from corral.engine.paths import DAEMON_DIR, DAEMON_LOG, corral_home
+from corral.engine.private_state import make_private_dir
 from corral.errors import CorralError, DaemonRunning
 
 #: How long a stopped daemon has to exit after SIGTERM before it gets SIGKILL.

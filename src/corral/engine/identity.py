@@ -50,16 +50,8 @@ from corral.adapters.files import write_atomic
 from corral.adapters.git import Git
 from corral.adapters.locks import is_locked
 from corral.domain.record import record, replace
-from corral.engine.paths import (
-    IDENTITY_CACHE,
-    PRIVATE_FILE_MODE,
-    REPOSITORY_RECORD,
-    ProjectPaths,
-    corral_home,
-    make_private_dir,
-    private_umask,
-    project_slug,
-)
+from corral.engine.paths import IDENTITY_CACHE, REPOSITORY_RECORD, ProjectPaths, corral_home, project_slug
+from corral.engine.private_state import PRIVATE_FILE_MODE, make_private_dir, private_umask
 from corral.errors import NotFoundError, RefusedError, RepositoryCopied
 
 CACHE = IDENTITY_CACHE  # relative to the repository's (common) git directory

@@ -27,15 +27,9 @@ from corral.domain.record import field, record
 from corral.domain.status import Status
 from corral.engine.config import Config, follow_move, load_config
 from corral.engine.identity import Identity, attach_state, find_state, locate
-from corral.engine.paths import (
-    ProjectPaths,
-    corral_home,
-    make_private_dir,
-    prepare_private_state,
-    private_umask,
-    user_config_file,
-)
+from corral.engine.paths import ProjectPaths, corral_home, user_config_file
 from corral.engine.placement import Placement, placement_for
+from corral.engine.private_state import make_private_dir, prepare_private_state, private_umask
 from corral.errors import DaemonRunning, RefusedError, StoreError, StoreMissing, UsageError
 from corral.store import SQLiteStore, Store
 

@@ -26,7 +26,7 @@ from corral.domain.status import PAUSED, TERMINAL, Status
 from corral.engine.config import harness_settings, proposals
 from corral.engine.identity import orphans
 from corral.engine.operations.preflight import report
-from corral.engine.paths import private_mode_findings
+from corral.engine.private_state import private_mode_findings
 from corral.engine.project import Project, backups, backups_dir
 from corral.engine.recovery import hand_merged
 from corral.engine.resolve import resolve_task

@@ -31,7 +31,8 @@ from corral.domain.record import record, replace
 from corral.domain.records import AGENT_TOOLS, Session, Task, Turn
 from corral.engine import daemons, readonly
 from corral.engine.config import Config, harness_settings, protected_patterns
-from corral.engine.paths import make_private_dir, usage_limits_file
+from corral.engine.paths import usage_limits_file
+from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
 from corral.engine.resolve import task_config
 from corral.engine.runtime import agent_marks, agent_tokens, provenance

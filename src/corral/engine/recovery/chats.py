@@ -21,7 +21,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time, rfc3339
 from corral.domain.record import record
 from corral.domain.records import Session, Task
-from corral.engine.paths import make_private_dir
+from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ from corral.domain.records import (
 )
 from corral.domain.status import Status
 from corral.engine import readonly
-from corral.engine.paths import make_private_dir
+from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
 from corral.engine.read import diagnostic_content, diagnostics
 from corral.engine.read.translator import Translator

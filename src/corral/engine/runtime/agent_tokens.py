@@ -31,7 +31,7 @@ from typing import Any
 from corral.domain.agent_tools import TOKEN_BYTES
 from corral.domain.clock import rfc3339, utcnow
 from corral.domain.record import asdict, record
-from corral.engine.paths import make_private_dir
+from corral.engine.private_state import make_private_dir
 from corral.engine.runtime import protocol as proto
 
 #: Under ``CORRAL_HOME``: one file per live token, named by the token's hash.

@@ -16,7 +16,8 @@ import os
 import time
 from pathlib import Path
 
-from corral.engine.paths import ProjectPaths, make_private_dir, marked_entry
+from corral.engine.paths import ProjectPaths, marked_entry
+from corral.engine.private_state import make_private_dir
 
 #: How long a listing answers for (a marker another process wrote shows within it).
 LISTED_SECONDS = 0.5

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from corral.domain.records import Task
 from corral.domain.substate import Live
-from corral.engine.paths import TASKS_DIR, make_private_dir
-from corral.engine.project import Project
+from corral.engine.paths import TASKS_DIR
 from corral.engine.placement import host_id
+from corral.engine.private_state import make_private_dir
+from corral.engine.project import Project
 from corral.engine.runtime.journal_scan import CURSOR
 from corral.engine.runtime.liveness import live_facts, live_to_json
 

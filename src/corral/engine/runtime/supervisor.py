@@ -35,7 +35,8 @@ from corral.adapters.pid_identity import start_ticks
 from corral.domain import prompts
 from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
-from corral.engine.paths import make_private_dir, usage_limits_file
+from corral.engine.paths import usage_limits_file
+from corral.engine.private_state import make_private_dir
 from corral.engine.runtime import branch_check, receipt, receipt_fit, ref_guard, ref_restore
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import msgspec
 
 from corral.adapters.files import read_bounded, write_atomic
-from corral.engine.paths import make_private_dir
+from corral.engine.private_state import make_private_dir
 
 #: 3: the receipt's git facts (and each attempt's failure evidence) are nested objects, as their records are.
 PROTOCOL_VERSION = 3

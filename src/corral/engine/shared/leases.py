@@ -25,7 +25,7 @@ from corral.domain.refs import is_plain_id
 from corral.domain.status import Status
 from corral.domain.team import WORKER_LOST, Lease, LeaseState, lease_lost
 from corral.engine import queue
-from corral.engine.paths import make_private_dir
+from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.receipts import interrupt
 from corral.engine.runtime import liveness, shipping

@@ -17,7 +17,7 @@ from typing import Any
 from corral.adapters.locks import is_locked
 from corral.domain.record import record
 from corral.domain.status import Status
-from corral.engine.paths import make_private_dir, private_umask
+from corral.engine.private_state import make_private_dir, private_umask
 from corral.engine.project import Project, backups_dir, stamp
 from corral.errors import DaemonRunning, RefusedError, StoreMissing, UsageError
 from corral.store import SQLiteStore, Store

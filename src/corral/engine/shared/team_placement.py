@@ -63,7 +63,7 @@ class SharedPlacement(Placement):
         return self.shared_store(project, create=False)
 
     def shared_store(self, project: Opened, *, create: bool) -> Store:
-        from corral.engine.paths import prepare_private_state, private_umask
+        from corral.engine.private_state import prepare_private_state, private_umask
         from corral.store.postgres import PostgresStore  # psycopg only for a user who chose PostgreSQL
 
         with private_umask():
@@ -247,4 +247,3 @@ class _Swept(Held):
         # Shipped again on the next pass.
         ship = partial(own_turns.ship, self.project, self.mine, still, seen)
         tolerated(self.problems, "own turns shipped", ship, None)
-
