@@ -133,9 +133,6 @@ class Kept:
         )
 
 
-# -- trees of the index and of the worktree ----------------------------------------------------
-
-
 def _git_dir(git: Git, worktree: Path) -> Path:
     out = git.out("rev-parse", "--absolute-git-dir", cwd=worktree)
     return Path(out)
@@ -177,9 +174,6 @@ def _branch_tip(git: Git, worktree: Path, branch: str) -> str | None:
 def _on_branch(git: Git, worktree: Path, branch: str) -> bool:
     done = git.run("symbolic-ref", "-q", "HEAD", cwd=worktree, check=False)
     return done.returncode == 0 and done.stdout.strip() == f"refs/heads/{branch}"
-
-
-# -- before and after ------------------------------------------------------------------------------
 
 
 def take(git: Git, worktree: Path, branch: str) -> Before:
