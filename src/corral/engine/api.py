@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from corral.engine import daemons as daemons
     from corral.engine import identity as identity
+    from corral.engine import orphan_states as orphan_states
     from corral.engine import workspace as workspace
     from corral.engine.config import (
         PROJECTS_TABLE as PROJECTS_TABLE,
@@ -53,13 +54,13 @@ if TYPE_CHECKING:
     from corral.engine.daemons import (
         DaemonState as DaemonState,
     )
-    from corral.engine.identity import (
+    from corral.engine.identity_files import (
         holds as holds,
     )
-    from corral.engine.identity import (
+    from corral.engine.identity_files import (
         project_states as project_states,
     )
-    from corral.engine.identity import (
+    from corral.engine.identity_files import (
         read_record as read_record,
     )
     from corral.engine.operations import accept as accept
@@ -269,7 +270,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "find_grant": ("corral.engine.runtime.agent_tokens", "find"),
     "gates": ("corral.engine.operations.gates", None),
     "hold_fence": ("corral.engine.operations.turn_fence", "hold_fence"),
-    "holds": ("corral.engine.identity", "holds"),
+    "holds": ("corral.engine.identity_files", "holds"),
     "host_name": ("corral.engine.placement", "host_name"),
     "identity": ("corral.engine.identity", None),
     "lenient": ("corral.engine.config", "lenient"),
@@ -284,19 +285,20 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "note_json": ("corral.engine.read.projection", "note_json"),
     "notices": ("corral.engine.read.notices", None),
     "notify": ("corral.engine.operations.notify", None),
+    "orphan_states": ("corral.engine.orphan_states", None),
     "pair": ("corral.engine.operations.pairing", "pair"),
     "parse_toml": ("corral.engine.config", "parse_toml"),
     "person": ("corral.engine.operations.gates", "person"),
     "placement_for": ("corral.engine.placement", "placement_for"),
     "post_progress": ("corral.engine.runtime.progress_line", "post_progress"),
-    "project_states": ("corral.engine.identity", "project_states"),
+    "project_states": ("corral.engine.identity_files", "project_states"),
     "proposals": ("corral.engine.config", "proposals"),
     "prune": ("corral.engine.operations.prune", None),
     "prune_diagnostics": ("corral.engine.operations.prune", "prune_diagnostics"),
     "queries": ("corral.engine.operations.queries", None),
     "roster": ("corral.engine.operations.roster", None),
     "reach": ("corral.engine.resolve", "reach"),
-    "read_record": ("corral.engine.identity", "read_record"),
+    "read_record": ("corral.engine.identity_files", "read_record"),
     "read_state_file": ("corral.engine.runtime.protocol", "read_raw"),
     "read_toml": ("corral.engine.config", "read_toml"),
     "require_agent": ("corral.engine.operations.gates", "require_agent"),
@@ -371,6 +373,7 @@ __all__ = [
     "note_json",
     "notices",
     "notify",
+    "orphan_states",
     "pair",
     "parse_toml",
     "person",

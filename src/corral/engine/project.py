@@ -26,10 +26,12 @@ from corral.domain.clock import Clock, utcnow
 from corral.domain.record import field, record
 from corral.domain.status import Status
 from corral.engine.config import Config, follow_move, load_config
-from corral.engine.identity import Identity, attach_state, find_state, locate
+from corral.engine.identity import Identity
+from corral.engine.orphan_states import attach_state, find_state
 from corral.engine.paths import ProjectPaths, corral_home, user_config_file
 from corral.engine.placement import Placement, placement_for
 from corral.engine.private_state import make_private_dir, prepare_private_state, private_umask
+from corral.engine.state_location import locate
 from corral.errors import DaemonRunning, RefusedError, StoreError, StoreMissing, UsageError
 from corral.store import SQLiteStore, Store
 

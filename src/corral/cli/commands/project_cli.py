@@ -13,7 +13,7 @@ import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
-from corral.engine.api import Project, corral_home, identity
+from corral.engine.api import Project, corral_home, orphan_states, read_record
 from corral.errors import RefusedError, RepositoryCopied
 
 
@@ -81,14 +81,14 @@ def show(app: App) -> None:
 def list_(app: App) -> None:
     """Every state directory under CORRAL_HOME, with the repository it belongs to."""
     home = corral_home()
-    lost = {o.state: o for o in identity.orphans(home)}
+    lost = {o.state: o for o in orphan_states.orphans(home)}
     rows = []
     for state in sorted(p for p in (home / "projects").glob("*") if p.is_dir()) if (home / "projects").is_dir() else []:
         orphan = lost.get(state)
         if orphan is not None:
             rows.append({**orphan.to_json(), "attached": False})
             continue
-        record = identity.read_record(state)
+        record = read_record(state)
         rows.append(
             {
                 "state": str(state),
@@ -170,5 +170,5 @@ def fresh(app: App) -> None:
 def archive(app: App, state: str) -> None:
     """Put aside the state of a repository that is gone (moved into CORRAL_HOME/archive/, not deleted)."""
     home = corral_home()
-    moved = identity.archive(identity.find_state(home, state), home)
+    moved = orphan_states.archive(orphan_states.find_state(home, state), home)
     app.answer({"archived": {"name": state, "path": str(moved)}}, f"Archived {state} to {moved}.")

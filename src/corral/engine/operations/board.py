@@ -20,7 +20,7 @@ from corral.domain.clock import parse_time, rfc3339
 from corral.domain.needs import ORDER, TITLES
 from corral.domain.record import record
 from corral.domain.status import TERMINAL, Status
-from corral.engine import identity
+from corral.engine import identity_files
 from corral.engine.project import Project
 from corral.engine.read import projection
 from corral.engine.resolve import task_config
@@ -65,8 +65,8 @@ def home_projects(home: Path) -> Opened:
     """Every project kept under ``home`` whose checkout still opens (the others, one line each)."""
     opened: list[tuple[str, Project]] = []
     problems: list[str] = []
-    for state in identity.project_states(home):
-        kept = identity.read_record(state)
+    for state in identity_files.project_states(home):
+        kept = identity_files.read_record(state)
         path = kept.path if kept is not None else None
         if path is None or not Path(path).is_dir():
             continue  # a project whose checkout is gone: nothing to show, nothing to act on

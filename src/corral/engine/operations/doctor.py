@@ -24,8 +24,8 @@ from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field
 from corral.domain.status import PAUSED, TERMINAL, Status
 from corral.engine.config import harness_settings, proposals
-from corral.engine.identity import orphans
 from corral.engine.operations.preflight import report
+from corral.engine.orphan_states import orphans
 from corral.engine.private_state import private_mode_findings
 from corral.engine.project import Project, backups, backups_dir
 from corral.engine.recovery import hand_merged
