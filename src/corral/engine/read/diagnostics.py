@@ -48,9 +48,6 @@ def present(diagnostics_dir: Path, task_id: str) -> set[str]:
         return set()
 
 
-# -- writing -----------------------------------------------------------------------------
-
-
 def write(paths: ProjectPaths, task_id: str, key: str, content: dict[str, Any], now: datetime) -> str:
     """Write one diagnostic atomically and durably; returns its reference.
 
