@@ -452,8 +452,9 @@ def in_process(
     """The tools' own work, as the server's worker thread does it per call (resolve, then run)."""
     from corral.engine.operations import gates
     from corral.engine.runtime import agent_tokens
+    from corral.mcp.calling import Args, Calling
     from corral.mcp.server import Projects
-    from corral.mcp.tools import TOOLS, Args, Calling
+    from corral.mcp.tools import TOOLS
 
     projects = Projects()
 

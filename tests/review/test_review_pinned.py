@@ -22,6 +22,7 @@ from corral.engine.operations import reviewed, tasks
 from corral.engine.operations.gates import Caller
 from corral.errors import TipMoved
 from corral.mcp import tools
+from corral.mcp.calling import Args, Calling
 from tests.cli.helpers import no_traceback, store_of
 from tests.cli.test_cli_turns import fake_env
 from tests.conftest import git
@@ -245,25 +246,25 @@ def test_an_agents_diff_never_stands_for_a_persons_review(proj, agent, repo) -> 
 
 def test_mcp_accept_refuses_the_same_way_and_takes_a_tip(proj, agent, repo) -> None:
     old, new = _moved_after_review(proj, agent, "door")
-    calling = tools.Calling(project=lambda: proj, caller=Caller(Actor.HUMAN), settles=False)
+    calling = Calling(project=lambda: proj, caller=Caller(Actor.HUMAN), settles=False)
     accept_tool = tools.TOOLS["accept"]
     assert accept_tool.run is not None and "tip" in accept_tool.schema["properties"]
     with pytest.raises(TipMoved) as caught:
-        accept_tool.run(calling, tools.Args("accept", {"task": "door"}))
+        accept_tool.run(calling, Args("accept", {"task": "door"}))
     assert "after the review" in caught.value.message
     with pytest.raises(TipMoved):
-        accept_tool.run(calling, tools.Args("accept", {"task": "door", "tip": old}))
-    done = accept_tool.run(calling, tools.Args("accept", {"task": "door", "tip": new}))
+        accept_tool.run(calling, Args("accept", {"task": "door", "tip": old}))
+    done = accept_tool.run(calling, Args("accept", {"task": "door", "tip": new}))
     assert done["task"]["status"] == "complete" and git(repo, "show", "main:b.py") == "b = 2"
 
 
 def test_an_mcp_diff_records_its_tip_and_says_what_is_uncommitted(proj, agent, repo) -> None:
     blocked_with(proj, agent, "mcpdiff", work("a.py", "a = 1\n"))
     (proj.paths.worktree("mcpdiff") / "loose.txt").write_text("x")
-    calling = tools.Calling(project=lambda: proj, caller=Caller(Actor.BUILDER), settles=False)
+    calling = Calling(project=lambda: proj, caller=Caller(Actor.BUILDER), settles=False)
     diff_tool = tools.TOOLS["diff"]
     assert diff_tool.run is not None
-    shown = diff_tool.run(calling, tools.Args("diff", {"task": "mcpdiff"}))
+    shown = diff_tool.run(calling, Args("diff", {"task": "mcpdiff"}))
     assert shown["uncommitted"] == ["loose.txt"] and "+a = 1" in shown["diff"]
     with proj.store.read() as tx:
         entry = tx.task_by_ref("mcpdiff").metadata[reviewed.REVIEWED]["builder"]

@@ -27,8 +27,8 @@ from typing import Any
 from corral.adapters.http_server import allowed_hosts
 from corral.domain.record import record
 from corral.engine.api import LiveCache, fenced, find_grant, gates
+from corral.mcp.calling import Calling
 from corral.mcp.server import Projects, build
-from corral.mcp.tools import Calling
 
 HOST = "127.0.0.1"
 PATH = "/mcp"

@@ -19,7 +19,8 @@ from typing import Any
 
 from corral.engine.api import Project
 from corral.errors import CorralError, UsageError
-from corral.mcp.tools import TOOLS, Args, Calling, visible
+from corral.mcp.calling import Args, Calling
+from corral.mcp.tools import TOOLS, visible
 
 #: What a door answers per request: who calls, in which project (raises CorralError to refuse).
 Resolve = Callable[[Any], Calling]

@@ -13,8 +13,8 @@ from typing import Any
 
 from corral.domain.actors import Actor
 from corral.engine.api import person
+from corral.mcp.calling import Calling
 from corral.mcp.server import Projects, build
-from corral.mcp.tools import Calling
 
 
 def serve(repo: str | Path) -> None:
