@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from corral.adapters.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+from corral.adapters.files import PRIVATE_DIR_MODE as PRIVATE_DIR_MODE  # the modes live with the helpers
+from corral.adapters.files import PRIVATE_FILE_MODE as PRIVATE_FILE_MODE
 from corral.domain.record import record
 from corral.engine.paths import ProjectPaths
 

@@ -98,9 +98,5 @@ def mark_in_flight(project: Project, task_id: str, prior: Status) -> None:
 
 def accepting_elsewhere(project: Project, task_id: str) -> bool:
     """Whether the task's accept in flight runs on another host (only that host may recover it)."""
-    if not project.placement.other_hosts():
-        return False
     with project.store.read() as tx:
-        records = [p for p in tx.processes(task_id) if p.kind == ACCEPT]
-    me = owner(project)
-    return any(p.elsewhere(me) for p in records)
+        return bool(project.placement.records_elsewhere(project, tx, ACCEPT, task_id))
