@@ -19,10 +19,10 @@ from corral.domain.failures import FailureClass, Retry, Stop, decide
 from corral.domain.settings import BY_NAME, Trust, default, host_owned
 from corral.domain.status import Status
 from corral.engine.config import load_config
-from corral.engine.setting_writes import check_scope
 from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
+from corral.engine.setting_writes import check_scope
 from corral.errors import ConfigError
 from tests.cli.helpers import json_error
 from tests.turns.conftest import reopen
