@@ -1,7 +1,7 @@
 """The MCP server both doors share: the tool table offered through the SDK, errors as tool errors.
 
 A door gives :func:`build` a function that tells, for each request, who calls and in which
-project (:class:`~corral.mcp.tools.Calling`); the rest is the same for a builder over stdio
+project (:class:`~corral.mcp.calling.Calling`); the rest is the same for a builder over stdio
 and an agent over HTTP. A refused or failed call is an MCP tool error (``isError``) whose text
 and structured content carry corral's ``{"error": {"code", "message", "hint"}}``, never a
 traceback; a fault corral did not foresee is logged whole and answered ``internal-error``.
