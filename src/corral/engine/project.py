@@ -27,7 +27,6 @@ from corral.domain.record import field, record
 from corral.domain.status import Status
 from corral.engine.config import Config, follow_move, load_config
 from corral.engine.identity import Identity
-from corral.engine.orphan_states import attach_state, find_state
 from corral.engine.paths import ProjectPaths, corral_home, user_config_file
 from corral.engine.placement import Placement, placement_for
 from corral.engine.private_state import make_private_dir, prepare_private_state, private_umask
@@ -181,6 +180,8 @@ class Project:
         For a repository found again (re-cloned, or its cache lost) whose old state ``doctor``
         lists as gone; refused when the state is another project's or its checkout still holds it.
         """
+        from corral.engine.orphan_states import attach_state, find_state  # a rare step: not loaded to open
+
         git = Git()
         root = git.main_root(Path(repo) if repo else Path.cwd())
         home = corral_home()
