@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from corral.adapters.git import Git
 from corral.domain.actors import Actor

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from corral.domain.record import replace
+from msgspec.structs import replace
+
 from corral.domain.redact import bounded, truncation_note
 from corral.engine.runtime import protocol as proto
 
