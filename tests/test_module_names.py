@@ -32,3 +32,24 @@ def test_the_scan_finds_modules_sharing_a_basename_in_any_two_packages(tmp_path:
 def test_no_two_modules_share_a_basename() -> None:
     shared = shared_basenames()
     assert shared == {}, f"modules that share a basename: {dict(shared)}; give each a name of its own"
+
+
+def banner_modules(root: Path = SRC) -> list[str]:
+    """Modules with a top-level ``# --`` section banner: a module that needs them is that many modules.
+
+    A banner inside a class (indented) groups that one class's methods and is not counted."""
+    return sorted(
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        if any(line.startswith("# --") for line in path.read_text(encoding="utf-8").splitlines())
+    )
+
+
+def test_the_banner_scan_finds_a_module_level_banner_and_not_a_class_one(tmp_path: Path) -> None:
+    (tmp_path / "sections.py").write_text("x = 1\n\n# -- the second part ----\ny = 2\n")
+    (tmp_path / "one.py").write_text("class A:\n    # -- writing ----\n    def w(self) -> None: ...\n")
+    assert banner_modules(tmp_path) == ["sections.py"]
+
+
+def test_no_module_needs_section_banners() -> None:
+    assert banner_modules() == [], "split each banner's section into a module of its own"
