@@ -15,8 +15,8 @@ from corral.domain.actors import Actor
 from corral.engine.operations.prune import prune_diagnostics
 from corral.engine.project import Project
 from corral.engine.read import diagnostic_retention, diagnostics
-from corral.engine.runtime import shipping, wait_intervals
-from corral.engine.shared import leases
+from corral.engine.runtime import wait_intervals
+from corral.engine.shared import leases, shipping
 from corral.engine.shared.team_placement import SharedPlacement
 from corral.errors import UnsafeName
 from corral.store import NewTask

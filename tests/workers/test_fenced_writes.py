@@ -9,8 +9,7 @@ import pytest
 
 from corral.domain.records import Task
 from corral.engine.project import Project
-from corral.engine.runtime import shipping
-from corral.engine.shared import claimed
+from corral.engine.shared import claimed, shipping
 from corral.engine.shared import remote_branches as remote
 from corral.errors import GitError, LeaseLost
 from tests.workers.conftest import Team

@@ -16,7 +16,6 @@ from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.project import Project
-from corral.engine.runtime import shipping
 from corral.errors import NotFoundError
 
 
@@ -61,7 +60,7 @@ def current(project: Project, task_id: str) -> Current:
 def pick_turn(project: Project, task: Task, turn: int | None, *, follow: bool = False) -> int:
     """The log turn to show: ``turn`` (an agent turn's number names the turn that launched it), or
     the running turn, or the latest with output."""
-    shipping.bring(project, task.id)  # a turn that ran on another host's worker: its files, from the store
+    project.placement.bring_files(project, task.id)  # a turn another host ran: its files, from the store
     available = log_turns(project, task)
     if turn is None:
         now = current(project, task.id)

@@ -21,7 +21,6 @@ from typing import Any
 from corral.domain.record import record
 from corral.domain.status import Status
 from corral.engine.project import Project
-from corral.engine.queue import owner
 
 MARKER = "accept_in_flight_from"
 #: The in-flight record of an accept that brings a checked-out target along (see the module doc).
@@ -91,7 +90,7 @@ def mark_in_flight(project: Project, task_id: str, prior: Status) -> None:
         if task is None:
             return
         tx.update_task(task_id, metadata={**task.metadata, MARKER: prior.value}, touch=False)
-        me = owner(project)
+        me = project.placement.owner(project)
         if me is not None:
             tx.register_process(task_id, ACCEPT, os.getpid(), owner=me)
 

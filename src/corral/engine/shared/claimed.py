@@ -42,9 +42,9 @@ from corral.engine.recovery.faults import internal_fault
 from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import shipping
 from corral.engine.runtime.processes import reap_turn, supervisor_identity
 from corral.engine.shared import remote_branches as remote
+from corral.engine.shared import shipping
 from corral.engine.shared.leases import end_interrupted
 from corral.errors import CorralError, LeaseLost
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from corral.domain.records import Task, Turn
 from corral.domain.team import TurnPlan
 from corral.engine.project import Project
-from corral.engine.queue import send
 from corral.engine.shared import remote_branches
+from corral.engine.shared.job_queue import send
 
 
 def hand_over(project: Project, task: Task, turn: Turn, plan: TurnPlan) -> None:

@@ -24,12 +24,12 @@ from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.refs import is_plain_id
 from corral.domain.status import Status
 from corral.domain.team import WORKER_LOST, Lease, LeaseState, lease_lost
-from corral.engine import queue
 from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
 from corral.engine.recovery.receipts import interrupt
-from corral.engine.runtime import liveness, shipping
+from corral.engine.runtime import liveness
 from corral.engine.runtime.liveness import Observed
+from corral.engine.shared import job_queue, shipping
 from corral.store import Tx
 
 #: Which ended lease this host's copy of the task's shipped files is complete for.
@@ -78,7 +78,7 @@ def survey(
 
 def bring_shipped(project: Project, worker_id: str | None) -> int:
     """This host's copy of what other hosts shipped of their turns (their workers', and their own local
-    turns': ``runtime.shipping``): a running turn's files on every pass, an ended one's once more after it
+    turns': ``shared.shipping``): a running turn's files on every pass, an ended one's once more after it
     ended (its lease let go). The bytes written."""
     with project.store.read() as tx:
         others = [lease for lease in tx.leases() if lease.worker_id is not None and lease.worker_id != worker_id]
@@ -128,7 +128,7 @@ def sweep(project: Project) -> list[str]:
         if lease.job_id is not None:
             lost_jobs.append(lease.job_id)
     if lost_jobs:
-        queue.job_queue(project).finish(lost_jobs)
+        job_queue.job_queue(project).finish(lost_jobs)
     return ended
 
 
@@ -171,4 +171,4 @@ def end_interrupted(tx: Tx, lease: Lease, content: str, why: str, evidence: Fail
 
 
 def _resend(project: Project, lease: Lease) -> None:
-    queue.send(project, lease.task_id, lease.command_id)
+    job_queue.send(project, lease.task_id, lease.command_id)

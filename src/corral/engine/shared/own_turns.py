@@ -22,9 +22,9 @@ from corral.domain.team import Lease
 from corral.engine.operations.control import record_stopped
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import shipping
 from corral.engine.runtime.liveness import Observed, live_to_json, with_marks
 from corral.engine.runtime.processes import reap_turn, request_stop
+from corral.engine.shared import shipping
 from corral.errors import LeaseLost
 from corral.store import Tx
 

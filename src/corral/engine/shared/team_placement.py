@@ -128,12 +128,12 @@ class SharedPlacement(Placement):
     def goes_to_workers(
         self, project: Opened, task_id: str | None = None, actor: Actor | None = None, tx: Tx | None = None
     ) -> bool:
-        from corral.engine.queue import to_workers
+        from corral.engine.shared.job_queue import to_workers
 
         return to_workers(_project(project), task_id, actor, tx)
 
     def check_hand_over(self, project: Opened) -> bool:
-        from corral.engine.queue import job_queue
+        from corral.engine.shared.job_queue import job_queue
 
         if not self.goes_to_workers(project):
             return False
@@ -159,7 +159,7 @@ class SharedPlacement(Placement):
     # -- how a turn's files and branch reach other hosts -----------------------------------------
 
     def bring_files(self, project: Opened, task_id: str) -> int:
-        from corral.engine.runtime import shipping
+        from corral.engine.shared import shipping
 
         return shipping.bring(_project(project), task_id)
 

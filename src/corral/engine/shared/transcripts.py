@@ -29,7 +29,7 @@ from corral.domain.actors import Role
 from corral.domain.team import HARNESS_CARRY, HARNESS_HOST, Lease, LeaseState, SessionCarry
 from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime.shipping import CHUNK, FILE_CAP
+from corral.engine.shared.shipping import CHUNK, FILE_CAP
 from corral.errors import LeaseLost
 
 if TYPE_CHECKING:

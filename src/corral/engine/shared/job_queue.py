@@ -49,7 +49,3 @@ def send(project: Project, task_id: str, command_id: str) -> int | None:
             tx.note_job(task_id, command_id, job)
     return job
 
-
-def owner(project: Project) -> str | None:
-    """The identity a process record or a local turn of this host names (``project.placement.owner``)."""
-    return project.placement.owner(project)
