@@ -35,7 +35,7 @@ INTERVAL_SECONDS = 5.0
 Stat = tuple[int, int, int] | None
 
 
-class Stopped(Exception):
+class WatchEnded(Exception):
     """SIGTERM or SIGHUP: the watch ends, its terminal restored."""
 
     def __init__(self, signum: int) -> None:
@@ -233,7 +233,7 @@ def signals(wake: Callable[[], None] | None = None) -> Iterator[dict[str, bool]]
     flags = {"resized": False, "suspend": False}
 
     def stop(signum: int, _frame: FrameType | None) -> None:
-        raise Stopped(signum)
+        raise WatchEnded(signum)
 
     def flag(name: str) -> Callable[[int, FrameType | None], None]:
         def handler(_signum: int, _frame: FrameType | None) -> None:

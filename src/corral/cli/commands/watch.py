@@ -17,7 +17,7 @@ from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.watch_lines import stream
 from corral.cli.watch_screen import Screen
-from corral.cli.watch_source import INTERVAL_SECONDS, Stopped, open_source
+from corral.cli.watch_source import INTERVAL_SECONDS, WatchEnded, open_source
 
 
 def _background() -> bool:
@@ -75,7 +75,7 @@ def watch(app: App, tasks: tuple[str, ...], all_projects: bool, plain: bool, int
         return stream(app, source, interval)
     except KeyboardInterrupt:
         return 130
-    except Stopped as stop:
+    except WatchEnded as stop:
         return stop.code
     finally:
         source.close()
