@@ -3,7 +3,7 @@
 Layers: errors (0) < domain (1) < store (2) < adapters (3) < engine (4) < surfaces: cli, daemon, worker, mcp,
 dashboard (5).
 Inside the engine, rooms: the house (project, paths, config, …) < runtime < read < recovery <
-operations < shared < the front door (api). The shared store's room (``engine/shared``: the team
+operations < shared_store < the front door (api). The shared store's room (``engine/shared_store``: the team
 mode's queue, leases, claimed turns, shipping, …) sits above every room whose work it plays for a
 team (it queues the turns the launch skeleton starts, ends the turns the recovery sweeps would);
 the rooms below reach it only through the placement object the house injects
@@ -42,7 +42,7 @@ LAYERS = {
     "dashboard": 5,
 }
 #: The engine's rooms, lowest first; modules at the engine's root are the house (room 0).
-ROOMS = {"runtime": 1, "read": 2, "recovery": 3, "operations": 4, "shared": 5}
+ROOMS = {"runtime": 1, "read": 2, "recovery": 3, "operations": 4, "shared_store": 5}
 # The front door (corral.engine.api) re-exports from every room, so it sits above them all.
 DOOR_ROOM = {"api": 6}
 # Modules at the package root that are not a layer of their own.
@@ -288,5 +288,5 @@ def test_the_shared_placement_the_house_names_is_a_placement_of_the_shared_room(
     from corral.engine.placement import SHARED, Placement
 
     module, name = SHARED
-    assert _room_of(module) == ROOMS["shared"]
+    assert _room_of(module) == ROOMS["shared_store"]
     assert issubclass(getattr(importlib.import_module(module), name), Placement)

@@ -1,6 +1,6 @@
 """Every turn is launched through one skeleton: its command is built and its supervisor started only by
 ``turns.start_turn``, which a local launch (``turns._launch``) and a worker's claimed turn
-(``shared/claimed.py``) both end with (docs/architecture.md). A second launch path would be a second place
+(``shared_store/claimed.py``) both end with (docs/architecture.md). A second launch path would be a second place
 for a fault handler, a fence or the command's copy beside the logs to be forgotten."""
 
 from __future__ import annotations

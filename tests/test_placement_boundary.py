@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from corral.engine.placement import LocalPlacement, Placement
-from corral.engine.shared.team_placement import SharedPlacement
 from corral.engine.project import Project
+from corral.engine.shared_store.team_placement import SharedPlacement
 from corral.errors import UsageError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "corral"

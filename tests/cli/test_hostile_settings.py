@@ -164,7 +164,7 @@ def test_a_remote_that_is_not_configured_or_looks_like_an_option_never_reaches_g
     from corral.domain.records import Task
     from corral.engine.config import Value
     from corral.engine.project import Project
-    from corral.engine.shared import remote_branches as remote
+    from corral.engine.shared_store import remote_branches as remote
     from corral.errors import CorralError
 
     marker = tmp_path / "executed"

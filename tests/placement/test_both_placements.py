@@ -23,8 +23,8 @@ from corral.domain.substate import Live
 from corral.domain.team import LeaseState, TurnPlan, WorkerState
 from corral.engine.placement import Held, LocalPlacement, Placement, host_id
 from corral.engine.project import Project
-from corral.engine.shared import shipping
-from corral.engine.shared.team_placement import SharedPlacement
+from corral.engine.shared_store import shipping
+from corral.engine.shared_store.team_placement import SharedPlacement
 from corral.errors import StoreError, UsageError, WorkNotPushed
 from corral.store import NewTask, SQLiteStore
 from corral.store.postgres import PostgresStore

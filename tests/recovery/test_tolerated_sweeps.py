@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from corral.engine.placement import LocalPlacement
-from corral.engine.shared.team_placement import SharedPlacement
 from corral.engine.project import Project
 from corral.engine.recovery.reconcile import sweep_working, tolerated
+from corral.engine.shared_store.team_placement import SharedPlacement
 
 
 def _broken() -> list[str]:

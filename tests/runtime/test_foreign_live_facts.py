@@ -16,7 +16,7 @@ from corral.domain.team import WorkerState
 from corral.engine.project import Project
 from corral.engine.recovery.reconcile import sweep_working
 from corral.engine.runtime.liveness import ATTEMPT_CAP, live_from_json, live_to_json
-from corral.engine.shared.team_placement import SharedPlacement
+from corral.engine.shared_store.team_placement import SharedPlacement
 from corral.store import NewTask
 
 #: Numbers ``json.loads`` accepts that no turn reports: past a float, not finite, negative, of another type.

@@ -16,8 +16,8 @@ from corral.engine.operations.prune import prune_diagnostics
 from corral.engine.project import Project
 from corral.engine.read import diagnostic_retention, diagnostics
 from corral.engine.runtime import wait_intervals
-from corral.engine.shared import leases, shipping
-from corral.engine.shared.team_placement import SharedPlacement
+from corral.engine.shared_store import leases, shipping
+from corral.engine.shared_store.team_placement import SharedPlacement
 from corral.errors import UnsafeName
 from corral.store import NewTask
 

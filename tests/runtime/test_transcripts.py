@@ -25,7 +25,7 @@ from corral.cli.render import carry_text
 from corral.domain.actors import Actor
 from corral.domain.team import HARNESS_CARRY, SessionCarry
 from corral.engine.operations import tasks
-from corral.engine.shared import transcripts
+from corral.engine.shared_store import transcripts
 from corral.errors import LeaseLost
 
 SID = "df5c4b74-919f-4bc3-a1b7-b8182c69970b"

@@ -21,7 +21,7 @@ from corral.domain.status import Status
 from corral.domain.team import WorkerState
 from corral.domain.violations import Decision
 from corral.engine.project import Project
-from corral.engine.shared.store_migrate import migrate
+from corral.engine.shared_store.store_migrate import migrate
 from corral.errors import CorralError, RefusedError, StoreMissing
 from corral.store import NewTask, SQLiteStore, Store
 from corral.store.dsn import schema_name

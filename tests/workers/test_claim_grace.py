@@ -11,7 +11,7 @@ from corral.domain.status import Status
 from corral.engine.placement import host_id, host_name
 from corral.engine.project import Project
 from corral.engine.recovery.working import reconcile_working
-from corral.engine.shared import claimed
+from corral.engine.shared_store import claimed
 from tests.conftest import FakeClock
 from tests.workers.conftest import Team
 

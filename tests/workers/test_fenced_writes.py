@@ -9,8 +9,8 @@ import pytest
 
 from corral.domain.records import Task
 from corral.engine.project import Project
-from corral.engine.shared import claimed, shipping
-from corral.engine.shared import remote_branches as remote
+from corral.engine.shared_store import claimed, shipping
+from corral.engine.shared_store import remote_branches as remote
 from corral.errors import GitError, LeaseLost
 from tests.workers.conftest import Team
 from tests.workers.team import git

@@ -227,8 +227,8 @@ if TYPE_CHECKING:
     from corral.engine.setting_writes import (
         write_setting as write_setting,
     )
-    from corral.engine.shared import claimed as claimed
-    from corral.engine.shared.store_migrate import (
+    from corral.engine.shared_store import claimed as claimed
+    from corral.engine.shared_store.store_migrate import (
         migrate as migrate,
     )
 
@@ -258,7 +258,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "board": ("corral.engine.operations.board", None),
     "chat": ("corral.engine.operations.pairing", "chat"),
     "check_scope": ("corral.engine.setting_writes", "check_scope"),
-    "claimed": ("corral.engine.shared.claimed", None),
+    "claimed": ("corral.engine.shared_store.claimed", None),
     "clear_owned": ("corral.engine.runtime.agent_marks", "clear_owned"),
     "control": ("corral.engine.operations.control", None),
     "corral_home": ("corral.engine.paths", "corral_home"),
@@ -281,7 +281,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "logs": ("corral.engine.read.logs", None),
     "lookups": ("corral.engine.operations.lookups", None),
     "make_private_dir": ("corral.engine.private_state", "make_private_dir"),
-    "migrate": ("corral.engine.shared.store_migrate", "migrate"),
+    "migrate": ("corral.engine.shared_store.store_migrate", "migrate"),
     "note_json": ("corral.engine.read.projection", "note_json"),
     "notices": ("corral.engine.read.notices", None),
     "notify": ("corral.engine.operations.notify", None),

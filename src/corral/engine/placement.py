@@ -8,8 +8,8 @@ their files are shipped through the store and a stop reaches a turn elsewhere th
 <corral.engine.project.Project.open>` from the person's settings and reached as ``project.placement``:
 every part the mode plays is one method here, which the local placement (:class:`LocalPlacement`, below)
 plays as one host does, most often by doing nothing, and the shared placement
-(:class:`~corral.engine.shared.team_placement.SharedPlacement`) through the shared store's own room,
-``corral.engine.shared``. So no module outside the two and the store asks whether a ``database_url`` is
+(:class:`~corral.engine.shared_store.team_placement.SharedPlacement`) through the shared store's own room,
+``corral.engine.shared_store``. So no module outside the two and the store asks whether a ``database_url`` is
 set, none below the shared room imports its code, and a test passes the placement it wants.
 
 The shared room sits above every other room of the engine (it queues turns the launch skeleton starts,
@@ -47,7 +47,7 @@ SETTING = "database_url"
 
 #: The shared placement, by module and class: loaded only when the settings choose it (its room is above
 #: every room that calls it, and a single user's corral never loads the team's code).
-SHARED = ("corral.engine.shared.team_placement", "SharedPlacement")
+SHARED = ("corral.engine.shared_store.team_placement", "SharedPlacement")
 
 
 class Opened(Protocol):

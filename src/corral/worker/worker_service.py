@@ -6,7 +6,7 @@ keeps, so a restarted worker is the same worker: it heartbeats on under the same
 lease runs out and re-adopts the turns it claimed (their supervisors ran on without it). Three loops:
 
 - the job queue (procrastinate) hands it jobs, ``worker_turns`` at once; each job claims its
-  turn under a new epoch and follows it to its end (``shared.claimed``);
+  turn under a new epoch and follows it to its end (``shared_store.claimed``);
 - every third of a lease it heartbeats, stops any agent whose epoch was taken over, and follows
   again any turn it still holds whose job died (its agent is never left unwatched);
 - every two seconds it settles each project (lost workers' turns are fenced off and resumed,

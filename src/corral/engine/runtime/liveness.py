@@ -126,7 +126,7 @@ def with_marks(project: Project, task_id: str, live: Live) -> Live:
 
 
 def live_to_json(live: Live) -> dict[str, object]:
-    """``live`` as a document (what a worker ships for reviewers on other hosts: ``shared.shipping``)."""
+    """``live`` as a document (what a worker ships for reviewers on other hosts: ``shared_store.shipping``)."""
     return {
         "alive": live.alive,
         "phase": live.phase,

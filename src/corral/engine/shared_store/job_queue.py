@@ -1,5 +1,5 @@
 """A project's job queue (docs/workers.md): whether a turn goes to the workers, and sending a queued lease's
-job there. The hand-over (``shared.handover``) and the lease sweep (``shared.leases``) share it."""
+job there. The hand-over (``shared_store.handover``) and the lease sweep (``shared_store.leases``) share it."""
 
 from __future__ import annotations
 
@@ -48,4 +48,3 @@ def send(project: Project, task_id: str, command_id: str) -> int | None:
         with project.store.write() as tx:
             tx.note_job(task_id, command_id, job)
     return job
-

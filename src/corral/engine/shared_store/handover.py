@@ -3,8 +3,8 @@
 The launch skeleton (``operations.turns``) asks the placement to hand a recorded turn over where it would
 start a local supervisor (``placement.hand_over``): the turn's plan is saved in the task's lease first (a
 new epoch), then a job is sent to the job queue; a crash between the two leaves a queued lease with no job,
-which the reconciler sends again (``shared.leases``). The worker that claims the job runs the turn
-(``shared.claimed``).
+which the reconciler sends again (``shared_store.leases``). The worker that claims the job runs the turn
+(``shared_store.claimed``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from corral.domain.records import Task, Turn
 from corral.domain.team import TurnPlan
 from corral.engine.project import Project
-from corral.engine.shared import remote_branches
-from corral.engine.shared.job_queue import send
+from corral.engine.shared_store import remote_branches
+from corral.engine.shared_store.job_queue import send
 
 
 def hand_over(project: Project, task: Task, turn: Turn, plan: TurnPlan) -> None:

@@ -43,13 +43,13 @@ from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.processes import reap_turn, supervisor_identity
-from corral.engine.shared import remote_branches as remote
-from corral.engine.shared import shipping
-from corral.engine.shared.leases import end_interrupted
+from corral.engine.shared_store import remote_branches as remote
+from corral.engine.shared_store import shipping
+from corral.engine.shared_store.leases import end_interrupted
 from corral.errors import CorralError, LeaseLost
 
 if TYPE_CHECKING:
-    from corral.engine.shared.transcripts import Carrier
+    from corral.engine.shared_store.transcripts import Carrier
 
 #: How often a worker looks at the turn it runs (its receipt recorded, its epoch still its own).
 POLL_SECONDS = 0.2
@@ -158,7 +158,7 @@ def _launch(
 ) -> tuple[Path, str | None, proto.Command]:
     """The claimed turn's worktree here, then the one launch skeleton's end (``turns.start_turn``) under the
     claim's fence; the worktree, the remote tip of the branch it started from, and the command."""
-    from corral.engine.shared import transcripts  # a harness session's transcript: only where a turn launches
+    from corral.engine.shared_store import transcripts  # a harness session's transcript: only where a turn launches
 
     task_id, epoch = task.id, lease.epoch
     plan = TurnPlan.from_json(lease.plan)
@@ -260,7 +260,9 @@ class Follow:
 
     def carrying(self, session_id: str, command: proto.Command) -> Follow:
         """Ship the turn's harness session with its files too, so the next host can resume it (docs/workers.md)."""
-        from corral.engine.shared.transcripts import Carrier  # a harness session's transcript: only where turns run
+        from corral.engine.shared_store.transcripts import (
+            Carrier,  # a harness session's transcript: only where turns run
+        )
 
         self.carrier = Carrier(self.project, self.task.id, session_id, command, self.me.host)
         return self

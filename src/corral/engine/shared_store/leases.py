@@ -7,7 +7,7 @@ that see the same lost worker interrupt its turn once; the auto-resume that foll
 turn again, under the breaker, for another worker.
 
 A ``local`` lease (a turn its host runs on its own) is never swept here: no heartbeat says that host
-is gone, and only that host may judge its processes (``shared.own_turns``). :func:`survey` tells every
+is gone, and only that host may judge its processes (``shared_store.own_turns``). :func:`survey` tells every
 pass which working turns other hosts hold, so its working sweep leaves them alone.
 """
 
@@ -29,7 +29,7 @@ from corral.engine.project import Project
 from corral.engine.recovery.receipts import interrupt
 from corral.engine.runtime import liveness
 from corral.engine.runtime.liveness import Observed
-from corral.engine.shared import job_queue, shipping
+from corral.engine.shared_store import job_queue, shipping
 from corral.store import Tx
 
 #: Which ended lease this host's copy of the task's shipped files is complete for.
@@ -41,7 +41,8 @@ RESEND_AFTER = timedelta(seconds=5)
 @record
 class Survey:
     """Who holds the turns of a reconcile pass: ``away``, the working tasks whose turn another host holds
-    (this host's working sweep leaves them alone); ``mine``, this host's own local leases (``shared.own_turns``)."""
+    (this host's working sweep leaves them alone); ``mine``, this host's own local leases
+    (``shared_store.own_turns``)."""
 
     away: set[str]
     mine: list[Lease]
@@ -78,7 +79,7 @@ def survey(
 
 def bring_shipped(project: Project, worker_id: str | None) -> int:
     """This host's copy of what other hosts shipped of their turns (their workers', and their own local
-    turns': ``shared.shipping``): a running turn's files on every pass, an ended one's once more after it
+    turns': ``shared_store.shipping``): a running turn's files on every pass, an ended one's once more after it
     ended (its lease let go). The bytes written."""
     with project.store.read() as tx:
         others = [lease for lease in tx.leases() if lease.worker_id is not None and lease.worker_id != worker_id]

@@ -3,7 +3,7 @@
 A turn queued for workers, or run by one (on any host, this one's too): the worker that holds it relays the
 stop to its supervisor as this host would, and a turn still queued, or whose worker does not answer, is
 fenced off and parked here. A turn another host runs on its own is stopped through its lease too, relayed by
-that host's reconcile pass (``shared.own_turns``); no process of another host is ever signalled from here.
+that host's reconcile pass (``shared_store.own_turns``); no process of another host is ever signalled from here.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.liveness import Observed, live_to_json, with_marks
 from corral.engine.runtime.processes import reap_turn, request_stop
-from corral.engine.shared import shipping
+from corral.engine.shared_store import shipping
 from corral.errors import LeaseLost
 from corral.store import Tx
 

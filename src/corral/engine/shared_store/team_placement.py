@@ -1,12 +1,12 @@
 """The shared placement: a team's hosts over one PostgreSQL store (docs/workers.md).
 
 Each part the team mode plays (:class:`~corral.engine.placement.Placement`) is played here through the
-shared store's own room: turns go to the workers through the job queue (``shared.job_queue``,
-``shared.handover``) or are held by the host that launched them; a host judges only what it holds
-(``shared.leases``, ``shared.own_turns``); files reach other hosts through the store (``shared.shipping``)
-and branches through the remote (``shared.remote_branches``); a stop reaches a turn elsewhere through its lease
-(``shared.relayed_stops``). Loaded by name (:data:`corral.engine.placement.SHARED`) only when the person's
-settings choose the shared store.
+shared store's own room: turns go to the workers through the job queue (``shared_store.job_queue``,
+``shared_store.handover``) or are held by the host that launched them; a host judges only what it holds
+(``shared_store.leases``, ``shared_store.own_turns``); files reach other hosts through the store
+(``shared_store.shipping``) and branches through the remote (``shared_store.remote_branches``); a stop
+reaches a turn elsewhere through its lease (``shared_store.relayed_stops``). Loaded by name
+(:data:`corral.engine.placement.SHARED`) only when the person's settings choose the shared store.
 """
 
 from __future__ import annotations
@@ -128,12 +128,12 @@ class SharedPlacement(Placement):
     def goes_to_workers(
         self, project: Opened, task_id: str | None = None, actor: Actor | None = None, tx: Tx | None = None
     ) -> bool:
-        from corral.engine.shared.job_queue import to_workers
+        from corral.engine.shared_store.job_queue import to_workers
 
         return to_workers(_project(project), task_id, actor, tx)
 
     def check_hand_over(self, project: Opened) -> bool:
-        from corral.engine.shared.job_queue import job_queue
+        from corral.engine.shared_store.job_queue import job_queue
 
         if not self.goes_to_workers(project):
             return False
@@ -141,7 +141,7 @@ class SharedPlacement(Placement):
         return True
 
     def hand_over(self, project: Opened, task: Task, turn: Turn, plan: Callable[[], TurnPlan]) -> bool:
-        from corral.engine.shared.handover import hand_over
+        from corral.engine.shared_store.handover import hand_over
 
         if not self.goes_to_workers(project, task.id, turn.actor):
             return False
@@ -159,14 +159,14 @@ class SharedPlacement(Placement):
     # -- how a turn's files and branch reach other hosts -----------------------------------------
 
     def bring_files(self, project: Opened, task_id: str) -> int:
-        from corral.engine.shared import shipping
+        from corral.engine.shared_store import shipping
 
         return shipping.bring(_project(project), task_id)
 
     def review_branch(
         self, project: Opened, task: Task, target: str, lease: Lease | None, doing: str
     ) -> Fetched | None:
-        from corral.engine.shared import remote_branches as remote
+        from corral.engine.shared_store import remote_branches as remote
 
         if lease is None or lease.local:  # a turn run on a host of its own left its work in that host's worktree
             return None
@@ -174,24 +174,24 @@ class SharedPlacement(Placement):
         return remote.follow_branch(_project(project), task, target)
 
     def remote_target(self, project: Opened, task: Task, target: str) -> str | None:
-        from corral.engine.shared import remote_branches as remote
+        from corral.engine.shared_store import remote_branches as remote
 
         return remote.fetch(_project(project), task, target).target
 
     def push_target(self, project: Opened, target: str, commit: str, expected: str) -> bool:
-        from corral.engine.shared import remote_branches as remote
+        from corral.engine.shared_store import remote_branches as remote
 
         return remote.push_target(_project(project), target, commit, expected)
 
     def retire_branch(self, project: Opened, task: Task, tip: str) -> None:
-        from corral.engine.shared import remote_branches as remote
+        from corral.engine.shared_store import remote_branches as remote
 
         remote.retire(_project(project), task, tip)
 
     # -- how stops are relayed and what the reconciler sweeps ----------------------------------------
 
     def stop_elsewhere(self, project: Opened, task: Task, actor: Actor) -> Task | None:
-        from corral.engine.shared.relayed_stops import stop
+        from corral.engine.shared_store.relayed_stops import stop
 
         return stop(_project(project), task, actor)
 
@@ -203,7 +203,7 @@ class SharedPlacement(Placement):
         observed: dict[str, Live] | None,
     ) -> Held:
         from corral.engine.recovery.reconcile import tolerated
-        from corral.engine.shared import leases, own_turns
+        from corral.engine.shared_store import leases, own_turns
 
         opened = _project(project)
         # The lease sweep must not hide the local one.
@@ -242,7 +242,7 @@ class _Swept(Held):
         if not self.mine:
             return
         from corral.engine.recovery.reconcile import tolerated
-        from corral.engine.shared import own_turns
+        from corral.engine.shared_store import own_turns
 
         # Shipped again on the next pass.
         ship = partial(own_turns.ship, self.project, self.mine, still, seen)

@@ -1,7 +1,7 @@
 """What a reviewer on another host reads of a turn, carried through the shared store (docs/workers.md#shipped).
 
 The worker that runs a turn (and a host that runs a turn of its own on the shared store, from its
-reconcile passes: ``shared.own_turns``) ships its task's files — every turn's output and stderr logs and
+reconcile passes: ``shared_store.own_turns``) ships its task's files — every turn's output and stderr logs and
 their index, the command, receipt and provenance, each session's failure journal, the task's
 diagnostics — in chunks as they grow (:func:`ship`), and the turn's live facts
 (:func:`ship_live`). A host that did not run the turn fills its own copy of those files from the

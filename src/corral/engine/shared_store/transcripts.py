@@ -29,7 +29,7 @@ from corral.domain.actors import Role
 from corral.domain.team import HARNESS_CARRY, HARNESS_HOST, Lease, LeaseState, SessionCarry
 from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime import protocol as proto
-from corral.engine.shared.shipping import CHUNK, FILE_CAP
+from corral.engine.shared_store.shipping import CHUNK, FILE_CAP
 from corral.errors import LeaseLost
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def announced(harness: Harness, log: Path) -> str | None:
 
 class Carrier:
     """The transcript of one claimed turn's session, shipped by the worker that follows the turn
-    (``shared.claimed.Follow``) with the turn's own files: every round while the turn runs, and once
+    (``shared_store.claimed.Follow``) with the turn's own files: every round while the turn runs, and once
     more before its lease is let go, so the next host never meets a copy older than the turn it takes
     over. The session is the one the turn resumes, else the one its harness announces; once the turn
     ended, the one its receipt (or its recorded session) names."""
