@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from msgspec.structs import replace as struct_replace
+
 from corral import crashpoints
 from corral.adapters import sandbox as sandboxing
 from corral.adapters.harness import make_harness
@@ -232,9 +234,9 @@ def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[p
     worker's turn puts its fence in the grant, so its agent's writes are fenced as the worker's are.
     """
     if not bool(task_config(project.config, task)["agent_tools"]):
-        return replace(command, agent_tools_absent="agent_tools is off in the settings"), None
+        return struct_replace(command, agent_tools_absent="agent_tools is off in the settings"), None
     if command.posture.read_only:
-        return replace(command, agent_tools_absent="a read-only turn (an ask) gets no corral tools"), None
+        return struct_replace(command, agent_tools_absent="a read-only turn (an ask) gets no corral tools"), None
     home = project.paths.home
     token, grant = agent_tokens.mint(
         home,
@@ -251,20 +253,20 @@ def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[p
         token_file=str(agent_tokens.grant_file(home, grant.token_hash)),
         timeout_seconds=TOOL_TIMEOUT_SECONDS,
     )
-    command = replace(command, agent_tools=spec)
+    command = struct_replace(command, agent_tools=spec)
     harness = make_harness(command.harness, command.harness_settings.as_mapping())
     if not harness.takes_agent_tools:
-        return replace(command, agent_tools_absent=harness.agent_tools_absent), token
+        return struct_replace(command, agent_tools_absent=harness.agent_tools_absent), token
     try:
         url = daemons.ensure_running(home).mcp_url
     except (CorralError, OSError) as exc:  # the turn runs on without the endpoint, and says why
         why = exc.message if isinstance(exc, CorralError) else f"{exc.strerror or exc} ({exc.filename})"
-        return replace(command, agent_tools_absent=f"the daemon did not start: {why}"), token
+        return struct_replace(command, agent_tools_absent=f"the daemon did not start: {why}"), token
     if not url:
-        return replace(
+        return struct_replace(
             command, agent_tools_absent="the daemon serves no MCP endpoint (see corral daemon status)"
         ), token
-    return replace(command, agent_tools=replace(spec, url=url)), token
+    return struct_replace(command, agent_tools=struct_replace(spec, url=url)), token
 
 
 def _note_agent_tools(project: Project, task: Task, command: proto.Command) -> None:
@@ -302,7 +304,7 @@ def with_before(project: Project, command: proto.Command) -> proto.Command:
     if not command.posture.read_only or command.read_only_before is not None:
         return command
     before = readonly.take(project.git, Path(command.worktree), command.branch)
-    return replace(command, read_only_before=before)
+    return struct_replace(command, read_only_before=before)
 
 
 def launch(project: Project, task: Task, command: proto.Command) -> Launched:

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import msgspec
+from msgspec.structs import replace as struct_replace
 
 from corral import crashpoints
 from corral.domain import prompts
@@ -174,7 +174,7 @@ def start_turn(
         read_only=plan.read_only,
     )
     if fence is not None:
-        command = msgspec.structs.replace(command, fence=fence)
+        command = struct_replace(command, fence=fence)
     # The turn's settings stay on record beside its logs: the protocol's copy goes with the next turn.
     proto.write_command(Path(command.log_dir), command)
     if confirm is not None:
