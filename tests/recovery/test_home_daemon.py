@@ -1,13 +1,14 @@
 """One daemon per CORRAL_HOME: it serves every project kept there, from any directory.
 
 Two projects under one daemon each get a killed supervisor reconciled; ``daemon start`` works
-outside any repository; a second start is refused and two concurrent ``ensure_running`` start
+outside any repository; a second start answers with the running one and two concurrent ``ensure_running`` start
 one daemon; a per-project daemon of an older corral is stopped (SIGTERM) and replaced; a project
 whose repository is removed stops being served while the other still is.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -132,9 +133,9 @@ def test_daemon_start_status_and_stop_work_outside_any_repository(two, tmp_path)
     status = cli("daemon", "status")
     assert status.returncode == 0, status.stderr
     assert "serving 2 projects:" in status.stdout and all(f"  {p.repo}" in status.stdout for p in two)
-    # A second start, from anywhere, is refused and leaves the first alone.
+    # A second start, from anywhere, answers with the running one and leaves it alone.
     again = CLI(two[1].repo)("daemon", "start", "--json")
-    assert again.returncode == 3 and again.json()["error"]["code"] == "daemon-running"
+    assert again.returncode == 0 and again.json()["started"] is False and again.json()["daemon"]["pid"] == doc["pid"]
     assert running_daemon().pid == doc["pid"]
     assert cli.json("daemon", "stop")["was_running"] is True
     assert cli("daemon", "status").returncode == 1
@@ -153,7 +154,7 @@ def test_the_mcp_endpoint_is_served_or_its_absence_said(two, corral):
 
 def test_two_concurrent_starts_make_one_daemon(two, tmp_path):
     """Two ``ensure_running`` at once (two launches that both found no daemon): one starts it, the other joins;
-    and two ``corral daemon start`` at once: one starts it, the other is refused."""
+    and two ``corral daemon start`` at once: one starts it, the other answers with it."""
     script = "from corral.engine import daemons; print(daemons.ensure_running().pid, flush=True)"
     env = {**os.environ, **DAEMON_ENV}
     procs = [
@@ -178,9 +179,10 @@ def test_two_concurrent_starts_make_one_daemon(two, tmp_path):
         )
         for _ in range(2)
     ]
-    for p in starts:
-        p.communicate(timeout=30)
-    assert sorted(p.returncode for p in starts) == [0, 3]
+    answers = [json.loads(p.communicate(timeout=30)[0]) for p in starts]
+    assert [p.returncode for p in starts] == [0, 0]
+    assert sorted(a["started"] for a in answers) == [False, True]
+    assert len({a["daemon"]["pid"] for a in answers}) == 1
     assert log_text().count(" INFO started ") == 2  # the first daemon, and this one: never two at once
     assert cli("daemon", "status").returncode == 0
 

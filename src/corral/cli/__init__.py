@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.json = "--json" in args
     code: int
     try:
-        code = _run(app, args)
+        code = _announcing(app, args)
     except CorralError as exc:
         code = _fail(app, exc)
     except KeyboardInterrupt:
@@ -40,6 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         app.close()
     return code
+
+
+def _announcing(app: App, args: list[str]) -> int:
+    """The command, told of a daemon it starts on its way (a launch whose agent gets corral's tools)."""
+    from corral.engine.api import daemons
+
+    with daemons.announcing(lambda state: app.started_daemon(state.pid, daemons.started_line(state.pid))):
+        return _run(app, args)
 
 
 def _run(app: App, args: list[str]) -> int:

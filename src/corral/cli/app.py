@@ -71,6 +71,8 @@ class App:
         self._mark = _style_mark()
         #: The task a prefix of its ref matched, for a command that changes it (``gate``): said in the answer.
         self.matched: dict[str, Any] | None = None
+        #: The daemon this command started on its way (a launch whose agent gets corral's tools): said once.
+        self.daemon_started: dict[str, Any] | None = None
 
     # -- the project ---------------------------------------------------------------
     @property
@@ -171,6 +173,17 @@ class App:
         """A side remark: always stderr, so stdout stays the command's answer."""
         self.write(text, self.stderr)
 
+    def started_daemon(self, pid: int | None, line: str) -> None:
+        """This command started the daemon: said once on stderr, or carried by the JSON answer
+        (``daemon_started``; a streaming command's is one more JSON Line)."""
+        doc = {"pid": pid, "message": line}
+        if not self.json:
+            self.note(line)
+        elif self.streaming:
+            self.emit_line({"event": "daemon-started", **doc})
+        else:
+            self.daemon_started = doc
+
     def answer(self, doc: dict[str, Any], human: Text | Callable[[], Text] = (), *, keep_sgr: bool = False) -> None:
         """The command's answer: ``doc`` as the one JSON document with --json, else ``human`` on stdout.
 
@@ -199,6 +212,8 @@ class App:
         """The one JSON document of a --json command (with the task a prefix matched, when one did)."""
         if self.matched is not None:
             doc = {**doc, "matched_by_prefix": self.matched}
+        if self.daemon_started is not None:
+            doc = {**doc, "daemon_started": self.daemon_started}
         print(dumps({"schema_version": SCHEMA_VERSION, **doc}), file=self.stdout)
 
     def emit_line(self, doc: dict[str, Any]) -> None:

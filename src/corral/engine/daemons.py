@@ -5,6 +5,10 @@ is what the rest of corral needs of it without loading it: whether it runs and w
 (:func:`state`), starting it in the background (:func:`start_detached`, and :func:`ensure_running`
 for a launch that needs its MCP endpoint) and stopping it (:func:`stop_running`).
 
+A daemon is never a surprise: a start that :func:`ensure_running` makes on a command's behalf is
+told to whoever listens in this process (:func:`announcing`: the CLI says it once on stderr, and
+its ``--json`` answer carries it as ``daemon_started``), in the words of :func:`started_line`.
+
 Its files live in ``$CORRAL_HOME/daemon/``: ``daemon.lock`` (an flock the running daemon holds
 for its whole life; the kernel drops it when the process dies, so a killed daemon leaves
 nothing that blocks the next one), ``daemon.json`` (its pid, start time, last tick, MCP
@@ -20,6 +24,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +36,31 @@ from corral.domain.clock import parse_time
 from corral.domain.record import record
 from corral.engine.paths import DAEMON_DIR, DAEMON_LOG, corral_home
 from corral.engine.private_state import make_private_dir
-from corral.errors import CorralError, DaemonRunning
+from corral.errors import CorralError
 
 #: How long a stopped daemon has to exit after SIGTERM before it gets SIGKILL.
 STOP_GRACE = 10.0
+
+#: Who is told, in this process, of a daemon started on a command's behalf (:func:`announcing`).
+_listeners: list[Callable[[DaemonState], None]] = []
+
+
+def started_line(pid: int | None) -> str:
+    """What a command that started the daemon says of it, once."""
+    return (
+        f"started the corral daemon (pid {pid}): it serves the agents' tools and resumes crashed turns; "
+        "`corral daemon stop` stops it"
+    )
+
+
+@contextmanager
+def announcing(tell: Callable[[DaemonState], None]) -> Iterator[None]:
+    """While inside, ``tell`` hears of every daemon this process starts on a command's behalf."""
+    _listeners.append(tell)
+    try:
+        yield
+    finally:
+        _listeners.remove(tell)
 
 
 def daemon_dir(home: Path | None = None) -> Path:
@@ -159,7 +186,7 @@ def signal_recorded(pid: int, started_at: str | None, signum: int) -> bool:
     return when is not None and send_identified(Identity(pid, not_after=when.timestamp()), signum)
 
 
-def _spawn(home: Path, timeout: float) -> DaemonState:
+def _spawn(home: Path, timeout: float, *, announce: bool) -> DaemonState:
     make_private_dir(daemon_dir(home))
     pid = spawn_detached(
         [sys.executable, "-m", "corral", "daemon", "run"],
@@ -171,6 +198,9 @@ def _spawn(home: Path, timeout: float) -> DaemonState:
     while time.monotonic() < deadline:
         current = state(home)
         if current.running and current.pid == pid:
+            if announce:
+                for tell in list(_listeners):
+                    tell(current)
             return current
         if not pid_alive(pid):
             break
@@ -194,24 +224,28 @@ def _starting(home: Path, timeout: float) -> int:
     return fd
 
 
-def start_detached(home: Path | None = None, timeout: float = 10.0) -> DaemonState:
-    """Start the home's daemon in the background; refused when one already runs."""
+def start_detached(home: Path | None = None, timeout: float = 10.0) -> tuple[DaemonState, bool]:
+    """Start the home's daemon in the background: (its state, whether this call started it).
+
+    One that runs already is the answer, not a failure: ``corral daemon start`` asks for a
+    running daemon, and a launch may have started it a moment before.
+    """
     home = home or corral_home()
     fd = _starting(home, timeout)
     try:
         current = state(home)
         if current.running:
-            raise DaemonRunning(
-                f"A corral daemon already runs for {home} (pid {current.pid}).",
-                hint="It serves every project there; `corral daemon status` shows it, `corral daemon stop` stops it.",
-            )
-        return _spawn(home, timeout)
+            return current, False
+        return _spawn(home, timeout, announce=False), True  # the command's own answer says so
     finally:
         os.close(fd)
 
 
 def ensure_running(home: Path | None = None, timeout: float = 10.0) -> DaemonState:
-    """The home's daemon, started when none runs; never two (a concurrent start is joined)."""
+    """The home's daemon, started when none runs; never two (a concurrent start is joined).
+
+    A start made here is told to this process's listeners (:func:`announcing`).
+    """
     home = home or corral_home()
     current = state(home)
     if current.running:
@@ -221,7 +255,7 @@ def ensure_running(home: Path | None = None, timeout: float = 10.0) -> DaemonSta
         current = state(home)
         if current.running:
             return current
-        return _spawn(home, timeout)
+        return _spawn(home, timeout, announce=True)
     finally:
         os.close(fd)
 

@@ -25,6 +25,9 @@ Examples:
   corral daemon status
   corral daemon run --json   in the foreground, one JSON event per line
   corral daemon stop
+\b
+A turn whose agent gets corral's tools (agent_tools, on by default) and `corral dashboard`
+start it when none runs, and say so once on stderr.
 """
 )
 def daemon() -> None:
@@ -72,9 +75,14 @@ def _described(current: DaemonState) -> Iterator[str]:
 @json_option
 @pass_app
 def start(app: App) -> None:
-    """Start it in the background (refused when it runs already)."""
-    current = daemons.start_detached()
-    app.answer({"daemon": current.to_json()}, lambda: list(_described(current)))
+    """Start it in the background (one that runs already is the answer: its pid, exit 0)."""
+    current, started = daemons.start_detached()
+
+    def human() -> list[str]:
+        said = daemons.started_line(current.pid) if started else f"the corral daemon already runs (pid {current.pid})"
+        return [said, *list(_described(current))[1:]]
+
+    app.answer({"daemon": current.to_json(), "started": started}, human)
 
 
 @daemon.command("stop")
