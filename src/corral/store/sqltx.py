@@ -36,7 +36,7 @@ from corral.domain.records import (
 )
 from corral.domain.status import PAUSED, RESTING, Status, check_transition
 from corral.domain.violations import Decision, after_change, park_status
-from corral.errors import LeaseLost, RefusedError, StoreError
+from corral.errors import LeaseLost, RefusedError, StoreCorrupt, StoreError
 from corral.store.contract import UNSET, NewTask
 
 if TYPE_CHECKING:  # loaded by the lease methods, on first use: a store that runs no worker never pays
@@ -81,6 +81,19 @@ def _shared(value: str | None) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+#: The code of a task row that does not decode: a listing skips it, a read of that one task fails with it.
+UNREADABLE = "task-row-unreadable"
+
+
+def _unreadable(key: tuple[Any, ...], fault: str) -> StoreCorrupt:
+    task_id, ref = key[0], key[1]
+    return StoreCorrupt(
+        f"The task {ref} ({task_id}) cannot be read from the corral database: {fault}.",
+        code=UNREADABLE,
+        hint="`corral doctor` names the damaged row and how to make it readable; every other task reads as before.",
+    )
+
+
 def _time(value: str | None) -> datetime | None:
     return parse_time(value)
 
@@ -114,11 +127,36 @@ class _Decoded:
     immutable), so each task is decoded once per process, however often it is read.
     """
 
-    __slots__ = ("sessions", "tasks")
+    __slots__ = ("sessions", "tasks", "unreadable")
 
     def __init__(self) -> None:
         self.tasks: dict[str, tuple[tuple[Any, ...], Task]] = {}
         self.sessions: dict[str, tuple[tuple[Any, ...], Session]] = {}
+        #: Task rows that do not decode (a column that is not JSON, a status no corral wrote), by id with
+        #: the row and what is wrong: reads of many tasks skip them, ``doctor`` names them.
+        self.unreadable: dict[str, tuple[tuple[Any, ...], str]] = {}
+
+
+#: A task row's columns that hold JSON, by position in ``_TASK_COLUMNS``, and the value that resets each.
+_JSON_COLUMNS = ((9, "protected", "'[]'"), (10, "metadata", "'{}'"), (11, "resting_cause", "NULL"))
+
+
+def row_fault(row: Row, exc: BaseException) -> str:
+    """What is wrong with a task row that did not decode: the column, when one of its JSON columns is not JSON."""
+    for index, name, _reset in _JSON_COLUMNS:
+        try:
+            _loads(row[index])
+        except (ValueError, RecursionError):
+            return f"column {name} is not JSON"
+    return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def reset_value(fault: str) -> tuple[str, str] | None:
+    """(column, SQL value) that makes a row readable again when ``fault`` is a JSON column's; None otherwise."""
+    for _index, name, reset in _JSON_COLUMNS:
+        if fault == f"column {name} is not JSON":
+            return name, reset
+    return None
 
 
 class SQLTx:
@@ -177,13 +215,35 @@ class SQLTx:
 
     # -- tasks -------------------------------------------------------------------
     def _task(self, row: Row) -> Task:
+        """The row's task; a row that does not decode is a coded ``task-row-unreadable`` (and remembered)."""
         key = tuple(row)
         seen = self._decoded.tasks.get(key[0])
         if seen is not None and seen[0] == key:
             return seen[1]
-        task = self._decode_task(row)
+        bad = self._decoded.unreadable.get(key[0])
+        if bad is not None and bad[0] == key:
+            raise _unreadable(key, bad[1])
+        try:
+            task = self._decode_task(row)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, AssertionError) as exc:
+            fault = row_fault(row, exc)
+            self._decoded.unreadable[key[0]] = (key, fault)
+            raise _unreadable(key, fault) from exc
+        self._decoded.unreadable.pop(key[0], None)
         self._decoded.tasks[key[0]] = (key, task)
         return task
+
+    def _readable(self, rows: Iterable[Row]) -> list[Task]:
+        """The tasks of ``rows``, without the rows that do not decode: one damaged row never takes a
+        listing, a sweep or a project down (``doctor`` names it)."""
+        out = []
+        for row in rows:
+            try:
+                out.append(self._task(row))
+            except StoreError as exc:
+                if exc.code != UNREADABLE:
+                    raise
+        return out
 
     @staticmethod
     def _decode_task(row: Row) -> Task:
@@ -207,6 +267,17 @@ class SQLTx:
             updated_at=_req_time(row[14]),
             last_interaction_at=_req_time(row[15]),
         )
+
+    def unreadable_tasks(self) -> list[tuple[str, str, str]]:
+        found = []
+        for row in self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks ORDER BY created_at, id"):
+            try:
+                self._task(row)
+            except StoreError as exc:
+                if exc.code != UNREADABLE:
+                    raise
+                found.append((row[0], row[1], self._decoded.unreadable[row[0]][1]))
+        return found
 
     def get_task(self, task_id: str) -> Task | None:
         row = self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
@@ -236,7 +307,7 @@ class SQLTx:
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY created_at, id",
                 wanted,
             )
-        return [self._task(r) for r in rows]
+        return self._readable(rows)
 
     def task_heads(self, statuses: Iterable[Status]) -> list[TaskHead]:
         wanted = [s.value for s in statuses]
@@ -261,7 +332,7 @@ class SQLTx:
             f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY updated_at DESC, id DESC LIMIT ?",
             [*wanted, max(0, limit)],
         )
-        return [self._task(r) for r in rows]
+        return self._readable(rows)
 
     def match_tasks(self, prefix: str) -> list[Task]:
         # A prefix is a range on the unique indexes (ref and id): [prefix, prefix + U+10FFFF).
@@ -272,7 +343,7 @@ class SQLTx:
             f"UNION SELECT {_TASK_COLUMNS} FROM tasks WHERE id >= ? AND id < ? ORDER BY created_at, id",
             (prefix, upper, prefix, upper),
         )
-        return [self._task(r) for r in rows if r["ref"].startswith(prefix) or r["id"].startswith(prefix)]
+        return self._readable(r for r in rows if r["ref"].startswith(prefix) or r["id"].startswith(prefix))
 
     def refs(self, near: str | None = None, limit: int = 2000) -> list[str]:
         if near:
@@ -291,7 +362,7 @@ class SQLTx:
 
     def children(self, task_id: str) -> list[Task]:
         rows = self._all(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE parent_id = ? ORDER BY created_at, id", (task_id,))
-        return [self._task(r) for r in rows]
+        return self._readable(rows)
 
     def insert_task(self, new: NewTask, actor: Actor, *, task_id: str | None = None) -> Task:
         self._write()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from corral.engine.project import Project, backups, backups_dir
 from corral.engine.recovery import hand_merged
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError
+from corral.store.sqltx import reset_value
 
 MIN_GIT = (2, 38)  # merge-tree --write-tree
 #: How many bad objects doctor names one by one (the count after them is whole).
@@ -104,6 +106,31 @@ def check_store(project: Project) -> list[Check]:
         # PostgreSQL: the connection answered, the project's schema is there at this corral's version.
         return [Check("database", "ok", f"PostgreSQL {store.location}, schema version {version} (connected)")]
     return [Check("database", "ok", f"{store.location} (schema {version})")]
+
+
+def check_task_rows(project: Project) -> list[Check]:
+    """Task rows that do not decode: every read of many tasks skips them (the project works on), so
+    only here does a person learn of them, with the statement that makes one readable again."""
+    with project.store.read() as tx:
+        bad = tx.unreadable_tasks()
+    out = []
+    for task_id, ref, fault in bad:
+        reset = reset_value(fault)
+        if reset is not None and not project.placement.over_network():
+            column, value = reset
+            sql = f"UPDATE tasks SET {column} = {value} WHERE id = '{task_id.replace(chr(39), chr(39) * 2)}'"
+            typed = f'"{sql}"' if re.fullmatch(r"[\w{}\[\]' =-]+", sql) else shlex.quote(sql)
+            fix = (
+                f"Back it up first (corral backup), then reset that column (the rest of the task stays): "
+                f"sqlite3 {shlex.quote(str(project.paths.db))} {typed}"
+            )
+        else:
+            fix = "Restore a backup (corral restore PATH), or rewrite that row's column by hand."
+        message = sanitize_field(
+            f"task-row-unreadable: {ref} ({task_id}): {fault}; lists and sweeps skip it, every other task reads."
+        )
+        out.append(Check("task-row", "fail", message, sanitize_field(fix)))
+    return out
 
 
 def check_backups(project: Project) -> Check:
@@ -500,6 +527,7 @@ def run(project: Project, task: str | None = None) -> list[Check]:
     checks += store_checks
     checks += _guarded("backups", lambda: check_backups(project))
     if all(c.status != "fail" for c in store_checks):
+        checks += _guarded("task-row", lambda: check_task_rows(project))
         checks += _guarded("tasks", lambda: check_tasks(project))
         checks += _guarded("worktree", lambda: check_worktrees(project))
         checks += _guarded("checkout", lambda: check_checkouts(project))
