@@ -16,7 +16,8 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── TaskBusy                              another corral command holds the task
     │   ├── ChatOpen                              a chat holds the task's worktree
     │   ├── AcceptRefused                         accept's pre-flight says no
-    │   │   └── TipMoved                          the branch is not at the tip reviewed (or pinned)
+    │   │   ├── TipMoved                          the branch is not at the tip reviewed (or pinned)
+    │   │   └── ConflictMarkers                   the squash would add conflict markers to the target
     │   ├── DaemonRunning                         a daemon already runs
     │   ├── RepositoryCopied                      a copy of a checkout whose tasks corral keeps
     │   ├── TaskAlreadyStarted                    a second start lost to the first: the task runs
@@ -30,6 +31,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   ├── StoreCorrupt                          its bytes are damaged (not a database, not UTF-8)
     │   ├── StoreTooNew                           a newer corral's schema
     │   ├── StoreMissing                          gone or empty while the state still holds tasks
+    │   ├── StoreReplaced                         not the store corral last knew here (another's, or rows lost)
     │   ├── StoreReadOnly                         the file, directory or mount refuses writes
     │   ├── StoreDiskFull                         no space left where the database lives
     │   ├── StoreIOError                          the disk or a file under it failed (a deleted -wal)
@@ -194,6 +196,13 @@ class StoreMissing(StoreError):
     code = "store-missing"
 
 
+class StoreReplaced(StoreError):
+    """The database holds another store than the one corral last knew at this place, or fewer tasks than
+    it knew were created there (an older copy put back by hand): refused, and kept aside, never used."""
+
+    code = "store-replaced"
+
+
 class StoreReadOnly(StoreError):
     """Writes are refused: a read-only mount, an immutable file, a directory without write permission."""
 
@@ -269,6 +278,13 @@ class ChatOpen(RefusedError):
 
 class AcceptRefused(RefusedError):
     code = "accept-refused"
+
+
+class ConflictMarkers(AcceptRefused):
+    """The squash adds ``<<<<<<<`` … ``=======`` … ``>>>>>>>`` regions: named by file and line, nothing merged
+    (``accept --allow-markers`` lands markers a person means)."""
+
+    code = "conflict-markers"
 
 
 class TipMoved(AcceptRefused):

@@ -203,8 +203,11 @@ def test_compose_conflict_lists_every_file() -> None:
         "Merging the latest main into your branch stopped with conflicts in:\n"
         "  src/app.py\n"
         "  docs/README.md\n"
-        "The merge is in progress in your worktree. Resolve every conflict, commit the merge, "
-        "and only then continue with the rest of this message.\n"
+        "The merge is in progress in your worktree. In each of these files, resolve every conflict and "
+        "delete its conflict markers (the lines that begin with <<<<<<<, |||||||, ======= and >>>>>>>). "
+        "Commit the merge only once no marker is left: `git diff HEAD --check` names any that remain, "
+        "and corral refuses to accept work that still carries them. Only then continue with the rest "
+        "of this message.\n"
         "\n"
         "Task: Fix the login bug\n\nThe form rejects valid e-mails."
     )

@@ -176,7 +176,7 @@ def test_two_conflicting_accepts_at_once_one_lands_and_the_other_parks_explained
     assert shown["resting_cause"]["code"] == "merge-conflict-on-accept"
     text = corral.ok("show", "second").stdout
     assert "Accepting it conflicted with its target, which had moved" in text and "README.md" in text
-    assert "corral sync second" in text
+    assert "corral unblock second -m" in text and "corral accept second" in text  # never sync: it aborts on it
     assert git(repo, "status", "--porcelain") == ""
 
 

@@ -195,7 +195,8 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
             reason = _detail(cause, evidence)
             return Wording(
                 "Accepting it conflicted with its target, which had moved" + (f": {reason}" if reason else "."),
-                f"corral sync {ref}, or: corral unblock {ref} -m 'merge the target and resolve the conflict'",
+                f"corral unblock {ref} -m 'merge the target and resolve the conflicts' (its agent is told to remove "
+                f"every conflict marker), or resolve it by hand in its worktree and then: corral accept {ref}",
             )
         case "merge-and-fix-failed":
             return Wording(

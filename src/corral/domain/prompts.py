@@ -124,8 +124,11 @@ def sync_note(outcome: SyncOutcome) -> str:
             files = "\n".join(f"  {f}" for f in outcome.files)
             return (
                 f"Merging the latest {outcome.target} into your branch stopped with conflicts in:\n{files}\n"
-                "The merge is in progress in your worktree. Resolve every conflict, commit the merge, "
-                "and only then continue with the rest of this message."
+                "The merge is in progress in your worktree. In each of these files, resolve every conflict and "
+                "delete its conflict markers (the lines that begin with <<<<<<<, |||||||, ======= and >>>>>>>). "
+                "Commit the merge only once no marker is left: `git diff HEAD --check` names any that remain, "
+                "and corral refuses to accept work that still carries them. Only then continue with the rest "
+                "of this message."
             )
         case _:
             return ""

@@ -101,6 +101,9 @@ more). When the branch moved since `corral diff` showed it, the new commits are 
 only once you confirm: asked on a terminal; refused elsewhere (exit 3, tip-moved) unless --tip
 names the tip to merge or --yes takes whatever the branch holds.
 \b
+A squash that would add conflict markers (a <<<<<<< line, then =======, then >>>>>>>) is refused
+(exit 3, conflict-markers), naming each file and its lines; --allow-markers merges markers you mean.
+\b
 With --json, stdout is JSON Lines, one object per line: {"event": "plan", ...}, then one
 {"event": "phase", ...} per step, then {"event": "result", ...}; a failure ends the stream
 with {"event": "error", "error": {"code", "message", "hint"}}. Human progress goes to stderr.
@@ -109,10 +112,15 @@ with {"event": "error", "error": {"code", "message", "hint"}}. Human progress go
 @click.argument("task")
 @click.option("--tip", metavar="SHA", help="Merge exactly this commit; refused unless the branch is at it.")
 @click.option("-y", "--yes", is_flag=True, help="Merge commits made since the diff was shown without asking.")
+@click.option(
+    "--allow-markers",
+    is_flag=True,
+    help="Merge even though the squash adds conflict markers (<<<<<<< … ======= … >>>>>>>): ones you mean.",
+)
 @json_option
 @pass_app
 @streams
-def accept(app: App, task: str, tip: str | None, yes: bool) -> int:
+def accept(app: App, task: str, tip: str | None, yes: bool, allow_markers: bool) -> int:
     """Squash-merge the task's work into its target, verify it, then archive the branch (→ complete).
 
     It streams: with --json its output is JSON Lines (see below), not one document.
@@ -128,6 +136,7 @@ def accept(app: App, task: str, tip: str | None, yes: bool) -> int:
         report=lambda event: app.event(event, lambda: _progress(event), aside=True),
         tip=tip,
         confirm=(lambda moved: True) if yes else _asker(app),
+        allow_markers=allow_markers,
     )
     if result.warning and result.conflict is None:  # a kept stash is said once, as the error below
         app.note(f"warning: {result.warning}")

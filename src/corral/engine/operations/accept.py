@@ -25,6 +25,7 @@ accept refuses (:class:`~corral.errors.TipMoved`).
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -32,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
-from corral.domain import gittext
+from corral.domain import conflict_markers, gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
 from corral.domain.operations_table import Op, may, takes
 from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
+from corral.domain.violations import shown_paths
 from corral.engine import workspace
 from corral.engine.git_remote import remote_name
 from corral.engine.operations import reviewed
@@ -53,6 +55,7 @@ from corral.engine.task_locks import task_lock
 from corral.errors import (
     STATUS_WORDS,
     AcceptRefused,
+    ConflictMarkers,
     CorralError,
     DestinationRestoreConflict,
     GitError,
@@ -258,9 +261,13 @@ def accept(
     caller_task_id: str | None = None,
     tip: str | None = None,
     confirm: Confirm | None = None,
+    allow_markers: bool = False,
 ) -> Accepted:
     """Merge a task into its target and complete it. ``caller_task_id``: the task whose agent calls
     (from its token), which may accept a subtask into its own live worktree (:func:`_exempt`).
+
+    A squash that would add conflict markers is refused (:func:`refuse_markers`) unless ``allow_markers``:
+    a person who means them.
 
     ``tip`` pins the commit to merge: the branch must be at it (before and after a pre-accept turn).
     Otherwise a tip other than the one the caller's last diff showed is merged only when ``confirm``
@@ -287,7 +294,7 @@ def accept(
         if pre_prompt:
             ready = _pre_accept(project, ready, actor, narrator, str(pre_prompt))
             _after_pre_accept(project, ready, agreed, pinned is not None, confirm, actor, narrator)
-        return _merge(project, ready, actor, narrator, destination)
+        return _merge(project, ready, actor, narrator, destination, allow_markers)
 
 
 def _agreed_tip(
@@ -382,7 +389,14 @@ class _Landed:
     local_behind: bool = False  # shared: the remote's target holds it, this host's did not follow
 
 
-def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, destination: Path | None) -> Accepted:
+def _merge(
+    project: Project,
+    ready: _Ready,
+    actor: Actor,
+    narrator: Narrator,
+    destination: Path | None,
+    allow_markers: bool = False,
+) -> Accepted:
     task, session, target = ready.task, ready.session, ready.target
     merge_phase = next(p for p in PHASES if p.id == "merge")
     narrator.phase(merge_phase, "start")
@@ -399,7 +413,7 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
             held.enter_context(target_lock(project, target, timeout=TARGET_WAIT))
             recover_into(project, target, besides=task.id)
             destination = _worktree_on(project, target)  # read again: only the lock holder may rely on it
-            landed = _land(project, ready, message, destination, flight)
+            landed = _land(project, ready, message, destination, flight, allow_markers)
         except CorralError as exc:
             narrator.phase(merge_phase, "failed", exc.message)
             _abort(project, task, actor, flight, exc)
@@ -470,8 +484,17 @@ def _merge(project: Project, ready: _Ready, actor: Actor, narrator: Narrator, de
     return Accepted(done, commit, warning=warning, conflict=conflict)
 
 
-def _land(project: Project, ready: _Ready, message: str, destination: Path | None, flight: list[InFlight]) -> _Landed:
+def _land(
+    project: Project,
+    ready: _Ready,
+    message: str,
+    destination: Path | None,
+    flight: list[InFlight],
+    allow_markers: bool = False,
+) -> _Landed:
     """Squash onto the target's tip and move it by compare-and-swap, merging again when it moved meanwhile.
+
+    Each squash is read for conflict markers before anything moves (:func:`refuse_markers`).
 
     With a checked-out target, the in-flight record is saved before the stash is made, so a
     kill anywhere after it leaves recovery knowing old, new and the stash.
@@ -489,14 +512,16 @@ def _land(project: Project, ready: _Ready, message: str, destination: Path | Non
         tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)
         if tree is None:
             raise MergeConflictOnAccept(
-                f"{task.branch} conflicts with {target} in: {', '.join(conflicts)}. Nothing was merged.",
-                hint=f"Merge {target} into the task first: corral sync {task.ref} (or unblock it for the agent).",
+                f"{task.branch} conflicts with {target} in: {shown_paths(conflicts, most=20)}. Nothing was merged.",
+                hint=conflict_hint(ready),
             )
         if tree == git.tree_of(old, cwd=repo):
             raise AcceptRefused(
                 f"{task.branch} changes nothing on {target}; there is nothing to merge.",
                 hint=f"Close it instead: corral close {task.ref} -m 'nothing to do'",
             )
+        if not allow_markers:
+            refuse_markers(project, ready, old, tree)
         commit = git.commit_tree(tree, [old], message, cwd=repo)
         if ready.shared:
             if not project.placement.push_target(project, target, commit, old):
@@ -597,6 +622,64 @@ def _abort(project: Project, task: Task, actor: Actor, flight: list[InFlight], e
         restore_prior(project, task.id, actor, f"accept aborted: {exc.message}"[:300])
     else:
         restore_prior(project, task.id, actor, "accept aborted by an internal fault")
+
+
+def _worktree_words(ready: _Ready) -> str | None:
+    """The task's worktree as a shell word, when it is on this host (a worker's is not)."""
+    worktree = ready.session.worktree
+    return shlex.quote(worktree) if worktree and Path(worktree).is_dir() else None
+
+
+def conflict_hint(ready: _Ready) -> str:
+    """How to finish an accept whose branch conflicts with its target: by hand in the worktree, or the agent's turn
+    (whose prompt names the conflicted files and asks it to remove every marker; accept refuses any left)."""
+    ref, target, wt = ready.task.ref, ready.target, _worktree_words(ready)
+    by_hand = (
+        f"Resolve it by hand: git -C {wt} merge {target}, fix the conflicted files, git -C {wt} commit -a --no-edit; "
+        f"then corral accept {ref} merges that. "
+        if wt
+        else ""
+    )
+    return f"{by_hand}Or hand it to the agent: corral unblock {ref} -m 'merge {target} and resolve the conflicts'"
+
+
+def refuse_markers(project: Project, ready: _Ready, old: str, tree: str) -> None:
+    """Refuse a squash whose added lines hold conflict markers (:mod:`corral.domain.conflict_markers`).
+
+    The patch is read from objects in the main checkout, as the review diff is, with no driver, textconv
+    or attribute of the task's, and with git's own prefixes whatever the person's ``diff.noprefix``.
+    """
+    patch = project.git.run(
+        "-c",
+        "core.fsmonitor=false",
+        "diff",
+        *reviewed.REVIEW_FLAGS,
+        "-U0",
+        "--no-color",
+        "--no-renames",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        old,
+        tree,
+        "--",
+        cwd=project.repo,
+    ).stdout
+    regions = conflict_markers.find(patch)
+    if not regions:
+        return
+    ref, wt = ready.task.ref, _worktree_words(ready)
+    by_hand = (
+        f"Resolve them by hand: edit the files in {wt}, then git -C {wt} commit -am 'resolve conflict markers'; "
+        f"corral accept {ref} then merges that commit. "
+        if wt
+        else ""
+    )
+    raise ConflictMarkers(
+        f"Cannot accept {ref}: its squash would add conflict markers to {ready.target} at "
+        f"{conflict_markers.named(regions)}. Nothing was merged.",
+        hint=f"{by_hand}Or hand it back: corral unblock {ref} -m 'resolve the conflict markers'. "
+        f"Markers you mean: corral accept {ref} --allow-markers",
+    )
 
 
 def verify(
