@@ -11,9 +11,9 @@ import sqlite3
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from corral.domain.actors import Actor, Role
-from corral.domain.record import replace
 from corral.domain.status import Status
 from corral.engine.operations import turns
 from corral.engine.operations.refresh import settle

@@ -10,13 +10,13 @@ failed timeline entry), ``corral show --details`` (the Failure section) and ``--
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from corral.adapters.process import pid_alive
@@ -195,7 +195,7 @@ def test_a_command_naming_a_harness_the_supervisor_does_not_know_is_a_refusal_re
     built = launch.build_command
 
     def from_another_version(*args, **kw):
-        return dataclasses.replace(built(*args, **kw), harness="no-such-harness")
+        return msgspec.structs.replace(built(*args, **kw), harness="no-such-harness")
 
     monkeypatch.setattr(launch, "build_command", from_another_version)
     task = new_task(fproj)

@@ -118,7 +118,7 @@ def test_no_operation_keeps_its_own_tuple_of_statuses() -> None:
 @pytest.mark.parametrize("cause", [None, "harness-killed", "turn-lost", "prepare-failed", "stopped", "harness-missing"])
 def test_every_next_hint_names_only_operations_the_table_allows(status: Status, cause: str | None, proj) -> None:
     task = tasks.create(proj, "Hinted", actor=H)
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     resting = RestingCause(cause, at=task.created_at, actor=H) if cause else None
     shaped = replace(task, status=status, resting_cause=resting)

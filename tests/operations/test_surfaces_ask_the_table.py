@@ -16,11 +16,11 @@ import ast
 import re
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from corral.cli import watch_view as view
 from corral.cli.app import App

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor

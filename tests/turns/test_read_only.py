@@ -214,7 +214,7 @@ def test_the_real_pi_in_an_ask_has_only_its_read_only_tools(repo: Path, tmp_path
 
 
 def test_the_before_state_and_the_kept_record_cross_the_process_boundary(tmp_path: Path) -> None:
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from corral.engine.runtime import protocol as proto
     from tests.runtime.test_protocol import a_command, a_receipt

@@ -15,11 +15,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from corral.domain.record import record
+from msgspec import Struct
 
 
-@record
-class HarnessState:
+class HarnessState(Struct, frozen=True):
     """One of a harness's state directories inside the sandbox (docs/harnesses.md#sandbox).
 
     The directory is writable, so the harness keeps its session and its credentials; what in it

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.errors import CorralError
 
 #: The names a loopback bind answers to.
@@ -66,8 +67,7 @@ def allowed_hosts(host: str, port: int) -> set[str]:
     return {f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names if n}
 
 
-@record(frozen=False)
-class Served:
+class Served(Struct):
     base: str  # http://HOST:PORT (an IPv6 host in brackets)
     port: int
     stop: Callable[[], None]

@@ -16,12 +16,12 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
+from msgspec import Struct
+
 from corral.adapters.process import MAX_PID, send
-from corral.domain.record import record
 
 
-@record
-class ProcInfo:
+class ProcInfo(Struct, frozen=True):
     """One live process as ``/proc/<pid>/stat`` tells it."""
 
     pid: int
@@ -108,8 +108,7 @@ def all_processes() -> list[ProcInfo]:
 START_SLACK_SECONDS = 2.0
 
 
-@record
-class Identity:
+class Identity(Struct, frozen=True):
     """A pid, and what proves that the process holding it is the one corral recorded.
 
     Each fact given must hold: ``start`` (its start time in ticks after boot), ``env`` (an

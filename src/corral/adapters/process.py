@@ -32,8 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Protocol
 
+from msgspec import Struct
+
 from corral.adapters.files import open_private
-from corral.domain.record import record
 from corral.errors import ArgvError, ProgramError, ProgramMissing, ProgramTimeout
 
 MAX_PID = 2**22  # Linux's pid_max ceiling; anything larger is not a process
@@ -49,8 +50,7 @@ def check_argv(argv: Sequence[str]) -> None:
             )
 
 
-@record
-class Completed:
+class Completed(Struct, frozen=True):
     argv: tuple[str, ...]
     returncode: int
     stdout: str

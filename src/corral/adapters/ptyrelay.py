@@ -53,12 +53,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.pid_identity import Identity, start_ticks, stop_identified
 from corral.adapters.process import check_argv
 
 # Whose first disposition the agent starts with (ignored stays ignored): the leader's own list, one home.
 from corral.adapters.ptyleader import INHERITED
-from corral.domain.record import record
 from corral.errors import CorralError
 
 #: The session leader, run by path with ``python -I -S`` (see its docstring).
@@ -85,8 +86,7 @@ END_GRACE = 2.0
 _Disposition = Callable[[int, FrameType | None], Any] | int | None
 
 
-@record
-class Relayed:
+class Relayed(Struct, frozen=True):
     """How a relayed agent ended: its exit code or the signal that ended it, how long it ran, how often it stopped."""
 
     exit_code: int | None  # None when a signal ended it

@@ -44,8 +44,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct, convert, to_builtins
+
 from corral.adapters.harness_state import prepare_state, state_mounts
-from corral.domain.record import asdict, record
 
 #: The values of the ``sandbox`` setting.
 AUTO, BWRAP, OFF = "auto", "bwrap", "off"
@@ -62,8 +63,7 @@ SANDBOX_TMP = "/tmp"
 SHARED_OBJECTS = "/tmp/.corral-objects"
 
 
-@record
-class SandboxSpec:
+class SandboxSpec(Struct, frozen=True):
     """A turn's sandbox, resolved once at launch and carried in its command.
 
     ``mode`` is ``bwrap`` or ``off``; ``reason`` says why (for ``show``). ``error``: bwrap was
@@ -88,40 +88,21 @@ class SandboxSpec:
     def confined(self) -> bool:
         return self.mode == BWRAP
 
+    def __post_init__(self) -> None:
+        """Run when a command is read, too (msgspec calls it on decode): a mode corral never resolves
+        is refused, so a command naming one is refused for its shape, never run unconfined."""
+        if self.mode not in (BWRAP, OFF):
+            raise ValueError(f"sandbox.mode is {self.mode!r}: it must be {BWRAP} or {OFF}")
+
     def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["hidden"] = list(self.hidden)
-        doc["read_paths"] = list(self.read_paths)
+        doc: dict[str, Any] = to_builtins(self)
         return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SandboxSpec:
-        def text(key: str) -> str | None:
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"sandbox.{key}: expected a string")
-            return value
-
-        mode, reason = data.get("mode"), data.get("reason")
-        if mode not in (BWRAP, OFF) or not isinstance(reason, str):
-            raise ValueError("sandbox: mode must be bwrap or off, with a reason")
-        hidden = data.get("hidden") or []
-        if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
-            raise ValueError("sandbox.hidden: expected a list of strings")
-        read_paths = data.get("read_paths") or []
-        if not isinstance(read_paths, list) or not all(isinstance(h, str) for h in read_paths):
-            raise ValueError("sandbox.read_paths: expected a list of strings")
-        return cls(
-            mode=mode,
-            reason=reason,
-            bwrap=text("bwrap"),
-            error=text("error"),
-            hidden=tuple(hidden),
-            git_common_dir=text("git_common_dir"),
-            git_dir=text("git_dir"),
-            branch=text("branch"),
-            read_paths=tuple(read_paths),
-        )
+        """The spec in a command's ``sandbox`` object; a field of the wrong type raises ``ValueError``
+        (msgspec's ``ValidationError``) naming it."""
+        return convert(dict(data), cls)
 
 
 def find_bwrap(env: Mapping[str, str] | None = None) -> str | None:

@@ -47,10 +47,11 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.process import check_argv
 from corral.adapters.ptyrelay import run_relayed
 from corral.domain.exits import signal_name
-from corral.domain.record import record
 
 #: Ignored by corral while the agent runs: the keyboard's signals …
 _KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
@@ -63,8 +64,7 @@ _FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 _Disposition = Callable[[int, FrameType | None], object] | int | None
 
 
-@record
-class Ended:
+class Ended(Struct, frozen=True):
     """How an interactive agent ended: its exit code or the signal that ended it, and how long it ran."""
 
     exit_code: int | None  # None when a signal ended it

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from msgspec import Struct
+
 from corral.dashboard import board_page, security, task_actions, task_page, views
 from corral.dashboard.html import Markup, tag
 from corral.dashboard.hub import POLL_SECONDS, Follower, Hub
-from corral.domain.record import record
 from corral.errors import CorralError
 
 HOST = "127.0.0.1"
@@ -42,8 +43,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 KEEPALIVE_SECONDS = 15.0
 
 
-@record(frozen=False)
-class Served:
+class Served(Struct):
     url: str
     stop: Callable[[], None]
 

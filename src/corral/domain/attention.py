@@ -17,15 +17,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from msgspec import Struct
+
 from corral.domain.clock import parse_time
 from corral.domain.incidents import CLOSED, FailureState, Incident, Label
-from corral.domain.record import record
 
 GRACE_SECONDS = 60.0
 
 
-@record
-class Notice:
+class Notice(Struct, frozen=True):
     kind: str  # attention (while running) | completion | lost
     key: str  # what a delivery receipt records
     incidents: tuple[Incident, ...]  # told in full

@@ -25,7 +25,7 @@ from enum import StrEnum
 from itertools import accumulate
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
 
 #: Deeper than any event a harness writes (theirs stay under about twenty levels), and shallow enough
 #: that any recursive code walking a decoded value stays far from the interpreter's limit.
@@ -52,16 +52,14 @@ class Reason(StrEnum):
     MALFORMED = "malformed"
 
 
-@record
-class Unparseable:
+class Unparseable(Struct, frozen=True):
     """Why a text was not decoded: ``reason`` a code, ``detail`` the plain words for a person."""
 
     reason: Reason
     detail: str
 
 
-@record
-class Decoded:
+class Decoded(Struct, frozen=True):
     """The value a text held."""
 
     value: Any

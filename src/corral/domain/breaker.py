@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.settings import default
 
 if TYPE_CHECKING:
@@ -34,8 +35,7 @@ def breaker_tripped(consecutive: int, threshold: int) -> bool:
     return consecutive >= threshold
 
 
-@record
-class Interruption:
+class Interruption(Struct, frozen=True):
     """What the same-cause breaker compares between two interruptions of a task."""
 
     code: str  # the resting cause's code
@@ -100,8 +100,7 @@ class Settings(Protocol):
     def __getitem__(self, name: str, /) -> Any: ...
 
 
-@record
-class Counters:
+class Counters(Struct, frozen=True):
     """The breaker's state on a session: interruptions in a row, and whether the system ever resumed it."""
 
     consecutive: int = 0
@@ -115,8 +114,7 @@ class Counters:
         return cls(session.consecutive_interruptions, session.auto_resumed)
 
 
-@record
-class Update:
+class Update(Struct, frozen=True):
     """What one event does to a session's counters: each field the event sets (None: left as it is),
     and whether the breaker has tripped once it is written."""
 
@@ -134,8 +132,7 @@ class Update:
         return out
 
 
-@record
-class Repeat:
+class Repeat(Struct, frozen=True):
     """The same-cause count at an auto-resume: the run ``now`` ends, what to keep for the next
     interruption (None: ``now`` was counted already), and whether the run stops auto-resume."""
 
@@ -149,8 +146,7 @@ class Repeat:
         return {"run": self.run, "code": self.now.code, "exit_code": self.now.exit_code}
 
 
-@record
-class Breaker:
+class Breaker(Struct, frozen=True):
     """The circuit breaker with its settings (the task's own, where it keeps them).
 
     Whether it has tripped depends on the settings; how an event moves the counters does not, so

@@ -22,6 +22,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from msgspec import Struct
+
 from corral.domain.dispositions import (
     CALL,
     DISPOSE,
@@ -46,11 +48,9 @@ from corral.domain.incidents import (
     reduce,
 )
 from corral.domain.intents import NEEDS_EVIDENCE, DispositionRequest, Intent, Rejected, command_args, parse_disposition
-from corral.domain.record import record
 
 
-@record
-class ToolStart:
+class ToolStart(Struct, frozen=True):
     call_id: str
     name: str
     args: Any
@@ -63,8 +63,7 @@ class ToolStart:
     disposition: Mapping[str, Any] | None = None
 
 
-@record
-class ToolEnd:
+class ToolEnd(Struct, frozen=True):
     call_id: str
     is_error: bool
     text: str = ""
@@ -77,8 +76,7 @@ class ToolEnd:
     exit_code: int | None = None
 
 
-@record
-class ModelFailure:
+class ModelFailure(Struct, frozen=True):
     text: str
     offset: int = 0
     #: A turn-level report of how the turn ended (Codex's ``turn.failed``): while a failed model call
@@ -86,13 +84,11 @@ class ModelFailure:
     restates: bool = False
 
 
-@record
-class ModelOk:
+class ModelOk(Struct, frozen=True):
     """A successful model response: what recovers a failed model call."""
 
 
-@record
-class Gap:
+class Gap(Struct, frozen=True):
     """Evidence that is missing, torn or unreadable."""
 
     key: str

@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.violations import shown_path
 
 OPENING = "<<<<<<< "
@@ -28,8 +29,7 @@ _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 _ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
 
 
-@record
-class Region:
+class Region(Struct, frozen=True):
     """One conflict region a squash adds: its file and its first and last line in the new file."""
 
     path: str

@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.settings import BY_NAME, default
 
 #: A heartbeat missed this many times over says the supervisor is frozen, stopped or gone: ten,
@@ -34,8 +35,7 @@ class Settings(Protocol):
     def __getitem__(self, name: str, /) -> Any: ...
 
 
-@record
-class Delays:
+class Delays(Struct, frozen=True):
     """The waits of one turn, in seconds; each field is the setting of its name."""
 
     #: The transient ladder's first step (overload, network, unreachable); each next step doubles.

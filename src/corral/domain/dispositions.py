@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from msgspec import Struct
+
 from corral.domain.incidents import CLOSED, Category, FailureState, Incident, Label, excerpt
 from corral.domain.intents import NEEDS_EVIDENCE, REASON_CHARS, DispositionRequest, Rejected, parse_disposition
-from corral.domain.record import record
 
 #: The kinds of tool call a trusted collector remembers (:class:`Attempt`).
 CALL = "call"  # any tool call
@@ -24,8 +25,7 @@ REFUSED = "rejected"  # corral's shell tool whose intent was rejected: it never 
 DISPOSE = "disposition"  # corral's failure_disposition tool
 
 
-@record(frozen=False)
-class Attempt:
+class Attempt(Struct):
     """One tool call as a trusted collector remembers it: what dispositions' targets and evidence name."""
 
     call_id: str
@@ -86,8 +86,7 @@ class Remembered(Protocol):
     def find_call(self, name: str) -> Attempt | None: ...
 
 
-@record
-class OpenIncident:
+class OpenIncident(Struct, frozen=True):
     """An incident a disposition may name: listed with every refusal, so the agent can name it right."""
 
     id: str
@@ -98,15 +97,13 @@ class OpenIncident:
     operation_id: str | None = None
 
 
-@record
-class Accepted:
+class Accepted(Struct, frozen=True):
     """A disposition that holds: ``event`` is its journal event (its id the same however often it is checked)."""
 
     event: dict[str, Any]
 
 
-@record
-class Refused:
+class Refused(Struct, frozen=True):
     """A disposition refused whole (nothing is recorded): every reason, and the incidents still open."""
 
     reasons: tuple[str, ...]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 
+from msgspec import Struct
+
 from corral.domain.operations_table import Op, may
-from corral.domain.record import record
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 
@@ -34,8 +35,7 @@ def harness_name(harness: str | None) -> str:
     return HARNESS_NAMES.get(harness or "", "The agent")
 
 
-@record
-class Wording:
+class Wording(Struct, frozen=True):
     line: str
     next: str | None = None
 

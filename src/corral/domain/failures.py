@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
+from msgspec import Struct
+
 from corral.domain.delays import Delays
-from corral.domain.record import record
 from corral.domain.settings import default
 
 #: Bytes of a failure's reason kept in the live retry state and in the receipt (and the most of one
@@ -38,8 +39,7 @@ TRANSIENT = frozenset(
 FATAL = frozenset({FailureClass.FATAL_AUTH, FailureClass.FATAL_CONFIG})
 
 
-@record
-class Budgets:
+class Budgets(Struct, frozen=True):
     """How long each class may keep retrying; the defaults are the ``budget_*`` settings."""
 
     overload_seconds: float = default("budget_overload", float)
@@ -52,13 +52,11 @@ class Budgets:
 FAST_FAILURES_FOR_LOOP = 3
 
 
-@record
-class Retry:
+class Retry(Struct, frozen=True):
     delay: float
 
 
-@record
-class Stop:
+class Stop(Struct, frozen=True):
     reason: str  # fatal | budget-exhausted | crash-loop
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
-from corral.domain.record import field, record
+from msgspec import Struct, field
 
 #: Failures of one operation, with no recovery between, that make it need someone.
 THRICE = 3
@@ -84,8 +84,7 @@ def supervision_failure(key: str, category: Category, summary: str, at: str | No
     return failure_event(f"{category.value}:{key}", f"{category.value}:{key}", category, excerpt(summary), at)
 
 
-@record(frozen=False)
-class Incident:
+class Incident(Struct):
     id: str
     operation: str
     category: str
@@ -119,8 +118,7 @@ class Incident:
         } | ({"permission_resource": self.permission_resource} if self.permission_resource else {})
 
 
-@record(frozen=False)
-class FailureState:
+class FailureState(Struct):
     """Every incident of a session, and how many journal bytes and records it covers."""
 
     incidents: dict[str, Incident] = field(default_factory=dict)
@@ -134,7 +132,7 @@ class FailureState:
     dispositions: set[str] = field(default_factory=set)
     #: A state with what is only true now added (events not yet written, a torn journal) keeps the
     #: state of the journal alone here: the next incremental read goes on from that one.
-    clean: FailureState | None = field(default=None, repr=False)
+    clean: FailureState | None = field(default=None)
 
     def by_label(self, *labels: Label) -> list[Incident]:
         return [i for i in self.incidents.values() if i.label in labels]

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
 
 #: An operation or attempt id (the shell tool's schema carries the same pattern).
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$"
@@ -55,8 +55,7 @@ EVIDENCE_CHARS = 200
 DISPOSITION_KEYS = ("disposition", "targets", "reason", "evidence", "permissionResource")
 
 
-@record
-class Intent:
+class Intent(Struct, frozen=True):
     """A valid intent (every field optional: a shell call with none of them is an empty intent)."""
 
     operation_id: str | None = None
@@ -65,15 +64,13 @@ class Intent:
     expected: tuple[int, ...] = ()
 
 
-@record
-class Rejected:
+class Rejected(Struct, frozen=True):
     """Why a declaration was refused: one plain sentence per problem."""
 
     reasons: tuple[str, ...]
 
 
-@record
-class DispositionRequest:
+class DispositionRequest(Struct, frozen=True):
     """A ``failure_disposition`` request of a valid shape (its targets not yet resolved)."""
 
     disposition: str

@@ -6,12 +6,12 @@ in the turn's command; each harness adapter turns it into its own flags.
 
 from __future__ import annotations
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.settings import default
 
 
-@record
-class Posture:
+class Posture(Struct, frozen=True):
     permission_mode: str = default("permission_mode", str)
     allowed_tools: tuple[str, ...] = ()
     read_only: bool = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from corral.domain.record import record
+from msgspec import Struct
 
 SYSTEM_TEXT = (
     "You are an AI coding agent working on one task that corral manages. You work in a git "
@@ -102,8 +102,7 @@ def ask(question: str) -> str:
     return f"{ASK_PREAMBLE}\n\nThe question:\n\n{question}"
 
 
-@record
-class SyncOutcome:
+class SyncOutcome(Struct, frozen=True):
     """How the upstream merge before a turn went, as the supervisor saw it."""
 
     state: str  # merged | up-to-date | skipped-dirty | conflict | none

@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from msgspec import Struct, field
+
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time, rfc3339
-from corral.domain.record import field, record
 from corral.domain.status import Status
 from corral.domain.violations import Decision
 
@@ -63,8 +64,7 @@ class PossibleEffects(StrEnum):
     UNKNOWN = "unknown"
 
 
-@record
-class FailureEvidence:
+class FailureEvidence(Struct, frozen=True):
     """What is kept about one failure: typed codes and small safe facts; wording is derived on read."""
 
     source: str
@@ -110,8 +110,7 @@ class FailureEvidence:
         )
 
 
-@record
-class RestingCause:
+class RestingCause(Struct, frozen=True):
     """Why a task rests parked after a failure or a gate; written with the status change."""
 
     code: str
@@ -142,8 +141,7 @@ class RestingCause:
         )
 
 
-@record
-class Task:
+class Task(Struct, frozen=True):
     id: str
     ref: str
     goal: str
@@ -174,8 +172,7 @@ class Task:
         return {str(k): dict(v) for k, v in found.items() if isinstance(v, dict) and "value" in v}
 
 
-@record
-class TaskHead:
+class TaskHead(Struct, frozen=True):
     """What the working sweep reads of each task it looks at (``Tx.task_heads``): no whole task.
 
     ``command_id`` is a working task's current command (its latest human turn's, as
@@ -188,8 +185,7 @@ class TaskHead:
     command_id: str | None
 
 
-@record
-class Session:
+class Session(Struct, frozen=True):
     id: str
     task_id: str
     worktree: str | None
@@ -208,8 +204,7 @@ class Session:
     ended_at: datetime | None
 
 
-@record
-class Attempt:
+class Attempt(Struct, frozen=True):
     turn_id: str
     number: int
     started_at: datetime
@@ -219,8 +214,7 @@ class Attempt:
     failure: FailureEvidence | None = None
 
 
-@record
-class Turn:
+class Turn(Struct, frozen=True):
     id: str
     task_id: str
     session_id: str | None
@@ -240,8 +234,7 @@ class Turn:
     command_id: str | None = None
 
 
-@record
-class StatusChange:
+class StatusChange(Struct, frozen=True):
     task_id: str
     from_status: Status | None
     to_status: Status
@@ -250,8 +243,7 @@ class StatusChange:
     at: datetime
 
 
-@record
-class Violation:
+class Violation(Struct, frozen=True):
     task_id: str
     session_id: str
     path: str
@@ -263,8 +255,7 @@ class Violation:
     check_from: str | None = None  # the commit a revert restores the file from
 
 
-@record
-class ProcessRecord:
+class ProcessRecord(Struct, frozen=True):
     """A process corral started for a task, kept until it is known to be gone.
 
     ``owner``: on the shared store, the identity of the host (its ``CORRAL_HOME``) it runs on, the only
@@ -283,8 +274,7 @@ class ProcessRecord:
         return self.owner is not None and self.owner != me
 
 
-@record
-class Note:
+class Note(Struct, frozen=True):
     """A comment (a person's note on the timeline) or a decision-journal entry."""
 
     id: str

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import re
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.settings import default
 from corral.errors import TextTooLarge
 
@@ -46,8 +47,7 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\u{code:04x}"
 
 
-@record
-class Sanitized:
+class Sanitized(Struct, frozen=True):
     text: str
     replaced: int
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.status import Status
 
 RETRY_SNIPPET = 80
@@ -50,16 +51,14 @@ WAITS_LISTED = 2
 WAIT_PROGRESS_SEPARATOR = " · "
 
 
-@record
-class Waiting:
+class Waiting(Struct, frozen=True):
     """One subtask the agent waits on right now (a ``wait`` tool call), and for how long."""
 
     ref: str
     seconds: float
 
 
-@record
-class Live:
+class Live(Struct, frozen=True):
     """What is known right now about a task's running turn."""
 
     alive: bool

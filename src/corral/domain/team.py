@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from corral.domain.record import field, record
+from msgspec import Struct, field
 
 #: The reason a turn whose worker stopped heartbeating rests interrupted with (``show``, the breaker).
 WORKER_LOST = "worker lost"
@@ -52,8 +52,7 @@ class WorkerState(StrEnum):
     STOPPED = "stopped"
 
 
-@record
-class TurnPlan:
+class TurnPlan(Struct, frozen=True):
     """What a worker needs to launch a queued turn: the parts of the launch skeleton that are data.
 
     ``resume_after_crash``: the prompt's body is made on the worker, which sees whether the
@@ -101,8 +100,7 @@ class TurnPlan:
         )
 
 
-@record
-class Lease:
+class Lease(Struct, frozen=True):
     """A task's turn queued for workers, or claimed by one under ``epoch``.
 
     ``stop_by``: a person asked on another host to stop the turn (the actor), for its worker (or, for a
@@ -170,8 +168,7 @@ class Lease:
         }
 
 
-@record
-class Worker:
+class Worker(Struct, frozen=True):
     id: str
     host: str
     pid: int
@@ -207,8 +204,7 @@ def lease_lost(lease: Lease, workers: dict[str, Worker], now: datetime) -> bool:
     return worker is None or worker.state is WorkerState.STOPPED or worker.lost(now)
 
 
-@record
-class SessionCarry:
+class SessionCarry(Struct, frozen=True):
     """A worker's turn took over a harness session made on another host (``made_on``; None when no host
     was recorded) on ``host``: ``carried`` when the transcript came through the store and the turn
     resumes the same session, else the turn started a fresh one, and ``why`` says what stood in the way."""

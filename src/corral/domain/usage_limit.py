@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, tzinfo
 
-from corral.domain.record import record
+from msgspec import Struct
 
 #: How long the first task after a reset may take to get a model response before another goes.
 FIRST_THROUGH_SECONDS = 300.0
@@ -124,15 +124,13 @@ def _local(now: datetime) -> tzinfo:
     return zone or UTC
 
 
-@record
-class Wait:
+class Wait(Struct, frozen=True):
     """Wait with the account until ``resets_at``."""
 
     resets_at: datetime
 
 
-@record
-class Beyond:
+class Beyond(Struct, frozen=True):
     """The reset is past what the retry budget would wait: park blocked, naming the date."""
 
     resets_at: datetime

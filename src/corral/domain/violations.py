@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
-from corral.domain.record import field, record
+from msgspec import Struct, field
+
 from corral.domain.sanitize import display, sanitize_field
 from corral.domain.status import Status
 
@@ -44,8 +45,7 @@ def after_change(current: Decision | None) -> Decision | None:
     return None
 
 
-@record(frozen=False)
-class DecisionPlan:
+class DecisionPlan(Struct):
     """What an unblock's file decisions do to the violation set."""
 
     decide: dict[str, Decision] = field(default_factory=dict)

@@ -47,7 +47,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from corral.domain.record import field, record
+from msgspec import Struct, field
+
 from corral.domain.settings import BY_NAME, SETTINGS, Setting, SettingValue, nearest_setting, unknown_setting
 from corral.domain.toml_text import toml_value
 from corral.errors import ConfigError
@@ -56,15 +57,13 @@ from corral.errors import ConfigError
 PROJECTS_TABLE = "projects"
 
 
-@record
-class Value:
+class Value(Struct, frozen=True):
     value: Any
     source: str  # default | user | project | user_project | env
     origin: str | None = None  # the file (and table) or variable it came from
 
 
-@record
-class Proposal:
+class Proposal(Struct, frozen=True):
     """A value ``corral.toml`` gives a setting that makes corral execute something: shown, never used."""
 
     name: str
@@ -106,8 +105,7 @@ class Proposal:
         }
 
 
-@record(frozen=False)
-class Config:
+class Config(Struct):
     values: dict[str, Value]
     ignored: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)

@@ -29,11 +29,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.locks import is_locked, lock
 from corral.adapters.pid_identity import Identity, send_identified
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import parse_time
-from corral.domain.record import record
 from corral.engine.paths import DAEMON_DIR, DAEMON_LOG, corral_home
 from corral.engine.private_state import make_private_dir
 from corral.errors import CorralError
@@ -90,8 +91,7 @@ def out_file(home: Path | None = None) -> Path:
     return daemon_dir(home) / "daemon.out"
 
 
-@record
-class DaemonState:
+class DaemonState(Struct, frozen=True):
     """Whether the home's daemon runs, and what it last wrote of itself."""
 
     running: bool

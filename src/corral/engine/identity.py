@@ -21,12 +21,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.git import Git
-from corral.domain.record import record
 
 
-@record
-class Identity:
+class Identity(Struct, frozen=True):
     """Who a project is: its root commit, its normalized remote, and (for a copy started fresh) an instance."""
 
     root_commit: str

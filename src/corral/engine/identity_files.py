@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.files import write_atomic
-from corral.domain.record import record
 from corral.engine.identity import Identity
 from corral.engine.paths import IDENTITY_CACHE, REPOSITORY_RECORD
 from corral.engine.private_state import PRIVATE_FILE_MODE, make_private_dir, private_umask
@@ -60,8 +61,7 @@ def cache_file(repo: Path) -> Path:
     return repo / ".git" / CACHE
 
 
-@record
-class Cache:
+class Cache(Struct, frozen=True):
     """What a checkout's git directory remembers: its identity, its state directory, where it was seen."""
 
     identity: Identity
@@ -97,8 +97,7 @@ def write_cache(repo: Path, cache: Cache) -> None:
     _write_json(cache_file(repo), cache.to_json())
 
 
-@record
-class Record:
+class Record(Struct, frozen=True):
     """A state directory's record of the checkout attached to it."""
 
     state: Path

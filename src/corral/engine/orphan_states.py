@@ -9,9 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+from msgspec.structs import replace
+
 from corral.adapters.git import Git
 from corral.adapters.locks import is_locked
-from corral.domain.record import record, replace
 from corral.engine.identity import Identity, compute
 from corral.engine.identity_files import (
     archive_dir,
@@ -28,8 +30,7 @@ from corral.engine.state_location import Located, attach
 from corral.errors import NotFoundError, RefusedError
 
 
-@record
-class Orphan:
+class Orphan(Struct, frozen=True):
     """A state directory whose checkout is not where it was attached."""
 
     state: Path

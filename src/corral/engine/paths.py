@@ -18,7 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.refs import is_plain_id, is_ref
 from corral.errors import UnsafeName
 
@@ -111,8 +112,7 @@ def _unsafe(what: str, name: str) -> UnsafeName:
     )
 
 
-@record
-class ProjectPaths:
+class ProjectPaths(Struct, frozen=True):
     """The layout of one repository's state directory."""
 
     repo: Path

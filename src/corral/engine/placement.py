@@ -28,8 +28,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from msgspec import Struct
+
 from corral.adapters.files import create_once
-from corral.domain.record import record
 from corral.errors import UsageError
 
 if TYPE_CHECKING:
@@ -119,8 +120,7 @@ def no_shared_store(doing: str) -> UsageError:
     )
 
 
-@record
-class Fetched:
+class Fetched(Struct, frozen=True):
     """What the remote holds for a task: its branch tip, its WIP commit, the target's tip (None: absent)."""
 
     branch: str | None

@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.adapters.files import PRIVATE_DIR_MODE as PRIVATE_DIR_MODE  # the modes live with the helpers
 from corral.adapters.files import PRIVATE_FILE_MODE as PRIVATE_FILE_MODE
-from corral.domain.record import record
 from corral.engine.paths import ProjectPaths
 
 PRIVATE_UMASK = 0o077
@@ -66,8 +67,7 @@ def prepare_private_state(paths: ProjectPaths) -> None:
         _try_private_dir(directory)
 
 
-@record
-class ModeFinding:
+class ModeFinding(Struct, frozen=True):
     """A file or directory of corral's state that others may read, write or enter."""
 
     path: Path

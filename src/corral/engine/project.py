@@ -18,12 +18,13 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from msgspec import Struct, field
+
 from corral.adapters.git import Git
 from corral.adapters.locks import is_locked
 from corral.adapters.process import Runner, SubprocessRunner
 from corral.domain.actors import Actor
 from corral.domain.clock import Clock, utcnow
-from corral.domain.record import field, record
 from corral.domain.status import Status
 from corral.engine.config import Config, follow_move, load_config
 from corral.engine.identity import Identity
@@ -116,8 +117,7 @@ def stamp(when: datetime) -> str:
     return when.strftime("%Y%m%dT%H%M%S") + f"{when.microsecond // 1000:03d}Z"
 
 
-@record(frozen=False)
-class Project:
+class Project(Struct):
     paths: ProjectPaths
     config: Config
     git: Git
@@ -126,8 +126,8 @@ class Project:
     moved_from: str | None = None  # opening it found the repository moved from here, and followed
     #: Runs every program the engine starts besides git (whose own is ``git.runner``): a mode, like ``clock``.
     runner: Runner = field(default_factory=SubprocessRunner)
-    _store: Store | None = field(default=None, repr=False)
-    _placement: Placement | None = field(default=None, repr=False)
+    _store: Store | None = field(default=None)
+    _placement: Placement | None = field(default=None)
 
     @classmethod
     def open(

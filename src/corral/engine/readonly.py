@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgspec import Struct, convert, to_builtins
+
 from corral import crashpoints
 from corral.adapters.git import GIT_ENV, Git
-from corral.domain.record import record
 from corral.errors import GitError
 
 if TYPE_CHECKING:  # the record types only: reading a protocol file never loads the project
@@ -48,8 +49,7 @@ def kept_ref(task_ref: str, turn: int | str) -> str:
     return f"{KEPT_PREFIX}{task_ref}/{turn}"
 
 
-@record
-class Before:
+class Before(Struct, frozen=True):
     """A worktree's state before a read-only turn. ``error`` says why it could not be taken."""
 
     branch: str
@@ -59,30 +59,17 @@ class Before:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "branch": self.branch,
-            "head": self.head,
-            "index_tree": self.index_tree,
-            "worktree_tree": self.worktree_tree,
-            "error": self.error,
-        }
+        doc: dict[str, Any] = to_builtins(self)
+        return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Before:
-        def opt(key: str) -> str | None:
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"read_only_before.{key}: expected a string")
-            return value
-
-        branch = data.get("branch")
-        if not isinstance(branch, str):
-            raise ValueError("read_only_before.branch: expected a string")
-        return cls(branch, opt("head"), opt("index_tree"), opt("worktree_tree"), opt("error"))
+        """The state in a chat's hold; a field of the wrong type raises ``ValueError`` (msgspec's
+        ``ValidationError``) naming it."""
+        return convert(dict(data), cls)
 
 
-@record
-class Kept:
+class Kept(Struct, frozen=True):
     """What a read-only turn changed and corral kept aside (then reverted, when ``reverted``)."""
 
     ref: str
@@ -96,41 +83,8 @@ class Kept:
     error: str | None = None  # why the revert did not finish
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "ref": self.ref,
-            "commit": self.commit,
-            "before": self.before,
-            "after": self.after,
-            "commits": self.commits,
-            "paths": list(self.paths),
-            "path_count": self.path_count,
-            "reverted": self.reverted,
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Kept:
-        def req(key: str, kind: type) -> Any:
-            value = data.get(key)
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ValueError(f"kept.{key}: expected {kind.__name__}")
-            return value
-
-        paths = data.get("paths") or []
-        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-            raise ValueError("kept.paths: expected a list of strings")
-        after, error = data.get("after"), data.get("error")
-        return cls(
-            ref=req("ref", str),
-            commit=req("commit", str),
-            before=req("before", str),
-            after=after if isinstance(after, str) else None,
-            commits=req("commits", int),
-            paths=tuple(paths),
-            path_count=req("path_count", int),
-            reverted=req("reverted", bool),
-            error=error if isinstance(error, str) else None,
-        )
+        doc: dict[str, Any] = to_builtins(self)
+        return doc
 
 
 def _git_dir(git: Git, worktree: Path) -> Path:

@@ -13,7 +13,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from corral.domain.record import record, replace
+from msgspec import Struct
+from msgspec.structs import replace
+
 from corral.domain.records import Task
 from corral.domain.settings import TASK_SCOPED, host_owned
 from corral.engine.config import Config, Value
@@ -57,8 +59,7 @@ def reach(command: str) -> Reach:
     return Reach.CHANGES if command in CHANGES else Reach.READS
 
 
-@record
-class Resolved:
+class Resolved(Struct, frozen=True):
     """The task a command named; ``prefix`` is what was given when it was only a prefix of its ref or id."""
 
     task: Task

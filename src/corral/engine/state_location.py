@@ -28,8 +28,10 @@ import os
 import re
 from pathlib import Path
 
+from msgspec import Struct
+from msgspec.structs import replace
+
 from corral.adapters.git import Git
-from corral.domain.record import record, replace
 from corral.engine.identity import Identity, compute
 from corral.engine.identity_files import (
     Cache,
@@ -53,8 +55,7 @@ def _instance() -> str:
     return secrets.token_hex(8)
 
 
-@record
-class Located:
+class Located(Struct, frozen=True):
     """Where a checkout's state is, and what opening it found."""
 
     paths: ProjectPaths

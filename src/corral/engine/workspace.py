@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.adapters.branches import delete_task_branch
-from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -42,8 +43,7 @@ def target_branch(tx: Tx, task: Task) -> str:
     return task.target_branch
 
 
-@record
-class Workspace:
+class Workspace(Struct, frozen=True):
     worktree: Path
     branch: str
     base_commit: str

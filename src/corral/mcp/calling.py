@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
 from corral.engine.api import Caller, LiveCache, LiveOf, Project, gates, queries
@@ -31,8 +32,7 @@ READ_ONLY = frozenset({"show", "list", "logs", "diff", "wait", "failures"})
 PROSE = frozenset({"message", "question", "reason", "body", "prompt", "entry"})
 
 
-@record
-class Calling:
+class Calling(Struct, frozen=True):
     """One tool call's context: the project (per thread: a store connection is not shared),
     the caller, and whether reads settle first (the daemon's own ticks keep its projects settled)."""
 
@@ -112,8 +112,7 @@ Run = Callable[[Calling, Args], dict[str, Any]]
 Block = Callable[[Calling, Args, Callable[[Callable[[], Any]], Awaitable[Any]]], Awaitable[dict[str, Any]]]
 
 
-@record
-class Tool:
+class Tool(Struct, frozen=True):
     name: str
     description: str
     schema: dict[str, Any]

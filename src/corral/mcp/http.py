@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.http_server import allowed_hosts
-from corral.domain.record import record
 from corral.engine.api import LiveCache, fenced, find_grant, gates
 from corral.mcp.calling import Calling
 from corral.mcp.server import Projects, build
@@ -34,8 +35,7 @@ HOST = "127.0.0.1"
 PATH = "/mcp"
 
 
-@record(frozen=False)
-class Served:
+class Served(Struct):
     url: str
     stop: Callable[[], None]
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from msgspec.structs import replace
+
 from corral.domain.agent_tools import WAIT_CALL_SECONDS
 from corral.domain.intents import DISPOSITIONS, ID_PATTERN, MAX_EXPECTED, MAX_TARGETS, PERMISSION_RESOURCES
 from corral.domain.operations_table import Op, takes
-from corral.domain.record import replace
 from corral.engine.api import Caller, shell
 from corral.mcp import blocking, handlers
 from corral.mcp.calling import RESULT_TURNS, Tool

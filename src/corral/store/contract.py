@@ -13,8 +13,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from msgspec import Struct, field
+
 from corral.domain.actors import Actor, Role
-from corral.domain.record import field, record
 from corral.domain.records import (
     Attempt,
     AttemptOutcome,
@@ -47,8 +48,7 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-@record
-class NewTask:
+class NewTask(Struct, frozen=True):
     ref: str
     goal: str
     prompt: str = ""

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.sanitize import without_nul
 from corral.errors import RefusedError, StoreError
 from corral.store.sqltx import _TASK_COLUMNS, SQLTx
@@ -113,8 +114,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 Rows = dict[str, list[tuple[Any, ...]]]
 
 
-@record
-class Copied:
+class Copied(Struct, frozen=True):
     """What a copy wrote: each table's row count and one checksum over every row, equal on both sides."""
 
     counts: dict[str, int]

@@ -14,11 +14,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from msgspec import Struct, field
+
 from corral.domain.bounded_json import Reason, Unparseable, decode, decode_first
 from corral.domain.collector import Fact, ToolStart
 from corral.domain.failures import FailureClass
 from corral.domain.posture import Posture
-from corral.domain.record import field, record
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,8 +33,7 @@ ARGV_PROMPT_LIMIT = 96 * 1024
 MAX_LINE = 1024 * 1024
 
 
-@record
-class AgentTools:
+class AgentTools(Struct, frozen=True):
     """How a turn's agent reaches corral's tools (docs/harnesses.md#agent-tools): the daemon's
     MCP endpoint, the turn's bearer token and the tool timeout to set in the agent's client.
 
@@ -42,14 +42,17 @@ class AgentTools:
     read in ``/proc``."""
 
     url: str
-    token: str = field(repr=False)  # a record's repr lands in logs and assertion messages
+    token: str
     timeout_seconds: float
     #: The turn is confined: corral's own shell (with intents) stands in for the harness's shell tool.
     shell: bool = False
 
+    def __repr__(self) -> str:
+        """Without the token: a record's repr lands in logs and assertion messages."""
+        return f"AgentTools(url={self.url!r}, timeout_seconds={self.timeout_seconds!r}, shell={self.shell!r})"
 
-@record
-class TurnRequest:
+
+class TurnRequest(Struct, frozen=True):
     """One launch of a harness. ``kind`` is the command's kind (start, unblock, resume,
     auto-resume, ask, pre-accept; pair or chat for an interactive session), ``task_ref`` and
     ``task_id`` name the task, and ``prompt_dir`` is a private directory of the turn where a
@@ -70,15 +73,13 @@ class TurnRequest:
     tools: AgentTools | None = None
 
 
-@record
-class Launch:
+class Launch(Struct, frozen=True):
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     stdin: bytes | None = None
 
 
-@record
-class Event:
+class Event(Struct, frozen=True):
     """One thing the harness reported. ``kind`` is one of:
 
     session (session_id), text (text), tool_start (tool_id, name), tool_end (tool_id,
@@ -102,8 +103,7 @@ class Event:
         return self.kind in ("text", "tool_end", "result")
 
 
-@record
-class AttemptFacts:
+class AttemptFacts(Struct, frozen=True):
     """What a supervisor saw of one attempt, for the harness to classify."""
 
     exit_code: int | None
@@ -113,8 +113,7 @@ class AttemptFacts:
     spawn_error: str | None = None
 
 
-@record
-class Verdict:
+class Verdict(Struct, frozen=True):
     """An attempt's outcome as the harness reads it."""
 
     succeeded: bool

@@ -19,15 +19,15 @@ import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.refs import is_plain_id
 
 #: Bytes of one carried name: a harness's names are short; a long one is not its own.
 NAME_MAX = 1024
 
 
-@record
-class SessionFiles:
+class SessionFiles(Struct, frozen=True):
     """One harness session's files on this host.
 
     ``root`` is the harness's own session directory: a carried file is written under it and nowhere

@@ -32,12 +32,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral import crashpoints
 from corral.domain import conflict_markers, gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
 from corral.domain.operations_table import Op, may, takes
-from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
 from corral.domain.violations import shown_paths
@@ -63,8 +64,7 @@ from corral.errors import (
 )
 
 
-@record
-class Phase:
+class Phase(Struct, frozen=True):
     id: str
     label: str
     optional: bool = False
@@ -125,8 +125,7 @@ class Narrator:
         )
 
 
-@record
-class Accepted:
+class Accepted(Struct, frozen=True):
     task: Task
     commit: str | None
     already: bool = False
@@ -135,8 +134,7 @@ class Accepted:
     conflict: DestinationRestoreConflict | None = None
 
 
-@record
-class _Ready:
+class _Ready(Struct, frozen=True):
     task: Task
     session: Session
     target: str
@@ -380,8 +378,7 @@ RETRIES = 5
 RETRY_PAUSE = 0.1
 
 
-@record
-class _Landed:
+class _Landed(Struct, frozen=True):
     old: str
     commit: str
     tree: str

@@ -16,9 +16,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.domain.clock import parse_time, rfc3339
 from corral.domain.needs import ORDER, TITLES
-from corral.domain.record import record
 from corral.domain.status import TERMINAL, Status
 from corral.engine import identity_files
 from corral.engine.project import Project
@@ -33,8 +34,7 @@ FINISHED = 100
 LIVE_FIELDS = ("last_line", "progress", "phase", "attempt", "retry_class", "retry_reason", "retry_by", "next_delay_s")
 
 
-@record
-class Board:
+class Board(Struct, frozen=True):
     projects: list[dict[str, Any]]  # {"name", "path"} of each project shown
     groups: list[dict[str, Any]]  # {"needs", "title", "rows"} in ORDER, every group present
     finished: list[dict[str, Any]]  # the latest finished rows, newest first
@@ -55,8 +55,7 @@ class Board:
         return [r for g in self.groups for r in g["rows"]]
 
 
-@record
-class Opened:
+class Opened(Struct, frozen=True):
     projects: list[tuple[str, Project]]  # (name, project) of each that opened
     problems: list[str]  # those that did not, one line each
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from msgspec import Struct
+
 from corral.domain.actors import Actor, Role
 from corral.domain.operations_table import WAIT_RESTS, Op, check_operation
-from corral.domain.record import record
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import Status
 from corral.engine.operations.refresh import settle
@@ -96,8 +97,7 @@ def record_stopped(project: Project, task_id: str, actor: Actor) -> Task | None:
         return tx.get_task(task_id) or current
 
 
-@record
-class WaitResult:
+class WaitResult(Struct, frozen=True):
     task: Task
     timed_out: bool
 

@@ -18,9 +18,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.adapters.harness import make_harness
 from corral.domain.actors import Actor
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field
 from corral.domain.status import PAUSED, TERMINAL, Status
@@ -48,8 +49,7 @@ _BROKEN_TO = re.compile(rf"\bto +(\w+) ({_OID})(?: \((.*)\))?")
 _ANY_OID = re.compile(rf"\b({_OID})\b")
 
 
-@record
-class Check:
+class Check(Struct, frozen=True):
     name: str
     status: str  # ok | warn | fail | fixed
     message: str
@@ -359,8 +359,7 @@ def check_workers(project: Project) -> list[Check]:
     return out
 
 
-@record(frozen=False)
-class _Bad:
+class _Bad(Struct):
     """One missing or corrupt object, and what reaches it."""
 
     oid: str

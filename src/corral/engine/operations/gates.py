@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.domain.actors import Actor
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -37,8 +38,7 @@ from corral.errors import AgentTokenInvalid, OutOfScope, UsageError
 CHILD_ONLY = frozenset({"accept", "edit"})
 
 
-@record
-class Caller:
+class Caller(Struct, frozen=True):
     """Who a call comes from. ``task_id`` is the agent's own task (None for a person or a builder)."""
 
     actor: Actor

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from msgspec import Struct
+from msgspec.structs import replace
 from msgspec.structs import replace as struct_replace
 
 from corral import crashpoints
@@ -29,7 +31,6 @@ from corral.domain.delays import Delays
 from corral.domain.failures import WATCHDOG_RELAUNCHES, Budgets
 from corral.domain.posture import Posture
 from corral.domain.prompts import system_text
-from corral.domain.record import record, replace
 from corral.domain.records import AGENT_TOOLS, Session, Task, Turn
 from corral.engine import daemons, readonly
 from corral.engine.config import Config, harness_settings, protected_patterns
@@ -45,8 +46,7 @@ from corral.errors import CorralError, LaunchFailed
 SUPERVISOR_START_TIMEOUT = 15.0
 
 
-@record
-class Launched:
+class Launched(Struct, frozen=True):
     command_id: str
     supervisor_pid: int | None  # None: queued for a worker on another host (docs/workers.md)
     protocol_dir: Path

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.adapters.files import write_atomic
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import TurnRequest
@@ -37,7 +39,6 @@ from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
 from corral.domain.clock import new_id
 from corral.domain.operations_table import Op, check_operation
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status, check_transition
 from corral.engine.config import harness_settings
@@ -81,8 +82,7 @@ def _finish_killed_chat(project: Project, task: Task) -> None:
         end_chat(project, task, session, read_hold(project, task.id), Actor.SYSTEM)
 
 
-@record
-class Paired:
+class Paired(Struct, frozen=True):
     task: Task
     exit_code: int  # as a shell's $? gives it: the agent's exit code, or 128 + the signal that ended it
     commits: list[str]

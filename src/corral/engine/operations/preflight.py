@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.harness import NAMES, make_harness
 from corral.adapters.harness.base import Harness
 from corral.adapters.process import Runner
-from corral.domain.record import record
 from corral.domain.redact import bounded
 from corral.engine.config import harness_settings
 from corral.engine.project import Project
@@ -60,8 +61,7 @@ def read_only_help() -> str:
     return "Read-only, per harness (docs/harnesses.md):\n" + "\n".join(lines) + "\n" + READ_ONLY_BACKSTOP
 
 
-@record
-class HarnessReport:
+class HarnessReport(Struct, frozen=True):
     """What ``doctor`` says of one harness. ``logged_in`` is None when it cannot tell."""
 
     name: str

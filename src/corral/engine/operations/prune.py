@@ -27,7 +27,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from corral.domain.record import field, record
+from msgspec import Struct, field
+
 from corral.domain.status import TERMINAL
 from corral.engine.project import Project
 from corral.engine.read import diagnostic_retention
@@ -37,8 +38,7 @@ from corral.errors import GitError
 ORPHAN_GRACE = timedelta(hours=1)
 
 
-@record(frozen=False)
-class PruneResult:
+class PruneResult(Struct):
     diagnostics: diagnostic_retention.PruneReport
     worktrees_removed: list[str] = field(default_factory=list)  # in a dry run: would be removed
     worktrees_kept: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}

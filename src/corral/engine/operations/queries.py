@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.status import ACTIVE, PAUSED, TERMINAL, Status
 from corral.engine.project import Project
@@ -48,8 +49,7 @@ def _threshold(project: Project, task: Task) -> int:
     return int(task_config(project.config, task)["breaker_threshold"])
 
 
-@record
-class Listing:
+class Listing(Struct, frozen=True):
     rows: list[dict[str, Any]]  # projection rows, oldest task first
     problems: list[str]  # what settling could not reconcile (the reader is told; the read goes on)
 
@@ -78,8 +78,7 @@ def list_tasks(project: Project, which: str | None = None, *, settle: bool = Tru
     return Listing(rows, problems)
 
 
-@record
-class Page:
+class Page(Struct, frozen=True):
     rows: list[dict[str, Any]]  # one page of projection rows, oldest task first
     total: int  # rows of the whole list (those ``keep`` kept)
     next_offset: int | None  # where the next page starts; None after the last
@@ -122,8 +121,7 @@ def list_page(
     return Page(rows, len(found), end if end < len(found) else None)
 
 
-@record
-class Shown:
+class Shown(Struct, frozen=True):
     doc: dict[str, Any]  # projection.show: the ``show --json`` document (all of it unless paged)
     merges_into: str | None  # the branch the task merges into (a subtask: its parent's); None when it has none
     earlier_turns: int  # turns paged out of ``doc`` (0: every turn is there)
@@ -187,8 +185,7 @@ def _marks(project: Project, task: Task, tx: Tx, live: LiveOf | None = None) -> 
     return {"intervals": intervals(project, task.id, tx), "live_of": live or (lambda t: live_facts(project, t))}
 
 
-@record
-class Failures:
+class Failures(Struct, frozen=True):
     task: Task | None
     doc: dict[str, Any]  # summary (line, note, counts) and rows
     problems: list[str]

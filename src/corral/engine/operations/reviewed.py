@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from msgspec import Struct
+
 from corral.domain.actors import Actor
 from corral.domain.clock import rfc3339
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.sanitize import one_line
 from corral.engine.project import Project
@@ -114,8 +115,7 @@ def given_tip(project: Project, given: str) -> str:
     return found
 
 
-@record
-class Moved:
+class Moved(Struct, frozen=True):
     """The branch is not at the tip a person saw (or pinned): what came since."""
 
     branch: str

@@ -36,9 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.harness.base import ARGV_PROMPT_LIMIT, SHELL_RESULT_KEY
 from corral.adapters.process import Started
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.engine.operations.gates import Caller, require_agent
 from corral.engine.project import Project
@@ -56,8 +57,7 @@ SHELL_ATTEMPTS = "shell-attempts.jsonl"
 WATCH_SECONDS = 0.1
 
 
-@record
-class OwnTurn:
+class OwnTurn(Struct, frozen=True):
     """The caller's running turn, as its command says (the sandbox, the worktree, the logs)."""
 
     project: Project
@@ -171,8 +171,7 @@ def run(turn: OwnTurn, command: str, args: dict[str, Any], timeout: float) -> di
     }
 
 
-@record
-class Ran:
+class Ran(Struct, frozen=True):
     """How one command of the shell ended: its exit code (None when corral ended it), and why corral did."""
 
     exit_code: int | None

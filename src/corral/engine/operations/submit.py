@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import shutil
 
+from msgspec import Struct
+
 from corral.domain.actors import Actor
 from corral.domain.operations_table import Op, check_operation
-from corral.domain.record import record
 from corral.domain.status import Status, check_transition
 from corral.engine import workspace
 from corral.engine.git_remote import remote_name
@@ -20,8 +21,7 @@ from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, GitError, RefusedError
 
 
-@record
-class Submitted:
+class Submitted(Struct, frozen=True):
     ref: str
     remote: str
     branch: str

@@ -7,9 +7,10 @@ with the conflicting files and the hint to ``unblock``, which hands the conflict
 
 from __future__ import annotations
 
+from msgspec import Struct
+
 from corral.domain.actors import Actor, Role
 from corral.domain.operations_table import Op, check_operation
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.violations import shown_paths
 from corral.engine import workspace
@@ -22,8 +23,7 @@ from corral.engine.task_locks import task_lock
 from corral.errors import GitError, MergeConflict
 
 
-@record
-class Synced:
+class Synced(Struct, frozen=True):
     task: Task
     state: str  # merged | up-to-date
     head: str | None

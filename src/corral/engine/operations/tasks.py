@@ -12,10 +12,11 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.adapters.branches import delete_task_branch
 from corral.domain.actors import Actor
 from corral.domain.operations_table import Op, check_operation, may
-from corral.domain.record import record
 from corral.domain.records import TASK_SETTINGS, Note, Task
 from corral.domain.refs import is_plain_id, is_ref, unique_ref, validate_ref
 from corral.domain.sanitize import check_size, sanitize_field, sanitize_goal, sanitize_paths, sanitize_prose
@@ -288,8 +289,7 @@ def refuse_harness_misconfigured(project: Project, harness: str | None, own: dic
         raise
 
 
-@record
-class Ended:
+class Ended(Struct, frozen=True):
     task: Task
     archived: str | None
     warning: str | None = None
@@ -376,8 +376,7 @@ def journal(project: Project, given: str) -> tuple[Task, list[Note]]:
         return task, tx.journal(task.id)
 
 
-@record
-class Diff:
+class Diff(Struct, frozen=True):
     task: Task
     base: str
     tip: str

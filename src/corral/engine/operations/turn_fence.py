@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from corral.domain.record import replace
+from msgspec.structs import replace
+
 from corral.engine.operations.gates import Caller
 from corral.engine.project import Project
 from corral.errors import LeaseLost, StoreError

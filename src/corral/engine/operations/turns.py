@@ -21,6 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+from msgspec.structs import replace
 from msgspec.structs import replace as struct_replace
 
 from corral import crashpoints
@@ -29,7 +31,6 @@ from corral.domain.actors import Actor, Role
 from corral.domain.breaker import Breaker, Counters
 from corral.domain.clock import new_id
 from corral.domain.operations_table import Op, check_operation
-from corral.domain.record import record, replace
 from corral.domain.records import (
     PERMISSION_RELEASED,
     TASK_SETTINGS,
@@ -70,8 +71,7 @@ from corral.errors import (
 from corral.store import Tx
 
 
-@record
-class Started:
+class Started(Struct, frozen=True):
     task: Task
     launched: launch.Launched
 
@@ -97,8 +97,7 @@ def owned(project: Project, task: Task) -> Iterator[None]:
         ) from exc
 
 
-@record
-class TurnSpec:
+class TurnSpec(Struct, frozen=True):
     """What one launched turn is: its kind, its prompt's body, the feedback it delivers, its merge."""
 
     kind: str

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corral.domain.record import field, record
+from msgspec import Struct, field
+
 from corral.domain.violations import shown_paths
 from corral.engine.project import Project
 
@@ -20,8 +21,7 @@ from corral.engine.project import Project
 DEPTH = 50
 
 
-@record
-class CheckoutFinding:
+class CheckoutFinding(Struct, frozen=True):
     """One problem of one checkout: a stable code, a plain message, the command that repairs it."""
 
     code: str

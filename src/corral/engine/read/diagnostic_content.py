@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgspec import to_builtins
+
 from corral.domain.bounded_json import Decoded, decode
-from corral.domain.record import asdict
 from corral.domain.records import FailureEvidence
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.read.translator import TEXT_BYTES, Translator
@@ -224,7 +225,7 @@ def for_receipt(
             "failure_class": receipt.failure_class,
             "attempts_in_streak": receipt.failure_attempts,
             "stop": receipt.stop_reason,
-            "budgets": asdict(command.budgets) if command else None,
+            "budgets": to_builtins(command.budgets) if command else None,
             "watchdog_timeout_seconds": command.watchdog.timeout_seconds if command else None,
         },
         "output": output.to_json(),

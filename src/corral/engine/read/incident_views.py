@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.harness import make_harness
 from corral.domain.incidents import (
     CLOSED,
@@ -23,7 +25,6 @@ from corral.domain.incidents import (
     row_text,
     summary_line,
 )
-from corral.domain.record import record
 from corral.domain.records import PERMISSION_RELEASED, Task
 from corral.engine.project import Project
 from corral.engine.runtime.journal import Journal
@@ -52,8 +53,7 @@ def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
     return reduce(FailureState(), events)
 
 
-@record
-class Hold:
+class Hold(Struct, frozen=True):
     """A permission blocker the task's agent reported: the task is held until a person confirms one retry.
 
     Agent-reported, with the remote outcome unknown: it proves no sandbox causation, no expired

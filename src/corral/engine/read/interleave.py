@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.domain.bounded_json import Decoded, decode
-from corral.domain.record import record
 from corral.engine.paths import OUTPUT_INDEX, OUTPUT_LOG, STDERR_LOG
 
 #: What one read takes of a log at most; a follower reads the rest on its next poll.
@@ -28,8 +29,7 @@ MAX_INDEX_LINE = 4096
 STREAMS = {"o": ("stdout", OUTPUT_LOG), "e": ("stderr", STDERR_LOG)}
 
 
-@record
-class Line:
+class Line(Struct, frozen=True):
     """One line of one stream (without its newline), with the time its run began."""
 
     stream: str  # stdout | stderr
@@ -38,8 +38,7 @@ class Line:
     attempt: int | None
 
 
-@record
-class AttemptStart:
+class AttemptStart(Struct, frozen=True):
     number: int
     at: datetime | None
 
@@ -47,8 +46,7 @@ class AttemptStart:
 Piece = Line | AttemptStart
 
 
-@record
-class _Record:
+class _Record(Struct, frozen=True):
     kind: str  # a | o | e
     pos: dict[str, int]
     at: datetime | None

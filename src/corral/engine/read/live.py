@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.domain.clock import parse_time
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.domain.substate import Live, substate
@@ -25,8 +26,7 @@ from corral.engine.runtime import protocol as proto
 TAIL_BYTES = 8192
 
 
-@record
-class LiveTurn:
+class LiveTurn(Struct, frozen=True):
     """What a person watching a wait sees of the running turn, from its supervisor's files."""
 
     status: str

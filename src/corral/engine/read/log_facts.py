@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from msgspec import Struct, field
+
 from corral.domain.actors import Role
-from corral.domain.record import field, record
 from corral.domain.records import Task
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 
 
-@record
-class AttemptFacts:
+class AttemptFacts(Struct, frozen=True):
     number: int
     started_at: datetime | None
     outcome: str
@@ -24,8 +24,7 @@ class AttemptFacts:
     signal: int | None
 
 
-@record
-class TurnFacts:
+class TurnFacts(Struct, frozen=True):
     """A log turn as recorded: the human turn that launched it, and the agent turn that answered."""
 
     sequence: int

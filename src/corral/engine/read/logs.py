@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.domain.actors import Role
-from corral.domain.record import record
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
@@ -37,8 +38,7 @@ def log_turns(project: Project, task: Task) -> list[int]:
     return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit() and _has_output(p))
 
 
-@record
-class Current:
+class Current(Struct, frozen=True):
     """The task's latest command: the sequence of the human turn that launched it, its kind, and
     whether it still runs (the task is working on it)."""
 

@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgspec import Struct
+
 from corral.domain.actors import Role
 from corral.domain.breaker import breaker_tripped
 from corral.domain.clock import rfc3339
@@ -28,7 +30,6 @@ from corral.domain.explain import (
     stopped_because,
 )
 from corral.domain.needs import need_of
-from corral.domain.record import record
 from corral.domain.records import (
     AGENT_TOOLS,
     INCIDENTS,
@@ -248,8 +249,7 @@ def violation_json(v: Violation) -> dict[str, Any]:
     }
 
 
-@record
-class TaskView:
+class TaskView(Struct, frozen=True):
     """A task with what every surface shows beside it."""
 
     task: Task

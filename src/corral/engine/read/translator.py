@@ -17,7 +17,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from corral.domain.record import replace
+from msgspec.structs import replace
+
 from corral.domain.records import FailureEvidence
 from corral.domain.redact import RESULT_BYTES, bounded, masked_head, redact, secret_values
 

@@ -15,11 +15,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgspec import Struct
+
 from corral.adapters.files import write_atomic
 from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import parse_time, rfc3339
-from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
 HOLD_BYTES = 64 * 1024
 
 
-@record
-class ChatHold:
+class ChatHold(Struct, frozen=True):
     """An open chat's before-state: what its end compares with, and the turn label its kept ref gets."""
 
     before: readonly.Before

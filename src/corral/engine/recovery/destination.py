@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.process import Completed
-from corral.domain.record import record
 from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.violations import shown_paths
 from corral.engine.project import Project
@@ -69,8 +70,7 @@ def _index_at(project: Project, wt: Path, tree: str, paths: list[str]) -> bool:
     return _git(project, wt, "diff-index", "--cached", "--quiet", tree, "--", *paths).returncode == 0
 
 
-@record
-class Kept:
+class Kept(Struct, frozen=True):
     """What a destination update could not put back: the stash kept (if any) and the command that restores."""
 
     message: str

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import traceback
 
+from msgspec.structs import replace
+
 from corral import crashpoints
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
-from corral.domain.record import replace
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 from corral.domain.substate import phase_words

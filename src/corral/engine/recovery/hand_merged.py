@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.domain.actors import Actor
 from corral.domain.breaker import Breaker, Counters
-from corral.domain.record import record
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -28,8 +29,7 @@ CAUSE = "merge-and-fix-failed"
 REASON = "merge resolved by hand"
 
 
-@record
-class Settled:
+class Settled(Struct, frozen=True):
     """What :func:`settle` found: whether the task moved, and if not, what still keeps it interrupted."""
 
     moved: bool

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.status import Status
 from corral.engine.project import Project
 
@@ -27,8 +28,7 @@ MARKER = "accept_in_flight_from"
 JOURNAL = "accept_in_flight"
 
 
-@record
-class InFlight:
+class InFlight(Struct, frozen=True):
     """What an accept is about to do to its target and the target's checkout."""
 
     target: str

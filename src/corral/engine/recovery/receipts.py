@@ -24,13 +24,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 from corral import crashpoints
 from corral.adapters.locks import lock
 from corral.domain.actors import Actor, Role
 from corral.domain.breaker import Breaker, Counters
 from corral.domain.clock import parse_time
 from corral.domain.explain import NOTHING_RAN
-from corral.domain.record import replace
 from corral.domain.records import (
     INCIDENTS,
     READ_ONLY_KEPT,

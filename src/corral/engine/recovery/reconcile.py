@@ -11,8 +11,9 @@ from datetime import timedelta
 from functools import partial
 from typing import TypeVar
 
+from msgspec import Struct
+
 from corral.domain.actors import Actor
-from corral.domain.record import record
 from corral.domain.status import TERMINAL, Status
 from corral.engine.project import Project
 from corral.engine.recovery import hand_merged
@@ -124,8 +125,7 @@ def sweep_stranded_merges(project: Project) -> int:
     return sum(recover_stranded(project, task) != "left" for task in merging)
 
 
-@record
-class Reconciled:
+class Reconciled(Struct, frozen=True):
     """What one pass found: the problems met (one line each) and the tasks whose turn ended."""
 
     problems: list[str]

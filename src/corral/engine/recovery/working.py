@@ -12,12 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 from corral.adapters.files import entry_exists
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.delays import Delays
 from corral.domain.explain import RECEIPT_PROBLEMS
-from corral.domain.record import replace
 from corral.domain.records import READ_ONLY_KEPT, FailureEvidence, PossibleEffects, RestingCause, Task, TaskHead
 from corral.domain.status import Status
 from corral.engine.project import Project

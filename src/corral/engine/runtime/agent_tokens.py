@@ -28,9 +28,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct, to_builtins
+
 from corral.domain.agent_tools import TOKEN_BYTES
 from corral.domain.clock import rfc3339, utcnow
-from corral.domain.record import asdict, record
 from corral.engine.private_state import make_private_dir
 from corral.engine.runtime import protocol as proto
 
@@ -39,8 +40,7 @@ TOKENS_DIR = "agent-tokens"
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
-@record
-class Grant:
+class Grant(Struct, frozen=True):
     """What one token lets its holder be: the agent of one turn of one task."""
 
     token_hash: str
@@ -53,7 +53,8 @@ class Grant:
     fence: proto.Fence | None = None  # the lease a worker runs the turn under (None: a local turn)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        doc: dict[str, Any] = to_builtins(self)
+        return doc
 
 
 def tokens_dir(home: Path) -> Path:

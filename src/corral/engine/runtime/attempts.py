@@ -32,6 +32,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from msgspec import Struct, field
+
 from corral import crashpoints
 from corral.adapters.harness.base import AttemptFacts, Event, Harness, Launch, Verdict
 from corral.adapters.pid_identity import (
@@ -47,7 +49,6 @@ from corral.adapters.process import check_argv, exited, spawn_piped, stop_child_
 from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, prepare
 from corral.domain.classifiers import classify_common, classify_http_status
 from corral.domain.delays import Delays
-from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.runtime import protocol as proto
@@ -69,8 +70,7 @@ COMMAND_CHARS = 200
 RETRY_TEXT_BYTES = 300
 
 
-@record(frozen=False)
-class AttemptRun:
+class AttemptRun(Struct):
     """What one attempt did and how it ended."""
 
     number: int

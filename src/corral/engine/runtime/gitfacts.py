@@ -24,8 +24,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.adapters.git import Git
-from corral.domain.record import record
 from corral.engine.runtime import protocol as proto
 from corral.errors import GitError
 
@@ -35,8 +36,7 @@ PROTECTED_KEPT = 1000
 COMMITS_KEPT = 1000
 
 
-@record
-class Bounded:
+class Bounded(Struct, frozen=True):
     """The first items of a list, and how many there were in all."""
 
     kept: tuple[str, ...]

@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from msgspec import Struct, field
+
 from corral.adapters.harness.base import AgentTools, Harness, Launch, TurnRequest, Verdict
 from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.clock import rfc3339, utcnow
@@ -25,7 +27,6 @@ from corral.domain.failures import (
     decide,
     decide_watchdog_retry,
 )
-from corral.domain.record import field, record
 from corral.domain.redact import CUT_MARGIN, redact
 from corral.domain.usage_limit import Beyond, reset_of
 from corral.domain.usage_limit import verdict as usage_verdict
@@ -52,8 +53,7 @@ def agent_tools(command: proto.Command, env: Mapping[str, str]) -> AgentTools | 
     return AgentTools(url=spec.url, token=token, timeout_seconds=spec.timeout_seconds, shell=confined)
 
 
-@record(frozen=False)
-class WorkOutcome:
+class WorkOutcome(Struct):
     """How the work phase ended: success, a classified stop (failed), or an error."""
 
     attempts: list[AttemptRun] = field(default_factory=list)

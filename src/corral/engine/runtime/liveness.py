@@ -14,10 +14,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from msgspec.structs import replace
+
 from corral.domain.agent_tools import PROGRESS_CAP, WAIT_TARGET_CAP
 from corral.domain.clock import parse_time
 from corral.domain.failures import RETRY_REASON_BYTES
-from corral.domain.record import replace
 from corral.domain.records import Task
 from corral.domain.refs import is_plain_id
 from corral.domain.sanitize import one_line

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.domain.agent_tools import PROGRESS_CAP
 from corral.domain.clock import rfc3339
-from corral.domain.record import record
 from corral.domain.sanitize import one_line
 from corral.engine.project import Project
 from corral.engine.runtime import marked
@@ -21,8 +22,7 @@ from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.mark_writer import read_marker, safely, writer, writer_alive
 
 
-@record
-class Posted:
+class Posted(Struct, frozen=True):
     """What :func:`post_progress` kept: the line as shown, and whether it was cut to the cap."""
 
     message: str

@@ -42,8 +42,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.git import Git
-from corral.domain.record import record
 from corral.errors import GitError
 
 DIR = "corral-quarantine"
@@ -59,8 +60,7 @@ MAX_LOOSE_BYTES = 2 * 1024**3
 PROBLEMS_KEPT = 20
 
 
-@record
-class ObjectsReport:
+class ObjectsReport(Struct, frozen=True):
     """What the quarantine held after a turn and what became of it."""
 
     loose: int = 0  # loose objects that passed and were moved

@@ -69,7 +69,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
 
 GUARD_DIR = "ref-guard"
 SNAPSHOT = "refs.json"
@@ -94,8 +94,7 @@ def kept_ref(task_ref: str, turn: int | str, ref: str) -> str:
     return f"{KEPT_PREFIX}{task_ref}/{turn}-{ref}"
 
 
-@record
-class RefMove:
+class RefMove(Struct, frozen=True):
     """One ref the agent moved during a turn, and what corral did about it."""
 
     ref: str
@@ -138,8 +137,7 @@ class RefMove:
         )
 
 
-@record
-class RefGuard:
+class RefGuard(Struct, frozen=True):
     """What the ref guard found after a turn: the agent's moves, and how many moves were someone else's."""
 
     moves: tuple[RefMove, ...] = ()

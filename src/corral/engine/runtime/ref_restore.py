@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 from corral import crashpoints
 from corral.adapters.files import write_atomic
 from corral.adapters.git import Git
 from corral.adapters.ref_files import common_dir
-from corral.domain.record import replace
 from corral.engine.runtime.ref_guard import (
     KEPT_PREFIX,
     MOVES,

@@ -44,7 +44,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from corral.domain.record import record
+from msgspec import Struct
+
 from corral.domain.sanitize import sanitize_field
 from corral.engine.runtime.stray_report import Found
 
@@ -60,8 +61,7 @@ WALK_LIMIT = 500_000
 _PROC = Path("/proc")
 
 
-@record
-class Entry:
+class Entry(Struct, frozen=True):
     """One name the walk found, with what identifies it (a later unlink acts only on that same inode)."""
 
     rel: str  # the path under the git directory, as git names it (refs/heads/corral/x.lock)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from corral.domain.record import record
+from msgspec import Struct
 
 
-@record
-class Found:
+class Found(Struct, frozen=True):
     """One stray: a lock file, a ref, a symbolic ref or an unreadable ref file, and what became of it."""
 
     kind: str  # "lock" | "ref" | "symref" | "broken"
@@ -35,8 +34,7 @@ class Found:
         return cls(text("kind") or "?", text("name") or "?", text("value"), data.get("removed") is True, text("why"))
 
 
-@record
-class StrayReport:
+class StrayReport(Struct, frozen=True):
     """What :func:`sweep` found: counts of what it removed and left, the first few of each, and any error."""
 
     locks: int = 0  # lock files removed

@@ -24,12 +24,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgspec import Struct
+
 from corral.adapters.files import read_bounded, write_atomic
 from corral.adapters.locks import lock
 from corral.adapters.pid_identity import proc_info
 from corral.domain.clock import parse_time, rfc3339, utcnow
 from corral.domain.failures import RETRY_REASON_BYTES
-from corral.domain.record import record
 from corral.domain.usage_limit import FIRST_THROUGH_SECONDS
 
 if TYPE_CHECKING:  # the supervisor reads the file without loading the project
@@ -49,8 +50,7 @@ SHARED_MAX = 100
 LOCK_TIMEOUT_SECONDS = 10.0
 
 
-@record
-class Turn:
+class Turn(Struct, frozen=True):
     """What :meth:`UsagePauses.turn` answers: go now, or wait (until ``until`` at most, then ask again)."""
 
     go: bool

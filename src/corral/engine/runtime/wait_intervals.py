@@ -17,9 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.files import private_dirs
 from corral.domain.clock import parse_time, rfc3339
-from corral.domain.record import record
 from corral.engine.project import Project
 from corral.engine.runtime.mark_writer import safely
 from corral.store import Tx
@@ -31,8 +32,7 @@ INTERVALS = Path("waits") / "intervals.jsonl"
 INTERVALS_MAX_BYTES = 64 * 1024 * 1024
 
 
-@record
-class WaitInterval:
+class WaitInterval(Struct, frozen=True):
     """One wait call's interval, folded from its start line and (once it settled) its end line."""
 
     id: str

@@ -19,10 +19,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.locks import lock
 from corral.domain.agent_tools import WAIT_TARGET_CAP
 from corral.domain.clock import new_id, parse_time, rfc3339
-from corral.domain.record import record
 from corral.domain.sanitize import one_line
 from corral.engine.project import Project
 from corral.engine.runtime import marked, wait_intervals
@@ -40,8 +41,7 @@ OUTCOMES = ("rested", "timeout", "cancelled", "error")
 CONTINUE_SECONDS = 60.0
 
 
-@record
-class ActiveWait:
+class ActiveWait(Struct, frozen=True):
     """One target an agent waits on right now, since when (read from a believed marker)."""
 
     target: str

@@ -25,11 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgspec import Struct
+from msgspec.structs import replace
+
 from corral import crashpoints
 from corral.adapters.pid_identity import send_identified
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
-from corral.domain.record import record, replace
 from corral.domain.records import FailureEvidence, PossibleEffects, Session, Task, Turn
 from corral.domain.status import Status
 from corral.domain.substate import NOT_PUSHED
@@ -68,16 +70,14 @@ def _quiet(_kind: str, **_fields: Any) -> None:
     return None
 
 
-@record
-class Me:
+class Me(Struct, frozen=True):
     """The worker that claims: its id (stable across its restarts on this host), host and lease."""
 
     id: str
     host: str
 
 
-@record
-class Ran:
+class Ran(Struct, frozen=True):
     """How a claimed job ended: ``done`` (recorded and pushed), ``lost`` (fenced off), ``skipped``,
     ``handed-back`` (the worker shut down: interrupted for another worker), ``unpushed`` (the worker shut
     down before the remote took the turn's work: its claim left to run out)."""

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
+from msgspec import Struct
+
 from corral.adapters.files import write_atomic
 from corral.domain.actors import Actor, Role
-from corral.domain.record import record
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause
 from corral.domain.refs import is_plain_id
 from corral.domain.status import Status
@@ -38,8 +39,7 @@ SHIPPED_MARK = "shipped.mark"
 RESEND_AFTER = timedelta(seconds=5)
 
 
-@record
-class Survey:
+class Survey(Struct, frozen=True):
     """Who holds the turns of a reconcile pass: ``away``, the working tasks whose turn another host holds
     (this host's working sweep leaves them alone); ``mine``, this host's own local leases
     (``shared_store.own_turns``)."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from msgspec import Struct
+
 from corral.adapters.locks import is_locked
-from corral.domain.record import record
 from corral.domain.status import Status
 from corral.engine.private_state import make_private_dir, private_umask
 from corral.engine.project import Project, backups_dir, stamp
@@ -26,8 +27,7 @@ from corral.store.copy import Copied, copy_store
 TARGETS = ("postgres", "sqlite")
 
 
-@record
-class Migrated:
+class Migrated(Struct, frozen=True):
     to: str
     source: str
     destination: str
