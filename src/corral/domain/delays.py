@@ -78,8 +78,9 @@ class Delays(Struct, frozen=True):
         return _step(self.retry_delay_unknown, self.retry_delay_longest, attempt)
 
     def __post_init__(self) -> None:
-        """Run when a command is read (msgspec calls it on decode): a value that is no number in its
-        setting's range was not written by corral, and the command is refused for its shape."""
+        """Run when the record is made and when a command is read: a value that is no number in its
+        setting's range was not resolved from the settings, and a command carrying one is refused for
+        its shape (msgspec's decode turns the error into a validation error naming the field)."""
         for name in NAMES:
             value = getattr(self, name)
             why = BY_NAME[name].refusal(value)
