@@ -77,6 +77,8 @@ def test_delays_resolve_from_the_settings_and_cross_the_command_file(tmp_path: P
     for bad in (0, -1, 1e9, "soon", True):
         with pytest.raises(msgspec.ValidationError, match="drain_quiet"):
             msgspec.convert({**doc, "drain_quiet": bad}, Delays)
+    with pytest.raises(ValueError, match=r"heartbeat_interval is 0\.0, but it must be a number from 0\.001 to 60"):
+        Delays(heartbeat_interval=0.0)  # nor is one made out of range
 
 
 # -- a repository's corral.toml is refused ----------------------------------------------------
