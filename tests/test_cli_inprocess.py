@@ -102,6 +102,6 @@ def test_a_call_past_its_timeout_raises_as_subprocess_run_does(corral: CLI, agen
 def test_a_call_corral_must_start_for_is_refused_in_process_and_runs_as_a_process(corral: CLI) -> None:
     env = {"CORRAL_CRASH_AT": "accept.merging"}  # read when corral is imported: a process's own
     assert inprocess.unfit({**os.environ, **env}) is not None
-    with pytest.raises(AssertionError, match="corral.process"):
+    with pytest.raises(AssertionError, match=r"corral\.process"):
         corral("create", "Crashless", env=env)
     assert corral.process("create", "Crashless", env=env).returncode == 0
