@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from msgspec import Struct, field
 
+from corral.adapters.files import write_atomic
 from corral.adapters.git import Git
 from corral.adapters.locks import is_locked
 from corral.adapters.process import Runner, SubprocessRunner
@@ -33,7 +35,7 @@ from corral.engine.placement import Placement, placement_for
 from corral.engine.private_state import make_private_dir, prepare_private_state, private_umask
 from corral.engine.state_location import locate
 from corral.errors import DaemonRunning, RefusedError, StoreError, StoreMissing, UsageError
-from corral.store import SQLiteStore, Store
+from corral.store import SQLiteStore, Store, sqlite_record
 
 
 def default_actor() -> Actor:
@@ -110,6 +112,11 @@ def _no_database(db: Path) -> bool:
         return True
     except OSError:
         return False  # the state directory itself is unusable: opening the store says how
+
+
+def _record_store(db: Path, store_id: str, created: int) -> None:
+    """What corral last knew of the SQLite database, kept beside it (:mod:`corral.store.sqlite_record`)."""
+    write_atomic(sqlite_record.record_file(db), sqlite_record.payload(db, store_id, created))
 
 
 def stamp(when: datetime) -> str:
@@ -242,7 +249,13 @@ class Project(Struct):
             with private_umask():  # the state directory 0700; the database, its -wal and -shm 0600
                 if not left:
                     prepare_private_state(self.paths)
-                return SQLiteStore(self.paths.db, clock=self.clock, create=not left, restore_hint=hint)
+                return SQLiteStore(
+                    self.paths.db,
+                    clock=self.clock,
+                    create=not left,
+                    restore_hint=hint,
+                    recorder=partial(_record_store, self.paths.db),
+                )
         except StoreMissing as exc:
             if not left:
                 raise
@@ -285,6 +298,7 @@ class Project(Struct):
         aside = backups_dir(self.paths) / f"corral-{stamp(self.clock())}-before-restore.db"
         with private_umask():
             kept = SQLiteStore.restore_file(self.paths.db, source, aside)
+        _ = self.store  # opened at once: what corral knows of the database now is this file's
         return version, kept
 
     def _refuse_restore_while_in_use(self) -> None:

@@ -9,15 +9,21 @@ daemon wait for each other instead of failing.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, closing, contextmanager
 from pathlib import Path
+from typing import NoReturn
 
+import corral.store.sqlite_record as sqlite_record
 from corral import crashpoints
+from corral.domain.actors import Actor
 from corral.domain.clock import Clock, rfc3339, utcnow
+from corral.domain.records import Task
 from corral.errors import (
     CorralError,
     StoreCorrupt,
@@ -26,8 +32,10 @@ from corral.errors import (
     StoreIOError,
     StoreMissing,
     StoreReadOnly,
+    StoreReplaced,
     StoreTooNew,
 )
+from corral.store.contract import NewTask
 from corral.store.migrations import LATEST, MIGRATIONS, too_new
 from corral.store.sqlite_files import (
     FS_APPEND_FL,
@@ -49,11 +57,33 @@ BUSY_TIMEOUT = 10.0
 
 
 class SQLiteTx(SQLTx):
-    """One transaction over an open SQLite connection; the SQL is :class:`~corral.store.sqltx.SQLTx`'s."""
+    """One transaction over an open SQLite connection; the SQL is :class:`~corral.store.sqltx.SQLTx`'s.
+
+    Creating a task raises the count of tasks ever created that the database keeps of itself
+    (:mod:`corral.store.sqlite_record`), in the same transaction; :attr:`created` is the (store id,
+    count) to record once it commits.
+    """
+
+    created: tuple[str, int] | None = None
 
     @staticmethod
     def _ref_taken(exc: Exception) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "tasks.ref" in str(exc)
+
+    def insert_task(self, new: NewTask, actor: Actor, *, task_id: str | None = None) -> Task:
+        task = super().insert_task(new, actor, task_id=task_id)
+        doc = sqlite_record.read_doc(self._db)
+        if doc is not None:  # a database without its doc (a copy being made) counts nothing
+            self.created = (doc[0], doc[1] + 1)
+            self._db.execute(
+                "UPDATE shared_docs SET doc = ?, at = ? WHERE name = ?",
+                (_store_doc(*self.created), rfc3339(self.now()), sqlite_record.STORE_DOC),
+            )
+        return task
+
+
+def _store_doc(store_id: str, created: int) -> str:
+    return json.dumps({"store_id": store_id, "tasks_created": created}, sort_keys=True)
 
 
 #: Tables a corral database has from its first migration on: a file without them is not one.
@@ -67,6 +97,12 @@ class SQLiteStore:
     the real cause, found in the file system (a read-only mount, an immutable file, a full disk,
     a ``-wal`` deleted under a process that still holds it), never as a masking rollback error.
     ``create=False`` refuses a missing or empty file instead of starting a new database there.
+
+    ``recorder`` keeps what corral last knew of the database outside it (its store id and how many
+    tasks were created in it: :mod:`corral.store.sqlite_record`): it is called with both when they
+    are first known and after each commit that created a task. With one, a database that is missing
+    or empty where tasks were created, another store's, or one holding fewer created tasks than
+    recorded is refused; a refused file holding a database is moved to ``refused/`` beside it.
     """
 
     def __init__(
@@ -77,6 +113,7 @@ class SQLiteStore:
         busy_timeout: float = BUSY_TIMEOUT,
         create: bool = True,
         restore_hint: str | None = None,
+        recorder: Callable[[str, int], None] | None = None,
     ) -> None:
         """``busy_timeout``: seconds to wait for another process's lock before ``store-busy``.
 
@@ -90,12 +127,19 @@ class SQLiteStore:
         self.restore_hint = restore_hint or "`corral restore BACKUP` puts a backup made by `corral backup` back"
         self._identity: tuple[int, int] | None = None
         self._decoded = _Decoded()
+        self._recorder = recorder if self.path != ":memory:" else None
+        if self._recorder is not None and self.missing():
+            last = sqlite_record.known(self.path)
+            if last is not None and last[1] > 0:
+                raise self._lost(last, str(self.missing()))
         if not create and self.path != ":memory:" and self.missing():
             raise StoreMissing(
                 f"The corral database {self.path} is {self.missing()}.",
                 hint=f"Nothing was changed. {self.restore_hint}.",
             )
         self._db = self._open()
+        if self._recorder is not None:
+            self._check_known(self._recorder)
 
     @property
     def location(self) -> str:
@@ -109,6 +153,91 @@ class SQLiteStore:
         if size == 0 and not file_size(self.path + "-wal"):
             return "empty (0 bytes)"
         return None
+
+    # -- what corral last knew of it --------------------------------------------------------
+    def _check_known(self, recorder: Callable[[str, int], None]) -> None:
+        """Compare the database with the record kept outside it; refuse one that is not the store known here."""
+        try:
+            doc = sqlite_record.read_doc(self._db)
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise self._fault(exc) from exc
+        last = sqlite_record.known(self.path)
+        if doc is None:
+            if last is not None and last[1] > 0:
+                self._refuse(last, "it has no store id: a new or foreign database")
+            doc = self._own_doc()
+        elif last is not None and last[1] > 0 and doc[0] != last[0]:
+            self._refuse(last, f"it is another store's ({doc[0][:12]}, {_tasks(doc[1])} created)")
+        elif last is not None and doc[0] == last[0] and doc[1] < last[1]:
+            self._refuse(last, f"it holds {_tasks(doc[1])} created, an older copy or rows lost")
+        if last != doc:
+            recorder(*doc)
+
+    def _own_doc(self) -> tuple[str, int]:
+        """The database's own store id and count, made once (a database from before they were kept)."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                doc = sqlite_record.read_doc(db)
+                if doc is None:
+                    (count,) = db.execute("SELECT COUNT(*) FROM tasks").fetchone()
+                    doc = (uuid.uuid4().hex, int(count))
+                    db.execute(
+                        "INSERT INTO shared_docs (name, doc, at) VALUES (?,?,?)",
+                        (sqlite_record.STORE_DOC, _store_doc(*doc), rfc3339(self._clock())),
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+        except sqlite3.Error as exc:
+            raise self._fault(exc) from exc
+        return doc
+
+    def _refuse(self, last: tuple[str, int], why: str) -> NoReturn:
+        """Move the database aside (never deleted) and refuse it: it is not the store corral knew here."""
+        self._db.close()
+        try:
+            kept = sqlite_record.move_aside(self.path, self._clock())
+        except OSError as exc:
+            raise StoreReplaced(
+                f"The corral database {self.path} is not the store corral last knew here "
+                f"({last[0][:12]}, {_tasks(last[1])} created): {why}; and it could not be moved aside "
+                f"({exc.strerror}).",
+                hint=f"Nothing was changed. Move it aside yourself, then: {self.restore_hint}.",
+            ) from exc
+        raise StoreReplaced(
+            f"The corral database {self.path} is not the store corral last knew here "
+            f"({last[0][:12]}, {_tasks(last[1])} created): {why}. It was moved, unchanged, to {kept}.",
+            hint=f"If it is the one you mean to use: corral restore '{kept}'. Otherwise {self.restore_hint}.",
+        )
+
+    def _lost(self, last: tuple[str, int], missing: str) -> StoreMissing:
+        kept = sqlite_record.refused(self.path)
+        found = f" The file refused here last is kept at {kept[-1]}." if kept else ""
+        return StoreMissing(
+            f"The corral database {self.path} is {missing}, where corral last knew "
+            f"{_tasks(last[1])} created (store {last[0][:12]}).{found}",
+            hint=(
+                f"Nothing was changed. {self.restore_hint}. If those tasks are gone for good, "
+                f"`rm '{sqlite_record.record_file(self.path)}'` lets corral begin a new, empty database."
+            ),
+        )
+
+    def _record(self, created: tuple[str, int]) -> None:
+        """After a commit that created a task: the record follows, unless the file was replaced meanwhile."""
+        if self._recorder is None or self._moved():
+            return
+        try:
+            self._recorder(*created)
+        except OSError as exc:
+            raise StoreIOError(
+                f"The task was saved, but corral could not write {sqlite_record.record_file(self.path)} "
+                f"({exc.strerror}).",
+                hint="Make the state directory writable; the next task created writes it again.",
+            ) from exc
 
     # -- faults ---------------------------------------------------------------------------
     def _damaged_hint(self) -> str:
@@ -394,6 +523,8 @@ class SQLiteStore:
                 raise self._fault(exc) from exc
             if writable:
                 crashpoints.hit("store.after-commit")
+                if tx.created is not None:
+                    self._record(tx.created)
 
     def read(self) -> AbstractContextManager[SQLiteTx]:
         return self._tx("BEGIN DEFERRED", writable=False)
@@ -581,6 +712,7 @@ class SQLiteStore:
             kept = _keep_aside(target, keep)
             for sidecar in sidecars(target):
                 _unlink(sidecar)  # a log of the old file must never be replayed into the new one
+            sqlite_record.forget(target)  # put there on purpose: the next open records this file
             os.replace(tmp, target)
             _fsync(os.path.dirname(os.path.abspath(target)))
         except BaseException:
@@ -599,6 +731,10 @@ class SQLiteStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _tasks(n: int) -> str:
+    return f"{n} task{'' if n == 1 else 's'}"
 
 
 def _rollback(db: sqlite3.Connection) -> None:
