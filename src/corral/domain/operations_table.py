@@ -75,12 +75,22 @@ OPERATIONS: dict[Op, frozenset[Status]] = {
     Op.DELETE: TERMINAL,
 }
 
+#: The operations that first escape a merge an accept left stranded: a task in ``merging`` whose
+#: accept died goes back to the status that accept recorded, then the operation runs from it; a merge in
+#: flight is refused (``engine/recovery/merges.escape_stranded``).
+ESCAPES_STRANDED_MERGE: frozenset[Op] = frozenset({Op.UNBLOCK, Op.SUBMIT, Op.CLOSE, Op.REJECT})
+
 #: Statuses in which a task rests for ``corral wait``: no turn running, no pair open, no merge in flight.
 WAIT_RESTS: frozenset[Status] = RESTING | TERMINAL
 
 
 def may(op: Op, status: Status) -> bool:
     return status in OPERATIONS[op]
+
+
+def escapes_merge(op: Op, status: Status) -> bool:
+    """Whether ``op`` on a task in ``status`` first puts back a stranded merge (:data:`ESCAPES_STRANDED_MERGE`)."""
+    return status is S.MERGING and op in ESCAPES_STRANDED_MERGE
 
 
 def allowed_from(op: Op) -> tuple[Status, ...]:

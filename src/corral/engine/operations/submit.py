@@ -16,6 +16,7 @@ from corral.domain.status import Status, check_transition
 from corral.engine import workspace
 from corral.engine.git_remote import remote_name
 from corral.engine.project import Project
+from corral.engine.recovery.merges import escape_stranded
 from corral.engine.resolve import resolve_task
 from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, GitError, RefusedError
@@ -29,6 +30,7 @@ class Submitted(Struct, frozen=True):
 
 
 def submit(project: Project, given: str, *, actor: Actor) -> Submitted:
+    escape_stranded(project, given, Op.SUBMIT)  # a merge its accept left behind is put back first
     with project.store.read() as tx:
         task = resolve_task(tx, given)
     with task_lock(project, task.id, what="submit"):

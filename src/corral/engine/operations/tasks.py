@@ -300,6 +300,9 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
     why = _prose(project, "reason", reason)
     if not why.strip():
         raise UsageError(f"{how.capitalize()} needs a reason.", hint=f"corral {how} TASK -m 'why'")
+    from corral.engine.recovery.merges import escape_stranded  # only a close or a reject needs it
+
+    escape_stranded(project, given, Op(how))  # a merge its accept left behind is put back first
     with project.store.write() as tx:
         task = resolve_task(tx, given)
         if task.status is Status.ABANDONED:

@@ -55,6 +55,7 @@ from corral.engine.project import Project
 from corral.engine.read.incident_views import permission_hold
 from corral.engine.read.translator import Translator
 from corral.engine.recovery.faults import internal_fault
+from corral.engine.recovery.merges import escape_stranded
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.runtime import branch_check
 from corral.engine.runtime import protocol as proto
@@ -488,6 +489,7 @@ def unblock(
     """Feedback, and the agent runs again. A task held by a permission blocker its agent reported
     runs again only with ``retry_blocked``: a person (or a builder) confirming one retry of that
     operation, in the same scope — it grants nothing more (docs/incidents.md#permission-blockers)."""
+    escape_stranded(project, given, Op.UNBLOCK)  # a merge its accept left behind is put back first
     with project.store.read() as tx:
         held = permission_hold(project, resolve_task(tx, given))
     if held is None and retry_blocked:
