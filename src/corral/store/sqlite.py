@@ -166,13 +166,21 @@ class SQLiteStore:
         if doc is None:
             if last is not None and last[1] > 0:
                 self._refuse(last, "it has no store id: a new or foreign database")
-            doc = self._own_doc()
+            try:
+                doc = self._own_doc()
+            except (StoreReadOnly, StoreDiskFull):
+                return  # a database from before the record, that cannot be written now: it still reads
         elif last is not None and last[1] > 0 and doc[0] != last[0]:
             self._refuse(last, f"it is another store's ({doc[0][:12]}, {_tasks(doc[1])} created)")
         elif last is not None and doc[0] == last[0] and doc[1] < last[1]:
             self._refuse(last, f"it holds {_tasks(doc[1])} created, an older copy or rows lost")
         if last != doc:
-            recorder(*doc)
+            try:
+                recorder(*doc)
+            except OSError:
+                # A state directory that refuses the record refuses the database's writes too, and
+                # says so when one is tried; a read goes on, and the next open records it.
+                pass
 
     def _own_doc(self) -> tuple[str, int]:
         """The database's own store id and count, made once (a database from before they were kept)."""
