@@ -20,7 +20,9 @@ What lands is what was reviewed: the branch's tip is read once (:func:`reviewed.
 pre-flight and again after the pre-accept turn, and exactly that commit is merged. When a diff was
 shown to the same viewer at another tip, or ``tip`` (``--tip``) pins one the branch is not at, the
 commits that came since are named and merged only once confirmed (``confirm``); with no one to ask,
-accept refuses (:class:`~corral.errors.TipMoved`).
+accept refuses (:class:`~corral.errors.TipMoved`). Nor does it land conflict markers: a squash whose added
+lines hold a ``<<<<<<<`` … ``=======`` … ``>>>>>>>`` region is refused before the target moves
+(:func:`refuse_markers`, :class:`~corral.errors.ConflictMarkers`) unless a person means them (``allow_markers``).
 """
 
 from __future__ import annotations
