@@ -5,8 +5,9 @@ implementation against this independent transcription of the design.
 
 Each row of DESIGN.md's table is one entry below (``blocked, conflict`` in the
 "to" column is two targets). "any non-terminal → zombie (system actor only)" is
-kept apart in ``ZOMBIE_SOURCES``; a self-transition zombie → zombie is not a
-change of status, so zombie itself is not listed as a source.
+kept apart in ``ZOMBIE_SOURCES``; the same status again (zombie → zombie
+included) is a no-op that is always legal and records nothing (issue 29), so it
+is kept out of the table and its targets.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ TABLE: dict[str, frozenset[str]] = {
     "merging": frozenset({"complete", "blocked", "submitted"}),
     "submitted": frozenset({"merging", "working", "blocked", "abandoned"}),
     "zombie": frozenset({"complete"}),
-    "complete": frozenset({"blocked"}),
+    "complete": frozenset({"blocked", "backlog"}),
     "abandoned": frozenset({"blocked", "backlog"}),
 }
 
@@ -57,10 +58,15 @@ RESTING = frozenset({"backlog", "blocked", "conflict", "interrupted", "submitted
 
 def allowed(src: str, dst: str, actor: str) -> bool:
     """Whether DESIGN.md lets ``actor`` move a task from ``src`` to ``dst``."""
+    if dst == "zombie" and actor != "system":
+        return False
+    if src == dst:
+        return True
     if dst == "zombie":
         return actor == "system" and src in ZOMBIE_SOURCES
     return dst in TABLE[src]
 
 
 def targets(src: str, actor: str) -> frozenset[str]:
-    return frozenset(dst for dst in STATUSES if allowed(src, dst, actor))
+    """Where a task can go: the no-op of staying is not a target."""
+    return frozenset(dst for dst in STATUSES if dst != src and allowed(src, dst, actor))

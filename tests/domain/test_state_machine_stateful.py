@@ -175,6 +175,12 @@ class Lifecycle(RuleBasedStateMachine):
             assert paused, f"set_status({m.status} -> {to}) refused unexpectedly"
             return
         assert not paused and not cas_fails and legal, f"{m.status} -> {to} by {actor} was allowed"
+        if to.value == m.status:  # the same status again: a no-op that records nothing
+            assert change is None
+            if cause != "UNSET":
+                m.cause = cause
+            return
+        assert change is not None
         assert (change.from_status.value if change.from_status else None, change.to_status, change.actor) == (
             m.status,
             to,
@@ -197,7 +203,7 @@ class Lifecycle(RuleBasedStateMachine):
             self.clock.advance(1)
             with self.store.write() as tx:
                 change = tx.set_status(task_id, to, actor, "legal step", expected_from=Status(m.status))
-            assert change.to_status is to
+            assert change is not None and change.to_status is to
             self._cause_after_set_status(m, to.value, "UNSET")
             self._record(task_id, m.status, to.value, actor)
             m.label_fresh = False

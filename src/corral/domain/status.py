@@ -88,6 +88,7 @@ _EDGES: dict[tuple[Status, Status], str] = {
     (S.SUBMITTED, S.ABANDONED): "reject, close",
     (S.ZOMBIE, S.COMPLETE): "the reconciler",
     (S.COMPLETE, S.BLOCKED): "reopen --reason",
+    (S.COMPLETE, S.BACKLOG): "reopen, when it has no session",
     (S.ABANDONED, S.BLOCKED): "reopen, when agent work exists",
     (S.ABANDONED, S.BACKLOG): "reopen, when no agent work exists",
 }
@@ -114,14 +115,21 @@ def allowed_targets(src: Status, actor: Actor | None = None) -> tuple[Status, ..
     return targets
 
 
+def is_noop(src: Status, dst: Status) -> bool:
+    """Whether ``src`` → ``dst`` changes nothing: the same status again is legal and writes no
+    status-change record (so the system's zombie → zombie, any non-terminal status → zombie, is one)."""
+    return src is dst
+
+
 def is_allowed(src: Status, dst: Status, actor: Actor) -> bool:
     if dst is S.ZOMBIE and actor is not Actor.SYSTEM:
         return False
-    return (src, dst) in _EDGES
+    return is_noop(src, dst) or (src, dst) in _EDGES
 
 
 def check_transition(src: Status, dst: Status, actor: Actor, *, what: str | None = None) -> None:
-    """Raise :class:`IllegalTransition` naming the allowed targets unless src → dst is legal."""
+    """Raise :class:`IllegalTransition` naming the allowed targets unless src → dst is legal (the same
+    status again is, as a no-op: :func:`is_noop`)."""
     if is_allowed(src, dst, actor):
         return
     hint = None

@@ -125,8 +125,11 @@ class Tx(Protocol):
         *,
         expected_from: Status | Iterable[Status] | None = None,
         resting_cause: RestingCause | None = UNSET,
-    ) -> StatusChange:
+    ) -> StatusChange | None:
         """Validate and write one transition with its status-change record.
+
+        The same status again is a no-op: nothing is recorded and None is returned (a given
+        ``resting_cause`` is still set).
 
         ``blocked`` and ``conflict`` are refused here: they are derived by :meth:`park`.
         ``resting_cause`` UNSET keeps the current cause when the task stays resting and

@@ -34,7 +34,7 @@ from corral.domain.records import (
     Turn,
     Violation,
 )
-from corral.domain.status import PAUSED, RESTING, Status, check_transition
+from corral.domain.status import PAUSED, RESTING, Status, check_transition, is_noop
 from corral.domain.violations import Decision, after_change, park_status
 from corral.errors import LeaseLost, RefusedError, StoreCorrupt, StoreError
 from corral.store.contract import UNSET, NewTask
@@ -469,7 +469,7 @@ class SQLTx:
         reason: str | None,
         expected_from: Status | Iterable[Status] | None,
         resting_cause: RestingCause | None,
-    ) -> StatusChange:
+    ) -> StatusChange | None:
         self._write()
         # Only the two columns a transition needs: this is the hot path of every status change.
         row = self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
@@ -480,6 +480,10 @@ class SQLTx:
         if expected_from is not None and current not in (_statuses(expected_from) or ()):
             self._expect(self._require_task(task_id), expected_from)
         check_transition(current, to, actor)
+        if is_noop(current, to):  # the same status again changes nothing and writes no status-change row
+            if resting_cause is not UNSET:
+                self.set_resting_cause(task_id, resting_cause)
+            return None
         if resting_cause is UNSET:
             cause_json = row[1] if to in RESTING else None
         else:
@@ -500,7 +504,7 @@ class SQLTx:
         *,
         expected_from: Status | Iterable[Status] | None = None,
         resting_cause: RestingCause | None = UNSET,
-    ) -> StatusChange:
+    ) -> StatusChange | None:
         if to in PAUSED:
             raise StoreError(
                 f"internal: {to.value} is derived from the violation set; park the task instead",

@@ -335,12 +335,14 @@ def reopen(project: Project, given: str, *, reason: str | None, actor: Actor) ->
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         check_operation(Op.REOPEN, task.status, task.ref, hint=f"See it with corral show {task.ref}.")
-        if task.status is Status.COMPLETE and not (why and why.strip()):
+        # An accepted task with no session has no merged work to find fault with: it goes back to backlog.
+        accepted_work = task.status is Status.COMPLETE and task.session_id is not None
+        if accepted_work and not (why and why.strip()):
             raise UsageError(
                 f"Reopening the accepted task {task.ref} needs a reason.",
                 hint=f"corral reopen {task.ref} --reason 'what is wrong with the merged work'",
             )
-        to_blocked = task.status is Status.COMPLETE or workspace.has_agent_work(project, tx, task)
+        to_blocked = accepted_work or workspace.has_agent_work(project, tx, task)
         last = tx.get_session(task.session_id) if task.session_id else None
     if not to_blocked:
         with project.store.write() as tx:

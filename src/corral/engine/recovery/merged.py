@@ -14,12 +14,15 @@ from corral.engine.project import Project
 from corral.engine.recovery.merges import complete_merged
 from corral.engine.workspace import target_branch
 
-#: The statuses whose work may have been merged by hand while corral looked away.
-SWEPT = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED)
+#: The statuses whose work may have been merged by hand while corral looked away; and zombie, in
+#: which a task whose completion was cut short would otherwise stay (zombie → zombie is a no-op).
+SWEPT = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED, Status.ZOMBIE)
 
 
 def sweep_merged_branches(project: Project) -> int:
     """A resting task whose work is already on its target → zombie → complete; returns how many.
+
+    A task with no agent turn is never completed: it did no work (docs/lifecycle.md).
 
     Merged means: the branch has commits beyond its session's base and the target contains
     the tip — the target took the task's work, not the branch the target's, and no uncommitted
@@ -91,6 +94,8 @@ def sweep_merged_branches(project: Project) -> int:
             merged = (task.id, session.id) in trailers[target_tip]
         if merged and _agent_moved_target(project, task, session, targets[task.id]):
             merged = False  # the agent put its work there itself: never a completion (docs/lifecycle.md)
+        if merged and not _agent_answered(project, task):
+            merged = False  # no agent turn, no agent work: what is on the target is a person's, not the task's
         if merged:
             complete_merged(project, task, session, "its work is on its target")
             completed += 1
@@ -142,6 +147,13 @@ def _own_work_landed(project: Project, task: Task, session: Session, target: str
         if target_reached and target_reached[-1] < first_when:
             return False
     return True
+
+
+def _agent_answered(project: Project, task: Task) -> bool:
+    """Whether any agent turn of the task was recorded: a task with none has done no work to
+    complete, whatever a person committed on its branch or merged into its target."""
+    with project.store.read() as tx:
+        return any(t.role is Role.AGENT for t in tx.turns(task.id))
 
 
 def _agent_moved_target(project: Project, task: Task, session: Session, target: str) -> bool:

@@ -1,0 +1,104 @@
+"""Lazy's lifecycle cases that corral decides as Lazy does, each a test of its own (docs/lifecycle.md):
+the same status again is a no-op, an accepted task with no session reopens to backlog, the
+merged-branch sweep never completes a task no agent worked on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.domain.actors import Actor, Role
+from corral.domain.status import Status, check_transition, is_allowed
+from corral.engine import workspace
+from corral.engine.project import Project
+from corral.store.contract import NewTask
+from tests.conftest import CLI, git
+
+
+def _task_in(repo: Path, ref: str, *path: Status) -> str:
+    """A task created in backlog and moved along ``path`` by the system, straight through the store."""
+    project = Project.open(repo)
+    try:
+        with project.store.write() as tx:
+            task = tx.insert_task(NewTask(ref=ref, goal=f"Task {ref}"), Actor.HUMAN)
+            for status in path:
+                tx.set_status(task.id, status, Actor.SYSTEM, "set up by the test")
+        return task.id
+    finally:
+        project.close()
+
+
+def _worked_task(repo: Path, ref: str, *, agent_turn: bool, rest: Status) -> None:
+    """A started task whose branch has one commit beyond its base, resting in ``rest`` (blocked or
+    zombie), with or without a recorded agent turn."""
+    project = Project.open(repo)
+    try:
+        with project.store.write() as tx:
+            task = tx.insert_task(NewTask(ref=ref, goal=f"Task {ref}", target_branch="main"), Actor.HUMAN)
+        ws = workspace.prepare(project, task, "main")
+        (ws.worktree / f"{ref}.txt").write_text("the work\n")
+        git(ws.worktree, "add", f"{ref}.txt")
+        git(ws.worktree, "commit", "-q", "-m", f"work of {ref}")
+        with project.store.write() as tx:
+            session = tx.insert_session(
+                task.id, worktree=str(ws.worktree), branch=ws.branch, base_commit=ws.base_commit
+            )
+            tx.set_status(task.id, Status.WORKING, Actor.HUMAN, "start")
+            if agent_turn:
+                tx.add_turn(task.id, role=Role.AGENT, kind="work", content="Done.", session_id=session.id)
+            if rest is Status.ZOMBIE:
+                tx.set_status(task.id, Status.ZOMBIE, Actor.SYSTEM, "an accept cut short after its merge")
+            else:
+                tx.park(task.id, Actor.SYSTEM, "the turn ended")
+    finally:
+        project.close()
+
+
+def _changes(repo: Path, task_id: str) -> list[tuple[str | None, str]]:
+    project = Project.open(repo)
+    try:
+        with project.store.read() as tx:
+            return [(c.from_status and c.from_status.value, c.to_status.value) for c in tx.status_changes(task_id)]
+    finally:
+        project.close()
+
+
+def test_the_same_status_again_is_a_no_op_that_records_nothing(corral: CLI, repo: Path) -> None:
+    for status in Status:
+        check_transition(status, status, Actor.SYSTEM)  # legal for every status, terminal ones too
+    assert is_allowed(Status.ZOMBIE, Status.ZOMBIE, Actor.SYSTEM)
+    assert not is_allowed(Status.ZOMBIE, Status.ZOMBIE, Actor.HUMAN)  # zombie stays the system's to set
+    task_id = _task_in(repo, "again", Status.WORKING, Status.WORKING, Status.ZOMBIE, Status.ZOMBIE)
+    assert _changes(repo, task_id) == [(None, "backlog"), ("backlog", "working"), ("working", "zombie")]
+    shown = corral.json("show", "again")
+    assert [(c["from"], c["to"]) for c in shown["status_changes"]][1:] == [
+        ("backlog", "working"),
+        ("working", "zombie"),
+    ]
+
+
+def test_a_task_left_in_zombie_is_completed_by_the_sweep(corral: CLI, repo: Path) -> None:
+    _worked_task(repo, "left", agent_turn=True, rest=Status.ZOMBIE)
+    git(repo, "merge", "-q", "--ff-only", "corral/left")  # the accept had merged it
+    corral.ok("list")  # a reconciler's pass
+    shown = corral.json("show", "left")
+    assert shown["task"]["status"] == "complete"
+    moves = [(c["from"], c["to"]) for c in shown["status_changes"]]
+    assert moves[-2:] == [("working", "zombie"), ("zombie", "complete")]  # zombie → zombie recorded nothing
+
+
+def test_the_merged_branch_sweep_never_completes_a_task_with_no_agent_turn(corral: CLI, repo: Path) -> None:
+    _worked_task(repo, "idle", agent_turn=False, rest=Status.BLOCKED)
+    _worked_task(repo, "done", agent_turn=True, rest=Status.BLOCKED)
+    git(repo, "merge", "-q", "--no-ff", "-m", "both by hand", "corral/idle", "corral/done")
+    corral.ok("list")
+    assert corral.json("show", "idle")["task"]["status"] == "blocked"
+    assert corral.json("show", "done")["task"]["status"] == "complete"
+
+
+def test_reopening_an_accepted_task_with_no_session_goes_to_backlog(corral: CLI, repo: Path) -> None:
+    _task_in(repo, "bare", Status.ZOMBIE, Status.COMPLETE)
+    out = corral.json("reopen", "bare")
+    shown = corral.json("show", "bare")
+    assert shown["task"]["status"] == "backlog", out
+    assert [(c["from"], c["to"]) for c in shown["status_changes"]][-1] == ("complete", "backlog")
+    corral.ok("start", "bare", "--help")  # from backlog, start is what comes next
