@@ -28,6 +28,10 @@ from corral.domain.settings import BY_NAME, default
 #: so a loaded machine's late beat is never taken for one.
 STALE_BEATS = 10
 
+#: The first wait after an unclassified failure that came fast, in seconds (then doubled): a deterministic
+#: failure shows as a crash loop within seconds. A shorter ``retry_delay_unknown`` shortens it too.
+FAST_RETRY_FIRST = 1.0
+
 
 class Settings(Protocol):
     """Whatever holds the resolved settings by name (the engine's ``Config``)."""
@@ -72,6 +76,11 @@ class Delays(Struct, frozen=True):
     def transient_step(self, attempt: int) -> float:
         """The wait after the ``attempt``-th transient failure in a row: 5, 10, 20, 40, then 60 by default."""
         return _step(self.retry_delay_first, self.retry_delay_longest, attempt)
+
+    def fast_step(self, fast: int) -> float:
+        """The wait after the ``fast``-th unclassified failure in a row that came within the crash-loop
+        window: 1 s, then 2 s by default (never longer than the unknown ladder's first step)."""
+        return _step(min(FAST_RETRY_FIRST, self.retry_delay_unknown), self.retry_delay_longest, fast)
 
     def unknown_step(self, attempt: int) -> float:
         """The wait after the ``attempt``-th unclassified failure in a row: 15, 30, then 60 by default."""

@@ -52,6 +52,35 @@ class Budgets(Struct, frozen=True):
 FAST_FAILURES_FOR_LOOP = 3
 
 
+def fast_run(recent_durations: Sequence[float], delays: Delays = Delays()) -> int:
+    """How many of the newest failed attempts in a row were fast (each shorter than the crash-loop window)."""
+    run = 0
+    for duration in reversed(list(recent_durations)):
+        if duration >= delays.crash_loop_window:
+            break
+        run += 1
+    return run
+
+
+def attempts_bound(
+    failure_class: str | None, recent_durations: Sequence[float], budgets: Budgets, delays: Delays = Delays()
+) -> int | None:
+    """The "m" of "attempt n of m" a person reads while a turn retries: the bound :func:`decide` applies.
+
+    An unclassified failure that came fast is bounded by the crash-loop detector (its third in a
+    row ends the turn), a slow one by the budget of attempts; an unreachable provider by its budget;
+    overload and network failures by time, so they have no count (None).
+    """
+    if failure_class == FailureClass.UNKNOWN.value:
+        fast = fast_run(recent_durations, delays)
+        if fast:
+            return min(budgets.unknown_attempts, len(list(recent_durations)) - fast + FAST_FAILURES_FOR_LOOP)
+        return budgets.unknown_attempts
+    if failure_class == FailureClass.TRANSIENT_UNREACHABLE.value:
+        return budgets.unreachable_attempts
+    return None
+
+
 class Retry(Struct, frozen=True):
     delay: float
 
@@ -77,16 +106,21 @@ def decide(
     ``recent_durations`` the run time of each failed attempt so far, newest last
     (for the fast crash-loop detector, which applies to ``unknown`` only: a 429
     comes back in milliseconds, so three fast transients are not a crash loop).
-    The ladders' steps and the crash-loop window are the turn's ``delays``.
+    An unclassified attempt that failed fast (within the crash-loop window of its start) is
+    retried on the fast steps (1 s, then 2 s by default) and the third fast one in a row ends the
+    turn as a crash loop, so a deterministic failure is in front of a person within seconds; a
+    slow one takes the unknown ladder. The steps and the window are the turn's ``delays``.
     """
     if failure_class in FATAL:
         return Stop("fatal")
     if failure_class is FailureClass.UNKNOWN:
-        recent = list(recent_durations)[-FAST_FAILURES_FOR_LOOP:]
-        if len(recent) == FAST_FAILURES_FOR_LOOP and all(d < delays.crash_loop_window for d in recent):
+        fast = fast_run(recent_durations, delays)
+        if fast >= FAST_FAILURES_FOR_LOOP:
             return Stop("crash-loop")
         if attempt >= budgets.unknown_attempts:
             return Stop("budget-exhausted")
+        if fast:  # it failed at once: soon again, and the third such failure ends the turn
+            return Retry(delays.fast_step(fast))
         return Retry(delays.unknown_step(attempt))
     delay = delays.transient_step(attempt)
     if failure_class is FailureClass.TRANSIENT_UNREACHABLE:
@@ -99,15 +133,15 @@ def decide(
     return Retry(delay)
 
 
-#: The watchdog's rule: how often a turn killed for making no progress is relaunched, and how long
-#: a process has between SIGTERM and SIGKILL.
-WATCHDOG_RELAUNCHES = 3
+#: The watchdog's rule: how often a turn killed for making no progress is relaunched (once: a second
+#: kill ends the turn, which then rests for a person), and how long a process has between SIGTERM and SIGKILL.
+WATCHDOG_RELAUNCHES = 1
 #: The ``term_grace`` setting's default: what a version-1 command, which carried no grace, is read with.
 TERM_GRACE_SECONDS = default("term_grace", float)
 
 
 def decide_watchdog_retry(work_captured: bool, relaunches: int, limit: int = WATCHDOG_RELAUNCHES) -> bool:
-    """After a no-progress kill: relaunch (True) only when nothing was captured, at most ``limit`` times (3).
+    """After a no-progress kill: relaunch (True) only when nothing was captured, at most ``limit`` times (once).
 
     "Work captured" is a new commit or a dirty worktree. When the commit probe cannot
     read git, the caller passes False (fail toward retrying).

@@ -2,7 +2,8 @@
 
 docs/lifecycle.md#auto-resume-and-the-circuit-breaker: never after a merge-and-fix failure, an
 internal fault or a classified (fatal or exhausted) failure — those rest blocked
-anyway; never while violations are pending; never for an ask; not once the session has
+anyway; never after a turn the watchdog ended twice (it hung again after its one relaunch);
+never while violations are pending; never for an ask; not once the session has
 been interrupted ``breaker_threshold`` times in a row; and not once it was interrupted
 ``breaker_same_cause`` times in a row by one cause (the same code and exit status, no new
 commit between them, within ten minutes), which is recorded on the resting cause so ``show``
@@ -35,7 +36,9 @@ def resumable(project: Project, task_id: str) -> bool:
         if not config["auto_resume"]:
             return False
         cause = task.resting_cause
-        if cause is not None and (cause.code in NO_AUTO_RESUME or SAME_CAUSE_BREAKER in cause.details):
+        if cause is not None and (
+            cause.code in NO_AUTO_RESUME or SAME_CAUSE_BREAKER in cause.details or hung_again(cause)
+        ):
             return False
         session = tx.get_session(task.session_id)
         if session is None or Breaker.of(config).tripped(Counters.of(session)):
@@ -44,6 +47,15 @@ def resumable(project: Project, task_id: str) -> bool:
         if not project.placement.resumes_here(project, project.placement.turn_lease(tx, task.id)):
             return False
         return not tx.pending_paths(task.id)
+
+
+def hung_again(cause: RestingCause) -> bool:
+    """A turn the watchdog ended twice (it hung again after its one relaunch): a person looks, the system
+    does not resume it (a hang that outlives a relaunch would only hang again, a watchdog period each)."""
+    if cause.code != "watchdog-no-progress" or cause.evidence is None:
+        return False
+    relaunches = cause.evidence.details.get("relaunches")
+    return isinstance(relaunches, int) and not isinstance(relaunches, bool) and relaunches >= 1
 
 
 def _interruption(project: Project, task: Task, session: Session) -> Interruption | None:

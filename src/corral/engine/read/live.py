@@ -86,7 +86,9 @@ def live_turn(project: Project, task: Task, facts: Live | None = None) -> LiveTu
             elapsed = max(0.0, (project.clock() - launched).total_seconds())
     retry = status.retry if status is not None else None
     attempts = None
-    if retry is not None and command is not None:
+    if retry is not None and retry.attempts is not None:
+        attempts = retry.attempts  # the bound the supervisor's policy applies
+    elif retry is not None and command is not None:
         if retry.failure_class == "unknown":
             attempts = command.budgets.unknown_attempts
         elif retry.failure_class == "transient_unreachable":

@@ -175,8 +175,12 @@ def failure_of(
             )
         code = ERROR_CAUSES.get(err.kind, "turn-crashed")
         details = {"reason": err.reason}
-        if err.kind is proto.ErrorKind.WATCHDOG and command is not None:
-            details["timeout_seconds"] = command.watchdog.timeout_seconds
+        if err.kind is proto.ErrorKind.WATCHDOG:
+            if command is not None:
+                details["timeout_seconds"] = command.watchdog.timeout_seconds
+            # how often it was relaunched after a kill in this turn: once says it hung again after a relaunch
+            kills = sum(1 for a in receipt.attempts if a.failure is not None and a.failure.code == code)
+            details["relaunches"] = max(kills - 1, 0)
         effects = possible_effects(receipt, code)
         if err.kind is proto.ErrorKind.MERGE_AND_FIX:
             effects = PossibleEffects.PARTIAL  # the merge stands half done in the worktree

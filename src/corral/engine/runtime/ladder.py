@@ -24,6 +24,7 @@ from corral.domain.failures import (
     RETRY_REASON_BYTES,
     FailureClass,
     Retry,
+    attempts_bound,
     decide,
     decide_watchdog_retry,
 )
@@ -283,6 +284,7 @@ class WorkPhase:
                     failure_class=failure_class.value,
                     reason=_reason(verdict.reason, self.secrets, RETRY_REASON_BYTES),
                     next_delay_ms=int(decision.delay * 1000),
+                    attempts=_bound(number, streak, failure_class, durations, c),
                 )
                 self.status.update(phase="retrying", retry=retry)
                 self.stop.wait(decision.delay)
@@ -302,6 +304,14 @@ class WorkPhase:
             out.failure_attempts = streak
             out.stop_reason = decision.reason
             return out
+
+
+def _bound(
+    number: int, streak: int, failure_class: FailureClass, durations: list[float], c: proto.Command
+) -> int | None:
+    """The turn's attempt number the policy stops at, counted as the turn counts its attempts."""
+    bound = attempts_bound(failure_class.value, durations, c.budgets, c.delays)
+    return None if bound is None else number - streak + bound
 
 
 def _reason(text: str, secrets: list[str], limit: int) -> str:

@@ -23,6 +23,9 @@ class RetryState(Wire, frozen=True):
     reason: str
     next_delay_ms: int
     by: str = "corral"
+    #: The most attempts the turn gets at this rate (the "m" of "attempt n of m", the bound corral's
+    #: policy applies: the crash-loop detector's for a fast unclassified failure); None when time bounds it.
+    attempts: int | None = None
 
 
 class AccountWait(Wire, frozen=True):
