@@ -102,3 +102,29 @@ def test_reopening_an_accepted_task_with_no_session_goes_to_backlog(corral: CLI,
     assert shown["task"]["status"] == "backlog", out
     assert [(c["from"], c["to"]) for c in shown["status_changes"]][-1] == ("complete", "backlog")
     corral.ok("start", "bare", "--help")  # from backlog, start is what comes next
+
+
+def test_show_of_an_interrupted_task_prints_the_consecutive_interruptions_beside_the_reason(
+    corral: CLI, repo: Path
+) -> None:
+    from corral.domain.clock import utcnow
+    from corral.domain.records import RestingCause
+
+    corral.ok("create", "Crashes", "--ref", "crashy")
+    project = Project.open(repo)
+    try:
+        with project.store.write() as tx:
+            task = tx.task_by_ref("crashy")
+            assert task is not None
+            session = tx.insert_session(task.id)
+            tx.set_status(task.id, Status.WORKING, Actor.HUMAN, "start")
+            cause = RestingCause(code="harness-missing", at=utcnow(), actor=Actor.SYSTEM)
+            tx.set_status(task.id, Status.INTERRUPTED, Actor.SYSTEM, "the turn crashed", resting_cause=cause)
+            tx.update_session(session.id, consecutive_interruptions=2)
+    finally:
+        project.close()
+    shown = corral.ok("show", "crashy").stdout
+    line = next(x for x in shown.splitlines() if x.startswith("Stopped because:"))
+    assert line.endswith("(interrupted 2 times in a row)"), line
+    assert len(line) > len("Stopped because: (interrupted 2 times in a row)")  # the reason is there too
+    assert corral.json("show", "crashy")["stopped_because"].endswith("(interrupted 2 times in a row)")

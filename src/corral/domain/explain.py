@@ -334,6 +334,11 @@ def same_cause_line(tripped: dict[str, object]) -> str:
     )
 
 
+def interruptions_line(consecutive: int) -> str:
+    """The count the breaker judges, beside an interrupted task's reason before it trips."""
+    return f"(interrupted {consecutive} time{'' if consecutive == 1 else 's'} in a row)"
+
+
 def breaker_line(consecutive: int) -> str:
     return (
         f"The agent was interrupted {consecutive} times in a row, so corral stopped resuming it "

@@ -22,10 +22,12 @@ from corral.domain.actors import Role
 from corral.domain.breaker import breaker_tripped
 from corral.domain.clock import rfc3339
 from corral.domain.explain import (
+    SAME_CAUSE_BREAKER,
     attempt_line,
     breaker_line,
     explain_failure,
     failure_line,
+    interruptions_line,
     next_step,
     stopped_because,
 )
@@ -303,7 +305,15 @@ def _because(task: Task, consecutive: int | None, breaker_threshold: int) -> tup
     if tripped and consecutive is not None:
         breaker = breaker_line(consecutive)
         because = f"{because} {breaker}" if because else breaker
+    elif task.status is Status.INTERRUPTED and consecutive and not _counted(task):  # the count beside the reason
+        count = interruptions_line(consecutive)
+        because = f"{because} {count}" if because else count
     return because, tripped
+
+
+def _counted(task: Task) -> bool:
+    """Whether the reason already says how many times in a row (the same-cause breaker's line)."""
+    return task.resting_cause is not None and SAME_CAUSE_BREAKER in task.resting_cause.details
 
 
 def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = BREAKER_THRESHOLD) -> TaskView:
