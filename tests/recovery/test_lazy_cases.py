@@ -4,14 +4,19 @@ merged-branch sweep never completes a task no agent worked on."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
+from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor, Role
 from corral.domain.status import Status, check_transition, is_allowed
 from corral.engine import workspace
 from corral.engine.project import Project
 from corral.store.contract import NewTask
-from tests.conftest import CLI, git
+from tests.conftest import CLI, FakeAgent, git
 
 
 def _task_in(repo: Path, ref: str, *path: Status) -> str:
@@ -128,3 +133,36 @@ def test_show_of_an_interrupted_task_prints_the_consecutive_interruptions_beside
     assert line.endswith("(interrupted 2 times in a row)"), line
     assert len(line) > len("Stopped because: (interrupted 2 times in a row)")  # the reason is there too
     assert corral.json("show", "crashy")["stopped_because"].endswith("(interrupted 2 times in a row)")
+
+
+def test_reject_and_close_refuse_while_a_chat_holds_the_worktree(corral: CLI, repo: Path, agent: FakeAgent) -> None:
+    corral.ok("create", "Chatted", "--ref", "chatted")
+    corral.ok("start", "chatted", "--wait", "--timeout", "60")
+    project = Project.open(repo)
+    try:
+        with project.store.read() as tx:
+            task = tx.task_by_ref("chatted")
+            assert task is not None and task.status is Status.BLOCKED
+        lock = project.paths.chat_lock(task.id)
+    finally:
+        project.close()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.touch()
+    # a chat's process holds the chat lock (flock) for as long as it runs
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "60"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not is_locked(lock):
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.05)
+        for how in ("reject", "close"):
+            refused = corral(how, "chatted", "-m", "not this")
+            assert refused.returncode == 3, refused.stderr
+            assert "A chat is open in chatted's worktree" in refused.stderr
+            assert "End the chat first" in refused.stderr
+        assert corral.json("show", "chatted")["task"]["status"] == "blocked"
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # the lock goes with its holder
+        holder.wait()
+    corral.ok("close", "chatted", "-m", "done with it")  # once the chat ended
+    assert corral.json("show", "chatted")["task"]["status"] == "abandoned"

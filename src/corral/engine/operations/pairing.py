@@ -59,11 +59,11 @@ def chat_is_open(project: Project, task_id: str) -> bool:
     return is_locked(chat_lock(project, task_id))
 
 
-def refuse_while_chat(project: Project, task: Task, what: str) -> None:
+def refuse_while_chat(project: Project, task: Task, what: str, *, effect: str = "start a turn underneath it") -> None:
     """Refuse ``what`` while a chat is open, or while a killed chat's changes still wait to be put aside."""
     if chat_is_open(project, task.id):
         raise ChatOpen(
-            f"A chat is open in {task.ref}'s worktree; {what} would start a turn underneath it.",
+            f"A chat is open in {task.ref}'s worktree; {what} would {effect}.",
             hint="End the chat first, then try again.",
         )
     if chat_held(project, task.id):

@@ -300,7 +300,8 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
     why = _prose(project, "reason", reason)
     if not why.strip():
         raise UsageError(f"{how.capitalize()} needs a reason.", hint=f"corral {how} TASK -m 'why'")
-    from corral.engine.recovery.merges import escape_stranded  # only a close or a reject needs it
+    from corral.engine.operations.pairing import refuse_while_chat  # only a close or a reject needs these
+    from corral.engine.recovery.merges import escape_stranded
 
     escape_stranded(project, given, Op(how))  # a merge its accept left behind is put back first
     with project.store.write() as tx:
@@ -313,6 +314,8 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
             )
         check_operation(Op(how), task.status, task.ref)
         check_transition(task.status, Status.ABANDONED, actor, what=f"{how} {task.ref}")
+        # as unblock, resume and accept do: the worktree a chat runs in is not taken away from it
+        refuse_while_chat(project, task, how, effect="take away the worktree it runs in")
         tx.set_status(task.id, Status.ABANDONED, actor, why, expected_from=task.status, resting_cause=None)
         session = tx.get_session(task.session_id) if task.session_id else None
         if session is not None and session.ended_at is None:
