@@ -166,3 +166,51 @@ def test_reject_and_close_refuse_while_a_chat_holds_the_worktree(corral: CLI, re
         holder.wait()
     corral.ok("close", "chatted", "-m", "done with it")  # once the chat ended
     assert corral.json("show", "chatted")["task"]["status"] == "abandoned"
+
+
+def test_a_working_task_whose_row_does_not_decode_is_skipped_by_the_working_sweep(corral: CLI, repo: Path) -> None:
+    import sqlite3
+
+    from corral.engine.recovery.reconcile import reconcile
+    from tests.cli.helpers import database
+
+    _task_in(repo, "damaged", Status.WORKING)
+    corral.ok("create", "Fine", "--ref", "fine")
+    with sqlite3.connect(database(corral)) as conn:
+        conn.execute("UPDATE tasks SET metadata = '{not json' WHERE ref = 'damaged'")
+    conn.close()
+    project = Project.open(repo)
+    try:
+        for _ in range(2):  # on no pass, not only the first
+            assert reconcile(project).problems == []
+    finally:
+        project.close()
+    listed = corral("list")
+    assert listed.returncode == 0 and "warning" not in listed.stderr, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["fine"]
+    doc = corral("doctor", "--json").json()
+    (check,) = [c for c in doc["checks"] if c["name"] == "task-row"]
+    assert check["status"] == "fail" and "damaged" in check["message"]  # named once, by doctor
+
+
+def test_a_working_task_whose_stored_start_lies_in_the_future_is_still_reconciled(corral: CLI, repo: Path) -> None:
+    import sqlite3
+
+    from corral.engine.recovery.reconcile import reconcile
+    from tests.cli.helpers import database
+
+    _task_in(repo, "ahead", Status.WORKING)  # no supervisor ever ran for it: only the grace period protects it
+    _task_in(repo, "now", Status.WORKING)
+    with sqlite3.connect(database(corral)) as conn:
+        conn.execute("UPDATE tasks SET last_interaction_at = '2100-01-01T00:00:00Z' WHERE ref = 'ahead'")
+    conn.close()
+    project = Project.open(repo)
+    try:
+        ended = reconcile(project).ended
+        with project.store.read() as tx:
+            ahead, now = tx.task_by_ref("ahead"), tx.task_by_ref("now")
+        assert ahead is not None and now is not None
+        assert ahead.status is Status.INTERRUPTED and ahead.id in ended  # a start in 2100 protects nothing
+        assert now.status is Status.WORKING  # a turn launched just now keeps its grace
+    finally:
+        project.close()

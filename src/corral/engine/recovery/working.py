@@ -25,7 +25,8 @@ from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.liveness import Observed, live_of, protocol_path
 from corral.engine.runtime.processes import GONE, reap_turn, supervisor_alive, supervisor_lost
-from corral.errors import CorralError
+from corral.errors import CorralError, StoreCorrupt
+from corral.store.sqltx import UNREADABLE
 
 
 def process_receipt(project: Project, task: Task, protocol_dir: str | Path | None = None) -> bool:
@@ -192,8 +193,18 @@ def reconcile_working(project: Project, head: TaskHead, grace: timedelta, *, obs
     is trusted only to confirm that a supervisor alive and beating runs that very command.
     Anything that could end the turn reads the task and its command afresh, so a launch
     between the two reads is never taken for a loss (and the common case, a supervisor alive,
-    decodes no task). ``observed`` collects what was seen of each supervisor found running.
+    decodes no task). ``observed`` collects what was seen of each supervisor found running. A task
+    whose row does not decode is passed over, never a problem of every pass: ``doctor`` names it.
     """
+    try:
+        return _reconcile_working(project, head, grace, observed)
+    except StoreCorrupt as exc:
+        if exc.code != UNREADABLE:
+            raise
+        return False  # a row that does not decode is skipped, as every read skips it; doctor names it
+
+
+def _reconcile_working(project: Project, head: TaskHead, grace: timedelta, observed: Observed | None) -> bool:
     protocol_dir = protocol_path(project, head.id)  # a string: this runs for every running turn on every read
     if entry_exists(f"{protocol_dir}{os.sep}{proto.RESPONSE}"):  # a receipt waits (rare): recorded with the task
         task = _task(project, head.id)
@@ -228,7 +239,9 @@ def reconcile_working(project: Project, head: TaskHead, grace: timedelta, *, obs
         claimed = lease is not None and current is not None and lease.command_id == current.command_id
         if claimed and lease is not None and lease.claimed_at is not None:
             since = max(since, lease.claimed_at)
-        if project.clock() - since < grace:
+        # Bounded whatever the clocks say: a start stored further ahead than the grace period itself
+        # (a clock set wrong, a row another host wrote) protects nothing, so the turn is still judged.
+        if -grace < project.clock() - since < grace:
             return False
     if not process_receipt(project, task, protocol_dir):  # it may have finished between our two looks
         lost(project, task, status, why)
