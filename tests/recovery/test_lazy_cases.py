@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor, Role
 from corral.domain.status import Status, check_transition, is_allowed
@@ -214,3 +216,24 @@ def test_a_working_task_whose_stored_start_lies_in_the_future_is_still_reconcile
         assert now.status is Status.WORKING  # a turn launched just now keeps its grace
     finally:
         project.close()
+
+
+def test_a_resume_on_a_harness_without_a_session_carries_the_goal_and_every_pending_feedback(
+    corral: CLI, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_HARNESS", "command")
+    monkeypatch.setenv("CORRAL_COMMAND", str(agent.bin))
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    agent.script([{"result": "Started."}], default=[{"exit": 1}])  # every turn after the first fails at once
+    corral.ok("create", "Rename the widget to gadget", "--ref", "nosession")
+    corral.ok("start", "nosession", "--wait", "--timeout", "60")
+    first, second = "Use gadget in the docs too.\nEvery one.", "And keep widget as an alias."
+    for message in (first, second):
+        corral("unblock", "nosession", "-m", message, "--wait", "--timeout", "60")
+        assert corral.json("show", "nosession")["task"]["status"] == "interrupted"
+    agent.script(default=[{"result": "Resumed."}])
+    corral.ok("resume", "nosession", "--wait", "--timeout", "60")
+    prompt = agent.calls()[-1]["prompt"]
+    assert "Rename the widget to gadget" in prompt  # the task's goal: nothing else tells this agent
+    assert first in prompt and second in prompt  # every pending feedback, in full
+    assert "conversation above" not in prompt

@@ -30,6 +30,7 @@ CRASH_DIRTY = (
     "interrupted turn. Review them, decide what to keep, commit or discard, then continue your work."
 )
 CARRY_ON = "Carry on with the task where you left off."
+REDELIVERY_HEAD = "Before the crash you were given this feedback, which you have not acted on yet. It follows verbatim:"
 
 ASK_PREAMBLE = (
     "A person has a question about your work on this task. Answer it from what you know and what "
@@ -82,8 +83,7 @@ def redelivery_block(pending: Sequence[str]) -> str:
     if not pending:
         return ""
     *older, newest = pending
-    head = "Before the crash you were given this feedback, which you have not acted on yet. It follows verbatim:"
-    block = f"{head}\n\n{newest}"
+    block = f"{REDELIVERY_HEAD}\n\n{newest}"
     if older:
         block += (
             f"\n\n(There {'is' if len(older) == 1 else 'are'} also {len(older)} older message"
@@ -96,6 +96,17 @@ def resume_after_crash(dirty: bool, pending: Sequence[str]) -> str:
     """The crash-context text (clean or dirty), then the redelivery block or the generic carry-on."""
     context = CRASH_DIRTY if dirty else CRASH_CLEAN
     return f"{context}\n\n{redelivery_block(pending) or CARRY_ON}"
+
+
+def resume_without_session(goal: str, prompt: str, dirty: bool, pending: Sequence[str]) -> str:
+    """A resume for a harness that keeps no session to resume (the ``command`` harness, or a session
+    never captured): its agent remembers nothing, so it is told the task again and given every pending
+    feedback in full (:func:`feedback_block`), never pointed at a conversation it cannot see."""
+    context = CRASH_DIRTY if dirty else CRASH_CLEAN
+    feedback = feedback_block(pending)
+    if feedback:
+        feedback = f"{REDELIVERY_HEAD}\n\n{feedback}"
+    return f"{first_turn(goal, prompt)}\n\n{context}\n\n{feedback or CARRY_ON}"
 
 
 def ask(question: str) -> str:

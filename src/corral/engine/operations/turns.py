@@ -612,9 +612,14 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
 
     def after_crash(session: Session) -> TurnSpec:
         dirty = bool(project.git.dirty_paths(session.worktree or "."))
+        feedback = [t.content for t in pending]
+        if session.harness_session_id is None:  # no session to resume: the agent is told everything again
+            body = prompts.resume_without_session(task.goal, task.prompt, dirty, feedback)
+        else:
+            body = prompts.resume_after_crash(dirty, feedback)
         return TurnSpec(
             kind,
-            prompts.resume_after_crash(dirty, [t.content for t in pending]),
+            body,
             delivered=tuple(t.id for t in pending),
             sync_before_work=not dirty,
             announce_merge=False,
