@@ -382,6 +382,7 @@ def test_the_state_as_json_counts_every_label_and_what_needs_action():
         "Observation incomplete": 0,
         "Recovered": 0,
         "Superseded": 0,
+        "Dismissed": 0,
     }
     assert {i["label"] for i in doc["incidents"]} == {"Action required", "Unclassified failure observation"}
     assert doc["journal"] == {"records": 2, "unreadable": 0, "torn": False}

@@ -696,7 +696,9 @@ def test_a_harness_that_exits_without_finishing_again_and_again(fproj, agent, co
     task, _response, (turn,) = run_virtual(fproj, VirtualTime(step=1.0), goal="Exit early")
     assert task.status is Status.INTERRUPTED and task.resting_cause.code == "crash-loop"
     text = show_text(corral, task.ref)
-    assert line_after(text, "Stopped because:").startswith("Claude Code failed several times within seconds")
+    assert line_after(text, "Stopped because:").startswith(
+        "Claude Code failed fast again and again (a crash loop): 3 attempts in a row each failed within 10 s"
+    )
     entry = failed_entry(text, turn.sequence)
     assert (
         "Attempt 1 of 3 failed: Claude Code exited without finishing its turn: "

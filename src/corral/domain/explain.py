@@ -160,8 +160,9 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
                 f"corral resume {ref} — or look first: corral logs {ref}",
             )
         case "crash-loop":
+            how = _detail(cause, evidence).removeprefix("crash loop: ")
             return Wording(
-                f"{agent} failed several times within seconds (a crash loop).",
+                f"{agent} failed fast again and again (a crash loop)" + (f": {how}" if how else "."),
                 f"Look at its output (corral logs {ref}), then: corral resume {ref}",
             )
         case "turn-lost":

@@ -11,6 +11,9 @@ blocked task whose tests failed eight times is not healthy because it is blocked
   notices) needs this module alone;
 - :mod:`corral.domain.dispositions` checks what a confined agent declares about its own failures.
 
+A person's dismissal is a disposition too (``"disposition": "dismissed"``, ``"actor": "human"``, and
+their ``reason``): it closes one incident as :attr:`Label.DISMISSED`, kept in history.
+
 Journal events (one JSON object per line of ``failures.jsonl``): ``{"kind": "failure", "id",
 "operation", "category", "summary", "evidence", "at", "expected"}``, ``{"kind": "recovered",
 "id", "operation", "incidents", "at"}``, ``{"kind": "incomplete", "id", "operation",
@@ -42,11 +45,15 @@ class Label(StrEnum):
     INCOMPLETE = "Observation incomplete"
     RECOVERED = "Recovered"
     SUPERSEDED = "Superseded"
+    DISMISSED = "Dismissed"  # closed by a person (``corral failures T --dismiss ID -m why``)
 
 
 #: What needs someone: shown by default; the rest is history.
 NEEDS_ACTION = (Label.ACTION_REQUIRED, Label.INCOMPLETE)
-CLOSED = (Label.RECOVERED, Label.SUPERSEDED)
+CLOSED = (Label.RECOVERED, Label.SUPERSEDED, Label.DISMISSED)
+#: The disposition only a person records (never an agent's: its tools refuse it), and who it names.
+DISMISSED = "dismissed"
+PERSON = "human"
 
 
 class Category(StrEnum):
@@ -65,6 +72,19 @@ def excerpt(text: str, limit: int = SUMMARY_CHARS) -> str:
     """One line of at most ``limit`` characters, controls blanked (a journal field, not a display)."""
     flat = " ".join(text.translate(_BLANK_CONTROLS).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def dismissal_event(event_id: str, incident: str, reason: str, at: str | None) -> dict[str, Any]:
+    """A person's ``dismissed`` disposition of one incident, with their words."""
+    return {
+        "kind": "disposition",
+        "id": event_id,
+        "disposition": DISMISSED,
+        "targets": [incident],
+        "reason": excerpt(reason),
+        "actor": PERSON,
+        "at": at,
+    }
 
 
 def failure_event(incident: str, operation: str, category: Category, summary: str, at: str | None) -> dict[str, Any]:
@@ -101,21 +121,27 @@ class Incident(Struct):
     actionable_at: str | None = None
     #: What an ``open`` disposition said the agent lacked permission for (agent-reported only).
     permission_resource: str | None = None
+    #: Why a person dismissed it (their words, kept in history).
+    reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "label": self.label.value,
-            "category": self.category,
-            "summary": self.summary,
-            "evidence": self.evidence,
-            "failures": self.failures,
-            "first_at": self.first_at,
-            "last_at": self.last_at,
-            "closed_by": self.closed_by,
-            "disposition": self.disposition,
-            "operation": self.operation,
-        } | ({"permission_resource": self.permission_resource} if self.permission_resource else {})
+        return (
+            {
+                "id": self.id,
+                "label": self.label.value,
+                "category": self.category,
+                "summary": self.summary,
+                "evidence": self.evidence,
+                "failures": self.failures,
+                "first_at": self.first_at,
+                "last_at": self.last_at,
+                "closed_by": self.closed_by,
+                "disposition": self.disposition,
+                "operation": self.operation,
+            }
+            | ({"permission_resource": self.permission_resource} if self.permission_resource else {})
+            | ({"reason": self.reason} if self.reason else {})
+        )
 
 
 class FailureState(Struct):
@@ -213,6 +239,8 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
         if given:
             state.dispositions.add(given)
         disposition = str(event.get("disposition") or "")
+        if disposition == DISMISSED and event.get("actor") != PERSON:
+            return  # only a person dismisses
         resource = event.get("permission_resource")
         for target in event.get("targets") or ():
             incident = _open_incident(state, state.aliases.get(str(target), str(target)))
@@ -225,6 +253,9 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
                 _close(state, incident.id, Label.RECOVERED, key)
             elif disposition == "superseded":
                 _close(state, incident.id, Label.SUPERSEDED, key)
+            elif disposition == DISMISSED:
+                incident.reason = str(event.get("reason") or "") or None
+                incident.label, incident.closed_by = Label.DISMISSED, key
             elif disposition == "expected":
                 incident.expected = True
                 incident.label = Label.EXPECTED
@@ -275,6 +306,8 @@ def summary_line(state: FailureState) -> str:
         history.append(f"{n} expected")
     if n := counts[Label.RECOVERED.value] + counts[Label.SUPERSEDED.value]:
         history.append(f"{n} recovered")
+    if n := counts[Label.DISMISSED.value]:
+        history.append(f"{n} dismissed")
     tail = f" · {' · '.join(history)} (history)" if history else ""
     if not act and not gaps:
         return f"No failures need action{tail}"

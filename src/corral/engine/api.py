@@ -146,6 +146,7 @@ if TYPE_CHECKING:
     from corral.engine.read import log_text as log_text
     from corral.engine.read import logs as logs
     from corral.engine.read import notices as notices
+    from corral.engine.read.incident_views import dismiss as dismiss_incident
     from corral.engine.read.interleave import (
         AttemptStart as AttemptStart,
     )
@@ -258,6 +259,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "board": ("corral.engine.operations.board", None),
     "chat": ("corral.engine.operations.pairing", "chat"),
     "check_scope": ("corral.engine.setting_writes", "check_scope"),
+    "dismiss_incident": ("corral.engine.read.incident_views", "dismiss"),
     "claimed": ("corral.engine.shared_store.claimed", None),
     "clear_owned": ("corral.engine.runtime.agent_marks", "clear_owned"),
     "control": ("corral.engine.operations.control", None),
@@ -352,6 +354,7 @@ __all__ = [
     "corral_home",
     "daemons",
     "default_actor",
+    "dismiss_incident",
     "doctor",
     "fenced",
     "file_problems",

@@ -9,7 +9,7 @@ import click
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import incident_line
-from corral.engine.api import queries
+from corral.engine.api import dismiss_incident, queries
 from corral.errors import UsageError
 
 HARNESSES = ("claude", "codex", "pi")
@@ -22,6 +22,7 @@ Examples:
   corral failures fix-login --history    every incident, recovered ones included
   corral failures fix-login --raw --json the whole excerpts and log paths, as JSON
   corral failures --log output.log --harness pi   scan a log outside any task
+  corral failures fix-login --dismiss supervision:watchdog -m "the proxy was down; fixed"
 """
 )
 @click.argument("task", required=False)
@@ -37,6 +38,8 @@ Examples:
     metavar="N",
     help="A page of at most N bytes of text: incident rows go first, the correctness note stays whole.",
 )
+@click.option("--dismiss", "dismiss", metavar="ID", help="Close one incident that needs action (with -m why).")
+@click.option("-m", "--message", metavar="WHY", help="Why you dismiss it: kept with the incident in history.")
 @json_option
 @pass_app
 def failures(
@@ -49,8 +52,25 @@ def failures(
     harness: str | None,
     cursor: str | None,
     max_bytes: int | None,
+    dismiss: str | None,
+    message: str | None,
 ) -> None:
     """A task's incidents: tool, model and supervision failures, labelled, apart from its status."""
+    if dismiss is not None or message is not None:
+        if task is None or dismiss is None or message is None or log is not None:
+            raise UsageError(
+                "--dismiss closes one incident of a task, and needs -m with why.",
+                hint="corral failures T --dismiss ID -m 'why'",
+            )
+        closed = dismiss_incident(app.project, task, dismiss, message)
+        app.answer(
+            {"dismissed": closed.to_json()},
+            lambda: [
+                f"Dismissed {closed.id} ({closed.summary}): {closed.reason}",
+                f"History: corral failures {task} --history",
+            ],
+        )
+        return
     if log is not None:
         if task is not None or harness is None:
             raise UsageError(

@@ -21,6 +21,7 @@ from corral.domain.incidents import (
     FailureState,
     Incident,
     Label,
+    dismissal_event,
     reduce,
     row_text,
     summary_line,
@@ -29,7 +30,7 @@ from corral.domain.records import PERMISSION_RELEASED, Task
 from corral.engine.project import Project
 from corral.engine.runtime.journal import Journal
 from corral.engine.runtime.journal_scan import Cursors, scan
-from corral.errors import NotFoundError
+from corral.errors import NotFoundError, StoreError, UsageError
 
 
 def session_state(project: Project, task: Task, session_id: str | None = None) -> FailureState | None:
@@ -41,6 +42,38 @@ def session_state(project: Project, task: Task, session_id: str | None = None) -
     if not where.exists():
         return None  # nothing was ever observed there (a turn from before the journal): not "no failures"
     return Journal(where).read()
+
+
+def dismiss(project: Project, given: str, incident_id: str, reason: str) -> Incident:
+    """A person closes one incident of the task's current session: a ``dismissed`` disposition with their
+    words, appended to the journal (kept in history; the cause failing again opens a new incident)."""
+    from corral.domain.clock import new_id, rfc3339
+    from corral.engine.resolve import resolve_task
+
+    why = reason.strip()
+    if not why:
+        raise UsageError(
+            "Say why you dismiss it: the reason is kept with the incident.",
+            hint=f"corral failures {given} --dismiss {incident_id} -m 'why'",
+        )
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    state = session_state(project, task)
+    incident = state.incidents.get(state.aliases.get(incident_id, incident_id)) if state is not None else None
+    if state is None or task.session_id is None or incident is None or incident.label in CLOSED:
+        shown = ", ".join(i.id for i in state.needs_action) if state is not None else ""
+        raise NotFoundError(
+            f"{task.ref} has no open incident '{incident_id}'.",
+            hint=f"Its open incidents: {shown}." if shown else f"corral failures {task.ref} --history lists them all.",
+        )
+    event = dismissal_event(f"dismiss:{new_id()}", incident.id, why, rfc3339(project.clock()))
+    journal = Journal(project.paths.journal_dir(task.id, task.session_id))
+    if not journal.append([event]):
+        raise StoreError(
+            f"The dismissal of '{incident.id}' could not be written: {journal.write_error}",
+            hint=f"Check the disk, then: corral failures {task.ref} --dismiss {incident.id} -m '{why}'",
+        )
+    return journal.read().incidents.get(incident.id, incident)
 
 
 def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:

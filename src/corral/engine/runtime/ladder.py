@@ -21,6 +21,7 @@ from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.clock import rfc3339, utcnow
 from corral.domain.exits import exit_reason
 from corral.domain.failures import (
+    FAST_FAILURES_FOR_LOOP,
     RETRY_REASON_BYTES,
     FailureClass,
     Retry,
@@ -248,6 +249,12 @@ class WorkPhase:
             self.runner.on_progress = self._got_through if self.first else None
             run = self.runner.run(number, self.launch_for(prompt), c.watchdog.timeout_seconds)
             out.attempts.append(run)
+            crashed = not run.we_signalled and (run.signal is not None or run.killed_by_exit())
+            if not (run.stopped or run.watchdog or crashed):  # classified before it is observed: the
+                # journal tells an unclassified non-zero exit (it needs someone) from a model's failure
+                run.verdict = self.harness.classify(run.facts())
+                if run.argv_error:  # not a missing program: the prompt itself could not be passed
+                    run.verdict = Verdict(False, FailureClass.FATAL_CONFIG, "prompt-unrenderable", run.verdict.reason)
             if self.observe is not None:
                 self.observe(run)
             if run.stopped:
@@ -260,11 +267,9 @@ class WorkPhase:
                 return self._error(
                     run, proto.ErrorKind.WATCHDOG, watchdog_reason(c.watchdog.timeout_seconds, relaunches)
                 )
-            if not run.we_signalled and (run.signal is not None or run.killed_by_exit()):
+            if crashed:
                 return self._error(run, proto.ErrorKind.CRASH, exit_reason(run.exit_code, run.signal))
-            verdict = run.verdict = self.harness.classify(run.facts())
-            if run.argv_error:  # not a missing program: the prompt itself could not be passed
-                verdict = run.verdict = Verdict(False, FailureClass.FATAL_CONFIG, "prompt-unrenderable", verdict.reason)
+            verdict = run.verdict = run.verdict or self.harness.classify(run.facts())  # classified above
             if verdict.succeeded:
                 return out
             limited = self._limit(verdict)
@@ -294,7 +299,9 @@ class WorkPhase:
                 self._error(
                     run,
                     proto.ErrorKind.CRASH_LOOP,
-                    f"crash loop: {_reason(verdict.reason, self.secrets, FAILURE_REASON_BYTES)}",
+                    f"crash loop: {FAST_FAILURES_FOR_LOOP} attempts in a row each failed within "
+                    f"{c.delays.crash_loop_window:g} s of its start; the last: "
+                    f"{_reason(verdict.reason, self.secrets, FAILURE_REASON_BYTES)}",
                 )
             else:
                 out.status = proto.ReceiptStatus.FAILED

@@ -19,6 +19,7 @@ from typing import Any
 from corral.adapters.harness import make_harness
 from corral.domain.clock import rfc3339
 from corral.domain.collector import Gap
+from corral.domain.failures import FailureClass
 from corral.domain.incidents import Category, supervision_failure
 from corral.domain.redact import redact
 from corral.engine.paths import OUTPUT_LOG
@@ -26,7 +27,7 @@ from corral.engine.runtime.attempts import AttemptRun
 from corral.engine.runtime.heartbeat import now
 from corral.engine.runtime.journal import Journal
 from corral.engine.runtime.journal_scan import Cursors, Facts, scan
-from corral.engine.runtime.protocol import Command
+from corral.engine.runtime.protocol import Command, ErrorKind, Receipt
 from corral.errors import UsageError
 
 
@@ -62,22 +63,51 @@ class TurnObserver:
             print(f"corral: the failure journal could not be updated: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def attempt(self, run: AttemptRun) -> None:
-        """After an attempt: its log, and what corral saw of it."""
+        """After an attempt: its log, and what corral saw of it.
+
+        Each cause is one incident of the session, its count the times it happened (``supervision:watchdog``,
+        ``exit:signal-9``, ``exit:status-1``), never a row per attempt or per turn: a hang killed eight
+        times is one incident ×8. A non-zero exit is one only when the attempt was not a model's
+        failure the harness named (those are the model call's incident, recovered by its next answer).
+        """
         at = rfc3339(now())
         key = f"{self.sequence}.{run.number}"
+        where = f"attempt {run.number} of turn {self.sequence}"
         seen: list[dict[str, Any]] = []
         if run.spawn_error:
             seen.append(supervision_failure(f"spawn:{key}", Category.SUPERVISION, run.spawn_error, at))
         if run.watchdog:
-            summary = f"the no-progress watchdog ended attempt {run.number} of turn {self.sequence}"
-            seen.append(supervision_failure(f"watchdog:{key}", Category.SUPERVISION, summary, at))
+            summary = f"the no-progress watchdog killed the agent (last: {where})"
+            seen.append(supervision_failure("watchdog", Category.SUPERVISION, summary, at))
         elif run.signal is not None and not run.we_signalled:
-            summary = f"the agent was killed by signal {run.signal} (attempt {run.number} of turn {self.sequence})"
-            seen.append(supervision_failure(f"signal:{key}", Category.EXIT, summary, at))
+            summary = f"the agent was killed by signal {run.signal} (last: {where})"
+            seen.append(supervision_failure(f"signal-{run.signal}", Category.EXIT, summary, at))
+        elif exited_unexplained(run):
+            summary = f"the agent exited with status {run.exit_code} (last: {where})"
+            seen.append(supervision_failure(f"status-{run.exit_code}", Category.EXIT, summary, at))
         gap = unread_gap(run, self.sequence)
         if gap is not None:
             seen += self.cursors.collector.fold(gap, at)
         self.scan(extra=seen)
+
+    def end(self, receipt: Receipt) -> None:
+        """The turn's last scan, with how it ended when that is a cause of its own: a crash loop (one
+        incident of the session, counted per turn it ended)."""
+        extra: list[dict[str, Any]] = []
+        error = receipt.error
+        if error is not None and error.kind is ErrorKind.CRASH_LOOP:
+            summary = f"{error.reason} (last: turn {self.sequence})"
+            extra.append(supervision_failure("crash-loop", Category.SUPERVISION, summary, rfc3339(now())))
+        self.scan(final=True, extra=extra)
+
+
+def exited_unexplained(run: AttemptRun) -> bool:
+    """A non-zero exit corral did not cause, of an attempt no harness explained as a model's or a
+    configuration's failure (its verdict unclassified): the child's exit is the failure."""
+    verdict = run.verdict
+    if run.stopped or run.watchdog or run.we_signalled or run.spawn_error or run.exit_code in (None, 0):
+        return False
+    return verdict is None or (not verdict.succeeded and verdict.failure_class in (None, FailureClass.UNKNOWN))
 
 
 def unread_gap(run: AttemptRun, sequence: int) -> Gap | None:
@@ -126,5 +156,5 @@ def observe_lost(command: Command, reason: str, secrets: list[str]) -> None:
     if observer is None:
         return
     summary = f"turn {command.sequence} was lost: {reason}"
-    lost = supervision_failure(f"lost:{command.command_id}", Category.SUPERVISION, summary, rfc3339(now()))
+    lost = supervision_failure("lost", Category.SUPERVISION, summary, rfc3339(now()))
     observer.scan(final=True, extra=[lost])

@@ -150,7 +150,7 @@ class Supervisor:
 
     def finish(self, result: proto.Receipt) -> None:
         if self.observer is not None:
-            self.observer.scan(final=True)  # before the receipt: whoever records the turn reads it whole
+            self.observer.end(result)  # before the receipt: whoever records the turn reads it whole
         self.status.update(phase="response")
         crashpoints.hit("supervisor.before-response")
         try:
