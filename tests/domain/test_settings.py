@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "auto_resume": True,
     "breaker_threshold": 3,
     "breaker_same_cause": 2,
+    "auto_resume_gap": 5.0,
     "grace_period": 30.0,
     "retry_delay_first": 5.0,
     "retry_delay_unknown": 15.0,
@@ -87,6 +88,8 @@ EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bi
 PRIVATE = {"database_url"}
 #: Which machines run a person's agents is theirs to say (docs/workers.md).
 HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
+#: The gap between two tasks' auto-resumes: a repository's 0 would relaunch every task at once.
+SPACING = {"auto_resume_gap"}
 #: A turn's waits (domain/delays.py): a repository's value could kill a person's agents early or retry without pause.
 PACES = {
     "retry_delay_first",
@@ -101,7 +104,7 @@ PACES = {
     "usage_limit_poll",
     "usage_limit_nap",
 }
-USER_ONLY = WIDENS | PRIVATE | HOSTS | PACES | EXECUTES
+USER_ONLY = WIDENS | PRIVATE | HOSTS | PACES | SPACING | EXECUTES
 KINDS = {str, int, float, bool, list}
 #: Every number's range, both bounds included, written out by hand (docs/cli.md#ranges lists the same).
 RANGES: dict[str, tuple[float, float]] = {
@@ -109,6 +112,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "post_turn_check_timeout": (1, 86400),
     "breaker_threshold": (1, 1000),
     "breaker_same_cause": (0, 1000),  # 0 turns that breaker off
+    "auto_resume_gap": (0, 3600),  # 0 turns the gap off
     "grace_period": (1, 3600),
     "retry_delay_first": (0.001, 3600),
     "retry_delay_unknown": (0.001, 3600),
@@ -171,7 +175,7 @@ def test_each_default_has_its_settings_type() -> None:
 
 
 def test_trust_says_which_settings_a_repository_may_set() -> None:
-    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS | PRIVATE | HOSTS | PACES
+    assert {s.name for s in SETTINGS if s.trust is Trust.USER_ONLY} == WIDENS | PRIVATE | HOSTS | PACES | SPACING
     assert {s.name for s in SETTINGS if s.trust is Trust.EXECUTES} == EXECUTES
     assert {s.name for s in SETTINGS if s.trust is Trust.ANYWHERE} == set(DEFAULTS) - USER_ONLY
     assert {s.name for s in SETTINGS if not s.repository_may_set} == USER_ONLY
@@ -311,8 +315,11 @@ def test_every_number_has_a_range_and_its_default_is_in_it() -> None:
     for s in numbers.values():
         assert s.refusal(s.default_value()) is None, s.name
         assert s.least is not None and s.most is not None and 0 <= s.least < s.most, s.name
-    # a timeout is more than 0, a count at least 1 (breaker_same_cause's 0 turns it off, as its help says)
-    assert all(s.least >= 1 for n, s in numbers.items() if n != "breaker_same_cause" and n not in PACES)  # type: ignore[operator]
+    # a timeout is more than 0, a count at least 1 (breaker_same_cause's and auto_resume_gap's 0 turns it off,
+    # as their help says)
+    off = {"breaker_same_cause", *SPACING}
+    assert all(s.least >= 1 for n, s in numbers.items() if n not in off and n not in PACES)  # type: ignore[operator]
+    assert "0 turns it off" in setting("auto_resume_gap").help
     # a turn's wait is at least a millisecond (what a test sets it to), never none
     assert all(numbers[n].least == 0.001 and numbers[n].kind is float for n in PACES)
     assert "0 turns it off" in setting("breaker_same_cause").help

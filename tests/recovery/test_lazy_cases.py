@@ -54,6 +54,8 @@ def _worked_task(repo: Path, ref: str, *, agent_turn: bool, rest: Status) -> Non
                 tx.add_turn(task.id, role=Role.AGENT, kind="work", content="Done.", session_id=session.id)
             if rest is Status.ZOMBIE:
                 tx.set_status(task.id, Status.ZOMBIE, Actor.SYSTEM, "an accept cut short after its merge")
+            elif rest is Status.WORKING:
+                pass  # a turn whose supervisor never ran: lost once its grace is over
             else:
                 tx.park(task.id, Actor.SYSTEM, "the turn ended")
     finally:
@@ -237,3 +239,36 @@ def test_a_resume_on_a_harness_without_a_session_carries_the_goal_and_every_pend
     assert "Rename the widget to gadget" in prompt  # the task's goal: nothing else tells this agent
     assert first in prompt and second in prompt  # every pending feedback, in full
     assert "conversation above" not in prompt
+
+
+def test_auto_resumes_of_different_tasks_are_spaced_by_a_project_wide_gap(
+    corral: CLI, repo: Path, agent: FakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from tests.cli.helpers import database
+
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "1")
+    monkeypatch.setenv("CORRAL_GRACE_PERIOD", "1")
+    monkeypatch.setenv("CORRAL_AUTO_RESUME_GAP", "3600")
+    for ref in ("one", "two"):  # two turns lost at once, as a provider's incident loses them
+        _worked_task(repo, ref, agent_turn=True, rest=Status.WORKING)
+    with sqlite3.connect(database(corral)) as conn:
+        conn.execute("UPDATE tasks SET last_interaction_at = '2020-01-01T00:00:00Z'")
+    conn.close()
+
+    def auto_resumed() -> set[str]:
+        return {
+            ref
+            for ref in ("one", "two")
+            if any(t["kind"] == "auto-resume" for t in corral.json("show", ref, "--all")["turns"])
+        }
+
+    corral.ok("list")  # the pass that finds both lost resumes one of them
+    (first,) = auto_resumed()
+    other = "two" if first == "one" else "one"
+    assert corral.json("show", other)["task"]["status"] == "interrupted"
+    corral.ok("list")  # the gap still holds it back
+    assert auto_resumed() == {first}
+    corral.ok("list", env={"CORRAL_AUTO_RESUME_GAP": "0"})  # no gap: the task held back is resumed by a later pass
+    assert auto_resumed() == {"one", "two"}

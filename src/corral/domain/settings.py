@@ -332,6 +332,17 @@ SETTINGS: tuple[Setting, ...] = (
         most=_COUNT,
     ),
     Setting(
+        "auto_resume_gap",
+        float,
+        5.0,
+        "seconds between two auto-resumes of different tasks of one project, so a provider's incident does"
+        " not relaunch every task at once; 0 turns it off",
+        _USER,
+        because=_PACES,
+        least=0,
+        most=_HOUR,
+    ),
+    Setting(
         "grace_period",
         float,
         30.0,

@@ -6,7 +6,7 @@ The reconcile-before-read policy lives here, so every surface (the CLI's read co
 
 from __future__ import annotations
 
-from corral.engine.operations.auto_resume import maybe_auto_resume
+from corral.engine.operations.auto_resume import due, maybe_auto_resume
 from corral.engine.project import Project
 from corral.engine.recovery.reconcile import reconcile
 from corral.engine.runtime.liveness import Observed
@@ -21,7 +21,7 @@ def settle(project: Project, observed: Observed | None = None) -> list[str]:
     """
     report = reconcile(project, observed)
     problems = list(report.problems)
-    for task_id in report.ended:
+    for task_id in due(project, report.ended):  # and the tasks the auto-resume gap held back
         try:
             maybe_auto_resume(project, task_id)
         except Exception as exc:  # one task's resume must not stop the others'
