@@ -272,3 +272,21 @@ def test_auto_resumes_of_different_tasks_are_spaced_by_a_project_wide_gap(
     assert auto_resumed() == {first}
     corral.ok("list", env={"CORRAL_AUTO_RESUME_GAP": "0"})  # no gap: the task held back is resumed by a later pass
     assert auto_resumed() == {"one", "two"}
+
+
+def test_a_classified_fatal_failure_fills_the_sessions_interrupt_fields_as_well_as_the_cause(
+    corral: CLI, agent: FakeAgent
+) -> None:
+    agent.script(
+        default=[{"init": True}, {"result": "Invalid API key · Fix external API key", "is_error": True}, {"exit": 1}]
+    )
+    corral.ok("create", "Not logged in", "--ref", "nokey")
+    assert corral("start", "nokey", "--wait", "--timeout", "60").returncode == 1  # it rests with a cause
+    doc = corral.json("show", "nokey")
+    assert doc["task"]["status"] == "blocked"  # parked, never auto-resumed
+    assert doc["resting_cause"] is not None
+    interrupt = doc["session"]["interrupt"]
+    assert interrupt is not None, doc["session"]
+    assert "Invalid API key" in interrupt["reason"] and interrupt["at"]
+    assert interrupt["exit_code"] == doc["turns"][-1]["failure"]["native"]["exit_code"]
+    assert doc["session"]["consecutive_interruptions"] == 0  # it parks: the breaker counts interruptions only

@@ -510,6 +510,15 @@ def _record(
             )
         elif status is S.FAILED and not is_ask:
             cause = RestingCause(failure.code if failure else "harness-error", tx.now(), Actor.SYSTEM, evidence=failure)
+            if session_id:  # recorded as an interrupt too (seed 002), though it parks: the breaker's count stays
+                tail = receipt.error.tail if receipt.error is not None else ""
+                tx.update_session(
+                    session_id,
+                    interrupt_reason=t.text(content, 500),
+                    interrupt_exit_code=failure.exit_code if failure is not None else None,
+                    interrupt_at=tx.now(),
+                    interrupt_logs=t.tail(tail, diagnostic_content.TAIL_BYTES) if tail else None,
+                )
         if receipt.kept is not None and (cause is None or is_ask):
             # The read-only turn's changes were taken away: the task says so until its next turn.
             kept = failure if failure is not None and failure.code == READ_ONLY_KEPT else kept_evidence(receipt.kept, t)
