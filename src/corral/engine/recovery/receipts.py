@@ -510,7 +510,7 @@ def _record(
             )
         elif status is S.FAILED and not is_ask:
             cause = RestingCause(failure.code if failure else "harness-error", tx.now(), Actor.SYSTEM, evidence=failure)
-            if session_id:  # recorded as an interrupt too (seed 002), though it parks: the breaker's count stays
+            if session_id:  # recorded as an interrupt too, though it parks: the breaker's count stays
                 tail = receipt.error.tail if receipt.error is not None else ""
                 tx.update_session(
                     session_id,
