@@ -290,3 +290,52 @@ def test_a_classified_fatal_failure_fills_the_sessions_interrupt_fields_as_well_
     assert "Invalid API key" in interrupt["reason"] and interrupt["at"]
     assert interrupt["exit_code"] == doc["turns"][-1]["failure"]["native"]["exit_code"]
     assert doc["session"]["consecutive_interruptions"] == 0  # it parks: the breaker counts interruptions only
+
+
+def test_chat_on_a_finished_task_reopens_its_captured_session_read_only_in_the_project_root(
+    corral: CLI, repo: Path, agent: FakeAgent
+) -> None:
+    agent.script(
+        [
+            {"init": True},
+            {"transcript": '{"said": "the earlier exchange"}'},
+            {"write": {"path": "renamed.txt", "content": "gadget\n"}},
+            {"commit": "rename"},
+            {"result": "Done."},
+        ],
+        default=[{"init": True}, {"result": "We renamed it."}],
+    )
+    corral.ok("create", "Rename it", "--ref", "finished")
+    corral.ok("start", "finished", "--wait", "--timeout", "60")
+    corral.ok("accept", "finished")
+    shown = corral.json("show", "finished")
+    assert shown["task"]["status"] == "complete" and not Path(shown["task"]["worktree"]).exists()
+    sid = shown["session"]["harness_session_id"]
+    head = git(repo, "rev-parse", "HEAD")
+
+    chatted = corral("chat", "finished", input="")
+    assert chatted.returncode == 0, chatted.stderr
+    call = agent.calls()[-1]
+    assert Path(call["cwd"]).resolve() == repo.resolve()  # the project root: no worktree exists
+    argv = call["argv"]
+    assert argv[argv.index("--resume") + 1] == sid  # the captured session, resumed
+    assert argv[argv.index("--permission-mode") + 1] == "plan"  # read-only
+    assert "--disallowedTools" in argv
+    # the transcript was brought to where a resume in the project root looks for it
+    from corral.adapters.harness.claude import config_dir, project_key
+
+    kept = config_dir(os.environ) / "projects" / project_key(repo) / f"{sid}.jsonl"
+    assert "the earlier exchange" in kept.read_text()
+    again = corral.json("show", "finished")
+    assert again["task"]["status"] == "complete"  # a chat moves nothing
+    assert [t["sequence"] for t in again["turns"]] == [t["sequence"] for t in shown["turns"]]  # and records no turn
+    assert git(repo, "rev-parse", "HEAD") == head
+
+
+def test_chat_on_a_finished_task_with_no_session_is_refused_with_a_hint(corral: CLI) -> None:
+    corral.ok("create", "Never started", "--ref", "unstarted")
+    corral.ok("close", "unstarted", "-m", "not needed")
+    refused = corral("chat", "unstarted", "--json")
+    assert refused.returncode == 3, refused.stderr
+    error = refused.json()["error"]
+    assert error["code"] == "no-session" and "corral show unstarted" in error["hint"]

@@ -65,7 +65,7 @@ OPERATIONS: dict[Op, frozenset[Status]] = {
     Op.STOP: frozenset({S.WORKING}),
     Op.SYNC: _RESTING_WITH_WORK,
     Op.PAIR: frozenset({S.BLOCKED, S.CONFLICT, S.INTERRUPTED}),
-    Op.CHAT: PAUSED,
+    Op.CHAT: PAUSED | TERMINAL,  # on a finished task: its captured session, read-only, in the project root
     Op.ACCEPT: frozenset({S.BLOCKED, S.SUBMITTED}),
     Op.SUBMIT: frozenset({S.BLOCKED}),
     Op.CLOSE: frozenset(sources_for(S.ABANDONED)),

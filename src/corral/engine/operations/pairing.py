@@ -39,8 +39,8 @@ from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
 from corral.domain.clock import new_id
 from corral.domain.operations_table import Op, check_operation
-from corral.domain.records import Task
-from corral.domain.status import Status, check_transition
+from corral.domain.records import Session, Task
+from corral.domain.status import Status, check_transition, is_terminal
 from corral.engine.config import harness_settings
 from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project
@@ -275,6 +275,10 @@ def holding_chat(project: Project, task: Task) -> Iterator[None]:
         os.close(fd)
 
 
+#: Where chat opens, in the words of its refusal.
+CHAT_TAKES = "chat opens on a task waiting for review, or on a finished one."
+
+
 def chat(project: Project, given: str) -> int:
     """A read-only interactive session; the agent's exit status (as a shell's ``$?``).
 
@@ -290,13 +294,15 @@ def chat(project: Project, given: str) -> int:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         session = tx.get_session(task.session_id) if task.session_id else None
-    check_operation(Op.CHAT, task.status, task.ref, hint="chat opens on a task waiting for review.")
+    check_operation(Op.CHAT, task.status, task.ref, hint=CHAT_TAKES)
+    if is_terminal(task.status):
+        return _chat_finished(project, task, session)
     if session is None or not session.worktree or not Path(session.worktree).is_dir():
         raise RefusedError(f"Task {task.ref} has no worktree to chat in.", code="no-session")
     with holding_chat(project, task):
         with project.store.read() as tx:  # a pair may have begun between the check and the lock
             task = tx.get_task(task.id) or task
-        check_operation(Op.CHAT, task.status, task.ref, hint="chat opens on a task waiting for review.")
+        check_operation(Op.CHAT, task.status, task.ref, hint=CHAT_TAKES)
         if chat_held(project, task.id):  # a chat before this one was killed before it was put back
             end_chat(project, task, session, read_hold(project, task.id), Actor.SYSTEM)
         hold = hold_chat(project, task, session)
@@ -305,4 +311,41 @@ def chat(project: Project, given: str) -> int:
             ended = _interactive(project, task, session.harness_session_id, session.worktree, read_only=True)
         finally:
             end_chat(project, task, session, hold, Actor.HUMAN, ended.to_json() if ended is not None else None)
+    return ended.status
+
+
+def _chat_finished(project: Project, task: Task, session: Session | None) -> int:
+    """A finished task's captured session, resumed read-only in the project root: its worktree is gone,
+    so the session's transcript is brought from where the harness kept it for that worktree to where its
+    resume looks for the project root (``Harness.carried``, ``sessions.install``: the harness's own files
+    only). Nothing is kept aside or reverted there, which is the person's checkout: the harness's
+    read-only mode (and the sandbox's read-only mount, when confined) is what keeps it read-only."""
+    from corral.adapters.harness.sessions import install
+
+    sid = session.harness_session_id if session is not None else None
+    hint = f"See what it did: corral show {task.ref}"
+    if session is None or not sid:
+        raise RefusedError(f"Task {task.ref} has no captured session to chat with.", code="no-session", hint=hint)
+    cfg = task_config(project.config, task)
+    harness = make_harness(task.harness or cfg["harness"], harness_settings(cfg))
+    env = dict(os.environ)
+    root = Path(project.repo)
+    here = harness.session_files(env, root, sid)
+    there = harness.session_files(env, Path(session.worktree), sid) if session.worktree else None
+    if here is None or (not here.names and (there is None or not there.names)):
+        raise RefusedError(
+            f"The session of {task.ref} was not kept where {harness.display} keeps its sessions, so there is "
+            "nothing to chat with.",
+            code="no-session",
+            hint=hint,
+        )
+    if not here.names and there is not None:
+        carried = {}
+        for name in there.names:
+            fit = harness.carried(name, (there.place / name).read_bytes(), root, sid)
+            if fit is not None:
+                carried[name] = fit
+        install(here, carried)
+    with holding_chat(project, task):
+        ended = _interactive(project, task, sid, str(root), read_only=True)
     return ended.status
