@@ -33,6 +33,17 @@ def command_project(proj, monkeypatch, command: str, **settings: str):  # type: 
     return reopen(proj)
 
 
+def _walk(doc: object):  # type: ignore[no-untyped-def]
+    """Every (key, value) of a JSON document, depth first."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield key, value
+            yield from _walk(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from _walk(value)
+
+
 def story(proj, ref: str) -> tuple[dict[str, object], dict[str, int], dict[str, int]]:  # type: ignore[no-untyped-def]
     """What ``show`` says (its resting cause and incidents) and the counts of what needs action per
     incident, as ``show`` and as ``failures`` read them."""
@@ -66,6 +77,9 @@ def test_a_watchdog_kill_is_one_incident_counted_per_kill(proj, monkeypatch) -> 
     assert result.task.resting_cause.code == "watchdog-no-progress"
     _shown, in_show, in_failures = story(proj, task.ref)
     assert in_show == in_failures == {"supervision:watchdog": 2}  # killed, relaunched once, killed again
+    shown = queries.show_task(proj, task.ref).doc
+    because = next(v for k, v in _walk(shown) if k == "stopped_because")
+    assert "It hung again after corral relaunched it once, so corral does not resume it by itself." in because
     proj.close()
 
 

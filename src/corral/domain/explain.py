@@ -188,8 +188,14 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
                 f"Look at its output (corral logs {ref}), then: corral resume {ref}",
             )
         case "watchdog-no-progress":
+            relaunches = evidence.details.get("relaunches") if evidence else None
+            again = (
+                " It hung again after corral relaunched it once, so corral does not resume it by itself."
+                if isinstance(relaunches, int) and not isinstance(relaunches, bool) and relaunches >= 1
+                else ""
+            )
             return Wording(
-                f"{agent} made no progress{_seconds(evidence)}, so the watchdog stopped it.",
+                f"{agent} made no progress{_seconds(evidence)}, so the watchdog stopped it.{again}",
                 f"Look at its output (corral logs {ref}), then: corral resume {ref}",
             )
         case "merge-conflict-on-accept":
