@@ -302,6 +302,21 @@ def test_zombie_is_set_only_by_the_system(store: Store) -> None:
     ]
 
 
+def test_the_same_status_again_is_a_no_op_that_writes_no_change(store: Store) -> None:
+    task = _working(store)
+    with store.write() as tx:
+        assert tx.set_status(task.id, S.WORKING, Actor.HUMAN, "again") is None
+        tx.set_status(task.id, S.ZOMBIE, Actor.SYSTEM, "work is on the target")
+        assert tx.set_status(task.id, S.ZOMBIE, Actor.SYSTEM, "again") is None  # any non-terminal → zombie
+    assert [c[:2] for c in _changes(store, task.id)] == [
+        (None, "backlog"),
+        ("backlog", "working"),
+        ("working", "zombie"),
+    ]
+    with pytest.raises(IllegalTransition), store.write() as tx:
+        tx.set_status(task.id, S.ZOMBIE, Actor.HUMAN)  # zombie stays the system's, even as a no-op
+
+
 def test_expected_from_is_a_compare_and_set(store: Store) -> None:
     task = _create(store)
     with pytest.raises(RefusedError) as info, store.write() as tx:
