@@ -83,7 +83,8 @@ def test_claude_a_kill_mid_tool_is_recorded_from_what_corral_saw_not_from_the_lo
     observer.scan(final=True)
     incident = only(Journal(tmp_path / "session").read())
     assert (incident.label, incident.category) == (Label.ACTION_REQUIRED, Category.EXIT.value)
-    assert incident.summary == "the agent was killed by signal 9 (attempt 1 of turn 1)"
+    assert incident.summary == "the agent was killed by signal 9 (last: attempt 1 of turn 1)"
+    assert incident.id == "exit:signal-9"  # one incident per cause, counted, whatever the attempt
 
 
 def test_the_observer_masks_the_turns_secrets_and_points_evidence_at_the_turns_log(tmp_path):
@@ -110,7 +111,11 @@ def test_claude_a_session_whose_watchdog_ended_an_attempt_requires_action(tmp_pa
         ("tool", Label.RECOVERED.value),
     ]
     (watchdog,) = state.needs_action
-    assert watchdog.summary == "the no-progress watchdog ended attempt 1 of turn 2"
+    assert watchdog.summary == "the no-progress watchdog killed the agent (last: attempt 1 of turn 2)"
+    observer.attempt(AttemptRun(number=2, started_at=datetime.now(UTC), signal=9, watchdog=True, we_signalled=True))
+    (again,) = Journal(tmp_path / "session").read().needs_action
+    assert (again.id, again.failures) == ("supervision:watchdog", 2)  # a second kill counts, no new row
+    assert again.summary == "the no-progress watchdog killed the agent (last: attempt 2 of turn 2)"
 
 
 # -- Codex --------------------------------------------------------------------------------------------
