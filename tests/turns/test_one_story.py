@@ -119,6 +119,8 @@ def test_dismiss_closes_one_incident_as_a_persons_disposition_kept_in_history(
     assert corral("wait", ref, env=env).returncode == 1  # it rests interrupted
     rows = corral.json("failures", ref)["failures"]["rows"]
     assert sorted(r["id"] for r in rows) == ["exit:status-1", "supervision:crash-loop"]
+    text = corral("failures", ref).stdout.splitlines()
+    assert f"Dismiss one you have dealt with: corral failures {ref} --dismiss exit:status-1 -m 'why'" in text
     closed = corral.json("failures", ref, "--dismiss", "exit:status-1", "-m", "the script is meant to fail")
     assert closed["dismissed"]["label"] == "Dismissed"
     assert closed["dismissed"]["reason"] == "the script is meant to fail"

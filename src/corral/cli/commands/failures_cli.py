@@ -13,6 +13,8 @@ from corral.engine.api import dismiss_incident, queries
 from corral.errors import UsageError
 
 HARNESSES = ("claude", "codex", "pi")
+#: The labels of a row a person may dismiss (what needs action).
+NEEDS_ACTION_LABELS = ("Action required", "Observation incomplete")
 
 
 @click.command(
@@ -98,6 +100,10 @@ def failures(
 def lines(doc: dict[str, Any], again: str) -> list[str]:
     """The incident rows, then the one-line account and the correctness note (kept whole)."""
     out = [*(incident_line(r) for r in doc["rows"]), doc["line"]]
+    open_ids = [r["id"] for r in doc["rows"] if r.get("label") in NEEDS_ACTION_LABELS and r.get("id")]
+    if open_ids and not again.startswith("corral failures --log"):
+        task = again.split()[2]
+        out.append(f"Dismiss one you have dealt with: corral failures {task} --dismiss {open_ids[0]} -m 'why'")
     if doc["note"]:
         out.append(doc["note"])
     if doc.get("next_cursor"):
