@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from corral.adapters.git import Git
-from corral.domain.actors import Actor
+from corral.domain.actors import Actor, Role
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -43,7 +43,7 @@ def proj(repo: Path) -> Any:
 
 
 def resting(proj: Project, ref: str, *, parent: Task | None = None, commits: int = 1) -> Task:
-    """A blocked task whose branch holds ``commits`` commits beyond its session's base."""
+    """A blocked task whose branch holds ``commits`` commits beyond its session's base, after an agent turn."""
     repo = proj.repo
     start = parent.branch if parent else "main"
     base = git(repo, "rev-parse", start)
@@ -58,8 +58,10 @@ def resting(proj: Project, ref: str, *, parent: Task | None = None, commits: int
             NewTask(ref=ref, goal=f"Goal of {ref}", target_branch="main", parent_id=parent.id if parent else None),
             Actor.HUMAN,
         )
-        tx.insert_session(task.id, branch=f"corral/{ref}", base_commit=base)
+        session = tx.insert_session(task.id, branch=f"corral/{ref}", base_commit=base)
         tx.set_status(task.id, Status.WORKING, Actor.HUMAN, "start")
+        # its agent answered: a task no agent worked on is never completed by the sweep
+        tx.add_turn(task.id, role=Role.AGENT, kind="work", content="Done.", session_id=session.id)
         tx.park(task.id, Actor.SYSTEM, "turn ended")
         found = tx.get_task(task.id)
     assert found is not None and found.status is Status.BLOCKED
