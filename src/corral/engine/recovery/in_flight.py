@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from corral.domain.status import Status
@@ -34,33 +35,38 @@ class InFlight(Struct, frozen=True):
     target: str
     old: str
     new: str
-    destination: str | None
-    stash_message: str | None
+    destination: str | None = None
+    stash_message: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "old": self.old,
-            "new": self.new,
-            "destination": self.destination,
-            "stash_message": self.stash_message,
-        }
+        """The record as the task's metadata keeps it: its fields, each by name (None included)."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return doc
 
     @classmethod
     def from_json(cls, data: Any) -> InFlight | None:
+        """The record kept in a task's metadata; None when it is not one (not an object, or its target,
+        old or new tip missing or not a string).
+
+        Deliberately tolerant of the two optional fields: a ``destination`` or ``stash_message`` that is
+        not a string (a hand-edited record) reads as None rather than losing the whole record, so
+        recovery still learns which target moved.
+        """
         if not isinstance(data, dict):
             return None
-        target, old, new = data.get("target"), data.get("old"), data.get("new")
-        if not (isinstance(target, str) and isinstance(old, str) and isinstance(new, str)):
+        try:
+            return msgspec.convert(data, cls)
+        except msgspec.ValidationError:
+            pass
+        optional = {key: value if isinstance(value := data.get(key), str) else None for key in _OPTIONAL}
+        try:
+            return msgspec.convert({**data, **optional}, cls)
+        except msgspec.ValidationError:
             return None
-        dest, message = data.get("destination"), data.get("stash_message")
-        return cls(
-            target,
-            old,
-            new,
-            dest if isinstance(dest, str) else None,
-            message if isinstance(message, str) else None,
-        )
+
+
+#: The fields a damaged record may lose without losing the record (see :meth:`InFlight.from_json`).
+_OPTIONAL = ("destination", "stash_message")
 
 
 def save_in_flight(project: Project, task_id: str, flight: InFlight | None) -> None:
