@@ -76,9 +76,11 @@ def test_status_json_says_the_attempts_and_waits_the_supervisor_uses(proj, agent
 
 
 def command_project(proj, monkeypatch, command: str, **settings: str):  # type: ignore[no-untyped-def]
-    """The ``command`` harness with the ladder's default steps, a quick heartbeat, auto-resume on."""
+    """The ``command`` harness with short waits (the fast steps are never longer than the unknown ladder's
+    first), a quick heartbeat, auto-resume on."""
     monkeypatch.setenv("CORRAL_HARNESS", "command")
     monkeypatch.setenv("CORRAL_COMMAND", command)
+    monkeypatch.setenv("CORRAL_RETRY_DELAY_UNKNOWN", "0.01")
     monkeypatch.setenv("CORRAL_HEARTBEAT_INTERVAL", "0.1")
     monkeypatch.setenv("CORRAL_AUTO_RESUME", "1")  # the suite turns it off; here it is what is tested
     for name, value in settings.items():
@@ -115,8 +117,7 @@ def test_an_agent_that_exits_1_at_once_is_a_crash_loop_resumed_once_then_stopped
     assert rested.resting_cause.code == "crash-loop"
     assert rested.resting_cause.details[SAME_CAUSE_BREAKER] == {"run": 2, "code": "crash-loop", "exit_code": 1}
     agent, changes = agent_turns(proj, task.id)
-    # two turns (the start, one auto-resume), each ended by the crash-loop detector at its third fast
-    # failure after waits of 1 s and 2 s (the unknown ladder's 15 s and 30 s would outlast at_rest)
+    # two turns (the start, one auto-resume), each ended by the crash-loop detector at its third fast failure
     assert len(agent) == 2
     for turn in agent:
         assert [a.failure_class for a in turn.attempts] == ["unknown"] * 3
