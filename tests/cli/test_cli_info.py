@@ -148,7 +148,7 @@ EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bi
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
 #: Settings a repository may not set because they say which machines run a person's agents (docs/workers.md).
-HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
+HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds", "worker_settle_interval"}
 #: A turn's waits (domain/delays.py): a repository's value could kill a person's agents early or retry without pause.
 PACES = {
     "retry_delay_first",

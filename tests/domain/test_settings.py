@@ -71,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "worker_turns": 2,
     "lease_seconds": 30.0,
     "wip_push_interval": 180.0,
+    "worker_settle_interval": 2.0,
     "claude_bin": "claude",
     "pi_bin": "pi",
     "pi_provider": None,
@@ -87,7 +88,7 @@ EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bi
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
 #: Which machines run a person's agents is theirs to say (docs/workers.md).
-HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds"}
+HOSTS = {"dispatch", "worker_projects", "worker_host", "worker_turns", "lease_seconds", "worker_settle_interval"}
 #: The gap between two tasks' auto-resumes: a repository's 0 would relaunch every task at once.
 SPACING = {"auto_resume_gap"}
 #: A turn's waits (domain/delays.py): a repository's value could kill a person's agents early or retry without pause.
@@ -135,6 +136,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "worker_turns": (1, 64),
     "lease_seconds": (1, 86400),
     "wip_push_interval": (1, 86400),
+    "worker_settle_interval": (0.001, 3600),
 }
 #: Limits a repository's corral.toml may raise but never lower: the delays, the time limits, the text cap.
 NEVER_LOWERED = {
@@ -318,10 +320,11 @@ def test_every_number_has_a_range_and_its_default_is_in_it() -> None:
     # a timeout is more than 0, a count at least 1 (breaker_same_cause's and auto_resume_gap's 0 turns it off,
     # as their help says)
     off = {"breaker_same_cause", *SPACING}
-    assert all(s.least >= 1 for n, s in numbers.items() if n not in off and n not in PACES)  # type: ignore[operator]
+    waits = PACES | {"worker_settle_interval"}  # a worker's pass over its projects is a wait as a turn's are
+    assert all(s.least >= 1 for n, s in numbers.items() if n not in off and n not in waits)  # type: ignore[operator]
     assert "0 turns it off" in setting("auto_resume_gap").help
     # a turn's wait is at least a millisecond (what a test sets it to), never none
-    assert all(numbers[n].least == 0.001 and numbers[n].kind is float for n in PACES)
+    assert all(numbers[n].least == 0.001 and numbers[n].kind is float for n in waits)
     assert "0 turns it off" in setting("breaker_same_cause").help
     assert {s.name for s in SETTINGS if not s.repository_may_lower} == NEVER_LOWERED
     assert all(s.least is None and s.most is None for s in SETTINGS if s.kind not in (int, float))

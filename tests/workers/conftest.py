@@ -20,6 +20,15 @@ pg_database = pg_support.pg_database
 #: Short enough for a test to outlive a lease, long enough that a loaded machine's late beat never loses one.
 LEASE = 4.0
 
+#: The waits of every host's turns, set through the person's own settings as a person would: the output's
+#: drain and the reap of leftover processes at milliseconds, so a turn ends when its agent does. The
+#: supervisor's heartbeat keeps its period (a loaded machine's late beat must never read as a frozen turn).
+TURN_DELAYS: dict[str, float] = {"drain_quiet": 0.05, "drain_longest": 2.0, "reap_grace": 0.2}
+
+#: How often a worker settles its projects (a lost worker's turns taken over): a quarter of its default,
+#: so a test outlives a lease and sees the takeover without the store being asked more than a few times a second.
+SETTLE = 0.5
+
 
 class Team:
     def __init__(self, root: Path, url: str) -> None:
@@ -38,7 +47,9 @@ class Team:
     def host(self, name: str, *, url: str | None = None, **settings: Any) -> Host:
         """A host; ``url``: how it reaches the database (another address than the team's, for a host on
         a network of its own)."""
-        host = Host(self.root / "hosts", name, self.remote, url or self.url, {"lease_seconds": LEASE, **settings})
+        host = Host(
+            self.root / "hosts", name, self.remote, url or self.url, {"lease_seconds": LEASE, **TURN_DELAYS, **settings}
+        )
         self.hosts.append(host)
         return host
 
@@ -92,7 +103,8 @@ class Team:
 
     def worker(self, name: str, *, url: str | None = None, **settings: Any) -> Host:
         clone = self.root / "hosts" / name / "clone"  # where Host clones it
-        return self.host(name, url=url, worker_projects=[str(clone)], wip_push_interval=1.0, **settings)
+        waits = {"wip_push_interval": 1.0, "worker_settle_interval": SETTLE}
+        return self.host(name, url=url, worker_projects=[str(clone)], **{**waits, **settings})
 
 
 @pytest.fixture

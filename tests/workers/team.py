@@ -1,22 +1,29 @@
 """A team on one machine: a real PostgreSQL database, a shared bare remote, a reviewer's clone and
 worker hosts, each a separate clone with its own HOME, CORRAL_HOME, user settings and fake agent.
 
-Every host runs the real ``corral`` as processes; a worker is ``corral worker --json`` in its
-own session, so a test can kill, stop or resume it (and the supervisors it started) like a host.
+Every host runs the real ``corral``; a worker is ``corral worker --json``, a process in its own
+session, so a test can kill, stop or resume it (and the supervisors it started) like a host. A
+command a test gives a host from its main thread runs in the test process, exact as a process
+(:mod:`tests.support.inprocess`, the host's environment, working directory and pipes); one given
+from another thread (people at once) or in a test that asks for processes is a process of its own.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import tests.conftest as suite
 from corral.testing.fake_agent import wrapper_script
+from tests.support import inprocess
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -88,14 +95,24 @@ class Host:
         self.scenario.write_text(json.dumps({"invocations": first or [], "default": steps}))
 
     def corral(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "corral", *args],
-            cwd=self.clone,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        env = self.env()
+        if suite._EVERY_CALL_A_PROCESS or inprocess.unfit(env) is not None:
+            done = subprocess.run(
+                [sys.executable, "-m", "corral", *args],
+                cwd=self.clone,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        else:
+            code, out, err = inprocess.run(args, cwd=self.clone, env=env, stdin=b"", timeout=timeout)
+            done = subprocess.CompletedProcess(
+                [sys.executable, "-m", "corral", *args],
+                code,
+                out.decode("utf-8", "replace"),
+                err.decode("utf-8", "replace"),
+            )
         if check:
             assert done.returncode == 0, (
                 f"{self.name}: corral {' '.join(args)} -> {done.returncode}\n{done.stdout}{done.stderr}"
@@ -104,6 +121,21 @@ class Host:
 
     def json(self, *args: str) -> Any:
         return json.loads(self.corral(*args, "--json").stdout)
+
+    def at_once(self, calls: list[tuple[str, ...]], *, people: int = 4, timeout: float = 120) -> list[str]:
+        """Each of ``calls`` (a command's arguments) made by one of ``people`` people at once, each a process of
+        its own making its share in turn; their stdouts, in order. The processes are forked from this one,
+        with corral already imported, so none pays an interpreter's start-up: what runs at once is the commands.
+        """
+        env = self.env()
+        if suite._EVERY_CALL_A_PROCESS or inprocess.unfit(env) is not None:
+            with ThreadPoolExecutor(people) as threads:
+                return [d.stdout for d in threads.map(lambda args: self.corral(*args, timeout=timeout), calls)]
+        with ProcessPoolExecutor(people, mp_context=multiprocessing.get_context("fork")) as pool:
+            done = list(pool.map(_forked_call, calls, [self.clone] * len(calls), [env] * len(calls)))
+        for args, (code, out, err) in zip(calls, done, strict=True):
+            assert code == 0, f"{self.name}: corral {' '.join(args)} -> {code}\n{out}{err}"
+        return [out for _, out, _ in done]
 
     # -- a worker --------------------------------------------------------------------------
     def start_worker(self, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
@@ -186,6 +218,12 @@ class Host:
         except subprocess.TimeoutExpired:
             self.signal_all(signal.SIGKILL)
             self.proc.wait(10)
+
+
+def _forked_call(args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    """One call of :meth:`Host.at_once`, in a process forked from the test's (its main thread)."""
+    code, out, err = inprocess.run(args, cwd=cwd, env=env, stdin=b"", timeout=120)
+    return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def alive(pid: int) -> bool:

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -27,16 +26,17 @@ def _status(host, ref):  # type: ignore[no-untyped-def]
 @pytest.mark.timeout(600)
 def test_a_hundred_queued_turns_spread_over_three_workers_each_run_exactly_once(team: Team) -> None:
     laptop = team.laptop()
-    workers = [team.worker(f"build-{i}") for i in range(3)]
+    # A turn here writes and commits at once: its uncommitted work is never pushed (the default interval).
+    workers = [team.worker(f"build-{i}", wip_push_interval=180.0) for i in range(3)]
     refs = [f"t{i}" for i in range(100)]
     for host in workers:
         host.script(work("work.txt"))
         host.start_worker()
     for host in workers:
         host.wait_event("started")
-    with ThreadPoolExecutor(4) as pool:  # a few people at once: each start is a whole `corral` process
-        list(pool.map(lambda ref: laptop.corral("create", f"Task {ref}", "--ref", ref), refs))
-        started = list(pool.map(lambda ref: laptop.json("start", ref), refs))
+    # A few people at once, each a `corral` process of their own.
+    laptop.at_once([("create", f"Task {ref}", "--ref", ref) for ref in refs])
+    started = [json.loads(out) for out in laptop.at_once([("start", ref, "--json") for ref in refs])]
     assert all(s["queued"] is True and s["supervisor_pid"] is None for s in started)
 
     def statuses() -> dict[str, str]:

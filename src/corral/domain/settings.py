@@ -591,6 +591,16 @@ SETTINGS: tuple[Setting, ...] = (
         most=_DAY,
         repository_may_lower=False,  # a delay: shortened by a repository, its pushes would load every worker
     ),
+    Setting(
+        "worker_settle_interval",
+        float,
+        2.0,
+        "seconds between a worker's passes over its projects (lost workers' turns taken over, auto-resume)",
+        _USER,
+        because="it paces your worker: a repository's value could load the shared store or leave lost turns waiting",
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),
     Setting("pi_provider", str, None, "the Pi provider (--provider)"),

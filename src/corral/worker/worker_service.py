@@ -9,8 +9,9 @@ lease runs out and re-adopts the turns it claimed (their supervisors ran on with
   turn under a new epoch and follows it to its end (``shared_store.claimed``);
 - every third of a lease it heartbeats, stops any agent whose epoch was taken over, and follows
   again any turn it still holds whose job died (its agent is never left unwatched);
-- every two seconds it settles each project (lost workers' turns are fenced off and resumed,
-  auto-resume runs), as the daemon does; each job records its own turn's receipt the moment it lands.
+- every ``worker_settle_interval`` seconds (two by default) it settles each project (lost workers' turns
+  are fenced off and resumed, auto-resume runs), as the daemon does; each job records its own turn's
+  receipt the moment it lands. Like the lease, the period is data from its person's own settings.
 
 SIGTERM or Ctrl-C drains: it claims nothing more, finishes the turns it runs, then says it stopped.
 A second one while it drains hands its turns back: their work pushed, their agents stopped, each
@@ -34,10 +35,6 @@ from corral.domain.team import BEATS_PER_LEASE, Lease, WorkerState
 from corral.engine.api import Project, claimed, host_name, lookups, roster, settle, share_usage_pauses, worker_id
 from corral.errors import CorralError, RefusedError, UsageError
 
-#: How often the worker settles each project (lost workers' turns, auto-resume). The turns it runs
-#: are recorded by the job that follows each one, as soon as their receipt lands.
-SETTLE_SECONDS = 2.0
-
 Event = Callable[[dict[str, Any]], None]
 
 
@@ -55,6 +52,9 @@ class Worker:
         self.me = claimed.Me(worker_id(home, self.host), self.host)
         self.lease_seconds = float(first.config["lease_seconds"])
         self.turns = int(first.config["worker_turns"])
+        #: How often it settles each project (lost workers' turns, auto-resume). The turns it runs are
+        #: recorded by the job that follows each one, as soon as their receipt lands.
+        self.settle_seconds = float(first.config["worker_settle_interval"])
         self.projects: dict[str, Project] = {}
         for project in projects:
             if project.placement.queue_url() is None or project.identity is None:
@@ -131,7 +131,7 @@ class Worker:
 
     # -- settling ------------------------------------------------------------------------------
     def settle_loop(self) -> None:
-        while not self.done.wait(SETTLE_SECONDS):
+        while not self.done.wait(self.settle_seconds):
             for project in self.projects.values():
                 try:
                     for problem in settle(project):
