@@ -69,6 +69,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 GUARD_DIR = "ref-guard"
@@ -108,33 +109,22 @@ class RefMove(Struct, frozen=True):
     code: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        doc = {
-            "ref": self.ref,
-            "before": self.before,
-            "after": self.after,
-            "by": self.by,
-            "kept": self.kept,
-            "restored": self.restored,
-            "error": self.error,
-        }
-        if self.code is not None:
-            doc["code"] = self.code
+        """The move as it is stored: its fields by name, ``code`` only when the branch check set one."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        if self.code is None:
+            del doc["code"]
         return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RefMove:
-        def opt(key: str) -> str | None:
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"refs.moves.{key}: expected a string")
-            return value
+        """A stored move, validated by msgspec: a ``ref`` or ``by`` that is not a string, or another field
+        of the wrong type, refuses it (``msgspec.ValidationError``, a ``ValueError`` naming the field).
 
-        ref, by = data.get("ref"), data.get("by")
-        if not isinstance(ref, str) or not isinstance(by, str):
-            raise ValueError("refs.moves: ref and by must be strings")
-        return cls(
-            ref, opt("before"), opt("after"), by, opt("kept"), data.get("restored") is True, opt("error"), opt("code")
-        )
+        Two leniencies of the stored shape are kept, explicitly: an absent ``before``, ``after`` or
+        ``kept`` reads as None, and a ``restored`` that is not ``true`` reads as false.
+        """
+        doc = {"before": None, "after": None, "kept": None, **data, "restored": data.get("restored") is True}
+        return msgspec.convert(doc, cls)
 
 
 class RefGuard(Struct, frozen=True):
@@ -150,29 +140,28 @@ class RefGuard(Struct, frozen=True):
     strays: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "moves": [m.to_json() for m in self.moves],
-            "others": self.others,
-            "hook": self.hook,
-            "error": self.error,
-        }
-        if self.objects is not None:
-            doc["objects"] = dict(self.objects)
-        if self.strays is not None:
-            doc["strays"] = dict(self.strays)
+        """The report as it is stored with the turn: its fields by name (``objects`` and ``strays`` only when set)."""
+        doc: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
+        doc["moves"] = [m.to_json() for m in self.moves]  # each in its own stored shape
+        for name in ("objects", "strays"):
+            if doc[name] is None:
+                del doc[name]
         return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RefGuard:
+        """A stored report: its moves strictly (one that is not a move refuses the report with a ``ValueError``,
+        as :meth:`RefMove.from_json` says), its other fields tolerantly, one by one: a count, a flag, an error
+        or a nested report of the wrong type reads as its default, as stored reports always were read.
+        """
         moves = data.get("moves") or []
         if not isinstance(moves, list) or not all(isinstance(m, dict) for m in moves):
             raise ValueError("refs.moves: expected a list of objects")
-        others, error = data.get("others"), data.get("error")
-        return cls(
-            moves=tuple(RefMove.from_json(m) for m in moves),
-            others=others if isinstance(others, int) and not isinstance(others, bool) else 0,
-            hook=data.get("hook") is not False,
-            error=error if isinstance(error, str) else None,
-            objects=data["objects"] if isinstance(data.get("objects"), dict) else None,
-            strays=data["strays"] if isinstance(data.get("strays"), dict) else None,
-        )
+        fields: dict[str, Any] = {"moves": tuple(RefMove.from_json(m) for m in moves)}
+        for f in msgspec.structs.fields(cls):
+            if f.name != "moves" and f.encode_name in data:
+                try:
+                    fields[f.name] = msgspec.convert(data[f.encode_name], f.type)
+                except msgspec.ValidationError:
+                    pass  # the field's default, as the docstring says
+        return cls(**fields)
