@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+import msgspec
 from msgspec import Struct
 
 from corral.domain.settings import default
@@ -44,21 +45,33 @@ class Interruption(Struct, frozen=True):
     at: float  # when, in seconds since the epoch
 
     def to_json(self) -> dict[str, object]:
-        return {"code": self.code, "exit_code": self.exit_code, "head": self.head, "at": self.at}
+        """The interruption as the session's counters keep it: its fields by name."""
+        doc: dict[str, object] = msgspec.to_builtins(self)
+        return doc
 
     @classmethod
     def from_json(cls, data: object) -> Interruption | None:
-        if not isinstance(data, dict) or not isinstance(data.get("code"), str):
+        """A kept interruption, decoded by msgspec; None when it is not one (not an object, no string
+        ``code``, or an ``at`` that is not a number).
+
+        Deliberately tolerant of the two facts it may lack: an ``exit_code`` that is not an integer or a
+        ``head`` that is not a string (a hand-edited record) reads as None, so the breaker still counts it.
+        """
+        if not isinstance(data, dict):
             return None
-        exit_code, head, at = data.get("exit_code"), data.get("head"), data.get("at")
-        if not isinstance(at, (int, float)) or isinstance(at, bool):
+        doc = {**data, "exit_code": _or_none(data.get("exit_code"), int), "head": _or_none(data.get("head"), str)}
+        try:
+            return msgspec.convert(doc, cls)
+        except msgspec.ValidationError:
             return None
-        return cls(
-            code=data["code"],
-            exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
-            head=head if isinstance(head, str) else None,
-            at=float(at),
-        )
+
+
+def _or_none(value: object, kind: type) -> object:
+    """``value`` when msgspec takes it as ``kind``, else None: the explicit step of a tolerant read."""
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError:
+        return None
 
 
 def same_cause(before: Interruption, now: Interruption) -> bool:
