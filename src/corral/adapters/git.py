@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 from corral.adapters.process import Completed, Runner, SubprocessRunner
 from corral.domain import gittext
@@ -105,6 +106,68 @@ def subcommand(args: Sequence[str]) -> str:
             continue
         return arg
     return args[0] if args else ""
+
+
+#: The environment that changes how git finds a repository: with any of it set, git is asked.
+_DISCOVERY_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)
+
+
+def read_main_root(where: Path) -> Path | None:
+    """The main checkout holding ``where``, read from the file system for the plain layouts, or None: ask git.
+
+    Every command starts by finding its repository, and a ``git rev-parse`` for it is a process
+    (a few ms of a read's start-up, docs/architecture.md#start-up). This reads what git's own
+    discovery reads for the two layouts corral makes and meets: a checkout with a ``.git``
+    directory, and a linked worktree whose ``.git`` file names its git directory and that one's
+    ``commondir``. Anything else — the discovery environment set, a symbolic link, a mount
+    crossed, a git directory or checkout owned by another user (``safe.directory`` is git's
+    call), a bare repository, a file not in git's form — is None, and :meth:`Git.main_root`
+    asks git, so the answer and every refusal stay git's.
+    """
+    if any(os.environ.get(name) for name in _DISCOVERY_ENV):
+        return None
+    try:
+        here = where.resolve(strict=True)
+        device = os.stat(here).st_dev
+        uid = os.geteuid()
+        for top in (here, *here.parents):
+            dotgit = top / ".git"
+            try:
+                st = os.lstat(dotgit)
+            except FileNotFoundError:
+                if os.stat(top).st_dev != device:
+                    return None
+                continue
+            if S_ISDIR(st.st_mode):
+                common, main = dotgit, top
+            elif S_ISREG(st.st_mode) and st.st_size < 4096:
+                text = dotgit.read_text(encoding="utf-8")
+                if not text.startswith("gitdir: ") or text.count("\n") > 1:
+                    return None
+                gitdir = top / text[len("gitdir: ") :].strip()
+                if os.path.islink(gitdir / "commondir"):
+                    return None
+                named = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+                common = (gitdir / named).resolve(strict=True)
+                main = common.parent
+                if common.name != ".git" or os.lstat(main / ".git").st_ino != os.stat(common).st_ino:
+                    return None
+            else:
+                return None
+            if not (common / "HEAD").is_file() or not (common / "objects").is_dir():
+                return None
+            if any(os.stat(owned).st_uid != uid for owned in (common, main, top)):
+                return None
+            return main
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return None
 
 
 class Git:
@@ -220,6 +283,9 @@ class Git:
         where = Path(path)
         if not where.is_dir():
             raise NotARepository(f"{where} is not a directory.", hint="Pass --repo with a git checkout.")
+        found = read_main_root(where)
+        if found is not None:
+            return found
         result = self.run("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=where, check=False)
         if result.returncode != 0:
             raise NotARepository(
