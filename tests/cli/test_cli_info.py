@@ -162,6 +162,7 @@ PACES = {
     "drain_longest",
     "usage_limit_poll",
     "usage_limit_nap",
+    "auto_resume_gap",
 }
 USER_ONLY = WIDENS | PRIVATE | HOSTS | PACES | EXECUTES
 TRUST_WORDS = {
