@@ -114,7 +114,7 @@ def v3_lease_kept(store: Store) -> None:
     with store.read() as tx:
         lease = tx.lease("t1")
         (process,) = tx.processes("t1")
-    assert lease is not None and lease.to_json() == {
+    assert lease is not None and lease.as_view() == {
         "command_id": "cmd-1",
         "epoch": 2,
         "state": "claimed",
@@ -1258,7 +1258,7 @@ def test_a_local_turn_holds_the_lease_for_its_host_under_a_new_epoch(store: Stor
         "laptop-a",
     )
     assert local.local and local.held and not local.claimed and local.job_id is None
-    assert local.claimed_at is not None and local.to_json()["local"] is True
+    assert local.claimed_at is not None and local.as_view()["local"] is True
     with store.write() as tx, pytest.raises(LeaseLost):
         tx.check_fence(task.id, claimed.epoch)
     with store.write() as tx:

@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+import msgspec
 from msgspec import Struct, field
 
 #: The reason a turn whose worker stopped heartbeating rests interrupted with (``show``, the breaker).
@@ -71,33 +72,15 @@ class TurnPlan(Struct, frozen=True):
     reverts: tuple[tuple[str, str | None], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "body": self.body,
-            "target": self.target,
-            "delivered": list(self.delivered),
-            "sync_before_work": self.sync_before_work,
-            "announce_merge": self.announce_merge,
-            "read_only": self.read_only,
-            "resume_after_crash": self.resume_after_crash,
-            "pending": list(self.pending),
-            "reverts": [list(r) for r in self.reverts],
-        }
+        """The plan as a lease carries it: its fields by name (the tuples as JSON's lists)."""
+        doc: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TurnPlan:
-        return cls(
-            kind=str(doc["kind"]),
-            body=str(doc["body"]),
-            target=str(doc["target"]),
-            delivered=tuple(str(x) for x in doc.get("delivered", ())),
-            sync_before_work=bool(doc.get("sync_before_work", False)),
-            announce_merge=bool(doc.get("announce_merge", True)),
-            read_only=bool(doc.get("read_only", False)),
-            resume_after_crash=bool(doc.get("resume_after_crash", False)),
-            pending=tuple(str(x) for x in doc.get("pending", ())),
-            reverts=tuple((str(p), None if s is None else str(s)) for p, s in doc.get("reverts", ())),
-        )
+        """A lease's plan, validated by msgspec: a field missing or of the wrong type raises
+        ``msgspec.ValidationError`` (a ``ValueError``) naming it."""
+        return msgspec.convert(doc, cls)
 
 
 class Lease(Struct, frozen=True):
@@ -152,7 +135,8 @@ class Lease(Struct, frozen=True):
         """Held by another host than ``me`` (queued counts: no host of this one's runs it)."""
         return not (self.held and self.worker_id == me)
 
-    def to_json(self) -> dict[str, Any]:
+    def as_view(self) -> dict[str, Any]:
+        """The lease as ``show --json`` gives it: a view, not its record (no task id or plan; ``local`` derived)."""
         return {
             "command_id": self.command_id,
             "epoch": self.epoch,
@@ -181,7 +165,8 @@ class Worker(Struct, frozen=True):
         """Its heartbeat is older than the lease it declared: its claims may be taken over."""
         return (now - self.heartbeat_at).total_seconds() > self.lease_seconds
 
-    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+    def as_view(self, now: datetime | None = None) -> dict[str, Any]:
+        """The worker as ``workers --json`` gives it: its fields, and with ``now`` whether it is ``lost``."""
         doc: dict[str, Any] = {
             "id": self.id,
             "host": self.host,
@@ -215,22 +200,23 @@ class SessionCarry(Struct, frozen=True):
     why: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"made_on": self.made_on, "host": self.host, "carried": self.carried, "why": self.why}
+        """The note as a task's metadata keeps it: its fields by name."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return doc
 
     @classmethod
     def of(cls, metadata: dict[str, Any]) -> SessionCarry | None:
-        """The note a task's metadata keeps, or None (no takeover, or a note of another shape)."""
+        """The note a task's metadata keeps, or None (no takeover, or a note without a string ``host`` and a
+        boolean ``carried``).
+
+        Deliberately tolerant of the two facts it may lack: a ``made_on`` or ``why`` that is not a string
+        reads as None rather than losing the note.
+        """
         doc = metadata.get(HARNESS_CARRY)
-        if (
-            not isinstance(doc, dict)
-            or not isinstance(doc.get("host"), str)
-            or not isinstance(doc.get("carried"), bool)
-        ):
+        if not isinstance(doc, dict):
             return None
-        made_on, why = doc.get("made_on"), doc.get("why")
-        return cls(
-            made_on if isinstance(made_on, str) else None,
-            doc["host"],
-            doc["carried"],
-            why if isinstance(why, str) else None,
-        )
+        optional = {key: value if isinstance(value := doc.get(key), str) else None for key in ("made_on", "why")}
+        try:
+            return msgspec.convert({**doc, **optional}, cls)
+        except msgspec.ValidationError:
+            return None

@@ -58,7 +58,7 @@ def worker_rows(project: Project) -> list[dict[str, Any]]:
     running: dict[str, list[str]] = {}
     for lease in claimed:
         running.setdefault(lease.worker_id or "", []).append(refs.get(lease.task_id, lease.task_id))
-    return [{**w.to_json(now), "running": sorted(running.get(w.id, []))} for w in known]
+    return [{**w.as_view(now), "running": sorted(running.get(w.id, []))} for w in known]
 
 
 def leases_of(project: Project, task_ids: Iterable[str]) -> dict[str, Lease | None]:

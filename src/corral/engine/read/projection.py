@@ -419,7 +419,7 @@ def _show(
         "post_turn_check": check_json(turns),
         "failure_rule": failure_rule_json(task),
         # Which worker runs (or last ran) the task's turn, under which epoch (docs/workers.md).
-        "lease": lease.to_json() if (lease := tx.lease(task.id)) is not None else None,
+        "lease": lease.as_view() if (lease := tx.lease(task.id)) is not None else None,
         "session_carry": session_carry_json(task),
         "stopped_because": v.stopped_because,
         "next": v.next,
