@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from msgspec import Struct
+import msgspec
+from msgspec import Meta, Struct
 
 from corral.adapters.git import Git
 
@@ -29,7 +30,7 @@ from corral.adapters.git import Git
 class Identity(Struct, frozen=True):
     """Who a project is: its root commit, its normalized remote, and (for a copy started fresh) an instance."""
 
-    root_commit: str
+    root_commit: Annotated[str, Meta(pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")]
     remote: str | None = None
     instance: str | None = None
 
@@ -46,26 +47,27 @@ class Identity(Struct, frozen=True):
         return _digest(self.root_commit, self.remote or "", self.instance)[:16]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "root_commit": self.root_commit,
-            "remote": self.remote,
-            "instance": self.instance,
-            "project": self.project,
-            "key": self.key,
-        }
+        """The identity as its files keep it: its fields by name, then the ``project`` and ``key`` derived from
+        them (written for a reader that does not hash; :meth:`from_json` derives them again)."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return {**doc, "project": self.project, "key": self.key}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Identity | None:
-        root = data.get("root_commit")
-        remote = data.get("remote")
-        instance = data.get("instance")
-        if not isinstance(root, str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", root):
+        """The identity in one of its files; None without a ``root_commit`` of 40 or 64 hex digits.
+
+        Deliberately tolerant of the rest: a ``remote`` or ``instance`` that is not a non-empty string
+        (a hand-edited file) reads as None, as a file without them does.
+        """
+        optional = {key: value if isinstance(value := data.get(key), str) and value else None for key in _OPTIONAL}
+        try:
+            return msgspec.convert({**data, **optional}, cls)
+        except msgspec.ValidationError:
             return None
-        return cls(
-            root,
-            remote if isinstance(remote, str) and remote else None,
-            instance if isinstance(instance, str) and instance else None,
-        )
+
+
+#: The facts an identity file may lack or have damaged without losing the identity.
+_OPTIONAL = ("remote", "instance")
 
 
 def _digest(*parts: str) -> str:
