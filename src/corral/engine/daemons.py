@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from corral.adapters.locks import is_locked, lock
@@ -103,15 +104,9 @@ class DaemonState(Struct, frozen=True):
     dashboard_url: str | None = None  # the web dashboard (without its token: docs/dashboard.md)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "running": self.running,
-            "pid": self.pid,
-            "started_at": self.started_at,
-            "last_tick": self.last_tick,
-            "mcp_url": self.mcp_url,
-            "projects": list(self.projects),
-            "dashboard_url": self.dashboard_url,
-        }
+        """The daemon's state as --json gives it: its fields by name (the tuple as JSON's list)."""
+        doc: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
+        return doc
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from corral.domain.sanitize import without_nul
@@ -121,7 +122,9 @@ class Copied(Struct, frozen=True):
     checksum: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "checksum": self.checksum}
+        """What was copied, as --json gives it: its fields by name."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return doc
 
 
 def read_all(tx: SQLTx) -> Rows:

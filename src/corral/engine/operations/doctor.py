@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 from msgspec import Struct
 
 from corral.adapters.harness import make_harness
@@ -56,7 +57,9 @@ class Check(Struct, frozen=True):
     hint: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
-        return {"name": self.name, "status": self.status, "message": self.message, "hint": self.hint}
+        """The check as --json gives it: its fields by name."""
+        doc: dict[str, str | None] = msgspec.to_builtins(self)
+        return doc
 
 
 def check_git(project: Project) -> Check:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from corral.adapters.harness import NAMES, make_harness
@@ -81,20 +82,9 @@ class HarnessReport(Struct, frozen=True):
         return self.found and self.problem is None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "executable": self.executable,
-            "found": self.found,
-            "path": self.path,
-            "version": self.version,
-            "logged_in": self.logged_in,
-            "login_source": self.login_source,
-            "problem": self.problem,
-            "hint": self.hint,
-            "read_only": self.read_only,
-            "login_hint": self.login_hint,
-            "ok": self.ok,
-        }
+        """The harness's report as --json gives it: its fields by name, then whether it is ``ok`` (derived)."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return {**doc, "ok": self.ok}
 
 
 def _settings(project: Project, overrides: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct, field
 
 from corral.domain.violations import shown_paths
@@ -32,14 +33,9 @@ class CheckoutFinding(Struct, frozen=True):
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "worktree": self.worktree,
-            "branch": self.branch,
-            "message": self.message,
-            "hint": self.hint,
-            "details": dict(self.details),
-        }
+        """The finding as --json gives it: its fields by name."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return doc
 
 
 def _differ(project: Project, wt: Path, tree: str, paths: list[str]) -> set[str]:

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from corral.adapters.process import Completed
@@ -82,7 +83,9 @@ class Kept(Struct, frozen=True):
         return DestinationRestoreConflict(self.message, hint=f"Run: {self.command}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"message": self.message, "worktree": self.worktree, "stash": self.stash, "command": self.command}
+        """What was kept, as --json and the store keep it: its fields by name."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return doc
 
 
 class CheckoutBusy(Exception):
