@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from corral.engine.daemons import DaemonState
 from corral.engine.operations.doctor import Check
 from corral.engine.operations.preflight import HarnessReport
+from corral.engine.operations.reviewed import Moved
 from corral.engine.read.checkout import CheckoutFinding
 from corral.engine.recovery.destination import Kept
 from corral.store.copy import Copied
@@ -84,3 +85,16 @@ def test_a_checkout_finding() -> None:
         "details": {"paths": ["a"]},
     }
     same(finding.to_json(), old)
+
+
+def test_what_came_since_a_review() -> None:
+    moved = Moved("corral/t-1", "a" * 40, "b" * 40, ["bbbbbbb add x"], 1, False)
+    old = {
+        "branch": "corral/t-1",
+        "since": "a" * 40,
+        "tip": "b" * 40,
+        "commits": ["bbbbbbb add x"],
+        "count": 1,
+        "rewritten": False,
+    }
+    same(moved.to_json(), old)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from corral.domain.actors import Actor
@@ -145,14 +146,9 @@ class Moved(Struct, frozen=True):
         return f"{what}: {named}" if named else what
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "branch": self.branch,
-            "since": self.since,
-            "tip": self.tip,
-            "commits": self.commits,
-            "count": self.count,
-            "rewritten": self.rewritten,
-        }
+        """What came since, as --json and a refusal's details give it: its fields by name."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return doc
 
 
 def moved(project: Project, branch: str, since: str, tip: str, target: str | None = None) -> Moved:
