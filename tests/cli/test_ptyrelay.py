@@ -34,7 +34,7 @@ DRIVER = textwrap.dedent(
     except Exception as exc:
         print("RAISED", type(exc).__name__, exc, flush=True)
     else:
-        print("ENDED", json.dumps(ended.to_json()), flush=True)
+        print("ENDED", json.dumps(ended.as_view()), flush=True)
     """
 )
 

@@ -205,7 +205,7 @@ def test_the_show_page_offers_a_held_tasks_retry_only_where_unblock_runs(status:
     """``corral show`` (and ``watch``'s task page) of a task a permission blocker holds: the hold is said in
     every status, and the command that confirms its retry (an unblock) only where the table lets unblock run."""
     doc = shown_in(proj, status)
-    doc["permission_hold"] = Hold("i-1", "network", "a push to the remote").to_json()
+    doc["permission_hold"] = Hold("i-1", "network", "a push to the remote").as_view()
     page = "\n".join(show_lines(App(), doc))
     assert "Held:" in page and "a push to the remote" in page
     assert ("--retry-blocked" in page) is may(Op.UNBLOCK, status), page

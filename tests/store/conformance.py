@@ -1102,7 +1102,7 @@ def test_a_stop_request_and_an_unpushed_end_ride_on_the_claim_of_their_epoch(sto
     with store.read() as tx:
         held = tx.lease(task.id)
     assert held is not None and (held.stop_by, held.unpushed) == ("human", "the remote refused the push")
-    assert held.to_json()["unpushed"] == "the remote refused the push"
+    assert held.as_view()["unpushed"] == "the remote refused the push"
     with pytest.raises(LeaseLost), store.write() as tx:
         tx.note_unpushed(task.id, lease.epoch + 1, "not this worker's to say")
     with store.write() as tx:

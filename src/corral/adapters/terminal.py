@@ -87,7 +87,8 @@ class Ended(Struct, frozen=True):
             return f"was ended by {signal_name(self.signal)} (signal {self.signal})"
         return f"exited with code {self.exit_code}"
 
-    def to_json(self) -> dict[str, object]:
+    def as_view(self) -> dict[str, object]:
+        """How the command ended, as --json gives it: a view (the signal also by name, the seconds rounded)."""
         return {
             "exit_code": self.exit_code,
             "signal": signal_name(self.signal) if self.signal is not None else None,

@@ -289,7 +289,7 @@ def running_time(seconds: float) -> str:
 
 
 def live_text(live: dict[str, Any], waited: float | None = None) -> str:
-    """One line of a running turn (``LiveTurn.to_json``): status and phase, attempt n of m, elapsed,
+    """One line of a running turn (``LiveTurn.as_view``): status and phase, attempt n of m, elapsed,
     the retry and its delay, the last output line; ``waited`` stands in for an unknown elapsed time."""
     phase = live.get("phase")
     head = live["status"] if phase in (None, "work") else f"{live['status']} ({phase})"

@@ -93,7 +93,8 @@ class Proposal(Struct, frozen=True):
             f"not use it unless you adopt it for {self.repo}: {self.adopt_command}"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def as_view(self) -> dict[str, Any]:
+        """The proposal as --json gives it: a view (``repo`` as ``repository``; the adoption command, lines derived)."""
         return {
             "name": self.name,
             "value": self.value,

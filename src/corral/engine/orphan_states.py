@@ -58,7 +58,8 @@ class Orphan(Struct, frozen=True):
             f"(kept in {archive_dir(self.state.parent.parent)})"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def as_view(self) -> dict[str, Any]:
+        """The orphaned state as --json gives it: a view (its name, identity and hint derived, its path as text)."""
         return {
             "state": str(self.state),
             "name": self.state.name,

@@ -122,7 +122,7 @@ def config_show(app: App) -> int:
         {
             "settings": {s.name: _setting_json(cfg, s) for s in SETTINGS},
             "ignored": cfg.ignored,
-            "proposals": [p.to_json() for p in proposals(cfg)],
+            "proposals": [p.as_view() for p in proposals(cfg)],
             "unknown": cfg.unknown,
             "repository": cfg.repo,
             "user_file": cfg.user_file,
@@ -479,7 +479,7 @@ def config_adopt(app: App, name: str, expected: str | None) -> None:
     done = adopt(cfg, name, expected=expected)
     shown = "(not set)" if done.value is None else toml_value(done.value)
     app.answer(
-        {"adopted": done.to_json(), "user_file": cfg.user_file},
+        {"adopted": done.as_view(), "user_file": cfg.user_file},
         [f"Adopted {done.name} = {shown} for {done.repo} in {cfg.user_file}."],
     )
 

@@ -86,7 +86,7 @@ def list_(app: App) -> None:
     for state in sorted(p for p in (home / "projects").glob("*") if p.is_dir()) if (home / "projects").is_dir() else []:
         orphan = lost.get(state)
         if orphan is not None:
-            rows.append({**orphan.to_json(), "attached": False})
+            rows.append({**orphan.as_view(), "attached": False})
             continue
         record = read_record(state)
         rows.append(

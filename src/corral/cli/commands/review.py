@@ -372,7 +372,7 @@ def pair(app: App, task: str) -> int:
             "commits": result.commits,
             "dirty": result.dirty,
             "exit_code": result.exit_code,
-            "agent": result.ended.to_json() if result.ended else None,
+            "agent": result.ended.as_view() if result.ended else None,
         },
         f"The pair ended: the agent {result.ended.describe() if result.ended else 'could not start'}; "
         f"{result.task.ref} is {result.task.status.value} ({len(result.commits)} commit(s) made).",

@@ -99,7 +99,7 @@ def store_migrate(app: App, to: str, replace: bool, force: bool) -> None:
         else "Unset database_url (corral config unset database_url) to use it."
     )
     app.answer(
-        {"migrated": done.to_json()},
+        {"migrated": done.as_view()},
         [
             f"Copied {done.source} to {done.destination}: {rows}.",
             f"Verified: the counts and the checksum {done.copied.checksum[:16]} match.",

@@ -65,7 +65,7 @@ class LiveLine:
         if not self.on:
             return
         try:
-            line = render.live_text(live_turn(self.project, task).to_json(), time.monotonic() - self.started)
+            line = render.live_text(live_turn(self.project, task).as_view(), time.monotonic() - self.started)
         except (OSError, ValueError):  # a file half-written or gone: the wait goes on, the line waits a tick
             return
         erase = self._erase()

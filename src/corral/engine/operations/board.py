@@ -30,7 +30,7 @@ from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 #: How many finished tasks a board shows (the rest are a ``list --all`` away).
 FINISHED = 100
 
-#: The live fields a board row carries beside ``list``'s for a working task (``LiveTurn.to_json``).
+#: The live fields a board row carries beside ``list``'s for a working task (``LiveTurn.as_view``).
 LIVE_FIELDS = ("last_line", "progress", "phase", "attempt", "retry_class", "retry_reason", "retry_by", "next_delay_s")
 
 
@@ -165,5 +165,5 @@ def _place(row: dict[str, Any], name: str, project: Project, now: datetime) -> N
 def _live(project: Project, task: Any, facts: Any = None) -> dict[str, Any]:
     from corral.engine.read.live import live_turn  # the logs' reader: only a working task needs it
 
-    doc = live_turn(project, task, facts).to_json()
+    doc = live_turn(project, task, facts).as_view()
     return {k: doc.get(k) for k in LIVE_FIELDS}

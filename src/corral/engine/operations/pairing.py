@@ -233,7 +233,7 @@ def pair(project: Project, given: str, *, actor: Actor) -> Paired:
             summary(seconds, commits, dirty, ended),
             started_at=started,
             details={
-                "agent": ended.to_json() if ended is not None else None,
+                "agent": ended.as_view() if ended is not None else None,
                 "commits": commits,
                 **({"branch_check": finding.to_json()} if finding is not None else {}),
                 **({"check_error": problem} if problem else {}),
@@ -310,7 +310,7 @@ def chat(project: Project, given: str) -> int:
         try:
             ended = _interactive(project, task, session.harness_session_id, session.worktree, read_only=True)
         finally:
-            end_chat(project, task, session, hold, Actor.HUMAN, ended.to_json() if ended is not None else None)
+            end_chat(project, task, session, hold, Actor.HUMAN, ended.as_view() if ended is not None else None)
     return ended.status
 
 

@@ -170,11 +170,11 @@ def show_task(
     if task.status is Status.WORKING:
         from corral.engine.read.live import live_turn  # the logs' reader: only a working task needs it
 
-        doc["live"] = live_turn(project, task, current).to_json()
+        doc["live"] = live_turn(project, task, current).as_view()
     state = incidents.session_state(project, task)
     doc["incidents"] = {**incidents.summary(state), "rows": incidents.rows(state) if state else []}
     hold = incidents.permission_hold(project, task)
-    doc["permission_hold"] = hold.to_json() if hold is not None else None
+    doc["permission_hold"] = hold.as_view() if hold is not None else None
     return Shown(doc, merges_into, earlier, problems)
 
 

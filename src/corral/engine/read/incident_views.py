@@ -100,7 +100,8 @@ class Hold(Struct, frozen=True):
     resource: str
     summary: str
 
-    def to_json(self) -> dict[str, Any]:
+    def as_view(self) -> dict[str, Any]:
+        """The hold as --json gives it: a view (the resource named ``permission_resource``, the fixed provenance)."""
         return {
             "incident": self.incident,
             "permission_resource": self.resource,

@@ -47,7 +47,8 @@ class LiveTurn(Struct, frozen=True):
     waits: tuple[tuple[str, float], ...] = ()  # (ref, seconds waited) of each subtask waited on
     progress: str | None = None  # the agent's own progress line
 
-    def to_json(self) -> dict[str, object]:
+    def as_view(self) -> dict[str, object]:
+        """The running turn as --json gives it: a view (seconds rounded and named ``_s``, waits as objects)."""
         return {
             "status": self.status,
             "phase": self.phase,

@@ -78,7 +78,8 @@ class ObjectsReport(Struct, frozen=True):
     def ok(self) -> bool:
         return self.rejected == 0
 
-    def to_json(self) -> dict[str, Any]:
+    def as_summary(self) -> dict[str, Any]:
+        """The report as a turn's ref guard keeps it: a summary (the commits counted, their parents left out)."""
         return {
             "loose": self.loose,
             "packs": self.packs,

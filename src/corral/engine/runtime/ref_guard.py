@@ -134,7 +134,7 @@ class RefGuard(Struct, frozen=True):
     others: int = 0  # refs that moved during the turn, not by the agent: left alone
     hook: bool = True  # whether the agent's git had the logging hook
     error: str | None = None  # why the guard could not look (git unreadable, the snapshot gone)
-    #: The turn's quarantined objects (``corral.engine.runtime.quarantine.ObjectsReport.to_json``).
+    #: The turn's quarantined objects (``corral.engine.runtime.quarantine.ObjectsReport.as_summary``).
     objects: Mapping[str, Any] | None = None
     #: What the stray-ref sweep removed or left after the turn (``corral.engine.runtime.stray_refs``).
     strays: Mapping[str, Any] | None = None

@@ -248,6 +248,6 @@ def for_command(git: Git, command: Any) -> RefGuard | None:
     return replace(
         guard,
         moves=(*([branch] if branch else []), *guard.moves),
-        objects=objects.to_json() if objects is not None else guard.objects,
+        objects=objects.as_summary() if objects is not None else guard.objects,
         error=guard.error or error,
     )

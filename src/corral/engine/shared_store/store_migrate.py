@@ -34,7 +34,8 @@ class Migrated(Struct, frozen=True):
     copied: Copied
     kept: str | None = None  # where the file the copy replaced was kept (to sqlite)
 
-    def to_json(self) -> dict[str, Any]:
+    def as_view(self) -> dict[str, Any]:
+        """The migration as --json gives it: a view (the copy's counts and checksum inline)."""
         return {
             "to": self.to,
             "source": self.source,
