@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 
 from corral.engine.daemons import DaemonState
+from corral.engine.operations.board import Board
 from corral.engine.operations.doctor import Check
 from corral.engine.operations.preflight import HarnessReport
 from corral.engine.operations.reviewed import Moved
@@ -98,3 +99,16 @@ def test_what_came_since_a_review() -> None:
         "rewritten": False,
     }
     same(moved.to_json(), old)
+
+
+def test_a_board() -> None:
+    groups = [{"needs": "review", "title": "To review", "rows": [{"ref": "t-1"}]}]
+    board = Board("2026-01-01T00:00:00.000000Z", [{"name": "r", "path": "/r"}], groups, [], ["/gone: unreadable"])
+    old = {
+        "at": "2026-01-01T00:00:00.000000Z",
+        "projects": [{"name": "r", "path": "/r"}],
+        "groups": groups,
+        "finished": [],
+        "problems": ["/gone: unreadable"],
+    }
+    same(board.to_json(), old)

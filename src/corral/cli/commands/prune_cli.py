@@ -27,7 +27,7 @@ uncommitted changes is never removed: it is listed with what to do.
 def prune(app: App, dry_run: bool) -> None:
     """Remove detailed diagnostics past 90 days and stale worktrees (never unsaved work)."""
     result = pruning.prune(app.project, dry_run=dry_run)
-    app.answer({"pruned": result.to_json()}, lambda: _said(result))
+    app.answer({"pruned": result.as_view()}, lambda: _said(result))
 
 
 def _said(result: pruning.PruneResult) -> list[str]:

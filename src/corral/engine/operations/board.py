@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from corral.domain.clock import parse_time, rfc3339
@@ -35,20 +36,16 @@ LIVE_FIELDS = ("last_line", "progress", "phase", "attempt", "retry_class", "retr
 
 
 class Board(Struct, frozen=True):
+    at: str  # when the board was read
     projects: list[dict[str, Any]]  # {"name", "path"} of each project shown
     groups: list[dict[str, Any]]  # {"needs", "title", "rows"} in ORDER, every group present
     finished: list[dict[str, Any]]  # the latest finished rows, newest first
     problems: list[str]  # projects that could not be read, and what settling could not reconcile
-    at: str  # when the board was read
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "at": self.at,
-            "projects": self.projects,
-            "groups": self.groups,
-            "finished": self.finished,
-            "problems": self.problems,
-        }
+        """The board as --json and the dashboard give it: its fields by name."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)
+        return doc
 
     def rows(self) -> list[dict[str, Any]]:
         """Every unfinished row, group by group."""
@@ -128,7 +125,7 @@ def board(
         shown.append({"name": name, "path": str(project.paths.repo)})
     done.sort(key=lambda pair: pair[0], reverse=True)
     groups = [{"needs": n.value, "title": TITLES[n], "rows": by_need[n.value]} for n in ORDER]
-    return Board(shown, groups, [r for _, r in done[:finished]], problems, rfc3339(now) or "")
+    return Board(rfc3339(now) or "", shown, groups, [r for _, r in done[:finished]], problems)
 
 
 def activity(projects: Sequence[tuple[str, Project]], *, hours: int = 24) -> dict[str, Any]:

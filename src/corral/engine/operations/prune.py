@@ -44,7 +44,8 @@ class PruneResult(Struct):
     worktrees_kept: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
     dry_run: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def as_view(self) -> dict[str, Any]:
+        """What was pruned as --json gives it: a view (the worktrees' lists nested under ``worktrees``)."""
         return {
             "dry_run": self.dry_run,
             "diagnostics": self.diagnostics.to_json(),
