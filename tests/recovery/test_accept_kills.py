@@ -405,14 +405,30 @@ def test_the_checkout_check_finds_an_index_behind_its_ref_and_names_the_repair(p
 ACCEPT_KILLS = 40 if os.environ.get("CI") else 12
 #: Tasks made per batch: a killed accept that did not land is accepted again, so most kills need no new turn.
 BATCH = 10
+#: The loop runs in parts, each a test of its own (its own repository and seed), whose kills add up to
+#: :data:`ACCEPT_KILLS`: no one test holds a worker of a parallel run for the whole loop.
+PARTS = 2
+
+
+def share(total: int, part: int) -> int:
+    """The kills of part ``part`` of a loop of ``total``: the parts' shares add up to it."""
+    return total // PARTS + (1 if part < total % PARTS else 0)
+
+
+def test_the_parts_of_the_accept_kill_loop_add_up_to_its_kills():
+    for total in (40, 12, ACCEPT_KILLS):
+        assert sum(share(total, part) for part in range(PARTS)) == total
+        assert all(share(total, part) >= total // PARTS > 0 for part in range(PARTS))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_random_kills_of_accept_with_a_dirty_checked_out_target(proj, agent, repo):
+@pytest.mark.parametrize("part", range(PARTS))
+def test_random_kills_of_accept_with_a_dirty_checked_out_target(proj, agent, repo, part):
     base = int(os.environ.get("CORRAL_KILL_SEED") or time.time_ns() % 1_000_000_007)
-    rng = random.Random(base ^ zlib.crc32(b"accept"))
-    print(f"\nkill-loop seed: CORRAL_KILL_SEED={base}")
+    rng = random.Random(base ^ zlib.crc32(b"accept") ^ part)
+    kills = share(ACCEPT_KILLS, part)
+    print(f"\nkill-loop seed: CORRAL_KILL_SEED={base} (part {part})")
     made = 0
     pool: list[str] = []  # tasks resting blocked, ready for an accept
 
@@ -433,7 +449,7 @@ def test_random_kills_of_accept_with_a_dirty_checked_out_target(proj, agent, rep
     assert cli(repo, "accept", pool.pop(0)).returncode == 0
     span = time.monotonic() - start
     outcomes: list[str] = []
-    for i in range(ACCEPT_KILLS):
+    for i in range(kills):
         if not pool:
             refill()
         ref = pool[0]
@@ -457,5 +473,5 @@ def test_random_kills_of_accept_with_a_dirty_checked_out_target(proj, agent, rep
         if landed:
             pool.pop(0)
         assert_checkout(repo, before, task, proj, landed=landed)
-    print(f"accept kills: {ACCEPT_KILLS}, {dict(sorted(Counter(outcomes).items()))}")
-    assert outcomes.count("landed") + outcomes.count("restored") == ACCEPT_KILLS
+    print(f"accept kills: {kills}, {dict(sorted(Counter(outcomes).items()))}")
+    assert outcomes.count("landed") + outcomes.count("restored") == kills
