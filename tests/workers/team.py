@@ -3,9 +3,12 @@ worker hosts, each a separate clone with its own HOME, CORRAL_HOME, user setting
 
 Every host runs the real ``corral``; a worker is ``corral worker --json``, a process in its own
 session, so a test can kill, stop or resume it (and the supervisors it started) like a host. A
-command a test gives a host from its main thread runs in the test process, exact as a process
-(:mod:`tests.support.inprocess`, the host's environment, working directory and pipes); one given
-from another thread (people at once) or in a test that asks for processes is a process of its own.
+reviewer's host (``dispatch = "workers"``) starts no process that outlives its command, so a
+command a test gives it from its main thread runs in the test process, exact as a process
+(:mod:`tests.support.inprocess`, the host's environment, working directory and pipes). Every other
+host's commands are processes of their own: a supervisor one launches must be reparented when the
+command ends, as on a real host, never left a child of the test (a child that dies stays a zombie
+the test never reaps, and reads as alive).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ class Host:
         lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
         self.config.write_text("\n".join(lines) + "\n")
         self.script(work("work.txt"))
+        #: Whether its commands may run in the test process: a reviewer's host launches no supervisor.
+        self.in_process = settings.get("dispatch") == "workers"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.root / "worker.jsonl"
         #: More of the environment of every process this host runs (its commands, its worker, its daemon).
@@ -96,7 +101,7 @@ class Host:
 
     def corral(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         env = self.env()
-        if suite._EVERY_CALL_A_PROCESS or inprocess.unfit(env) is not None:
+        if not self.in_process or suite._EVERY_CALL_A_PROCESS or inprocess.unfit(env) is not None:
             done = subprocess.run(
                 [sys.executable, "-m", "corral", *args],
                 cwd=self.clone,
@@ -128,7 +133,7 @@ class Host:
         with corral already imported, so none pays an interpreter's start-up: what runs at once is the commands.
         """
         env = self.env()
-        if suite._EVERY_CALL_A_PROCESS or inprocess.unfit(env) is not None:
+        if not self.in_process or suite._EVERY_CALL_A_PROCESS or inprocess.unfit(env) is not None:
             with ThreadPoolExecutor(people) as threads:
                 return [d.stdout for d in threads.map(lambda args: self.corral(*args, timeout=timeout), calls)]
         with ProcessPoolExecutor(people, mp_context=multiprocessing.get_context("fork")) as pool:
