@@ -353,6 +353,10 @@ def test_the_refs_read_from_the_files_are_the_ones_for_each_ref_gives(tmp_path: 
     assert from_files["refs/tags/v1"] == tip(repo, "refs/tags/v1") != head
     assert {"refs/heads/a/b/deep", "refs/corral/kept/x/1-refs/heads/main", "refs/heads/side"} <= set(from_files)
     assert not {r for r in from_files if "origin" in r or "alias" in r or "junk" in r or "stale" in r}
+    # one namespace alone (the merged-branch sweep reads the branches so): the same refs, loose and packed
+    branches = read_refs(common_dir(repo), (), under="refs/heads")
+    assert branches == {ref: sha for ref, sha in from_files.items() if ref.startswith("refs/heads/")}
+    assert branches is not None and branches["refs/heads/packed-then-moved"] == tip(repo, "HEAD")
 
 
 def _rewrite_in_place_keeping_times(path: Path, value: str) -> None:

@@ -164,7 +164,9 @@ class Watching(Protocol):
     def add(self, rel: str) -> None: ...
 
 
-def read_refs(common: Path | None, skip: tuple[str, ...], watch: Watching | None = None) -> dict[str, str] | None:
+def read_refs(
+    common: Path | None, skip: tuple[str, ...], watch: Watching | None = None, *, under: str = "refs"
+) -> dict[str, str] | None:
     """Every guarded ref's value, read from the repository's files as git reads them; None where they
     cannot be (no common directory, reftable, an unreadable file): then the caller asks git.
 
@@ -175,6 +177,7 @@ def read_refs(common: Path | None, skip: tuple[str, ...], watch: Watching | None
     each file opened beside its directory's descriptor: about a third of a ``for-each-ref``'s
     time with 1,000 loose refs. With ``watch``, each directory is watched before it is listed, and
     the watch keeps what was read (the check after the turn reads only what changed since).
+    ``under`` limits the read to one namespace (``refs/heads``: the branches).
     """
     if common is None or (common / "reftable").exists() or (common / "packed-refs").is_symlink():
         return None  # refs not in files, or files git reaches through links (a git-new-workdir)
@@ -184,8 +187,10 @@ def read_refs(common: Path | None, skip: tuple[str, ...], watch: Watching | None
     except OSError:
         return None
     try:
-        _walk(root, "refs", loose, skip, watch.add if watch is not None else None)
+        _walk(root, under, loose, skip, watch.add if watch is not None else None)
         packed = read_packed(common, skip)
+        if under != "refs":
+            packed = {ref: sha for ref, sha in packed.items() if ref.startswith(f"{under}/")}
     except OSError:
         return None
     finally:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from corral.adapters.files import read_bounded, write_atomic
+from corral.adapters.ref_files import common_dir, read_refs
 from corral.domain.actors import Role
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
@@ -46,7 +47,7 @@ def sweep_merged_branches(project: Project) -> int:
             _write_seen(seen_path, {})
         return 0
     git, repo = project.git, project.repo
-    tips = _tips(project, ["refs/heads"])
+    tips = _branch_tips(project)
 
     # Who must be looked at again: a branch or a target that moved since the last look. A task is
     # in ``seen`` only once its session was found with a base, so only those due need their session.
@@ -227,6 +228,15 @@ def _reflog(project: Project, branch: str) -> list[tuple[str, int, str]]:
         if when.isdigit():
             moves.append((sha, int(when), subject))
     return moves
+
+
+def _branch_tips(project: Project) -> dict[str, str]:
+    """Branch name → tip for every branch, read from the repository's files (no git process: this runs
+    at every read that settles), or asked of git where the files are not the whole story."""
+    found = read_refs(common_dir(project.repo), (), under="refs/heads")
+    if found is None:
+        return _tips(project, ["refs/heads"])
+    return {ref.removeprefix("refs/heads/"): sha for ref, sha in found.items()}
 
 
 def _tips(project: Project, patterns: Iterable[str], *, merged: str | None = None) -> dict[str, str]:
