@@ -197,6 +197,7 @@ def test_a_session_whose_transcript_never_reached_the_store_starts_fresh_with_th
     prompt = call["prompt"]
     assert prompt.startswith(prompts.first_turn("Long task", FIRST)) and prompts.CRASH_CLEAN in prompt
     assert prompt.endswith("Go on.")  # the feedback the crash left pending
+    assert "see the conversation above" not in prompt  # a fresh session has none: everything is in full
 
 
 def test_a_re_adopted_turn_ships_its_session_on(team: Team) -> None:

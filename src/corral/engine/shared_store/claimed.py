@@ -169,8 +169,8 @@ def _launch(
     if plan.reverts:
         revert_files(project, here, list(plan.reverts))
     body, sync = plan.body, plan.sync_before_work
+    dirty = plan.resume_after_crash and bool(project.git.dirty_paths(worktree))
     if plan.resume_after_crash:
-        dirty = bool(project.git.dirty_paths(worktree))
         body, sync = prompts.resume_after_crash(dirty, list(plan.pending)), not dirty
     config = task_config(project.config, task, on_worker=True)
     # A session made on another host is resumed here when its transcript came through the store.
@@ -180,7 +180,10 @@ def _launch(
         # this host starts a new session, told the task and what happened before (its crash-context
         # prompt and the pending feedback).
         here = replace(here, harness_session_id=None)
-        body = f"{prompts.first_turn(task.goal, task.prompt)}\n\n{body}"
+        if plan.resume_after_crash:  # every pending feedback in full: no conversation above to point at
+            body = prompts.resume_without_session(task.goal, task.prompt, dirty, list(plan.pending))
+        else:
+            body = f"{prompts.first_turn(task.goal, task.prompt)}\n\n{body}"
     spec = TurnSpec(
         plan.kind,
         body,
