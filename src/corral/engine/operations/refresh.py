@@ -6,7 +6,8 @@ The reconcile-before-read policy lives here, so every surface (the CLI's read co
 
 from __future__ import annotations
 
-from corral.engine.operations.auto_resume import due, maybe_auto_resume
+from corral.engine.operations.auto_resume import maybe_auto_resume
+from corral.engine.operations.resume_gap import due
 from corral.engine.project import Project
 from corral.engine.recovery.reconcile import reconcile
 from corral.engine.runtime.liveness import Observed
