@@ -112,7 +112,12 @@ def test_a_version_1_command_is_still_read(tmp_path: Path) -> None:
     (tmp_path / proto.COMMAND).write_text(json.dumps(v1))
     read = proto.read(tmp_path / proto.COMMAND, proto.Command)
     assert isinstance(read, proto.Command)
-    assert read.watchdog == proto.Watchdog(600.0, 3, 5.0)
+    from corral.domain.failures import TERM_GRACE_SECONDS, WATCHDOG_RELAUNCHES
+
+    # the domain's rules: a zero-work stall relaunched once (issue 29 amended DESIGN's three)
+    assert (
+        read.watchdog == proto.Watchdog(600.0, WATCHDOG_RELAUNCHES, TERM_GRACE_SECONDS) == proto.Watchdog(600.0, 1, 5.0)
+    )
     assert read.check == proto.CheckSpec("make test", 120.0)
     assert read.posture == a_command().posture
 

@@ -133,6 +133,7 @@ def test_an_overload_follows_corrals_ladder_with_the_live_state_on_every_surface
         "reason": "Claude Code's model call failed: HTTP 529 overloaded",
         "next_delay_ms": 5000,  # corral's first rung, not the CLI's half second
         "by": "corral",
+        "attempts": None,  # an overload's ladder is bounded by time, not by a count of attempts
     }
 
     done = rig.wait(task)

@@ -94,7 +94,9 @@ def test_the_same_test_command_failing_three_times_requires_action(make_rig, rep
     lines = got["failures"].splitlines()
     assert lines[0].startswith("Action required ×3: Bash failed: Exit code 1 run 3: 1 failed")
     assert lines[0].endswith("]") and "[output.log#byte=" in lines[0]
-    assert lines[1:] == ["1 failure needs action", NOTE]
+    dismiss = f"Dismiss one you have dealt with: corral failures {task.ref} --dismiss tool:turns/1/output.log:"
+    assert lines[1] == "1 failure needs action" and lines[2].startswith(dismiss) and lines[2].endswith(" -m 'why'")
+    assert lines[3:] == [NOTE]
     doc = got["failures_json"]["failures"]
     assert doc["needs_action"] == 1 and doc["line"] == "1 failure needs action"
     (row,) = doc["rows"]

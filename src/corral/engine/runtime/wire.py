@@ -67,11 +67,12 @@ class ShapeError(ValueError):
     """A document that is JSON but not the record it should be (a field missing or of the wrong type)."""
 
 
-class Wire(msgspec.Struct, frozen=True, omit_defaults=True):
+class Wire(msgspec.Struct, frozen=True):
     """A record written to a file of its own (``FILE``) in a turn's protocol directory.
 
-    A field at its default is left out of the file (an older reader of the same version reads it
-    back as that default); a field the record does not know is ignored on read.
+    Every field is written, its default too (``"retry": null`` says no retry is waiting, for any
+    reader of the file, typed or not); a field the record does not know is ignored on read, and one
+    missing (an older writer's) reads as its default.
     """
 
     FILE: ClassVar[str] = ""
