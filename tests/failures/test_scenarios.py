@@ -41,6 +41,9 @@ from tests.failures.conftest import (
     wait_for,
 )
 
+#: show's count of interruptions in a row, beside the reason (until the breaker trips)
+IN_A_ROW = " (interrupted 1 time in a row)"
+
 
 def agent_turns(proj, task):
     with proj.store.read() as tx:
@@ -228,9 +231,9 @@ def test_a_harness_that_hangs_past_its_timeout_is_stopped_by_the_watchdog(fproj,
 
     text = show_text(corral, task.ref)
     because = line_after(text, "Stopped because:")
-    assert because == f"Claude Code made no progress for 1 s, so the watchdog stopped it. {MAY_HAVE_CHANGED}"
+    assert because == f"Claude Code made no progress for 1 s, so the watchdog stopped it. {MAY_HAVE_CHANGED}{IN_A_ROW}"
     assert line_after(text, "Next:") == f"Look at its output (corral logs {task.ref}), then: corral resume {task.ref}"
-    assert f"— {because}" in failed_entry(text, 2)
+    assert f"— {because.removesuffix(IN_A_ROW)}" in failed_entry(text, 2)
 
     details = show_text(corral, task.ref, "--details")
     assert "code              watchdog-no-progress" in details
@@ -261,9 +264,11 @@ def test_an_agent_killed_by_sigkill(fproj, agent, corral):
 
     text = show_text(corral, task.ref)
     because = line_after(text, "Stopped because:")
-    assert because == f"Claude Code stopped unexpectedly (OOM killed or SIGKILL (exit code 137)). {MAY_HAVE_CHANGED}"
+    assert because == (
+        f"Claude Code stopped unexpectedly (OOM killed or SIGKILL (exit code 137)). {MAY_HAVE_CHANGED}{IN_A_ROW}"
+    )
     assert line_after(text, "Next:") == f"corral resume {task.ref} — or look first: corral logs {task.ref}"
-    assert f"turn 2 · error · agent — {because}" in text
+    assert f"turn 2 · error · agent — {because.removesuffix(IN_A_ROW)}" in text
 
     details = show_text(corral, task.ref, "--details")
     assert "native code       exit code 137, signal 9 (SIGKILL)" in details
@@ -323,7 +328,7 @@ def test_a_receipt_that_cannot_be_used(fproj, agent, corral, how):
     assert rested.status is Status.INTERRUPTED and rested.resting_cause.code == code
     assert not response.exists() and not response.is_symlink()  # filed away with its turn, not deleted
     text = show_text(corral, task.ref)
-    assert line_after(text, "Stopped because:") == f"{line} {MAY_HAVE_CHANGED}"
+    assert line_after(text, "Stopped because:") == f"{line} {MAY_HAVE_CHANGED}{IN_A_ROW}"
     assert line_after(text, "Next:") == f"Look at its output (corral logs {task.ref}), then: corral resume {task.ref}"
     assert f"turn 2 · error · agent — {line}" in text
     no_codes_on_everyday_lines(text, code, "receipt_problem", "response.json")
@@ -381,9 +386,11 @@ def test_a_turn_lost_when_its_supervisor_dies_names_the_unknown_half(fproj, agen
         "The turn was lost: corral's supervisor ended without a receipt while the agent was working"
     )
     assert "whether the agent finished" in because and "is unknown" in because
-    assert because.endswith(MAY_HAVE_CHANGED)
+    assert because.endswith(MAY_HAVE_CHANGED + IN_A_ROW)
     assert line_after(text, "Next:") == f"corral resume {task.ref} (pending feedback is delivered again)"
-    assert f"turn 2 · error · agent — {because}" in text  # the lost turn is on the timeline with its reason
+    assert (
+        f"turn 2 · error · agent — {because.removesuffix(IN_A_ROW)}" in text
+    )  # the lost turn is on the timeline with its reason
 
     doc = show_json(corral, task.ref)
     evidence = doc["resting_cause"]["evidence"]
@@ -503,12 +510,13 @@ def test_a_failed_merge_and_fix(fproj, agent, corral, repo):
     because = line_after(text, "Stopped because:")
     assert because == (
         f"Merging the target into the task's branch conflicted, and the agent could not resolve it. {MAY_HAVE_CHANGED}"
+        f"{IN_A_ROW}"
     )
     assert (
         line_after(text, "Next:")
         == f"Resolve it in the worktree, or: corral unblock {task.ref} -m 'resolve the merge conflict'"
     )
-    assert f"— {because}" in text
+    assert f"— {because.removesuffix(IN_A_ROW)}" in text
     doc = show_json(corral, task.ref)
     evidence = doc["resting_cause"]["evidence"]
     assert evidence["phase"] == "merge_and_fix" and "README.md" in evidence["details"]["reason"]
