@@ -18,6 +18,13 @@
 3. Stops any daemon a run started and checks that no process is left whose working directory is
    in the scratch directory.
 
+3. ``--case claude-500`` (not run by default: at corral's default budget it retries for about an hour):
+   the real Claude Code CLI pointed at a loopback model server that answers HTTP 500 to every request
+   (bench/claude500.py). Records each attempt's start from the supervisor's ``status.json`` (polled every
+   second) and from the turn's attempts as stored, ``corral show``'s retrying / "Stopped because" lines as
+   they change, and when the task comes to rest, in which status; ``--observe`` caps the wait, after which
+   the task's processes are stopped by the pids corral recorded. No target: the figures are reported.
+
 Targets: ``exit-1`` reads interrupted within 10 s and is at rest within 60 s; ``hang`` is at rest
 within 80 s.
 
@@ -25,6 +32,7 @@ Usage::
 
     .venv/bin/python bench/bench_time_to_rest.py            # ~1 minute
     .venv/bin/python bench/bench_time_to_rest.py --reps 3 --case exit-1
+    .venv/bin/python bench/bench_time_to_rest.py --case claude-500 --observe 900   # 15 minutes of it
 
 Results are printed and written to bench/results/bench_time_to_rest.json.
 """
@@ -69,6 +77,8 @@ CASES: dict[str, dict[str, Any]] = {
         "rest_target_s": 80.0,
     },
 }
+#: Run only when asked (``--case claude-500``): see bench/claude500.py.
+CLAUDE_500 = "claude-500"
 
 
 def one_run(base: Path, case: str, n: int) -> dict[str, Any]:
@@ -163,7 +173,13 @@ def main() -> int:
         argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     )
     p.add_argument("--reps", type=int, default=1)
-    p.add_argument("--case", choices=tuple(CASES), action="append")
+    p.add_argument("--case", choices=(*CASES, CLAUDE_500), action="append")
+    p.add_argument("--observe", type=float, default=4500.0, help="claude-500: stop watching after this many seconds")
+    p.add_argument(
+        "--budget-network",
+        default=None,
+        help="claude-500: a variant with this budget_network (seconds) instead of the default, to see it come to rest",
+    )
     args = p.parse_args()
     base = scratch_dir("time-to-rest", args)
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "runs": []}
@@ -171,6 +187,15 @@ def main() -> int:
     try:
         for case in args.case or CASES:
             for n in range(1, args.reps + 1):
+                if case == CLAUDE_500:
+                    from claude500 import report, run_claude_500
+
+                    settings = {"CORRAL_BUDGET_NETWORK": args.budget_network} if args.budget_network else {}
+                    run = run_claude_500(base, n, args.observe, settings)
+                    run["settings"] = settings
+                    result["runs"].append(run)
+                    report(run)
+                    continue
                 run = one_run(base, case, n)
                 result["runs"].append(run)
                 ok = ok and run["ok"]
