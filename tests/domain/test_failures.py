@@ -43,14 +43,19 @@ def test_fatal_classes_stop_at_once():
 def test_crash_loop_only_for_unknown_and_only_three_fast_in_a_row():
     fast = [0.1, 0.2, 0.3]
     assert decide(K, 3, 1.0, recent_durations=fast) == Stop("crash-loop")
-    assert decide(K, 3, 1.0, recent_durations=[0.1, 12.0, 0.3]) == Retry(60.0)
-    assert decide(K, 2, 1.0, recent_durations=fast[:2]) == Retry(30.0)
+    # the newest failed fast: the fast steps (issue 29: 1 s, then 2 s), not the unknown ladder
+    assert decide(K, 3, 1.0, recent_durations=[0.1, 12.0, 0.3]) == Retry(1.0)
+    assert decide(K, 2, 1.0, recent_durations=fast[:2]) == Retry(2.0)
+    # the newest ran past the crash-loop window: the unknown ladder's step for its attempt
+    assert decide(K, 3, 1.0, recent_durations=[0.1, 0.3, 12.0]) == Retry(60.0)
+    assert decide(K, 2, 1.0, recent_durations=[0.1, 12.0]) == Retry(30.0)
     assert decide(OVER, 3, 1.0, recent_durations=fast) == Retry(20.0)  # a 429 comes back in milliseconds
 
 
 def test_watchdog_rule():
-    assert decide_watchdog_retry(False, 0) and decide_watchdog_retry(False, 2)
-    assert not decide_watchdog_retry(False, 3)
+    # a zero-work stall is relaunched once (issue 29): a second kill ends the turn
+    assert decide_watchdog_retry(False, 0)
+    assert not decide_watchdog_retry(False, 1)
     assert not decide_watchdog_retry(True, 0)
 
 
