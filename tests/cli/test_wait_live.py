@@ -114,7 +114,9 @@ def test_start_wait_shows_it_too_and_off_a_terminal_there_is_none(corral, repo, 
 @pytest.mark.slow
 def test_a_retry_shows_its_reason_attempt_of_budget_and_next_delay(corral, repo, tmp_path):
     fails = [{"stderr": "socket closed by peer\n"}, {"exit": 1}]
-    env = fake_env(tmp_path, fails, TALKS)
+    # The person's crash-loop window at its least: the failure is not a fast one (those retry after
+    # 1 s and 2 s, tests/turns/test_time_to_rest.py) but takes the unknown ladder, whose first step is 15 s.
+    env = {**fake_env(tmp_path, fails, TALKS), "CORRAL_CRASH_LOOP_WINDOW": "0.001"}
     corral.ok("create", "Retry", "--ref", "retry", env=env)
     corral.ok("start", "retry", env=env)
     code, text = under_pty(repo, ["wait", "retry", "--timeout", "6"], env)
