@@ -214,11 +214,13 @@ class App:
             doc = {**doc, "matched_by_prefix": self.matched}
         if self.daemon_started is not None:
             doc = {**doc, "daemon_started": self.daemon_started}
-        print(dumps({"schema_version": SCHEMA_VERSION, **doc}), file=self.stdout)
+        self.stdout.write(dumps({"schema_version": SCHEMA_VERSION, **doc}) + "\n")
 
     def emit_line(self, doc: dict[str, Any]) -> None:
-        """One JSON Lines event of a streaming command."""
-        print(dumps(doc), file=self.stdout, flush=True)
+        """One JSON Lines event of a streaming command: the line and its end in one write, so a Ctrl-C
+        between them (``print`` writes them apart) never leaves a line the error's line would continue."""
+        self.stdout.write(dumps(doc) + "\n")
+        self.stdout.flush()
 
     def fail(self, error: CorralError) -> int:
         if self.json and self.streaming:
