@@ -90,6 +90,13 @@ def test_a_killed_workers_turn_resumes_on_another_with_its_work_in_progress(team
     rescuer.start_worker()
     rescuer.wait_event("claim", timeout=LEASE + 30)
     until(lambda: _status(laptop, "long") == "blocked", timeout=60, poll=0.2, what="the turn finished on the rescuer")
+    # The turn is recorded first; the worker then ships its files, pushes its work and lets its lease go.
+    until(
+        lambda: laptop.json("show", "long")["lease"]["state"] == "released",
+        timeout=30,
+        poll=0.2,
+        what="the rescuer's lease handed back",
+    )
     shown = laptop.json("show", "long")
     lost = [t for t in shown["turns"] if t["role"] == "agent" and t["kind"] == "error"]
     assert lost and "worker lost" in lost[0]["content"] and "doomed" in lost[0]["content"]
