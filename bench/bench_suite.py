@@ -73,13 +73,16 @@ def main() -> int:
     before = load()
     floor_s, floor_out, _ = timed([*argv, "--collect-only", "-q"])
     collected = re.search(r"(\d+) tests? collected", floor_out)
-    wall_s, out, code = timed([*argv, "--durations=10", "-q", "-p", "no:cacheprovider"])
+    wall_s, out, code = timed([*argv, "--durations=10", "-q", "-rf", "-p", "no:cacheprovider"])
     slowest = [(float(m[1]), m[2], m[3]) for line in out.splitlines() if (m := _DURATION.match(line))][:10]
     passed = int(m[1]) if (m := _SUMMARY.search(out)) else 0
     failed = int(m[1]) if (m := _FAILED.search(out)) else 0
 
     print(f"\n  collect only (the floor)   {floor_s:7.1f} s  ({collected[1] if collected else '?'} tests)")
     print(f"  the whole suite            {wall_s:7.1f} s  ({passed} passed, {failed} failed, exit {code})")
+    for line in out.splitlines():
+        if line.startswith("FAILED "):
+            print(f"  {line[:200]}")
     print("\n  ten slowest:")
     for seconds, when, test in slowest:
         print(f"    {seconds:6.1f} s  {when:8s} {test}")
