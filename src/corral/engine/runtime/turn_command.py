@@ -71,7 +71,7 @@ class Fence(Wire, frozen=True):
     host: str
 
 
-class Command(Wire, frozen=True):
+class Command(Wire, frozen=True, omit_defaults=True):
     """What a supervisor is to do: one turn, with every setting resolved by the launching operation."""
 
     FILE: ClassVar[str] = COMMAND

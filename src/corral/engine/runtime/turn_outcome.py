@@ -136,7 +136,7 @@ _FLAT_GIT = (
 )
 
 
-class Receipt(Wire, frozen=True):
+class Receipt(Wire, frozen=True, omit_defaults=True):
     """The supervisor's receipt for one command (``response.json``); the reconciler records it once."""
 
     FILE: ClassVar[str] = RESPONSE

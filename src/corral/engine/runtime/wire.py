@@ -71,7 +71,9 @@ class Wire(msgspec.Struct, frozen=True):
     """A record written to a file of its own (``FILE``) in a turn's protocol directory.
 
     Every field is written, its default too (``"retry": null`` says no retry is waiting, for any
-    reader of the file, typed or not); a field the record does not know is ignored on read, and one
+    reader of the file, typed or not), except in the command and the receipt, which leave a field at
+    its default out (a work turn's command carries no read-only before-state at all; a receipt no
+    empty list of reaped processes). A field the record does not know is ignored on read, and one
     missing (an older writer's) reads as its default.
     """
 
