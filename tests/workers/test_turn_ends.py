@@ -190,6 +190,7 @@ def test_a_stop_on_a_laptop_stops_the_workers_agent_as_a_local_stop_does(team: T
     assert said["message"] == "stop asked by human: relayed to its supervisor"
     until(lambda: not alive(agent), timeout=15, poll=0.2, what="its agent is stopped")
     host.wait_event("turn-done", timeout=60, task=task_id)
+    until(lambda: _show(laptop, "far")["lease"]["state"] == "released", timeout=30, poll=0.2, what="its lease let go")
     shown = _show(laptop, "far")
     last = [t for t in shown["turns"] if t["role"] == "agent"][-1]
     assert (last["kind"], last["content"]) == ("stopped", "Stopped by human.")
