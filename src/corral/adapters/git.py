@@ -470,11 +470,11 @@ class Git:
 
     def worktrees(self, *, cwd: str | Path) -> list[dict[str, str]]:
         """Every worktree of the repository: path, head, and branch (refs/heads/…) when not detached."""
-        out = self.run("worktree", "list", "--porcelain", cwd=cwd).stdout
+        out = self.run("worktree", "list", "--porcelain", "-z", cwd=cwd).stdout
         found: list[dict[str, str]] = []
         current: dict[str, str] = {}
-        for line in [*out.splitlines(), ""]:
-            if not line.strip():
+        for line in [*out.split("\0"), ""]:  # -z: a path git would quote is given as it is
+            if not line:
                 if current:
                     found.append(current)
                 current = {}

@@ -20,6 +20,8 @@ from typing import Any
 from corral.dashboard import board_page, task_page
 from corral.dashboard.html import Markup, tag
 from corral.domain.actors import Actor
+from corral.domain.needs import Need
+from corral.domain.status import Status
 from corral.engine.api import LiveCache, Project, project_states, read_record
 from corral.errors import CorralError
 
@@ -152,7 +154,7 @@ class Hub:
         pairs, problems, names = self.homes.opened()
         doc = board.board(pairs, settle=False).to_json()
         doc["problems"] = problems + doc["problems"]
-        self.working = any(g["needs"] == "working" and g["rows"] for g in doc["groups"])
+        self.working = any(g["needs"] == Need.WORKING and g["rows"] for g in doc["groups"])
         return board_page.board_fragment(doc, names, activity(pairs))
 
     def warm(self) -> None:
@@ -181,7 +183,7 @@ class Hub:
 
     async def task_stamp(self, task_id: str) -> Any:
         key = self._cache.get(f"summary:{task_id}")
-        working = key is not None and key[1][1] == "working"
+        working = key is not None and key[1][1] == Status.WORKING
         return (await self.stamp(), int(time.monotonic() / LIVE_SECONDS) if working else None)
 
     async def parts(self, state: str, task_id: str) -> tuple[dict[str, Markup], str, str]:

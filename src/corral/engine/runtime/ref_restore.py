@@ -71,10 +71,10 @@ def _made_elsewhere(git: Git, worktree: Path, ref: str, new: str, since: float) 
     """Whether ``ref`` is checked out in another worktree whose ``HEAD`` took ``new`` during the turn:
     a commit, merge or sync made there (corral's sync of another task, a person in their checkout,
     the worktree ``start`` made for a subtask) — git logs the other worktree's ``HEAD`` only then."""
-    out = git.run("worktree", "list", "--porcelain", cwd=worktree, check=False).stdout
+    out = git.run("worktree", "list", "--porcelain", "-z", cwd=worktree, check=False).stdout
     here = os.path.realpath(worktree)
     path: str | None = None
-    for line in out.splitlines():
+    for line in out.split("\0"):  # -z: a path git would quote is given as it is
         if line.startswith("worktree "):
             path = line.removeprefix("worktree ")
         elif line == f"branch {ref}" and path and os.path.realpath(path) != here and os.path.isdir(path):
