@@ -140,12 +140,15 @@ class IllegalTransition(RefusedError):
         what: str | None = None,
         takes: Sequence[str] | None = None,
         hint: str | None = None,
+        message: str | None = None,
     ) -> None:
         allowed = list(allowed)
         doing = what or f"move to {target}"
         can = ", ".join(allowed) if allowed else "nothing (it is final)"
         said = STATUS_WORDS.get(current, current)  # the status a person reads; the code keeps ``current``
-        if takes is not None:
+        if message is not None:
+            pass  # the caller's own words (an operation's refusal says what the person can do now)
+        elif takes is not None:
             # An operation's refusal names the statuses it takes (from the operations table).
             verb = doing.split(" ", 1)[0]
             which = ", ".join(takes[:-1]) + f" or {takes[-1]}" if len(takes) > 1 else "".join(takes)

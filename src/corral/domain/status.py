@@ -41,6 +41,38 @@ SOLE_ACTOR: frozenset[Status] = frozenset({S.WORKING, S.PAIRING})
 RESTING: frozenset[Status] = frozenset({S.BACKLOG, S.BLOCKED, S.CONFLICT, S.INTERRUPTED, S.SUBMITTED})
 
 
+#: What each status means, in plain words: every surface (CLI, watch, the dashboard, MCP) shows a status
+#: beside its meaning (:func:`status_text`) and reads it here; docs/lifecycle.md keeps the same table.
+MEANING: dict[Status, str] = {
+    S.BACKLOG: "not started yet",
+    S.WORKING: "the agent is working",
+    S.BLOCKED: "waiting for you",
+    S.CONFLICT: "a protected file awaits your decision",
+    S.PAIRING: "someone is working in its worktree",
+    S.INTERRUPTED: "the turn stopped before it finished",
+    S.MERGING: "its work is being merged",
+    S.SUBMITTED: "waiting for review on the remote",
+    S.ZOMBIE: "being completed (its work is already on its target)",
+    S.COMPLETE: "accepted: its work is on its target",
+    S.ABANDONED: "closed without its work",
+}
+
+
+def meaning(status: Status | str) -> str:
+    """The plain meaning of a status (an unknown one, from a newer corral, has none: an empty string)."""
+    try:
+        return MEANING[Status(status)]
+    except ValueError:
+        return ""
+
+
+def status_text(status: Status | str) -> str:
+    """A status as a person reads it: ``blocked — waiting for you``."""
+    value = status.value if isinstance(status, Status) else str(status)
+    said = meaning(status)
+    return f"{value} — {said}" if said else value
+
+
 def is_terminal(status: Status) -> bool:
     return status in TERMINAL
 
