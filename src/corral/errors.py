@@ -49,6 +49,7 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     │   └── ProgramTimeout                        it ran past its time limit, and corral ended it
     ├── HarnessNotFound                  exit 1   the harness's executable is not on PATH
     ├── HarnessMisconfigured             exit 1   the harness cannot run as configured (fatal_config)
+    ├── TeamExtraMissing                 exit 1   a team's feature without the corral[team] extra installed
     ├── DestinationRestoreConflict       exit 1   the merge stands; local changes kept aside
     ├── LeaseLost                        exit 1   a worker's claim on a turn was taken over (a stale epoch)
     ├── StopUnanswered                   exit 1   a stop relayed to the host that runs the turn, not answered
@@ -384,6 +385,13 @@ class HarnessMisconfigured(CorralError):
     empty, or its own configuration file cannot be read. Refused before anything runs."""
 
     code = "harness-config"
+
+
+class TeamExtraMissing(CorralError):
+    """A team's feature (the shared PostgreSQL store, a worker) asked of an install without the ``team``
+    extra: its driver, pool and job engine are not installed. The hint is the one line that adds them."""
+
+    code = "team-extra-missing"
 
 
 class DestinationRestoreConflict(CorralError):

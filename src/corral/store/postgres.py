@@ -33,6 +33,7 @@ from corral.store.dsn import redact
 from corral.store.migrations import LATEST, too_new
 from corral.store.pg_migrations import PG_MIGRATIONS
 from corral.store.sqltx import SQLTx, _Decoded
+from corral.store.team_extra import team_module
 
 if TYPE_CHECKING:
     import psycopg
@@ -69,15 +70,9 @@ def _driver() -> Any:
         logger = logging.getLogger(name)
         if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
             logger.addHandler(logging.NullHandler())
-    try:
-        import psycopg
-    except ImportError as exc:  # pragma: no cover - psycopg is a dependency
-        raise StoreError(
-            "database_url names a PostgreSQL database, but psycopg is not installed.",
-            code="store-unreachable",
-            hint="pip install 'psycopg[binary]' psycopg-pool, or unset database_url to use SQLite.",
-        ) from exc
-    return psycopg
+    # The driver and its pool come with the corral[team] extra: without it, the line that adds it.
+    team_module("psycopg_pool", wanted_by="A PostgreSQL store (database_url)")
+    return team_module("psycopg", wanted_by="A PostgreSQL store (database_url)")
 
 
 @lru_cache(maxsize=1)

@@ -21,7 +21,8 @@ Examples:
   corral worker --json       one JSON event per line
 \b
 A person sends turns to workers with `corral config set dispatch workers`; every trust setting a
-turn runs with (posture, sandbox, commands) is this host's own (docs/workers.md).
+turn runs with (posture, sandbox, commands) is this host's own (docs/workers.md). A worker needs
+the team's engine, the corral[team] extra (from a checkout: pip install '.[team]').
 """
 )
 @click.option(
@@ -36,6 +37,10 @@ turn runs with (posture, sandbox, commands) is this host's own (docs/workers.md)
 @pass_app
 def worker(app: App, extra: tuple[str, ...]) -> None:
     """Claim queued turns of the projects this host serves and run them here, until SIGTERM."""
+    from corral.store.team_extra import require_team
+
+    # A worker is the team's engine: without the corral[team] extra, the line that adds it, before anything opens.
+    require_team(wanted_by="corral worker")
     from corral.engine.api import Project, corral_home, load_config, user_config_file
     from corral.worker.worker_service import Worker
 
