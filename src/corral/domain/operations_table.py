@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from corral.domain.actors import Actor
-from corral.domain.status import PAUSED, RESTING, TERMINAL, Status, allowed_targets, sources_for
+from corral.domain.status import PAUSED, RESTING, TERMINAL, Status, allowed_targets, sources_for, status_text
 from corral.errors import IllegalTransition
 
 S = Status
@@ -110,16 +110,43 @@ def takes(op: Op) -> str:
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
+#: What a person can do now with a task in each status, in words with the command that does it: the
+#: hint of a refusal (:func:`check_operation`). Each command is one the table allows from that status.
+NOW: dict[Status, str] = {
+    S.BACKLOG: "start it: corral start {ref}",
+    S.WORKING: "wait for its turn to end (corral wait {ref}), or stop it: corral stop {ref}",
+    S.BLOCKED: "review its work (corral diff {ref}), then accept it (corral accept {ref}) "
+    "or give the agent feedback: corral unblock {ref} -m 'your feedback'",
+    S.CONFLICT: "decide its protected files (corral show {ref} names them and the command that decides them)",
+    S.PAIRING: "wait until the pairing ends (corral wait {ref})",
+    S.INTERRUPTED: "resume it: corral resume {ref}",
+    S.MERGING: "wait until the merge ends (corral wait {ref})",
+    S.SUBMITTED: "accept it once the remote approves it: corral accept {ref}",
+    S.ZOMBIE: "only wait: corral is completing it",
+    S.COMPLETE: "reopen it, saying why: corral reopen {ref} --reason 'it regressed'",
+    S.ABANDONED: "reopen it: corral reopen {ref}",
+}
+
+
+def now_words(status: Status, ref: str) -> str:
+    """What a person can do now with a task in ``status``, as one sentence (:data:`NOW`)."""
+    return f"Now you can {NOW[status].format(ref=ref)}"  # no full stop: a command ends it, as typed
+
+
 def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None) -> None:
-    """Refuse ``op`` on a task in ``status`` unless the operations table allows it, naming what it takes."""
+    """Refuse ``op`` on a task in ``status`` unless the operations table allows it: the refusal says what
+    the status means, what ``op`` takes, and (unless the caller has a better hint) what the person can do now."""
     if may(op, status):
         return
     takes = [s.value for s in allowed_from(op)]
+    which = ", ".join(takes[:-1]) + f" or {takes[-1]}" if len(takes) > 1 else "".join(takes)
     raise IllegalTransition(
         status.value,
         OP_TARGET[op].value if op in OP_TARGET else status.value,
         [t.value for t in allowed_targets(status, Actor.HUMAN)],  # zombie is the system's alone
         what=f"{op.value} {ref}",
         takes=takes,
-        hint=hint,
+        hint=hint if hint and "corral " in hint else " ".join(filter(None, (hint, now_words(status, ref)))),
+        message=f"Cannot {op.value} {ref}: it is {status_text(status)}; "
+        f"{op.value} takes a task that is {which}.",
     )

@@ -52,7 +52,7 @@ MEANING: dict[Status, str] = {
     S.INTERRUPTED: "the turn stopped before it finished",
     S.MERGING: "its work is being merged",
     S.SUBMITTED: "waiting for review on the remote",
-    S.ZOMBIE: "being completed (its work is already on its target)",
+    S.ZOMBIE: "being completed: its work is already on its target",
     S.COMPLETE: "accepted: its work is on its target",
     S.ABANDONED: "closed without its work",
 }
