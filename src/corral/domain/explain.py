@@ -132,6 +132,8 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
                 f"{agent} is not authenticated — log in through the harness.",
                 f"Log in ({_LOGIN.get(agent, 'as the harness documents')}), then: corral unblock {ref} -m 'continue'",
             )
+        case "harness-server-error":  # a 5xx of the provider's own: its fault, not the network's
+            return Wording(f"{agent}'s model provider answered with a server error (HTTP 5xx), a fault on its side.")
         case "retry-budget-exhausted":
             reason = _detail(cause, evidence)
             return Wording(
