@@ -4,7 +4,12 @@
 * CPU the supervisor uses while its agent is idle for a minute (target < 1 % of a core);
 * copy rate while the agent streams 100 MB of stream-json (target ≥ 100 MB/s);
 * latency from the CLI's start to the agent process receiving its argv: ``unblock``
-  (target < 300 ms median) and ``start``, which makes a worktree (target < 500 ms median).
+  (target < 300 ms median) and ``start``, which makes a worktree (target < 500 ms median),
+  each beside its floor measured in the same run: ``git worktree add -b`` + the exec of the
+  same stamping agent (and the exec alone for ``unblock``).
+
+The turns run with the sandbox as a person has it (bubblewrap when installed); every scenario
+stops the home daemon its launches started, and the run ends by checking nothing it started runs.
 
 The agent is corral's scripted fake agent behind a tiny shell wrapper that stamps the
 time the instant it is exec'd with its argv, before any Python starts.
@@ -19,13 +24,28 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import corral_command, hermetic_env, machine, make_repo, median, percentile, verdict, write_results
+from benchlib import (
+    corral_command,
+    drop_scratch,
+    fake_claude,
+    finish,
+    hermetic_env,
+    load,
+    machine,
+    make_repo,
+    median,
+    parse_args,
+    percentile,
+    scratch_dir,
+    scratch_options,
+    stop_daemon,
+    verdict,
+)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -47,20 +67,16 @@ class Setup:
     def __init__(self, root: Path, invocations: list[list[dict[str, object]]]) -> None:
         self.root = root
         self.repo = make_repo(root / "repo")
-        self.record = root / "record"
-        self.record.mkdir(parents=True)
-        scenario = root / "scenario.json"
-        scenario.write_text(json.dumps({"invocations": invocations, "default": [{"init": True}, {"result": "ok"}]}))
         self.env = hermetic_env(root / "home", pycache=root.parent / "pycache")
-        self.env.update(
-            {
-                "CORRAL_CLAUDE_BIN": str(stamping_agent(root / "bin")),
-                "CORRAL_FAKE_SCENARIO": str(scenario),
-                "CORRAL_FAKE_RECORD": str(self.record),
-                "CORRAL_WATCHDOG_TIMEOUT": "600",
-            }
+        self.agent = stamping_agent(root / "bin")
+        self.record = fake_claude(
+            root, self.env, {"invocations": invocations, "default": [{"init": True}, {"result": "ok"}]}, self.agent
         )
+        self.env["CORRAL_WATCHDOG_TIMEOUT"] = "600"
         self.cmd = corral_command()
+
+    def close(self) -> None:
+        stop_daemon(self.env, self.repo)
 
     def corral(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -101,6 +117,13 @@ def supervisor_pid(setup: Setup, ref: str) -> int:
 
 def bench_stream(tmp: Path, megabytes: int) -> dict[str, float]:
     setup = Setup(tmp / "stream", [[{"init": True}, {"bytes": megabytes * 1_000_000}, {"result": "done"}]])
+    try:
+        return _stream(setup)
+    finally:
+        setup.close()
+
+
+def _stream(setup: Setup) -> dict[str, float]:
     setup.corral("create", "Stream a lot", "--ref", "stream")
     setup.corral("start", "stream")
     pid = supervisor_pid(setup, "stream")
@@ -125,6 +148,13 @@ def bench_stream(tmp: Path, megabytes: int) -> dict[str, float]:
 
 def bench_idle(tmp: Path, idle: float) -> dict[str, float]:
     setup = Setup(tmp / "idle", [[{"init": True}, {"sleep": idle + 5}, {"result": "done"}]])
+    try:
+        return _idle(setup, idle)
+    finally:
+        setup.close()
+
+
+def _idle(setup: Setup, idle: float) -> dict[str, float]:
     setup.corral("create", "Sit idle", "--ref", "idle")
     setup.corral("start", "idle")
     pid = supervisor_pid(setup, "idle")
@@ -146,7 +176,36 @@ def bench_idle(tmp: Path, idle: float) -> dict[str, float]:
 def bench_latency(tmp: Path, runs: int) -> dict[str, list[float]]:
     quick = [{"init": True}, {"result": "ok"}]
     setup = Setup(tmp / "latency", [quick] * (2 * runs + 2))
-    start_ms, unblock_ms = [], []
+    try:
+        return _latency(setup, runs)
+    finally:
+        setup.close()
+
+
+def floor_ms(setup: Setup, i: int) -> tuple[float, float]:
+    """(``git worktree add -b`` + the agent's exec, the exec alone): the floors of start and unblock."""
+    record = setup.root / "floor-record"
+    record.mkdir(exist_ok=True)
+    env = {**setup.env, "CORRAL_FAKE_RECORD": str(record), "CORRAL_FAKE_SCENARIO": os.devnull}
+    stamps = record / "exec-times"
+    seen = len(stamps.read_text().split()) if stamps.exists() else 0
+    t0 = time.time_ns()
+    subprocess.run(
+        ["git", "worktree", "add", "-q", "-b", f"floor{i}", str(setup.root / f"floor{i}")],
+        cwd=setup.repo,
+        check=True,
+        capture_output=True,
+    )
+    t1 = time.time_ns()
+    subprocess.run([str(setup.agent), "--version"], env=env, capture_output=True, check=False)
+    times = [int(x) for x in stamps.read_text().split()][seen:] if stamps.exists() else []
+    if not times:
+        raise SystemExit("the floor's agent recorded no exec")
+    return (times[0] - t0) / 1e6, (times[0] - t1) / 1e6
+
+
+def _latency(setup: Setup, runs: int) -> dict[str, list[float]]:
+    start_ms, unblock_ms, floor_start, floor_exec = [], [], [], []
     for i in range(runs):
         ref = f"t{i}"
         setup.corral("create", f"Task {i}", "--ref", ref)
@@ -164,7 +223,10 @@ def bench_latency(tmp: Path, runs: int) -> dict[str, list[float]]:
             time.sleep(0.001)
         unblock_ms.append((setup.exec_times()[-1] - t0) / 1e6)
         setup.corral("wait", ref)
-    return {"start_ms": start_ms, "unblock_ms": unblock_ms}
+        worktree_and_exec, exec_alone = floor_ms(setup, i)
+        floor_start.append(worktree_and_exec)
+        floor_exec.append(exec_alone)
+    return {"start_ms": start_ms, "unblock_ms": unblock_ms, "floor_start_ms": floor_start, "floor_exec_ms": floor_exec}
 
 
 def main() -> int:
@@ -172,12 +234,16 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=60.0, help="seconds of agent idleness to measure")
     parser.add_argument("--mb", type=int, default=100, help="megabytes the agent streams")
     parser.add_argument("--runs", type=int, default=10, help="launches for the latency figures")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="corral-bench-sup-") as tmp:
-        root = Path(tmp)
+    scratch_options(parser)
+    args = parse_args(parser, {"idle": 1.0, "mb": 1, "runs": 1})
+    load_before = load()
+    root = scratch_dir("supervisor", args)
+    try:
         stream = bench_stream(root, args.mb)
         idle = bench_idle(root, args.idle)
         latency = bench_latency(root, args.runs)
+    finally:
+        drop_scratch(root, args.keep)
     rss_ok = max(stream["peak_rss_mb"], idle["peak_rss_mb"]) < 40
     idle_ok = idle["percent_of_a_core"] < 1.0
     copy_ok = stream["mb_per_s"] >= 100
@@ -196,15 +262,16 @@ def main() -> int:
     )
     print(
         f"CLI → agent argv, start: median {s_med:.0f} ms, p90 {percentile(latency['start_ms'], 90):.0f} ms "
-        f"(target < 500 ms) {verdict(s_med < 500)}"
+        f"(target < 500 ms) {verdict(s_med < 500)}; floor `git worktree add -b` + exec "
+        f"{median(latency['floor_start_ms']):.0f} ms ({s_med / median(latency['floor_start_ms']):.1f}×)"
     )
     print(
         f"CLI → agent argv, unblock: median {u_med:.0f} ms, p90 {percentile(latency['unblock_ms'], 90):.0f} ms "
-        f"(target < 300 ms) {verdict(u_med < 300)}"
+        f"(target < 300 ms) {verdict(u_med < 300)}; floor the exec alone {median(latency['floor_exec_ms']):.0f} ms"
     )
     ok = rss_ok and idle_ok and copy_ok and s_med < 500 and u_med < 300
-    write_results("supervisor", {"machine": machine(), "stream": stream, "idle": idle, "latency": latency, "pass": ok})
-    return 0 if ok else 1
+    doc = {"machine": machine(), "load_before": load_before, "stream": stream, "idle": idle, "latency": latency}
+    return finish("supervisor", doc, ok)
 
 
 if __name__ == "__main__":

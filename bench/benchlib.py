@@ -13,12 +13,26 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
+
+#: Every process a benchmark starts carries this mark in its environment (set here, inherited by
+#: every child, the detached ones a command starts included: a daemon, a supervisor, an agent), so
+#: the run can tell at its end whether anything it started still runs (:func:`survivors`). A mark
+#: given from outside (``bench/run_all.sh``, the quick-mode test) is kept, so that caller can look too.
+RUN_MARK = "BENCH_RUN_MARK"
+os.environ.setdefault(RUN_MARK, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+
+#: ``--quick`` (:func:`parse_args`): tiny sizes, targets not judged, no results file written; what
+#: the test suite runs to prove each benchmark ends everything it started.
+QUICK = False
 
 
 def median(values: list[float]) -> float:
@@ -123,14 +137,124 @@ def drop_scratch(base: Path, keep: bool) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def parse_args(parser: argparse.ArgumentParser, quick: dict[str, Any] | None = None) -> argparse.Namespace:
+    """Parse a benchmark's options, with ``--quick``: the sizes in ``quick`` replace the given ones.
+
+    A quick run checks that the benchmark runs whole and ends every process it started; its
+    figures mean nothing (tiny sizes), so its targets are not judged and no results file is written.
+    """
+    global QUICK
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes: checks that it runs and leaves nothing behind (no verdict)"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        QUICK = True
+        for name, value in (quick or {}).items():
+            setattr(args, name, value)
+    return args
+
+
+def survivors(mark: str | None = None, spare: Iterable[int] = ()) -> list[tuple[int, str]]:
+    """(pid, command line) of every process of this user, this one aside, whose environment carries the mark.
+
+    Only this user's processes are readable, and only they can be a benchmark's. A process that
+    changed its environment (none of corral's do) would escape this check.
+    """
+    needle = f"{RUN_MARK}={mark or os.environ[RUN_MARK]}".encode()
+    skip = {os.getpid(), *spare}
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+            if needle not in environ:
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        found.append((int(entry.name), cmdline))
+    return found
+
+
+def end_check(grace: float = 5.0, spare: Iterable[int] = ()) -> list[str]:
+    """What this run started and left running: listed (as a failure) and killed, so it leaks nothing twice.
+
+    ``grace``: a process still exiting at the end (a supervisor writing its last status) is
+    given that long before it counts. ``spare``: pids the caller still owns and reaps itself.
+    """
+    deadline = time.monotonic() + grace
+    while (left := survivors(spare=spare)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, _ in left:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    lines = [f"pid {pid}: {cmdline[:200]}" for pid, cmdline in left]
+    if lines:
+        print(f"\nLeft running at the end (now killed) {verdict(False)}:")
+        for line in lines:
+            print(f"  {line}")
+    else:
+        print("\nNothing this run started still runs. PASS")
+    return lines
+
+
 def finish(name: str, result: dict[str, Any], ok: bool) -> int:
-    """Close a run: the load after it, the verdict, the results file; the exit code (1 when a target failed)."""
+    """Close a run: the load after it, that nothing it started still runs, the verdict, the results file;
+    the exit code (1 when a target failed or a process was left behind; a quick run judges only the latter)."""
     result["load_after"] = load()
+    left = end_check()
+    result["left_running"] = left
+    if QUICK:
+        print(f"\nQuick run: sizes too small to judge any target; {verdict(not left)} on what it left running.")
+        return 1 if left else 0
+    ok = ok and not left
     result["pass"] = ok
     path = write_results(name, result)
     print(f"\nLoad average before {result.get('load_before')}, after {result['load_after']} on {os.cpu_count()} CPUs.")
     print(f"Overall: {verdict(ok)}   (results: {path})")
     return 0 if ok else 1
+
+
+def stop_daemon(env: dict[str, str], cwd: Path | None = None) -> None:
+    """Stop the home daemon a run's commands may have started (a launch with agent tools starts one)."""
+    subprocess.run([*corral_command(), "daemon", "stop"], env=env, cwd=cwd, capture_output=True, check=False)
+
+
+def fake_claude(root: Path, env: dict[str, str], scenario: dict[str, Any], agent: Path | None = None) -> Path:
+    """Set ``env`` up for the scripted fake agent as Claude Code, with the sandbox as a person has it.
+
+    A sandboxed turn sees neither ``/tmp`` nor the home beyond the harness's own state, so the
+    scenario and the record live where Claude Code keeps its state (``~/.claude``, of a home of the
+    run's own); the agent's executable is put back read-only by the sandbox. Returns the record directory.
+    """
+    from corral.testing.fake_agent import wrapper_script
+
+    home = root / "person"
+    state = home / ".claude" / "cache"
+    record = state / "record"
+    record.mkdir(parents=True, exist_ok=True)
+    (home / ".gitconfig").write_text("[user]\n\tname = Bench\n\temail = bench@example.com\n")
+    path = state / "scenario.json"
+    path.write_text(json.dumps(scenario))
+    env.update(
+        {
+            "HOME": str(home),
+            "CORRAL_CLAUDE_BIN": str(agent or wrapper_script(root / "bin")),
+            "CORRAL_FAKE_SCENARIO": str(path),
+            "CORRAL_FAKE_RECORD": str(record),
+        }
+    )
+    env.pop("GIT_CONFIG_GLOBAL", None)
+    env.pop("XDG_CONFIG_HOME", None)
+    return record
 
 
 # A tiny process that spawns and reaps the measured commands. ``ru_maxrss`` of a child

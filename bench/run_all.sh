@@ -8,10 +8,15 @@ root="$(dirname "$here")"
 py="${PYTHON:-$root/.venv/bin/python}"
 cd "$root"
 status=0
+# Each benchmark runs under a mark of its own in its environment, which every process it starts
+# inherits; once it exits, any process still carrying the mark was left behind: a failure.
 run() {
     echo
     echo "=== $* ==="
-    "$py" "$@" || status=1
+    local mark="run_all-$$-$RANDOM$RANDOM"
+    BENCH_RUN_MARK="$mark" "$py" "$@" || status=1
+    BENCH_RUN_MARK="$mark" "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); import benchlib
+sys.exit(1 if benchlib.end_check(grace=1.0) else 0)' "$here" || { echo "run_all: $1 left a process running"; status=1; }
 }
 run bench/seed_store.py --compare-api
 run bench/bench_transitions.py
