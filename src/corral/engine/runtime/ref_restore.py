@@ -67,19 +67,42 @@ def _head_took(git: Git, worktree: Path | str, since: float) -> list[str]:
     return took
 
 
-def _made_elsewhere(git: Git, worktree: Path, ref: str, new: str, since: float) -> bool:
-    """Whether ``ref`` is checked out in another worktree whose ``HEAD`` took ``new`` during the turn:
-    a commit, merge or sync made there (corral's sync of another task, a person in their checkout,
-    the worktree ``start`` made for a subtask) — git logs the other worktree's ``HEAD`` only then."""
-    out = git.run("worktree", "list", "--porcelain", "-z", cwd=worktree, check=False).stdout
-    here = os.path.realpath(worktree)
-    path: str | None = None
-    for line in out.split("\0"):  # -z: a path git would quote is given as it is
-        if line.startswith("worktree "):
-            path = line.removeprefix("worktree ")
-        elif line == f"branch {ref}" and path and os.path.realpath(path) != here and os.path.isdir(path):
-            return new in _head_took(git, path, since)
-    return False
+class _Elsewhere:
+    """Whether a ref the agent moved was moved in another worktree instead: git's worktree list read
+    once per plan, and each other worktree's ``HEAD`` reflog once, however many refs are asked about
+    (an agent that leaves thousands of refs would otherwise cost two processes each)."""
+
+    def __init__(self, git: Git, worktree: Path, since: float) -> None:
+        self.git, self.worktree, self.since = git, worktree, since
+        self._checked_out: dict[str, list[str]] | None = None
+        self._took: dict[str, list[str]] = {}
+
+    def checked_out(self) -> dict[str, list[str]]:
+        """branch ref → the other worktrees that have it checked out."""
+        if self._checked_out is None:
+            out = self.git.run("worktree", "list", "--porcelain", "-z", cwd=self.worktree, check=False).stdout
+            here = os.path.realpath(self.worktree)
+            found: dict[str, list[str]] = {}
+            path: str | None = None
+            for line in out.split("\0"):  # -z: a path git would quote is given as it is
+                if line.startswith("worktree "):
+                    path = line.removeprefix("worktree ")
+                elif line.startswith("branch ") and path and os.path.realpath(path) != here:
+                    found.setdefault(line.removeprefix("branch "), []).append(path)
+            self._checked_out = found
+        return self._checked_out
+
+    def made(self, ref: str, new: str) -> bool:
+        """Whether ``ref`` is checked out in another worktree whose ``HEAD`` took ``new`` during the turn:
+        a commit, merge or sync made there (corral's sync of another task, a person in their checkout,
+        the worktree ``start`` made for a subtask) — git logs the other worktree's ``HEAD`` only then."""
+        for path in self.checked_out().get(ref, ()):
+            if not os.path.isdir(path):
+                continue
+            if path not in self._took:
+                self._took[path] = _head_took(self.git, path, self.since)
+            return new in self._took[path]
+        return False
 
 
 def _new_commits(git: Git, worktree: Path, tips: list[str], before: Mapping[str, str]) -> set[str]:
@@ -91,13 +114,22 @@ def _new_commits(git: Git, worktree: Path, tips: list[str], before: Mapping[str,
     return set(done.stdout.split()) if done.returncode == 0 else set()
 
 
-def _carries(git: Git, worktree: Path, old: str | None, new: str, made: set[str]) -> bool:
-    """Whether moving a ref from ``old`` to ``new`` brings in a commit of ``made``."""
-    if not made:
-        return False
-    args = ["rev-list", new] + ([f"^{old}"] if old else [])
-    done = git.run(*args, cwd=worktree, check=False)
-    return done.returncode == 0 and any(c in made for c in done.stdout.split())
+class _Carries:
+    """Whether moving a ref from ``old`` to ``new`` brings in a commit of ``made``: one ``rev-list``
+    per distinct move, so the thousand refs an agent points at one commit cost one process."""
+
+    def __init__(self, git: Git, worktree: Path, made: set[str]) -> None:
+        self.git, self.worktree, self.made = git, worktree, made
+        self._known: dict[tuple[str | None, str], bool] = {}
+
+    def __call__(self, old: str | None, new: str) -> bool:
+        if not self.made:
+            return False
+        if (old, new) not in self._known:
+            args = ["rev-list", new] + ([f"^{old}"] if old else [])
+            done = self.git.run(*args, cwd=self.worktree, check=False)
+            self._known[old, new] = done.returncode == 0 and any(c in self.made for c in done.stdout.split())
+        return self._known[old, new]
 
 
 def _read_report(path: Path) -> RefGuard | None:
@@ -132,7 +164,8 @@ def _plan(git: Git, where: Path, worktree: Path, branch: str, task_ref: str, tur
     if not changed:
         return RefGuard(hook=bool(doc.get("hooks")))
     logged = _logged(where / MOVES)
-    made: set[str] | None = None
+    carries: _Carries | None = None
+    elsewhere = _Elsewhere(git, worktree, since)
     moves: list[RefMove] = []
     others = 0
     for ref in changed:
@@ -149,9 +182,10 @@ def _plan(git: Git, where: Path, worktree: Path, branch: str, task_ref: str, tur
             if new is None:
                 others += 1  # a deletion carries no commits: only the hook can tell it was the agent's
                 continue
-            if made is None:
+            if carries is None:
                 made = _new_commits(git, worktree, _worktree_tips(git, worktree, branch, since), before)
-            if not _carries(git, worktree, old, new, made) or _made_elsewhere(git, worktree, ref, new, since):
+                carries = _Carries(git, worktree, made)
+            if not carries(old, new) or elsewhere.made(ref, new):
                 others += 1
                 continue
             by = "worktree-commits"
