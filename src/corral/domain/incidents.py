@@ -23,7 +23,7 @@ Journal events (one JSON object per line of ``failures.jsonl``): ``{"kind": "fai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -31,8 +31,8 @@ from msgspec import Struct, field
 
 #: Failures of one operation, with no recovery between, that make it need someone.
 THRICE = 3
-#: A summary's and an excerpt's length in a journal event, and in a compact row.
-SUMMARY_CHARS = 180
+#: A summary's length in a journal event (what ``--raw`` shows whole), and an excerpt's in a compact row.
+SUMMARY_CHARS = 400
 EXCERPT_BYTES = 120
 #: The model call is one operation: every failed call is the same incident until one succeeds.
 MODEL_CALL = "model-call"
@@ -121,7 +121,7 @@ class Incident(Struct):
     actionable_at: str | None = None
     #: What an ``open`` disposition said the agent lacked permission for (agent-reported only).
     permission_resource: str | None = None
-    #: Why a person dismissed it (their words, kept in history).
+    #: Why a person dismissed it, or why the agent said it is still open (their words, kept in history).
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -156,6 +156,9 @@ class FailureState(Struct):
     torn: bool = False  # the journal's last line is incomplete (power loss mid-append)
     #: The ids of the disposition events applied: one met again (a replayed scan) changes nothing.
     dispositions: set[str] = field(default_factory=set)
+    #: The directory the evidence's paths are relative to (a session's task directory, a scanned
+    #: log's own), when the reader knows it: ``--raw`` shows the evidence's whole path from it.
+    base: str | None = None
     #: A state with what is only true now added (events not yet written, a torn journal) keeps the
     #: state of the journal alone here: the next incremental read goes on from that one.
     clean: FailureState | None = field(default=None)
@@ -260,6 +263,7 @@ def _apply(state: FailureState, event: Mapping[str, Any]) -> None:
                 incident.expected = True
                 incident.label = Label.EXPECTED
             elif disposition == "open":
+                incident.reason = str(event.get("reason") or "") or None
                 incident.label = Label.ACTION_REQUIRED
                 incident.actionable_at = incident.actionable_at or (at or incident.last_at)
     else:
@@ -322,8 +326,91 @@ def summary_line(state: FailureState) -> str:
 CORRECTNESS_NOTE = "Work correctness was not inferred from lifecycle alone."
 
 
+def unclassified_sentence(unclassified: int) -> str:
+    """Seed 000's short account of the history a small page has no room to list: ``8 earlier tool
+    failures remain unclassified.`` (empty with none)."""
+    if not unclassified:
+        return ""
+    one = unclassified == 1
+    return f"{unclassified} earlier tool failure{'' if one else 's'} remain{'s' if one else ''} unclassified."
+
+
 def row_text(row: Mapping[str, Any]) -> str:
-    """One incident row as a line: ``Action required ×3: bash failed: E1  [output.log#byte=1641]``."""
+    """One incident row as a line: ``Action required ×3: bash failed: E1  [output.log#byte=1641]``; an
+    incident the agent declared still open says why (``· open: the token is missing``)."""
     times = f" ×{row['failures']}" if row.get("failures", 1) > 1 else ""
+    why = f" · open: {row['reason']}" if row.get("disposition") == "open" and row.get("reason") else ""
     where = f"  [{row['evidence']}]" if row.get("evidence") else ""
-    return f"{row['label']}{times}: {row['summary']}{where}"
+    return f"{row['label']}{times}: {row['summary']}{why}{where}"
+
+
+def text_bytes(lines: Iterable[str]) -> int:
+    """What ``lines`` take printed, one a line: their UTF-8 bytes and a newline each."""
+    return sum(len(line.encode("utf-8", "replace")) + 1 for line in lines)
+
+
+def page_lines(doc: Mapping[str, Any]) -> list[str]:
+    """A page's text as every surface prints it at the least: its rows, the one-line account, the note."""
+    return [*(row_text(r) for r in doc["rows"]), *(x for x in (doc["line"], doc["note"]) if x)]
+
+
+def fit_page(
+    doc: Mapping[str, Any],
+    first: int,
+    max_bytes: int | None,
+    render: Callable[[Mapping[str, Any]], list[str]] = page_lines,
+) -> dict[str, Any]:
+    """``doc`` (the one-line account, the correctness note, every row) as the page that begins at row
+    ``first`` and whose text, as ``render`` prints it, takes at most ``max_bytes`` (seed 000).
+
+    A page never exceeds its budget, and what goes when it is small goes in this order: incident
+    rows (the last first), the pointer to the next page, the one-line account (first shortened to
+    ``N earlier tool failures remain unclassified.``), and the correctness note last — only when it
+    alone does not fit, for it is never cut. A page that shows no row names the same next page as
+    the one it was asked for: a larger budget moves on.
+    """
+    rows: list[dict[str, Any]] = list(doc["rows"])
+    total = len(rows)
+    first = min(max(first, 0), total)
+
+    def candidate(shown: int, *, more: bool = True, line: str | None = None, note: bool = True) -> dict[str, Any]:
+        after = first + shown
+        return {
+            **doc,
+            "rows": rows[first:after],
+            "line": doc["line"] if line is None else line,
+            "note": doc["note"] if note else "",
+            "next_cursor": f"i{after}" if after < total and more else None,
+            "rows_total": total,
+        }
+
+    if max_bytes is None:
+        return candidate(total - first)
+    counts = doc.get("counts") or {}
+    short = unclassified_sentence(int(counts.get(Label.UNCLASSIFIED.value, 0) or 0))
+
+    def fits(page: dict[str, Any]) -> bool:
+        return text_bytes(render(page)) <= max_bytes
+
+    # the most rows that fit with every note (a page's text grows with its rows: found by halving)
+    low, high = 0, total - first
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(candidate(mid)) else (low, mid - 1)
+    ladder = [candidate(low), candidate(0, more=False), *([candidate(0, more=False, line=short)] if short else [])]
+    ladder += [candidate(0, more=False, line=""), candidate(0, more=False, line="", note=False)]
+    for page in ladder:
+        if fits(page):
+            return page
+    return candidate(0, more=False, line="", note=False)  # (a renderer that prints something of nothing)
+
+
+def cursor_index(cursor: str | None, total: int) -> int:
+    """The row a page's ``next_cursor`` (``i<N>``) names; a cursor no page gave is refused."""
+    if cursor is None:
+        return 0
+    if not cursor.startswith("i") or not cursor[1:].isdigit():
+        from corral.errors import UsageError
+
+        raise UsageError(f"'{cursor}' is not a cursor this command gave.", hint="Use the next_cursor of a page.")
+    return min(int(cursor[1:]), total)

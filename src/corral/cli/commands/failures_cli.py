@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -9,6 +10,7 @@ import click
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.render import incident_line
+from corral.domain.incidents import cursor_index, fit_page
 from corral.engine.api import dismiss_incident, queries
 from corral.errors import UsageError
 
@@ -36,7 +38,7 @@ Examples:
 @click.option("--cursor", metavar="C", help="Go on from a page's next_cursor.")
 @click.option(
     "--max-bytes",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=0),
     metavar="N",
     help="A page of at most N bytes of text: incident rows go first, the correctness note stays whole.",
 )
@@ -79,27 +81,27 @@ def failures(
                 "--log scans one log and needs --harness, without a task.",
                 hint="corral failures --log PATH --harness pi",
             )
-        found = queries.failures_of_log(log, harness, history=history, raw=raw, cursor=cursor, max_bytes=max_bytes)
+        found = queries.failures_of_log(log, harness, history=history, raw=raw)
     elif task is None:
         raise UsageError("Name a task (or a log with --log).", hint="corral failures T")
     else:
-        found = queries.failures(
-            app.project, task, history=history, raw=raw, session=session, cursor=cursor, max_bytes=max_bytes
-        )
+        found = queries.failures(app.project, task, history=history, raw=raw, session=session)
     for problem in found.problems:
         app.note(f"warning: could not reconcile {problem} (see corral doctor)")
-    doc = found.doc
     again = f"corral failures --log {log} --harness {harness}" if log is not None else f"corral failures {task}"
     for flag, on in (("--history", history), ("--raw", raw)):
         again += f" {flag}" if on else ""
     again += f" --session {session}" if session else ""
-    again += f" --max-bytes {max_bytes}" if max_bytes else ""
+    again += f" --max-bytes {max_bytes}" if max_bytes is not None else ""
+    # paged here, against the very lines printed (the hints included), so the page never exceeds its budget
+    every = found.doc
+    doc = fit_page(every, cursor_index(cursor, len(every["rows"])), max_bytes, lambda d: lines(d, again))
     app.answer({"failures": doc}, lambda: lines(doc, again))
 
 
-def lines(doc: dict[str, Any], again: str) -> list[str]:
+def lines(doc: Mapping[str, Any], again: str) -> list[str]:
     """The incident rows, then the one-line account and the correctness note (kept whole)."""
-    out = [*(incident_line(r) for r in doc["rows"]), doc["line"]]
+    out = [*(incident_line(r) for r in doc["rows"]), *([doc["line"]] if doc["line"] else [])]
     open_ids = [r["id"] for r in doc["rows"] if r.get("label") in NEEDS_ACTION_LABELS and r.get("id")]
     if open_ids and not again.startswith("corral failures --log"):
         task = again.split()[2]

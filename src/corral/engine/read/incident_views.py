@@ -7,6 +7,7 @@ state from here; none re-derives a label.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,11 @@ from corral.domain.incidents import (
     FailureState,
     Incident,
     Label,
+    cursor_index,
     dismissal_event,
+    fit_page,
+    page_lines,
     reduce,
-    row_text,
     summary_line,
 )
 from corral.domain.records import PERMISSION_RELEASED, Task
@@ -41,7 +44,9 @@ def session_state(project: Project, task: Task, session_id: str | None = None) -
     where = project.paths.journal_dir(task.id, sid)
     if not where.exists():
         return None  # nothing was ever observed there (a turn from before the journal): not "no failures"
-    return Journal(where).read()
+    state = Journal(where).read()
+    state.base = str(project.paths.task_dir(task.id))  # what its evidence (turns/N/output.log) is under
+    return state
 
 
 def dismiss(project: Project, given: str, incident_id: str, reason: str) -> Incident:
@@ -83,7 +88,7 @@ def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
     facts = make_harness(harness, {})
     cursors = Cursors(None)
     events = scan(path, facts, cwd, cursors, final=True, evidence_of=path.name)
-    return reduce(FailureState(), events)
+    return reduce(FailureState(base=str(path.absolute().parent)), events)
 
 
 class Hold(Struct, frozen=True):
@@ -133,7 +138,7 @@ def permission_hold(project: Project, task: Task) -> Hold | None:
 def rows(state: FailureState, *, history: bool = False, raw: bool = False) -> list[dict[str, Any]]:
     """The incidents to show: those needing action (all, with ``history``), compact unless ``raw``."""
     chosen = list(state.incidents.values()) if history else state.needs_action
-    return [_row(i, raw) for i in sorted(chosen, key=_order)]
+    return [_row(i, raw, state.base) for i in sorted(chosen, key=_order)]
 
 
 def _order(incident: Incident) -> tuple[int, str]:
@@ -141,12 +146,18 @@ def _order(incident: Incident) -> tuple[int, str]:
     return rank, incident.first_at or ""
 
 
-def _row(incident: Incident, raw: bool) -> dict[str, Any]:
+def _row(incident: Incident, raw: bool, base: str | None = None) -> dict[str, Any]:
+    """A compact row (the excerpt capped, the evidence ``output.log#byte=N``), or a raw one: the whole
+    excerpt and the evidence's full path (seed 000's ``mode: "raw"``)."""
     doc = incident.to_json()
     if not raw:
         doc["summary"] = _cap(incident.summary, EXCERPT_BYTES)
+        if incident.reason:
+            doc["reason"] = _cap(incident.reason, EXCERPT_BYTES)
         if incident.evidence and "/" in incident.evidence:
             doc["evidence"] = incident.evidence.rsplit("/", 1)[-1]  # output.log#byte=N
+    elif incident.evidence and base and not os.path.isabs(incident.evidence):
+        doc["evidence"] = os.path.join(base, incident.evidence)
     return doc
 
 
@@ -169,46 +180,16 @@ def summary(state: FailureState | None) -> dict[str, Any]:
     }
 
 
-def page(doc: dict[str, Any], *, cursor: str | None = None, max_bytes: int | None = None) -> dict[str, Any]:
-    """``doc`` (a summary with its rows) cut to one page: from ``cursor`` on, at most ``max_bytes`` of text.
-
-    The one-line account and the correctness note always stay; when the page is small, incident
-    rows go first (but one: every page moves on), and the note is kept whole whenever it fits.
+def page(
+    doc: dict[str, Any],
+    *,
+    cursor: str | None = None,
+    max_bytes: int | None = None,
+    render: Callable[[Mapping[str, Any]], list[str]] = page_lines,
+) -> dict[str, Any]:
+    """``doc`` (a summary with its rows) cut to one page: from ``cursor`` on, whose text as ``render``
+    prints it takes at most ``max_bytes`` (:func:`corral.domain.incidents.fit_page`: rows go before
+    the notes, the correctness note is kept whole whenever it fits, a page never exceeds its budget).
     ``next_cursor`` names where the next page begins (None on the last).
     """
-    rows: list[dict[str, Any]] = doc["rows"]
-    first = _cursor_index(cursor, len(rows))
-    budget = None if max_bytes is None else max_bytes - _size(doc["line"]) - _size(doc["note"])
-    kept: list[dict[str, Any]] = []
-    for row in rows[first:]:
-        size = _size(row_text(row))
-        if budget is not None and size > budget and kept:
-            break  # (the first row of a page always comes: a page that showed none would never move on)
-        kept.append(row)
-        if budget is not None:
-            budget -= size
-    after = first + len(kept)
-    note = doc["note"]
-    if max_bytes is not None and _size(doc["line"]) + _size(note) > max_bytes:
-        note = ""  # not even the account and the note fit: the note goes, never cut in half
-    return {
-        **doc,
-        "rows": kept,
-        "note": note,
-        "next_cursor": f"i{after}" if after < len(rows) else None,
-        "rows_total": len(rows),
-    }
-
-
-def _cursor_index(cursor: str | None, total: int) -> int:
-    if cursor is None:
-        return 0
-    if not cursor.startswith("i") or not cursor[1:].isdigit():
-        from corral.errors import UsageError
-
-        raise UsageError(f"'{cursor}' is not a cursor this command gave.", hint="Use the next_cursor of a page.")
-    return min(int(cursor[1:]), total)
-
-
-def _size(text: str) -> int:
-    return len(text.encode("utf-8")) + 1  # and its newline
+    return fit_page(doc, cursor_index(cursor, len(doc["rows"])), max_bytes, render)
