@@ -18,8 +18,24 @@ ladder decides — a fatal class stops at once (the reason says how to log in), 
 is relaunched with ``--session`` of the same session (docs/harnesses.md, "Who owns the retry
 cadence"). Pi offers no command-line switch for its retry settings, so corral changes none.
 
-Pi has no MCP client, so a turn's agent gets no corral tools (``takes_agent_tools`` is False;
-``TurnRequest.tools`` is ignored). An ask (and a read-only chat) gets Pi's read-only tool set,
+Agent tools (docs/harnesses.md#pi): Pi has no MCP client, so a work turn given ``TurnRequest.tools``
+gets corral's Pi extension (:mod:`corral.pi_extension`), loaded by path (``-e``) from corral's own
+package with Pi's extension discovery off (``--no-extensions``: nothing in the worktree, the
+agent directory or a settings file is loaded), and jiti's transpile cache off
+(``JITI_FS_CACHE=false``: no file a turn could have written is run as the extension). The extension
+registers ``failure_disposition`` and, in a confined turn (``AgentTools.shell``), corral's ``bash``
+with intents, each calling the daemon's MCP endpoint with the turn's token from the environment
+(:data:`~corral.domain.agent_tools.TOKEN_ENV`, never argv). A confined turn's ``--tools``
+(:data:`CONFINED_TOOLS`) lists the other built-in tools and corral's two: the extension's ``bash``
+stands in for Pi's own, which no longer exists for the turn, and a Pi that cannot load the
+extension exits at once ("Failed to load extension") rather than run with its own shell. An
+unconfined turn keeps Pi's ``bash`` (judged by the exact-retry rule, as every unconfined turn).
+
+Tool calls of corral's ``bash`` and ``failure_disposition`` are read as the MCP tools' are
+(:func:`~corral.adapters.harness.base.corral_tool_start`, the exit code from corral's structured
+result): their intents and dispositions count only in a run whose provenance says it was confined.
+
+An ask (and a read-only chat) gets Pi's read-only tool set,
 ``--tools read,grep,find,ls`` (its ``--help``: "Read-only mode (no file modifications possible)"); corral's before/after
 comparison stands behind it (``corral.engine.readonly``).
 """
@@ -35,21 +51,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral.adapters.harness.base import (
+    DISPOSITION_TOOL,
+    SHELL_TOOL,
+    AgentTools,
     AttemptFacts,
     Event,
     Launch,
     TurnRequest,
     Verdict,
     account_digest,
+    corral_tool_start,
     json_line,
     obj,
     prompt_arg,
+    shell_exit_code,
     unread,
     usage_limit_in,
 )
+from corral.domain.agent_tools import TOKEN_ENV, URL_ENV
 from corral.domain.bounded_json import Decoded, decode
 from corral.domain.classifiers import classify_common, classify_http_status
-from corral.domain.collector import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
+from corral.domain.collector import Fact, ModelFailure, ModelOk, ToolEnd
 from corral.domain.failures import FailureClass
 
 if TYPE_CHECKING:
@@ -57,6 +79,12 @@ if TYPE_CHECKING:
 
 #: Pi's read-only tool set: no bash, edit or write tool is enabled.
 READ_ONLY_TOOLS = "read,grep,find,ls"
+#: A confined turn's tools: Pi's built-in tools that are on by default but its ``bash``, and corral's two
+#: from the extension (its ``bash`` takes the built-in's name; Pi's own is not there to fall back on).
+CONFINED_TOOLS = f"read,edit,write,{SHELL_TOOL},{DISPOSITION_TOOL}"
+#: The variables the extension reads beside the token and the endpoint (corral/pi_extension/mcp_door.mjs).
+SHELL_ENV = "CORRAL_PI_SHELL"
+TIMEOUT_ENV = "CORRAL_TOOL_TIMEOUT_MS"
 #: How a Pi user logs in, added to a ``fatal_auth`` reason (Pi's /login writes ~/.pi/agent/auth.json;
 #: a custom provider's key is the variable its ``apiKey`` in models.json names).
 LOGIN_HINT = (
@@ -110,6 +138,16 @@ def _regular(path: Path) -> bool:
     from corral.adapters.harness.sessions import is_regular
 
     return is_regular(path)
+
+
+def tools_env(tools: AgentTools) -> dict[str, str]:
+    """What the extension reads: the endpoint, the token (the environment only, never argv), the tool
+    timeout, whether the turn is confined (corral's ``bash`` then), and jiti's file cache off."""
+    env = {TOKEN_ENV: tools.token, URL_ENV: tools.url, TIMEOUT_ENV: str(max(1, round(tools.timeout_seconds * 1000)))}
+    if tools.shell:
+        env[SHELL_ENV] = "1"
+    env["JITI_FS_CACHE"] = "false"
+    return env
 
 
 def describe_error(message: str) -> tuple[int | None, str]:
@@ -286,19 +324,28 @@ class PiHarness:
     login_hint = LOGIN_HINT
     #: The supervisor ends Pi at its first ``auto_retry_start`` line: corral's ladder owns the cadence.
     corral_owns_retries = True
-    #: Pi has no MCP client (docs/harnesses.md#agent-tools): ``TurnRequest.tools`` is not rendered.
-    takes_agent_tools = False
-    agent_tools_absent: str | None = "Pi has no MCP client: Pi tasks have no corral tools yet"
+    #: Pi has no MCP client: corral's extension is its door (docs/harnesses.md#pi), ``bash`` (confined)
+    #: and ``failure_disposition``, not the other MCP tools.
+    takes_agent_tools = True
+    agent_tools_absent: str | None = None
 
     def __init__(self, executable: str = "pi", provider: str | None = None) -> None:
         self.executable = executable
         self.provider = provider
 
-    def _argv(self, req: TurnRequest, *, read_only: bool = False) -> tuple[list[str], bytes | None]:
+    def _argv(
+        self, req: TurnRequest, *, read_only: bool = False, tools: AgentTools | None = None
+    ) -> tuple[list[str], bytes | None]:
         prompt, stdin = prompt_arg(req.prompt)
         argv = [self.executable, "-p", "--mode", "json"]
         if read_only:
             argv += ["--tools", READ_ONLY_TOOLS]
+        elif tools is not None:
+            from corral.pi_extension import EXTENSION
+
+            argv += ["-e", str(EXTENSION)]
+            if tools.shell:
+                argv += ["--tools", CONFINED_TOOLS]
         provider, model = self.provider, req.model
         if model and "/" in model and not provider:
             provider, model = model.split("/", 1)
@@ -314,8 +361,10 @@ class PiHarness:
         return argv, stdin
 
     def work(self, req: TurnRequest) -> Launch:
-        argv, stdin = self._argv(req, read_only=req.posture.read_only)
-        return Launch(argv, {}, stdin)
+        read_only = req.posture.read_only
+        tools = None if read_only else req.tools
+        argv, stdin = self._argv(req, read_only=read_only, tools=tools)
+        return Launch(argv, tools_env(tools) if tools is not None else {}, stdin)
 
     def ask(self, req: TurnRequest) -> Launch:
         argv, stdin = self._argv(req, read_only=True)
@@ -477,16 +526,20 @@ class PiHarness:
         ``message_end`` with ``stopReason: "error"``, ``auto_retry_start`` / ``_end``."""
         kind = data.get("type")
         if kind == "tool_execution_start":
-            return [ToolStart(str(data.get("toolCallId")), str(data.get("toolName") or "tool"), data.get("args"), cwd)]
+            name = str(data.get("toolName") or "tool")
+            # corral's own tools by name (the extension's, in a confined turn): their intent or request,
+            # honoured only by a trusted collector
+            return [corral_tool_start(str(data.get("toolCallId")), name, data.get("args"), cwd, name)]
         if kind == "tool_execution_end":
-            result = data.get("result")
+            text = _result_text(data.get("result"))
             return [
                 ToolEnd(
                     str(data.get("toolCallId")),
                     data.get("isError") is True,
-                    _result_text(result),
+                    text,
                     offset,
                     name=str(data.get("toolName") or "tool"),
+                    exit_code=shell_exit_code(text) if data.get("toolName") == SHELL_TOOL else None,
                 )
             ]
         if kind == "message_end":
