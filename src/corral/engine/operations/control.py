@@ -105,7 +105,8 @@ class WaitResult(Struct, frozen=True):
     def exit_code(self) -> int:
         if self.timed_out:
             return 124
-        if self.task.resting_cause is not None or self.task.status is Status.ABANDONED:
+        # conflict: a decision on protected files is owed before the work can go on
+        if self.task.resting_cause is not None or self.task.status in (Status.ABANDONED, Status.CONFLICT):
             return 1
         return 0
 
