@@ -137,7 +137,9 @@ def drop_scratch(base: Path, keep: bool) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def parse_args(parser: argparse.ArgumentParser, quick: dict[str, Any] | None = None) -> argparse.Namespace:
+def parse_args(
+    parser: argparse.ArgumentParser, quick: dict[str, Any] | None = None, argv: list[str] | None = None
+) -> argparse.Namespace:
     """Parse a benchmark's options, with ``--quick``: the sizes in ``quick`` replace the given ones.
 
     A quick run checks that the benchmark runs whole and ends every process it started; its
@@ -147,7 +149,7 @@ def parse_args(parser: argparse.ArgumentParser, quick: dict[str, Any] | None = N
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: checks that it runs and leaves nothing behind (no verdict)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         QUICK = True
         for name, value in (quick or {}).items():
