@@ -132,7 +132,7 @@ def test_superseded_with_evidence_of_a_later_success_is_accepted():
 @pytest.mark.parametrize("target", [TESTS_FAILED, "t1", "tests", "a"], ids=["incident", "attempt", "operation", "call"])
 def test_a_target_may_be_an_incident_an_attempt_an_operation_or_a_call(target):
     run = failed_then_fixed()
-    verdict = run.check(disposition="recovered", targets=[target], reason="passed differently", evidence="b")
+    verdict = run.check(disposition="superseded", targets=[target], reason="passed differently", evidence="b")
     assert isinstance(verdict, Accepted), verdict
     assert verdict.event["targets"] == [TESTS_FAILED]
 

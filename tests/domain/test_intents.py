@@ -39,7 +39,7 @@ def test_valid_ids(value):
     assert parse_intent({"operationId": value, "attemptId": value}) == Intent(value, value, ())
 
 
-@pytest.mark.parametrize("value", ["", "-a", ".a", "a b", "x" * 65, "a\n", "é", "a\x00", 7, None, ["a"]])
+@pytest.mark.parametrize("value", ["-a", ".a", "a b", "x" * 65, "a\n", "é", "a\x00", 7, ["a"], " "])
 def test_invalid_ids_are_rejected_with_a_reason_each(value):
     verdict = parse_intent({"operationId": value, "attemptId": value})
     assert isinstance(verdict, Rejected)
@@ -61,7 +61,6 @@ def test_the_id_pattern_is_the_documented_one():
         ([-1], "outside 0-255"),
         ("1", "must be a list"),
         (1, "must be a list"),
-        (None, "must be a list"),
         (list(range(1, MAX_EXPECTED + 2)), "17 distinct non-zero codes"),
     ],
 )
@@ -77,7 +76,7 @@ def test_sixteen_distinct_codes_with_duplicates_and_zeros_are_allowed():
 
 
 def test_every_problem_is_reported_once():
-    verdict = parse_intent({"operationId": "", "attemptId": "ok", "expectedExitCodes": [False, 300]})
+    verdict = parse_intent({"operationId": "-x", "attemptId": "ok", "expectedExitCodes": [False, 300]})
     assert isinstance(verdict, Rejected)
     assert len(verdict.reasons) == 3
 

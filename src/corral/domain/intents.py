@@ -15,8 +15,11 @@ and again by the collector when it replays the agent's log — so both reach the
 Rules: an id matches :data:`ID_PATTERN` (1–64 characters, letters, digits and ``._:/-``, starting
 with a letter or digit). ``expectedExitCodes`` is a list of integers 0–255 (a boolean is not an
 integer); a 0 is ignored (exit 0 is already success), duplicates are folded into one (the list is
-a set of codes), and at most :data:`MAX_EXPECTED` distinct non-zero codes are allowed. A ``null``
-is not an absent field: it is rejected like any other wrong type.
+a set of codes), and at most :data:`MAX_EXPECTED` distinct non-zero codes are allowed.
+
+A ``null``, and an empty string where a string is optional, is an undeclared field, exactly like an
+omitted one (:func:`undeclared`): models with nullable schemas send every optional field, as null
+when they mean nothing. A value of another type (a number for an id) is refused, never coerced.
 """
 
 from __future__ import annotations
@@ -96,6 +99,16 @@ def _id_problem(name: str, value: Any) -> str | None:
     return None
 
 
+def undeclared(value: Any) -> bool:
+    """Whether an optional field's value declares nothing: ``null``, or the empty string."""
+    return value is None or value == ""
+
+
+def declared(args: Mapping[str, Any], key: str) -> bool:
+    """Whether ``args`` declare ``key``: present, and neither null nor an empty string."""
+    return key in args and not undeclared(args[key])
+
+
 def parse_intent(args: Mapping[str, Any]) -> Intent | Rejected:
     """The intent of a shell call's arguments, or why it is rejected (every problem, in order)."""
     if not isinstance(args, Mapping):
@@ -104,14 +117,14 @@ def parse_intent(args: Mapping[str, Any]) -> Intent | Rejected:
     ids: dict[str, str | None] = {}
     for key in ("operationId", "attemptId"):
         ids[key] = None
-        if key in args:
+        if declared(args, key):
             problem = _id_problem(key, args[key])
             if problem:
                 reasons.append(problem)
             else:
                 ids[key] = args[key]
     codes: set[int] = set()
-    if "expectedExitCodes" in args:
+    if declared(args, "expectedExitCodes"):
         given = args["expectedExitCodes"]
         if not isinstance(given, list | tuple):
             reasons.append(f"expectedExitCodes must be a list of integers, not {_shown(given)}")
@@ -173,7 +186,7 @@ def parse_disposition(args: Mapping[str, Any]) -> DispositionRequest | Rejected:
     elif problem := _text_problem("reason", reason, REASON_CHARS):
         reasons.append(problem)
     evidence = args.get("evidence")
-    if "evidence" in args:
+    if declared(args, "evidence"):
         if problem := _text_problem("evidence", evidence, EVIDENCE_CHARS):
             reasons.append(problem)
     elif disposition in NEEDS_EVIDENCE:
@@ -182,7 +195,7 @@ def parse_disposition(args: Mapping[str, Any]) -> DispositionRequest | Rejected:
             "that started after the failure"
         )
     resource = args.get("permissionResource")
-    if "permissionResource" in args:
+    if declared(args, "permissionResource"):
         if disposition != "open":
             reasons.append("permissionResource is only for an open disposition")
         if resource not in PERMISSION_RESOURCES:
@@ -195,6 +208,6 @@ def parse_disposition(args: Mapping[str, Any]) -> DispositionRequest | Rejected:
         str(disposition),
         tuple(str(t) for t in targets),
         str(reason),
-        evidence if isinstance(evidence, str) else None,
-        resource if isinstance(resource, str) else None,
+        evidence if isinstance(evidence, str) and declared(args, "evidence") else None,
+        resource if isinstance(resource, str) and declared(args, "permissionResource") else None,
     )

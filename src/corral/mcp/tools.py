@@ -35,6 +35,12 @@ def _list_of(what: str) -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string"}, "description": what}
 
 
+def _optional(schema: dict[str, Any], what: str | None = None) -> dict[str, Any]:
+    """An optional field that may also be null: null (like an empty string) declares nothing, as omitting
+    it does (corral.domain.intents), so a model whose schemas are nullable is understood."""
+    return {"anyOf": [schema, {"type": "null"}], **({"description": what} if what else {})}
+
+
 _TASK = _s("the task's ref, id or a unique prefix of either")
 _WAIT = {
     "type": "number",
@@ -250,13 +256,15 @@ TOOLS: dict[str, Tool] = {
                 ["command"],
                 command=_s("the shell command (sh -c)"),
                 timeout_seconds={"type": "number", "minimum": 1, "maximum": shell.SHELL_MAX_SECONDS},
-                operationId={"type": "string", "pattern": ID_PATTERN},
-                attemptId={"type": "string", "pattern": ID_PATTERN},
-                expectedExitCodes={
-                    "type": "array",
-                    "items": {"type": "integer", "minimum": 0, "maximum": 255},
-                    "maxItems": MAX_EXPECTED,
-                },
+                operationId=_optional({"type": "string", "pattern": ID_PATTERN}),
+                attemptId=_optional({"type": "string", "pattern": ID_PATTERN}),
+                expectedExitCodes=_optional(
+                    {
+                        "type": "array",
+                        "items": {"type": "integer", "minimum": 0, "maximum": 255},
+                        "maxItems": MAX_EXPECTED,
+                    }
+                ),
             ),
             run=handlers.bash,
             agents_only=True,
@@ -264,9 +272,10 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "failure_disposition",
-            "Classify your own failed tool calls (confined turns only): recovered or superseded (evidence: a "
-            "successful attempt that started after the failure), expected, or open (it needs the person; "
-            "permissionResource says which permission blocked it).",
+            "Classify your own failed tool calls (confined turns only): recovered (evidence: a successful "
+            "attempt of the same operation that started after the failure), superseded (evidence: another "
+            "successful attempt that started after it), expected, or open (it needs the person; "
+            "permissionResource says which permission blocked it). A refused request records nothing.",
             _schema(
                 ["disposition", "targets", "reason"],
                 disposition={"type": "string", "enum": list(DISPOSITIONS)},
@@ -278,12 +287,11 @@ TOOLS: dict[str, Tool] = {
                     "description": "incident ids, attemptIds, operationIds or tool call ids",
                 },
                 reason={"type": "string", "maxLength": 400},
-                evidence={
-                    "type": "string",
-                    "maxLength": 200,
-                    "description": "the attemptId or call id of a later success",
-                },
-                permissionResource={"type": "string", "enum": list(PERMISSION_RESOURCES)},
+                evidence=_optional(
+                    {"type": "string", "maxLength": 200},
+                    "the attemptId or call id of a later success (recovered: of the same operation)",
+                ),
+                permissionResource=_optional({"type": "string", "enum": list(PERMISSION_RESOURCES)}),
             ),
             run=handlers.failure_disposition,
             agents_only=True,
