@@ -163,6 +163,8 @@ PACES = {
     "usage_limit_poll",
     "usage_limit_nap",
     "auto_resume_gap",
+    "store_busy_timeout",
+    "stop_wait",
 }
 USER_ONLY = WIDENS | PRIVATE | HOSTS | PACES | EXECUTES
 TRUST_WORDS = {

@@ -48,6 +48,8 @@ DEFAULTS: dict[str, Any] = {
     "drain_longest": 10.0,
     "usage_limit_poll": 1.0,
     "usage_limit_nap": 30.0,
+    "store_busy_timeout": 10.0,
+    "stop_wait": 15.0,
     "budget_overload": 6 * 3600.0,
     "budget_network": 3600.0,
     "budget_unreachable": 12,
@@ -104,6 +106,8 @@ PACES = {
     "drain_longest",
     "usage_limit_poll",
     "usage_limit_nap",
+    "store_busy_timeout",
+    "stop_wait",
 }
 USER_ONLY = WIDENS | PRIVATE | HOSTS | PACES | SPACING | EXECUTES
 KINDS = {str, int, float, bool, list}
@@ -126,6 +130,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "drain_longest": (0.001, 3600),
     "usage_limit_poll": (0.001, 3600),
     "usage_limit_nap": (0.001, 3600),
+    "store_busy_timeout": (0.001, 3600),
+    "stop_wait": (0.001, 3600),
     "budget_overload": (1, 7 * 86400),
     "budget_network": (1, 7 * 86400),
     "budget_unreachable": (1, 1000),

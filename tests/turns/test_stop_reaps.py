@@ -12,6 +12,7 @@ from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.engine.operations import control, tasks, turns
 from corral.engine.runtime import protocol as proto
+from tests.turns.conftest import reopen
 
 
 def running_status(proj, task_id: str) -> proto.SupervisorStatus:
@@ -28,7 +29,8 @@ def running_status(proj, task_id: str) -> proto.SupervisorStatus:
 def test_stop_reaps_the_agent_of_a_supervisor_that_does_not_answer(proj, agent, monkeypatch):
     """A supervisor that cannot act on the stop (frozen): stop parks the task after its wait, and
     then the supervisor and its agent are gone too, not left working in the worktree."""
-    monkeypatch.setattr(control, "STOP_WAIT_SECONDS", 1.0)
+    monkeypatch.setenv("CORRAL_STOP_WAIT", "1")  # the person's setting, read when the project opens
+    proj = reopen(proj)
     agent.script([{"init": True}, {"sleep": 120}])
     task = tasks.create(proj, "Stop a frozen turn", actor=Actor.HUMAN)
     turns.start(proj, task.ref, actor=Actor.HUMAN)
@@ -42,6 +44,7 @@ def test_stop_reaps_the_agent_of_a_supervisor_that_does_not_answer(proj, agent, 
     assert stopped.status is Status.BLOCKED
     assert not pid_alive(status.agent_pid), "stop parked the task but its agent runs on"
     assert not pid_alive(status.pid)
+    proj.close()
 
 
 def test_stop_reaps_the_agent_when_the_receipt_has_wrong_field_types(proj, agent):

@@ -13,6 +13,10 @@ in the command's ``watchdog`` record beside its timeout, where a supervisor has 
 
 What a reader outside the turn judges by them (a heartbeat gone stale) it reads from its own
 settings: the same person's, so the same values.
+
+A command's own waits (:class:`HostWaits`: how long a write waits on a busy store, how long
+``corral stop`` waits for the turn to end) are user-only settings too, resolved once when a
+project opens rather than module constants, so a test sets them short the same way.
 """
 
 from __future__ import annotations
@@ -118,3 +122,30 @@ NAMES: tuple[str, ...] = (
     "usage_limit_poll",
     "usage_limit_nap",
 )
+
+
+class HostWaits(Struct, frozen=True):
+    """The waits of the process that opened a project (a command, the daemon, a worker), in seconds."""
+
+    #: How long a write waits for another process's hold on the records (SQLite's busy timeout,
+    #: PostgreSQL's lock timeout) before it is refused with ``store-busy``.
+    store_busy_timeout: float = default("store_busy_timeout", float)
+    #: How long ``corral stop`` waits for the supervisor, or the host that runs the turn, to end it.
+    stop_wait: float = default("stop_wait", float)
+
+    @classmethod
+    def of(cls, settings: Settings) -> HostWaits:
+        """The waits the resolved ``settings`` give, once per opened project."""
+        return cls(**{name: float(settings[name]) for name in HOST_NAMES})
+
+    def __post_init__(self) -> None:
+        """A value out of its setting's range was not resolved from the settings: refused."""
+        for name in HOST_NAMES:
+            value = getattr(self, name)
+            why = BY_NAME[name].refusal(value)
+            if why is not None:
+                raise ValueError(f"waits.{name} is {value!r}, but it {why}")
+
+
+#: The settings a process's own waits are made of, in :class:`HostWaits`' order.
+HOST_NAMES: tuple[str, ...] = ("store_busy_timeout", "stop_wait")

@@ -465,6 +465,28 @@ SETTINGS: tuple[Setting, ...] = (
         least=_SHORTEST,
         most=_HOUR,
     ),
+    # This process's own waits (corral.domain.delays.HostWaits): user-only like a turn's, resolved once when a
+    # project opens; a repository's value could make every command give up on a busy store at once, or hang.
+    Setting(
+        "store_busy_timeout",
+        float,
+        10.0,
+        "seconds a write waits for another process's hold on corral's records before it is refused as busy",
+        _USER,
+        because="it paces your commands: a repository's value could refuse your writes at once or hang them",
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
+    Setting(
+        "stop_wait",
+        float,
+        15.0,
+        "seconds corral stop waits for the turn's supervisor (or the host that runs it) to end the turn",
+        _USER,
+        because=_PACES,
+        least=_SHORTEST,
+        most=_HOUR,
+    ),
     # Usage windows last 5 h, so an overloaded provider is retried for longer than that.
     Setting("budget_overload", float, 6 * 3600.0, "seconds of retrying transient_overload", least=1, most=_WEEK),
     Setting("budget_network", float, 3600.0, "seconds of retrying transient_network", least=1, most=_WEEK),

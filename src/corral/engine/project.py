@@ -27,6 +27,7 @@ from corral.adapters.locks import is_locked
 from corral.adapters.process import Runner, SubprocessRunner
 from corral.domain.actors import Actor
 from corral.domain.clock import Clock, utcnow
+from corral.domain.delays import HostWaits
 from corral.domain.status import Status
 from corral.engine.config import Config, follow_move, load_config
 from corral.engine.identity import Identity
@@ -135,6 +136,7 @@ class Project(Struct):
     runner: Runner = field(default_factory=SubprocessRunner)
     _store: Store | None = field(default=None)
     _placement: Placement | None = field(default=None)
+    _waits: HostWaits | None = field(default=None)
 
     @classmethod
     def open(
@@ -208,6 +210,13 @@ class Project(Struct):
         return self._store
 
     @property
+    def waits(self) -> HostWaits:
+        """This process's own waits (a busy store, a stop), resolved once from the settings."""
+        if self._waits is None:
+            self._waits = HostWaits.of(self.config)
+        return self._waits
+
+    @property
     def placement(self) -> Placement:
         """Where this project's turns run and who answers for them (:mod:`corral.engine.placement`)."""
         if self._placement is None:
@@ -230,7 +239,9 @@ class Project(Struct):
         if _no_database(self.paths.db):
             return 0
         try:
-            lite = SQLiteStore(self.paths.db, clock=self.clock, create=False)
+            lite = SQLiteStore(
+                self.paths.db, clock=self.clock, create=False, busy_timeout=self.waits.store_busy_timeout
+            )
         except StoreError:
             return None
         try:
@@ -253,6 +264,7 @@ class Project(Struct):
                     self.paths.db,
                     clock=self.clock,
                     create=not left,
+                    busy_timeout=self.waits.store_busy_timeout,
                     restore_hint=hint,
                     recorder=partial(_record_store, self.paths.db),
                 )

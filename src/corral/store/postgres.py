@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from corral import crashpoints
 from corral.domain.clock import Clock, rfc3339, utcnow
 from corral.domain.sanitize import without_nul
+from corral.domain.settings import default
 from corral.errors import CorralError, StoreDiskFull, StoreError, StoreMissing, StoreReadOnly, StoreTooNew
 from corral.store.dsn import redact
 from corral.store.migrations import LATEST, too_new
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
-#: Seconds a writer waits for another's lock before ``store-busy`` (as SQLite's busy timeout).
-BUSY_TIMEOUT = 10.0
+#: Seconds a writer waits for another's lock before ``store-busy`` (as SQLite's busy timeout): the
+#: ``store_busy_timeout`` setting's default; a project passes the person's (``HostWaits``).
+BUSY_TIMEOUT = default("store_busy_timeout", float)
 #: Seconds to wait for the server when connecting, before ``store-unreachable``.
 CONNECT_TIMEOUT = 5.0
 #: Connections a process keeps at most (the daemon's threads share them).

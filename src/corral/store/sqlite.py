@@ -24,6 +24,7 @@ from corral import crashpoints
 from corral.domain.actors import Actor
 from corral.domain.clock import Clock, rfc3339, utcnow
 from corral.domain.records import Task
+from corral.domain.settings import default
 from corral.errors import (
     CorralError,
     StoreCorrupt,
@@ -52,8 +53,9 @@ from corral.store.sqlite_files import (
 from corral.store.sqltx import SQLTx, _Decoded
 
 #: How long (seconds) a connection waits for another process's lock before a transaction
-#: fails as ``store-busy``: concurrent CLIs and the daemon wait for each other this long.
-BUSY_TIMEOUT = 10.0
+#: fails as ``store-busy``: concurrent CLIs and the daemon wait for each other this long. The
+#: ``store_busy_timeout`` setting's default; a project passes the person's (``HostWaits``).
+BUSY_TIMEOUT = default("store_busy_timeout", float)
 
 
 class SQLiteTx(SQLTx):

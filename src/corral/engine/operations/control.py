@@ -26,8 +26,6 @@ from corral.engine.runtime import processes
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.processes import reap_turn
 
-STOP_WAIT_SECONDS = 15.0
-
 
 def request_stop(project: Project, task: Task, actor: Actor) -> bool:
     """Ask the supervisor to end the turn; False when no live supervisor was there to ask."""
@@ -66,7 +64,7 @@ def ended_within(project: Project, task: Task, seconds: float, poll: float) -> T
 
 def _stop(project: Project, task: Task, actor: Actor) -> Task:
     if request_stop(project, task, actor):
-        ended = ended_within(project, task, STOP_WAIT_SECONDS, 0.1)
+        ended = ended_within(project, task, project.waits.stop_wait, 0.1)
         if ended is not None:
             return ended
     # No supervisor answered: end the turn here, with the same record a supervisor would have written.

@@ -12,7 +12,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.records import RestingCause, Task
 from corral.domain.status import Status
 from corral.domain.team import Lease, LeaseState
-from corral.engine.operations.control import STOP_WAIT_SECONDS, ended_within
+from corral.engine.operations.control import ended_within
 from corral.engine.project import Project
 from corral.errors import StopUnanswered
 
@@ -37,10 +37,10 @@ def _stop_elsewhere(project: Project, task: Task, lease: Lease, actor: Actor) ->
     """A turn another host runs on its own (its ``local`` lease): the stop rides on the lease, and that host's
     reconcile pass (its daemon's tick, or any corral command run there) relays it to the supervisor exactly
     as a local stop asks it, with the same outcome. This host signals nothing: a pid of another host means
-    nothing here. Not acted on within :data:`STOP_WAIT_SECONDS`: ``StopUnanswered``, the stop still asked."""
+    nothing here. Not acted on within the ``stop_wait`` setting's seconds: ``StopUnanswered``, the stop still asked."""
     with project.store.write() as tx:
         asked = tx.ask_stop(task.id, lease.epoch, actor.value)
-    ended = ended_within(project, task, STOP_WAIT_SECONDS if asked else 0.0, 0.2)
+    ended = ended_within(project, task, project.waits.stop_wait if asked else 0.0, 0.2)
     if ended is not None:
         return ended
     host = lease.host or "the host that runs it"
@@ -50,7 +50,7 @@ def _stop_elsewhere(project: Project, task: Task, lease: Lease, actor: Actor) ->
             hint=f"See it: corral show {task.ref}; stop the new turn with corral stop {task.ref}.",
         )
     raise StopUnanswered(
-        f"{task.ref}'s turn runs on {host}, which did not act on the stop within {STOP_WAIT_SECONDS:g} s. "
+        f"{task.ref}'s turn runs on {host}, which did not act on the stop within {project.waits.stop_wait:g} s. "
         "corral never signals another host's process, so the turn still runs there.",
         hint=f"The stop stays asked: {host} stops the turn at its next corral command or daemon tick "
         f"(corral daemon start there keeps one running), or run corral stop {task.ref} on {host}.",
@@ -69,7 +69,7 @@ def _stop_on_worker(project: Project, task: Task, lease: Lease, actor: Actor) ->
     if lease.claimed:
         with project.store.write() as tx:
             asked = tx.ask_stop(task.id, lease.epoch, actor.value)
-    if asked and (ended := ended_within(project, task, STOP_WAIT_SECONDS, 0.2)) is not None:
+    if asked and (ended := ended_within(project, task, project.waits.stop_wait, 0.2)) is not None:
         return ended
     with project.store.write() as tx:
         current = tx.get_task(task.id)

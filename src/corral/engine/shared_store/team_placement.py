@@ -16,6 +16,7 @@ from datetime import timedelta
 from functools import partial
 
 from corral.domain.actors import Actor
+from corral.domain.delays import HostWaits
 from corral.domain.records import ProcessRecord, Task, Turn
 from corral.domain.substate import Live
 from corral.domain.team import Lease, TurnPlan
@@ -68,7 +69,13 @@ class SharedPlacement(Placement):
 
         with private_umask():
             prepare_private_state(project.paths)
-        return PostgresStore(self.url, schema=project.pg_schema, clock=project.clock, create=create)
+        return PostgresStore(
+            self.url,
+            schema=project.pg_schema,
+            clock=project.clock,
+            create=create,
+            busy_timeout=HostWaits.of(project.config).store_busy_timeout,
+        )
 
     def over_network(self) -> bool:
         return True
