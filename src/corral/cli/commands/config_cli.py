@@ -219,8 +219,32 @@ def config_set(app: App, name: str, value: str, scope: str) -> None:
     _answer_write(app, s, scope, path, table, changed, f"Set {s.name} = {_shown(masked(s, parsed))}")
 
 
+def _check_choice(s: Setting, text: str, where: str) -> None:
+    """A setting with a fixed set of values (the harness among them) takes one of them: a near miss is
+    refused with the one it was likely meant to be, as a line to type."""
+    import difflib
+
+    from corral.adapters.harness import NAMES
+
+    choices = s.choices or (NAMES if s.name == "harness" else ())
+    if not choices or text in choices:
+        return
+    near = difflib.get_close_matches(text.strip().lower(), choices, n=1, cutoff=0.6)
+    if near:
+        raise ConfigError(
+            f"{where}: {text!r} is not a value of {s.name}; did you mean {near[0]}? (one of {', '.join(choices)})",
+            hint=f"corral config set {s.name} {near[0]}",
+        )
+    raise ConfigError(
+        f"{where}: {s.name} must be one of {', '.join(choices)}, not {text!r}.",
+        hint=f"corral config set {s.name} {choices[0]}   ({s.name}: {s.help})",
+    )
+
+
 def _parse(s: Setting, text: str, where: str) -> SettingValue:
     """VALUE as the setting's type: a list may be a TOML array or comma-separated."""
+    if s.kind is str:
+        _check_choice(s, text, where)
     if s.kind is list and text.strip().startswith("["):
         try:
             raw = parse_toml(f"value = {text}", Path(where)).get("value")

@@ -8,6 +8,7 @@ from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.engine.api import doctor as doctor_checks
 from corral.engine.api import lenient
+from corral.errors import NotARepository
 
 
 @click.command(
@@ -31,6 +32,8 @@ def paths(app: App) -> None:
 Examples:
   corral doctor              check git, the state directory, the database, the settings,
                              the repository's objects (missing or corrupt, and the refs that reach them)
+                             outside a repository: the install (git, the agent CLIs and their
+                             logins, bubblewrap, the daemon); exit 0 when nothing fails
   corral doctor fix-login    re-derive the task's blocked/conflict label from its violations
 """
 )
@@ -38,12 +41,22 @@ Examples:
 @json_option
 @pass_app
 def doctor(app: App, task: str | None) -> int:
-    """Check and repair; every problem comes with a hint."""
-    with lenient():  # broken settings are one of the things doctor reports, not a reason it cannot run
-        project = app.project
-    checks = [doctor_checks.Check("config", "fail", f"{p.code}: {p.message}", p.hint) for p in project.config.problems]
-    # with problems, the settings check's "settings are valid" would contradict them
-    checks += [c for c in doctor_checks.run(project, task) if not (checks and c.name == "config" and c.status == "ok")]
+    """Check and repair; every problem comes with a hint. Outside a repository: check the install."""
+    try:
+        with lenient():  # broken settings are one of the things doctor reports, not a reason it cannot run
+            project = app.project
+    except NotARepository:
+        if task is not None or app.repo is not None:
+            raise
+        checks = doctor_checks.run_install()  # the install check a new user runs first, from anywhere
+    else:
+        checks = [
+            doctor_checks.Check("config", "fail", f"{p.code}: {p.message}", p.hint) for p in project.config.problems
+        ]
+        # with problems, the settings check's "settings are valid" would contradict them
+        checks += [
+            c for c in doctor_checks.run(project, task) if not (checks and c.name == "config" and c.status == "ok")
+        ]
     failed = any(c.status == "fail" for c in checks)
 
     def lines() -> list[str]:

@@ -47,7 +47,7 @@ def create(
     target: str | None,
 ) -> None:
     """Create a task in backlog."""
-    from corral.engine.api import tasks
+    from corral.engine.api import doctor, tasks
 
     task = tasks.create(
         app.project,
@@ -62,8 +62,12 @@ def create(
         target=target,
     )
     v = queries.task_view(app.project, task)
+    # A harness not installed here is said now, while the person is at the keyboard; start refuses it.
+    warning = doctor.harness_warning(app.project, task)
+    if warning is not None and not app.json:
+        app.note(f"{app.style('warning:', 'yellow', app.stderr)} {warning}")
     app.answer(
-        {"task": v.task_json(), "next": v.next},
+        {"task": v.task_json(), "next": v.next, **({"warning": warning} if warning is not None else {})},
         [f"Created {app.style(task.ref, 'bold')} ({task.id}) in backlog.", f"Next: {v.next}"],
     )
 

@@ -340,5 +340,5 @@ Examples:
 @json_option
 @pass_app
 def wait(app: App, task: str, timeout: float | None) -> int:
-    """Block until the task rests: 0 with no resting cause, 1 with one (or abandoned), 124 timed out."""
+    """Block until the task rests: 0 with no resting cause, 1 with one (or abandoned, or in conflict), 124 timed out."""
     return _wait(app, task, timeout)

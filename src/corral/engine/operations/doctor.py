@@ -21,13 +21,13 @@ from pathlib import Path
 import msgspec
 from msgspec import Struct
 
-from corral.adapters.harness import make_harness
+from corral.adapters.harness import NAMES, make_harness
 from corral.domain.actors import Actor
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field
 from corral.domain.status import PAUSED, TERMINAL, Status
-from corral.engine.config import harness_settings, proposals
-from corral.engine.operations.preflight import report
+from corral.engine.config import Config, harness_settings, proposals
+from corral.engine.operations.preflight import HarnessReport, harness_hint, report, report_one
 from corral.engine.orphan_states import orphans
 from corral.engine.private_state import private_mode_findings
 from corral.engine.project import Project, backups, backups_dir
@@ -65,7 +65,10 @@ class Check(Struct, frozen=True):
 def check_git(project: Project) -> Check:
     if shutil.which(project.git.executable) is None:
         return Check("git", "fail", "git is not on PATH.", "Install git 2.38 or newer.")
-    version = project.git.version()
+    return _git_version(project.git.version())
+
+
+def _git_version(version: str) -> Check:
     found = re.search(r"(\d+)\.(\d+)", version)
     numbers = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
     if numbers < MIN_GIT:
@@ -181,7 +184,18 @@ def check_config(project: Project) -> list[Check]:
     for proposal in proposals(project.config):
         if not proposal.adopted:
             out.append(Check("config", "warn", proposal.message(), f"Adopt it: {proposal.adopt_command}"))
+    out += _unknown_harness(project.config)
     return out or [Check("config", "ok", "settings are valid")]
+
+
+def _unknown_harness(config: Config) -> list[Check]:
+    """A ``harness`` setting no harness answers to (a file edited by hand): every start would be refused."""
+    name = str(config["harness"])
+    if name in NAMES:
+        return []
+    value = config.values.get("harness")
+    where = f" (from {value.origin})" if value is not None and value.origin else ""
+    return [Check("config", "fail", f"harness = {name!r}{where} is not a harness corral knows.", harness_hint(name))]
 
 
 def check_tasks(project: Project) -> list[Check]:
@@ -267,9 +281,24 @@ def check_harnesses(project: Project) -> list[Check]:
     A harness that cannot run is a warning, not a failure: the state is sound, and ``start``
     refuses it at once with the same hint.
     """
+    return _harness_checks(report(project), project.config)
+
+
+def _harness_checks(
+    reports: list[HarnessReport], config: Config, optional: frozenset[str] = frozenset()
+) -> list[Check]:
+    """One check per harness report; a harness in ``optional`` (not the one the settings choose) that is not
+    installed is said plainly, not warned of: only a task that names it needs it."""
     out = []
-    for found in report(project):
+    for found in reports:
         read_only = f"; read-only: {found.read_only}" if found.read_only else ""
+        if not found.ok and found.name in optional and not found.found:
+            out.append(
+                Check(
+                    "harness", "ok", f"{found.name}: not installed (only a task with --harness {found.name} needs it)"
+                )
+            )
+            continue
         if not found.ok:
             problem = (found.problem or "cannot run").rstrip(".")  # it names the executable it looked for
             out.append(Check("harness", "warn", f"{found.name}: {problem}{read_only}", found.hint))
@@ -280,7 +309,7 @@ def check_harnesses(project: Project) -> list[Check]:
             login = "not logged in"
         else:
             login = "cannot tell whether it is logged in" + (f" ({found.login_source})" if found.login_source else "")
-        tools = _agent_tools(project, found.name)
+        tools = _agent_tools(config, found.name)
         message = f"{found.name}: {found.version or 'version unknown'} at {found.path}; {login}{read_only}; {tools}"
         if found.logged_in is False:
             out.append(Check("harness", "warn", message, f"Log in to {found.name} (run `{found.executable}` once)."))
@@ -289,12 +318,12 @@ def check_harnesses(project: Project) -> list[Check]:
     return out
 
 
-def _agent_tools(project: Project, name: str) -> str:
+def _agent_tools(config: Config, name: str) -> str:
     """Whether a turn's agent on this harness gets corral's tools (docs/mcp.md), in a few words."""
-    if not bool(project.config["agent_tools"]):
+    if not bool(config["agent_tools"]):
         return "no corral tools for its agents (agent_tools is off)"
     try:
-        harness = make_harness(name, harness_settings(project.config))
+        harness = make_harness(name, harness_settings(config))
     except CorralError as exc:
         return f"corral tools unknown: {exc.message}"
     if harness.takes_agent_tools:
@@ -326,6 +355,8 @@ def check_projects(project: Project) -> list[Check]:
     moved = f"; moved from {project.moved_from}, its tasks followed" if project.moved_from else ""
     out = [Check("project", "ok", f"{project.paths.root.name} ({who}{moved})")]
     for orphan in orphans(project.paths.home):
+        if orphan.state == project.paths.root:
+            continue  # this checkout's own state (a repository with no commit yet has no identity to record)
         out.append(Check("project", "warn", orphan.message, orphan.hint))
     return out
 
@@ -549,3 +580,132 @@ def run(project: Project, task: str | None = None) -> list[Check]:
         )
     )
     return checks
+
+
+def harness_warning(project: Project, task: Task) -> str | None:
+    """What ``create`` warns of when the task's harness is not installed on this host (``start`` refuses it
+    then, with the same install line), or None; None too when the project's turns run on the workers."""
+    from corral.engine.operations.preflight import not_installed
+
+    own = {name: entry.get("value") for name, entry in task.settings.items() if isinstance(entry, dict)}
+    missing = not_installed(project, task.harness, own)
+    if missing is None:
+        return None
+    return f"{missing.message} `corral start {task.ref}` will refuse until it is: {missing.hint}"
+
+
+# -- outside a repository: the install -------------------------------------------------------------------
+
+
+def run_install() -> list[Check]:
+    """``doctor`` where no repository is: whether this install can do corral's work at all.
+
+    git, the agent CLIs (found, their versions, logged in), bubblewrap, the daemon, corral's home and the
+    person's own settings; a warning says what a task would meet, a failure what nothing can work without.
+    """
+    from corral.adapters.process import SubprocessRunner
+    from corral.engine.config import lenient, load_config
+    from corral.engine.paths import corral_home, user_config_file
+
+    with lenient():
+        config = load_config(user_file=user_config_file(), project_file=None)
+    checks = [Check("config", "fail", f"{p.code}: {p.message}", p.hint) for p in config.problems]
+    checks += _guarded("git", _install_git)
+    checks += _guarded("home", lambda: _install_home(corral_home()))
+    settings_checks = _unknown_harness(config) + [
+        Check("config", "warn", f"unknown setting {item}", "See `corral config show` for the names.")
+        for item in config.unknown
+    ]
+    checks += settings_checks or (
+        [] if config.problems else [Check("config", "ok", f"settings are valid ({user_config_file()})")]
+    )
+    chosen = str(config["harness"])
+    names = [chosen] if chosen in NAMES else []
+    names += [n for n in NAMES if n not in names and n != "command"]
+    optional = frozenset(n for n in names if n != chosen)
+    runner = SubprocessRunner()
+    checks += _guarded(
+        "harness",
+        lambda: _harness_checks(_reports(names, harness_settings(config), runner), config, optional),
+    )
+    checks += _guarded("sandbox", lambda: _install_sandbox(str(config["sandbox"])))
+    checks += _guarded("daemon", _install_daemon)
+    checks += _guarded("team", lambda: _install_team(bool(config["database_url"])))
+    return checks
+
+
+def _reports(names: list[str], values: dict[str, object], runner: object) -> list[HarnessReport]:
+    from concurrent.futures import ThreadPoolExecutor  # doctor only
+
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        return list(pool.map(lambda name: report_one(name, values, runner), names))  # type: ignore[arg-type]
+
+
+def _install_git() -> Check:
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None:
+        return Check("git", "fail", "git is not on PATH.", "Install git 2.38 or newer.")
+    done = subprocess.run([git, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    return _git_version(done.stdout.strip() or done.stderr.strip())
+
+
+def _install_home(home: Path) -> Check:
+    """corral's home (``CORRAL_HOME``): where every project's state will live, writable by this user."""
+    where = home if home.exists() else next((p for p in home.parents if p.exists()), home)
+    if not os.access(where, os.W_OK | os.X_OK):
+        return Check(
+            "home",
+            "fail",
+            f"{where} is not writable: corral cannot keep its state in {home}.",
+            "Point CORRAL_HOME at a writable local directory.",
+        )
+    return Check("home", "ok", f"{home}" + ("" if home.exists() else " (made at the first task)"))
+
+
+def _install_sandbox(setting: str) -> Check:
+    """bubblewrap: found and able to make a sandbox here, as the ``sandbox`` setting needs it."""
+    from corral.adapters.sandbox import INSTALL_HINT, find_bwrap, probe
+
+    if setting == "off":
+        return Check("sandbox", "ok", "sandbox = off: turns run unconfined, as you")
+    found = find_bwrap()
+    broken = probe(found) if found is not None else "bubblewrap (bwrap) is not installed"
+    if broken is None:
+        return Check("sandbox", "ok", f"bubblewrap works here ({found}): each turn's agent runs confined")
+    if setting == "bwrap":
+        return Check("sandbox", "fail", f"sandbox = bwrap, but {broken}: every turn would be refused.", INSTALL_HINT)
+    return Check("sandbox", "warn", f"{broken}: turns would run unconfined (sandbox = auto).", INSTALL_HINT)
+
+
+def _install_daemon() -> Check:
+    """The daemon of this home: running, or when it starts by itself."""
+    from corral.engine.daemons import state
+
+    current = state()
+    if current.running:
+        return Check("daemon", "ok", f"running (pid {current.pid}, since {current.started_at})")
+    return Check(
+        "daemon",
+        "ok",
+        "not running; it starts by itself when a turn's agent needs corral's tools (start, resume, unblock) "
+        "or corral dashboard needs it (or: corral daemon start)",
+    )
+
+
+def _install_team(wanted: bool) -> Check:
+    """The team's engine (the ``corral[team]`` extra): needed only with a shared store (``database_url``)."""
+    from corral.store.team_extra import install_line, missing
+
+    gone = missing()
+    if not gone:
+        return Check("team", "ok", "the team's engine is installed (corral[team]: PostgreSQL store, workers)")
+    if wanted:
+        return Check(
+            "team",
+            "fail",
+            f"database_url is set, but the team's engine is not installed ({', '.join(gone)}).",
+            install_line(),
+        )
+    return Check("team", "ok", f"not installed (only a team's shared store and workers need it: {install_line()})")

@@ -188,10 +188,40 @@ def check_harness(
     """
     name = harness or str(project.config["harness"])
     if name not in NAMES:
-        raise UsageError(f"'{name}' is not a harness corral knows.", hint=f"Use one of: {', '.join(NAMES)}.")
+        raise UsageError(f"'{name}' is not a harness corral knows.", hint=harness_hint(name))
     problem = _problem(name, _settings(project, settings), runnable=runnable)
     if problem is not None:
         raise problem
+
+
+def nearest_harness(name: str) -> str | None:
+    """The harness ``name`` was most likely meant to be (``claud``: claude), or None."""
+    import difflib
+
+    near = difflib.get_close_matches(name.strip().lower(), NAMES, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def harness_hint(name: str) -> str:
+    """What to type instead of a harness corral does not know: the nearest one's setting, or the list."""
+    near = nearest_harness(name)
+    if near is not None:
+        return f"Did you mean {near}? corral config set harness {near}"
+    return f"Use one of: {', '.join(NAMES)} (corral config set harness claude)."
+
+
+def not_installed(
+    project: Project, harness: str | None, settings: Mapping[str, Any] | None = None
+) -> HarnessNotFound | None:
+    """The warning ``create`` gives when the task's harness is not installed on this host, or None.
+
+    None too when the project's turns go to the workers: the agent runs on their hosts, which check it when
+    they claim the turn. ``start`` refuses what this warns of (:func:`check_harness`)."""
+    name = harness or str(project.config["harness"])
+    if name not in NAMES or project.placement.goes_to_workers(project):
+        return None
+    problem = _problem(name, _settings(project, settings))
+    return problem if isinstance(problem, HarnessNotFound) else None
 
 
 def _problem(
