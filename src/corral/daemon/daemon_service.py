@@ -40,6 +40,7 @@ from typing import Any
 
 from corral.adapters.files import open_private
 from corral.adapters.locks import lock
+from corral.adapters.pid_identity import ProcInfo, command_line, environ_has, proc_info, reap
 from corral.domain.clock import rfc3339, utcnow
 from corral.engine.api import (
     DaemonState,
@@ -59,7 +60,7 @@ from corral.engine.api import (
 )
 from corral.errors import CorralError, DaemonRunning
 
-__all__ = ["PRUNE_SECONDS", "TICK_SECONDS", "Daemon", "DaemonState", "Slot", "serve"]
+__all__ = ["PRUNE_SECONDS", "TICK_SECONDS", "Daemon", "DaemonState", "Slot", "serve", "stop_unreachable"]
 
 TICK_SECONDS = 2.0
 PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when a project is first served)
@@ -124,6 +125,7 @@ class Daemon:
         self.home = home or corral_home()
         self.tick = tick
         self.stop_event = threading.Event()
+        self._lock_inode: int | None = None  # of the home's lock file this daemon holds
         self.on_event = on_event
         self.log = _logger(self.home)
         self.slots: dict[str, Slot] = {}  # state directory name -> the project served
@@ -180,7 +182,19 @@ class Daemon:
                 f"A corral daemon already runs for {self.home} (pid {current.pid}).",
                 hint="See it with `corral daemon status`; stop it with `corral daemon stop`.",
             )
+        self._lock_inode = os.fstat(fd).st_ino
         return fd
+
+    def check_home(self) -> None:
+        """Stop when the lock file held is no longer the home's (its state directory was removed or
+        replaced): no ``corral`` command can find this daemon any more, nor a new one be kept from starting."""
+        try:
+            current = os.stat(daemons.lock_file(self.home)).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != self._lock_inode:
+            self.event("home-removed", message=f"its state directory {daemons.daemon_dir(self.home)} was removed")
+            self.stop_event.set()
 
     def write_state(self) -> None:
         if not self._mcp_ready.is_set():
@@ -472,6 +486,9 @@ class Daemon:
         """One tick: look for projects, prune what is due, reconcile each; returns when the next is due."""
         now = time.monotonic()
         self._tick_now.clear()
+        self.guarded("home", self.check_home)
+        if self.stop_event.is_set():
+            return now + self.tick
         self.guarded("scan", self.scan)
         for slot in list(self.slots.values()):
             if now >= slot.next_prune:
@@ -503,6 +520,38 @@ class Daemon:
                     continue
                 self.event("supervisor-exited", project=died.repo, pids=pids)
                 self.reconcile_once(died, "supervisor-exited")
+
+
+def _unreachable(home: Path) -> list[ProcInfo]:
+    """This user's daemons of ``home`` while none holds its lock: ones whose state directory was removed.
+
+    Only this user's processes are looked at (the only ones it may stop), and only a daemon
+    started for this home (``CORRAL_HOME`` in its environment, as :func:`daemons.start_detached`
+    gives it) running ``corral daemon run`` counts.
+    """
+    if daemons.state(home).running:
+        return []
+    uid, me, found = os.getuid(), os.getpid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+        except OSError:
+            continue
+        pid = int(entry.name)
+        if "corral daemon run" not in command_line(pid) or not environ_has(pid, f"CORRAL_HOME={home}"):
+            continue
+        info = proc_info(pid)
+        if info is not None:
+            found.append(info)
+    return found
+
+
+def stop_unreachable(home: Path | None = None, grace: float = 10.0) -> list[int]:
+    """Stop this home's daemons that no state file names any more (SIGTERM, ``grace``, SIGKILL); their pids."""
+    return [p.pid for p in reap(_unreachable(home or corral_home()), grace)]
 
 
 def _shared_store(checkout: str) -> bool:

@@ -89,12 +89,17 @@ def start(app: App) -> None:
 @json_option
 @pass_app
 def stop(app: App) -> None:
-    """Stop it (SIGTERM, then SIGKILL after 10 s)."""
+    """Stop it (SIGTERM, then SIGKILL after 10 s), also one whose state directory was removed."""
     was = daemons.state()
     current = daemons.stop_running()
+    running = was.running
+    if not running:  # none the home's files name: one may run still, its state directory removed under it
+        from corral.daemon import daemon_service as service
+
+        running = bool(service.stop_unreachable(corral_home()))
     app.answer(
-        {"daemon": current.to_json(), "was_running": was.running},
-        "The daemon stopped." if was.running else "No daemon was running.",
+        {"daemon": current.to_json(), "was_running": running},
+        "The daemon stopped." if running else "No daemon was running.",
     )
 
 
