@@ -88,7 +88,10 @@ def test_list_filters_active_and_blocked(corral) -> None:
     assert sorted((r["ref"], r["status"]) for r in blocked) == [("clashing", "conflict"), ("reviewed", "blocked")]
     assert sorted(_refs(corral.json("list"))) == ["clashing", "reviewed", "running", "waiting"]
     text = corral.ok("list", "--blocked").stdout
-    assert "conflict" in text and "reviewed" in text and "waiting" not in text
+    assert "conflict" in text and "reviewed" in text
+    assert [line.split()[0] for line in text.splitlines()] == ["reviewed", "clashing"]  # not the task "waiting"
+    # A paused status says what it means where the person reads it.
+    assert "Reviewed — waiting for you" in text and "Clashing — a protected file awaits your decision" in text
 
 
 def test_list_of_nothing(corral) -> None:

@@ -18,7 +18,7 @@ from corral.cli.app import App
 from corral.domain.clock import parse_time
 from corral.domain.operations_table import Op, may
 from corral.domain.sanitize import display
-from corral.domain.status import Status
+from corral.domain.status import PAUSED, Status, meaning
 from corral.domain.substate import NOT_PUSHED, render_status, retry_summary, runs_on
 from corral.domain.violations import shown_path
 
@@ -138,6 +138,8 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
         goal = r["goal"]
         if r.get("reason"):
             goal = f"{goal} — {r['reason']}"
+        elif r["status"] in PAUSED:  # the status's plain meaning where the person reads it
+            goal = f"{goal} — {meaning(r['status'])}"
         status = app.paint(word, STATUS_COLOR.get(r["status"], "bold")) if colored else word
         if r.get("needs_action"):
             n = r["needs_action"]
@@ -355,7 +357,8 @@ def show_lines(
     """The ``show`` page; ``earlier_turns`` is how many older turns the read paged out."""
     t = doc["task"]
     out = [
-        f"{app.style(t['ref'], 'bold')}  ({t['id']})  {status_word(app, t['status'], t['substate'])}",
+        f"{app.style(t['ref'], 'bold')}  ({t['id']})  {status_word(app, t['status'], t['substate'])}"
+        + (f" — {said}" if (said := meaning(t["status"])) else ""),
         f"Goal:     {one_line(t['goal'])}",
     ]
     if t["parent"]:

@@ -10,6 +10,8 @@ reasons; a known category gets generic wording by category.
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Sequence
 
 from msgspec import Struct
 
@@ -103,29 +105,31 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
         case "harness-missing":
             return Wording(
                 f"{agent} couldn't start: its program was not found.",
-                f"Install it (or set its path: corral config set {_PATH_SETTING.get(agent, 'claude_bin')} PATH), "
-                f"then: corral unblock {ref} -m 'continue'",
+                f"Install it (docs/harnesses.md has its install line), or point the "
+                f"{_PATH_SETTING.get(agent, 'claude_bin')} setting at it; then: corral unblock {ref} -m 'continue'",
             )
         case "harness-unknown":
             return Wording(
                 "The task's harness is not one corral knows, so no agent could start.",
-                f"Pick one (corral edit {ref} --harness claude|pi|codex|command), then: corral unblock {ref} -m '…'",
+                f"Pick one: corral edit {ref} --harness claude (or pi, codex or command); "
+                f"then: corral unblock {ref} -m 'continue'",
             )
         case "prompt-unrenderable":
             return Wording(
                 f"{agent} couldn't start: the prompt could not be passed to it.",
-                f"Edit the text that holds the odd characters, then: corral unblock {ref} -m '…'",
+                f"Edit the text that holds the odd characters, then: corral unblock {ref} -m 'continue'",
             )
         case "harness-permission-refused":
             return Wording(
                 f"{agent} refused the permission mode corral asked for.",
-                "Change permission_mode for yourself (corral config set permission_mode MODE), "
+                "Choose another permission_mode for yourself (docs/configuration.md lists them), "
                 f"then: corral unblock {ref} -m 'continue'",
             )
         case "harness-config":
             return Wording(
                 f"{agent} couldn't run with this configuration.",
-                f"Open the details (corral show {ref} --details), fix the setting, then: corral unblock {ref} -m '…'",
+                f"Open the details (corral show {ref} --details), fix the setting, "
+                f"then: corral unblock {ref} -m 'continue'",
             )
         case "harness-not-authenticated":
             return Wording(
@@ -151,7 +155,7 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
             reason = _detail(cause, evidence)
             return Wording(
                 f"{agent} exited without finishing its turn" + (f": {reason}" if reason else "."),
-                f"Look at its output (corral logs {ref}), then: corral resume {ref} (or corral unblock {ref} -m '…')",
+                f"Look at its output (corral logs {ref}), then: corral resume {ref}",
             )
         case "harness-killed":
             return Wording(f"{agent} was killed before it finished.", f"corral resume {ref}")
@@ -222,7 +226,7 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
             reason = _detail(cause, evidence)
             return Wording(
                 "corral hit an internal fault while running the task" + (f" ({reason})." if reason else "."),
-                f"corral resume {ref}; if it happens again, report it with corral doctor's output.",
+                f"corral resume {ref}; if it happens again, report it with what `corral doctor` says",
             )
         case "read-only-changes-kept":
             summary = _detail(cause, evidence)
@@ -244,7 +248,7 @@ def _tailored(code: str, agent: str, ref: str, cause: RestingCause | None) -> Wo
                 if who
                 else "The turn was stopped."
             )
-            return Wording(line, f"corral unblock {ref} -m '…' (pending feedback goes with it)")
+            return Wording(line, f"corral unblock {ref} -m 'continue' (pending feedback goes with it)")
     return None
 
 
@@ -367,16 +371,39 @@ def offers(text: str, status: Status, ref: str | None = None) -> bool:
     return all(may(Op(name), status) for name in _OP_WORD.findall(text.lower()))
 
 
-def next_step(task: Task, *, pending_violations: int = 0, breaker: bool = False) -> str | None:
-    """What a person does next with the task, as a command they can type.
+def next_step(
+    task: Task, *, pending_violations: int = 0, breaker: bool = False, pending_paths: Sequence[str] = ()
+) -> str | None:
+    """What a person does next with the task, as a command they can type: every command in it runs
+    as printed in the task's status (tests/cli/test_every_hint_works.py types each one).
 
     A hint never names an operation the operations table refuses in the task's status: a
-    tailored hint that would is passed over for the status's own.
+    tailored hint that would is passed over for the status's own. ``pending_paths`` are the
+    protected files awaiting a decision, named in the command that decides them.
     """
+    pending_violations = max(pending_violations, len(pending_paths))
     hint = _next_step(task, pending_violations=pending_violations, breaker=breaker)
     if hint is not None and not offers(hint, task.status, task.ref):
-        return _by_status(task, pending_violations, breaker)
+        hint = _by_status(task, pending_violations, breaker)
+    if hint is not None and _DECIDE in hint:
+        how = decide_files(task.ref, pending_paths) if pending_paths else f"corral show {task.ref} names them"
+        hint = hint.replace(_DECIDE, how)
     return hint
+
+
+#: Where the command deciding the pending protected files goes in a status's hint.
+_DECIDE = "<decide>"
+
+
+def decide_files(ref: str, paths: Sequence[str]) -> str:
+    """The two commands that decide every pending protected file, with its path as a person types it:
+    keep the changes, or put the files back."""
+    keep = " ".join(f"--approve-file={shlex.quote(p)}" for p in paths)
+    back = " ".join(f"--revert-file={shlex.quote(p)}" for p in paths)
+    return (
+        f"keep the changes (corral unblock {ref} -m 'continue' {keep}) "
+        f"or put the files back (corral unblock {ref} -m 'continue' {back})"
+    )
 
 
 def _next_step(task: Task, *, pending_violations: int, breaker: bool) -> str | None:
@@ -399,15 +426,18 @@ def _by_status(task: Task, pending_violations: int, breaker: bool) -> str | None
         case Status.WORKING:
             return f"Wait for the turn: corral wait {ref} (or stop it: corral stop {ref})"
         case Status.BLOCKED:
-            return f"Review the turn (corral diff {ref}), then corral unblock {ref} -m '…' or corral accept {ref}"
+            return (
+                f"Review the turn (corral diff {ref}), then accept it (corral accept {ref}) "
+                f"or give the agent feedback (corral unblock {ref} -m 'your feedback')"
+            )
         case Status.CONFLICT:
-            return f"Decide the protected files: corral unblock {ref} -m '…' --approve-file PATH / --revert-file PATH"
+            return f"Decide the protected files: {_DECIDE}"
         case Status.INTERRUPTED:
             if pending_violations:
-                return f"Decide the protected files and continue: corral unblock {ref} -m '…' --approve-file PATH"
+                return f"Decide the protected files and continue: {_DECIDE}"
             if breaker:
                 return f"Look at what failed (corral logs {ref}), then: corral resume {ref}"
-            return f"Resume it: corral resume {ref} (or give feedback: corral unblock {ref} -m '…')"
+            return f"Resume it (corral resume {ref}), or give feedback (corral unblock {ref} -m 'your feedback')"
         case Status.PAIRING:
             return "Someone is pairing in the worktree; the task rests again when they end it."
         case Status.MERGING:

@@ -147,6 +147,5 @@ def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None
         what=f"{op.value} {ref}",
         takes=takes,
         hint=hint if hint and "corral " in hint else " ".join(filter(None, (hint, now_words(status, ref)))),
-        message=f"Cannot {op.value} {ref}: it is {status_text(status)}; "
-        f"{op.value} takes a task that is {which}.",
+        message=f"Cannot {op.value} {ref}: it is {status_text(status)}; {op.value} takes {which}.",
     )

@@ -52,7 +52,7 @@ MEANING: dict[Status, str] = {
     S.INTERRUPTED: "the turn stopped before it finished",
     S.MERGING: "its work is being merged",
     S.SUBMITTED: "waiting for review on the remote",
-    S.ZOMBIE: "being completed: its work is already on its target",
+    S.ZOMBIE: "being completed (its work is already on its target)",
     S.COMPLETE: "accepted: its work is on its target",
     S.ABANDONED: "closed without its work",
 }
@@ -67,9 +67,12 @@ def meaning(status: Status | str) -> str:
 
 
 def status_text(status: Status | str) -> str:
-    """A status as a person reads it: ``blocked — waiting for you``."""
+    """A status as a person reads it: ``blocked — waiting for you``; an internal status (zombie) by its
+    meaning alone."""
     value = status.value if isinstance(status, Status) else str(status)
     said = meaning(status)
+    if value == S.ZOMBIE.value:
+        return said
     return f"{value} — {said}" if said else value
 
 

@@ -49,7 +49,7 @@ from corral.domain.records import (
     Violation,
 )
 from corral.domain.settings import default
-from corral.domain.status import Status
+from corral.domain.status import Status, meaning
 from corral.domain.substate import QUEUED, Live, substate
 from corral.store import Tx
 
@@ -270,6 +270,7 @@ class TaskView(Struct, frozen=True):
             "goal": t.goal,
             "prompt": t.prompt,
             "status": t.status.value,
+            "status_meaning": meaning(t.status),  # what the status means, in plain words (domain/status.py)
             "substate": self.substate,
             "needs": _need(t),
             "parent": self.parent_ref,
@@ -318,7 +319,8 @@ def _counted(task: Task) -> bool:
 
 def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int = BREAKER_THRESHOLD) -> TaskView:
     session = tx.get_session(task.session_id) if task.session_id else None
-    pending = len(tx.pending_paths(task.id)) if task.status in (Status.CONFLICT, Status.INTERRUPTED) else 0
+    paths = tx.pending_paths(task.id) if task.status in (Status.CONFLICT, Status.INTERRUPTED) else []
+    pending = len(paths)
     parent = tx.get_task(task.parent_id) if task.parent_id else None
     because, tripped = _because(task, session.consecutive_interruptions if session else None, breaker_threshold)
     return TaskView(
@@ -328,7 +330,7 @@ def view(tx: Tx, task: Task, live: Live | None = None, *, breaker_threshold: int
         session=session,
         pending=pending,
         stopped_because=because,
-        next=next_step(task, pending_violations=pending, breaker=tripped),
+        next=next_step(task, pending_violations=pending, breaker=tripped, pending_paths=paths),
     )
 
 
@@ -531,6 +533,7 @@ def _row(task: Task, parent_ref: str | None, sub: str | None, because: str | Non
         "id": task.id,
         "ref": task.ref,
         "status": task.status.value,
+        "status_meaning": meaning(task.status),
         "substate": sub,
         "needs": _need(task),
         "goal": task.goal,
