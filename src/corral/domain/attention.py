@@ -68,7 +68,8 @@ def due(
         ready = [i for i in state.by_label(Label.ACTION_REQUIRED) if i.id not in told and _past_grace(i, now, grace)]
         if not ready:
             return None
-        return Notice("attention", "attention:" + ",".join(sorted(i.id for i in ready)), tuple(ready))
+        earlier = sum(1 for i in state.incidents.values() if i.id in told and i.label not in CLOSED)
+        return Notice("attention", "attention:" + ",".join(sorted(i.id for i in ready)), tuple(ready), 0, earlier)
     if ended in told:
         return None
     open_ = [i for i in state.incidents.values() if i.label not in CLOSED and i.label is not Label.EXPECTED]
