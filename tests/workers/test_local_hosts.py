@@ -207,11 +207,15 @@ def test_a_stop_asked_on_another_host_is_relayed_by_the_host_that_runs_the_turn(
     a.corral("create", "Two", "--ref", "two")
     a.json("start", "one")
     agent = until(lambda: a.calls() and a.calls()[0]["pid"], timeout=30, poll=0.1, what="the agent runs on A")
-    # Nobody on A looks (no daemon, no command): B says so plainly, and signals nothing of A's.
+    # Nobody on A looks (no daemon, no command): B says so plainly, and signals nothing of A's. The
+    # person on B waits 1 s for that answer (stop_wait; 15 s by default, which the stop below keeps).
+    b.extra_env = {"CORRAL_STOP_WAIT": "1"}
     refused = b.corral("stop", "one", "--json", check=False)
+    b.extra_env = {}
     assert refused.returncode == 1, refused.stdout + refused.stderr
     error = json.loads(refused.stdout)["error"]
     assert error["code"] == "stop-unanswered" and "laptop-a" in error["message"], error
+    assert "did not act on the stop within 1 s" in error["message"], error
     assert alive(agent) and stored(team, "one") == ("working", 0)
     assert b.json("show", "one")["lease"]["stop_by"] == "human"
     # A's daemon starts: the stop still asked is relayed to its supervisor, as a local stop asks it.

@@ -80,7 +80,8 @@ def test_a_remote_refusing_a_turns_push_keeps_its_claim_until_it_lands_and_revie
 def test_a_store_too_busy_to_record_a_turn_never_strands_the_turns_end(team: Team) -> None:
     laptop = team.laptop()
     # A long lease: the heartbeats that fail meanwhile must not lose it; only the turn's end is tested.
-    host = team.worker("busy", lease_seconds=120.0)
+    # A write waits 1 s for the lock before store-busy (store_busy_timeout, the person's; 10 s by default).
+    host = team.worker("busy", lease_seconds=120.0, store_busy_timeout=1.0)
     host.script(work("busy.txt", then=[{"sleep": 2}]))
     laptop.corral("create", "Busy", "--ref", "busy")
     host.start_worker()
