@@ -248,9 +248,10 @@ def test_the_replay_records_a_successful_disposition_call_once():
 def test_a_refused_disposition_call_records_no_disposition():
     run = failed_then_fixed()
     request = {"disposition": "superseded", "targets": ["t1"], "reason": "r"}  # no evidence: the tool refused
-    new = run.feed(*dispose_call("d1", request, ok=False))
-    assert [e["kind"] for e in new] == ["failure"]  # the refused call is an ordinary tool error, nothing more
+    for call in ("d1", "d2", "d3"):  # refused whole, and nothing is written: three are no stuck operation
+        assert run.feed(*dispose_call(call, request, ok=False)) == []
     assert run.state.incidents[TESTS_FAILED].disposition is None
+    assert list(run.state.incidents) == [TESTS_FAILED]
 
 
 def test_a_disposition_reported_done_that_does_not_hold_on_replay_is_an_incomplete_observation():

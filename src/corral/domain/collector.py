@@ -46,6 +46,7 @@ from corral.domain.incidents import (
     excerpt,
     failure_event,
     reduce,
+    tool_text,
 )
 from corral.domain.intents import NEEDS_EVIDENCE, DispositionRequest, Intent, Rejected, command_args, parse_disposition
 
@@ -310,6 +311,8 @@ class Collector:
         failed = fact.is_error or (call.kind == SHELL and code is not None and code != 0)
         expected = fact.expected or (call.kind == SHELL and failed and code is not None and code in call.expected)
         call.outcome = "failed" if failed else "ok"
+        if call.kind == DISPOSE and failed:
+            return []  # the tool refused it whole, and nothing is written (seed 000): no incident either
         events = self._end(fact, operation, began, name, failed, expected, at)
         self._remember(fact, events)
         if call.kind == DISPOSE and not failed:
@@ -334,7 +337,7 @@ class Collector:
             incident = self.failed.get(operation, (f"tool:{self.evidence_of}:{fact.call_id}", 0))[0]
             # when it ended: only a call of the operation started after this is a retry of it
             self.failed[operation] = (incident, self.sequence)
-            summary = f"{name} failed: {excerpt(self.mask(fact.text))}" if fact.text else f"{name} failed"
+            summary = f"{name} failed: {excerpt(self.mask(tool_text(fact.text)))}" if fact.text else f"{name} failed"
             event = failure_event(incident, operation, Category.TOOL, excerpt(summary), at)
             event["evidence"] = f"{self.evidence_of}#byte={fact.offset}"
             if expected:

@@ -23,6 +23,8 @@ Journal events (one JSON object per line of ``failures.jsonl``): ``{"kind": "fai
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any
@@ -72,6 +74,60 @@ def excerpt(text: str, limit: int = SUMMARY_CHARS) -> str:
     """One line of at most ``limit`` characters, controls blanked (a journal field, not a display)."""
     flat = " ".join(text.translate(_BLANK_CONTROLS).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+#: The key corral's shell puts in its structured result (``adapters.harness.base.SHELL_RESULT_KEY``).
+SHELL_RESULT = "corral_shell"
+_SHELL_FIELD = re.compile(
+    r'"(exit_code|timed_out|ended_with_turn|command|stderr|stdout)":\s*'
+    r'("(?:[^"\\]|\\.)*"?|-?\d+|true|false|null)'
+)
+
+
+def _partial_string(token: str) -> str:
+    """A JSON string's text, the string possibly cut (a summary is an excerpt): what of it decodes."""
+    body = token[1:-1] if len(token) > 1 and token.endswith('"') and not token.endswith('\\"') else token[1:]
+    while body:
+        try:
+            return str(json.loads(f'"{body}"'))
+        except ValueError:
+            body = body[:-1]  # cut inside an escape: drop its start
+    return ""
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def tool_text(text: str) -> str:
+    """A tool's result as a person reads it (seed 000: a result's JSON is shown as its text).
+
+    corral's shell answers in JSON (``{"corral_shell": 1, "exit_code": 1, …}``): it reads as the
+    command, how it ended and the first line of its stderr (of its stdout when stderr is empty) —
+    ``npm test exited 1: Error: 2 tests failed``. Read field by field, so a result an excerpt cut
+    short reads the same as far as it goes (a journal written before rows read as text included).
+    Any other text is itself.
+    """
+    at = text.find("{", 0, 200)
+    if at < 0 or SHELL_RESULT not in text[at : at + 40]:
+        return text
+    before, head = text[:at], text[at:]  # a journal's summary says whose result it was first
+    fields: dict[str, Any] = {}
+    for key, token in _SHELL_FIELD.findall(head):
+        if key in fields:
+            continue  # the result's own field comes first; what the command printed comes after
+        fields[key] = _partial_string(token) if token.startswith('"') else json.loads(token)
+    command = " ".join(str(fields.get("command") or "").split())
+    if fields.get("timed_out") is True:
+        how = "timed out"
+    elif fields.get("ended_with_turn") is True:
+        how = "ended with the turn"
+    elif isinstance(fields.get("exit_code"), int):
+        how = f"exited {fields['exit_code']}"
+    else:
+        how = "failed"
+    said = _first_line(str(fields.get("stderr") or "")) or _first_line(str(fields.get("stdout") or ""))
+    return f"{before}{command + ' ' if command else ''}{how}{': ' + said if said else ''}"
 
 
 def dismissal_event(event_id: str, incident: str, reason: str, at: str | None) -> dict[str, Any]:

@@ -53,6 +53,8 @@ SHELL_SECONDS = 120.0
 SHELL_MAX_SECONDS = 540.0
 OUTPUT_BYTES = 200_000
 SHELL_ATTEMPTS = "shell-attempts.jsonl"
+#: The most of a command its result repeats (what a failure's row shows of it).
+COMMAND_SHOWN = 200
 #: How often a running command checks that the agent that asked for it is still running.
 WATCH_SECONDS = 0.1
 
@@ -160,8 +162,10 @@ def run(turn: OwnTurn, command: str, args: dict[str, Any], timeout: float) -> di
         "exit_code": ran.exit_code,
         "timed_out": ran.timed_out,
         "expected": ran.exit_code is not None and ran.exit_code in intent.expected,
-        "stdout": ran.stdout,
+        # what ran, before its output: a row of a failure reads as the command, its exit and its stderr
+        "command": ran.command,
         "stderr": ran.stderr,
+        "stdout": ran.stdout,
         "intent": {
             "operationId": intent.operation_id,
             "attemptId": intent.attempt_id,
@@ -179,6 +183,7 @@ class Ran(Struct, frozen=True):
     stderr: str
     timed_out: bool = False
     ended_with_turn: bool = False
+    command: str = ""  # its head, masked as its output is
 
 
 def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
@@ -265,7 +270,8 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
 
     out, err = kept.get("out", b""), kept.get("err", b"")
     code = None if timed_out or ended else proc.returncode
-    return Ran(code, shown(out), shown(err), timed_out=timed_out, ended_with_turn=ended)
+    head = command if len(command) <= COMMAND_SHOWN else command[: COMMAND_SHOWN - 1] + "…"
+    return Ran(code, shown(out), shown(err), timed_out=timed_out, ended_with_turn=ended, command=redact(head, secrets))
 
 
 def watch(proc: Started, agent_alive: Callable[[], bool], timeout: float) -> tuple[bool, bool]:

@@ -28,6 +28,7 @@ from corral.domain.incidents import (
     page_lines,
     reduce,
     summary_line,
+    tool_text,
 )
 from corral.domain.records import PERMISSION_RELEASED, Task
 from corral.engine.project import Project
@@ -151,7 +152,7 @@ def _row(incident: Incident, raw: bool, base: str | None = None) -> dict[str, An
     excerpt and the evidence's full path (seed 000's ``mode: "raw"``)."""
     doc = incident.to_json()
     if not raw:
-        doc["summary"] = _cap(incident.summary, EXCERPT_BYTES)
+        doc["summary"] = _cap(tool_text(incident.summary), EXCERPT_BYTES)  # a journal's JSON result as text
         if incident.reason:
             doc["reason"] = _cap(incident.reason, EXCERPT_BYTES)
         if incident.evidence and "/" in incident.evidence:
