@@ -147,8 +147,10 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     # Nothing of the stale turn reached the remote: the branch holds the rescuer's work only.
     files = git(team.remote, "ls-tree", "-r", "--name-only", "corral/part").splitlines()
     assert "final.txt" in files and "stale.txt" not in files
-    # Its next claim of the task keeps what its old worktree held before following the remote.
+    # Its next claim of the task keeps what its old worktree held before following the remote. That
+    # turn's agent commits and answers: the team's teardown drains the worker, which ends its turn first.
     rescuer.stop_worker()
+    cut_off.script(work("again.txt"))
     laptop.corral("unblock", "part", "-m", "once more")
     until(
         lambda: len([e for e in cut_off.events() if e["event"] == "claim"]) == 2,
