@@ -71,7 +71,7 @@ from corral.adapters.harness.base import (
 from corral.domain.agent_tools import TOKEN_ENV, URL_ENV
 from corral.domain.bounded_json import Decoded, decode
 from corral.domain.classifiers import classify_common, classify_http_status
-from corral.domain.collector import Fact, ModelFailure, ModelOk, ToolEnd
+from corral.domain.collector import Fact, Gap, ModelFailure, ModelOk, ToolEnd
 from corral.domain.failures import FailureClass
 
 if TYPE_CHECKING:
@@ -246,9 +246,9 @@ _VALUE = (
     + _FLAT
     + rb"))*+)?\])"
 )
-_RESULT = (
-    rb"(?:" + _SCALAR + rb"|\{(?:" + _STRING + rb": ?" + _VALUE + rb"(?:, ?" + _STRING + rb": ?" + _VALUE + rb")*+)?\})"
-)
+# (a result with an ``exitCode`` of its own is never such a pair: its code decides, parsed)
+_RKEY = rb'(?!"exitCode")' + _STRING
+_RESULT = rb"(?:" + _SCALAR + rb"|\{(?:" + _RKEY + rb": ?" + _VALUE + rb"(?:, ?" + _RKEY + rb": ?" + _VALUE + rb")*+)?\})"
 
 
 def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') -> bytes:
@@ -531,11 +531,15 @@ class PiHarness:
             # honoured only by a trusted collector
             return [corral_tool_start(str(data.get("toolCallId")), name, data.get("args"), cwd, name)]
         if kind == "tool_execution_end":
-            text = _result_text(data.get("result"))
+            outcome, result = data.get("isError"), data.get("result")
+            if not isinstance(outcome, bool):  # no structured outcome: neither a success nor a failure
+                return [Gap(f"no-outcome:{offset}", f"a tool's end without its outcome (isError) at byte {offset}")]
+            code = result.get("exitCode") if isinstance(result, dict) else None
+            text = _result_text(result)
             return [
                 ToolEnd(
                     str(data.get("toolCallId")),
-                    data.get("isError") is True,
+                    outcome or (type(code) is int and code != 0),  # a non-zero exit code fails, whatever isError says
                     text,
                     offset,
                     name=str(data.get("toolName") or "tool"),
