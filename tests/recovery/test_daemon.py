@@ -326,18 +326,19 @@ def ticks(proj: Project | None = None) -> str | None:
 
 
 @pytest.mark.slow
-def test_the_daemon_survives_a_reconcile_that_raises_logs_it_and_keeps_ticking(dproj, agent, corral):
+def test_the_daemon_survives_a_reconcile_that_raises_logs_it_and_keeps_ticking(dproj, agent, corral, monkeypatch):
     """The database is unusable for a while (another process holds its write lock past the busy
     timeout): the reconcile that has to record a crash raises. The daemon logs it, keeps ticking
     and records the crash once the database is usable again."""
     agent.script(LONG, ok("after the lock"))
+    monkeypatch.setenv("CORRAL_STORE_BUSY_TIMEOUT", "1")  # the daemon's writes wait 1 s for the lock, not 10
     pid = start_daemon(corral)
     task = tasks.create(dproj, "Locked store", actor=Actor.HUMAN)
     turns.start(dproj, task.ref, actor=Actor.HUMAN)
     _sup, agent_pid = live_pids(dproj, task.id, agent)
     time.sleep(1.2)
     holder = sqlite3.connect(dproj.paths.db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # every writer waits out the busy timeout (10 s), then fails
+    holder.execute("BEGIN IMMEDIATE")  # every writer waits out the busy timeout (1 s), then fails
     try:
         os.kill(agent_pid, signal.SIGKILL)
 
