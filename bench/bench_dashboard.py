@@ -17,7 +17,9 @@ open page shows a status change, and the server's memory with 20 pages open.
    daemon does before a person opens the URL; the board itself is read and rendered anew), timed
    from the request to the last
    byte (target < 300 ms); then the median of ``--renders`` more, each after a change in the
-   store, so each is a full read and render too (not the shared render of an unchanged board).
+   store, so each is a full read and render too (not the shared render of an unchanged board):
+   each waits out the server's stamp poll (``POLL_SECONDS``) first, and counts only when its
+   page no longer shows the closed task, the proof that it was read and rendered anew.
    Page weight: the HTML, and with the CSS, htmx and the page's stream script.
 
 4. Delay from a status change to the open page showing it: the board open in Debian's
@@ -80,7 +82,18 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--serve"]:
     sys.exit(serve())
 
 from bench_cli import new_store  # noqa: E402
-from benchlib import drop_scratch, finish, load, machine, make_repo, median, scratch_dir, scratch_options, verdict  # noqa: E402
+from benchlib import (  # noqa: E402
+    drop_scratch,
+    finish,
+    load,
+    machine,
+    make_repo,
+    median,
+    parse_args,
+    scratch_dir,
+    scratch_options,
+    verdict,
+)
 from seed_store import Shape  # noqa: E402
 
 
@@ -155,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=3.0, help="seconds between the server's start and the first GET")
     p.add_argument("--pages", type=int, default=20, help="board pages open for the RSS figure (default 20)")
     scratch_options(p)
-    args = p.parse_args(argv)
+    quick = {"tasks": 400, "turns": 3_000, "renders": 1, "changes": 1, "settle": 0.5, "pages": 1}
+    args = parse_args(p, quick, argv)
 
     base = scratch_dir("dashboard", args)
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "args": vars(args)}
@@ -182,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         changes = backlog_tasks(repo, args.renders + args.changes + 1)
         if len(changes) < args.renders + args.changes + 1:
             raise SystemExit(f"only {len(changes)} backlog tasks; more are needed")
+        from corral.dashboard.hub import POLL_SECONDS
         from corral.domain.actors import Actor
         from corral.engine.operations import tasks
         from corral.engine.project import Project
@@ -190,9 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         renders = []
         for task_id, _ref in changes[: args.renders]:
             tasks.abandon(project, task_id, reason="bench", actor=Actor.HUMAN, how="close")
-            status, body, took, _ = server.get(keys.prefix + "/", cookie)
-            assert status == 200
-            renders.append(took * 1000)
+            for _ in range(20):
+                time.sleep(POLL_SECONDS)  # the server's stamp of the store is read anew after this
+                status, body, took, _ = server.get(keys.prefix + "/", cookie)
+                assert status == 200
+                if f'id="card-{task_id}"'.encode() not in body:  # this render read the change
+                    renders.append(took * 1000)
+                    break
+            else:
+                raise SystemExit(f"the board still shows task {task_id} after it was closed")
         weights = {"html": len(body)}
         for asset in ("/static/dashboard.css", "/static/htmx-2.0.11.min.js", "/static/dashboard.js"):
             asset = keys.prefix + asset
