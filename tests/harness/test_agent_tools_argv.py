@@ -203,14 +203,26 @@ def test_command_gets_the_endpoint_and_the_token_in_its_environment(tmp_path: Pa
     assert {URL_ENV, TOKEN_ENV} <= set(CONTRACT_VARS)
 
 
-def test_pi_takes_no_agent_tools_and_says_why() -> None:
+def test_pi_gets_corrals_extension_by_path_and_the_token_in_its_environment() -> None:
+    from corral.adapters.harness.pi import CONFINED_TOOLS, SHELL_ENV
+    from corral.pi_extension import EXTENSION
+
     h = PiHarness("/bin/pi")
-    assert h.takes_agent_tools is False
-    assert h.agent_tools_absent == "Pi has no MCP client: Pi tasks have no corral tools yet"
-    for build in (h.work, h.ask):
-        with_tools, without = build(request(tools=TOOLS)), build(request())
-        assert with_tools == without
-        no_token_in_argv(with_tools)
+    assert h.takes_agent_tools is True and h.agent_tools_absent is None
+    confined = h.work(request(tools=AgentTools(url=URL, token=TOKEN, timeout_seconds=600.0, shell=True)))
+    no_token_in_argv(confined)
+    assert option(confined.argv, "-e") == str(EXTENSION) and "--no-extensions" in confined.argv
+    assert option(confined.argv, "--tools") == CONFINED_TOOLS == "read,edit,write,bash,failure_disposition"
+    assert confined.env == {
+        TOKEN_ENV: TOKEN, URL_ENV: URL, "CORRAL_TOOL_TIMEOUT_MS": "600000", SHELL_ENV: "1", "JITI_FS_CACHE": "false",
+    }  # fmt: skip
+    loose = h.work(request(tools=TOOLS))  # unconfined: Pi's own bash stays, the extension adds failure_disposition
+    assert option(loose.argv, "-e") == str(EXTENSION) and "--tools" not in loose.argv
+    assert SHELL_ENV not in loose.env and loose.env[TOKEN_ENV] == TOKEN
+    # an ask, and a turn without corral's endpoint: no extension, no token
+    for launch in (h.ask(request(tools=TOOLS)), h.work(request())):
+        assert "-e" not in launch.argv and TOKEN_ENV not in launch.env
+    assert "-e" not in h.interactive(request(tools=TOOLS)).argv
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -81,7 +81,7 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("# demo\nneedle-free\n")
+    (repo / "README.md").write_text("# demo\n")
     git(repo, "add", "README.md")
     git(repo, "commit", "-q", "-m", "initial")
     for key in [k for k in os.environ if k.startswith(_FOREIGN)]:
@@ -137,7 +137,8 @@ def test_a_confined_pi_turn_has_corrals_shell_with_intents_and_dispositions(rig:
     assert results[4]["is_error"] and results[4]["doc"]["error"]["code"] == "intent-rejected"
     assert results[6]["is_error"] and results[6]["doc"]["error"]["code"] == "disposition-refused"
     hint = results[6]["doc"]["error"]["hint"]
-    assert hint.startswith("Open incidents:") and "exit 4" in hint, hint
+    lint_call = rig.server.script_requests[6].tool_results()[-1]["tool_use_id"]
+    assert hint.startswith("Open incidents:") and lint_call in hint, hint  # the open ones listed, lint's among them
     assert results[8]["doc"]["recorded"] is True, results[8]
     worktree = Path(shown["task"]["worktree"])
     assert (worktree / "first-run").exists() and not (worktree / "second-run").exists()
@@ -168,19 +169,34 @@ def test_the_same_calls_in_an_unconfined_pi_turn_change_nothing(rig: Rig) -> Non
     assert "failure_disposition" in offered and "operationId" not in json.dumps(offered["bash"])
     disposition = rig.result(4)
     assert disposition["doc"]["recorded"] is False and disposition["doc"]["ignored"] is True
-    needing = rig.corral.json("failures", ref, env=rig.env)["failures"]["rows"]
-    labels = {row["label"] for row in rig.incidents(ref)}
-    assert "Recovered" not in labels and "Expected failure" not in labels, labels
-    assert len(needing) == 2, needing  # the exit 3 and the grep: both still need action
+    # The exit 3 and the grep stay failures: the changed retry under its operationId recovers nothing, the
+    # declared exit code makes nothing expected, and the disposition is not recorded.
+    rows = rig.incidents(ref)
+    assert [(r["summary"], r["label"], r["closed_by"], r["disposition"]) for r in rows] == [
+        ("bash failed: (no output) Command exited with code 3", "Unclassified failure observation", None, None),
+        ("bash failed: (no output) Command exited with code 1", "Unclassified failure observation", None, None),
+    ], rows
 
 
-def test_the_extension_cannot_be_changed_from_inside_the_turn(rig: Rig) -> None:
+def test_the_extension_cannot_be_changed_from_inside_the_turn_and_no_other_is_loaded(rig: Rig) -> None:
     before = {p: p.read_bytes() for p in (EXTENSION, DOOR)}
+    # An extension of the repository's own (Pi would discover it there): never loaded for corral's turn.
+    marker = rig.repo.parent / "loaded"
+    local = rig.repo / ".pi" / "extensions" / "evil.ts"
+    local.parent.mkdir(parents=True)
+    local.write_text(
+        f'import {{ writeFileSync }} from "node:fs";\nwriteFileSync({json.dumps(str(marker))}, "x");\n'
+        'export default function (pi: any) { pi.registerTool({ name: "evil", label: "evil", description: "x", '
+        'parameters: { type: "object" }, async execute() { return { content: [] }; } }); }\n'
+    )
+    git(rig.repo, "add", ".pi")
+    git(rig.repo, "commit", "-q", "-m", "an extension of the repository's")
     rig.server.steps.extend(
         [
             bash(f"echo 'export default () => {{}}' > {EXTENSION}"),
             bash(f"chmod u+w {DOOR}; echo 'throw 1' >> {DOOR}"),
             bash(f"rm -f {EXTENSION}"),
+            ToolUse("write", {"path": str(DOOR), "content": "export {};\n"}),  # Pi's own tool, in Pi's process
             Text("Done."),
         ]
     )
@@ -190,4 +206,7 @@ def test_the_extension_cannot_be_changed_from_inside_the_turn(rig: Rig) -> None:
         result = rig.result(i)
         assert result["is_error"] and result["doc"]["exit_code"] != 0, result
         assert "Read-only file system" in result["doc"]["stderr"], result
+    [written] = rig.server.script_requests[4].tool_results()[-1:]
+    assert written.get("is_error") and "read-only file system" in json.dumps(written["content"]).lower(), written
     assert {p: p.read_bytes() for p in (EXTENSION, DOOR)} == before
+    assert "evil" not in rig.offered() and not marker.exists()

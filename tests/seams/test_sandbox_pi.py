@@ -22,20 +22,15 @@ def test_a_sandboxed_pi_turn_commits_in_its_worktree_and_is_refused_outside(make
         [ToolUse("bash", {"command": commit}), ToolUse("bash", {"command": outside}), Text("Done.")]
     )
     ref = rig.create("Add a greeting", "-m", "Write hello.txt and commit it.")
-    # corral's tools on, as a user has them: Pi has no MCP client, so its turn keeps the exact rule
+    # corral's tools on, as a user has them: the confined Pi turn's bash is corral's, through its Pi extension
     rig.corral.ok("start", ref, env={**rig.env, "CORRAL_AGENT_TOOLS": "1"})
     waited = rig.run("wait", ref, "--timeout", "60")
     assert waited.returncode == 0, (waited.stderr, rig.run("show", ref).stdout, rig.run("logs", ref).stdout)
     shown = rig.show(ref)
     assert shown["task"]["status"] == "blocked", shown
     assert shown["sandbox"] == {"mode": "bwrap", "reason": "sandbox = bwrap in the settings"}
-    assert shown["failure_rule"] == {
-        "rule": "exact",
-        "why": "the agent had no corral tools: Pi has no MCP client: Pi tasks have no corral tools yet",
-    }
-    assert "Rule:     tool failures judged by the exact-retry rule (the agent had no corral tools: Pi" in (
-        rig.run("show", ref).stdout
-    )
+    assert shown["failure_rule"] == {"rule": "intents", "why": None}
+    assert "Rule:     tool failures judged with the agent's intents and dispositions" in rig.run("show", ref).stdout
     assert git(rig.repo, "log", "-1", "--format=%s", f"corral/{ref}") == "Add hello.txt"
     committed, refused = rig.server.script_requests[-1].tool_results()
     assert not committed.get("is_error"), committed

@@ -1,0 +1,47 @@
+"""The Pi extension's own tests (``tests/harness/pi_extension/*.test.mjs``), run by Node's test runner.
+
+The extension is JavaScript that Pi runs, so its tests are Node's: its MCP client against a loopback
+endpoint, the tools it makes, and its TypeScript entry loaded with the jiti of the installed Pi, as Pi
+loads it. This test runs them, so the suite's one command runs them too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.pi import bin_or_skip, pi_bin
+
+HERE = Path(__file__).resolve().parent / "pi_extension"
+
+
+def jiti_of_pi() -> Path:
+    """The jiti module Pi loads extensions with, beside the installed Pi package (nested or hoisted)."""
+    package = Path(os.path.realpath(bin_or_skip(pi_bin))).parent.parent  # …/pi-coding-agent/dist/cli.js
+    for base in (package / "node_modules", package.parent.parent):
+        found = base / "jiti" / "lib" / "jiti.mjs"
+        if found.is_file():
+            return found
+    raise AssertionError(f"Pi's jiti was not found beside {package}")
+
+
+def test_the_extensions_node_tests_pass() -> None:
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("CI"):
+            raise AssertionError("node is not on PATH; the Pi extension's tests need it")
+        pytest.skip("node is not on PATH")
+    env = {**os.environ, "CORRAL_PI_JITI": str(jiti_of_pi()), "NODE_OPTIONS": ""}
+    done = subprocess.run(
+        [node, "--test", *sorted(str(p) for p in HERE.glob("*.test.mjs"))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout[-2000:]
