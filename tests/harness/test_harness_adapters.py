@@ -177,7 +177,15 @@ def result(text, status=None, is_error=True):
             "harness-permission-refused",
         ),
         ([], "Error: connect ECONNREFUSED 127.0.0.1:1\n", 1, FailureClass.TRANSIENT_UNREACHABLE, "harness-unreachable"),
-        ([result("API Error: 502 Bad Gateway", status=502)], "", 1, FailureClass.TRANSIENT_NETWORK, "harness-network"),
+        # a 5xx is the provider's server failing: the network's ladder, its own code and words (issue 29)
+        (
+            [result("API Error: 502 Bad Gateway", status=502)],
+            "",
+            1,
+            FailureClass.TRANSIENT_NETWORK,
+            "harness-server-error",
+        ),
+        ([], "Error: read ECONNRESET\n", 1, FailureClass.TRANSIENT_NETWORK, "harness-network"),
         ([], "something nobody has seen\n", 1, FailureClass.UNKNOWN, "harness-exited"),
         ([result("weird failure")], "", 1, FailureClass.UNKNOWN, "harness-error"),
     ],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 from corral.adapters.harness.base import TurnRequest
 from corral.adapters.harness.claude import ClaudeHarness
 from corral.domain.actors import Actor
+from corral.domain.clock import parse_time as proto_time
 from corral.domain.posture import Posture
 from corral.domain.status import Status
 from corral.engine.operations import turns
@@ -127,6 +129,11 @@ def test_an_overload_follows_corrals_ladder_with_the_live_state_on_every_surface
     listed, shown, status = poll("list, show and status.json to show the retry", retrying_everywhere)
     expected = "retrying: attempt 1 (transient_overload): Claude Code's model call failed: HTTP 529 overloaded"
     assert listed == shown == expected
+    schedule = {key: status["retry"].pop(key) for key in ("next_at", "gives_up_by", "at_most", "waits_left_ms")}
+    # corral's schedule: the overload budget (6 h) from the first attempt, and the most attempts that fit in it
+    # (5, 10, 20, 40 s, then 60 s steps: 363 if every attempt failed at once)
+    assert schedule["at_most"] == 363 and schedule["waits_left_ms"] <= 6 * 3600 * 1000
+    assert proto_time(schedule["gives_up_by"]) - proto_time(schedule["next_at"]) <= timedelta(hours=6)
     assert status["retry"] == {
         "attempt": 1,
         "failure_class": "transient_overload",

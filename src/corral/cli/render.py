@@ -297,13 +297,16 @@ def live_text(live: dict[str, Any], waited: float | None = None) -> str:
     head = live["status"] if phase in (None, "work") else f"{live['status']} ({phase})"
     parts = [head]
     if live.get("attempt"):
-        parts.append(f"attempt {live['attempt']}" + (f" of {live['attempts']}" if live.get("attempts") else ""))
+        most = "at most " if live.get("attempts_at_most") else ""
+        parts.append(f"attempt {live['attempt']}" + (f" of {most}{live['attempts']}" if live.get("attempts") else ""))
     elapsed = live.get("elapsed_s")
     if elapsed is not None or waited is not None:
         parts.append(running_time(elapsed if elapsed is not None else waited or 0.0))
     if live.get("retry_class") is not None:
         retry = "retrying: " + retry_summary(live.get("retry_attempt"), live["retry_class"], live.get("retry_reason"))
-        if live.get("next_delay_s"):
+        if live.get("schedule"):  # corral's own: the next attempt, the ladder's end
+            retry += f", {live['schedule']}"
+        elif live.get("next_delay_s"):
             retry += f", next in {live['next_delay_s']:g} s"
         parts.append(retry)
     if live.get("substate") and (live.get("waits") or live.get("progress")):

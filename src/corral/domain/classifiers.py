@@ -39,6 +39,11 @@ def classify_common(text: str, exit_code: int | None = None) -> FailureClass:
     return FailureClass.UNKNOWN
 
 
+#: The code of a failure the model provider's server answered with a 5xx of its own (not an overload):
+#: retried on the network class's ladder and budget, told as the provider's fault, not the network's.
+SERVER_ERROR_CODE = "harness-server-error"
+
+
 def classify_http_status(status: int | None) -> FailureClass | None:
     if status is None:
         return None
@@ -46,6 +51,12 @@ def classify_http_status(status: int | None) -> FailureClass | None:
         return FailureClass.FATAL_AUTH
     if status in (429, 503, 529):
         return FailureClass.TRANSIENT_OVERLOAD
-    if status in (500, 502, 504):
+    if server_error(status):
         return FailureClass.TRANSIENT_NETWORK
     return None
+
+
+def server_error(status: int | None) -> bool:
+    """An HTTP status that is the provider's server failing (500, 502, 504 and the other 5xx), not an
+    overload (503, 529): the request reached the provider, so it is no lost connection."""
+    return status is not None and 500 <= status <= 599 and status not in (503, 529)

@@ -58,7 +58,7 @@ from corral.adapters.harness.base import (
     usage_limit_in,
 )
 from corral.domain.agent_tools import SERVER_NAME, TOKEN_ENV, URL_ENV
-from corral.domain.classifiers import classify_common, classify_http_status
+from corral.domain.classifiers import SERVER_ERROR_CODE, classify_common, classify_http_status, server_error
 from corral.domain.collector import Fact, ModelFailure, ModelOk, ToolEnd, ToolStart
 from corral.domain.failures import FailureClass
 
@@ -270,7 +270,9 @@ class ClaudeHarness:
                     ends.append(ToolEnd(call, b.get("is_error") is True, text, offset, exit_code=shell_exit_code(text)))
             return ends
         if kind == "system" and data.get("subtype") == "api_retry":
-            return [ModelFailure(retry_event(data).text or "model call failed", offset)]
+            # told as corral's verdict on it, never with the CLI's own "retry 1 of 10, due in 0.6 s":
+            # corral ends the CLI at this line, and its own ladder decides the next attempt
+            return [ModelFailure(retry_verdict(self, retry_event(data)).reason, offset)]
         if kind == "result" and (data.get("is_error") is True or data.get("subtype", "success") != "success"):
             # after the CLI's own ``api_retry`` lines it restates the failure they told
             status = data.get("api_error_status")
@@ -399,6 +401,8 @@ def retry_verdict(harness: Any, event: Event) -> Verdict:
         what += f" {event.name}"
     if cls is FailureClass.FATAL_AUTH:
         reason = f"the model server refused {harness.display}'s credentials ({what}). {harness.login_hint}"
+    elif server_error(event.status):
+        return Verdict(False, cls, SERVER_ERROR_CODE, f"{harness.display}'s model provider had a server error: {what}")
     else:
         reason = f"{harness.display}'s model call failed: {what}"
     return Verdict(False, cls, code_for(cls), reason)
@@ -448,7 +452,11 @@ def classify_stream(harness: Any, facts: AttemptFacts) -> Verdict:
     retries = [e for e in facts.events if e.kind == "retry"]
     if result is None and retries:  # ended by corral at the CLI's retry line: that line is the verdict
         return retry_verdict(harness, retries[-1])
-    cls = classify_http_status(result.status if result else None) or classify_common(text, facts.exit_code)
+    status = result.status if result else None
+    cls = classify_http_status(status) or classify_common(text, facts.exit_code)
+    if server_error(status):  # the provider answered with its own failure: told as such, on the network ladder
+        said = reason or f"{harness.display}'s model provider had a server error"
+        return Verdict(False, cls, SERVER_ERROR_CODE, said)
     if result is None and cls is FailureClass.UNKNOWN:
         return Verdict(False, cls, "harness-exited", reason or f"{harness.display} exited without a result")
     return Verdict(False, cls, code_for(cls), reason or f"{harness.display} reported an error")

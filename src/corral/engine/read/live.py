@@ -8,6 +8,7 @@ yet made safe for a terminal: the surface escapes them.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 
 from msgspec import Struct
@@ -15,7 +16,7 @@ from msgspec import Struct
 from corral.domain.clock import parse_time
 from corral.domain.records import Task
 from corral.domain.status import Status
-from corral.domain.substate import Live, substate
+from corral.domain.substate import Live, substate, waited
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG
 from corral.engine.project import Project
 from corral.engine.read.interleave import Line
@@ -41,6 +42,10 @@ class LiveTurn(Struct, frozen=True):
     retry_reason: str | None = None
     retry_by: str | None = None  # who retries: "corral" (its ladder) or "harness" (the agent CLI itself)
     next_delay: float | None = None  # seconds the supervisor waits before the next attempt
+    #: corral's own schedule while it waits between attempts, in words every surface shows as they are:
+    #: when the next attempt starts and when the ladder stops (:func:`schedule_words`).
+    schedule: str | None = None
+    attempts_at_most: bool = False  # ``attempts`` is the most that fit in a budget of time, not a count
     #: The substate every surface shows (``domain/substate``), with the agent's waits and
     #: progress line folded in where the agent is the active thing.
     substate: str | None = None
@@ -62,6 +67,8 @@ class LiveTurn(Struct, frozen=True):
             "retry_reason": self.retry_reason,
             "retry_by": self.retry_by,
             "next_delay_s": self.next_delay,
+            "schedule": self.schedule,
+            "attempts_at_most": self.attempts_at_most,
             "substate": self.substate,
             "waits": [{"ref": ref, "waited_s": round(seconds, 1)} for ref, seconds in self.waits],
             "progress": self.progress,
@@ -89,6 +96,8 @@ def live_turn(project: Project, task: Task, facts: Live | None = None) -> LiveTu
     attempts = None
     if retry is not None and retry.attempts is not None:
         attempts = retry.attempts  # the bound the supervisor's policy applies
+    elif retry is not None and retry.at_most is not None:
+        attempts = retry.at_most  # the most that fit in the class's budget of time
     elif retry is not None and command is not None:
         if retry.failure_class == "unknown":
             attempts = command.budgets.unknown_attempts
@@ -111,14 +120,53 @@ def live_turn(project: Project, task: Task, facts: Live | None = None) -> LiveTu
         attempt=(retry.attempt + 1 if retry is not None else status.attempt) if status is not None else 0,
         attempts=attempts,
         elapsed=elapsed,
-        # The turn's own directory here (a shipped command names the worker's).
-        last_line=_last_line(project, task, project.paths.turn_dir(task.id, command.sequence)) if command else None,
+        attempts_at_most=retry is not None and retry.attempts is None and retry.at_most is not None,
+        # The turn's own directory here (a shipped command names the worker's). While corral waits
+        # between attempts the last line is the ended attempt's (a harness's own retry line, say,
+        # whose "due in 0.6 s" corral did not keep): the retry's reason and schedule tell it instead.
+        last_line=(
+            _last_line(project, task, project.paths.turn_dir(task.id, command.sequence))
+            if command and not (retry is not None and retry.by == "corral")
+            else None
+        ),
         retry_attempt=retry.attempt if retry is not None else facts.retry_attempt,
         retry_class=retry.failure_class if retry is not None else facts.retry_class,
         retry_reason=retry.reason if retry is not None else facts.retry_reason,
         retry_by=retry.by if retry is not None else None,
         next_delay=retry.next_delay_ms / 1000 if retry is not None else None,
+        schedule=schedule_words(retry, project.clock()) if retry is not None else None,
     )
+
+
+def schedule_words(retry: proto.RetryState, now: datetime) -> str | None:
+    """corral's schedule as one phrase: "next attempt at 05:01:07 (in 5s); corral stops retrying by
+    06:00:02 (in 59m55s)", or, for a class bounded by a count, the ladder's waits left in all."""
+    if retry.by != "corral":
+        return None
+    next_at = _moment(retry.next_at)
+    if next_at is None:  # a supervisor from before the schedule was kept
+        return f"next in {retry.next_delay_ms / 1000:g} s"
+    words = f"next attempt at {_clock(next_at)} (in {waited((next_at - now).total_seconds())})"
+    gives_up_by = _moment(retry.gives_up_by)
+    if gives_up_by is not None:
+        words += f"; corral stops retrying by {_clock(gives_up_by)} (in {waited((gives_up_by - now).total_seconds())})"
+    elif retry.waits_left_ms is not None:
+        words += f"; the ladder's waits left: {waited(retry.waits_left_ms / 1000)} in all"
+    return words
+
+
+def _moment(value: str | None) -> datetime | None:
+    """A moment of the live state, or None when it is missing or no time a reader can use."""
+    try:
+        at = parse_time(value)
+    except ValueError:
+        return None
+    return at if at is not None and at.tzinfo is not None else None
+
+
+def _clock(at: datetime) -> str:
+    """A moment as the local time of day (``05:01:07``)."""
+    return at.astimezone().strftime("%H:%M:%S")
 
 
 def _shipped_command(project: Project, task: Task) -> proto.Command | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from msgspec import Struct, field
 
@@ -284,12 +284,21 @@ class WorkPhase:
             durations.append(run.duration)
             decision = decide(failure_class, streak, self.clock() - streak_started, c.budgets, durations, c.delays)
             if isinstance(decision, Retry):
+                elapsed = self.clock() - streak_started
+                plan = schedule(failure_class, streak, elapsed, durations, c)
+                now = self.wall()
                 retry = proto.RetryState(
                     attempt=number,
                     failure_class=failure_class.value,
                     reason=_reason(verdict.reason, self.secrets, RETRY_REASON_BYTES),
                     next_delay_ms=int(decision.delay * 1000),
                     attempts=_bound(number, streak, failure_class, durations, c),
+                    next_at=rfc3339(now + timedelta(seconds=decision.delay)),
+                    gives_up_by=(
+                        rfc3339(now + timedelta(seconds=plan.limit - elapsed)) if plan.limit is not None else None
+                    ),
+                    at_most=number - streak + plan.attempts if plan.attempts is not None else None,
+                    waits_left_ms=int(plan.waits * 1000) if plan.attempts is not None else None,
                 )
                 self.status.update(phase="retrying", retry=retry)
                 self.stop.wait(decision.delay)
@@ -311,6 +320,50 @@ class WorkPhase:
             out.failure_attempts = streak
             out.stop_reason = decision.reason
             return out
+
+
+#: How many failures ahead :func:`schedule` follows the policy before it gives no count (a ladder of
+#: tiny steps over a long budget): far past any default (an hour of network retries is ~62 attempts).
+SCHEDULE_STEPS = 10_000
+
+
+class Schedule(Struct, frozen=True):
+    """The ladder's figures from one failure on, if every attempt from then on fails.
+
+    ``attempts``: the most attempts of the failure's run (the streak) the policy allows, None past
+    :data:`SCHEDULE_STEPS`; ``waits``: the seconds of waiting still ahead, the wait now starting
+    included; ``limit``: for a class bounded by time, its budget in seconds from the run's first attempt.
+    """
+
+    attempts: int | None
+    waits: float
+    limit: float | None
+
+
+def schedule(
+    failure_class: FailureClass, streak: int, elapsed: float, durations: list[float], c: proto.Command
+) -> Schedule:
+    """What a person is told while corral waits: the retry policy itself (``domain.failures.decide``) run
+    forward from the ``streak``-th failure, ``elapsed`` seconds into the run. A class bounded by time
+    counts its next attempts as failing at once (the most that fit: "at most"); an unclassified one as
+    taking as long as the last (a fast one stays fast, so the crash-loop detector's bound)."""
+    budgets = c.budgets
+    limit = None
+    if failure_class is FailureClass.TRANSIENT_OVERLOAD:
+        limit = budgets.overload_seconds
+    elif failure_class is FailureClass.TRANSIENT_NETWORK:
+        limit = budgets.network_seconds
+    each = durations[-1] if failure_class is FailureClass.UNKNOWN and durations else 0.0
+    seen, attempt, waits = list(durations), streak, 0.0
+    for _ in range(SCHEDULE_STEPS):
+        decision = decide(failure_class, attempt, elapsed, budgets, seen, c.delays)
+        if not isinstance(decision, Retry):
+            return Schedule(attempt, waits, limit)
+        waits += decision.delay
+        elapsed += decision.delay + each
+        attempt += 1
+        seen.append(each)
+    return Schedule(None, waits, limit)
 
 
 def _bound(

@@ -26,6 +26,13 @@ class RetryState(Wire, frozen=True):
     #: The most attempts the turn gets at this rate (the "m" of "attempt n of m", the bound corral's
     #: policy applies: the crash-loop detector's for a fast unclassified failure); None when time bounds it.
     attempts: int | None = None
+    #: corral's schedule (its ladder's own figures, ``corral.engine.runtime.ladder.schedule``): when the
+    #: next attempt starts (RFC 3339); for a class bounded by time, the moment after which no attempt
+    #: starts and the most attempts that fit before it; the waits still ahead if every attempt fails.
+    next_at: str | None = None
+    gives_up_by: str | None = None
+    at_most: int | None = None
+    waits_left_ms: int | None = None
 
 
 class AccountWait(Wire, frozen=True):
