@@ -133,6 +133,7 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
     colored = app.colors()  # asked once: a list of thousands of rows styles each status word
     lines = []
     for r, ref, word, age in zip(rows, refs, words, ages, strict=True):
+        word = clip(word, st_w)  # a long status is cut to its column: the columns after it stay aligned
         pad = " " * (st_w - len(word))
         room = total - ref_w - st_w - age_w - 6
         goal = r["goal"]
@@ -194,9 +195,11 @@ def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
             line += f" — {one_line(t['reason'])}"
         else:
             content = t["content"].strip()
-            first = content.splitlines()[0] if content else ""
-            if first:
-                line += f": {clip(first, 100)}"
+            # An agent's turn reads as its conclusion, its last line; a person's as its first, the request.
+            lines = [s for s in content.splitlines() if s.strip()]
+            said = (lines[-1] if t["role"] == "agent" else lines[0]) if lines else ""
+            if said:
+                line += f": {clip(said, 100)}"
         for a in t["attempts"]:
             if a.get("summary"):
                 line += f"\n    {one_line(a['summary'])}"
