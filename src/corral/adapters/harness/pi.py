@@ -248,7 +248,9 @@ _VALUE = (
 )
 # (a result with an ``exitCode`` of its own is never such a pair: its code decides, parsed)
 _RKEY = rb'(?!"exitCode")' + _STRING
-_RESULT = rb"(?:" + _SCALAR + rb"|\{(?:" + _RKEY + rb": ?" + _VALUE + rb"(?:, ?" + _RKEY + rb": ?" + _VALUE + rb")*+)?\})"
+_RESULT = (
+    rb"(?:" + _SCALAR + rb"|\{(?:" + _RKEY + rb": ?" + _VALUE + rb"(?:, ?" + _RKEY + rb": ?" + _VALUE + rb")*+)?\})"
+)
 
 
 def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') -> bytes:
@@ -329,9 +331,11 @@ class PiHarness:
     takes_agent_tools = True
     agent_tools_absent: str | None = None
 
-    def __init__(self, executable: str = "pi", provider: str | None = None) -> None:
+    def __init__(self, executable: str = "pi", provider: str | None = None, extensions: tuple[str, ...] = ()) -> None:
         self.executable = executable
         self.provider = provider
+        #: The person's own Pi extensions (``pi_extensions``, a user-only setting): loaded by path, as corral's.
+        self.extensions = tuple(os.path.expanduser(e) for e in extensions)
 
     def _argv(
         self, req: TurnRequest, *, read_only: bool = False, tools: AgentTools | None = None
@@ -346,6 +350,8 @@ class PiHarness:
             argv += ["-e", str(EXTENSION)]
             if tools.shell:
                 argv += ["--tools", CONFINED_TOOLS]
+        for extension in self.extensions:
+            argv += ["-e", extension]
         provider, model = self.provider, req.model
         if model and "/" in model and not provider:
             provider, model = model.split("/", 1)
@@ -364,11 +370,17 @@ class PiHarness:
         read_only = req.posture.read_only
         tools = None if read_only else req.tools
         argv, stdin = self._argv(req, read_only=read_only, tools=tools)
-        return Launch(argv, tools_env(tools) if tools is not None else {}, stdin)
+        return Launch(argv, tools_env(tools) if tools is not None else {}, stdin, self._reads(tools))
 
     def ask(self, req: TurnRequest) -> Launch:
         argv, stdin = self._argv(req, read_only=True)
-        return Launch(argv, {}, stdin)
+        return Launch(argv, {}, stdin, self._reads(None))
+
+    def _reads(self, tools: AgentTools | None) -> list[str]:
+        """The extensions' files, for the sandbox to show (read-only) where it hides their place (a home)."""
+        from corral.pi_extension import EXTENSION
+
+        return ([str(EXTENSION.parent)] if tools is not None else []) + list(self.extensions)
 
     def interactive(self, req: TurnRequest) -> Launch:
         argv = [self.executable]
