@@ -298,9 +298,9 @@ def test_a_rewritten_or_truncated_log_is_reported_and_scanned_again(tmp_path, ho
     elif how == "truncated":
         with log.open("r+b") as fh:
             fh.truncate(len(rec("fail", "1", cmd="aaaa")))
-    else:  # a new file (another inode) at the same path, the same bytes
+    else:  # a new file (another inode) at the same path, other bytes (an identical copy is read on: test_journal_identity)
         fresh = tmp_path / "fresh.log"
-        fresh.write_bytes(log.read_bytes())
+        fresh.write_bytes(log.read_bytes().replace(b"aaaa", b"bbbb"))
         os.replace(fresh, log)
     events = scanned(log, cursors)
     assert events[0]["kind"] == "incomplete" and events[0]["id"].startswith("incomplete:log-rewritten:output.log")

@@ -132,6 +132,9 @@ class Collector:
         self.trusted = trusted
         self.sequence = 0
         self.starts: dict[str, tuple[str, int, str]] = {}  # call id -> (operation, sequence, name)
+        #: trusted: a shell call begun, with an intent -> its operation under the exact rule (what an
+        #: exact-rule scan, without provenance, named its failures by): its success recovers those too
+        self.exact_starts: dict[str, str] = {}
         self.failed: dict[str, tuple[str, int]] = {}  # operation -> (incident id, sequence)
         self.gaps: set[str] = set()
         # trusted only
@@ -280,6 +283,10 @@ class Collector:
             call = Attempt(fact.call_id, CALL, operation_of(fact.name, fact.args, fact.cwd), self.sequence)
         self.starts[fact.call_id] = (call.operation, self.sequence, fact.name)
         self.calls[key] = call
+        if call.kind == SHELL:  # its operation under the exact rule, if an exact-rule scan left a failure of it
+            exact = operation_of(fact.name, fact.args, fact.cwd)
+            if exact != call.operation:
+                self.exact_starts[fact.call_id] = exact
 
     def _tool_end(self, fact: ToolEnd, at: str | None) -> list[dict[str, Any]]:
         started = self.starts.pop(fact.call_id, None)
@@ -314,6 +321,9 @@ class Collector:
         if call.kind == DISPOSE and failed:
             return []  # the tool refused it whole, and nothing is written (seed 000): no incident either
         events = self._end(fact, operation, began, name, failed, expected, at)
+        exact = self.exact_starts.pop(fact.call_id, None)
+        if exact is not None and not failed:  # an exact retry of a failure an exact-rule scan left open
+            events += self._end(fact, exact, began, name, False, False, at)
         self._remember(fact, events)
         if call.kind == DISPOSE and not failed:
             tail = self._dispose(fact, call, at)
@@ -417,6 +427,7 @@ class Collector:
             "starts": {k: list(v) for k, v in self.starts.items()},
             "failed": {k: list(v) for k, v in self.failed.items()},
             "gaps": sorted(self.gaps),
+            **({"exact_starts": dict(self.exact_starts)} if self.exact_starts else {}),
             "evidence_of": self.evidence_of,
             "trusted": self.trusted,
         }
@@ -436,6 +447,7 @@ class Collector:
         made.starts = {str(k): (str(v[0]), int(v[1]), str(v[2])) for k, v in dict(data.get("starts") or {}).items()}
         made.failed = {str(k): (str(v[0]), int(v[1])) for k, v in dict(data.get("failed") or {}).items()}
         made.gaps = {str(g) for g in data.get("gaps") or ()}
+        made.exact_starts = {str(k): str(v) for k, v in dict(data.get("exact_starts") or {}).items()}
         made.notes = {str(k): [str(i) for i in v] for k, v in dict(data.get("notes") or {}).items()}
         if "state" in data:
             made.calls = {str(k): Attempt.from_json(list(v)) for k, v in dict(data.get("calls") or {}).items()}

@@ -1,9 +1,14 @@
 """The scan that fills a session's failure journal from a turn's output log (docs/incidents.md).
 
 ``failures.cursor.json`` in the journal's directory holds where each output log's scan stopped (its
-byte offset, the file's identity and first bytes) and the collector's memory, replaced atomically
-after each scan. A log whose identity or first bytes changed, or that shrank, was rewritten or
-truncated: that is reported, and it is scanned again from its start.
+byte offset, the file's identity, first bytes and the bytes before the offset) and the collector's
+memory, replaced atomically after each scan; the same cursor is written into the journal with the
+events it covers (:func:`commit`), and whichever of the two is later (its ``serial``) is the one
+read. A log whose first bytes changed, or that shrank, was rewritten or truncated: that is
+reported, and it is scanned again from its start. A log of another identity with the same first
+bytes and the same bytes before the offset is a copy of the one scanned (a log replaced by an
+identical copy): it is scanned on from the cursor. Whatever is scanned again, the journal takes
+each event once (its identity, ``journal.identity``).
 """
 
 from __future__ import annotations
@@ -22,10 +27,18 @@ from corral.adapters.files import read_bounded, write_atomic
 from corral.domain.bounded_json import Reason, Unparseable, decode
 from corral.domain.collector import Collector, Fact, Gap, ToolStart, operation_of
 from corral.engine.runtime import provenance
-from corral.engine.runtime.journal import MAX_RECORD
+from corral.engine.runtime.journal import MAX_RECORD, Journal, stamp
 
 CURSOR = "failures.cursor.json"
 HEAD_BYTES = 64
+#: The bytes before a log's cursor whose digest tells a copy of the log from another log.
+TAIL_BYTES = 4096
+#: Log bytes scanned since the cursor was last written into the journal that make it due there even
+#: with no event (a lost cursor file then costs a rescan of at most about this much).
+RECORD_EVERY = 8 << 20
+#: A cursor past this size (a confined run's collector remembers its whole state) is written into the
+#: journal only when due by :data:`RECORD_EVERY` or at the turn's end, not with every event.
+RECORD_MAX = 1 << 20
 #: How much of a log one read of the scan takes.
 CHUNK = 1 << 20
 #: The most open failures whose marks are searched for to pass a run of calls at once (``_Lines._unmarked``).
@@ -56,8 +69,14 @@ class Cursors:
     def __init__(self, directory: Path | None) -> None:
         self.path = directory / CURSOR if directory is not None else None
         doc = self._load()
+        if directory is not None:  # the cursor the journal holds, if it is the later one (a lost or stale file)
+            recorded = Journal(directory).last_cursor()
+            if recorded is not None and _serial(recorded) > _serial(doc):
+                doc = recorded
+        self.serial = _serial(doc)
         self.logs: dict[str, dict[str, Any]] = dict(doc.get("logs") or {})
         self.collector = Collector.from_json(doc.get("collector") or {})
+        self.unrecorded = 0  # log bytes scanned since the cursor was last written into the journal
         # Trust is decided once per scan, when it first meets a log: these cursors are that scan, so
         # the decisions live as long as they do. A scan loaded anew (a restarted observer, the
         # reconciler's last look at a lost turn) decides again, its bounded wait started afresh.
@@ -75,11 +94,40 @@ class Cursors:
             doc = {}
         return doc if isinstance(doc, dict) else {}
 
-    def save(self) -> None:
+    def doc(self) -> dict[str, Any]:
+        """The cursor as it stands, numbered one past the last one taken (``serial``)."""
+        self.serial += 1
+        return {"serial": self.serial, "logs": self.logs, "collector": self.collector.to_json()}
+
+    def save(self, doc: dict[str, Any] | None = None) -> None:
         if self.path is None:
             return
-        doc = {"logs": self.logs, "collector": self.collector.to_json()}
+        doc = doc if doc is not None else self.doc()
         write_atomic(self.path, json.dumps(doc, sort_keys=True).encode("utf-8"), durable=False)
+
+
+def commit(journal: Journal, cursors: Cursors, events: list[dict[str, Any]], *, final: bool = False) -> bool:
+    """Append a scan's ``events`` to ``journal`` with the cursor that covers them, in one write, then save
+    the cursor file; False (nothing saved, the events kept in the journal's memory) if the write failed.
+
+    The cursor goes into the journal with events, every :data:`RECORD_EVERY` bytes of log and at the
+    turn's end; a large one (:data:`RECORD_MAX`) only at those two."""
+    doc = cursors.doc()
+    due = final or cursors.unrecorded >= RECORD_EVERY
+    record = None
+    if due or (events and len(json.dumps(doc["collector"])) <= RECORD_MAX):
+        record = doc
+    if not journal.append(events, cursor=record):
+        return False
+    if record is not None:
+        cursors.unrecorded = 0
+    cursors.save(doc)
+    return True
+
+
+def _serial(doc: dict[str, Any]) -> int:
+    serial = doc.get("serial")
+    return serial if isinstance(serial, int) and not isinstance(serial, bool) else 0
 
 
 def scan(
@@ -99,6 +147,12 @@ def scan(
     malformed structured record and (with ``final``, the turn over) a partial last record are
     incomplete observations.
     """
+    return stamp(_scan(log, harness, cwd, cursors, at, final, evidence_of))
+
+
+def _scan(
+    log: Path, harness: Facts, cwd: str, cursors: Cursors, at: str | None, final: bool, evidence_of: str | None
+) -> list[dict[str, Any]]:
     key = str(log)
     collector = cursors.collector
     collector.evidence_of = evidence_of or log.name
@@ -135,6 +189,8 @@ def scan(
             events += collector.fold(gap, at)
         known = known if known is not None and "identity" in known else None  # None: first scanned now
         offset = int(known["offset"]) if known else 0
+        if known and known.get("identity") != identity and _copy_of(fd, known, head, offset, info.st_size):
+            known["identity"] = identity  # the same bytes at another inode (replaced by a copy): read on
         if known and (known.get("identity") != identity or info.st_size < offset or not _same_head(known, head)):
             gap = Gap(
                 f"log-rewritten:{log.name}:{known.get('head')}", f"the output log {log.name} was truncated or rewritten"
@@ -149,13 +205,33 @@ def scan(
                 at,
             )
         events += collector.close_notes(at)
-        cursors.logs[key]["identity"] = identity
-        cursors.logs[key]["head"] = digest
-        cursors.logs[key]["head_len"] = len(head)
-        cursors.logs[key]["head_bytes"] = head.hex()
+        cursor = cursors.logs[key]
+        cursor["identity"] = identity
+        cursor["head"] = digest
+        cursor["head_len"] = len(head)
+        cursor["head_bytes"] = head.hex()
+        cursor["tail"] = _tail(fd, int(cursor["offset"]))
+        cursors.unrecorded += max(0, int(cursor["offset"]) - offset)
     finally:
         os.close(fd)
     return events
+
+
+def _tail(fd: int, offset: int) -> str:
+    """A digest of the :data:`TAIL_BYTES` before ``offset``: with the head, what tells a copy from another log."""
+    size = min(TAIL_BYTES, offset)
+    return hashlib.sha256(os.pread(fd, size, offset - size)).hexdigest()[:16]
+
+
+def _copy_of(fd: int, known: dict[str, Any], head: bytes, offset: int, size: int) -> bool:
+    """Whether the file at ``fd`` holds the bytes the cursor ``known`` was scanned over: its first bytes and
+    those before the cursor the same (a log replaced by a copy of itself, then perhaps grown)."""
+    return (
+        size >= offset
+        and isinstance(known.get("tail"), str)
+        and _same_head(known, head)
+        and _tail(fd, offset) == known["tail"]
+    )
 
 
 def _trusted(log: Path, cursors: Cursors, key: str, final: bool) -> bool | None:

@@ -26,7 +26,7 @@ from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime.attempts import AttemptRun
 from corral.engine.runtime.heartbeat import now
 from corral.engine.runtime.journal import Journal
-from corral.engine.runtime.journal_scan import Cursors, Facts, scan
+from corral.engine.runtime.journal_scan import Cursors, Facts, commit, scan
 from corral.engine.runtime.protocol import Command, ErrorKind, Receipt
 from corral.errors import UsageError
 
@@ -55,10 +55,10 @@ class TurnObserver:
             for event in events:
                 if isinstance(event.get("summary"), str):
                     event["summary"] = redact(event["summary"], self.secrets)
-            # The cursor moves on only with what the journal took: events a refused write still holds
-            # are found again from the log by whoever scans next (the reconciler, :func:`catch_up`).
-            if self.journal.append(events):
-                self.cursors.save()
+            # The cursor moves on only with what the journal took (written into it with its events):
+            # events a refused write still holds are found again from the log by whoever scans next
+            # (the reconciler, :func:`catch_up`), and the journal takes each once.
+            commit(self.journal, self.cursors, events, final=final)
         except Exception as exc:  # never the turn's failure: said where the supervisor's log is read
             print(f"corral: the failure journal could not be updated: {type(exc).__name__}: {exc}", file=sys.stderr)
 

@@ -7,10 +7,10 @@ hides from the agent) before the supervisor starts: the task, session, turn and 
 sandbox the turn runs in, the harness, the launch time.
 
 A scan decides trust from it once, when it first meets the turn's log (:func:`trust`): trusted
-when the record is whole and says ``bwrap``; not trusted when there is none (a turn from before
-provenance, or one never launched confined); *unreadable* when a file is there but cannot be
-used — then the scan waits for it, bounded by :data:`WAIT_SECONDS` or the turn's end, and goes
-on under the exact-retry rule with an ``Observation incomplete`` note.
+when the record is whole, names that turn (:func:`names`) and says ``bwrap``; not trusted when
+there is none (a turn from before provenance, or one never launched confined); *unreadable* when
+a file is there but cannot be used — then the scan waits for it, bounded by :data:`WAIT_SECONDS`
+or the turn's end, and goes on under the exact-retry rule with an ``Observation incomplete`` note.
 """
 
 from __future__ import annotations
@@ -59,4 +59,17 @@ def trust(log_dir: Path) -> Trust:
         return Trust.UNREADABLE
     if not isinstance(doc, dict) or any(k not in doc for k in _FIELDS):
         return Trust.UNREADABLE
+    if not names(doc, log_dir):
+        return Trust.UNTRUSTED  # a record of another turn (copied, or moved) lends this one no trust
     return Trust.TRUSTED if doc.get("sandbox") == "bwrap" else Trust.UNTRUSTED
+
+
+def names(doc: dict[str, Any], log_dir: Path) -> bool:
+    """Whether the record names the turn whose log directory it is in: its sequence is the directory's
+    name and, in corral's layout (``tasks/<task>/turns/<sequence>``), its task the task's."""
+    if str(doc.get("sequence")) != log_dir.name:
+        return False
+    turns = log_dir.parent
+    if turns.name == "turns" and turns.parent.parent.name == "tasks":
+        return str(doc.get("task_id")) == turns.parent.name
+    return True
