@@ -80,6 +80,17 @@ class LazyGroup(click.Group):
         _with_globals(command)
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with its whole first sentence, wrapped: click's own list cuts it at the column's end."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -139,8 +150,8 @@ Start here:
   corral show fix-the-login-timeout         one task: timeline, why it stopped, what next
 
 \b
-Every command takes --json and --repo, before or after the command. T is a task's ref,
-its id, or a unique prefix of either. Shell completion: corral completion bash|zsh|fish.
+Every command but mcp takes --json, and every one --repo, before or after the command. T is a
+task's ref, its id, or a unique prefix of either. Shell completion: corral completion bash|zsh|fish.
 \b
 Exit codes: 0 done, 1 failed, 2 usage, 3 refused by the task's state, 4 not found,
 124 wait timed out, 130 interrupted.

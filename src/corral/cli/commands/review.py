@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -72,11 +72,11 @@ def reject(app: App, task: str, message: str | None) -> None:
     epilog="""\b
 Examples:
   corral reopen fix-login                       an abandoned task
-  corral reopen fix-login --reason "The fix regressed on Safari"   an accepted one
+  corral reopen fix-login -m "The fix regressed on Safari"   an accepted one
 """
 )
 @click.argument("task")
-@click.option("--reason", metavar="WHY", help="Why (required for an accepted task).")
+@click.option("-m", "--message", "--reason", "reason", metavar="WHY", help="Why (required for an accepted task).")
 @json_option
 @pass_app
 def reopen(app: App, task: str, reason: str | None) -> None:
@@ -363,8 +363,12 @@ Examples:
 @pass_app
 def pair(app: App, task: str) -> int:
     """Work interactively with the agent in the task's worktree (→ pairing, then back to review)."""
+    from corral.domain.operations_table import Op, may
     from corral.engine.api import pair as pairing
 
+    found = queries.find_task(app.project, task)
+    if may(Op.PAIR, found.status):  # said before the agent takes the terminal, never for a pair refused
+        app.note(_pair_banner(app, found))
     result = pairing(app.project, task, actor=app.actor)
     app.answer(
         {
@@ -378,6 +382,17 @@ def pair(app: App, task: str) -> int:
         f"{result.task.ref} is {result.task.status.value} ({len(result.commits)} commit(s) made).",
     )
     return 0
+
+
+def _pair_banner(app: App, found: Any) -> str:
+    """What happens next, before the terminal is the agent's: where, with which agent, and how it ends."""
+    view = queries.task_view(app.project, found).task_json()
+    harness = view.get("harness") or "the agent"
+    where = f" in {view['worktree']}" if view.get("worktree") else ""
+    return (
+        f"Pairing on {found.ref} with {harness}{where}. The terminal is the agent's now: exit the agent to end "
+        f"the pair; what you both commit stays on {found.branch}, and {found.ref} goes back to review."
+    )
 
 
 @click.command(

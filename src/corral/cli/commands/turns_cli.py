@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.textinput import obtain
 from corral.domain.attention import Notice
+from corral.domain.operations_table import Op, may
 from corral.domain.records import Task
 from corral.engine.api import Project, control, live_turn, notify, queries, turns
 from corral.errors import UsageError
@@ -167,6 +169,17 @@ def start(app: App, task: str, message: str | None, wait: bool, timeout: float |
     return _started(app, turns.start(app.project, task, actor=app.actor, message=message), wait, timeout)
 
 
+def _feedback_hint(app: App, given: str) -> str:
+    """What to type when unblock got no feedback: with some, or — where the task's status lets it
+    resume — without any (the operations table decides, so the hint is never refused)."""
+    found = queries.find_task(app.project, given)
+    ref = shlex.quote(found.ref)
+    hint = f"Say it with -m: corral unblock {ref} -m 'your feedback'"
+    if may(Op.RESUME, found.status):
+        hint += f" (or resume it without feedback: corral resume {ref})"
+    return hint
+
+
 @click.command(
     epilog="""\b
 Examples:
@@ -207,11 +220,7 @@ def unblock(
         message or "" if retry_blocked else obtain(message, "Your feedback for the agent. It is delivered verbatim.")
     )
     if feedback is None:
-        raise UsageError(
-            "unblock needs feedback.",
-            code="no-text",
-            hint=f"corral unblock {task} -m '…' (or `corral resume {task}` with none)",
-        )
+        raise UsageError("unblock needs feedback.", code="no-text", hint=_feedback_hint(app, task))
     started = turns.unblock(
         app.project,
         task,
@@ -260,7 +269,7 @@ Examples:
 @json_option
 @pass_app
 def ask(app: App, task: str, message: str | None, timeout: float) -> int:
-    """Ask the agent a question, read-only; the task's status is left as it was."""
+    """Ask the agent a question, read-only: the task is working while it answers, then waits for you again."""
     question = obtain(message, "Your question for the agent (it will not change any files).")
     if question is None:
         raise UsageError("ask needs a question.", code="no-text", hint=f"corral ask {task} -m '…'")
