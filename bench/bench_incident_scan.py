@@ -17,7 +17,14 @@
    1 MB more calls, scans again; the second scan's time should be about 1/100 of the first,
    and the two scans' events must be those of one scan of the grown log.
 
-Targets: each scan from a new process under 0.45 s; the appended scan under 1/20 of the first.
+4. In-process, as the supervisor's observer does it (``journal_scan.commit``: the events and the
+   cursor written into the journal together): the grown 1 % log observed into a journal, then its
+   cursor file deleted and the log observed again by a new reader (its ``Cursors`` read back from
+   the journal). It must append no event; and, with the cursor reset to zero (a whole rescan,
+   every event found again), still none.
+
+Targets: each scan from a new process under 0.45 s; the appended scan under 1/20 of the first;
+the rescan with the cursor lost appends nothing, under 0.5 s.
 
 Usage::
 
@@ -57,6 +64,8 @@ from gen_pi_logs import COMMANDS, LOGS, MB, write_log
 TARGET_SECONDS = 0.45
 #: The appended megabyte's scan, beside the whole log's (its share of the bytes is 1/100).
 INCREMENTAL_SHARE = 1 / 20
+#: A rescan of the 100 MB log with its cursor file lost: load the cursor, scan, commit.
+RESCAN_SECONDS = 0.5
 
 
 def expected_counts(calls: int, fail_every: int) -> dict[str, int]:
@@ -118,6 +127,48 @@ def incremental(base: Path, fail_every: int) -> dict[str, Any]:
     }
 
 
+def rescan_lost(base: Path) -> dict[str, Any]:
+    """The grown 1 % log (of :func:`incremental`) observed into a journal, then again with the cursor file
+    lost (timed: the cursor read back, the scan, the commit) and with the cursor reset to zero."""
+    from corral.adapters.harness.pi import PiHarness
+    from corral.engine.runtime import journal, journal_scan
+
+    log = base / "incremental" / "output.log"
+    where = base / "rescan"
+    harness = PiHarness()
+
+    def observe() -> tuple[float, int]:
+        before = _events(where / journal.JOURNAL)
+        began = time.perf_counter()
+        cursors = journal_scan.Cursors(where)
+        events = journal_scan.scan(log, harness, "", cursors, final=True)
+        assert journal_scan.commit(journal.Journal(where), cursors, events, final=True)
+        return time.perf_counter() - began, _events(where / journal.JOURNAL) - before
+
+    warm(log)
+    first_s, first = observe()
+    (where / journal_scan.CURSOR).unlink()
+    lost_s, lost = observe()
+    (where / journal_scan.CURSOR).write_text(json.dumps({"serial": 10**9, "logs": {}, "collector": {}}))
+    reset_s, reset = observe()
+    return {
+        "log_bytes": log.stat().st_size,
+        "first_observe_s": round(first_s, 4),
+        "events_journaled": first,
+        "cursor_lost_s": round(lost_s, 4),
+        "cursor_lost_appended": lost,
+        "cursor_reset_s": round(reset_s, 4),
+        "cursor_reset_appended": reset,
+    }
+
+
+def _events(path: Path) -> int:
+    """The journal's events (its cursor records apart)."""
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_bytes().splitlines() if b'"kind": "cursor"' not in line)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=5, help="timed runs per log (default 5)")
@@ -128,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "benchmark": "bench_incident_scan",
         "machine": machine(),
-        "targets": {"scan_max_s": TARGET_SECONDS, "appended_scan_max_share": INCREMENTAL_SHARE},
+        "targets": {
+            "scan_max_s": TARGET_SECONDS,
+            "appended_scan_max_share": INCREMENTAL_SHARE,
+            "rescan_cursor_lost_max_s": RESCAN_SECONDS,
+        },
         "load_before": load(),
     }
     ok = True
@@ -180,6 +235,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         result["logs"] = logs
         result["incremental"] = inc
+        again = rescan_lost(base)
+        lost_ok = again["cursor_lost_appended"] == 0 and again["cursor_lost_s"] < RESCAN_SECONDS
+        ok = ok and lost_ok and again["cursor_reset_appended"] == 0
+        print(
+            f"  rescan of {again['log_bytes'] / MB:.0f} MB with the cursor file lost: {again['cursor_lost_s']} s, "
+            f"{again['cursor_lost_appended']} appended (target 0, < {RESCAN_SECONDS} s) {verdict(lost_ok)}; "
+            f"reset to zero: {again['cursor_reset_s']} s, {again['cursor_reset_appended']} appended "
+            f"{verdict(again['cursor_reset_appended'] == 0)} (first observation {again['first_observe_s']} s, "
+            f"{again['events_journaled']} events)"
+        )
+        result["rescan_cursor_lost"] = again
     finally:
         spawner.close()
         drop_scratch(base, args.keep)
