@@ -60,11 +60,15 @@ def dashboard(app: App, open_: bool, host: str | None) -> None:
             hint=f"See {daemons.log_file(home)}; `corral daemon stop` and try again.",
         )
     url = signed_url(current.dashboard_url, home)
+    opened: bool | None = None
     if open_:
         import webbrowser
 
-        webbrowser.open(open_file(url, home).as_uri())  # the token never in the browser's argv
-    app.answer({"url": url, "dashboard_url": current.dashboard_url, "daemon": current.to_json()}, url)
+        opened = webbrowser.open(open_file(url, home).as_uri())  # the token never in the browser's argv
+        if not opened and not app.json:
+            app.note("No browser opened here (none found, or it failed to start): open the URL below yourself.")
+    doc = {"url": url, "dashboard_url": current.dashboard_url, "daemon": current.to_json()}
+    app.answer({**doc, "opened": opened} if open_ else doc, url)
 
 
 def _host_of(url: str | None) -> str | None:
