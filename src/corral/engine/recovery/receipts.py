@@ -121,6 +121,9 @@ def possible_effects(receipt: proto.Receipt, code: str) -> PossibleEffects:
     if git is None or git.error is not None:
         return PossibleEffects.UNKNOWN
     changed = bool(git.changed_paths) or bool(git.commits) or git.dirty
+    unknown = [a for a in receipt.attempts if a.failure and a.failure.possible_effects is PossibleEffects.UNKNOWN]
+    if not changed and code == "crash-loop" and unknown:
+        return PossibleEffects.UNKNOWN  # what its attempts did beyond the worktree is unknown: so is the loop's
     return PossibleEffects.PARTIAL if changed else PossibleEffects.NONE
 
 
