@@ -77,6 +77,7 @@ DEFAULTS: dict[str, Any] = {
     "claude_bin": "claude",
     "pi_bin": "pi",
     "pi_provider": None,
+    "pi_extensions": [],
     "codex_bin": "codex",
     "command": None,
 }
@@ -87,6 +88,7 @@ WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_to
 WIDENS |= {"post_turn_check_unconfined", "sandbox_read_paths"}
 #: Settings that make corral execute something: never from corral.toml, which may only propose them.
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
+EXECUTES |= {"pi_extensions"}
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
 #: Which machines run a person's agents is theirs to say (docs/workers.md).

@@ -210,3 +210,26 @@ def test_the_extension_cannot_be_changed_from_inside_the_turn_and_no_other_is_lo
     assert written.get("is_error") and "read-only file system" in json.dumps(written["content"]).lower(), written
     assert {p: p.read_bytes() for p in (EXTENSION, DOOR)} == before
     assert "evil" not in rig.offered() and not marker.exists()
+
+
+def test_the_persons_own_extensions_load_by_path_from_a_hidden_home(rig: Rig) -> None:
+    # pi_extensions (the person's, user-only): loaded by path beside corral's, readable in the sandbox
+    # though the home holding it is hidden there, and read-only.
+    own = Path(os.environ["HOME"]) / "pi-own" / "mine.ts"
+    own.parent.mkdir(parents=True)
+    own.write_text(
+        "export default function (pi: any) {\n"
+        '  pi.on("before_agent_start", async (event: any) =>\n'
+        '    ({ systemPrompt: event.systemPrompt + "\\nOWN-LOADED" }));\n'
+        "}\n"
+    )
+    rig.env["CORRAL_PI_EXTENSIONS"] = str(own)
+    before = own.read_bytes()
+    rig.server.steps.extend([ToolUse("write", {"path": str(own), "content": "export {};\n"}), Text("Done.")])
+    ref = rig.create("own")
+    rig.run(ref)
+    assert "OWN-LOADED" in json.dumps(rig.server.script_requests[0].body.get("system"))
+    assert "bash" in rig.offered() and "operationId" in json.dumps(rig.offered()["bash"])  # corral's still
+    [written] = rig.server.script_requests[1].tool_results()[-1:]
+    assert written.get("is_error") and "read-only file system" in json.dumps(written["content"]).lower(), written
+    assert own.read_bytes() == before

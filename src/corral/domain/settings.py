@@ -626,6 +626,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),
     Setting("pi_provider", str, None, "the Pi provider (--provider)"),
+    Setting("pi_extensions", list, (), "Pi extensions (paths) loaded in corral's Pi turns beside corral's own", _EXEC),
     Setting("codex_bin", str, "codex", "the Codex executable", _EXEC),
     Setting("command", str, None, "the command run by the `command` harness", _EXEC),
 )

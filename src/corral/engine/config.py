@@ -479,7 +479,7 @@ def file_problems(text: str, path: Path, *, project: bool) -> list[ConfigError]:
 
 def harness_settings(config: Config) -> dict[str, Any]:
     """The settings a harness adapter is made from (its executables and provider)."""
-    return {k: config[k] for k in ("claude_bin", "pi_bin", "pi_provider", "codex_bin", "command")}
+    return {k: config[k] for k in ("claude_bin", "pi_bin", "pi_provider", "pi_extensions", "codex_bin", "command")}
 
 
 def protected_patterns(config: Config, own: Sequence[str] = ()) -> tuple[str, ...]:

@@ -77,6 +77,9 @@ class Launch(Struct, frozen=True):
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     stdin: bytes | None = None
+    #: Paths the harness reads that corral hands it (Pi's extensions): shown read-only in the sandbox,
+    #: also where it hides the rest (a home).
+    reads: list[str] = field(default_factory=list)
 
 
 class Event(Struct, frozen=True):

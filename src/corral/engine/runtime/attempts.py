@@ -180,9 +180,8 @@ class AttemptRunner:
                 run.ended_at = now()
                 return run
             prompt_file = env.get("CORRAL_PROMPT_FILE")
-            argv = self._confined(
-                box, argv, env, getattr(self.harness, "name", ""), [prompt_file] if prompt_file else []
-            )
+            reads = [*([prompt_file] if prompt_file else []), *spec.reads]  # what the harness is handed to read
+            argv = self._confined(box, argv, env, getattr(self.harness, "name", ""), reads)
         out_fd = os.open(self.log_dir / OUTPUT_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err_fd = os.open(self.log_dir / STDERR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         run.log_start = os.fstat(out_fd).st_size

@@ -24,6 +24,7 @@ class HarnessSettings(Wire, frozen=True):
     codex_bin: str
     pi_provider: str | None = None
     command: str | None = None
+    pi_extensions: tuple[str, ...] = ()
 
     def as_mapping(self) -> dict[str, Any]:
         return self.to_json()
