@@ -244,7 +244,7 @@ def test_a_harness_that_keeps_its_retries_has_each_shown_live_until_its_next_ste
 # -- an account's usage limit: waited for together, no budget spent ---------------------------
 
 
-@pytest.mark.timeout(180)  # the reset is up to a minute ahead
+@pytest.mark.timeout(180)
 def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_session(
     make_rig: Any,  # noqa: F811
     corral: CLI,
@@ -254,13 +254,16 @@ def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_ses
     # does not retry a 429 that carries the unified rate-limit headers with status "rejected";
     # it prints a rate_limit_event line and ends with the reset as a clock time to the minute in
     # its local zone — for the "overage" claim "You've hit your usage limit · resets 2:13pm (UTC)".
-    # (An API key gets none of that: api_retry lines with error "rate_limit", no reset.) So the
-    # reset is on a minute boundary, at least a few seconds ahead.
+    # (An API key gets none of that: api_retry lines with error "rate_limit", no reset.) The
+    # rate_limit_event carries the reset to the second, which corral waits for: here 15 s ahead
+    # and never on a minute boundary, so a wait read from the words' minute would end before it
+    # (or not start: that minute may have begun already) and the second request would come early.
     rig = make_rig(auto_resume="0")
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-test-0000000000000000")
     monkeypatch.setenv("TZ", "UTC")
-    reset = (int(time.time()) + 5 + 59) // 60 * 60
+    reset = int(time.time()) + 15
+    reset += 1 if reset % 60 == 0 else 0
     unified = {
         "anthropic-ratelimit-unified-status": "rejected",
         "anthropic-ratelimit-unified-reset": str(reset),

@@ -446,7 +446,10 @@ def classify_stream(harness: Any, facts: AttemptFacts) -> Verdict:
         if hint and "/login" not in reason:
             reason = f"{reason}. {hint}" if reason else hint
         return Verdict(False, FailureClass.FATAL_AUTH, "harness-not-authenticated", reason)
-    if words := usage_limit_in([result.text or "" if result else "", *errors, facts.stderr_tail]):
+    # The rate_limit_event's exact reset (``…|<epoch>``) before the result's words, whose clock time
+    # ("resets 2:13pm") is exact only to the minute.
+    exact = [e for e in errors if e.rpartition("|")[2].isdigit()]
+    if words := usage_limit_in([*exact, result.text or "" if result else "", *errors, facts.stderr_tail]):
         cls = FailureClass.TRANSIENT_OVERLOAD  # a self-healing window: waited for, never fatal
         return Verdict(False, cls, "usage-limit", reason or words, usage_limit=words)
     retries = [e for e in facts.events if e.kind == "retry"]
