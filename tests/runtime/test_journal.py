@@ -298,7 +298,7 @@ def test_a_rewritten_or_truncated_log_is_reported_and_scanned_again(tmp_path, ho
     elif how == "truncated":
         with log.open("r+b") as fh:
             fh.truncate(len(rec("fail", "1", cmd="aaaa")))
-    else:  # a new file (another inode) at the same path, other bytes (an identical copy is read on: test_journal_identity)
+    else:  # a new file (another inode) at the same path, other bytes (a copy is read on: test_journal_identity)
         fresh = tmp_path / "fresh.log"
         fresh.write_bytes(log.read_bytes().replace(b"aaaa", b"bbbb"))
         os.replace(fresh, log)
