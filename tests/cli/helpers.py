@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.actors import Actor
+from corral.domain.records import SCHEMA_VERSION
 from corral.domain.status import Status
 from corral.store import SQLiteStore
 
@@ -102,7 +103,7 @@ def json_error(result: Any, exit_code: int, code: str | None = None) -> dict[str
     assert result.returncode == exit_code, (result.returncode, result.stdout, result.stderr)
     doc = result.json()
     assert set(doc) == {"schema_version", "error"}, doc
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION
     assert set(doc["error"]) == {"code", "message", "hint"}, doc
     assert isinstance(doc["error"]["message"], str) and doc["error"]["message"]
     if code is not None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from corral.domain.actors import Actor, Role
-from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, RestingCause
+from corral.domain.records import SCHEMA_VERSION, AttemptOutcome, FailureEvidence, FeedbackDelivery, RestingCause
 from tests.cli.helpers import RFC3339_Z, create, json_error, no_traceback, park, store_of, times_in, to_working
 
 # DESIGN.md "CLI contract": what `corral show T --json` holds at least.
@@ -161,7 +161,7 @@ def _seed_a_rich_task(corral) -> str:
 def test_show_json_holds_the_documented_shape(corral) -> None:
     task_id = _seed_a_rich_task(corral)
     doc = corral.json("show", "rich")
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION == 2
     assert set(doc) >= SHOW_KEYS, SHOW_KEYS - set(doc)
     assert set(doc["task"]) >= TASK_KEYS, TASK_KEYS - set(doc["task"])
     assert doc["task"]["id"] == task_id
@@ -327,6 +327,6 @@ def test_an_error_turn_is_dated_when_it_ended_not_when_it_began(corral, tmp_path
     began, ended = datetime.fromisoformat(error["started_at"]), datetime.fromisoformat(error["ended_at"])
     assert (ended - began).total_seconds() >= 2
     text = corral.ok("show", "slowfail", env={**env, "TZ": "UTC"}).stdout
-    line = next(ln for ln in text.splitlines() if f"turn {error['sequence']} · " in ln)
+    line = next(ln for ln in text.splitlines() if f"turn {error['exchange']} · " in ln and " · agent" in ln)
     assert ended.astimezone(UTC).strftime("%H:%M:%S") in line  # its end, not its start
     assert began.astimezone(UTC).strftime("%H:%M:%S") not in line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from corral.domain.records import SCHEMA_VERSION
 from tests.cli.helpers import RFC3339_Z, create, json_error
 
 
@@ -36,7 +37,7 @@ def test_comment_on_an_unknown_task(corral) -> None:
 
 def test_journal_appends_and_reads_back_in_order(corral) -> None:
     create(corral, "Decided", "--ref", "decided")
-    assert corral.json("journal", "decided") == {"schema_version": 1, "task": "decided", "journal": []}
+    assert corral.json("journal", "decided") == {"schema_version": SCHEMA_VERSION, "task": "decided", "journal": []}
     assert "journal of decided is empty" in corral.ok("journal", "decided").stdout
     entries = [
         "Chose exponential backoff over a fixed delay.",

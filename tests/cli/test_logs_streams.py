@@ -144,7 +144,7 @@ def test_only_the_turns_that_wrote_output_are_listed(corral, agent_env):
     assert turn_dir(corral, task_id, 3, env).is_dir()  # the silent turn ran, and wrote nothing
     latest = corral.ok("logs", "quiet", env=env).stdout
     assert latest.startswith("══ turn 1 ") and "› out 1" in latest
-    missing = corral("logs", "quiet", "--turn", "3", "--json", env=env)
+    missing = corral("logs", "quiet", "--turn", "2", "--json", env=env)  # the second exchange: the silent one
     assert missing.returncode == 4
     error = json.loads(missing.stdout.splitlines()[-1])
     assert error["event"] == "error" and error["error"]["hint"] == "Turns with output: 1"
@@ -190,11 +190,12 @@ def test_follow_goes_on_into_the_auto_resumed_turn_and_ends_with_how_it_ended(co
     assert lines[1].startswith("── attempt 1 · started ")
     assert lines[2:4] == ["› before the crash", "err│ dying"]
     assert lines[4].startswith("── turn 1 ended: error — ")
-    assert lines[4].endswith(" (attempt 1: exit 137, signal 9, failed) · crashy is working · auto-resumed as turn 3")
-    assert lines[5].startswith("══ turn 3 · auto-resume · started ")
+    # Numbered as show numbers them: the crash ended exchange 1, the auto-resume is exchange 2.
+    assert lines[4].endswith(" (attempt 1: exit 137, signal 9, failed) · crashy is working · auto-resumed as turn 2")
+    assert lines[5].startswith("══ turn 2 · auto-resume · started ")
     assert lines[6].startswith("── attempt 1 · started ")
     assert lines[7] == "› after the resume"
-    assert lines[8] == "── turn 3 ended: completed (attempt 1: exit 0, succeeded) · crashy is blocked"
+    assert lines[8] == "── turn 2 ended: completed (attempt 1: exit 0, succeeded) · crashy is blocked"
     assert len(lines) == 9
 
     out = corral.ok("logs", "crashy", "--turn", "1", "--json", env=env).stdout

@@ -173,6 +173,13 @@ def _when(at: str | None) -> str:
     return local_time(at) if at else "?"
 
 
+def exchange(turn: dict[str, Any]) -> int:
+    """The number a person reads for a turn: its exchange (a message and its answer are one),
+    or the store's sequence in a document from before exchanges were numbered."""
+    number = turn.get("exchange")
+    return number if isinstance(number, int) else int(turn.get("sequence", turn.get("turn", 0)))
+
+
 def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(time, line) entries of status changes, turns and comments, in time order.
 
@@ -188,7 +195,7 @@ def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
         entries.append((c["at"], i, f"{src} → {c['to']} by {c['actor']}{reason}"))
     for t in doc["turns"]:
         who = t["actor"] or "agent"
-        line = f"turn {t['sequence']} · {t['kind']} · {who}"
+        line = f"turn {exchange(t)} · {t['kind']} · {who}"
         if t["feedback_delivery"] == "pending":
             line += " · feedback pending"
         if t.get("reason"):
@@ -258,7 +265,7 @@ def failure_details(doc: dict[str, Any]) -> list[str]:
     evidence = cause.get("evidence") if cause else None
     same_turn = next(
         (
-            t["sequence"]
+            exchange(t)
             for t in doc["turns"]
             if evidence
             and evidence.get("diagnostic")
@@ -271,13 +278,13 @@ def failure_details(doc: dict[str, Any]) -> list[str]:
         out.append("")
         out += failure_section(f"Failure ({where})", evidence, cause["code"])
     for t in doc["turns"]:
-        if t.get("failure") and t["sequence"] != same_turn:
+        if t.get("failure") and exchange(t) != same_turn:
             out.append("")
-            out += failure_section(f"Failure (turn {t['sequence']})", t["failure"])
+            out += failure_section(f"Failure (turn {exchange(t)})", t["failure"])
         failed = [a for a in t["attempts"] if a.get("failure") and a["outcome"] != "succeeded"]
         if len(t["attempts"]) > 1 and failed:
             out.append("")
-            out.append(f"Failed attempts (turn {t['sequence']}):")
+            out.append(f"Failed attempts (turn {exchange(t)}):")
             for a in failed:
                 f = a["failure"]
                 out.append(
@@ -471,7 +478,7 @@ def show_lines(
         out.append(f"{app.style('Your local changes are kept aside:', 'bold')} {kept['message']}")
         out.append(f"  Restore them: {kept['command']}")
     for put in doc.get("refs_put_back") or []:
-        label = app.style(f"Refs guarded (turn {put['turn']}):", "bold")
+        label = app.style(f"Refs guarded (turn {exchange(put)}):", "bold")
         out.append(f"{label} {one_line(put['line'])}")
     if doc["stopped_because"]:
         out.append(f"{app.style('Stopped because:', 'bold')} {one_line(doc['stopped_because'])}")

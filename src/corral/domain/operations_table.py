@@ -123,7 +123,7 @@ NOW: dict[Status, str] = {
     S.MERGING: "wait until the merge ends (corral wait {ref})",
     S.SUBMITTED: "accept it once the remote approves it: corral accept {ref}",
     S.ZOMBIE: "only wait: corral is completing it",
-    S.COMPLETE: "reopen it, saying why: corral reopen {ref} --reason 'it regressed'",
+    S.COMPLETE: "reopen it, saying why: corral reopen {ref} -m 'it regressed'",
     S.ABANDONED: "reopen it: corral reopen {ref}",
 }
 

@@ -19,7 +19,7 @@ from corral.domain.violations import Decision
 JSON = dict[str, Any]
 
 #: The version of every ``--json`` document corral prints (docs/cli.md): raised when one changes shape.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The task metadata key of an accept whose merge stands but whose destination's local changes
 #: were kept in a stash (what ``show`` says until the person restores them).

@@ -143,7 +143,14 @@ def logs(c: Calling, a: Args) -> dict[str, Any]:
             lines.extend(log_text.readable(harness, piece))
     last = a.whole("tail_lines", 200, low=1, high=100_000)
     text, cut = cut_text("\n".join(lines[-last:]))
-    return {"task": task.ref, "turn": seq, "lines": len(lines), "text": text, "truncated": cut or len(lines) > last}
+    return {
+        "task": task.ref,
+        "turn": turn_logs.exchange_numbers(project, task).get(seq, seq),  # the number show prints (its exchange)
+        "sequence": seq,
+        "lines": len(lines),
+        "text": text,
+        "truncated": cut or len(lines) > last,
+    }
 
 
 def diff(c: Calling, a: Args) -> dict[str, Any]:

@@ -806,6 +806,15 @@ class SQLTx:
         (count,) = self._db.execute("SELECT COUNT(*) FROM turns WHERE task_id = ?", (task_id,)).fetchone()
         return int(count)
 
+    def exchanges_before(self, task_id: str, sequence: int) -> int:
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM turns t WHERE t.task_id = ? AND t.sequence < ? AND NOT ("
+            "t.role = 'agent' AND t.command_id IS NOT NULL AND EXISTS ("
+            "SELECT 1 FROM turns h WHERE h.command_id = t.command_id AND h.role = 'human'))",
+            (task_id, sequence),
+        ).fetchone()
+        return int(row[0])
+
     def turns(self, task_id: str, *, last: int | None = None) -> list[Turn]:
         """Every turn of a task with its attempts, oldest first; with ``last``, only the latest ``last``.
 

@@ -68,6 +68,15 @@ class Follower:
         self.task = task
         self.harness = log_text.harness_of(self.project, task)
         self.unknown: list[int] = []  # attempts whose header came before their end was recorded
+        self.numbers: dict[int, int] = {}  # each turn's exchange number, by sequence: what a person reads
+
+    def exchange(self, seq: int | None) -> int | None:
+        """The exchange number of the turn ``seq`` (read again for a turn begun since)."""
+        if seq is None:
+            return None
+        if seq not in self.numbers:
+            self.numbers = turn_logs.exchange_numbers(self.project, self.task)
+        return self.numbers.get(seq)
 
     # -- the turn's state ------------------------------------------------------------------
     def running(self, seq: int) -> bool:
@@ -79,9 +88,16 @@ class Follower:
     def turn_header(self, facts: TurnFacts) -> None:
         kind = facts.kind or "turn"
         started = f" · started {local_time(facts.started_at)}" if facts.started_at else ""
+        number = self.exchange(facts.sequence)
         self.app.event(
-            {"event": "turn", "turn": facts.sequence, "kind": facts.kind, "started_at": rfc3339(facts.started_at)},
-            f"══ turn {facts.sequence} · {kind}{started}",
+            {
+                "event": "turn",
+                "turn": facts.sequence,
+                "exchange": number,
+                "kind": facts.kind,
+                "started_at": rfc3339(facts.started_at),
+            },
+            f"══ turn {number or facts.sequence} · {kind}{started}",
         )
 
     def attempt_header(self, seq: int, start: AttemptStart, facts: TurnFacts) -> None:
@@ -151,12 +167,14 @@ class Follower:
         doc: dict[str, Any] = {
             "event": "end",
             "turn": facts.sequence,
+            "exchange": self.exchange(facts.sequence),
             "running": running,
             "answer": facts.answer,
             "outcome": outcome,
             "reason": None,
             "status": None,
             "next_turn": next_turn,
+            "next_exchange": self.exchange(next_turn),
             "attempts": [
                 {
                     "attempt": a.number,
@@ -168,8 +186,9 @@ class Follower:
                 for a in facts.attempts.values()
             ],
         }
+        said = self.exchange(facts.sequence) or facts.sequence
         if running:
-            text = f"── turn {facts.sequence} is still running; corral logs -f {self.task.ref} follows it"
+            text = f"── turn {said} is still running; corral logs -f {self.task.ref} follows it"
             self.app.event(doc, text)
             return
         shown = queries.task_doc(self.project, self.task.id)
@@ -178,7 +197,7 @@ class Follower:
         status = shown["task"]["status"]
         doc.update(reason=reason, status=status)
         how = outcome or "not recorded yet"
-        text = f"── turn {facts.sequence} ended: {how}"
+        text = f"── turn {said} ended: {how}"
         if reason:
             text += f" — {reason}"
         ends = [_attempt_end(facts.attempts[n]) for n in self.unknown if n in facts.attempts]
@@ -187,7 +206,7 @@ class Follower:
         self.unknown = []
         text += f" · {self.task.ref} is {status}"
         if next_turn is not None:
-            text += f" · auto-resumed as turn {next_turn}"
+            text += f" · auto-resumed as turn {self.exchange(next_turn) or next_turn}"
         self.app.event(doc, text)
 
     # -- the loop --------------------------------------------------------------------------
@@ -259,7 +278,7 @@ sequences (an ESC shows as \\x1b). See docs/logs.md.
 )
 @click.argument("task")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the turn ends, into an auto-resumed turn.")
-@click.option("--turn", type=int, metavar="N", help="The turn's sequence number (default: the latest).")
+@click.option("--turn", type=int, metavar="N", help="The turn's number, as show prints it (default: the latest).")
 @click.option(
     "--raw",
     is_flag=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
+from corral.domain import exchanges
 from corral.domain.actors import Role
 from corral.domain.records import Task
 from corral.domain.status import Status
@@ -57,9 +58,15 @@ def current(project: Project, task_id: str) -> Current:
     return Current(turn.sequence, turn.kind, working)
 
 
+def exchange_numbers(project: Project, task: Task) -> dict[int, int]:
+    """Each turn's exchange number (domain/exchanges.py), by its sequence: the number a person reads."""
+    with project.store.read() as tx:
+        return exchanges.number(tx.turns(task.id))
+
+
 def pick_turn(project: Project, task: Task, turn: int | None, *, follow: bool = False) -> int:
-    """The log turn to show: ``turn`` (an agent turn's number names the turn that launched it), or
-    the running turn, or the latest with output."""
+    """The log turn (its sequence) to show: exchange ``turn`` (the number ``show`` prints), or the
+    running turn, or the latest with output. A number no exchange has is refused, never taken for another."""
     project.placement.bring_files(project, task.id)  # a turn another host ran: its files, from the store
     available = log_turns(project, task)
     if turn is None:
@@ -71,14 +78,25 @@ def pick_turn(project: Project, task: Task, turn: int | None, *, follow: bool = 
                 f"Task {task.ref} has no turn output yet.", code="no-logs", hint=f"Start it: corral start {task.ref}"
             )
         return available[-1]
-    seq = turn
+    with project.store.read() as tx:
+        history = tx.turns(task.id)
+    numbers = exchanges.number(history)
+    last = max(numbers.values(), default=0)
+    if not 1 <= turn <= last:
+        have = f"its turns are 1 to {last}" if last > 1 else "it has one turn" if last else "it has no turns yet"
+        raise NotFoundError(
+            f"{task.ref} has no turn {turn}: {have}.",
+            code="no-such-turn",
+            hint=f"corral show {task.ref} numbers its turns; corral logs {task.ref} shows the latest",
+        )
+    # The exchange's output is in the directory of the turn that launched it; an error recorded on
+    # its own names the turn whose output it ended (log_turn).
+    seq = next(t.sequence for t in history if numbers[t.sequence] == turn)
+    found = next(t for t in history if t.sequence == seq)
+    if found.role is Role.AGENT and isinstance(found.details.get("log_turn"), int):
+        seq = found.details["log_turn"]
     if seq not in available:
-        with project.store.read() as tx:
-            found = next((t for t in tx.turns(task.id) if t.sequence == turn), None)
-        if found is not None and found.role is Role.AGENT and isinstance(found.details.get("log_turn"), int):
-            seq = found.details["log_turn"]
-    if seq not in available:
-        listed = ", ".join(map(str, available)) if available else "none yet"
+        listed = ", ".join(str(numbers.get(s, s)) for s in available) if available else "none yet"
         raise NotFoundError(
             f"Turn {turn} of {task.ref} has no output.", code="no-logs", hint=f"Turns with output: {listed}"
         )

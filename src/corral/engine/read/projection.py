@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
+from corral.domain import exchanges
 from corral.domain.actors import Role
 from corral.domain.breaker import breaker_tripped
 from corral.domain.clock import rfc3339
@@ -73,9 +74,14 @@ class _Failures:
     """
 
     def __init__(
-        self, task: Task, diagnostics_dir: Path | None, intervals: Sequence[WaitInterval] | None = None
+        self,
+        task: Task,
+        diagnostics_dir: Path | None,
+        intervals: Sequence[WaitInterval] | None = None,
+        exchanges: dict[int, int] | None = None,
     ) -> None:
         self.task = task
+        self.exchanges = exchanges or {}  # each shown turn's exchange number, by its sequence
         self.intervals = intervals
         self.dir = str(diagnostics_dir) if diagnostics_dir is not None else None
         self._kept: set[str] | None = None
@@ -149,6 +155,8 @@ class _Failures:
         failed = t.failure is not None
         return {
             "sequence": t.sequence,
+            # The turn as a person counts it: a message and its answer are one exchange (domain/exchanges.py).
+            "exchange": self.exchanges.get(t.sequence),
             "role": t.role.value,
             "actor": t.actor.value if t.actor else None,
             "kind": t.kind,
@@ -383,7 +391,8 @@ def show_latest(
         return shown, 0
     kept = tx.turns(task.id, last=keep)
     since = kept[0].started_at if kept else None
-    doc = _show(tx, task, live, kept, since, breaker_threshold, diagnostics, intervals, live_of)
+    before = tx.exchanges_before(task.id, kept[0].sequence) if kept else 0
+    doc = _show(tx, task, live, kept, since, breaker_threshold, diagnostics, intervals, live_of, before)
     return doc, total - len(kept)
 
 
@@ -397,9 +406,10 @@ def _show(
     diagnostics: Path | None,
     intervals: Sequence[WaitInterval] | None = None,
     live_of: LiveOf | None = None,
+    before: int = 0,
 ) -> dict[str, Any]:
     v = view(tx, task, live, breaker_threshold=breaker_threshold)
-    failures = _Failures(task, diagnostics, intervals)
+    failures = _Failures(task, diagnostics, intervals, exchanges.number(turns, before=before))
     comments = tx.comments(task.id)
     if since is not None:
         comments = [n for n in comments if n.at >= since]
@@ -415,10 +425,10 @@ def _show(
         "children": [child_json(c, live_of) for c in tx.children(task.id)],
         "resting_cause": failures.cause(task.resting_cause),
         "destination_restore_conflict": _restore_conflict(task),
-        "refs_put_back": refs_put_back(turns),
+        "refs_put_back": refs_put_back(turns, failures.exchanges),
         "agent_tools": agent_tools_json(task),
         "sandbox": sandbox_json(task),
-        "post_turn_check": check_json(turns),
+        "post_turn_check": check_json(turns, failures.exchanges),
         "failure_rule": failure_rule_json(task),
         # Which worker runs (or last ran) the task's turn, under which epoch (docs/workers.md).
         "lease": lease.as_view() if (lease := tx.lease(task.id)) is not None else None,
@@ -446,7 +456,7 @@ def agent_tools_json(task: Task) -> dict[str, Any] | None:
     return {"mcp": note.get("mcp") is True, "absent": absent if isinstance(absent, str) else None}
 
 
-def check_json(turns: Sequence[Turn]) -> dict[str, Any] | None:
+def check_json(turns: Sequence[Turn], numbers: dict[int, int] | None = None) -> dict[str, Any] | None:
     """The newest post-turn check among the shown turns: its command, exit and where it ran."""
     for t in reversed(turns):
         check = t.details.get("check") if t.role is Role.AGENT and t.details else None
@@ -454,6 +464,7 @@ def check_json(turns: Sequence[Turn]) -> dict[str, Any] | None:
             where = check.get("confinement")
             return {
                 "turn": t.sequence,
+                "exchange": (numbers or {}).get(t.sequence),
                 "command": check.get("command"),
                 "exit_code": check.get("exit_code"),
                 "timed_out": check.get("timed_out") is True,
@@ -500,7 +511,7 @@ def failure_rule_json(task: Task) -> dict[str, Any] | None:
     return {"rule": "intents", "why": None}
 
 
-def refs_put_back(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+def refs_put_back(turns: Sequence[Turn], numbers: dict[int, int] | None = None) -> list[dict[str, Any]]:
     """Each shown agent turn that moved refs other than its branch: the moves and one plain line."""
     out = []
     for t in turns:
@@ -516,7 +527,8 @@ def refs_put_back(turns: Sequence[Turn]) -> list[dict[str, Any]]:
                 line = f"corral could not check the refs after the turn ({refs.get('error')})."
             if line is None:
                 continue
-            out.append({"turn": t.sequence, "moves": refs.get("moves") or [], "line": line})
+            moves = refs.get("moves") or []
+            out.append({"turn": t.sequence, "exchange": (numbers or {}).get(t.sequence), "moves": moves, "line": line})
     return out
 
 
