@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""What corral's Pi extension costs a confined Pi turn (docs/harnesses.md#pi).
+
+Real corral turns of the real Pi, confined (bubblewrap), against the scripted model server, each
+scripted to call ``bash`` ``--calls`` times (``true``) and answer. Two kinds of turn, alternated
+``--runs`` times after one warm-up of each:
+
+- **with the extension**: corral's tools on, so Pi loads ``corral_tools.ts`` (jiti, the endpoint's
+  ``tools/list``) and its ``bash`` is corral's, run by the daemon in the turn's sandbox;
+- **without**: corral's tools off, so Pi runs as before, its built-in ``bash`` in its own process.
+
+Figures: the launch, from the attempt's start (the receipt's ``started_at``: the supervisor
+spawning bwrap) to the model server's first request; and a shell call, the time between two
+consecutive model requests (the answer streamed, the call made, its result sent back: the same but
+for the call itself), median over every call of every run.
+
+Targets: the extension adds under 100 ms to the launch (median) and under 20 ms to a shell call (median).
+
+    .venv/bin/python bench/bench_pi_extension.py [--runs 5] [--calls 10]
+
+Results are printed and written to bench/results/bench_pi_extension.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support import pi as pi_support
+from tests.support.model_server import ScriptedServer, Text, ToolUse
+
+from benchlib import (
+    corral_command,
+    drop_scratch,
+    finish,
+    hermetic_env,
+    load,
+    machine,
+    make_repo,
+    median,
+    parse_args,
+    percentile,
+    scratch_dir,
+    scratch_options,
+    stop_daemon,
+    verdict,
+)
+
+LAUNCH_TARGET_MS = 100.0
+CALL_TARGET_MS = 20.0
+MODES = ("with", "without")
+
+
+def corral(env: dict[str, str], repo: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*corral_command(), *args], cwd=repo, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def one_turn(
+    env: dict[str, str], repo: Path, home: Path, server: ScriptedServer, ref: str, calls: int
+) -> dict[str, Any]:
+    """One confined Pi turn of ``calls`` shell calls: its launch and each call's interval, in ms."""
+    before = len(server.script_requests)
+    server.steps.extend([*(ToolUse("bash", {"command": "true"}) for _ in range(calls)), Text("done")])
+    made = corral(env, repo, "create", f"Bench {ref}", "--ref", ref, "--harness", "pi", "--model",
+                  f"{pi_support.PROVIDER}/{pi_support.MODEL}")  # fmt: skip
+    if made.returncode != 0:
+        raise SystemExit(f"corral create failed: {made.stderr}")
+    ran = corral(env, repo, "start", ref, "--wait", "--timeout", "150")
+    shown = json.loads(corral(env, repo, "show", ref, "--json").stdout)
+    requests = server.script_requests[before:]
+    if shown["task"]["status"] != "blocked" or len(requests) != calls + 1:
+        raise SystemExit(f"the {ref} turn did not run its script: {ran.stderr[-2000:]}")
+    [receipt] = home.glob(f"projects/*/tasks/{shown['task']['id']}/turns/*/response.json")
+    started = datetime.fromisoformat(json.loads(receipt.read_text())["attempts"][0]["started_at"]).timestamp()
+    errors = [r for r in requests[1:] if any(b.get("is_error") for b in r.tool_results()[-1:])]
+    if errors:
+        raise SystemExit(f"a shell call of {ref} failed: {errors[0].tool_results()[-1]}")
+    return {
+        "launch_ms": (requests[0].at - started) * 1000,
+        "call_ms": [(b.at - a.at) * 1000 for a, b in itertools.pairwise(requests)],
+        "tools_offered": sorted(t["name"] for t in requests[0].body.get("tools", [])),
+    }
+
+
+def main() -> int:
+    parser = scratch_options(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=10)
+    args = parse_args(parser, {"runs": 1, "calls": 2})
+    result: dict[str, Any] = {"machine": machine(), "load_before": load(), "runs": args.runs, "calls": args.calls}
+    pi = pi_support.pi_bin()
+    result["pi"] = pi_support.pi_version(pi)
+    base = scratch_dir("pi-extension", args)
+    server = ScriptedServer([])
+    home = base / "corral-home"
+    env: dict[str, str] = {}
+    ok = False
+    try:
+        repo = make_repo(base / "repo")
+        agent_dir = pi_support.write_user_provider(base / "pi-agent", server)
+        env = hermetic_env(home, base / "pycache")
+        env = {k: v for k, v in env.items() if not k.startswith(("PI_", "ANTHROPIC_"))}
+        env.update(
+            {
+                "HOME": str(base / "home"),
+                "PI_CODING_AGENT_DIR": str(agent_dir),
+                "PI_OFFLINE": "1",
+                "PI_TELEMETRY": "0",
+                pi_support.KEY_VARIABLE: pi_support.TEST_API_KEY,
+                "CORRAL_PI_BIN": str(pi),
+                "CORRAL_SANDBOX": "bwrap",
+                "CORRAL_AUTO_RESUME": "0",
+            }
+        )
+        (base / "home").mkdir()
+        figures: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+        for run in range(-1, args.runs):  # run -1: a warm-up of each (the daemon started, caches filled)
+            for mode in MODES if run % 2 else reversed(MODES):
+                tools = {"CORRAL_AGENT_TOOLS": "1" if mode == "with" else "0"}
+                turn = one_turn({**env, **tools}, repo, home, server, f"{mode}-{run + 1}", args.calls)
+                if run >= 0:
+                    figures[mode].append(turn)
+        launch = {m: median([t["launch_ms"] for t in figures[m]]) for m in MODES}
+        calls = {m: [c for t in figures[m] for c in t["call_ms"]] for m in MODES}
+        call = {m: median(calls[m]) for m in MODES}
+        added_launch, added_call = launch["with"] - launch["without"], call["with"] - call["without"]
+        launch_ok, call_ok = added_launch < LAUNCH_TARGET_MS, added_call < CALL_TARGET_MS
+        result.update(
+            {
+                "tools_offered": {m: figures[m][0]["tools_offered"] for m in MODES},
+                "launch_ms": {m: [round(t["launch_ms"], 1) for t in figures[m]] for m in MODES},
+                "launch_median_ms": {m: round(v, 1) for m, v in launch.items()},
+                "launch_added_ms": round(added_launch, 1),
+                "call_median_ms": {m: round(v, 1) for m, v in call.items()},
+                "call_p90_ms": {m: round(percentile(calls[m], 90), 1) for m in MODES},
+                "call_added_ms": round(added_call, 1),
+            }
+        )
+        print(f"Pi {result['pi']}, confined, {args.runs} runs x {args.calls} shell calls of each kind")
+        print(f"  offered with the extension: {', '.join(result['tools_offered']['with'])}")
+        print(f"  offered without:            {', '.join(result['tools_offered']['without'])}")
+        print(
+            f"Launch (attempt start -> first model request), median: with {launch['with']:.0f} ms, "
+            f"without {launch['without']:.0f} ms; added {added_launch:.0f} ms "
+            f"(target < {LAUNCH_TARGET_MS:.0f}) {verdict(launch_ok)}"
+        )
+        print(
+            f"Shell call (request to request), median: with {call['with']:.1f} ms, without {call['without']:.1f} ms "
+            f"(p90 {result['call_p90_ms']['with']:.1f} / {result['call_p90_ms']['without']:.1f}); added "
+            f"{added_call:.1f} ms (target < {CALL_TARGET_MS:.0f}) {verdict(call_ok)}"
+        )
+        ok = launch_ok and call_ok
+    finally:
+        if env:
+            stop_daemon(env, base / "repo")
+        server.close()
+        drop_scratch(base, args.keep)
+    return finish("bench_pi_extension", result, ok)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    raise SystemExit(main())
