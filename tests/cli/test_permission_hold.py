@@ -54,12 +54,14 @@ def test_the_hold_is_shown_and_only_a_confirmed_retry_releases_it(corral: CLI, h
     assert doc["permission_hold"] == {
         "incident": held["incident"],
         "permission_resource": "credential-files",
-        "summary": "bash failed: cannot read ~/.aws/credentials",
+        "summary": f"a failed bash call ({held['incident']})",  # never the tool's output (its paths)
         "reported_by": "agent",
         "remote_outcome": "unknown",
     }
     text = corral.ok("show", "deploy").stdout
     assert "Held:     the agent reported that a permission (credential-files) blocked" in text
+    held_line = next(line for line in text.splitlines() if line.startswith("Held:"))
+    assert ".aws/credentials" not in held_line and "credential cache" not in held_line
     assert "agent-reported; the remote outcome is unknown" in text
     assert "corral unblock deploy --retry-blocked" in text
     # ordinary feedback does not run it

@@ -190,7 +190,7 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     """``sh -c command`` in the turn's sandbox and worktree (never in this process), as a process of the
     turn (module docstring); output capped and masked."""
     from corral.adapters import sandbox
-    from corral.domain.redact import redact, secret_values
+    from corral.domain.redact import redact
     from corral.engine.runtime import ref_guard, ref_snapshot
 
     spec = turn.command.sandbox
@@ -263,7 +263,7 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     timed_out, ended = watch(proc, agent.matches, timeout)
     for reader in readers:
         reader.join(5)
-    secrets = secret_values(os.environ)
+    secrets = agent_secrets(agent.pid)
 
     def shown(data: bytes) -> str:
         return redact(data[:OUTPUT_BYTES].decode("utf-8", "replace"), secrets)
@@ -272,6 +272,30 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     code = None if timed_out or ended else proc.returncode
     head = command if len(command) <= COMMAND_SHOWN else command[: COMMAND_SHOWN - 1] + "…"
     return Ran(code, shown(out), shown(err), timed_out=timed_out, ended_with_turn=ended, command=redact(head, secrets))
+
+
+def agent_secrets(pid: int) -> list[str]:
+    """The secrets to mask in what the shell returns: the values of the secret-named variables of the
+    agent's own environment (read from the live process, never stored), and of this process's.
+
+    The shell runs in the daemon, whose environment is not the agent's: the turn was launched by
+    whichever process started it (a person's shell, an auto-resume by the daemon), and a secret only
+    the agent's environment holds is masked all the same.
+    """
+    from corral.domain.redact import secret_values
+
+    own = set(secret_values(os.environ))
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return sorted(own, key=len, reverse=True)  # the agent is gone, or its environment unreadable
+    env = {}
+    for entry in data.decode("utf-8", "surrogateescape").split("\0"):
+        name, sep, value = entry.partition("=")
+        if sep:
+            env[name] = value
+    return sorted(own | set(secret_values(env)), key=len, reverse=True)
 
 
 def watch(proc: Started, agent_alive: Callable[[], bool], timeout: float) -> tuple[bool, bool]:

@@ -3,8 +3,11 @@
 Everything passes through the one safe translator (``read/translator``). Raw harness protocol
 (a JSON line of the agent's stream) is never copied: such a line is read through the harness's
 own parser and only allowlisted event fields are kept (assistant text, tool names, tool
-errors, the result), so thinking blocks, tool inputs, the prompt and environment values never
-enter. Plain output lines (a command's stdout, stderr) stay exact apart from masking.
+errors, the result), masked after they are parsed, so thinking blocks, tool inputs, the prompt
+and environment values never enter. A line that opens as an object and no longer parses (a
+secret masked inside it by the supervisor broke its JSON) is a protocol line too: omitted, never
+taken for plain output. Plain output lines (a command's stdout, stderr) stay exact apart from
+masking.
 """
 
 from __future__ import annotations
@@ -123,9 +126,11 @@ def translate_output(
         stripped = line.strip()
         if not stripped:
             continue
-        if stripped.startswith("{") and _is_json_object(stripped):
+        if stripped.startswith("{"):
+            # A protocol line (or what is left of one: masking a secret inside it may have broken its
+            # JSON) is never copied; one that parses gives its allowlisted fields, masked as read.
             out.protocol_lines += 1
-            if harness is not None:
+            if harness is not None and _is_json_object(stripped):
                 try:
                     parsed = harness.parse(stripped.encode("utf-8"))
                 except Exception:

@@ -132,8 +132,16 @@ def permission_hold(project: Project, task: Task) -> Hold | None:
     done = set(released) if isinstance(released, list) else set()
     for incident in state.incidents.values():
         if incident.permission_resource and incident.label is Label.ACTION_REQUIRED and incident.id not in done:
-            return Hold(incident.id, incident.permission_resource, incident.summary)
+            return Hold(incident.id, incident.permission_resource, _blocked(incident))
     return None
+
+
+def _blocked(incident: Incident) -> str:
+    """What a hold says was blocked: the failed call, by its tool and its incident — never the tool's
+    output (paths, a command line) nor the agent's words, which ``corral failures`` shows on request."""
+    tool = incident.summary.split(" failed", 1)[0].split(" was not run", 1)[0].strip() or "tool"
+    tool = tool if len(tool) <= 60 and " " not in tool else "tool"
+    return f"a failed {tool} call ({incident.id})"
 
 
 def rows(state: FailureState, *, history: bool = False, raw: bool = False) -> list[dict[str, Any]]:
