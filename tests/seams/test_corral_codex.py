@@ -280,13 +280,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.timeout(180)  # the reset is up to a minute ahead
+@pytest.mark.timeout(180)
 def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_thread(make_rig: Any) -> None:
     # ChatGPT's 429 for an account's usage limit. Codex 0.171 does not retry it and prints the
     # reset as a clock time to the minute: "You’ve hit your usage limit. Try again at 2:09 PM."
-    # (local time; TZ pins it to UTC, the zone corral reads a clock time in). So the reset is on
-    # a minute boundary, at least a few seconds ahead.
-    reset = (int(time.time()) + 5 + 59) // 60 * 60
+    # (local time, the zone corral reads a clock time in). So the reset is on a minute boundary of
+    # the local zone, 12 s ahead: TZ pins a zone whose offset from UTC, in seconds, puts one there
+    # (a POSIX zone may be any whole number of seconds off), rather than waiting up to a minute
+    # for UTC's next.
+    reset = int(time.time()) + 12
+    offset = -reset % 60  # the local time at the reset is a whole minute
     limit = {
         "error": {
             "type": "usage_limit_reached",
@@ -297,20 +300,21 @@ def test_a_usage_limit_with_a_stated_reset_waits_for_it_and_resumes_the_same_thr
         }
     }
     rig = make_rig([Error(429, body=limit), Message("done after the reset")])
-    rig.env["TZ"] = "UTC"
+    rig.env["TZ"] = f"<+0000>-00:00:{offset:02d}"  # POSIX: the local time is UTC plus the offset
     ref = rig.create("Say hello")
     rig.corral.ok("start", ref, env=rig.env)
     assert rig.server.wait_for_requests(1, timeout=30)
 
     paused = until_substate(lambda: rig.show(ref), "waiting: usage limit", timeout=30)
     assert paused["task"]["status"] == "working"
-    assert paused["task"]["substate"] == f"waiting: usage limit (resets {time.strftime('%H:%M', time.gmtime(reset))})"
+    local = time.strftime("%H:%M", time.gmtime(reset + offset))
+    assert paused["task"]["substate"] == f"waiting: usage limit (resets {local})"
     assert "working(waiting: usage limit (resets " in rig.run("list").stdout
     pauses = json.loads((Path(os.environ["CORRAL_HOME"]) / "usage-limits.json").read_text())
     [record] = pauses["accounts"].values()
     assert record["harness"] == "codex" and "hit your usage limit" in record["reason"]
 
-    waited = rig.run("wait", ref, "--timeout", "90", timeout=120)  # the reset may be 65 s away
+    waited = rig.run("wait", ref, "--timeout", "90", timeout=120)
     assert waited.returncode == 0, (waited.stderr, rig.run("show", ref).stdout)
     first, second = rig.server.script_requests
     assert second.at >= reset, "no model request before the reset"
