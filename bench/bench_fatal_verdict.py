@@ -59,6 +59,7 @@ from benchlib import (
     machine,
     make_repo,
     median,
+    parse_args,
     percentile,
     scratch_dir,
     scratch_options,
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--baseline", action="store_true", help="also time Claude Code alone at its defaults (~3 minutes)")
     scratch_options(p)
-    args = p.parse_args(argv)
+    args = parse_args(p, {"reps": 1, "harness": ["claude"]}, argv)
 
     base = scratch_dir("fatal", args)
     result: dict[str, Any] = {

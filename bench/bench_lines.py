@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Spawner, hermetic_env, load, machine, verdict, write_results
+from benchlib import Spawner, finish, hermetic_env, load, machine, parse_args, verdict
 
 TIME_TARGET_S = 1.0
 RSS_TARGET_MB = 16.0  # above the floor
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk", type=int, default=64 * 1024, help="bytes per feed (default 65536)")
     p.add_argument("--old-mb", type=int, default=8, help="line for the old splitter, MB (0: skip; default 8)")
     p.add_argument("--reps", type=int, default=3, help="runs per case, the best kept (default 3)")
-    args = p.parse_args(argv)
+    args = parse_args(p, {"mb": 2, "old_mb": 0, "reps": 1}, argv)
 
     base = Path(tempfile.mkdtemp(prefix="corral-bench-lines-"))
     env = hermetic_env(base / "home", pycache=base / "pycache")
@@ -158,13 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             "targets": {"seconds": TIME_TARGET_S, "rss_over_floor_mb": RSS_TARGET_MB},
             "cases": stats,
             "rss_over_floor_mb": round(one["peak_rss_mb"] - floor, 1),
-            "load_after": load(),
-            "pass": ok,
         }
     )
-    path = write_results("bench_lines", result)
-    print(f"Overall: {verdict(ok)}   (results: {path})")
-    return 0 if ok else 1
+    return finish("bench_lines", result, ok)
 
 
 if __name__ == "__main__":

@@ -188,7 +188,18 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--serve"]:
     sys.exit(serve())
 
 from bench_cli import new_store  # noqa: E402
-from benchlib import drop_scratch, finish, load, machine, make_repo, percentile, scratch_dir, scratch_options, verdict  # noqa: E402
+from benchlib import (  # noqa: E402
+    drop_scratch,
+    finish,
+    load,
+    machine,
+    make_repo,
+    parse_args,
+    percentile,
+    scratch_dir,
+    scratch_options,
+    verdict,
+)
 from seed_store import Shape  # noqa: E402
 
 
@@ -595,7 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-profile", action="store_true", help="never profile or sample, even when a target is missed")
     scratch_options(p)
-    args = p.parse_args(argv)
+    quick = {"calls": 2, "warmup": 1, "tasks": 400, "turns": 3_000, "waits": 2, "wait_seconds": 5.0}
+    quick.update({"idle_seconds": 0.5, "page": 5, "inproc_calls": 2, "no_what_if": True, "no_profile": True})
+    args = parse_args(p, quick, argv)
     args.sample_server = args.sample_server or args.profile
     subtasks = max(args.waits, args.page, 1)
 

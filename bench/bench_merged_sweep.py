@@ -54,6 +54,7 @@ from benchlib import (
     machine,
     make_repo,
     median,
+    parse_args,
     scratch_dir,
     scratch_options,
     verdict,
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=10, help="timed rounds per size (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed lists first (default 2)")
     scratch_options(p)
-    args = p.parse_args(argv)
+    args = parse_args(p, {"branches": [5], "reps": 1, "warmup": 0}, argv)
 
     base = scratch_dir("merged", args)
     cc = corral_command()

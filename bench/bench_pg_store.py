@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.postgres import Server, admin, with_database
 
-from benchlib import finish, machine, median, percentile
+from benchlib import finish, machine, median, parse_args, percentile
 from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.store import NewTask
@@ -89,7 +89,7 @@ def main() -> int:
     p.add_argument("--url", default=os.environ.get("CORRAL_TEST_PG_URL"), help="a PostgreSQL server to use")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--slice", type=float, default=4.0, help="seconds per stream per round")
-    args = p.parse_args()
+    args = parse_args(p, {"rounds": 1, "slice": 0.2})
 
     server = None if args.url else Server()
     base = args.url or (server.url if server else "")

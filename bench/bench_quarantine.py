@@ -39,7 +39,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchlib import drop_scratch, finish, load, machine, make_repo, median, percentile, scratch_dir, scratch_options
+from benchlib import (
+    drop_scratch,
+    finish,
+    load,
+    machine,
+    make_repo,
+    median,
+    parse_args,
+    percentile,
+    scratch_dir,
+    scratch_options,
+)
 from corral.adapters.git import Git
 from corral.engine.runtime import branch_check, quarantine
 from corral.engine.runtime.gitfacts import GitProbe
@@ -139,7 +150,7 @@ def main() -> int:
     p.add_argument("--files", type=int, default=30_000)
     p.add_argument("--objects", type=int, default=100)
     p.add_argument("--reps", type=int, default=20)
-    args = p.parse_args()
+    args = parse_args(p, {"files": 200, "objects": 5, "reps": 1})
     base = scratch_dir("quarantine", args)
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "target_ms": TARGET_MS}
     try:

@@ -43,7 +43,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchlib import drop_scratch, finish, load, machine, make_repo, median, percentile, scratch_dir, scratch_options
+from benchlib import (
+    drop_scratch,
+    finish,
+    load,
+    machine,
+    make_repo,
+    median,
+    parse_args,
+    percentile,
+    scratch_dir,
+    scratch_options,
+)
 from corral.adapters.git import Git
 from corral.engine.runtime import ref_guard, ref_restore, ref_snapshot
 
@@ -139,7 +150,7 @@ def main() -> int:
     p = scratch_options(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     p.add_argument("--refs", type=int, default=1000)
     p.add_argument("--reps", type=int, default=30)
-    args = p.parse_args()
+    args = parse_args(p, {"refs": 20, "reps": 1})
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "target_ms": TARGET_MS}
     base = scratch_dir("ref-guard", args)
     try:

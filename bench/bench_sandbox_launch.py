@@ -37,7 +37,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchlib import drop_scratch, finish, load, machine, make_repo, median, percentile, scratch_dir, scratch_options
+from benchlib import (
+    drop_scratch,
+    finish,
+    load,
+    machine,
+    make_repo,
+    median,
+    parse_args,
+    percentile,
+    scratch_dir,
+    scratch_options,
+)
 from corral.adapters import sandbox as sandboxing
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import TurnRequest
@@ -141,7 +152,7 @@ def bare_exec(argv: list[str], cwd: Path) -> float:
 def main() -> int:
     parser = scratch_options(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--runs", type=int, default=30, help="launches of each kind")
-    args = parser.parse_args()
+    args = parse_args(parser, {"runs": 1})
     if sandboxing.find_bwrap() is None:
         print(f"bubblewrap is not installed: {sandboxing.INSTALL_HINT}")
         return 1

@@ -46,14 +46,15 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cli import Command, expect_text, measure, row
+from bench_cli import Command, expect_text, measure, row, shows_turns
 from benchlib import (
     corral_command,
     drop_scratch,
@@ -62,6 +63,7 @@ from benchlib import (
     load,
     machine,
     make_repo,
+    parse_args,
     scratch_dir,
     scratch_options,
     verdict,
@@ -273,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pruned", type=float, default=0.1, help="share of diagnostics past 90 days (default 0.1)")
     p.add_argument("--profile", action="store_true", help="also profile one show in-process")
     scratch_options(p)
-    args = p.parse_args(argv)
+    args = parse_args(p, {"reps": 1, "warmup": 0, "turns": 20, "tasks": 0}, argv)
 
     base = scratch_dir("show-failures", args)
     scratch = base / "out"
@@ -313,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         last = made["turns"]
         commands = [
-            Command(f"show {REF}", [*cc, "show", REF], env, expect_text(f"turn {last} ·", "Stopped because:")),
+            Command(f"show {REF}", [*cc, "show", REF], env, shows_turns(last, "Stopped because:")),
             Command(
                 f"show {REF} --details",
                 [*cc, "show", REF, "--details"],

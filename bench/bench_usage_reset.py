@@ -38,16 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (
     corral_command,
     drop_scratch,
+    fake_claude,
     finish,
     hermetic_env,
     load,
     machine,
     make_repo,
     median,
+    parse_args,
     scratch_dir,
     scratch_options,
+    stop_daemon,
 )
-from corral.testing.fake_agent import wrapper_script
 
 THROUGH = [{"init": True}, {"text": "back at it"}, {"result": "Done."}]
 
@@ -55,22 +57,18 @@ THROUGH = [{"init": True}, {"text": "back at it"}, {"result": "Done."}]
 def one_run(base: Path, n: int, tasks: int, lead: float) -> dict[str, Any]:
     run = base / f"run-{n}"
     repo = make_repo(run / "repo")
-    record = run / "agent" / "record"
-    scenario = run / "agent" / "scenario.json"
     reset = int(time.time() + lead) + 1
     limit = [{"init": True}, {"result": f"Claude AI usage limit reached|{reset}", "is_error": True}]
-    scenario.parent.mkdir(parents=True)
-    scenario.write_text(json.dumps({"invocations": [limit], "default": THROUGH}))
-    env = hermetic_env(
-        run / "home",
-        pycache=base / "pycache",
-        extra={
-            "CORRAL_CLAUDE_BIN": str(wrapper_script(run / "agent" / "bin")),
-            "CORRAL_FAKE_SCENARIO": str(scenario),
-            "CORRAL_FAKE_RECORD": str(record),
-        },
-    )
+    env = hermetic_env(run / "home", pycache=base / "pycache")
+    record = fake_claude(run / "agent", env, {"invocations": [limit], "default": THROUGH})
     cc = corral_command()
+    try:
+        return _run(repo, env, record, cc, reset, tasks, lead)
+    finally:
+        stop_daemon(env, repo)
+
+
+def _run(repo: Path, env: dict[str, str], record: Path, cc: list[str], reset: int, tasks: int, lead: float) -> Any:
 
     def corral(*args: str) -> Any:
         out = subprocess.run([*cc, *args, "--json"], cwd=repo, env=env, capture_output=True, text=True, check=True)
@@ -121,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=1, help="runs (default 1)")
     p.add_argument("--lead", type=float, default=12.0, help="seconds from the first start to the reset (default 12)")
     scratch_options(p)
-    args = p.parse_args(argv)
+    args = parse_args(p, {"tasks": 2, "reps": 1, "lead": 8.0}, argv)
     base = scratch_dir("usage-reset", args)
     result: dict[str, Any] = {"benchmark": "bench_usage_reset", "machine": machine(), "load_before": load()}
     ok = True

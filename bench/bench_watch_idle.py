@@ -45,6 +45,7 @@ from benchlib import (
     load,
     machine,
     make_repo,
+    parse_args,
     scratch_dir,
     scratch_options,
     verdict,
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backlog", type=int, default=3, help="tasks in backlog (default 3)")
     p.add_argument("--working", type=int, default=2, help="working tasks, each with a live supervisor (default 2)")
     scratch_options(p)
-    args = p.parse_args(argv)
+    args = parse_args(p, {"seconds": 1.0, "warmup": 0.5, "backlog": 1, "working": 1}, argv)
 
     base = scratch_dir("watch-idle", args)
     repo = make_repo(base / "repo")

@@ -63,6 +63,7 @@ from benchlib import (
     load,
     machine,
     median,
+    parse_args,
     percentile,
     scratch_dir,
     scratch_options,
@@ -171,8 +172,8 @@ def base_env(scratch: Path) -> dict[str, str]:
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": str(gitconfig),
             "GIT_TERMINAL_PROMPT": "0",
-            # Turns run unconfined and without the home daemon's tools, as in the end-to-end tests.
-            "CORRAL_SANDBOX": "off",
+            # Turns run with the sandbox as a person has it, without the home daemon's tools (each host's
+            # daemon would serve only them; bench_mcp measures the tools).
             "CORRAL_AGENT_TOOLS": "0",
         }
     )
@@ -192,8 +193,11 @@ class Host:
         self.home = self.root / "home"
         self.home.mkdir()
         self.config = self.root / "config.toml"
-        self.scenario = self.root / "scenario.json"
-        self.record = self.root / "record"
+        # Where Claude Code keeps its state: a sandboxed turn sees it (not /tmp, nor the rest of the home).
+        state = self.home / ".claude" / "cache"
+        state.mkdir(parents=True)
+        self.scenario = state / "scenario.json"
+        self.record = state / "record"
         self.bin = wrapper_script(self.root / "bin")
         lines = [f'database_url = "{team.url}"', f'worker_host = "{name}"', f'claude_bin = "{self.bin}"']
         lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
@@ -702,7 +706,15 @@ def main() -> int:
     p.add_argument("--trace-turns", type=int, default=3, help="latency turns more under strace (0: none)")
     p.add_argument("--no-long-lease", action="store_true", help="skip the failover with the default 30 s lease")
     p.add_argument("--only", choices=("latency", "throughput", "failover"), nargs="+", default=None)
-    args = p.parse_args()
+    quick = {
+        "latency_turns": 1,
+        "turns": 4,
+        "workers": [1],
+        "failover_reps": 1,
+        "trace_turns": 0,
+        "no_long_lease": True,
+    }
+    args = parse_args(p, quick)
     only = set(args.only or ("latency", "throughput", "failover"))
 
     base = scratch_dir("workers", args)
