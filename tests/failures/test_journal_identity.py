@@ -279,3 +279,39 @@ def test_any_rescans_leave_each_event_once_and_the_state_of_one_scan(tmp_path_fa
     held = journal_events(where)
     assert len({e["eid"] for e in held}) == len(held) == len(once)
     assert reduce(FailureState(), held).to_json() == reduce(FailureState(), once).to_json()
+
+
+# -- a lost turn auto-resumed at once, with real processes -------------------------------------------
+
+
+def test_a_lost_turn_auto_resumed_at_once_is_told_once_on_each_channel(
+    fproj: Any, agent: Any, monkeypatch: Any
+) -> None:
+    from corral.domain.actors import Actor
+    from corral.domain.status import Status
+    from corral.engine.operations import notify, turns
+    from corral.engine.operations.refresh import settle
+    from tests.failures.conftest import kill_supervisor, new_task, reopen, wait_for
+
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "1")  # the default
+    proj = reopen(fproj)
+    agent.script([{"init": True}, {"text": "step one done"}, {"sleep": 60}], default=[{"init": True}, {"sleep": 60}])
+    task = new_task(proj)
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    log = proj.paths.turn_dir(task.id, 1) / "output.log"
+    wait_for(lambda: log.exists() and "step one done" in log.read_text(), 20, "the agent's first step")
+    kill_supervisor(proj, task)
+    settle(proj)  # found lost, recorded, and resumed at once
+    with proj.store.read() as tx:
+        now = tx.get_task(task.id)
+    assert now is not None and now.status is Status.WORKING  # no resting moment for a lost notice to wait for
+    shown: list[Any] = []
+    first = notify.for_wait(proj, now, shown.append)
+    assert first is not None and first.kind == "lost" and first.key == "lost:2"
+    assert [i.id for i in first.incidents] == ["supervision:lost"]
+    assert notify.for_wait(proj, now, shown.append) is None and len(shown) == 1  # once
+    logged: list[dict[str, Any]] = []
+    notify.from_daemon(proj, logged.append)
+    assert [d["notice"]["key"] for d in logged] == ["lost:2"]  # each channel its own receipt
+    notify.from_daemon(proj, logged.append)
+    assert len(logged) == 1
