@@ -114,7 +114,7 @@ def test_reopen_an_accepted_task_needs_a_reason(corral) -> None:
     create(corral, "Accepted", "--ref", "accepted")
     complete(corral, "accepted")
     err = json_error(corral("reopen", "accepted", "--json"), 2)
-    assert "--reason" in (err["hint"] or "")
+    assert "corral reopen accepted -m " in (err["hint"] or "")  # the same flag as close and reject
     assert corral.json("show", "accepted")["task"]["status"] == "complete"
 
 

@@ -343,7 +343,7 @@ def reopen(project: Project, given: str, *, reason: str | None, actor: Actor) ->
         if accepted_work and not (why and why.strip()):
             raise UsageError(
                 f"Reopening the accepted task {task.ref} needs a reason.",
-                hint=f"corral reopen {task.ref} --reason 'what is wrong with the merged work'",
+                hint=f"corral reopen {task.ref} -m 'what is wrong with the merged work'",
             )
         to_blocked = accepted_work or workspace.has_agent_work(project, tx, task)
         last = tx.get_session(task.session_id) if task.session_id else None
@@ -433,6 +433,7 @@ def diff(
         if git.rev_parse(f"refs/heads/{target}", cwd=repo)
         else (session.base_commit or tip)
     )
+    base = _past_accepted_work(project, target, session.git_start_sha, base, tip)
     log = ("log", "--oneline", "--no-decorate", "--no-show-signature", f"{base}..{tip}", "--")
     commits = git.out(*log, cwd=repo).splitlines()
     text = reviewed.review_diff(project, base, tip, stat=stat)
@@ -455,6 +456,29 @@ def diff(
             surface,
         )
     return Diff(task, base, tip, commits, text, uncommitted, unverified)
+
+
+def _past_accepted_work(project: Project, target: str, start: str | None, base: str, tip: str) -> str:
+    """Where the diff starts for a task reopened after its work was accepted: at the tip the reopen restored.
+
+    accept squashes, so no commit of the branch is an ancestor of the target and the merge base lies before
+    all of that work: it would read as new. When the session began at a commit (``start``) that is not an
+    ancestor of the target but whose work the target's tree already holds, and the tip grew from it, what is
+    new is what came after it. Any other task is left with its merge base (one comparison, no git call).
+    """
+    if not start or start == base:
+        return base
+    git, repo = project.git, project.repo
+    ref = f"refs/heads/{target}"
+
+    def ancestor(older: str, newer: str) -> bool:
+        return git.run("merge-base", "--is-ancestor", older, newer, cwd=repo, check=False).returncode == 0
+
+    if ancestor(start, ref) or not ancestor(start, tip):
+        return base
+    merged = git.run("merge-tree", "--write-tree", ref, start, cwd=repo, check=False)
+    held = merged.returncode == 0 and merged.stdout.split()[:1] == [git.out("rev-parse", f"{ref}^{{tree}}", cwd=repo)]
+    return start if held else base
 
 
 def _objects_in_quarantine(project: Project, task_id: str) -> bool:
