@@ -315,3 +315,31 @@ def test_a_lost_turn_auto_resumed_at_once_is_told_once_on_each_channel(
     assert [d["notice"]["key"] for d in logged] == ["lost:2"]  # each channel its own receipt
     notify.from_daemon(proj, logged.append)
     assert len(logged) == 1
+
+
+def test_a_receipt_the_daemon_cannot_store_is_logged_kept_and_written_later(
+    agent: Any, corral: Any, repo: Path
+) -> None:
+    from corral.engine.operations import notify
+    from corral.engine.project import Project
+    from tests.cli.test_notices import _thrice
+
+    _thrice(agent, corral, "hooked")
+    corral.ok("start", "hooked", "--wait", "--timeout", "60")
+    project = Project.open(repo)
+    try:
+        with project.store.read() as tx:
+            (task,) = tx.tasks()
+        assert task.session_id is not None
+        receipts = receipts_file(project.paths.journal_dir(task.id, task.session_id), "daemon")
+        receipts.mkdir()  # storage refuses the receipt
+        logged: list[dict[str, Any]] = []
+        assert len(notify.from_daemon(project, logged.append)) == 1
+        assert [d["event"] for d in logged] == ["notice", "notice-receipt-unwritten"]
+        assert "kept in memory" in logged[1]["message"]
+        assert notify.from_daemon(project, logged.append) == []  # told is told, though not yet stored
+        receipts.rmdir()
+        assert notify.from_daemon(project, logged.append) == []
+        assert [json.loads(line)["key"] for line in receipts.read_text().splitlines()] == [logged[0]["notice"]["key"]]
+    finally:
+        project.close()

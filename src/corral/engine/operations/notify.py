@@ -4,7 +4,8 @@ The rule of what is due and when is ``corral.domain.attention``; receipts per ch
 ``corral.engine.read.notices``. The hook is the user's ``notify_command`` — trusted only from
 their own settings or environment, never from a repository's ``corral.toml`` (which may only
 propose it) — run by the project's runner with the notice as JSON on stdin, a few seconds at most;
-a hook that cannot run, fails or runs out of time is logged (``notify-failed``), never raised.
+a hook that cannot run, fails or runs out of time is logged (``notify-failed``), never raised; a
+receipt storage refuses is logged (``notice-receipt-unwritten``), kept in memory and written later.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def from_daemon(project: Project, log: Callable[[dict[str, object]], None]) -> l
         notice = notices.deliver(project, task, "daemon", hand_over, now)
         if notice is not None:
             delivered.append((task, notice))
+            assert task.session_id is not None  # deliver tells nothing without one
+            if (why := notices.unwritten(project.paths.journal_dir(task.id, task.session_id), "daemon")) is not None:
+                log(
+                    {
+                        "event": "notice-receipt-unwritten",
+                        "task": {"id": task.id, "ref": task.ref},
+                        "notice": notice.key,
+                        "message": f"the receipt could not be stored: {why}; it is kept in memory and written "
+                        "at the next delivery",
+                    }
+                )
     return delivered
 
 

@@ -34,8 +34,10 @@ def receipts_file(journal_dir: Path, channel: str) -> Path:
     return journal_dir / f"notices.{channel}.jsonl"
 
 
-#: Receipts storage refused, by receipts file: written again before the next delivery on that channel.
+#: Receipts storage refused, by receipts file: written again before the next delivery on that channel;
+#: and why storage refused them (what the daemon logs).
 _unwritten: dict[Path, list[dict[str, Any]]] = {}
+_refused: dict[Path, str] = {}
 #: A lost turn's record: the failure code of the agent turn the reconciler writes for it.
 LOST_CODES = frozenset({"turn-lost", "receipt-missing"})
 
@@ -80,10 +82,18 @@ def _flush(path: Path) -> bool:
             os.fsync(fd)
         finally:
             os.close(fd)
-    except OSError:
-        return False  # told all the same: the receipt waits in memory for storage to take it
+    except OSError as exc:  # told all the same: the receipt waits in memory for storage to take it
+        _refused[path] = f"{exc.strerror or exc} ({path})"
+        return False
     del _unwritten[path]
+    _refused.pop(path, None)
     return True
+
+
+def unwritten(journal_dir: Path, channel: str) -> str | None:
+    """Why the channel's receipts held in memory could not be stored, while some are; None when none are."""
+    path = receipts_file(journal_dir, channel)
+    return _refused.get(path) if _unwritten.get(path) else None
 
 
 def ended_key(project: Project, task: Task) -> str | None:
