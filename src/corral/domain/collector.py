@@ -319,7 +319,7 @@ class Collector:
         expected = fact.expected or (call.kind == SHELL and failed and code is not None and code in call.expected)
         call.outcome = "failed" if failed else "ok"
         if call.kind == DISPOSE and failed:
-            return []  # the tool refused it whole, and nothing is written (seed 000): no incident either
+            return []  # the tool refused it whole, and nothing is written: no incident either
         events = self._end(fact, operation, began, name, failed, expected, at)
         exact = self.exact_starts.pop(fact.call_id, None)
         if exact is not None and not failed:  # an exact retry of a failure an exact-rule scan left open

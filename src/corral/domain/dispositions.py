@@ -198,7 +198,7 @@ def _evidence_problems(collector: Remembered, request: DispositionRequest, incid
         if failed_at is None or call.began <= failed_at:
             problems.append(f"evidence {evidence}: it started before the failure of {incident.id}")
         elif request.disposition == "recovered" and call.operation != incident.operation:
-            # seed 000: a recovery's evidence is a successful attempt of THAT operation; another
+            # a recovery's evidence is a successful attempt of THAT operation; another
             # command's success is a supersession at most
             problems.append(
                 f"evidence {evidence}: it is an attempt of another operation than {incident.id}'s "

@@ -100,7 +100,7 @@ def _first_line(text: str) -> str:
 
 
 def tool_text(text: str) -> str:
-    """A tool's result as a person reads it (seed 000: a result's JSON is shown as its text).
+    """A tool's result as a person reads it (docs/incidents.md: a result's JSON is shown as its text).
 
     corral's shell answers in JSON (``{"corral_shell": 1, "exit_code": 1, …}``): it reads as the
     command, how it ended and the first line of its stderr (of its stdout when stderr is empty) —
@@ -383,7 +383,7 @@ CORRECTNESS_NOTE = "Work correctness was not inferred from lifecycle alone."
 
 
 def unclassified_sentence(unclassified: int) -> str:
-    """Seed 000's short account of the history a small page has no room to list: ``8 earlier tool
+    """The short account of the history a small page has no room to list: ``8 earlier tool
     failures remain unclassified.`` (empty with none)."""
     if not unclassified:
         return ""
@@ -417,7 +417,7 @@ def fit_page(
     render: Callable[[Mapping[str, Any]], list[str]] = page_lines,
 ) -> dict[str, Any]:
     """``doc`` (the one-line account, the correctness note, every row) as the page that begins at row
-    ``first`` and whose text, as ``render`` prints it, takes at most ``max_bytes`` (seed 000).
+    ``first`` and whose text, as ``render`` prints it, takes at most ``max_bytes`` (docs/incidents.md).
 
     A page never exceeds its budget, and what goes when it is small goes in this order: incident
     rows (the last first), the pointer to the next page, the one-line account (first shortened to

@@ -157,7 +157,7 @@ def _order(incident: Incident) -> tuple[int, str]:
 
 def _row(incident: Incident, raw: bool, base: str | None = None) -> dict[str, Any]:
     """A compact row (the excerpt capped, the evidence ``output.log#byte=N``), or a raw one: the whole
-    excerpt and the evidence's full path (seed 000's ``mode: "raw"``)."""
+    excerpt and the evidence's absolute path (``--raw``)."""
     doc = incident.to_json()
     if not raw:
         doc["summary"] = _cap(tool_text(incident.summary), EXCERPT_BYTES)  # a journal's JSON result as text
