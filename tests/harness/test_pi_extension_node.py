@@ -7,6 +7,7 @@ loads it. This test runs them, so the suite's one command runs them too.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -45,3 +46,13 @@ def test_the_extensions_node_tests_pass() -> None:
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_extensions_tools_are_corrals_mcp_tools() -> None:
+    """What Pi offers and validates is what corral's MCP endpoint offers: the same descriptions and schemas."""
+    from corral.pi_extension import TOOLS_FILE, described_tools
+
+    assert json.loads(TOOLS_FILE.read_text(encoding="utf-8")) == described_tools(), (
+        "corral's MCP bash or failure_disposition changed: run "
+        "python -c 'from corral.pi_extension import write_tools_file; write_tools_file()'"
+    )

@@ -6,8 +6,8 @@
 import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
 import { corralTools } from "./mcp_door.mjs";
 
-export default async function (pi: ExtensionAPI): Promise<void> {
-	for (const tool of await corralTools(process.env)) {
+export default function (pi: ExtensionAPI): void {
+	for (const tool of corralTools(process.env)) {
 		pi.registerTool(tool as Parameters<ExtensionAPI["registerTool"]>[0]);
 	}
 }

@@ -1,9 +1,13 @@
 // corral's door for a Pi turn: its `bash` and `failure_disposition` are the MCP tools of the daemon's
 // endpoint, called over streamable HTTP with the turn's own bearer token (docs/harnesses.md#pi).
 //
-// The tools' names, descriptions and input schemas are the endpoint's own (`tools/list`), so Pi
-// offers and validates exactly what corral's MCP shell takes; the daemon checks every call again
-// (intents, the token's turn, the sandbox). Plain JavaScript, so Node's own test runner loads it.
+// The tools' descriptions and input schemas are the endpoint's own (mcp_tools.json, written from
+// corral/mcp/tools.py; a test holds them equal), so Pi offers and validates exactly what corral's MCP shell takes, and the daemon checks
+// every call again (intents, the token's turn, the sandbox). They are written here, not asked for at
+// start: Pi's launch waits on no request, and the session opens on the first call. Plain JavaScript,
+// so Node's own test runner loads it.
+
+import { readFileSync } from "node:fs";
 
 /** The variables corral sets for a Pi turn (corral.domain.agent_tools and adapters/harness/pi.py). */
 export const URL_ENV = "CORRAL_MCP_URL";
@@ -12,6 +16,10 @@ export const TIMEOUT_ENV = "CORRAL_TOOL_TIMEOUT_MS";
 export const SHELL_ENV = "CORRAL_PI_SHELL";
 /** The MCP protocol version asked for; the server answers with the one it speaks. */
 const PROTOCOL = "2025-06-18";
+
+/** corral's MCP tools a Pi turn gets, as the endpoint's `tools/list` describes them (written by
+ * corral.pi_extension.write_tools_file from corral/mcp/tools.py; a test holds them equal). */
+export const TOOLS = JSON.parse(readFileSync(new URL("./mcp_tools.json", import.meta.url), "utf8"));
 
 /** A JSON-RPC answer from a response body: JSON, or the `data:` lines of an event stream. */
 export function answerOf(contentType, body, id) {
@@ -107,24 +115,19 @@ export function textOf(result) {
  * turn (`CORRAL_PI_SHELL=1`). A call corral answers as an error throws, so Pi marks it failed
  * (`isError`) with corral's JSON as its text, as the MCP tools' results are read (adapters/harness/base.py).
  */
-export async function corralTools(env, door = new Door(env[URL_ENV], env[TOKEN_ENV], Number(env[TIMEOUT_ENV]) || undefined)) {
+export function corralTools(env, door = new Door(env[URL_ENV], env[TOKEN_ENV], Number(env[TIMEOUT_ENV]) || undefined)) {
   const wanted = env[SHELL_ENV] === "1" ? ["bash", "failure_disposition"] : ["failure_disposition"];
-  const offered = new Map((await door.tools()).map((t) => [t.name, t]));
-  return wanted.map((name) => {
-    const tool = offered.get(name);
-    if (!tool) throw new Error(`corral's endpoint offers no ${name} tool`);
-    return {
-      name,
-      label: `corral ${name}`,
-      description: tool.description,
-      promptSnippet: tool.description.split(/(?<=[.;:])\s/)[0],
-      parameters: tool.inputSchema,
-      async execute(_callId, params, signal) {
-        const result = await door.call(name, params, signal);
-        const text = textOf(result);
-        if (result.isError) throw new Error(text);
-        return { content: [{ type: "text", text }], details: { corral: name } };
-      },
-    };
-  });
+  return wanted.map((name) => ({
+    name,
+    label: `corral ${name}`,
+    description: TOOLS[name].description,
+    promptSnippet: TOOLS[name].description.split(/(?<=[.;:])\s/)[0],
+    parameters: TOOLS[name].inputSchema,
+    async execute(_callId, params, signal) {
+      const result = await door.call(name, params, signal);
+      const text = textOf(result);
+      if (result.isError) throw new Error(text);
+      return { content: [{ type: "text", text }], details: { corral: name } };
+    },
+  }));
 }

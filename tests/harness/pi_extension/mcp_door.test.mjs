@@ -8,22 +8,10 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 const EXTENSION_DIR = fileURLToPath(new URL("../../../src/corral/pi_extension/", import.meta.url));
-const { Door, SHELL_ENV, TOKEN_ENV, URL_ENV, answerOf, corralTools } = await import(`${EXTENSION_DIR}mcp_door.mjs`);
-
-const BASH = {
-  name: "bash",
-  description: "Run a shell command in your worktree. Optional intent.",
-  inputSchema: {
-    type: "object",
-    properties: { command: { type: "string" }, attemptId: { type: "string", pattern: "^[A-Za-z0-9]+$" } },
-    required: ["command"],
-    additionalProperties: false,
-  },
-};
-const DISPOSITION = { name: "failure_disposition", description: "Classify.", inputSchema: { type: "object" } };
+const { Door, SHELL_ENV, TOKEN_ENV, TOOLS, URL_ENV, answerOf, corralTools } = await import(`${EXTENSION_DIR}mcp_door.mjs`);
 
 /** A loopback endpoint speaking as corral's: a session per initialize, answers as event streams. */
-async function endpoint({ token = "tok", tools = [BASH, DISPOSITION], answer } = {}) {
+async function endpoint({ token = "tok", tools = [], answer } = {}) {
   const seen = [];
   let sessions = 0;
   const live = new Set();
@@ -77,16 +65,19 @@ test("a confined turn gets corral's bash and failure_disposition, as the endpoin
   const calls = [];
   const door = await endpoint({ answer: (p) => (calls.push(p), text({ corral_shell: 1, exit_code: 0 })) });
   try {
-    const tools = await corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok", [SHELL_ENV]: "1" });
+    const tools = corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok", [SHELL_ENV]: "1" });
     assert.deepEqual(tools.map((t) => t.name), ["bash", "failure_disposition"]);
-    assert.deepEqual(tools[0].parameters, BASH.inputSchema); // exactly the MCP shell's schema
-    assert.equal(tools[0].description, BASH.description);
+    assert.deepEqual(tools[0].parameters, TOOLS.bash.inputSchema); // the MCP shell's schema (tests/harness hold it equal)
+    assert.equal(tools[0].description, TOOLS.bash.description);
+    assert.deepEqual(Object.keys(tools[0].parameters.properties).sort(), ["attemptId", "command", "expectedExitCodes", "operationId", "timeout_seconds"]);
+    assert.deepEqual(door.seen, []); // nothing asked of the endpoint before the first call
     const done = await tools[0].execute("call-1", { command: "true", attemptId: "a1" });
     assert.deepEqual(JSON.parse(done.content[0].text), { corral_shell: 1, exit_code: 0 });
     assert.deepEqual(calls, [{ name: "bash", arguments: { command: "true", attemptId: "a1" } }]);
-    // the token in a header of every request, one session for them all
+    await tools[1].execute("call-2", { disposition: "expected", targets: ["x"], reason: "y" });
+    // the token in a header of every request, one session for every call
     assert.ok(door.seen.every((r) => r.headers.authorization === "Bearer tok"));
-    assert.deepEqual(door.seen.map((r) => r.message.method), ["initialize", "notifications/initialized", "tools/list", "tools/call"]);
+    assert.deepEqual(door.seen.map((r) => r.message.method), ["initialize", "notifications/initialized", "tools/call", "tools/call"]);
     assert.ok(door.seen.slice(1).every((r) => r.headers["mcp-session-id"] === "s1"));
   } finally {
     await door.close();
@@ -96,7 +87,7 @@ test("a confined turn gets corral's bash and failure_disposition, as the endpoin
 test("an unconfined turn gets failure_disposition only: Pi's own bash stays", async () => {
   const door = await endpoint({ answer: () => text({ recorded: false, ignored: true }) });
   try {
-    const tools = await corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok" });
+    const tools = corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok" });
     assert.deepEqual(tools.map((t) => t.name), ["failure_disposition"]);
   } finally {
     await door.close();
@@ -107,7 +98,7 @@ test("a call corral answers as an error fails in Pi, with corral's JSON as its t
   const refused = { error: { code: "intent-rejected", message: "attemptId 'a1' was used before", hint: "x" } };
   const door = await endpoint({ answer: () => text(refused, true) });
   try {
-    const [bash] = await corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok", [SHELL_ENV]: "1" });
+    const [bash] = corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok", [SHELL_ENV]: "1" });
     await assert.rejects(bash.execute("c", { command: "true" }), (err) => {
       assert.deepEqual(JSON.parse(err.message), refused);
       return true;
@@ -134,20 +125,16 @@ function textOf(result) {
   return JSON.parse(result.content[0].text);
 }
 
-test("a refused token, a missing tool and a missing endpoint are said, never run around", async () => {
-  const door = await endpoint({ token: "other", tools: [DISPOSITION] });
+test("a refused token and a missing endpoint are said, never run around", async () => {
+  const door = await endpoint({ token: "other" });
   try {
-    await assert.rejects(corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok" }), /HTTP 401: A bearer token is needed\. \(agent-token-invalid\)/);
+    const [disposition] = corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok" });
+    await assert.rejects(disposition.execute("c", {}), /HTTP 401: A bearer token is needed\. \(agent-token-invalid\)/);
+    assert.deepEqual(door.seen.map((r) => r.message.method), ["initialize"]); // refused at once: nothing called
   } finally {
     await door.close();
   }
-  const only = await endpoint({ tools: [DISPOSITION] });
-  try {
-    await assert.rejects(corralTools({ [URL_ENV]: only.url, [TOKEN_ENV]: "tok", [SHELL_ENV]: "1" }), /offers no bash tool/);
-  } finally {
-    await only.close();
-  }
-  await assert.rejects(corralTools({}), /CORRAL_MCP_URL and CORRAL_AGENT_TOKEN/);
+  assert.throws(() => corralTools({}), /CORRAL_MCP_URL and CORRAL_AGENT_TOKEN/);
 });
 
 test("the TypeScript entry, loaded as Pi loads it, registers the tools", { skip: !process.env.CORRAL_PI_JITI }, async () => {
