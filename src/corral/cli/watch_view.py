@@ -92,7 +92,9 @@ def live_detail(live: dict[str, Any] | None) -> str:
         )
         if live.get("retry_by") == "harness":
             retry += " (the agent's own retry)"
-        if live.get("next_delay_s"):
+        if live.get("schedule"):  # corral's own, as show words it
+            retry += f", {live['schedule']}"
+        elif live.get("next_delay_s"):
             retry += f", next in {live['next_delay_s']:g} s"
         parts.append(retry)
     if live.get("last_line"):
@@ -179,7 +181,9 @@ def change_key(row: dict[str, Any]) -> tuple[Any, ...]:
 
 def _quiet_live(row: dict[str, Any]) -> str:
     """The live detail of a row, its last output line aside."""
-    return live_detail({k: v for k, v in (row.get("live") or {}).items() if k != "last_line"})
+    live = row.get("live") or {}
+    # corral's schedule by its moments alone: "(in 5s)" changes every second, the schedule does not
+    return live_detail({**{k: v for k, v in live.items() if k != "last_line"}, "schedule": live.get("schedule_at")})
 
 
 def plain_line(row: dict[str, Any], *, many: bool, clock: str, title: str | None) -> str:

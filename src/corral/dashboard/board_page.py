@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.dashboard.html import Markup, esc, join, tag
+from corral.dashboard.task_page import retry_line
 from corral.dashboard.views import STATUS_COLOURS, Keys, page, task_href
 from corral.domain.substate import runs_on
 
@@ -54,9 +55,11 @@ def _card(row: dict[str, Any], states: dict[str, str]) -> Markup:
     ]
     if row.get("reason"):
         parts.append(tag("div", row["reason"], class_="reason"))
-    if row.get("needs_action"):
-        parts.append(tag("span", f"{row['needs_action']} incident(s) need action", class_="badge"))
+    if n := row.get("needs_action"):  # list's and watch's badge, word for word
+        parts.append(tag("span", f"[{n} need{'s' if n == 1 else ''} action]", class_="badge"))
     live = row.get("live") or {}
+    if live.get("retry_class") is not None:
+        parts.append(tag("div", retry_line(live), class_="retry"))
     if live.get("last_line"):
         parts.append(tag("div", live["last_line"], class_="lastline"))
     return tag("article", join(parts), class_="card", id=f"card-{row['id']}", data_ref=row["ref"])

@@ -13,9 +13,10 @@ from typing import Any
 from corral.dashboard.html import Markup, esc, join, path, tag
 from corral.dashboard.views import STATUS_COLOURS, Keys, page
 from corral.domain.clock import parse_time
+from corral.domain.incidents import row_text
 from corral.domain.operations_table import Op, allowed_operations
 from corral.domain.status import Status
-from corral.domain.substate import runs_on
+from corral.domain.substate import retry_summary, runs_on
 
 ATTEMPT_COLOURS = {"working": "#2f9e44", "retrying": "#f59f00", "failed": "#e03131", "waiting": "#4dabf7"}
 
@@ -71,10 +72,30 @@ def task_parts(doc: dict[str, Any], state: str) -> dict[str, Markup]:
     if doc.get("next"):
         out.append(tag("p", Markup("<b>Next:</b> ") + esc(doc["next"]), class_="next"))
     live = doc.get("live") or {}
+    if live.get("retry_class") is not None:
+        out.append(tag("p", retry_line(live), class_="retry"))
     if live.get("last_line") or live.get("progress"):
         out.append(tag("p", live.get("progress") or live.get("last_line") or "", class_="lastline"))
     details = join([timeline_plot(doc), _incidents(doc), _children(doc, state), _turns(doc)])
     return {"head": join(out), "actions": actions(doc, path("p", state, "t", t["id"])), "details": details}
+
+
+def retry_line(live: dict[str, Any]) -> str:
+    """The running turn's retry as ``show`` words it: what failed, then corral's schedule (the next
+    attempt, when the ladder stops) or a harness's own retry; the same live view, the same words."""
+    attempt = live.get("attempt") or 0
+    line = "retrying: " + retry_summary(
+        live.get("retry_attempt") or (attempt - 1 if attempt > 1 else None),
+        live["retry_class"],
+        live.get("retry_reason"),
+    )
+    if live.get("retry_by") == "harness":
+        line += " (the agent's own retry)"
+    if live.get("schedule"):
+        line += f", {live['schedule']}"
+    elif live.get("next_delay_s"):
+        line += f", next in {live['next_delay_s']:g} s"
+    return line
 
 
 def message_box(*, oob: bool = False) -> Markup:
@@ -179,11 +200,9 @@ def diff_fragment(tip: str, commits: list[str], text: str, uncommitted: tuple[st
 def _incidents(doc: dict[str, Any]) -> Markup:
     inc = doc.get("incidents") or {}
     rows = inc.get("rows") or []
+    # each as show and failures word it (its count beside it), with the id a person dismisses it by
     items = join(
-        tag(
-            "li",
-            " · ".join(str(r.get(k)) for k in ("label", "summary", "evidence") if r.get(k)) or str(r),
-        )
+        tag("li", esc(row_text(r)) + Markup(" ") + tag("code", r.get("id") or "", class_="incident-id"))
         for r in rows[:50]
     )
     return tag("section", tag("h3", f"Incidents: {inc.get('line', '')}") + tag("ul", items), class_="incidents")

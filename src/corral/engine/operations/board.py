@@ -32,7 +32,10 @@ from corral.engine.runtime.liveness import LiveOf, Observed, live_facts
 FINISHED = 100
 
 #: The live fields a board row carries beside ``list``'s for a working task (``LiveTurn.as_view``).
-LIVE_FIELDS = ("last_line", "progress", "phase", "attempt", "retry_class", "retry_reason", "retry_by", "next_delay_s")
+LIVE_FIELDS = (
+    *("last_line", "progress", "phase", "attempt", "attempts", "attempts_at_most"),
+    *("retry_class", "retry_reason", "retry_by", "next_delay_s", "schedule", "schedule_at"),
+)
 
 
 class Board(Struct, frozen=True):

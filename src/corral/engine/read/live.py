@@ -45,6 +45,7 @@ class LiveTurn(Struct, frozen=True):
     #: corral's own schedule while it waits between attempts, in words every surface shows as they are:
     #: when the next attempt starts and when the ladder stops (:func:`schedule_words`).
     schedule: str | None = None
+    schedule_at: str | None = None  # the same without "(in 5s)": what changes only when the schedule does
     attempts_at_most: bool = False  # ``attempts`` is the most that fit in a budget of time, not a count
     #: The substate every surface shows (``domain/substate``), with the agent's waits and
     #: progress line folded in where the agent is the active thing.
@@ -68,6 +69,7 @@ class LiveTurn(Struct, frozen=True):
             "retry_by": self.retry_by,
             "next_delay_s": self.next_delay,
             "schedule": self.schedule,
+            "schedule_at": self.schedule_at,
             "attempts_at_most": self.attempts_at_most,
             "substate": self.substate,
             "waits": [{"ref": ref, "waited_s": round(seconds, 1)} for ref, seconds in self.waits],
@@ -135,21 +137,23 @@ def live_turn(project: Project, task: Task, facts: Live | None = None) -> LiveTu
         retry_by=retry.by if retry is not None else None,
         next_delay=retry.next_delay_ms / 1000 if retry is not None else None,
         schedule=schedule_words(retry, project.clock()) if retry is not None else None,
+        schedule_at=schedule_words(retry, None) if retry is not None else None,
     )
 
 
-def schedule_words(retry: proto.RetryState, now: datetime) -> str | None:
+def schedule_words(retry: proto.RetryState, now: datetime | None) -> str | None:
     """corral's schedule as one phrase: "next attempt at 05:01:07 (in 5s); corral stops retrying by
-    06:00:02 (in 59m55s)", or, for a class bounded by a count, the ladder's waits left in all."""
+    06:00:02 (in 59m55s)", or, for a class bounded by a count, the ladder's waits left in all; with
+    no ``now``, the moments alone (a line that changes only when the schedule does)."""
     if retry.by != "corral":
         return None
     next_at = _moment(retry.next_at)
     if next_at is None:  # a supervisor from before the schedule was kept
         return f"next in {retry.next_delay_ms / 1000:g} s"
-    words = f"next attempt at {_clock(next_at)} (in {waited((next_at - now).total_seconds())})"
+    words = f"next attempt at {_clock(next_at, now)}"
     gives_up_by = _moment(retry.gives_up_by)
     if gives_up_by is not None:
-        words += f"; corral stops retrying by {_clock(gives_up_by)} (in {waited((gives_up_by - now).total_seconds())})"
+        words += f"; corral stops retrying by {_clock(gives_up_by, now)}"
     elif retry.waits_left_ms is not None:
         words += f"; the ladder's waits left: {waited(retry.waits_left_ms / 1000)} in all"
     return words
@@ -164,9 +168,10 @@ def _moment(value: str | None) -> datetime | None:
     return at if at is not None and at.tzinfo is not None else None
 
 
-def _clock(at: datetime) -> str:
-    """A moment as the local time of day (``05:01:07``)."""
-    return at.astimezone().strftime("%H:%M:%S")
+def _clock(at: datetime, now: datetime | None) -> str:
+    """A moment as the local time of day (``05:01:07``), and how far off it is from ``now`` (``(in 5s)``)."""
+    said = at.astimezone().strftime("%H:%M:%S")
+    return said if now is None else f"{said} (in {waited((at - now).total_seconds())})"
 
 
 def _shipped_command(project: Project, task: Task) -> proto.Command | None:

@@ -19,7 +19,15 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import new_id
 from corral.domain.delays import Delays
 from corral.domain.explain import RECEIPT_PROBLEMS
-from corral.domain.records import READ_ONLY_KEPT, FailureEvidence, PossibleEffects, RestingCause, Task, TaskHead
+from corral.domain.records import (
+    INCIDENTS,
+    READ_ONLY_KEPT,
+    FailureEvidence,
+    PossibleEffects,
+    RestingCause,
+    Task,
+    TaskHead,
+)
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.runtime import protocol as proto
@@ -314,6 +322,7 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
         kept = receipts.keep_read_only_aside(project, task, command, launched.sequence if launched else None)
     if command is not None:
         observe_lost(command, reason, t.secrets)  # the turn's last observation: its log, and that it was lost
+    incidents = receipts.incident_summary(command)  # list's badge, as show reads the journal now
     content = diagnostic_content.for_lost(task_id=task.id, status=status, command=command, evidence=evidence, t=t)
     ref = diagnostics.try_write(project.paths, task.id, f"{command_id or new_id()}-lost", content, project.clock())
     evidence = replace(evidence, diagnostic=ref)
@@ -324,6 +333,8 @@ def lost(project: Project, task: Task, status: proto.SupervisorStatus | None, wh
             if ref is not None:
                 diagnostics.discard(project.paths, ref)
             return
+        if incidents is not None:
+            tx.update_task(task.id, metadata={**current.metadata, INCIDENTS: incidents}, touch=False)
         if command is not None and command.kind == "ask":
             # An ask is never resumed as a work turn: record it lost and restore the pre-ask status.
             if command_id is not None and tx.turn_by_command(command_id, Role.AGENT) is None:
