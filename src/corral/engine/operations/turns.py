@@ -590,6 +590,7 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
         refuse_while_chat(project, task, "resume")
         if actor is not Actor.SYSTEM:  # an auto-resume that cannot run rests the task with its cause
             check_harness(project, task)
+        crashed = next((t for t in reversed(tx.turns(task.id, last=3)) if t.role is Role.AGENT), None)
         turn = tx.add_turn(
             task.id,
             role=Role.HUMAN,
@@ -611,7 +612,13 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
         task = tx.get_task(task.id) or task
 
     def after_crash(session: Session) -> TurnSpec:
-        dirty = bool(project.git.dirty_paths(session.worktree or "."))
+        # Clean or dirty as the crashed turn's receipt recorded it (the supervisor's one scan at the
+        # turn's end) while the worktree's HEAD is still the one it recorded; else a scan of its own.
+        recorded = crashed.details if crashed is not None else {}
+        worktree = session.worktree or "."
+        dirty = recorded.get("dirty")
+        if not isinstance(dirty, bool) or recorded.get("head") != project.git.rev_parse("HEAD", cwd=worktree):
+            dirty = bool(project.git.dirty_paths(worktree))
         feedback = [t.content for t in pending]
         if session.harness_session_id is None:  # no session to resume: the agent is told everything again
             body = prompts.resume_without_session(task.goal, task.prompt, dirty, feedback)
