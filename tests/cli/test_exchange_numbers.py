@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from corral.domain import exchanges
 from corral.domain.records import SCHEMA_VERSION
+from tests.cli.helpers import store_of
 from tests.conftest import CLI
 
 #: The agent: says which turn it is answering (the prompt's last line), on stdout and stderr.
@@ -73,3 +75,50 @@ def test_a_turn_the_task_does_not_have_is_a_typed_error(corral: CLI, agent: None
     err = last["error"]
     assert err["message"] == f"hello has no turn {number}: its turns are 1 to 2."
     assert "corral show hello" in err["hint"]
+
+
+#: The agent, dying by SIGKILL when the marker file exists: a failure corral observes itself.
+DYING = r"""
+import os, signal, sys
+sys.stdin.read()
+print("working on it")
+sys.stdout.flush()
+if os.path.exists(os.environ["DIE_MARKER"]):
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_failures_name_the_turn_show_prints(corral: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script, marker = tmp_path / "dying.py", tmp_path / "die"
+    script.write_text(DYING)
+    monkeypatch.setenv("CORRAL_HARNESS", "command")
+    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {script}")
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    monkeypatch.setenv("DIE_MARKER", str(marker))
+    corral.ok("create", "Die on the second", "--ref", "dies")
+    corral.ok("start", "dies", "-m", "first", "--wait", "--timeout", "60")
+    marker.touch()
+    corral("unblock", "dies", "-m", "second", "--wait", "--timeout", "60")
+    doc = corral.json("show", "dies")
+    failed = [t for t in doc["turns"] if t["failure"] is not None]
+    assert [(t["sequence"], t["exchange"]) for t in failed] == [(4, 2)], doc["turns"]
+    rows = corral.json("failures", "dies", "--history")["failures"]["rows"]
+    said = " ".join(str(r.get("summary")) for r in rows)
+    assert "turn 2" in said and "turn 3" not in said and "turn 4" not in said, rows
+
+
+def test_the_store_counts_the_exchanges_before_a_page_as_the_timeline_numbers_them(
+    corral: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    test_failures_name_the_turn_show_prints(corral, tmp_path, monkeypatch)  # a start, an unblock, a crash
+    corral("resume", "dies", "--wait", "--timeout", "60")  # it dies again: a third exchange
+    with store_of(corral) as store, store.read() as tx:
+        task = tx.task_by_ref("dies")
+        assert task is not None
+        turns = tx.turns(task.id)
+        whole = exchanges.number(turns)
+        for t in turns:
+            before = tx.exchanges_before(task.id, t.sequence)
+            page = [p for p in turns if p.sequence >= t.sequence]
+            assert exchanges.number(page, before=before) == {p.sequence: whole[p.sequence] for p in page}
+    assert sorted(set(whole.values())) == [1, 2, 3]

@@ -50,11 +50,12 @@ def agent_turns(proj, task):
         return [t for t in tx.turns(task.id) if t.role is Role.AGENT]
 
 
-def failed_entry(text: str, sequence: int) -> str:
-    """The timeline line of turn ``sequence`` (with any indented attempt lines after it)."""
+def failed_entry(text: str, exchange: int) -> str:
+    """The timeline line of the agent's answer in turn ``exchange`` (with any indented attempt lines after it):
+    the timeline numbers exchanges, a message and its answer being one turn."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if f"turn {sequence} · " in line:
+        if f"turn {exchange} · " in line and " · agent" in line:
             block = [line]
             for more in lines[i + 1 :]:
                 if more.startswith("    ") and "turn " not in more and "→" not in more:
@@ -62,7 +63,7 @@ def failed_entry(text: str, sequence: int) -> str:
                 else:
                     break
             return "\n".join(block)
-    raise AssertionError(f"no turn {sequence} in:\n{text}")
+    raise AssertionError(f"no turn {exchange} in:\n{text}")
 
 
 def no_codes_on_everyday_lines(text: str, *codes: str) -> None:
@@ -141,7 +142,7 @@ def test_a_harness_gone_between_the_check_and_the_launch_is_fatal_config_on_the_
     assert because == "Claude Code couldn't start: its program was not found."  # nothing ran: no "may have changed"
     assert line_after(text, "Next:").startswith("Install it")
     assert f"corral unblock {task.ref}" in line_after(text, "Next:")
-    assert "turn 2 · error · agent — Claude Code couldn't start: its program was not found." in text
+    assert "turn 1 · error · agent — Claude Code couldn't start: its program was not found." in text
     no_codes_on_everyday_lines(text, "harness-missing", "fatal_config", "errno")
     (row,) = corral.ok("list").stdout.splitlines()
     assert row.startswith(task.ref) and "— Claude Code couldn't start" in row  # list: a short reason
@@ -151,7 +152,7 @@ def test_a_harness_gone_between_the_check_and_the_launch_is_fatal_config_on_the_
     assert "category          fatal_config" in details
     assert "possible effects  none" in details
     assert "native code       errno 2 (ENOENT)" in details
-    assert "diagnostics" in line_after(details.split("Failure (turn 2")[1], "  diagnostic")
+    assert "diagnostics" in line_after(details.split("Failure (turn 1")[1], "  diagnostic")
 
     doc = show_json(corral, task.ref)
     cause = doc["resting_cause"]
@@ -233,7 +234,7 @@ def test_a_harness_that_hangs_past_its_timeout_is_stopped_by_the_watchdog(fproj,
     because = line_after(text, "Stopped because:")
     assert because == f"Claude Code made no progress for 1 s, so the watchdog stopped it. {MAY_HAVE_CHANGED}{IN_A_ROW}"
     assert line_after(text, "Next:") == f"Look at its output (corral logs {task.ref}), then: corral resume {task.ref}"
-    assert f"— {because.removesuffix(IN_A_ROW)}" in failed_entry(text, 2)
+    assert f"— {because.removesuffix(IN_A_ROW)}" in failed_entry(text, 1)
 
     details = show_text(corral, task.ref, "--details")
     assert "code              watchdog-no-progress" in details
@@ -268,7 +269,7 @@ def test_an_agent_killed_by_sigkill(fproj, agent, corral):
         f"Claude Code stopped unexpectedly (OOM killed or SIGKILL (exit code 137)). {MAY_HAVE_CHANGED}{IN_A_ROW}"
     )
     assert line_after(text, "Next:") == f"corral resume {task.ref} — or look first: corral logs {task.ref}"
-    assert f"turn 2 · error · agent — {because.removesuffix(IN_A_ROW)}" in text
+    assert f"turn 1 · error · agent — {because.removesuffix(IN_A_ROW)}" in text
 
     details = show_text(corral, task.ref, "--details")
     assert "native code       exit code 137, signal 9 (SIGKILL)" in details
@@ -330,7 +331,7 @@ def test_a_receipt_that_cannot_be_used(fproj, agent, corral, how):
     text = show_text(corral, task.ref)
     assert line_after(text, "Stopped because:") == f"{line} {MAY_HAVE_CHANGED}{IN_A_ROW}"
     assert line_after(text, "Next:") == f"Look at its output (corral logs {task.ref}), then: corral resume {task.ref}"
-    assert f"turn 2 · error · agent — {line}" in text
+    assert f"turn 1 · error · agent — {line}" in text
     no_codes_on_everyday_lines(text, code, "receipt_problem", "response.json")
 
     doc = show_json(corral, task.ref)
@@ -389,7 +390,8 @@ def test_a_turn_lost_when_its_supervisor_dies_names_the_unknown_half(fproj, agen
     assert because.endswith(MAY_HAVE_CHANGED + IN_A_ROW)
     assert line_after(text, "Next:") == f"corral resume {task.ref} (pending feedback is delivered again)"
     assert (
-        f"turn 2 · error · agent — {because.removesuffix(IN_A_ROW)}" in text
+        # The loss is the answer to the turn it ended: one exchange, the number its incident says.
+        f"turn 1 · error · agent — {because.removesuffix(IN_A_ROW)}" in text
     )  # the lost turn is on the timeline with its reason
 
     doc = show_json(corral, task.ref)
@@ -412,10 +414,10 @@ def test_retried_attempts_read_attempt_n_of_m_retrying(fproj, agent, corral):
     from tests.turns.test_retry_and_watchdog import VirtualTime, overloaded, run_virtual
 
     agent.script(overloaded(), overloaded(), ok("finally"))
-    task, _response, (turn,) = run_virtual(fproj, VirtualTime(), goal="Retry me")
+    task, _response, (_turn,) = run_virtual(fproj, VirtualTime(), goal="Retry me")
     assert task.status is Status.BLOCKED and task.resting_cause is None
     text = show_text(corral, task.ref)
-    entry = failed_entry(text, turn.sequence)
+    entry = failed_entry(text, 1)
     assert "Attempt 1 of 3 failed: Claude Code was overloaded or rate-limited. · retrying" in entry
     assert "Attempt 2 of 3 failed: Claude Code was overloaded or rate-limited. · retrying" in entry
     assert "Stopped because:" not in text  # it rests without a cause
@@ -438,13 +440,13 @@ def test_an_exhausted_retry_budget(fproj, agent, corral, monkeypatch):
     monkeypatch.setenv("CORRAL_BUDGET_OVERLOAD", "20")
     proj = reopen(fproj)
     agent.script(default=overloaded())
-    task, _response, (turn,) = run_virtual(proj, VirtualTime(), goal="Keep failing")
+    task, _response, (_turn,) = run_virtual(proj, VirtualTime(), goal="Keep failing")
     assert task.status is Status.BLOCKED and task.resting_cause.code == "retry-budget-exhausted"
     text = show_text(corral, task.ref)
     because = line_after(text, "Stopped because:")
     assert because.startswith("Claude Code kept failing and corral's retry budget ran out (API Error: 529")
     assert line_after(text, "Next:") == f"When the service is healthy again: corral unblock {task.ref} -m 'continue'"
-    entry = failed_entry(text, turn.sequence)
+    entry = failed_entry(text, 1)
     assert "Attempt 1 of 3 failed: Claude Code was overloaded or rate-limited. · retrying" in entry
     assert entry.rstrip().endswith("Attempt 3 of 3 failed: Claude Code was overloaded or rate-limited.")
     proj.close()
@@ -701,13 +703,13 @@ def test_a_harness_that_exits_without_finishing_again_and_again(fproj, agent, co
     from tests.turns.test_retry_and_watchdog import VirtualTime, run_virtual
 
     agent.script(default=[{"init": True}, {"stderr": "fatal: lost the connection to the editor\n"}, {"exit": 3}])
-    task, _response, (turn,) = run_virtual(fproj, VirtualTime(step=1.0), goal="Exit early")
+    task, _response, (_turn,) = run_virtual(fproj, VirtualTime(step=1.0), goal="Exit early")
     assert task.status is Status.INTERRUPTED and task.resting_cause.code == "crash-loop"
     text = show_text(corral, task.ref)
     assert line_after(text, "Stopped because:").startswith(
         "Claude Code failed fast again and again (a crash loop): 3 attempts in a row each failed within 10 s"
     )
-    entry = failed_entry(text, turn.sequence)
+    entry = failed_entry(text, 1)
     assert (
         "Attempt 1 of 3 failed: Claude Code exited without finishing its turn: "
         "fatal: lost the connection to the editor · retrying"

@@ -808,9 +808,10 @@ class SQLTx:
 
     def exchanges_before(self, task_id: str, sequence: int) -> int:
         row = self._db.execute(
-            "SELECT COUNT(*) FROM turns t WHERE t.task_id = ? AND t.sequence < ? AND NOT ("
-            "t.role = 'agent' AND t.command_id IS NOT NULL AND EXISTS ("
-            "SELECT 1 FROM turns h WHERE h.command_id = t.command_id AND h.role = 'human'))",
+            "SELECT COUNT(*) FROM turns t WHERE t.task_id = ? AND t.sequence < ? AND NOT (t.role = 'agent' AND ("
+            "(t.command_id IS NOT NULL AND EXISTS ("
+            "SELECT 1 FROM turns h WHERE h.command_id = t.command_id AND h.role = 'human'))"
+            " OR (t.command_id IS NULL AND t.details LIKE '%\"log_turn\"%')))",
             (task_id, sequence),
         ).fetchone()
         return int(row[0])

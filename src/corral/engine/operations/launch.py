@@ -129,7 +129,10 @@ def build_command(
     cfg = project.config
     assert session.worktree is not None and human_turn.command_id is not None
     sandbox = sandbox_spec(project, session.worktree, session.branch or task.branch)
+    with project.store.read() as tx:  # the number show gives this turn, for what its incidents say
+        exchange = tx.exchanges_before(task.id, human_turn.sequence) + 1
     return proto.Command(
+        exchange=exchange,
         command_id=human_turn.command_id,
         task_id=task.id,
         task_ref=task.ref,

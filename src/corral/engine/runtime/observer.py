@@ -33,7 +33,15 @@ from corral.errors import UsageError
 
 class TurnObserver:
     def __init__(
-        self, journal_dir: Path, log_dir: Path, harness: Facts, cwd: str, sequence: int, secrets: list[str]
+        self,
+        journal_dir: Path,
+        log_dir: Path,
+        harness: Facts,
+        cwd: str,
+        sequence: int,
+        secrets: list[str],
+        *,
+        exchange: int | None = None,
     ) -> None:
         self.journal = Journal(journal_dir)
         self.cursors = Cursors(journal_dir)
@@ -43,6 +51,7 @@ class TurnObserver:
         self.cwd = cwd
         self.evidence_of = f"turns/{sequence}/{OUTPUT_LOG}"
         self.sequence = sequence
+        self.said = exchange or sequence  # the turn's number in words: as show numbers it (its exchange)
         self.secrets = secrets
 
     def scan(self, *, final: bool = False, extra: list[dict[str, Any]] | None = None) -> None:
@@ -72,7 +81,7 @@ class TurnObserver:
         """
         at = rfc3339(now())
         key = f"{self.sequence}.{run.number}"
-        where = f"attempt {run.number} of turn {self.sequence}"
+        where = f"attempt {run.number} of turn {self.said}"
         seen: list[dict[str, Any]] = []
         if run.spawn_error:
             seen.append(supervision_failure(f"spawn:{key}", Category.SUPERVISION, run.spawn_error, at))
@@ -85,7 +94,7 @@ class TurnObserver:
         elif exited_unexplained(run):
             summary = f"the agent exited with status {run.exit_code} (last: {where})"
             seen.append(supervision_failure(f"status-{run.exit_code}", Category.EXIT, summary, at))
-        gap = unread_gap(run, self.sequence)
+        gap = unread_gap(run, self.sequence, self.said)
         if gap is not None:
             seen += self.cursors.collector.fold(gap, at)
         self.scan(extra=seen)
@@ -96,7 +105,7 @@ class TurnObserver:
         extra: list[dict[str, Any]] = []
         error = receipt.error
         if error is not None and error.kind is ErrorKind.CRASH_LOOP:
-            summary = f"{error.reason} (last: turn {self.sequence})"
+            summary = f"{error.reason} (last: turn {self.said})"
             extra.append(supervision_failure("crash-loop", Category.SUPERVISION, summary, rfc3339(now())))
         self.scan(final=True, extra=extra)
 
@@ -110,7 +119,7 @@ def exited_unexplained(run: AttemptRun) -> bool:
     return verdict is None or (not verdict.succeeded and verdict.failure_class in (None, FailureClass.UNKNOWN))
 
 
-def unread_gap(run: AttemptRun, sequence: int) -> Gap | None:
+def unread_gap(run: AttemptRun, sequence: int, said: int | None = None) -> Gap | None:
     """The lines of an attempt's stream its harness could not read (nested too deep, too large, a broken
     object: ``unparseable`` events), as one observation gap; None when it read every line. The lines
     stay in the log as text; the turn went on without them."""
@@ -121,7 +130,7 @@ def unread_gap(run: AttemptRun, sequence: int) -> Gap | None:
     why = "; ".join(dict.fromkeys(unread))
     return Gap(
         f"unread:{sequence}.{run.number}",
-        f"attempt {run.number} of turn {sequence}: {count} line(s) of the harness's stream could not be read "
+        f"attempt {run.number} of turn {said or sequence}: {count} line(s) of the harness's stream could not be read "
         f"({why}); they stay in its log as text",
     )
 
@@ -136,7 +145,13 @@ def _after(command: Command, secrets: list[str]) -> TurnObserver | None:
     except UsageError:
         return None
     return TurnObserver(
-        Path(command.journal_dir), Path(command.log_dir), harness, command.worktree, command.sequence, secrets
+        Path(command.journal_dir),
+        Path(command.log_dir),
+        harness,
+        command.worktree,
+        command.sequence,
+        secrets,
+        exchange=command.exchange,
     )
 
 
@@ -155,6 +170,6 @@ def observe_lost(command: Command, reason: str, secrets: list[str]) -> None:
     observer = _after(command, secrets)
     if observer is None:
         return
-    summary = f"turn {command.sequence} was lost: {reason}"
+    summary = f"turn {command.exchange or command.sequence} was lost: {reason}"
     lost = supervision_failure("lost", Category.SUPERVISION, summary, rfc3339(now()))
     observer.scan(final=True, extra=[lost])

@@ -115,6 +115,7 @@ class Supervisor:
                 command.worktree,
                 command.sequence,
                 self.secrets,
+                exchange=command.exchange,
             )
             self.runner.observe = self.observer.scan
             self.work.observe = self.observer.attempt

@@ -118,6 +118,9 @@ class Command(Wire, frozen=True, omit_defaults=True):
     fence: Fence | None = None
     #: Every wait the supervisor makes, resolved from the settings at launch (an older command's: the defaults).
     delays: Delays = Delays()
+    #: The turn as a person counts it (domain/exchanges.py), for what the turn's incidents say (0: an older
+    #: launcher's command, which says its ``sequence``).
+    exchange: int = 0
 
     @classmethod
     def upgraded(cls, data: JSON, version: int) -> JSON:
