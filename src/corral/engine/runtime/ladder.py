@@ -19,10 +19,12 @@ from msgspec import Struct, field
 from corral.adapters.harness.base import AgentTools, Harness, Launch, TurnRequest, Verdict
 from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.clock import rfc3339, utcnow
+from corral.domain.delays import Delays
 from corral.domain.exits import exit_reason
 from corral.domain.failures import (
     FAST_FAILURES_FOR_LOOP,
     RETRY_REASON_BYTES,
+    Budgets,
     FailureClass,
     Retry,
     attempts_bound,
@@ -285,7 +287,7 @@ class WorkPhase:
             decision = decide(failure_class, streak, self.clock() - streak_started, c.budgets, durations, c.delays)
             if isinstance(decision, Retry):
                 elapsed = self.clock() - streak_started
-                plan = schedule(failure_class, streak, elapsed, durations, c)
+                plan = schedule(failure_class, streak, elapsed, durations, c.budgets, c.delays)
                 now = self.wall()
                 retry = proto.RetryState(
                     attempt=number,
@@ -341,13 +343,17 @@ class Schedule(Struct, frozen=True):
 
 
 def schedule(
-    failure_class: FailureClass, streak: int, elapsed: float, durations: list[float], c: proto.Command
+    failure_class: FailureClass,
+    streak: int,
+    elapsed: float,
+    durations: list[float],
+    budgets: Budgets,
+    delays: Delays,
 ) -> Schedule:
     """What a person is told while corral waits: the retry policy itself (``domain.failures.decide``) run
     forward from the ``streak``-th failure, ``elapsed`` seconds into the run. A class bounded by time
     counts its next attempts as failing at once (the most that fit: "at most"); an unclassified one as
     taking as long as the last (a fast one stays fast, so the crash-loop detector's bound)."""
-    budgets = c.budgets
     limit = None
     if failure_class is FailureClass.TRANSIENT_OVERLOAD:
         limit = budgets.overload_seconds
@@ -356,7 +362,7 @@ def schedule(
     each = durations[-1] if failure_class is FailureClass.UNKNOWN and durations else 0.0
     seen, attempt, waits = list(durations), streak, 0.0
     for _ in range(SCHEDULE_STEPS):
-        decision = decide(failure_class, attempt, elapsed, budgets, seen, c.delays)
+        decision = decide(failure_class, attempt, elapsed, budgets, seen, delays)
         if not isinstance(decision, Retry):
             return Schedule(attempt, waits, limit)
         waits += decision.delay
