@@ -14,9 +14,14 @@ spawning bwrap) to the model server's first request; and a shell call, the time 
 consecutive model requests (the answer streamed, the call made, its result sent back: the same but
 for the call itself), median over every call of every run.
 
+For the launch alone, Pi by itself (no corral, no sandbox): the argv ``PiHarness.work`` builds for a
+confined turn with corral's tools against one without, spawn to first model request, ``--launches``
+times alternated; and, for scale, the same with the extension's entry written as an ES module
+(``.mjs``, which Pi's jiti imports without transpiling) instead of TypeScript.
+
 Targets: the extension adds under 100 ms to the launch (median) and under 20 ms to a shell call (median).
 
-    .venv/bin/python bench/bench_pi_extension.py [--runs 5] [--calls 10]
+    .venv/bin/python bench/bench_pi_extension.py [--runs 5] [--calls 10] [--launches 15]
 
 Results are printed and written to bench/results/bench_pi_extension.json.
 """
@@ -29,9 +34,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -94,11 +102,50 @@ def one_turn(
     }
 
 
+def pi_alone(pi: Path, base: Path, server: ScriptedServer, env: dict[str, str], n: int) -> dict[str, list[float]]:
+    """Pi's launch by itself, spawn to first model request (ms): without corral's tools, with its extension,
+    and with the extension's entry as an ES module."""
+    from corral.adapters.harness.base import AgentTools, TurnRequest
+    from corral.adapters.harness.pi import PiHarness
+    from corral.pi_extension import DOOR, EXTENSION
+
+    entry = base / "entry.mjs"
+    entry.write_text(
+        f"import {{ corralTools }} from {json.dumps(str(DOOR))};\n"
+        "export default function (pi) { for (const tool of corralTools(process.env)) pi.registerTool(tool); }\n"
+    )
+    harness = PiHarness(str(pi), pi_support.PROVIDER)
+    work = base / "alone"
+    work.mkdir()
+    req = TurnRequest(prompt="go", cwd=str(work), model=pi_support.MODEL)
+    tools = AgentTools(url="http://127.0.0.1:9/mcp", token="crl_bench", timeout_seconds=600.0, shell=True)
+    launches = {"without": harness.work(req), "with": harness.work(msgspec.structs.replace(req, tools=tools))}
+    mjs = launches["with"]
+    launches["with, .mjs entry"] = msgspec.structs.replace(
+        mjs, argv=[str(entry) if a == str(EXTENSION) else a for a in mjs.argv]
+    )
+    out: dict[str, list[float]] = {k: [] for k in launches}
+    for i in range(n + 1):  # the first round warms the page cache
+        for name, launch in launches.items() if i % 2 else reversed(launches.items()):
+            before = len(server.script_requests)
+            server.steps.append(Text("done"))
+            started = time.time()
+            done = subprocess.run(
+                launch.argv, cwd=work, env={**env, **launch.env}, capture_output=True, timeout=120, check=False
+            )
+            if done.returncode != 0 or len(server.script_requests) != before + 1:
+                raise SystemExit(f"pi ({name}) failed: {done.stderr[-2000:]!r}")
+            if i:
+                out[name].append((server.script_requests[before].at - started) * 1000)
+    return out
+
+
 def main() -> int:
     parser = scratch_options(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--calls", type=int, default=10)
-    args = parse_args(parser, {"runs": 1, "calls": 2})
+    parser.add_argument("--launches", type=int, default=15)
+    args = parse_args(parser, {"runs": 1, "calls": 2, "launches": 1})
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "runs": args.runs, "calls": args.calls}
     pi = pi_support.pi_bin()
     result["pi"] = pi_support.pi_version(pi)
@@ -125,6 +172,10 @@ def main() -> int:
             }
         )
         (base / "home").mkdir()
+        alone = pi_alone(pi, base, server, env, args.launches)
+        alone_median = {k: median(v) for k, v in alone.items()}
+        result["pi_alone_launch_ms"] = {k: [round(x, 1) for x in v] for k, v in alone.items()}
+        result["pi_alone_launch_median_ms"] = {k: round(v, 1) for k, v in alone_median.items()}
         figures: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
         for run in range(-1, args.runs):  # run -1: a warm-up of each (the daemon started, caches filled)
             for mode in MODES if run % 2 else reversed(MODES):
@@ -160,6 +211,14 @@ def main() -> int:
             f"Shell call (request to request), median: with {call['with']:.1f} ms, without {call['without']:.1f} ms "
             f"(p90 {result['call_p90_ms']['with']:.1f} / {result['call_p90_ms']['without']:.1f}); added "
             f"{added_call:.1f} ms (target < {CALL_TARGET_MS:.0f}) {verdict(call_ok)}"
+        )
+        alone_added = alone_median["with"] - alone_median["without"]
+        result["pi_alone_launch_added_ms"] = round(alone_added, 1)
+        mjs = alone_median["with, .mjs entry"]
+        print(
+            f"Pi alone, spawn -> first model request, median of {args.launches}: without {alone_median['without']:.0f}"
+            f" ms, with the extension {alone_median['with']:.0f} ms (added {alone_added:.0f} ms), with a .mjs entry "
+            f"{mjs:.0f} ms (added {mjs - alone_median['without']:.0f} ms)"
         )
         ok = launch_ok and call_ok
     finally:
