@@ -196,10 +196,13 @@ def test_gaps_found_after_a_lost_notice_are_told_at_once_and_once() -> None:
     state = reduce(FailureState(), [failure("supervision:lost")])
     told_ = {"lost:3", "supervision:lost"}
     reduce(state, [{"kind": "incomplete", "id": "incomplete:partial:90", "summary": "cut", "operation": "evidence"}])
-    for ended in ("lost:3", None):  # resting, or already working again
-        notice = pending(state, told_, T0, ended=ended, lost="lost:3")
-        assert notice is not None and [i.id for i in notice.incidents] == ["incomplete:partial:90"]
+    notice = pending(state, told_, T0, ended="lost:3", lost="lost:3")  # resting on the loss: no later notice
+    assert notice is not None and [i.id for i in notice.incidents] == ["incomplete:partial:90"]
     assert pending(state, told_ | {"incomplete:partial:90"}, T0, ended="lost:3", lost="lost:3") is None
+    # auto-resumed: the running turn's notice at its end tells them, as any running turn's gaps
+    assert pending(state, told_, T0, ended=None, lost="lost:3") is None
+    end = pending(state, told_, T0, ended="completion:5", lost="lost:3")
+    assert end is not None and [i.id for i in end.incidents] == ["incomplete:partial:90"]
 
 
 def test_a_running_notice_counts_the_incidents_told_before_it() -> None:

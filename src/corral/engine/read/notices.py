@@ -7,8 +7,8 @@ journal directory, fsynced; they are independent of recovery (an incident recove
 was told stays told). The rule of what is due is ``corral.domain.attention``.
 
 A lost turn is told as soon as it is recorded lost (``lost:<turn>``), once, whether the task rests
-or auto-resume already started its next turn; an observation gap found after that notice is told
-at once (``gaps:…``), once, since no notice of that turn's end may follow. A receipt storage will
+or auto-resume already started its next turn; while the task rests on that loss, an observation
+gap found after that notice is told at once (``gaps:…``), once, since no later notice may follow. A receipt storage will
 not take is kept in this process's memory, counted as delivered, and written again at each later
 delivery until storage takes it (seed 000: receipts are retried on later reads).
 """
@@ -122,16 +122,18 @@ def lost_key(project: Project, task: Task) -> str | None:
 def pending(
     state: FailureState, told_: set[str], now: datetime, *, ended: str | None, lost: str | None
 ) -> Notice | None:
-    """The notice due now: a lost turn's first, once (``lost``, even while a later turn runs); after it,
-    the gaps found since, at once and once; else what :func:`corral.domain.attention.due` says."""
-    if lost is not None and (ended is None or ended == lost or ended.startswith("lost:")):
+    """The notice due now: a lost turn's first, once (``lost``, even while the turn auto-resume started
+    runs); after it, while the task rests on that loss (``ended == lost``: no later notice may follow),
+    the gaps found since, at once and once; else what :func:`corral.domain.attention.due` says (a
+    resumed turn's gaps wait for its end, as any running turn's do)."""
+    if lost is not None and ended in (None, lost):
         if lost not in told_:
             return due(state, told_, now, ended=lost)
-        late = tuple(i for i in state.by_label(Label.INCOMPLETE) if i.id not in told_)
-        if late:
-            return Notice("lost", f"gaps:{lost}:" + ",".join(sorted(i.id for i in late)), late)
         if ended == lost:
-            return None
+            late = tuple(i for i in state.by_label(Label.INCOMPLETE) if i.id not in told_)
+            if not late:
+                return None
+            return Notice("lost", f"gaps:{lost}:" + ",".join(sorted(i.id for i in late)), late)
     return due(state, told_, now, ended=ended)
 
 
