@@ -7,6 +7,10 @@ failed upstream merge was resolved by hand to blocked.
 
 ``doctor`` also checks the repository's objects (:func:`check_objects`): an agent that could
 write the object store can delete or rewrite what a task's branch, or ``main``, is made of.
+
+Outside a repository ``doctor`` checks the install instead (:func:`run_install`): git, corral's home,
+the agent CLIs and their logins, bubblewrap, the daemon and the team's engine, the first thing a new
+user runs.
 """
 
 from __future__ import annotations
@@ -592,9 +596,6 @@ def harness_warning(project: Project, task: Task) -> str | None:
     if missing is None:
         return None
     return f"{missing.message} `corral start {task.ref}` will refuse until it is: {missing.hint}"
-
-
-# -- outside a repository: the install -------------------------------------------------------------------
 
 
 def run_install() -> list[Check]:
