@@ -351,3 +351,17 @@ def test_a_receipt_the_daemon_cannot_store_is_logged_kept_and_written_later(
         assert [json.loads(line)["key"] for line in receipts.read_text().splitlines()] == [logged[0]["notice"]["key"]]
     finally:
         project.close()
+
+
+def test_a_lost_turn_observed_twice_by_a_restarted_reconciler_is_journaled_once(tmp_path: Path) -> None:
+    from corral.domain.incidents import Category, supervision_failure
+    from corral.engine.runtime.observer import TurnObserver
+
+    log = pi_log(tmp_path, "rescan_two_failures.jsonl")
+    where = tmp_path / "session"
+    for seconds in (0, 30):  # it crashed after its journal write, before recording the turn: it looks again
+        lost = supervision_failure("lost", Category.SUPERVISION, "turn 1 was lost: the supervisor ended", f"{seconds}")
+        TurnObserver(where, log.parent, PiHarness(), "/wt", 1, []).scan(final=True, extra=[lost])
+    state = Journal(where).read()
+    assert state.incidents["supervision:lost"].failures == 1
+    assert [i.failures for i in state.incidents.values() if i.category == "tool"] == [1, 1]

@@ -25,7 +25,7 @@ from corral.domain.redact import redact
 from corral.engine.paths import OUTPUT_LOG
 from corral.engine.runtime.attempts import AttemptRun
 from corral.engine.runtime.heartbeat import now
-from corral.engine.runtime.journal import Journal
+from corral.engine.runtime.journal import Journal, stamp
 from corral.engine.runtime.journal_scan import Cursors, Facts, commit, scan
 from corral.engine.runtime.protocol import Command, ErrorKind, Receipt
 from corral.errors import UsageError
@@ -60,7 +60,7 @@ class TurnObserver:
             events = scan(
                 self.log, self.harness, self.cwd, self.cursors, at=at, final=final, evidence_of=self.evidence_of
             )
-            events += extra or []
+            events += stamp(extra or [])  # what corral saw, by what it says: a lost turn recorded twice is once
             for event in events:
                 if isinstance(event.get("summary"), str):
                     event["summary"] = redact(event["summary"], self.secrets)
