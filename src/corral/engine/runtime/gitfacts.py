@@ -11,6 +11,10 @@ still writes a receipt corral can read: the receipt keeps the first
 patterns are matched against every path before that cut, and the protected changes are
 kept up to their own bound, so no violation hides behind the truncation.
 
+A turn's end scans the worktree once (:meth:`GitProbe.worktree_changes`, one ``git status``): the
+dirty flag and the uncommitted part of the changed paths both come from it, and the committed part
+from comparing commits' trees, which reads no file of the worktree.
+
 Every path is read with ``-z``, exactly as git stores it: without it git prints a name that
 holds a tab, a quote, a backslash, a line feed or a byte outside printable ASCII quoted
 (``".github/workflows/d\\303\\251ploy.yml"``), and the quoted text matches no pattern the
@@ -75,12 +79,27 @@ class GitProbe:
     def __init__(self, git: Git, worktree: Path) -> None:
         self.git = git
         self.worktree = worktree
+        self._known_head: str | None = None
 
     def head(self) -> str | None:
+        if self._known_head is not None:  # read a moment ago, and nothing could have moved it since
+            known, self._known_head = self._known_head, None
+            return known
         try:
             return self.git.rev_parse("HEAD", cwd=self.worktree)
         except (GitError, OSError):
             return None
+
+    def known_head(self, head: str | None) -> None:
+        """The HEAD just read, for the next :meth:`head` to answer without asking git again (once:
+        after that an agent runs, and may commit)."""
+        self._known_head = head
+
+    def worktree_changes(self) -> list[str]:
+        """Every path with an uncommitted change (staged, unstaged or untracked; both sides of a rename),
+        as stored: the one scan of the worktree a turn's end makes."""
+        out = self.git.run("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", cwd=self.worktree)
+        return [entry[3:] for entry in out.stdout.split("\0") if len(entry) > 3]
 
     def unmerged(self) -> list[str]:
         return self.git.unmerged_paths(self.worktree)
@@ -98,14 +117,27 @@ class GitProbe:
         except (GitError, OSError):
             return False
 
-    def changed_paths(self, start: str | None, pre_sync: str | None, post_sync: str | None) -> list[str]:
-        """Every path changed from ``start`` to the merge, then from its result on (committed or not), as stored."""
+    def changed_paths(
+        self,
+        start: str | None,
+        pre_sync: str | None,
+        post_sync: str | None,
+        head: str | None = None,
+        uncommitted: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Every path changed from ``start`` to the merge, then from its result on (committed or not), as stored.
+
+        From the merge's result on: the commits' trees from ``post_sync`` to ``head``, and
+        ``uncommitted`` (:meth:`worktree_changes`, read here when not given).
+        """
         paths: set[str] = set()
         if start and pre_sync and start != pre_sync:
             paths.update(self._names("diff", "--name-only", "--no-renames", "-z", start, pre_sync))
         if post_sync:
-            paths.update(self._names("diff", "--name-only", "--no-renames", "-z", post_sync))
-        paths.update(self.git.dirty_paths(self.worktree))
+            head = head or self.head()
+            if head and head != post_sync:
+                paths.update(self._names("diff", "--name-only", "--no-renames", "-z", post_sync, head))
+        paths.update(self.worktree_changes() if uncommitted is None else uncommitted)
         return sorted(paths)
 
     def _names(self, *args: str) -> list[str]:
@@ -121,7 +153,8 @@ class GitProbe:
             if head and start:
                 out = self.git.run("rev-list", "--reverse", f"{start}..{head}", cwd=self.worktree, check=False)
                 commits = [c for c in out.stdout.split() if c]
-            exact = self.changed_paths(start, pre_sync, post_sync)
+            uncommitted = self.worktree_changes()
+            exact = self.changed_paths(start, pre_sync, post_sync, head, uncommitted)
             matcher = protected_matcher(protected)
             hits = [storable(p) for p in exact if matcher.match(p)] if matcher else []
             changed = [storable(p) for p in exact]
@@ -136,7 +169,7 @@ class GitProbe:
                 check_from=start,
                 changed_paths=paths.kept,
                 protected_changes=violations.kept,
-                dirty=bool(self.git.dirty_paths(self.worktree)),
+                dirty=bool(uncommitted),
                 changed_count=paths.count,
                 protected_count=violations.count,
                 commit_count=made.count,

@@ -194,7 +194,10 @@ class Supervisor:
         pre_sync = self.probe.head()
         outcome = self._sync()
         self.sync = proto.SyncReport(outcome.state, outcome.target, outcome.files)
-        post_sync = self.probe.head()
+        # Only a merge made moves HEAD (a conflict leaves it where it was): HEAD is read again then only,
+        # and the work phase's first look at it takes the value read here.
+        post_sync = self.probe.head() if outcome.state == "merged" else pre_sync
+        self.probe.known_head(post_sync)
         if not c.posture.read_only:
             branch_check.begin(self.probe.git, self.worktree, c.task_ref, c.branch)
         announce = outcome if (c.announce_merge or outcome.state == "conflict") else None
