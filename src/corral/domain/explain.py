@@ -386,7 +386,7 @@ def next_step(
     if hint is not None and not offers(hint, task.status, task.ref):
         hint = _by_status(task, pending_violations, breaker)
     if hint is not None and _DECIDE in hint:
-        how = decide_files(task.ref, pending_paths) if pending_paths else f"corral show {task.ref} names them"
+        how = decide_files(task.ref, pending_paths) if pending_paths else f"see them with corral show {task.ref}"
         hint = hint.replace(_DECIDE, how)
     return hint
 
@@ -441,11 +441,11 @@ def _by_status(task: Task, pending_violations: int, breaker: bool) -> str | None
         case Status.PAIRING:
             return "Someone is pairing in the worktree; the task rests again when they end it."
         case Status.MERGING:
-            return f"A merge is in flight; corral show {ref} when it ends."
+            return f"A merge is in flight; see how it ends with corral show {ref}"
         case Status.SUBMITTED:
-            return f"Waiting for review on the remote; corral accept {ref} once it is approved."
+            return f"Waiting for review on the remote; once it is approved: corral accept {ref}"
         case Status.ZOMBIE:
-            return "corral is completing it; nothing to do."
+            return "It is being completed; nothing to do."
         case Status.ABANDONED:
             return f"Nothing; if that was a mistake: corral reopen {ref}"
         case Status.COMPLETE:
@@ -455,3 +455,62 @@ def _by_status(task: Task, pending_violations: int, breaker: bool) -> str | None
 from datetime import UTC, datetime  # noqa: E402  (kept beside its one use)
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+#: Where a command named in a hint ends (outside quotes): the words around it are not part of it.
+_COMMAND_ENDS = (")", ";", " — ", ", then", ", or ", " or corral ", " or git ", "`", " (", " then")
+_COMMAND_STARTS = re.compile(r"(?<![\w/.-])(?:corral|git) ")
+
+
+def commands(hint: str | None) -> list[str]:
+    """The commands a hint names, each exactly as a person would type it (a ``corral …`` or ``git …``
+    command ends where the words around it begin: a parenthesis, a semicolon, a dash, "then", "or")."""
+    found: list[str] = []
+    text = hint or ""
+    at = 0
+    while (start := _COMMAND_STARTS.search(text, at)) is not None:
+        i, quoted = start.start(), False
+        while i < len(text):
+            if text[i] == "'":
+                quoted = not quoted
+            elif not quoted and text.startswith(_COMMAND_ENDS, i):
+                break
+            i += 1
+        found.append(text[start.start() : i].strip())
+        at = max(i, start.end())
+    return found
+
+
+#: The MCP tools a hint's ``corral`` commands map to, and what each one's ``-m`` is called there.
+_TOOL_MESSAGE = {"start": "message", "unblock": "message", "close": "reason", "reject": "reason", "reopen": "reason"}
+_TOOLS = frozenset(
+    {*_TOOL_MESSAGE, "resume", "wait", "stop", "sync", "show", "logs", "diff", "accept", "submit", "edit"}
+)
+_FILES = {"--approve-file": "approved_files", "--revert-file": "reverted_files"}
+
+
+def tool_call(hint: str | None) -> dict[str, object] | None:
+    """The next step of a hint as the MCP tool call that takes it (``{"tool", "arguments"}``): the first
+    command the hint names that a tool does; None when none does (a setting, git, nothing to do)."""
+    for command in commands(hint):
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            continue
+        if len(argv) < 3 or argv[0] != "corral" or argv[1] not in _TOOLS:
+            continue
+        tool, args = argv[1], {"task": argv[2]}
+        files: dict[str, list[str]] = {}
+        rest = iter(argv[3:])
+        for word in rest:
+            name, _, value = word.partition("=")
+            if not value and name in ("-m", "--message", "--approve-file", "--revert-file", "--harness"):
+                value = next(rest, "")
+            if name in ("-m", "--message") and tool in _TOOL_MESSAGE:
+                args[_TOOL_MESSAGE[tool]] = value
+            elif name == "--harness":
+                args["harness"] = value
+            elif name in _FILES:
+                files.setdefault(_FILES[name], []).append(value)
+        return {"tool": tool, "arguments": {**args, **files}}
+    return None

@@ -117,12 +117,12 @@ NOW: dict[Status, str] = {
     S.WORKING: "wait for its turn to end (corral wait {ref}), or stop it: corral stop {ref}",
     S.BLOCKED: "review its work (corral diff {ref}), then accept it (corral accept {ref}) "
     "or give the agent feedback: corral unblock {ref} -m 'your feedback'",
-    S.CONFLICT: "decide its protected files (corral show {ref} names them and the command that decides them)",
+    S.CONFLICT: "decide its protected files (see them, and how to decide them: corral show {ref})",
     S.PAIRING: "wait until the pairing ends (corral wait {ref})",
     S.INTERRUPTED: "resume it: corral resume {ref}",
     S.MERGING: "wait until the merge ends (corral wait {ref})",
     S.SUBMITTED: "accept it once the remote approves it: corral accept {ref}",
-    S.ZOMBIE: "only wait: corral is completing it",
+    S.ZOMBIE: "only wait while it is being completed",
     S.COMPLETE: "reopen it, saying why: corral reopen {ref} -m 'it regressed'",
     S.ABANDONED: "reopen it: corral reopen {ref}",
 }

@@ -112,7 +112,7 @@ async def ask(c: Calling, a: Args, off: Callable[[Callable[[], Any]], Awaitable[
             "answered": False,
             "answer": None,
             "command_id": started.launched.command_id,
-            "next": f"The answer lands in {task.ref}'s turns: call show on it later.",
+            "next": {"tool": "show", "arguments": {"task": task.ref}},  # the answer lands in its turns, later
         }
     return {
         "answered": answer.kind == "ask",

@@ -15,6 +15,7 @@ from typing import Any
 
 from msgspec import Struct
 
+from corral.domain.explain import tool_call
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field, sanitize_prose
 from corral.engine.api import Caller, LiveCache, LiveOf, Project, gates, queries
@@ -133,7 +134,8 @@ class Tool(Struct, frozen=True):
 def projection(c: Calling, task: Task | str, last_turns: int = RESULT_TURNS) -> dict[str, Any]:
     """The ``show --json`` document of a task, as a task-targeting tool answers."""
     given = task.id if isinstance(task, Task) else task
-    return queries.show_task(c.project(), given, last_turns=last_turns, settle=c.settles, live=c.live_of()).doc
+    doc = queries.show_task(c.project(), given, last_turns=last_turns, settle=c.settles, live=c.live_of()).doc
+    return {**doc, "next": tool_call(doc.get("next"))}  # the next step as the tool call that takes it
 
 
 def task_of(c: Calling, tool: str, args: Args) -> Task:
