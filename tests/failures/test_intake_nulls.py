@@ -57,8 +57,9 @@ def test_a_wrong_type_is_still_refused_never_coerced() -> None:
 def test_failures_with_null_intents_reach_the_thrice_rule() -> None:
     """Models with nullable schemas send nulls: the real failures are one operation's, failing thrice."""
     collector = Collector("turns/1/output.log", trusted=True)
-    for n in range(3):
-        feed(collector, *shell(f"c{n}", "npm test", ok=False, attemptId=None, expectedExitCodes=None, operationId=""))
+    feed(collector, *shell("c0", "npm test", ok=False, attemptId=None, expectedExitCodes=None, timeout_seconds=None))
+    feed(collector, *shell("c1", "npm test", ok=False, operationId=""))
+    feed(collector, *shell("c2", "npm test", ok=False))
     (incident,) = collector.state.incidents.values()
     assert incident.failures == 3 and incident.label is Label.ACTION_REQUIRED
     assert not incident.operation.startswith("intent:")  # never a "not run" observation

@@ -51,7 +51,7 @@ def test_nulls_refusals_rows_and_secrets_of_a_confined_turn(rig: Any, monkeypatc
     server, corral = rig
     server.steps.extend(
         [
-            bash(FAILING, operationId=None, attemptId=None, expectedExitCodes=None),  # 1: nulls: undeclared
+            bash(FAILING, operationId=None, attemptId=None, expectedExitCodes=None, timeout_seconds=None),  # 1
             bash(FAILING, attemptId=""),  # 2: an empty optional string: undeclared
             bash(FAILING),  # 3: the same operation's third failure
             ToolUse(  # 4: refused whole (an unknown target): nothing is written
@@ -72,7 +72,8 @@ def test_nulls_refusals_rows_and_secrets_of_a_confined_turn(rig: Any, monkeypatc
     assert results[3]["is_error"] and results[3]["doc"]["error"]["code"] == "disposition-refused"
     assert SECRET not in json.dumps(results[4]["doc"]) and "[redacted]" in results[4]["doc"]["stdout"]
     rows = corral.json("failures", "build", "--history")["failures"]["rows"]
-    (row,) = rows  # one operation; the refused disposition is no incident
+    assert len(rows) == 1, rows  # one operation; the refused disposition is no incident
+    (row,) = rows
     assert row["label"] == "Action required" and row["failures"] == 3
     assert row["summary"] == f"mcp__corral__bash failed: {FAILING} exited 3: boom: the build broke"
     text = corral.ok("failures", "build").stdout

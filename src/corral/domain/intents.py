@@ -144,10 +144,11 @@ def parse_intent(args: Mapping[str, Any]) -> Intent | Rejected:
 
 
 def command_args(args: Any) -> Any:
-    """A shell call's arguments without its intent: what the exact-retry rule compares in a trusted run."""
+    """A shell call's arguments without its intent, and without an argument given as null (undeclared, as
+    an omitted one): what the exact-retry rule compares in a trusted run."""
     if not isinstance(args, Mapping):
         return args
-    return {k: v for k, v in args.items() if k not in INTENT_KEYS}
+    return {k: v for k, v in args.items() if k not in INTENT_KEYS and v is not None}
 
 
 def _text_problem(name: str, value: Any, limit: int) -> str | None:

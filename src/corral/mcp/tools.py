@@ -19,7 +19,7 @@ from corral.domain.intents import DISPOSITIONS, ID_PATTERN, MAX_EXPECTED, MAX_TA
 from corral.domain.operations_table import Op, takes
 from corral.engine.api import Caller, shell
 from corral.mcp import blocking, handlers
-from corral.mcp.calling import RESULT_TURNS, Tool
+from corral.mcp.calling import RESULT_TURNS, Args, Calling, Run, Tool
 from corral.mcp.handlers import MAX_PAGE_ROWS
 
 
@@ -39,6 +39,19 @@ def _optional(schema: dict[str, Any], what: str | None = None) -> dict[str, Any]
     """An optional field that may also be null: null (like an empty string) declares nothing, as omitting
     it does (corral.domain.intents), so a model whose schemas are nullable is understood."""
     return {"anyOf": [schema, {"type": "null"}], **({"description": what} if what else {})}
+
+
+def _null_is_absent(run: Run, *names: str) -> Run:
+    """``run`` with the optional arguments ``names`` read as omitted when they are null (the intent's are
+    read so by the shell itself)."""
+
+    def call(c: Calling, a: Args) -> dict[str, Any]:
+        for name in names:
+            if name in a.raw and a.raw[name] is None:
+                del a.raw[name]
+        return run(c, a)
+
+    return call
 
 
 _TASK = _s("the task's ref, id or a unique prefix of either")
@@ -255,7 +268,7 @@ TOOLS: dict[str, Tool] = {
             _schema(
                 ["command"],
                 command=_s("the shell command (sh -c)"),
-                timeout_seconds={"type": "number", "minimum": 1, "maximum": shell.SHELL_MAX_SECONDS},
+                timeout_seconds=_optional({"type": "number", "minimum": 1, "maximum": shell.SHELL_MAX_SECONDS}),
                 operationId=_optional({"type": "string", "pattern": ID_PATTERN}),
                 attemptId=_optional({"type": "string", "pattern": ID_PATTERN}),
                 expectedExitCodes=_optional(
@@ -266,7 +279,7 @@ TOOLS: dict[str, Tool] = {
                     }
                 ),
             ),
-            run=handlers.bash,
+            run=_null_is_absent(handlers.bash, "timeout_seconds"),
             agents_only=True,
             failed=lambda doc: doc.get("exit_code") != 0 and not doc.get("expected"),
         ),
