@@ -225,6 +225,17 @@ def test_pi_gets_corrals_extension_by_path_and_the_token_in_its_environment() ->
     assert "-e" not in h.interactive(request(tools=TOOLS)).argv
 
 
+def test_pi_without_its_extensions_files_takes_no_agent_tools_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import corral.pi_extension as pi_extension
+
+    monkeypatch.setattr(pi_extension, "TOOLS_FILE", tmp_path / "mcp_tools.json")  # an install built without it
+    h = PiHarness("/bin/pi")
+    assert h.takes_agent_tools is False
+    assert h.agent_tools_absent == "corral's Pi extension is not installed (mcp_tools.json missing): reinstall corral"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_harness_says_whether_it_takes_agent_tools(name: str) -> None:
     h = make_harness(name, {"command": "my-agent"})

@@ -35,3 +35,8 @@ def write_tools_file() -> Path:
     """Write :data:`TOOLS_FILE` from corral's MCP tools (after a change to their descriptions or schemas)."""
     TOOLS_FILE.write_text(json.dumps(described_tools(), indent=2) + "\n", encoding="utf-8")
     return TOOLS_FILE
+
+
+def missing() -> list[str]:
+    """The extension's files this install lacks (a package built without them): its turns then get no door."""
+    return [p.name for p in (EXTENSION, DOOR, TOOLS_FILE) if not p.is_file()]

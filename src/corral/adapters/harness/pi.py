@@ -326,16 +326,28 @@ class PiHarness:
     login_hint = LOGIN_HINT
     #: The supervisor ends Pi at its first ``auto_retry_start`` line: corral's ladder owns the cadence.
     corral_owns_retries = True
-    #: Pi has no MCP client: corral's extension is its door (docs/harnesses.md#pi), ``bash`` (confined)
-    #: and ``failure_disposition``, not the other MCP tools.
-    takes_agent_tools = True
-    agent_tools_absent: str | None = None
+    # takes_agent_tools / agent_tools_absent: properties below (an install may lack the extension's files)
 
     def __init__(self, executable: str = "pi", provider: str | None = None, extensions: tuple[str, ...] = ()) -> None:
         self.executable = executable
         self.provider = provider
         #: The person's own Pi extensions (``pi_extensions``, a user-only setting): loaded by path, as corral's.
         self.extensions = tuple(os.path.expanduser(e) for e in extensions)
+
+    @property
+    def agent_tools_absent(self) -> str | None:
+        """Why a turn gets no corral tools: corral's package lacks its Pi extension (Pi has no MCP client;
+        the extension is its door, docs/harnesses.md#pis-trusted-path-corrals-pi-extension)."""
+        from corral.pi_extension import missing
+
+        gone = missing()
+        if gone:
+            return f"corral's Pi extension is not installed ({', '.join(gone)} missing): reinstall corral"
+        return None
+
+    @property
+    def takes_agent_tools(self) -> bool:
+        return self.agent_tools_absent is None
 
     def _argv(
         self, req: TurnRequest, *, read_only: bool = False, tools: AgentTools | None = None
