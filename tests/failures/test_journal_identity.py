@@ -365,3 +365,19 @@ def test_a_lost_turn_observed_twice_by_a_restarted_reconciler_is_journaled_once(
     state = Journal(where).read()
     assert state.incidents["supervision:lost"].failures == 1
     assert [i.failures for i in state.incidents.values() if i.category == "tool"] == [1, 1]
+
+
+def test_a_large_cursor_is_written_into_the_journal_only_as_often_as_its_events_pay_for(tmp_path: Path) -> None:
+    def records(where: Path) -> int:
+        return sum(1 for line in (where / JOURNAL).read_bytes().splitlines() if b'"kind": "cursor"' in line)
+
+    for gaps, written in ((0, range(40, 41)), (3000, range(2))):  # a small cursor each batch; a large one seldom
+        where = tmp_path / f"s{gaps}"
+        journal, cursors = Journal(where), Cursors(where)
+        cursors.collector.gaps = {f"oversized:{n:08d}" for n in range(gaps)}  # ~70 KB of cursor
+        for n in range(40):
+            event = {"kind": "incomplete", "id": f"incomplete:{n}", "operation": "evidence", "summary": "x"}
+            assert commit(journal, cursors, [event])
+        assert records(where) in written
+        assert commit(journal, cursors, [], final=True)  # and at the turn's end, always
+        assert json.loads((where / JOURNAL).read_bytes().splitlines()[-1])["kind"] == CURSOR_KIND

@@ -36,9 +36,11 @@ TAIL_BYTES = 4096
 #: Log bytes scanned since the cursor was last written into the journal that make it due there even
 #: with no event (a lost cursor file then costs a rescan of at most about this much).
 RECORD_EVERY = 8 << 20
-#: A cursor past this size (a confined run's collector remembers its whole state) is written into the
-#: journal only when due by :data:`RECORD_EVERY` or at the turn's end, not with every event.
-RECORD_MAX = 1 << 20
+#: A cursor up to this size is written into the journal with every batch of events; a larger one (a
+#: confined run's collector remembers its whole state) once the events since the last one come to
+#: :data:`RECORD_SHARE` bytes each of it, so cursor records never outgrow the events they cover.
+RECORD_SMALL = 16 << 10
+RECORD_SHARE = 256
 #: How much of a log one read of the scan takes.
 CHUNK = 1 << 20
 #: The most open failures whose marks are searched for to pass a run of calls at once (``_Lines._unmarked``).
@@ -77,6 +79,7 @@ class Cursors:
         self.logs: dict[str, dict[str, Any]] = dict(doc.get("logs") or {})
         self.collector = Collector.from_json(doc.get("collector") or {})
         self.unrecorded = 0  # log bytes scanned since the cursor was last written into the journal
+        self.unrecorded_events = 0  # and events journaled since
         # Trust is decided once per scan, when it first meets a log: these cursors are that scan, so
         # the decisions live as long as they do. A scan loaded anew (a restarted observer, the
         # reconciler's last look at a lost turn) decides again, its bounded wait started afresh.
@@ -111,16 +114,21 @@ def commit(journal: Journal, cursors: Cursors, events: list[dict[str, Any]], *, 
     the cursor file; False (nothing saved, the events kept in the journal's memory) if the write failed.
 
     The cursor goes into the journal with events, every :data:`RECORD_EVERY` bytes of log and at the
-    turn's end; a large one (:data:`RECORD_MAX`) only at those two."""
+    turn's end; a large one (past :data:`RECORD_SMALL`) with events only once enough of them came since
+    the last (:data:`RECORD_SHARE`)."""
     doc = cursors.doc()
-    due = final or cursors.unrecorded >= RECORD_EVERY
+    cursors.unrecorded_events += len(events)
     record = None
-    if due or (events and len(json.dumps(doc["collector"])) <= RECORD_MAX):
+    if final or cursors.unrecorded >= RECORD_EVERY:
         record = doc
+    elif events:
+        size = len(json.dumps(doc["collector"]))
+        if size <= RECORD_SMALL or cursors.unrecorded_events * RECORD_SHARE >= size:
+            record = doc
     if not journal.append(events, cursor=record):
         return False
     if record is not None:
-        cursors.unrecorded = 0
+        cursors.unrecorded = cursors.unrecorded_events = 0
     cursors.save(doc)
     return True
 
