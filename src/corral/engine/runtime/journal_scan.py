@@ -39,7 +39,7 @@ RECORD_EVERY = 8 << 20
 #: A cursor up to this size is written into the journal with every batch of events; a larger one (a
 #: confined run's collector remembers its whole state) once the events since the last one come to
 #: :data:`RECORD_SHARE` bytes each of it, so cursor records never outgrow the events they cover.
-RECORD_SMALL = 16 << 10
+RECORD_SMALL = 4 << 10
 RECORD_SHARE = 256
 #: How much of a log one read of the scan takes.
 CHUNK = 1 << 20
