@@ -6,10 +6,17 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from corral.domain.actors import Actor
 from corral.engine.operations import turns
 from corral.engine.operations.shell import agent_secrets
 from tests.failures.conftest import diagnostic_files, new_task, reopen
+
+
+def _dumps(doc: dict) -> str:
+    return json.dumps(doc)
+
 
 #: A tool input whose secret, masked by its shape (``token=…``), ends inside an escaped quote: the
 #: masked protocol line is no longer JSON.
@@ -61,3 +68,29 @@ def test_the_shell_masks_with_the_agent_s_own_environment(tmp_path, monkeypatch)
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_protocol_line_is_masked_field_by_field_and_stays_json():
+    import json as _json
+
+    from corral.domain.redact import redact, redact_lines
+
+    line = _json.dumps({"type": "tool_use", "input": {"command": COMMAND}})
+    with pytest.raises(ValueError):
+        _json.loads(redact(line))  # masked as text, the line is no longer JSON
+    masked = _json.loads(redact_lines(line))
+    assert masked["input"]["command"] == 'curl -s "https://deploy.example/hook?token=[redacted]" --data-private-note'
+
+
+def test_a_broken_protocol_line_in_a_window_is_omitted_never_plain_output():
+    from pathlib import Path
+
+    from corral.adapters.harness import make_harness
+    from corral.domain.redact import redact
+    from corral.engine.read.diagnostic_content import translate_output
+    from corral.engine.read.translator import Translator
+
+    start = {"type": "tool_execution_start", "toolCallId": "t1", "toolName": "bash", "args": {"command": COMMAND}}
+    window = redact(_dumps(start)) + "\nplain: the hook said no\n"
+    out = translate_output(Path("/nonexistent"), make_harness("pi", {}), Translator([]), None, (window, ""))
+    assert out.tail == "plain: the hook said no" and out.protocol_lines == 1

@@ -10,8 +10,12 @@ process that captured it (with its environment's secrets) and again by the one t
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from corral.domain.bounded_json import Decoded, decode
 
 MASK = "[redacted]"
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|AUTH", re.I)
@@ -66,6 +70,35 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for shape in _SHAPES:
         text = shape.sub(_masker(bool(shape.groups)), text)
     return text
+
+
+def _masked_fields(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [_masked_fields(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k), secrets): _masked_fields(v, secrets) for k, v in value.items()}
+    return value
+
+
+def redact_lines(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` masked line by line, a protocol line (a JSON object) field by field, then serialized.
+
+    Masking a JSON line as text can break it (a secret's mask swallowing a quote its shape took for
+    its end), and a broken protocol line reads as plain output, its tool input and all; masking the
+    parsed fields keeps it the JSON it was, so a reader still parses it and keeps only what it allows.
+    """
+    values = list(secrets)
+    out = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        decoded = decode(stripped) if stripped.startswith("{") else None
+        if isinstance(decoded, Decoded) and isinstance(decoded.value, dict):
+            out.append(json.dumps(_masked_fields(decoded.value, values), ensure_ascii=False))
+        else:
+            out.append(redact(line, values))
+    return "\n".join(out)
 
 
 def bounded(text: str, max_bytes: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from corral.domain.clock import rfc3339
 from corral.domain.failures import FailureClass
 from corral.domain.records import FailureEvidence, PossibleEffects
-from corral.domain.redact import CUT_MARGIN, RESULT_BYTES, masked_head, redact
+from corral.domain.redact import CUT_MARGIN, RESULT_BYTES, masked_head, redact, redact_lines
 from corral.engine.paths import OUTPUT_LOG, STDERR_LOG, TURN_LOGS
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRun
@@ -86,7 +86,7 @@ def output_tail(log_dir: Path, secrets: list[str], lines: int = INTERRUPT_TAIL_L
                 text += fh.read().decode("utf-8", "replace")
         except OSError:
             continue
-    return redact("\n".join(text.splitlines()[-lines:]), secrets)
+    return redact_lines("\n".join(text.splitlines()[-lines:]), secrets)
 
 
 def log_windows(log_dir: Path, secrets: list[str], span: tuple[int, int] | None) -> tuple[str, str]:
@@ -111,7 +111,7 @@ def log_windows(log_dir: Path, secrets: list[str], span: tuple[int, int] | None)
         text = data.decode("utf-8", "replace")
         if first > start and "\n" in text:
             text = text.split("\n", 1)[1]
-        windows.append(redact(text, secrets))
+        windows.append(redact_lines(text, secrets))  # a protocol line masked field by field: still JSON
     return windows[0], windows[1]
 
 
