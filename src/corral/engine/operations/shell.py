@@ -260,10 +260,10 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
     ]
     for reader in readers:
         reader.start()
+    secrets = agent_secrets(agent.pid)  # read while the agent is surely the process recorded
     timed_out, ended = watch(proc, agent.matches, timeout)
     for reader in readers:
         reader.join(5)
-    secrets = agent_secrets(agent.pid)
 
     def shown(data: bytes) -> str:
         return redact(data[:OUTPUT_BYTES].decode("utf-8", "replace"), secrets)
