@@ -15,14 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pi import bin_or_skip, pi_bin
+from tests.support.pi import AgentNotInstalled, pi_bin
 
 HERE = Path(__file__).resolve().parent / "pi_extension"
 
 
-def jiti_of_pi() -> Path:
-    """The jiti module Pi loads extensions with, beside the installed Pi package (nested or hoisted)."""
-    package = Path(os.path.realpath(bin_or_skip(pi_bin))).parent.parent  # …/pi-coding-agent/dist/cli.js
+def jiti_of_pi() -> Path | None:
+    """The jiti module Pi loads extensions with, beside the installed Pi package (nested or hoisted); None
+    without Pi (locally: the entry's own test is then skipped; under CI, Pi's absence fails)."""
+    try:
+        pi = pi_bin()
+    except AgentNotInstalled:
+        if os.environ.get("CI"):
+            raise
+        return None
+    package = Path(os.path.realpath(pi)).parent.parent  # …/pi-coding-agent/dist/cli.js
     for base in (package / "node_modules", package.parent.parent):
         found = base / "jiti" / "lib" / "jiti.mjs"
         if found.is_file():
@@ -36,7 +43,11 @@ def test_the_extensions_node_tests_pass() -> None:
         if os.environ.get("CI"):
             raise AssertionError("node is not on PATH; the Pi extension's tests need it")
         pytest.skip("node is not on PATH")
-    env = {**os.environ, "CORRAL_PI_JITI": str(jiti_of_pi()), "NODE_OPTIONS": ""}
+    jiti = jiti_of_pi()
+    env = {**os.environ, "NODE_OPTIONS": ""}
+    env.pop("CORRAL_PI_JITI", None)
+    if jiti is not None:
+        env["CORRAL_PI_JITI"] = str(jiti)
     done = subprocess.run(
         [node, "--test", *sorted(str(p) for p in HERE.glob("*.test.mjs"))],
         capture_output=True,
@@ -45,7 +56,8 @@ def test_the_extensions_node_tests_pass() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout[-2000:]
+    assert "# fail 0" in done.stdout, done.stdout[-2000:]
+    assert f"# skipped {0 if jiti else 1}" in done.stdout, done.stdout[-2000:]
 
 
 def test_the_extensions_tools_are_corrals_mcp_tools() -> None:
