@@ -26,8 +26,8 @@ HOSTILE_OUT = "clear \x1b[2J title \x1b]0;pwned\x07 bidi \u202eevil\u202c c1 \x9
 HOSTILE_ERR = "failing: \x1b[2J \x1b]0;pwned\x07 \u202e \x9b \x00 x"
 
 SCRIPT = r"""#!/bin/sh
-printf 'clear \033[2J title \033]0;pwned\007 bidi \342\200\256evil\342\200\254 c1 \302\233 nul \000 end\n'
 printf 'carriage\rreturn\n'
+printf 'clear \033[2J title \033]0;pwned\007 bidi \342\200\256evil\342\200\254 c1 \302\233 nul \000 end\n'
 printf 'failing: \033[2J \033]0;pwned\007 \342\200\256 \302\233 \000 x\n' >&2
 exit "${EXIT_CODE:-0}"
 """
@@ -155,11 +155,11 @@ def test_a_completed_turns_text_round_trips_through_json_and_raw_is_the_verbatim
         capture_output=True,
         check=True,
     ).stdout
-    assert raw == HOSTILE_OUT.encode() + b"\ncarriage\rreturn\n"
+    assert raw == b"carriage\rreturn\n" + HOSTILE_OUT.encode() + b"\n"
     # On a terminal, with colour: corral's own colours are there, the agent's sequences are not.
     page = on_a_terminal(corral, ["show", "result"], {**hostile, "NO_COLOR": ""})
     assert b"\x1b[1mresult\x1b[0m" in page  # the ref in bold
-    assert display(HOSTILE_OUT, multiline=False).encode() in page  # the timeline's first line of the result
+    assert display(HOSTILE_OUT, multiline=False).encode() in page  # the timeline's line of the result: its last
     assert page.count(b"\x1b") == page.count(b"\x1b[1m") + page.count(b"\x1b[0m") + page.count(b"\x1b[33m")
     assert b"\x1b]" not in page and b"\x1b[2J" not in page and "\u202e".encode() not in page
 

@@ -203,7 +203,7 @@ def timeline(doc: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             content = t["content"].strip()
             # An agent's turn reads as its conclusion, its last line; a person's as its first, the request.
-            lines = [s for s in content.splitlines() if s.strip()]
+            lines = [s for s in content.split("\n") if s.strip()]  # a bare \r an agent printed is no line end
             said = (lines[-1] if t["role"] == "agent" else lines[0]) if lines else ""
             if said:
                 line += f": {clip(said, 100)}"
