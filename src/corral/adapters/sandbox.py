@@ -36,11 +36,10 @@ puts :func:`bwrap_argv` in front of each attempt's argv. Inside (docs/harnesses.
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,14 @@ AUTO, BWRAP, OFF = "auto", "bwrap", "off"
 INSTALL_HINT = 'Install bubblewrap: apt install bubblewrap (or set sandbox = "off" in your user file).'
 #: How long the probe may take (a bwrap that hangs never hangs a launch).
 PROBE_TIMEOUT = 10.0
+#: The probe's answer kept for the host, under ``CORRAL_HOME`` (:func:`probe`).
+PROBE_CACHE = "sandbox-probe.json"
+#: The kernel's settings that decide whether an unprivileged user may make namespaces.
+USERNS_KNOBS = (
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
 #: The flags every sandbox runs with, the probe's included (so the probe proves what a turn needs).
 CORE_FLAGS = ("--die-with-parent", "--unshare-pid", "--cap-drop", "ALL")
 #: Variables naming a temporary directory: inside, each names the private ``/tmp``.
@@ -77,6 +84,7 @@ class SandboxSpec(Struct, frozen=True):
     bwrap: str | None = None
     error: str | None = None
     hidden: tuple[str, ...] = ()
+    probe_cache: str | None = None  # where the probe's answer is kept (forgotten when a launch fails)
     git_common_dir: str | None = None
     git_dir: str | None = None
     branch: str | None = None  # the branch's full ref, refs/heads/corral/<ref>
@@ -106,22 +114,98 @@ class SandboxSpec(Struct, frozen=True):
 
 
 def find_bwrap(env: Mapping[str, str] | None = None) -> str | None:
+    import shutil  # only a launch that may be sandboxed looks for bwrap
+
     env = os.environ if env is None else env
     return shutil.which("bwrap", path=env.get("PATH", os.defpath))
 
 
-@cache
-def probe(bwrap: str) -> str | None:
-    """Why ``bwrap`` cannot make a sandbox here, or None when it can (asked once per process)."""
+def _probe_key(bwrap: str) -> list[Any]:
+    """What the probe's answer depends on: this host and its kernel (with its namespace settings), and
+    the bwrap binary itself (a new version is a new file: its inode, size, times, mode and owner)."""
+    real = os.path.realpath(bwrap)
+    st = os.stat(real)
+    host = os.uname()
+    knobs = []
+    for knob in USERNS_KNOBS:
+        try:
+            with open(knob, encoding="ascii") as f:
+                knobs.append(f.read().strip())
+        except OSError:
+            knobs.append(None)
+    binary = [real, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid]
+    return [host.nodename, host.release, host.version, *knobs, *binary]
+
+
+_probed: dict[str, str | None] = {}  # this process's answers, by key
+
+
+def probe(bwrap: str, cache: Path | None = None) -> str | None:
+    """Why ``bwrap`` cannot make a sandbox here, or None when it can.
+
+    Asked once per host and bwrap (an 18 ms run of bwrap itself): the answer is kept in ``cache``
+    under a key of the host, its kernel and the bwrap binary, so a new bubblewrap or kernel is
+    probed again; :func:`forget_probe` drops it when a launch in the sandbox fails.
+    """
+    try:
+        key = _probe_key(bwrap)
+    except OSError as exc:
+        return f"{bwrap} cannot be read: {exc}"
+    memo = json.dumps(key)
+    if memo in _probed:
+        return _probed[memo]
+    kept = _read_probe(cache, key)
+    if kept is not None:
+        _probed[memo] = kept[0]
+        return kept[0]
     argv = [bwrap, *CORE_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{bwrap} did not run: {exc}"
-    if done.returncode == 0:
+        return f"{bwrap} did not run: {exc}"  # not kept: a machine that was too busy may do better next time
+    broken = None
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        broken = f"{bwrap} exited {done.returncode}" + (f": {said[-1]}" if said else "")
+    _probed[memo] = broken
+    _keep_probe(cache, key, broken)
+    return broken
+
+
+def _read_probe(cache: Path | None, key: list[Any]) -> tuple[str | None] | None:
+    """The answer kept for ``key`` (a 1-tuple), or None when none is kept for it."""
+    if cache is None:
         return None
-    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-    return f"{bwrap} exited {done.returncode}" + (f": {said[-1]}" if said else "")
+    try:
+        with open(cache, "rb") as f:
+            doc = json.loads(f.read(65536))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key:
+        return None
+    broken = doc.get("broken")
+    return (broken,) if broken is None or isinstance(broken, str) else None
+
+
+def _keep_probe(cache: Path | None, key: list[Any], broken: str | None) -> None:
+    if cache is None:
+        return
+    from corral.adapters.files import write_atomic
+
+    try:
+        write_atomic(cache, json.dumps({"key": key, "broken": broken}).encode() + b"\n", durable=False)
+    except OSError:
+        pass  # a cache that cannot be written costs the next launch a probe, nothing more
+
+
+def forget_probe(spec: SandboxSpec) -> None:
+    """Drop the probe's answer a launch in this sandbox relied on (it failed): the next launch probes again."""
+    _probed.clear()
+    if spec.probe_cache:
+        try:
+            os.unlink(spec.probe_cache)
+        except OSError:
+            pass
 
 
 def resolve(
@@ -133,8 +217,11 @@ def resolve(
     git_dir: str | None = None,
     branch: str | None = None,
     read_paths: Sequence[str] = (),
+    probe_cache: Path | None = None,
 ) -> SandboxSpec:
     """The sandbox a turn gets from the ``sandbox`` setting: ``auto`` is bwrap where it works, else off.
+
+    ``probe_cache``: where this host's probe of bwrap is kept (:func:`probe`).
 
     ``bwrap`` where bubblewrap is missing or does not work is a spec with ``error`` (the turn
     fails ``fatal_config`` with the install hint), never an unconfined turn.
@@ -149,7 +236,8 @@ def resolve(
     if setting == OFF:
         return SandboxSpec(OFF, "sandbox = off in the settings")
     found = find_bwrap(env)
-    broken = probe(found) if found is not None else None
+    broken = probe(found, probe_cache) if found is not None else None
+    paths["probe_cache"] = str(probe_cache) if probe_cache is not None else None
     if setting == AUTO:
         if found is None:
             return SandboxSpec(OFF, "sandbox = auto, and bubblewrap (bwrap) is not installed")
@@ -278,6 +366,8 @@ def pinned_git_files(spec: SandboxSpec, worktree: str) -> list[str]:
 def program_paths(program: str, env: Mapping[str, str]) -> list[str]:
     """What running ``program`` needs to see: where it is, where its link points, and for a Node
     package the directory that holds its ``node_modules`` (its dependencies)."""
+    import shutil
+
     found = shutil.which(program, path=env.get("PATH", os.defpath)) if "/" not in program else program
     if not found:
         return []

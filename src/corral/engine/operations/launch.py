@@ -94,11 +94,12 @@ def posture(config: Config, *, read_only: bool, confined: bool = False) -> Postu
 
 def sandbox_spec(project: Project, worktree: str, branch: str) -> sandboxing.SandboxSpec:
     """The turn's sandbox from the ``sandbox`` setting, resolved once here (``auto`` probes bwrap
-    once per process), with the worktree's git directories the agent must write to commit."""
+    once per host, kept under ``CORRAL_HOME``), with the worktree's git directories the agent must write to commit."""
     spec = sandboxing.resolve(
         str(project.config["sandbox"]),
         hidden=[str(project.paths.home)],
         read_paths=[str(p) for p in project.config["sandbox_read_paths"] or ()],
+        probe_cache=project.paths.home / sandboxing.PROBE_CACHE,
     )
     if not spec.confined:
         return spec

@@ -46,7 +46,7 @@ from corral.adapters.pid_identity import (
     start_ticks,
 )
 from corral.adapters.process import check_argv, exited, spawn_piped, stop_child_group
-from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, prepare
+from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, forget_probe, prepare
 from corral.domain.classifiers import classify_common, classify_http_status
 from corral.domain.delays import Delays
 from corral.domain.redact import CUT_MARGIN, redact
@@ -202,8 +202,8 @@ class AttemptRunner:
             if spec.stdin is not None:
                 threading.Thread(target=_feed, args=(proc, spec.stdin), daemon=True).start()
             self._watch(proc, run, out_fd, err_fd, ProgressClock(watchdog_seconds))
-            if argv is not spec.argv:
-                _sandbox_failed(run)
+            if argv is not spec.argv and box is not None:
+                _sandbox_failed(run, box)
         finally:
             run.log_end = os.fstat(out_fd).st_size
             os.close(out_fd)
@@ -384,12 +384,14 @@ class AttemptRunner:
         return bool(self._read_only)
 
 
-def _sandbox_failed(run: AttemptRun) -> None:
+def _sandbox_failed(run: AttemptRun, box: SandboxSpec) -> None:
     """bwrap's own error before the agent ran (exit 1, ``bwrap: …`` on stderr, not a word on stdout):
-    the harness could not start in the sandbox, a ``fatal_config`` like a harness that is missing."""
+    the harness could not start in the sandbox, a ``fatal_config`` like a harness that is missing.
+    The host's kept probe of bwrap is dropped then: the next launch probes again."""
     said = run.stderr_tail.strip()
     if run.exit_code == 1 and not run.events and said.startswith("bwrap: "):
         run.spawn_error = f"The sandbox could not start the agent: {said.splitlines()[-1]}. {INSTALL_HINT}"
+        forget_probe(box)
 
 
 def stop_sandboxed_group(proc: subprocess.Popen[bytes], grace: float) -> None:
