@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What corral's Pi extension costs a confined Pi turn (docs/harnesses.md#pi).
+"""What corral's Pi extension costs a confined Pi turn (docs/harnesses.md, "Pi's trusted path").
 
 Real corral turns of the real Pi, confined (bubblewrap), against the scripted model server, each
 scripted to call ``bash`` ``--calls`` times (``true``) and answer. Two kinds of turn, alternated

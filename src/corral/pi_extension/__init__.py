@@ -3,7 +3,7 @@
 Pi has no MCP client; a Pi turn that has corral's endpoint is given this extension by path
 (``pi -e``, with Pi's own extension discovery off), and it registers corral's ``bash`` (in a
 confined turn) and ``failure_disposition`` as Pi tools that call the daemon's MCP endpoint with
-the turn's token (docs/harnesses.md#pi). It ships in corral's package, so a turn can neither
+the turn's token (docs/harnesses.md, "Pi's trusted path"). It ships in corral's package, so a turn can neither
 change it nor put another in its place.
 """
 

@@ -1,11 +1,12 @@
 // corral's door for a Pi turn: its `bash` and `failure_disposition` are the MCP tools of the daemon's
-// endpoint, called over streamable HTTP with the turn's own bearer token (docs/harnesses.md#pi).
+// endpoint, called over streamable HTTP with the turn's own bearer token (docs/harnesses.md, "Pi's
+// trusted path").
 //
 // The tools' descriptions and input schemas are the endpoint's own (mcp_tools.json, written from
-// corral/mcp/tools.py; a test holds them equal), so Pi offers and validates exactly what corral's MCP shell takes, and the daemon checks
-// every call again (intents, the token's turn, the sandbox). They are written here, not asked for at
-// start: Pi's launch waits on no request, and the session opens on the first call. Plain JavaScript,
-// so Node's own test runner loads it.
+// corral/mcp/tools.py; a test holds them equal), so Pi offers and validates exactly what corral's MCP
+// shell takes, and the daemon checks every call again (intents, the token's turn, the sandbox). They
+// are read from that file, not asked for at start: Pi's launch waits on no request, and the session
+// opens on the first call. Plain JavaScript, so Node's own test runner loads it.
 
 import { readFileSync } from "node:fs";
 
@@ -36,7 +37,9 @@ export function answerOf(contentType, body, id) {
 /** One MCP client session on the endpoint: initialized on first use, renewed once if the server forgot it. */
 export class Door {
   constructor(url, token, timeoutMs = 600_000) {
-    if (!url || !token) throw new Error(`corral's tools need ${URL_ENV} and ${TOKEN_ENV} (set by corral for its turns)`);
+    if (!url || !token) {
+      throw new Error(`corral's tools need ${URL_ENV} and ${TOKEN_ENV} (set by corral for its turns)`);
+    }
     this.url = url;
     this.token = token;
     this.timeoutMs = timeoutMs;

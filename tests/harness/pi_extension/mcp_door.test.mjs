@@ -8,7 +8,8 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 const EXTENSION_DIR = fileURLToPath(new URL("../../../src/corral/pi_extension/", import.meta.url));
-const { Door, SHELL_ENV, TOKEN_ENV, TOOLS, URL_ENV, answerOf, corralTools } = await import(`${EXTENSION_DIR}mcp_door.mjs`);
+const doorModule = await import(`${EXTENSION_DIR}mcp_door.mjs`);
+const { Door, SHELL_ENV, TOKEN_ENV, TOOLS, URL_ENV, answerOf, corralTools } = doorModule;
 
 /** A loopback endpoint speaking as corral's: a session per initialize, answers as event streams. */
 async function endpoint({ token = "tok", tools = [], answer } = {}) {
@@ -23,7 +24,8 @@ async function endpoint({ token = "tok", tools = [], answer } = {}) {
       seen.push({ headers: req.headers, message });
       if (req.headers.authorization !== `Bearer ${token}`) {
         res.writeHead(401, { "content-type": "application/json" });
-        return res.end(JSON.stringify({ error: { code: "agent-token-invalid", message: "A bearer token is needed." } }));
+        const error = { code: "agent-token-invalid", message: "A bearer token is needed." };
+        return res.end(JSON.stringify({ error }));
       }
       if (message.method === "initialize") {
         const id = `s${++sessions}`;
@@ -67,9 +69,10 @@ test("a confined turn gets corral's bash and failure_disposition, as the endpoin
   try {
     const tools = corralTools({ [URL_ENV]: door.url, [TOKEN_ENV]: "tok", [SHELL_ENV]: "1" });
     assert.deepEqual(tools.map((t) => t.name), ["bash", "failure_disposition"]);
-    assert.deepEqual(tools[0].parameters, TOOLS.bash.inputSchema); // the MCP shell's schema (tests/harness hold it equal)
+    assert.deepEqual(tools[0].parameters, TOOLS.bash.inputSchema); // the MCP shell's (a pytest holds them equal)
     assert.equal(tools[0].description, TOOLS.bash.description);
-    assert.deepEqual(Object.keys(tools[0].parameters.properties).sort(), ["attemptId", "command", "expectedExitCodes", "operationId", "timeout_seconds"]);
+    const intent = ["attemptId", "command", "expectedExitCodes", "operationId", "timeout_seconds"];
+    assert.deepEqual(Object.keys(tools[0].parameters.properties).sort(), intent);
     assert.deepEqual(door.seen, []); // nothing asked of the endpoint before the first call
     const done = await tools[0].execute("call-1", { command: "true", attemptId: "a1" });
     assert.deepEqual(JSON.parse(done.content[0].text), { corral_shell: 1, exit_code: 0 });
@@ -77,7 +80,8 @@ test("a confined turn gets corral's bash and failure_disposition, as the endpoin
     await tools[1].execute("call-2", { disposition: "expected", targets: ["x"], reason: "y" });
     // the token in a header of every request, one session for every call
     assert.ok(door.seen.every((r) => r.headers.authorization === "Bearer tok"));
-    assert.deepEqual(door.seen.map((r) => r.message.method), ["initialize", "notifications/initialized", "tools/call", "tools/call"]);
+    const methods = ["initialize", "notifications/initialized", "tools/call", "tools/call"];
+    assert.deepEqual(door.seen.map((r) => r.message.method), methods);
     assert.ok(door.seen.slice(1).every((r) => r.headers["mcp-session-id"] === "s1"));
   } finally {
     await door.close();
@@ -137,7 +141,8 @@ test("a refused token and a missing endpoint are said, never run around", async 
   assert.throws(() => corralTools({}), /CORRAL_MCP_URL and CORRAL_AGENT_TOKEN/);
 });
 
-test("the TypeScript entry, loaded as Pi loads it, registers the tools", { skip: !process.env.CORRAL_PI_JITI }, async () => {
+const withJiti = { skip: !process.env.CORRAL_PI_JITI };
+test("the TypeScript entry, loaded as Pi loads it, registers the tools", withJiti, async () => {
   const { createJiti } = await import(process.env.CORRAL_PI_JITI);
   const door = await endpoint({ answer: () => text({}) });
   const saved = { ...process.env };

@@ -18,8 +18,8 @@ ladder decides — a fatal class stops at once (the reason says how to log in), 
 is relaunched with ``--session`` of the same session (docs/harnesses.md, "Who owns the retry
 cadence"). Pi offers no command-line switch for its retry settings, so corral changes none.
 
-Agent tools (docs/harnesses.md#pi): Pi has no MCP client, so a work turn given ``TurnRequest.tools``
-gets corral's Pi extension (:mod:`corral.pi_extension`), loaded by path (``-e``) from corral's own
+Agent tools (docs/harnesses.md, "Pi's trusted path"): Pi has no MCP client, so a work turn given
+``TurnRequest.tools`` gets corral's Pi extension (:mod:`corral.pi_extension`), loaded by path (``-e``) from corral's own
 package with Pi's extension discovery off (``--no-extensions``: nothing in the worktree, the
 agent directory or a settings file is loaded), and jiti's transpile cache off
 (``JITI_FS_CACHE=false``: no file a turn could have written is run as the extension). The extension
@@ -337,7 +337,7 @@ class PiHarness:
     @property
     def agent_tools_absent(self) -> str | None:
         """Why a turn gets no corral tools: corral's package lacks its Pi extension (Pi has no MCP client;
-        the extension is its door, docs/harnesses.md#pis-trusted-path-corrals-pi-extension)."""
+        the extension is its door: docs/harnesses.md, "Pi's trusted path")."""
         from corral.pi_extension import missing
 
         gone = missing()
