@@ -174,6 +174,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cli_process: every call of the corral CLI fixture in this test runs as a process of its own"
     )
+    if not hasattr(config, "workerinput"):  # once, in the process that runs or hands out the tests
+        compile_corral()
+
+
+def compile_corral() -> None:
+    """corral's modules compiled to bytecode once, before any test: the suite starts thousands of
+    Python processes that import corral (supervisors, workers, daemons, the fake agent, commands
+    run as processes), and where the environment says not to write bytecode
+    (``PYTHONDONTWRITEBYTECODE``, set in some sandboxes) each of them would compile again every
+    module changed since its bytecode was last written: a tenth of a second or more per process.
+    Only what is stale is compiled (the bytecode records its source's time and size)."""
+    import compileall
+
+    import corral
+
+    compileall.compile_dir(Path(corral.__file__).parent, quiet=2)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,8 @@
 """Controlling a running turn from outside: stop it, or wait until the task rests.
 
-Both reconcile as they go, so a receipt that lands while they wait becomes its turn. A stop
+Both reconcile as they go, so a receipt that lands while they wait becomes its turn: between two
+looks they watch the task's receipt file, and look again as soon as one lands (a stat, not a
+reconcile, every few milliseconds), so a turn that ends is seen at once. A stop
 ends with the stopped command's processes gone: whatever the supervisor did not end (or
 that no supervisor was left to end) is reaped once the task is parked. A turn that runs on a
 worker, or that another host runs on its own (docs/workers.md), is stopped through its lease by the
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from msgspec import Struct
 
@@ -134,7 +137,7 @@ def wait(
             return WaitResult(task, False)
         if deadline is not None and time.monotonic() >= deadline:
             return WaitResult(task, True)
-        time.sleep(poll)
+        until_receipt(project, task.id, poll if deadline is None else min(poll, deadline - time.monotonic()))
 
 
 def wait_answer(project: Project, started: Started, *, timeout: float, poll: float = 0.2) -> Turn | None:
@@ -146,4 +149,29 @@ def wait_answer(project: Project, started: Started, *, timeout: float, poll: flo
             answer = tx.turn_by_command(started.launched.command_id, Role.AGENT)
         if answer is not None or time.monotonic() > deadline:
             return answer
-        time.sleep(poll)
+        until_receipt(project, started.task.id, poll)
+
+
+#: How often a wait looks at the receipt file between two reconciles (a stat: nothing to settle yet).
+RECEIPT_LOOK = 0.01
+
+
+def until_receipt(project: Project, task_id: str, seconds: float) -> None:
+    """Sleep ``seconds``, or less once the task's receipt lands or is replaced: the turn's end, which the
+    next reconcile records (a turn that ends without one is found by that reconcile all the same)."""
+    path = project.paths.protocol_dir(task_id) / proto.RESPONSE
+    before = _signature(path)
+    end = time.monotonic() + max(seconds, 0.0)
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(RECEIPT_LOOK, left))
+        if _signature(path) != before:
+            return
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    """What tells one receipt file from another: its inode and modification time (None: no file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
