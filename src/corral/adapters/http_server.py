@@ -17,10 +17,8 @@ from typing import Any, Literal
 
 from msgspec import Struct
 
+from corral.adapters.loopback import LOOPBACK
 from corral.errors import CorralError
-
-#: The names a loopback bind answers to.
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 #: A connection that has not sent its first request's headers by then is closed: a client that
 #: opens connections and says nothing (or says it slowly) must not hold the daemon's descriptors.

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from corral.adapters.http_server import LOOPBACK
+from corral.adapters.loopback import LOOPBACK
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.engine.api import corral_home, daemons
