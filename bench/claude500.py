@@ -41,7 +41,7 @@ def _env(base: Path, server: Any) -> dict[str, str]:
 
 
 def _retry_lines(text: str) -> list[str]:
-    keep = re.compile(r"Stopped because|retrying|Retrying|waiting to retry|Attempt \d+ of", re.I)
+    keep = re.compile(r"Stopped because|retrying|Retrying|waiting to retry|Attempt \d+ of|Action required", re.I)
     return [line.strip() for line in text.splitlines() if keep.search(line)]
 
 
@@ -153,6 +153,7 @@ def _measure(repo: Path, env: dict[str, str], ref: str, observe: float, server: 
         "attempts": attempts,
         "attempt_starts_status_json": [(p["t"], p["attempt"]) for p in phases if p["phase"] == "work"],
         "status_json_changes": phases,
+        "schedule": _schedule(phases, began_wall),
         "show_samples": shows,
         "model_requests": len(server.script_requests),
         "status_changes": [f"{c.from_status.value if c.from_status else '-'}→{c.to_status.value}" for c in moves],
@@ -161,10 +162,35 @@ def _measure(repo: Path, env: dict[str, str], ref: str, observe: float, server: 
 
 
 def _shape(line: str) -> str:
-    """A show line with its clocks and countdowns blanked (``0:06``, ``next in 5 s``, ``due in 0.6 s``), attempt
-    numbers kept: two samples differ when the attempt or the wording does."""
+    """A show line with its clocks and countdowns blanked (``0:06``, ``05:01:07``, ``next in 5 s``, ``(in 59m55s)``,
+    ``due in 0.6 s``), attempt numbers kept: two samples differ when the attempt or the wording does."""
     line = re.sub(r"\b\d+:\d\d(:\d\d)?\b", "#:#", line)
+    line = re.sub(r"\bin (\d+h\d\dm|\d+m\d\ds|\d+s)\b", "in #", line)
     return re.sub(r"(in|after|for) \d+(\.\d+)? ?(s|m|min|h)\b", r"\1 # \3", line)
+
+
+def _schedule(phases: list[dict[str, Any]], began_wall: float) -> list[dict[str, Any]]:
+    """corral's own schedule as each wait's status.json told it: the next attempt's start and the moment it
+    stops retrying (seconds from ``corral start``), the most attempts that fit, the waits left."""
+    from datetime import datetime
+
+    def at(stamp: str | None) -> float | None:
+        return round(datetime.fromisoformat(stamp).timestamp() - began_wall, 1) if stamp else None
+
+    told = []
+    for p in phases:
+        retry = p.get("retry") or {}
+        if p["phase"] == "retrying" and retry.get("by") == "corral":
+            told.append(
+                {
+                    "attempt": retry.get("attempt"),
+                    "next_at_s": at(retry.get("next_at")),
+                    "gives_up_by_s": at(retry.get("gives_up_by")),
+                    "at_most": retry.get("at_most"),
+                    "waits_left_s": (retry.get("waits_left_ms") or 0) / 1000,
+                }
+            )
+    return told
 
 
 def _receipt_attempts(turns_dir: Path, began_wall: float) -> list[dict[str, Any]]:
@@ -202,6 +228,11 @@ def report(run: dict[str, Any]) -> None:
     )
     print(f"claude-500: {rest}; model requests {run['model_requests']}, attempts {len(run['attempts'])}")
     print(f"  attempt starts (status.json, 1 s poll): {run['attempt_starts_status_json']}")
+    for told in run.get("schedule", []):
+        print(
+            f"  after attempt {told['attempt']}: next at {told['next_at_s']} s, stops retrying by "
+            f"{told['gives_up_by_s']} s, at most {told['at_most']} attempts, waits left {told['waits_left_s']:g} s"
+        )
     for a in run["attempts"]:
         print(
             f"  attempt {a['turn']}.{a['n']}: {a['start_s']} → {a['end_s']} s"
