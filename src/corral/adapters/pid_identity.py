@@ -93,14 +93,74 @@ def command_line(pid: int) -> str:
         return ""
 
 
-def all_processes() -> list[ProcInfo]:
+def all_processes(since: int | None = None) -> list[ProcInfo]:
+    """Every live process; with ``since`` (a start time, ticks after boot), only those started then or later."""
     found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             info = proc_info(int(entry.name))
+            if info is not None and (since is None or info.start >= since):
+                found.append(info)
+    return found
+
+
+def _children(pid: int) -> list[int] | None:
+    """The children of ``pid`` (every thread's), or None where the kernel does not list them."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids += [int(k) for k in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None  # no children file: a kernel without CONFIG_PROC_CHILDREN
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
+def turn_processes(root: int, since: int | None) -> list[ProcInfo]:
+    """The processes a turn can have left: the live descendants of ``root`` (the supervisor, the
+    child subreaper every orphan of its turn is handed to, :func:`adopt_orphans`), never every
+    process on the machine; where the kernel lists no children, the processes started since the
+    turn's agent (``since``), the only ones that can be its."""
+    found: list[ProcInfo] = []
+    todo, seen = [root], {root}
+    while todo:
+        kids = _children(todo.pop())
+        if kids is None:
+            return [p for p in all_processes(since) if p.pid != root]
+        for kid in kids:
+            if kid in seen:
+                continue
+            seen.add(kid)
+            todo.append(kid)
+            info = proc_info(kid)
             if info is not None:
                 found.append(info)
     return found
+
+
+#: ``prctl``'s option that makes a process the reaper of its descendants' orphans.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> bool:
+    """Make this process its descendants' reaper: a process its child leaves behind (a ``setsid``
+    grandchild whose parent exited) stays its descendant, so :func:`turn_processes` finds it.
+    False where the kernel refuses (then orphans go to init and only the scan finds them)."""
+    import ctypes  # only the supervisor asks this, once
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
 
 
 #: How far a start time read through boot time (whole seconds) may sit after the moment it is
@@ -215,4 +275,9 @@ def reap(found: Sequence[ProcInfo], grace: float) -> list[ProcInfo]:
         if _same(p):
             send(p.pid, signal.SIGKILL)
     _settle(lambda: any(_same(p) for p in signalled))
+    for p in signalled:  # an orphan handed to this process (its subreaper) is waited for: no zombie stays
+        try:
+            os.waitpid(p.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
     return signalled

@@ -38,12 +38,13 @@ from corral import crashpoints
 from corral.adapters.harness.base import AttemptFacts, Event, Harness, Launch, Verdict
 from corral.adapters.pid_identity import (
     ProcInfo,
-    all_processes,
+    adopt_orphans,
     command_line,
     environ_has,
     proc_info,
     reap,
     start_ticks,
+    turn_processes,
 )
 from corral.adapters.process import check_argv, exited, spawn_piped, stop_child_group
 from corral.adapters.sandbox import INSTALL_HINT, SandboxSpec, bwrap_argv, forget_probe, prepare
@@ -154,6 +155,9 @@ class AttemptRunner:
         #: The turn's sandbox (docs/harnesses.md#sandbox) and whether its worktree is read-only: given,
         #: or read from the turn's ``command.json`` beside ``status.json`` (as the supervisor read it).
         self._sandbox = sandbox
+        # What an agent leaves behind stays this process's descendant (the turn's process container):
+        # an attempt's end looks there for it, never at every process on the machine.
+        adopt_orphans()
         self._read_only = read_only
 
     def run(self, number: int, launch: Callable[[], Launch], watchdog_seconds: float) -> AttemptRun:
@@ -303,9 +307,10 @@ class AttemptRunner:
         """End every process the exited agent left: its group, its session, and the command's
         tagged processes (a ``setsid`` grandchild leaves both); the supervisor is never one."""
         entry = tag(self.command_id)
+        agent = self.status.status.agent_start
         found: list[ProcInfo] = [
             p
-            for p in all_processes()
+            for p in turn_processes(os.getpid(), agent)
             if p.pid not in (proc.pid, os.getpid())
             and (p.pgrp == proc.pid or p.session == proc.pid or environ_has(p.pid, entry))
         ]
@@ -403,7 +408,7 @@ def stop_sandboxed_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     """
     deadline = time.monotonic() + grace
     signalled = False
-    for info in all_processes():
+    for info in turn_processes(proc.pid, start_ticks(proc.pid)):
         if info.pgrp == proc.pid and info.pid != proc.pid:
             try:
                 os.kill(info.pid, signal.SIGTERM)
