@@ -89,7 +89,11 @@ def one_turn(
     shown = json.loads(corral(env, repo, "show", ref, "--json").stdout)
     requests = server.script_requests[before:]
     if shown["task"]["status"] != "blocked" or len(requests) != calls + 1:
-        raise SystemExit(f"the {ref} turn did not run its script: {ran.stderr[-2000:]}")
+        logs = corral(env, repo, "logs", ref).stdout[-3000:]
+        raise SystemExit(
+            f"the {ref} turn did not run its script ({shown['task']['status']}, {len(requests)} of {calls + 1} "
+            f"model requests): {ran.stderr[-1000:]}\n{logs}"
+        )
     [receipt] = home.glob(f"projects/*/tasks/{shown['task']['id']}/turns/*/response.json")
     started = datetime.fromisoformat(json.loads(receipt.read_text())["attempts"][0]["started_at"]).timestamp()
     errors = [r for r in requests[1:] if any(b.get("is_error") for b in r.tool_results()[-1:])]
