@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
 from msgspec.structs import replace
 
 from corral import crashpoints
@@ -223,6 +224,90 @@ def _put_back(git: Git, worktree: Path, m: RefMove, label: str) -> RefMove:
         return replace(m, error=str(exc)[:300])
 
 
+def _put_back_all(git: Git, main: Path, moves: tuple[RefMove, ...], label: str) -> tuple[RefMove, ...]:
+    """Every move not yet put back, put back as :func:`_put_back` does one, in three git processes
+    however many there are: the refs read in one ``for-each-ref``, the agent's versions kept in one
+    ``update-ref --stdin`` transaction, the refs put back in another, each line a compare-and-swap
+    (``create`` where nothing may be, ``update``/``delete`` against the agent's value). A move the
+    fast way cannot take as it is (a symbolic ref, a tag, a kept ref already there), and every move
+    of a transaction git refuses, goes the one-at-a-time way, which says for each what stood in it."""
+    todo = [m for m in moves if not (m.restored or m.error)]
+    if not todo:
+        return moves
+    values = _commit_values(git, main, [name for m in todo for name in (m.ref, m.kept) if name])
+    slow: list[RefMove] = []
+    keep: list[RefMove] = []
+    for m in todo:
+        if values is None or m.ref in values.odd or (m.kept is not None and m.kept in values.all):
+            slow.append(m)
+        else:
+            keep.append(m)
+    done: dict[str, RefMove] = {}
+    creates = "".join(f"create {m.kept}\0{m.after}\0" for m in keep if m.kept is not None and m.after is not None)
+    if creates and not _transaction(git, main, f"corral: kept from {label}", creates):
+        slow += keep  # nothing was kept: each is tried alone, and says what stopped it
+        keep = []
+    back: list[RefMove] = []
+    for m in keep:
+        if m.kept is not None and m.after is not None:
+            crashpoints.hit("ref-guard.kept")
+        current = values.commits.get(m.ref) if values is not None else None
+        if current == m.before:
+            done[m.ref] = replace(m, restored=True, error=None)  # put back already
+        elif current != m.after:
+            done[m.ref] = replace(m, error="moved again since the turn; left as it is")
+        else:
+            back.append(m)
+    lines = "".join(
+        f"delete {m.ref}\0{m.after or ''}\0" if m.before is None else f"update {m.ref}\0{m.before}\0{m.after or ZERO}\0"
+        for m in back
+    )
+    if lines and _transaction(git, main, f"corral: put back after {label}", lines):
+        done.update((m.ref, replace(m, restored=True, error=None)) for m in back)
+    else:
+        slow += back  # kept already: the one-at-a-time way finds them kept and puts each back
+    done.update((m.ref, _put_back(git, main, m, label)) for m in slow)
+    return tuple(done.get(m.ref, m) if not (m.restored or m.error) else m for m in moves)
+
+
+class _Values(Struct, frozen=True):
+    """What :func:`_commit_values` read: each listed ref's commit, and the refs read otherwise."""
+
+    all: frozenset[str]
+    commits: dict[str, str]
+    odd: frozenset[str]  # a symbolic ref, or one that names no commit (a tag): read one at a time
+
+
+def _commit_values(git: Git, where: Path, names: list[str]) -> _Values | None:
+    """``names`` read in one ``for-each-ref``; None when git could not list them."""
+    wanted = set(names)
+    listed = git.run(
+        "for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(symref)", *sorted(wanted),
+        cwd=where, check=False,
+    )  # fmt: skip
+    if listed.returncode != 0:
+        return None
+    found: set[str] = set()
+    commits: dict[str, str] = {}
+    odd: set[str] = set()
+    for line in listed.stdout.splitlines():
+        fields = line.split("\0")
+        if len(fields) != 4 or fields[0] not in wanted:
+            continue  # a ref below a wanted name (for-each-ref matches prefixes)
+        name, oid, kind, symref = fields
+        found.add(name)
+        if symref or kind != "commit":
+            odd.add(name)
+        else:
+            commits[name] = oid
+    return _Values(frozenset(found), commits, frozenset(odd))
+
+
+def _transaction(git: Git, where: Path, message: str, lines: str) -> bool:
+    """``lines`` (``update-ref --stdin -z``) as one transaction: all of it done, or none (False)."""
+    return git.run("update-ref", "-m", message, "-z", "--stdin", cwd=where, input=lines, check=False).returncode == 0
+
+
 def settle(
     git: Git, log_dir: Path | str, worktree: Path | str, branch: str, task_ref: str, turn: int | str
 ) -> RefGuard | None:
@@ -247,8 +332,7 @@ def settle(
             # of the worktree's (a relative core.hooksPath there is the agent's).
             common = common_dir(wt)
             main = common.parent if common is not None and common.name == ".git" and common.parent.is_dir() else wt
-            moves = tuple(m if m.restored or m.error else _put_back(git, main, m, label) for m in guard.moves)
-            guard = replace(guard, moves=moves)
+            guard = replace(guard, moves=_put_back_all(git, main, guard.moves, label))
             _write_report(report_path, guard)
         return guard
     except (GitError, OSError, ValueError) as exc:
