@@ -57,3 +57,9 @@ def need_of(task: Task) -> Need | None:
         if cause is not None and cause.evidence is not None and cause.code != READ_ONLY_KEPT:
             return Need.FAILED
     return need
+
+
+def need_of_status(status: Status) -> Need | None:
+    """The group a task in ``status`` belongs in unless its resting cause says it failed (a chart of
+    statuses colours each as its group); None for a finished status."""
+    return _BY_STATUS.get(status)
