@@ -126,5 +126,5 @@ def test_a_529_that_corrals_ladder_retried_is_a_model_incident_recovered_by_the_
     assert got["failures"].splitlines() == ["No failures need action · 1 recovered (history)", NOTE]
     (row,) = got["history_json"]["failures"]["rows"]
     assert (row["label"], row["category"]) == ("Recovered", "model")
-    assert row["summary"].startswith("HTTP 529 overloaded")
+    assert row["summary"] == "Claude Code's model call failed: HTTP 529 overloaded"  # corral's verdict on it
     assert got["show_json"]["incidents"]["needs_action"] == 0
