@@ -132,24 +132,50 @@ def board(
 
 
 def activity(projects: Sequence[tuple[str, Project]], *, hours: int = 24) -> dict[str, Any]:
-    """How many tasks entered each status in each hour of the last ``hours`` (the board's plot):
-    ``{"since", "hours": [start of each hour], "counts": {status: [n per hour]}}``."""
+    """How many tasks were in each status in each hour of the last ``hours`` (the board's chart): a task counts
+    once in every status it was in during an hour, however often it went in and out of it, and a task resting in
+    a status through the hour counts there too; a finished task counts only in the hour it finished (it stays
+    finished, which is no activity). ``{"since", "hours": [start of each hour], "counts": {status: [tasks per
+    hour]}, "tasks": {status: tasks in it at some time of the whole span}}``."""
     if not projects:
-        return {"since": None, "hours": [], "counts": {}}
-    now = projects[0][1].clock().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    since = now - timedelta(hours=hours)
-    counts: dict[str, list[int]] = {s.value: [0] * hours for s in Status}
+        return {"since": None, "hours": [], "counts": {}, "tasks": {}}
+    now = projects[0][1].clock()
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    since = end - timedelta(hours=hours)
+    seen: dict[str, list[set[str]]] = {s.value: [set() for _ in range(hours)] for s in Status}
+
+    def slot(at: datetime) -> int:
+        return min(hours - 1, max(0, int((at - since).total_seconds() // 3600)))
+
+    def held(task_id: str, status: Status, start: datetime, until: datetime) -> None:
+        last = slot(start) if status in TERMINAL else slot(until)  # finished: the hour it finished in, only
+        for h in range(slot(start), last + 1):
+            seen[status.value][h].add(task_id)
+
     for _name, project in projects:
         with project.store.read() as tx:
             changes = tx.changes_since(since)
+            open_ = tx.tasks(sorted(frozenset(Status) - TERMINAL))
+        moved: dict[str, list[Any]] = {}
         for c in changes:
-            slot = int((c.at - since).total_seconds() // 3600)
-            if 0 <= slot < hours:
-                counts[c.to_status.value][slot] += 1
+            moved.setdefault(c.task_id, []).append(c)
+        for task in open_:
+            if task.id not in moved:  # in this status through the whole span
+                held(task.id, task.status, since, now)
+        for task_id, steps in moved.items():
+            current, at = steps[0].from_status, since
+            for c in steps:
+                if current is not None:
+                    held(task_id, current, at, c.at)
+                current, at = c.to_status, c.at
+            if current is not None:
+                held(task_id, current, at, now)
+    counts = {k: [len(h) for h in v] for k, v in seen.items() if any(v)}
     return {
         "since": rfc3339(since),
         "hours": [rfc3339(since + timedelta(hours=h)) for h in range(hours)],
-        "counts": {k: v for k, v in counts.items() if any(v)},
+        "counts": counts,
+        "tasks": {k: len(set().union(*seen[k])) for k in counts},
     }
 
 
