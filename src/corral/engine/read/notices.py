@@ -10,7 +10,7 @@ A lost turn is told as soon as it is recorded lost (``lost:<turn>``), once, whet
 or auto-resume already started its next turn; while the task rests on that loss, an observation
 gap found after that notice is told at once (``gaps:…``), once, since no later notice may follow. A receipt storage will
 not take is kept in this process's memory, counted as delivered, and written again at each later
-delivery until storage takes it (seed 000: receipts are retried on later reads).
+delivery until storage takes it (receipts are retried on later reads).
 """
 
 from __future__ import annotations
