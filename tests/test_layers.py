@@ -34,6 +34,8 @@ LAYERS = {
     # The scenario-driven fake agent shipped for `corral demo`: a stand-in for a harness's
     # executable, so it sits with the adapters (it imports nothing from corral today).
     "testing": 3,
+    # corral's Pi extension (TypeScript Pi runs) and where its files are: read by the Pi adapter.
+    "pi_extension": 3,
     "engine": 4,
     "cli": 5,
     "daemon": 5,

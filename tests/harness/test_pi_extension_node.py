@@ -60,11 +60,22 @@ def test_the_extensions_node_tests_pass() -> None:
     assert f"# skipped {0 if jiti else 1}" in done.stdout, done.stdout[-2000:]
 
 
+#: Set to rewrite the extension's copy of corral's MCP tools after a change to their descriptions or schemas.
+WRITE_VARIABLE = "CORRAL_WRITE_PI_TOOLS"
+
+
 def test_the_extensions_tools_are_corrals_mcp_tools() -> None:
     """What Pi offers and validates is what corral's MCP endpoint offers: the same descriptions and schemas."""
-    from corral.pi_extension import TOOLS_FILE, described_tools
+    from corral.mcp.tools import TOOLS
+    from corral.pi_extension import TOOLS_FILE
 
-    assert json.loads(TOOLS_FILE.read_text(encoding="utf-8")) == described_tools(), (
-        "corral's MCP bash or failure_disposition changed: run "
-        "python -c 'from corral.pi_extension import write_tools_file; write_tools_file()'"
+    now = {
+        n: {"description": TOOLS[n].description, "inputSchema": TOOLS[n].schema}
+        for n in ("bash", "failure_disposition")
+    }
+    if os.environ.get(WRITE_VARIABLE):
+        TOOLS_FILE.write_text(json.dumps(now, indent=2) + "\n", encoding="utf-8")
+    assert json.loads(TOOLS_FILE.read_text(encoding="utf-8")) == now, (
+        f"corral's MCP bash or failure_disposition changed: rewrite the extension's copy with {WRITE_VARIABLE}=1 "
+        "and this test"
     )

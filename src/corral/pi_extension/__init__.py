@@ -9,32 +9,16 @@ change it nor put another in its place.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 #: The extension's entry, as Pi loads it; it imports :data:`DOOR` beside it.
 EXTENSION = Path(__file__).resolve().with_name("corral_tools.ts")
 #: The extension's logic in plain JavaScript (its MCP client and tool definitions): Node's test runner loads it.
 DOOR = EXTENSION.with_name("mcp_door.mjs")
-#: corral's MCP tools the extension registers, as the endpoint describes them (``tools/list``): written
-#: from :data:`corral.mcp.tools.TOOLS` by :func:`write_tools_file`, so Pi's launch asks the endpoint nothing.
+#: corral's MCP tools the extension registers, as the endpoint describes them (``tools/list``): a copy of
+#: theirs in :data:`corral.mcp.tools.TOOLS` (tests/harness/test_pi_extension_node.py holds it equal and
+#: rewrites it), so Pi's launch asks the endpoint nothing.
 TOOLS_FILE = EXTENSION.with_name("mcp_tools.json")
-#: The tools it may register (``bash`` in a confined turn only).
-TOOL_NAMES = ("bash", "failure_disposition")
-
-
-def described_tools() -> dict[str, Any]:
-    """The tools as corral's MCP endpoint offers them now: each one's description and input schema."""
-    from corral.mcp.tools import TOOLS
-
-    return {name: {"description": TOOLS[name].description, "inputSchema": TOOLS[name].schema} for name in TOOL_NAMES}
-
-
-def write_tools_file() -> Path:
-    """Write :data:`TOOLS_FILE` from corral's MCP tools (after a change to their descriptions or schemas)."""
-    TOOLS_FILE.write_text(json.dumps(described_tools(), indent=2) + "\n", encoding="utf-8")
-    return TOOLS_FILE
 
 
 def missing() -> list[str]:

@@ -19,7 +19,7 @@ export const SHELL_ENV = "CORRAL_PI_SHELL";
 const PROTOCOL = "2025-06-18";
 
 /** corral's MCP tools a Pi turn gets, as the endpoint's `tools/list` describes them (written by
- * corral.pi_extension.write_tools_file from corral/mcp/tools.py; a test holds them equal). */
+ * tests/harness/test_pi_extension_node.py from corral/mcp/tools.py, and held equal there). */
 export const TOOLS = JSON.parse(readFileSync(new URL("./mcp_tools.json", import.meta.url), "utf8"));
 
 /** A JSON-RPC answer from a response body: JSON, or the `data:` lines of an event stream. */
