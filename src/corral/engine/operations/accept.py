@@ -40,6 +40,7 @@ from corral import crashpoints
 from corral.domain import conflict_markers, gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
+from corral.domain.explain import decide_files
 from corral.domain.operations_table import Op, may, takes
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
@@ -49,6 +50,7 @@ from corral.engine.git_remote import remote_name
 from corral.engine.operations import reviewed
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
+from corral.engine.recovery import removals
 from corral.engine.recovery.destination import Kept, note_conflict, settle_destination, stash_overlap
 from corral.engine.recovery.in_flight import ACCEPT, InFlight, mark_in_flight, save_in_flight, without_flight
 from corral.engine.recovery.merges import CONFLICT_CAUSE, recover_into, restore_prior
@@ -164,7 +166,7 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
         if pending:
             raise AcceptRefused(
                 f"Cannot accept {task.ref}: protected files await a decision: {', '.join(pending)}",
-                hint=f"corral unblock {task.ref} -m '…' --approve-file PATH / --revert-file PATH",
+                hint=f"Decide them: {decide_files(task.ref, pending)}",
             )
         if not may(Op.ACCEPT, task.status):
             raise AcceptRefused(
@@ -453,6 +455,8 @@ def _merge(
             f"The remote's {target} holds the merge; {target} here was left as it was "
             f"(it holds commits the remote lacks, or moved meanwhile): git pull to bring it along."
         )
+    if not ready.shared:  # what the cleanup removes is written down first: a removal that dies is finished
+        removals.record(project, task, session.worktree, session.branch or task.branch, ready.tip)
     with project.store.write() as tx:
         meta = without_flight(task.metadata)
         tx.unregister_process(task.id, ACCEPT)
@@ -473,9 +477,11 @@ def _merge(
     cleanup_phase = next(p for p in PHASES if p.id == "cleanup")
     narrator.phase(cleanup_phase, "start")
     try:
-        workspace.save_and_remove(project, done, session, "accept")
         if ready.shared:
+            workspace.save_and_remove(project, done, session, "accept")
             project.placement.retire_branch(project, done, ready.tip)
+        else:  # the worktree renamed away and forgotten, the branch archived and deleted; its files deleted after
+            removals.finish(project, task.id)
         narrator.phase(cleanup_phase, "done")
     except CorralError as exc:
         warning = (warning + " " if warning else "") + f"The worktree was kept: {exc.message}"

@@ -16,7 +16,7 @@ from msgspec import Struct
 from corral.domain.actors import Actor
 from corral.domain.status import TERMINAL, Status
 from corral.engine.project import Project
-from corral.engine.recovery import hand_merged
+from corral.engine.recovery import hand_merged, removals
 from corral.engine.recovery.chats import sweep_stale_chats
 from corral.engine.recovery.merged import sweep_merged_branches
 from corral.engine.recovery.merges import recover_stranded
@@ -142,6 +142,7 @@ def reconcile(project: Project, observed: Observed | None = None) -> Reconciled:
     ended = sweep_working(project, problems, observed)
     for sweep in (
         sweep_stranded_merges,
+        removals.sweep,
         hand_merged.sweep,
         sweep_merged_branches,
         sweep_terminal,

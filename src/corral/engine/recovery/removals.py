@@ -1,0 +1,157 @@
+"""An accepted task's worktree and branch removed once its result is recorded: crash-safe, and off accept's time.
+
+Removing a worktree is deleting every file in it (most of a large repository's accept, when it
+was done in line). So accept, once the task is ``complete``, takes the worktree out of the way
+with one rename (into ``worktrees/.removing/``, on the same filesystem), has git forget it
+(``worktree prune``: its worktree is gone), archives the branch's tip and deletes the branch by
+compare-and-swap; the files themselves are deleted by a detached ``rm -rf`` that outlives the
+command. Before any of it, what is to be removed is written down (``removals/<task>.json``):
+a removal that died anywhere is finished by the reconciler (:func:`sweep`), every step again
+from the start, each one a no-op once done; a renamed worktree whose ``rm`` died is deleted again.
+
+The worktree was found clean under the task's lock by accept's pre-flight (its one status scan),
+and nothing of corral's runs in it while the task is merging: nothing in it is work to save.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from corral import crashpoints
+from corral.adapters.branches import delete_task_branch
+from corral.adapters.files import write_atomic
+from corral.adapters.process import spawn_detached
+from corral.domain.records import Task
+from corral.domain.status import Status
+from corral.engine.project import Project
+from corral.errors import GitError
+
+#: The directory (beside the worktrees) a removed worktree is renamed into until its files are deleted.
+TRASH = ".removing"
+#: A renamed worktree older than this with files left is deleted again (its ``rm`` died with the machine).
+TRASH_AGAIN_SECONDS = 60.0
+
+
+def _notes(project: Project) -> Path:
+    return project.paths.root / "removals"
+
+
+def _note_file(project: Project, task_id: str) -> Path:
+    return _notes(project) / f"{task_id}.json"
+
+
+def trash_dir(project: Project) -> Path:
+    return project.paths.worktrees / TRASH
+
+
+def record(project: Project, task: Task, worktree: str | None, branch: str, tip: str | None) -> None:
+    """Write down what accept is about to remove, durably, before the task is recorded complete."""
+    note = {"task": task.id, "ref": task.ref, "goal": task.goal, "worktree": worktree, "branch": branch, "tip": tip}
+    write_atomic(_note_file(project, task.id), json.dumps(note).encode() + b"\n")
+    crashpoints.hit("removal.recorded")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in ("task", "ref", "branch")):
+        return None
+    return doc
+
+
+def finish(project: Project, task_id: str) -> bool:
+    """Carry out the written-down removal of ``task_id`` (every step is a no-op once done); False when
+    none is written down. Raises a git failure (the note stays, for the reconciler)."""
+    path = _note_file(project, task_id)
+    note = _read(path)
+    if note is None:
+        if path.exists():  # unreadable: nothing can be done from it, and it must not stay forever
+            path.unlink(missing_ok=True)
+        return False
+    git, repo = project.git, project.repo
+    branch, tip = note["branch"], note.get("tip") if isinstance(note.get("tip"), str) else None
+    if tip is not None:
+        archive = f"refs/corral/archive/{note['ref']}"
+        if git.rev_parse(archive, cwd=repo) != tip:  # the archive's reflog keeps every tip it held
+            git.update_ref(
+                archive,
+                tip,
+                cwd=repo,
+                message=f"corral: {branch} archived before accept: {note.get('goal', '')}",
+                create_reflog=True,
+            )
+    crashpoints.hit("removal.archived")
+    worktree = Path(note["worktree"]) if isinstance(note.get("worktree"), str) else None
+    moved: list[Path] = []
+    if worktree is not None:
+        trash = trash_dir(project)
+        if worktree.is_dir() or worktree.is_symlink():
+            trash.mkdir(parents=True, exist_ok=True)
+            moved.append(trash / f"{worktree.name}.{time.time_ns()}")
+            os.rename(worktree, moved[0])
+        else:  # moved by a removal that died: its files are deleted below
+            moved += [Path(p) for p in glob.glob(f"{glob.escape(str(trash / worktree.name))}.*")]
+    crashpoints.hit("removal.moved")
+    git.run("worktree", "prune", cwd=repo, check=False)  # git forgets the worktree that is gone
+    crashpoints.hit("removal.pruned")
+    if tip is not None:
+        try:
+            delete_task_branch(git, repo, branch, expected=tip)  # a commit made after the archive is never lost
+        except GitError as exc:
+            if exc.code == "branch-moved":  # kept with its new commit, for the person: nothing more to do
+                path.unlink(missing_ok=True)
+            raise
+    git.delete_ref(f"refs/corral/verified/{note['ref']}", cwd=repo)
+    crashpoints.hit("removal.branch-deleted")
+    path.unlink(missing_ok=True)
+    for each in moved:
+        _delete(project, each)
+    return True
+
+
+def _delete(project: Project, moved: Path) -> None:
+    """Delete a renamed worktree's files in a process of its own, which outlives this command."""
+    spawn_detached(["rm", "-rf", "--", str(moved)], log=trash_dir(project) / "rm.log", cwd=str(trash_dir(project)))
+
+
+def sweep(project: Project) -> int:
+    """Finish the removals that died (their task complete); drop the notes of accepts that did not complete;
+    delete again a renamed worktree whose ``rm`` died. Returns how many removals were finished."""
+    finished = 0
+    notes = _notes(project)
+    try:
+        pending = [p for p in notes.iterdir() if p.suffix == ".json"]
+    except FileNotFoundError:
+        pending = []
+    for path in pending:
+        with project.store.read() as tx:
+            task = tx.get_task(path.stem)
+        if task is None or task.status not in (Status.COMPLETE, Status.MERGING):
+            path.unlink(missing_ok=True)  # the accept did not complete: the task keeps its worktree
+        elif task.status is Status.COMPLETE and finish(project, task.id):
+            finished += 1
+    _sweep_trash(project)
+    return finished
+
+
+def _sweep_trash(project: Project) -> None:
+    trash = trash_dir(project)
+    try:
+        entries = [e for e in os.scandir(trash) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return
+    now = time.time()
+    for entry in entries:
+        try:
+            settled = now - entry.stat(follow_symlinks=False).st_ctime > TRASH_AGAIN_SECONDS
+        except OSError:
+            continue
+        if settled:
+            _delete(project, Path(entry.path))
