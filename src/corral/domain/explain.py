@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from msgspec import Struct
 
-from corral.domain.operations_table import Op, may
+from corral.domain.operations_table import offers
 from corral.domain.records import FailureEvidence, PossibleEffects, RestingCause, Task
 from corral.domain.status import Status
 
@@ -357,18 +357,6 @@ def breaker_line(consecutive: int) -> str:
         f"The agent was interrupted {consecutive} times in a row, so corral stopped resuming it "
         "automatically (the circuit breaker)."
     )
-
-
-#: An operation named in a hint, as a command (``corral resume``) or in words ("then resume it").
-_OP_WORD = re.compile(r"\b(" + "|".join(re.escape(o.value) for o in sorted(Op, key=len, reverse=True)) + r")\b")
-
-
-def offers(text: str, status: Status, ref: str | None = None) -> bool:
-    """Whether every operation ``text`` names, as a command or in words, may run on a task in ``status``
-    (the operations table). The task's ``ref`` is not read for names: a task may be called ``start-page``."""
-    if ref:
-        text = re.sub(rf"(?<![\w-]){re.escape(ref)}(?![\w-])", " ", text)
-    return all(may(Op(name), status) for name in _OP_WORD.findall(text.lower()))
 
 
 def next_step(

@@ -9,6 +9,7 @@ allows from each of those statuses.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from corral.domain.actors import Actor
@@ -110,6 +111,18 @@ def takes(op: Op) -> str:
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
+#: An operation named in a hint, as a command (``corral resume``) or in words ("then resume it").
+_OP_WORD = re.compile(r"\b(" + "|".join(re.escape(o.value) for o in sorted(Op, key=len, reverse=True)) + r")\b")
+
+
+def offers(text: str, status: Status, ref: str | None = None) -> bool:
+    """Whether every operation ``text`` names, as a command or in words, may run on a task in ``status``
+    (the operations table). The task's ``ref`` is not read for names: a task may be called ``start-page``."""
+    if ref:
+        text = re.sub(rf"(?<![\w-]){re.escape(ref)}(?![\w-])", " ", text)
+    return all(may(Op(name), status) for name in _OP_WORD.findall(text.lower()))
+
+
 #: What a person can do now with a task in each status, in words with the command that does it: the
 #: hint of a refusal (:func:`check_operation`). Each command is one the table allows from that status.
 NOW: dict[Status, str] = {
@@ -146,6 +159,7 @@ def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None
         [t.value for t in allowed_targets(status, Actor.HUMAN)],  # zombie is the system's alone
         what=f"{op.value} {ref}",
         takes=takes,
-        hint=hint if hint and "corral " in hint else " ".join(filter(None, (hint, now_words(status, ref)))),
+        # The caller's hint stands where it names a command the table lets run now; else what can.
+        hint=hint if hint and "corral " in hint and offers(hint, status, ref) else now_words(status, ref),
         message=f"Cannot {op.value} {ref}: it is {status_text(status)}; {op.value} takes {which}.",
     )

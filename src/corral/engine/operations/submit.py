@@ -11,6 +11,7 @@ import shutil
 from msgspec import Struct
 
 from corral.domain.actors import Actor
+from corral.domain.explain import decide_files
 from corral.domain.operations_table import Op, check_operation
 from corral.domain.status import Status, check_transition
 from corral.engine import workspace
@@ -43,7 +44,7 @@ def submit(project: Project, given: str, *, actor: Actor) -> Submitted:
                 raise RefusedError(
                     f"Protected files of {task.ref} await a decision: {', '.join(pending)}",
                     code="undecided-files",
-                    hint=f"corral unblock {task.ref} --approve-file PATH",
+                    hint=f"Decide them: {decide_files(task.ref, pending)}",
                 )
             target = workspace.target_branch(tx, task)
         remote = remote_name(project)  # a remote the repository has, never an option

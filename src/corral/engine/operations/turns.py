@@ -30,6 +30,7 @@ from corral.domain import prompts
 from corral.domain.actors import Actor, Role
 from corral.domain.breaker import Breaker, Counters
 from corral.domain.clock import new_id
+from corral.domain.explain import decide_files
 from corral.domain.operations_table import Op, check_operation
 from corral.domain.records import (
     PERMISSION_RELEASED,
@@ -328,7 +329,7 @@ def _start(project: Project, task_id: str, actor: Actor, msg: str | None) -> tup
             Op.START,
             task.status,
             task.ref,
-            hint=f"To give feedback on a started task: corral unblock {task.ref} -m '…'",
+            hint=f"To give feedback on a started task: corral unblock {task.ref} -m 'your feedback'",
         )
         check_transition(task.status, Status.WORKING, actor, what=f"start {task.ref}")
         if task.parent_id:
@@ -412,7 +413,7 @@ def _decide_files(
         raise RefusedError(
             f"Task {task.ref} has protected files to decide first: {', '.join(plan.undecided)}",
             code="undecided-files",
-            hint=f"corral unblock {task.ref} --approve-file PATH / --revert-file PATH (or --no-approve-files)",
+            hint=f"Decide them: {decide_files(task.ref, plan.undecided)}",
         )
     if plan.decide:
         tx.decide_violations(task.id, plan.decide, actor)
@@ -496,7 +497,7 @@ def unblock(
         raise UsageError(
             f"{given} is not held by a permission blocker: there is no blocked retry to confirm.",
             code="no-permission-hold",
-            hint=f"corral unblock {given} -m '…'",
+            hint=f"Give feedback instead: corral unblock {given} -m 'your feedback'",
         )
     if held is not None and not retry_blocked:
         raise RefusedError(
@@ -575,15 +576,14 @@ def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") 
     with project.store.write() as tx:
         task = resolve_task(tx, given)
         check_operation(
-            Op.RESUME, task.status, task.ref, hint=f"To give feedback instead: corral unblock {task.ref} -m '…'"
+            Op.RESUME, task.status, task.ref, hint=f"Or give feedback: corral unblock {task.ref} -m 'your feedback'"
         )
         pending_files = tx.pending_paths(task.id)
         if pending_files:
             raise RefusedError(
                 f"Task {task.ref} has protected files to decide first: {', '.join(pending_files)}",
                 code="undecided-files",
-                hint=f"Decide them as you continue: corral unblock {task.ref} -m '…' --approve-file PATH "
-                "(or --no-approve-files)",
+                hint=f"Decide them as you continue: {decide_files(task.ref, pending_files)}",
             )
         session = _session(tx, task)
         _check_turn_worktree(project, task, session, actor)
