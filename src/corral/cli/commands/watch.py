@@ -1,9 +1,10 @@
 """``watch``: the live board of unfinished tasks on a terminal, or one line per change off one.
 
 What it shows is the board (``corral.engine.operations.board``): every row, its group, its
-badge and its live fields come from there, laid out by ``corral.cli.watch_view``. What it is
-read from and when, :mod:`corral.cli.watch_source`; on a terminal, the live board and its keys,
-:mod:`corral.cli.watch_screen`; off one, a line per change, :mod:`corral.cli.watch_lines`.
+badge and its live fields come from there, worded by ``corral.cli.watch_view``. What it is
+read from and when, :mod:`corral.cli.watch_source`; on a terminal, the board as a Textual app
+with its task pane and the keys for the whole loop, :mod:`corral.cli.board_app`; off one, a line
+per change, :mod:`corral.cli.watch_lines`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import click
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.watch_lines import stream
-from corral.cli.watch_screen import Screen
 from corral.cli.watch_source import INTERVAL_SECONDS, WatchEnded, open_source
 
 
@@ -39,10 +39,11 @@ Examples:
   corral watch --json              one JSON Line per change
 
 \b
-Keys: ↑/↓ (or j/k) select · Enter the task (timeline, Stopped because, Next) ·
-l follow its log · u unblock it with feedback written in $EDITOR · a accept it (asks first) ·
-q quit; u and a are offered where the task's status allows them. In the task's view: ↑/↓
-PgUp/PgDn scroll, Esc or q back to the board.
+Keys: ↑/↓ or the mouse select · Enter or a click opens the task's pane (t timeline,
+l its live log, d its diff) · n new task · s start · x stop · u unblock (feedback in $EDITOR) ·
+? ask · a accept (asks first, its phases shown) · p pair (the agent gets the terminal) ·
+c close · r reject · Esc back · q quit. A key that acts is offered where the task's status
+allows its operation.
 """
 )
 @click.argument("tasks", nargs=-1)
@@ -71,7 +72,9 @@ def watch(app: App, tasks: tuple[str, ...], all_projects: bool, plain: bool, int
     try:
         live = not (plain or app.json) and sys.stdin.isatty() and app.stdout.isatty() and not _background()
         if live:
-            return Screen(app, source, interval).run()
+            from corral.cli.board_app import BoardApp  # Textual loads only for the live board
+
+            return BoardApp(app, source, interval).run() or 0
         return stream(app, source, interval)
     except KeyboardInterrupt:
         return 130
