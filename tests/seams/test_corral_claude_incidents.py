@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from corral.domain.status import Status
+from corral.engine.runtime.journal import CURSOR_KIND
 from tests.conftest import CLI
 from tests.seams import test_corral_claude as rig_module
 from tests.support.model_server import Error, Text, ToolUse
@@ -109,8 +110,11 @@ def test_the_same_test_command_failing_three_times_requires_action(make_rig, rep
     session = rig.task(task).session_id
     assert session is not None and doc["session_id"] == session
     journal = rig.proj.paths.journal_dir(task.id, session) / "failures.jsonl"
-    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    # The scan's cursor records ride in the journal beside the events they cover; they are not events.
+    events = [e for e in records if e["kind"] != CURSOR_KIND]
     assert [e["kind"] for e in events] == ["failure"] * 3
+    assert records[-1]["kind"] == CURSOR_KIND
     assert {e["id"] for e in events} == {row["id"]}
 
 
