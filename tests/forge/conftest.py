@@ -1,0 +1,24 @@
+"""The forge's tests: the real ``gh`` against the scripted GitHub on loopback (tests/support/forge_server.py)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.forge_server import ForgeServer
+
+if shutil.which("gh") is None:  # pragma: no cover - the CI image has it
+    pytest.skip("gh is not installed", allow_module_level=True)
+
+
+@pytest.fixture
+def forge(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ForgeServer]:
+    """A scripted forge whose bare repository is ``repo``'s origin, and ``gh`` pointed at it."""
+    server = ForgeServer(tmp_path / "forge", required_checks=("ci",))
+    server.monkeypatch(monkeypatch)
+    server.connect(repo)
+    yield server
+    server.close()
