@@ -46,8 +46,9 @@ def find_stash(project: Project, wt: Path, message: str | None) -> tuple[int, st
 def stash_overlap(project: Project, wt: Path, old: str, new: str, message: str) -> str | None:
     """Stash (against the old tip) local changes in ``wt`` that touch paths the merge changes."""
     git = project.git
-    changed = set(git.changed_between(old, new, cwd=wt))
-    local = [p for p in git.dirty_paths(wt) if p in changed]
+    changed = git.changed_between(old, new, cwd=wt)
+    wanted = set(changed)
+    local = [p for p in _local_changes(project, wt, changed) if p in wanted]
     if not local:
         return None
     git.run(
@@ -65,6 +66,32 @@ def stash_overlap(project: Project, wt: Path, old: str, new: str, message: str) 
     )
     found = find_stash(project, wt, message)
     return found[1] if found else None
+
+
+#: Up to this many paths the merge changes, only they are looked at in the checkout (a status limited
+#: to them); more, and the whole checkout is.
+PATHS_LOOKED_AT = 5000
+
+
+def _local_changes(project: Project, wt: Path, paths: list[str]) -> list[str]:
+    """The person's uncommitted changes (staged, unstaged, untracked) among ``paths`` in ``wt``: a status of
+    those paths alone, not a scan of the whole checkout."""
+    if not paths:
+        return []
+    if len(paths) > PATHS_LOOKED_AT:
+        return project.git.dirty_paths(wt)
+    out = project.git.run(
+        "--literal-pathspecs",
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--no-renames",
+        "--",
+        *paths,
+        cwd=wt,
+    ).stdout
+    return [entry[3:] for entry in out.split("\0") if len(entry) > 3]
 
 
 def _index_at(project: Project, wt: Path, tree: str, paths: list[str]) -> bool:
@@ -244,11 +271,11 @@ def settle_destination(project: Project, flight: InFlight, *, landed: bool, reco
         # The index tells how far the update went: at the new tree (read-tree done, the pop may be
         # pending), at the old one (the ref moved, the checkout not yet), or anything else (hands off).
         if paths and not _index_at(project, wt, flight.new, paths):
-            _git(project, wt, "update-index", "-q", "--refresh")  # stat-only differences must not block it
-            moved = (
-                _index_at(project, wt, flight.old, paths)
-                and _git(project, wt, "read-tree", "-m", "-u", flight.old, flight.new).returncode == 0
-            )
+            at_old = _index_at(project, wt, flight.old, paths)
+            moved = at_old and _git(project, wt, "read-tree", "-m", "-u", flight.old, flight.new).returncode == 0
+            if at_old and not moved:  # stat-only differences must not block it: the index refreshed, once more
+                _git(project, wt, "update-index", "-q", "--refresh")
+                moved = _git(project, wt, "read-tree", "-m", "-u", flight.old, flight.new).returncode == 0
             if not moved:
                 kept = _pop(project, wt, flight, landed=False)  # the checkout goes back to what the person had
                 return kept or Kept(
