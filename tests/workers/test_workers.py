@@ -148,9 +148,12 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     files = git(team.remote, "ls-tree", "-r", "--name-only", "corral/part").splitlines()
     assert "final.txt" in files and "stale.txt" not in files
     # Its next claim of the task keeps what its old worktree held before following the remote. That
-    # turn's agent commits and answers: the team's teardown drains the worker, which ends its turn first.
+    # turn's agent works on until the checks below are done, then commits and answers: the team's
+    # teardown drains the worker, which ends its turn first (a two-minute agent held it 20 s, then was killed).
     rescuer.stop_worker()
-    cut_off.script(work("again.txt"))
+    again = team.root / "again-holds"
+    again.touch()
+    cut_off.script(work("again.txt", then=[{"hold": str(again)}]))
     laptop.corral("unblock", "part", "-m", "once more")
     until(
         lambda: len([e for e in cut_off.events() if e["event"] == "claim"]) == 2,
@@ -166,6 +169,7 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     assert "stale.txt" in git(cut_off.clone, "ls-tree", "-r", "--name-only", kept)
     # Kept on the remote too, before the worktree was reset: a host that dies next loses none of it.
     assert git(team.remote, "rev-parse", kept) == git(cut_off.clone, "rev-parse", kept)
+    again.unlink()
 
 
 def test_sigterm_drains_a_worker_it_finishes_its_turn_and_claims_nothing_more(team: Team) -> None:
