@@ -506,7 +506,26 @@ SETTINGS: tuple[Setting, ...] = (
     # Where git reads it as a remote (push, fetch, ls-remote): never an option (corral.engine.git_remote checks
     # it names a remote the repository has).
     Setting("remote", str, "origin", "remote that `corral submit` pushes to", git_name=True),
-    Setting("forge", str, None, "forge CLI for pull requests on submit (gh)"),
+    # The forge (docs/forge.md): it makes corral run gh, so a repository may only propose it; a review comment
+    # delivered by itself would make a stranger's words an agent's prompt, so that is the person's alone.
+    Setting("forge", str, None, "the forge that submit and accept go through (gh)", _EXEC, choices=("gh",)),
+    Setting(
+        "forge_auto_deliver",
+        bool,
+        False,
+        "deliver a pull request's review comments and failed checks to the agent without an unblock",
+        _USER,
+        because="it makes a stranger's review comment an agent's prompt",
+    ),
+    Setting(
+        "forge_poll",
+        float,
+        30.0,
+        "seconds between two looks at a project's pending pull requests",
+        least=5,
+        most=_HOUR,
+        repository_may_lower=False,
+    ),
     Setting("pre_accept_prompt", str, None, "a last turn run before every accept's merge", _EXEC),
     Setting("notify_command", str, None, "command run with each notice as JSON on its stdin", _EXEC),
     # Time limits: lowered by a repository, every git command there would be stopped (never lowered by one).

@@ -280,6 +280,11 @@ def accept(
         first = resolve_task(tx, given)
     pinned = reviewed.given_tip(project, tip) if tip is not None else None
     with task_lock(project, first.id, what=f"accept by {actor.value}", timeout=600):
+        from corral.engine.operations import forge_accept  # through a pull request (docs/forge.md)
+
+        if forge_accept.applies(project, first):
+            return forge_accept.accept(project, first.id, actor=actor, narrator=narrator, pinned=pinned,
+                                       confirm=confirm, caller_task_id=caller_task_id)  # fmt: skip
         narrator.phase(PREFLIGHT, "start")
         ready = preflight(project, first.id, actor, caller_task_id)
         if isinstance(ready, Accepted):
