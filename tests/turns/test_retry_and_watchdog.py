@@ -173,6 +173,7 @@ def watchdog_project(proj, monkeypatch, seconds="1"):
 
 @pytest.mark.slow
 def test_watchdog_kills_an_agent_that_ignores_sigterm_after_work_and_interrupts(proj, agent, monkeypatch):
+    monkeypatch.setenv("CORRAL_TERM_GRACE", "1")  # the person's grace between SIGTERM and SIGKILL (5 s by default)
     proj = watchdog_project(proj, monkeypatch)
     agent.script(
         [
@@ -189,7 +190,9 @@ def test_watchdog_kills_an_agent_that_ignores_sigterm_after_work_and_interrupts(
     elapsed = time.monotonic() - began
     assert result.task.status is Status.INTERRUPTED
     assert result.task.resting_cause.code == "watchdog-no-progress"
-    assert 5.0 <= elapsed < 30  # SIGTERM was ignored, so SIGKILL came after the 5 s grace
+    assert 2.0 <= elapsed < 30  # SIGTERM was ignored, so SIGKILL came after the 1 s watchdog and the 1 s grace
+    command = proto.read_record(proj.paths.protocol_dir(task.id) / proto.COMMAND, proto.Command)
+    assert command is not None and command.watchdog.term_grace_seconds == 1.0  # the grace it waited is the person's
     with proj.store.read() as tx:
         session = tx.get_session(result.task.session_id)
     assert "keep-alives are not progress" in session.interrupt_reason
