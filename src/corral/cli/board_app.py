@@ -51,8 +51,8 @@ TABS = {"t": "timeline", "l": "log", "d": "diff"}
 _CSS = """
 #title { height: 1; padding: 0 1; }
 #board { height: 1fr; border: none; padding: 0; }
-#pane { height: 3fr; display: none; }
-BoardApp.detail #board { height: 2fr; }
+#pane { height: 4fr; display: none; }
+BoardApp.detail #board { height: 1fr; }
 BoardApp.detail #pane { display: block; }
 #message { height: auto; max-height: 3; padding: 0 1; color: $warning; }
 #keys { height: 1; padding: 0 1; background: $panel; }
@@ -88,6 +88,8 @@ class BoardApp(App[int]):
         Binding("ctrl+z", "suspend_process", show=False),
         Binding("escape", "close_pane", "back", show=False),
         Binding("n", "new_task", "new"),
+        Binding("j", "move('down')", "down", show=False),
+        Binding("k", "move('up')", "up", show=False),
         *[Binding(key, f"tab('{tab}')", tab, show=False) for key, tab in TABS.items()],
         *[
             Binding(board_keys.KEY_NAMES.get(key, key), f"act('{key}')", op.value)
@@ -105,6 +107,8 @@ class BoardApp(App[int]):
         self.tab = "timeline"
         self.busy = False  # an action runs on its thread: one at a time
         self._shown: tuple[Any, ...] | None = None  # what the board's options were built from
+        self._rows: dict[view.Key, dict[str, Any]] = {}  # the rows shown, with how they were laid out
+        self._layout: tuple[rows_of.Widths, int, float] | None = None
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -160,24 +164,32 @@ class BoardApp(App[int]):
         widths = rows_of.Widths([r for _n, _t, rows in groups for r in rows], many)
         aged = time.monotonic() - self.source.read_at
         options: list[Option] = []
-        order: list[view.Key] = []
+        keys = [view.key_of(r) for _n, _t, rows in groups for r in rows]
+        before, self.order = self.order, keys
+        if self.selected not in keys:
+            self.selected = _replacement(self.selected, before, keys)
+        self._layout = (widths, width, aged)
+        self._rows = {}
         for need, title, rows in groups:
             options.append(Option(rows_of.group_line(need, title, len(rows)), disabled=True))
             for row in rows:
                 key = view.key_of(row)
-                order.append(key)
-                options.append(Option(rows_of.row_text(row, widths, width=width, aged=aged), id=_key_id(key)))
+                self._rows[key] = row
+                options.append(Option(self.prompt(key), id=_key_id(key)))
         if not groups:
             options.append(Option(Text("Nothing unfinished."), disabled=True))
         for problem in doc.get("problems") or []:
             options.append(Option(Text(f"! {display(str(problem), multiline=False)}", style="yellow"), disabled=True))
-        before, self.order = self.order, order
-        if self.selected not in order:
-            self.selected = _replacement(self.selected, before, order)
         listing.set_options(options)
         if self.selected is not None:
             listing.highlighted = listing.get_option_index(_key_id(self.selected))
         self.draw_keys()
+
+    def prompt(self, key: view.Key) -> Text:
+        """The row of task ``key`` as laid out last, marked when it is the selected one."""
+        assert self._layout is not None
+        widths, width, aged = self._layout
+        return rows_of.row_text(self._rows[key], widths, width=width, aged=aged, selected=key == self.selected)
 
     def on_resize(self, _event: events.Resize) -> None:
         if self.source.board is not None:
@@ -187,7 +199,11 @@ class BoardApp(App[int]):
         key = _key_of(event.option.id)
         if key is None or key == self.selected:
             return
-        self.selected = key
+        before, self.selected = self.selected, key
+        listing = self.query_one("#board", OptionList)
+        for changed in (before, key):  # the mark moves with the selection
+            if changed in self._rows:
+                listing.replace_option_prompt(_key_id(changed), self.prompt(changed))
         self.draw_keys()
         if self.has_class("detail"):
             self.load_tab(self.tab if self.tab != "diff" else "timeline")
@@ -260,6 +276,11 @@ class BoardApp(App[int]):
         page.update(_safe(text))
         if tab == "log":  # a live log follows its end
             self.call_after_refresh(page.parent.scroll_end, animate=False)  # type: ignore[union-attr]
+
+    def action_move(self, way: str) -> None:
+        """``j``/``k``: the next or the previous row, as ``↓``/``↑``."""
+        listing = self.query_one("#board", OptionList)
+        listing.action_cursor_down() if way == "down" else listing.action_cursor_up()
 
     def action_close_pane(self) -> None:
         if self.has_class("detail"):

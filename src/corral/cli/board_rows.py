@@ -54,16 +54,17 @@ class Widths:
         self.status = min(max((len(view.status_text(r)) for r in rows), default=6), 40)
 
 
-def row_text(row: dict[str, Any], widths: Widths, *, width: int, aged: float = 0.0) -> Text:
-    """A task's row, and under a working one its live line: ``fix-login  working(agent)  2 min  goal``.
+def row_text(row: dict[str, Any], widths: Widths, *, width: int, aged: float = 0.0, selected: bool = False) -> Text:
+    """A task's row, and under a working one its live line: ``› fix-login  working(agent)  2 min  goal``.
 
-    ``width``: the columns there are; ``aged``: seconds since the board was read (added to its age)."""
+    ``width``: the columns there are; ``aged``: seconds since the board was read (added to its age);
+    ``selected``: marked ``›`` (seen without colours too)."""
     key = view.key_of(row)
     ref = widths.refs.get(key) or view.ref_text(row, widths.many)
     status = view.status_text(row)
     age = view.age_text(None if row.get("age_s") is None else float(row["age_s"]) + aged)
-    room = max(10, width - widths.ref - widths.status - _AGE_WIDTH - 8)
-    text = Text(no_wrap=True, overflow="ellipsis")
+    room = max(10, width - widths.ref - widths.status - _AGE_WIDTH - 10)
+    text = Text("› " if selected else "  ", no_wrap=True, overflow="ellipsis")
     text.append(f"{clip(ref, widths.ref):<{widths.ref}}", style="bold")
     text.append("  ")
     text.append(f"{clip(status, widths.status):<{widths.status}}", style=STATUS_COLOR.get(row["status"], "bold"))
@@ -71,13 +72,15 @@ def row_text(row: dict[str, Any], widths: Widths, *, width: int, aged: float = 0
     text.append(clip(view.badge(row) + view.goal_text(row), room))
     detail = view.live_detail(row.get("live"))
     if detail:
-        indent = " " * (widths.ref + 2)
+        indent = " " * (widths.ref + 4)
         text.append("\n")
         text.append(f"{indent}{LIVE_MARK}{clip(detail, max(10, width - len(indent) - 3))}", style="dim")
     return text
 
 
-def plain_rows(doc: dict[str, Any], *, width: int, finished: bool = False) -> list[str]:
+def plain_rows(
+    doc: dict[str, Any], *, width: int, finished: bool = False, selected: tuple[str, str] | None = None
+) -> list[str]:
     """The board as plain lines (its title, each group's heading, each row and live line): what the app
     shows, without colour — for a reader that wants the text (a test, a log)."""
     groups = groups_of(doc, finished=finished)
@@ -88,6 +91,7 @@ def plain_rows(doc: dict[str, Any], *, width: int, finished: bool = False) -> li
         lines += ["", "Nothing unfinished."]
     for need, title, rows in groups:
         lines += ["", group_line(need, title, len(rows)).plain]
-        lines += [part for r in rows for part in row_text(r, widths, width=width).plain.split("\n")]
+        for r in rows:
+            lines += row_text(r, widths, width=width, selected=view.key_of(r) == selected).plain.split("\n")
     lines += [f"! {one_line(str(p))}" for p in doc.get("problems") or []]
     return lines
