@@ -123,6 +123,9 @@ def test_accept_narrates_its_phases_and_ends_complete(dash: Dash, page: Watched,
     expect(page.page.locator("#output")).to_contain_text("Adding the helper.")
     shot(page.page, "dashboard-task.png")
     page.page.click("button[value=accept]")
+    confirm = page.page.locator("#confirm-accept")  # asked first, as `corral accept` asks
+    expect(confirm).to_contain_text("Merge alpha-one into main")
+    page.page.click("#confirm-accept-yes")
     narration = page.page.locator("#narration")
     expect(narration.locator("li.n-result")).to_contain_text("complete", timeout=30_000)
     phases = narration.locator("li.n-phase").all_inner_texts()

@@ -31,6 +31,7 @@ def test_accept_from_the_page_merges_the_tip_it_showed(dash: Dash, page: Watched
     sent: list[dict[str, list[str]]] = []
     page.page.on("request", lambda r: sent.append(parse_qs(r.post_data or "")) if r.method == "POST" else None)
     page.page.click("button[value=accept]")
+    page.page.click("#confirm-accept-yes")  # the question names the tip shown; confirmed, that tip is sent
     refused = page.page.locator("#narration li.n-error")
     expect(refused).to_contain_text("slipped in after the page was read", timeout=30_000)
     expect(refused).to_contain_text("Accept again")
@@ -40,6 +41,7 @@ def test_accept_from_the_page_merges_the_tip_it_showed(dash: Dash, page: Watched
     expect(page.page.locator("#review-tip")).to_have_attribute("value", moved, timeout=10_000)  # read again
     expect(page.page.locator("#diff")).to_contain_text("+EXTRA = 1")
     page.page.click("button[value=accept]")
+    page.page.click("#confirm-accept-yes")
     expect(page.page.locator("#narration li.n-result")).to_contain_text("complete", timeout=30_000)
     assert sent[-1]["tip"] == [moved]
     assert git(repo, "show", "main:extra.py") == "EXTRA = 1"

@@ -95,7 +95,7 @@ def test_every_response_carries_a_strict_csp(dash: Dash) -> None:
 
 def test_escaping_makes_markup_and_terminal_controls_inert() -> None:
     assert esc("<script>alert(1)</script>") == "&lt;script&gt;alert(1)&lt;/script&gt;"
-    assert esc('<a href="javascript:alert(1)">x</a>') == "&lt;a href=&quot;javascript:alert(1)&quot;&gt;x&lt;/a&gt;"
+    assert esc('<a href="javascript:alert(1)">x</a>') == "&lt;a href=&#34;javascript:alert(1)&#34;&gt;x&lt;/a&gt;"
     assert esc("title \x1b]0;pwn\x07 end") == "title \\x1b]0;pwn\\x07 end"
     assert esc("bidi \u202e") == "bidi \\u202e"
 

@@ -1,117 +1,112 @@
-"""The dashboard's board: every project's tasks in the groups the live views share, and a day's activity.
+"""The dashboard's board: every project's tasks in the groups the live views share, a day's activity, and the
+form that creates a task.
 
 The board is :func:`corral.engine.operations.board.board`'s groups in their order, its finished
-rows and :func:`~corral.engine.operations.board.activity`'s counts, rendered as they come.
+rows and :func:`~corral.engine.operations.board.activity`'s counts, rendered as they come
+(``templates/board*.html``). Colours are the groups' (:data:`corral.dashboard.views.NEED_COLOURS`),
+named by the legend above the columns.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from corral.dashboard.html import Markup, esc, join, tag
+from corral.adapters.harness import NAMES as HARNESSES
+from corral.dashboard.html import Markup, render
 from corral.dashboard.task_page import retry_line
-from corral.dashboard.views import STATUS_COLOURS, Keys, page, task_href
+from corral.dashboard.views import LEGEND, NEED_COLOURS, Keys, group_of, page, status_colour, task_href
 from corral.domain.substate import runs_on
 
 
-def board_page(keys: Keys, fragment: Markup) -> Markup:
-    body = Markup(
-        '<main data-stream="events/board" data-events="board">'
-        f'<div id="board" data-event="board">{fragment}</div></main>'
-    )
+def board_page(keys: Keys, fragment: Markup, projects: list[tuple[str, str]] | None = None) -> Markup:
+    """The whole board page: ``fragment`` (the part its stream replaces) and the create form, which no update
+    replaces (nothing a person is typing is lost); ``projects``: (state name, project name) to create in."""
+    body = render("board.html", fragment=fragment, form=create_form(projects or []))
     return page("corral — board", keys, body)
 
 
+def create_form(projects: list[tuple[str, str]], *, oob: bool = False) -> Markup:
+    """The form that creates a task in one of ``projects`` ((state name, name)) as ``corral create`` does;
+    ``oob``: an empty one that replaces it once a task was created."""
+    return render("create_form.html", projects=projects, harnesses=HARNESSES, oob=oob)
+
+
 def board_fragment(doc: dict[str, Any], states: dict[str, str], act: dict[str, Any]) -> Markup:
-    """The board document (``Board.to_json``), its projects' state names by path, the activity plot."""
-    out: list[str] = []
-    names = ", ".join(p["name"] for p in doc["projects"]) or "none yet"
-    out.append(tag("p", f"Projects: {names}", class_="meta"))  # no clock here: an unchanged board is not sent again
-    for problem in doc["problems"]:
-        out.append(tag("p", problem, class_="problem"))
-    out.append(activity_plot(act))
-    cols: list[str] = []
-    for group in doc["groups"]:
-        cards = join(_card(r, states) for r in group["rows"])
-        head = tag("h2", Markup(f"{esc(group['title'])} <span class=n>{len(group['rows'])}</span>"))
-        cols.append(tag("section", head + cards, class_=f"col col-{group['needs']}", data_needs=group["needs"]))
-    out.append(tag("div", join(cols), class_="columns"))
-    done = join(_finished(r, states) for r in doc["finished"])
-    out.append(tag("details", tag("summary", f"Finished (latest {len(doc['finished'])})") + tag("ul", done)))
-    return join(out)
+    """The board document (``Board.to_json``), its projects' state names by path, the activity chart."""
+    groups = [
+        {**g, "colour": NEED_COLOURS[g["needs"]], "cards": [_card_context(r, states) for r in g["rows"]]}
+        for g in doc["groups"]
+    ]
+    finished = [_card_context(r, states) for r in doc["finished"]]
+    return render(
+        "board_fragment.html",
+        projects=", ".join(p["name"] for p in doc["projects"]) or "none yet",
+        problems=doc["problems"],
+        legend=[(key, title, NEED_COLOURS[key]) for key, title in LEGEND],
+        chart=activity_plot(act),
+        groups=groups,
+        finished=finished,
+    )
 
 
-def _card(row: dict[str, Any], states: dict[str, str]) -> Markup:
-    state = states.get(row["project_path"], "")
+def _card_context(row: dict[str, Any], states: dict[str, str]) -> dict[str, Any]:
     status = row["status"] + (f" · {row['substate']}" if row.get("substate") else "")
     if where := runs_on(row.get("host")):
         status += f" · {where}"
-    parts = [
-        tag("span", _age(row.get("age_s")), class_="age"),
-        tag("a", row["ref"], href=task_href(row, state), class_="ref"),
-        tag("span", status, class_=f"status s-{row['status']}", data_status=row["status"]),
-        tag("span", row["project"], class_="project"),
-        tag("div", row.get("goal") or "", class_="goal"),
-    ]
-    if row.get("reason"):
-        parts.append(tag("div", row["reason"], class_="reason"))
-    if n := row.get("needs_action"):  # list's and watch's badge, word for word
-        parts.append(tag("span", f"[{n} need{'s' if n == 1 else ''} action]", class_="badge"))
     live = row.get("live") or {}
-    if live.get("retry_class") is not None:
-        parts.append(tag("div", retry_line(live), class_="retry"))
-    if live.get("last_line"):
-        parts.append(tag("div", live["last_line"], class_="lastline"))
-    return tag("article", join(parts), class_="card", id=f"card-{row['id']}", data_ref=row["ref"])
+    n = row.get("needs_action") or 0
+    return {
+        "row": row,
+        "href": task_href(row, states.get(row["project_path"], "")),
+        "status_text": status,
+        "group": group_of(row["status"], row.get("needs")),
+        "age": _age(row.get("age_s")),
+        "badge": f"[{n} need{'s' if n == 1 else ''} action]" if n else None,  # list's and watch's, word for word
+        "retry": retry_line(live) if live.get("retry_class") is not None else None,
+        "last_line": live.get("last_line"),
+    }
 
 
-def _finished(row: dict[str, Any], states: dict[str, str]) -> Markup:
-    state = states.get(row["project_path"], "")
-    return tag(
-        "li",
-        tag("a", row["ref"], href=task_href(row, state))
-        + Markup(" ")
-        + tag("span", row["status"], class_=f"status s-{row['status']}")
-        + Markup(" ")
-        + tag("span", f"{row['project']} · {row.get('goal') or ''}", class_="goal"),
-    )
+def _card(row: dict[str, Any], states: dict[str, str]) -> Markup:
+    """One task's card on the board."""
+    return render("card.html", c=_card_context(row, states))
+
+
+#: The chart's geometry: a row per status, a bar per hour.
+ROW_H, LABEL_W, BAR_W = 18, 90, 12
 
 
 def activity_plot(act: dict[str, Any]) -> Markup:
-    """Per status, how many tasks entered it in each hour of the last day: one row of bars each."""
+    """Per status, how many tasks were in it in each hour of the last day (``activity``): one row of bars each,
+    coloured by the board's group of the status, its tasks over the day at the row's end."""
     counts: dict[str, list[int]] = act.get("counts") or {}
-    hours = len(act.get("hours") or [])
+    hours: list[str] = act.get("hours") or []
     if not counts or not hours:
-        return tag("p", "No status changes in the last 24 hours.", class_="meta plot-empty")
+        return render("activity.html", rows=[], hours=0)
     top = max(max(v) for v in counts.values()) or 1
-    row_h, label_w, bar_w = 18, 90, 12
-    width = label_w + hours * bar_w + 40
-    svg = [
-        f'<svg class="activity" role="img" width="{width}" height="{row_h * len(counts) + 18}" '
-        f'viewBox="0 0 {width} {row_h * len(counts) + 18}"><title>Status changes per hour, last 24 hours</title>'
-    ]
+    totals: dict[str, int] = act.get("tasks") or {k: max(v) for k, v in counts.items()}
+    rows: list[dict[str, Any]] = []
     for i, (status, values) in enumerate(counts.items()):
-        y = i * row_h
-        svg.append(f'<text x="0" y="{y + 13}" font-size="11" fill="#333">{esc(status)}</text>')
+        y = i * ROW_H
+        bars = []
         for h, n in enumerate(values):
             if n:
-                bh = max(2, round((row_h - 4) * n / top))
-                colour = STATUS_COLOURS.get(status, "#888")
-                svg.append(
-                    f'<rect x="{label_w + h * bar_w}" y="{y + row_h - 2 - bh}" width="{bar_w - 2}" height="{bh}" '
-                    f'fill="{colour}"><title>{esc(status)}: {n} at {esc(act["hours"][h])}</title></rect>'
-                )
-        svg.append(
-            f'<text x="{label_w + hours * bar_w + 4}" y="{y + 13}" font-size="11" fill="#555">{sum(values)}</text>'
-        )
-    svg.append(
-        f'<text x="{label_w}" y="{row_h * len(counts) + 14}" font-size="10" fill="#777">24 h ago</text>'
-        f'<text x="{label_w + hours * bar_w - 30}" y="{row_h * len(counts) + 14}" font-size="10" fill="#777">now</text>'
-    )
-    svg.append("</svg>")
-    counted = ", ".join(f"{k} {sum(v)}" for k, v in counts.items())
-    return tag(
-        "figure", Markup("".join(svg)) + tag("figcaption", f"Last 24 h: {counted}"), class_="plot", id="activity"
+                bh = max(2, round((ROW_H - 4) * n / top))
+                bars.append({"x": LABEL_W + h * BAR_W, "y": y + ROW_H - 2 - bh, "h": bh, "n": n, "at": hours[h]})
+        rows.append({"status": status, "y": y, "bars": bars, "total": totals.get(status, 0)})
+    rows_h = ROW_H * len(counts)
+    return render(
+        "activity.html",
+        rows=rows,
+        hours=len(hours),
+        colour={status: status_colour(status) for status in counts},
+        width=LABEL_W + len(hours) * BAR_W + 40,
+        height=rows_h + 18,
+        rows_h=rows_h,
+        label_w=LABEL_W,
+        bar_w=BAR_W,
+        since=act.get("since"),
+        caption=", ".join(f"{r['status']} {r['total']}" for r in rows),
     )
 
 

@@ -1,93 +1,128 @@
-"""The one place the dashboard makes text safe for HTML, and the small builders every view uses.
+"""The one place the dashboard makes text safe for HTML: Jinja2 templates, autoescaped, behind corral's sanitizer.
 
-:func:`esc` is the only way text reaches a page: the terminal sanitizer first
-(``domain/sanitize.display``: controls, escape sequences such as an OSC title, bidi controls and
-undecodable bytes become visible escapes like ``\\x1b``), then ``html.escape`` (``<``, ``>``,
-``&`` and both quotes), so an agent's ``<script>`` or ``javascript:`` link is text, and text is
-safe in an attribute as in an element. Views build HTML from :func:`esc`'d pieces and
-:class:`Markup` (HTML built here); nothing else is trusted. A URL corral puts in an ``href`` is
-made of ids and refs, each :func:`esc`'d and percent-quoted (:func:`path`). A patch is built
-here too (:func:`diff`): every line of it is text from the task's branch.
+Every page and every fragment is a template under ``templates/`` rendered by :func:`render`. The environment
+escapes every value it prints (autoescape), and before that runs corral's terminal sanitizer over it
+(``finalize``: ``domain/sanitize.display``: controls, escape sequences such as an OSC title, bidi controls and
+undecodable bytes become visible escapes like ``\\x1b``), so an agent's ``<script>``, ``javascript:`` link or
+``{{ }}`` is text, in an attribute as in an element; a value is data, never a template. Only HTML a template
+made is :class:`Markup`; nothing a caller passes is trusted but that. A URL corral puts in an ``href`` is made of
+ids and refs, each percent-quoted (:func:`path`). A time is shown to the second, in UTC until the page's
+script puts it in the person's zone (:func:`when`).
 """
 
 from __future__ import annotations
 
-import html as _html
-from collections.abc import Iterable
+from functools import cache
+from typing import Any
 from urllib.parse import quote
 
+from markupsafe import Markup, escape
+
+from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
 
+__all__ = ["DIFF_LINES", "Markup", "Shown", "diff_lines", "esc", "path", "render", "when"]
 
-class Markup(str):
-    """HTML built by the dashboard (never text from outside)."""
+
+class Shown(str):
+    """Text already through the sanitizer (one line, :func:`line`): escaped, not sanitized again."""
 
     __slots__ = ()
 
-    def __add__(self, other: str) -> Markup:
-        return Markup(str.__add__(self, other if isinstance(other, Markup) else esc(other)))
-
-    def __radd__(self, other: str) -> Markup:
-        return Markup(str.__add__(other if isinstance(other, Markup) else esc(other), self))
-
 
 def esc(text: object, *, multiline: bool = True) -> Markup:
-    """Any text made inert in HTML: terminal controls made visible, then HTML-escaped."""
+    """Any text made inert in HTML outside a template (the guard's refusals): sanitized, then escaped."""
     if isinstance(text, Markup):
         return text
     if text is None:
         return Markup("")
-    return Markup(_html.escape(display(str(text), multiline=multiline), quote=True))
+    return escape(display(str(text), multiline=multiline))
 
 
-def join(parts: Iterable[str]) -> Markup:
-    return Markup("".join(p if isinstance(p, Markup) else esc(p) for p in parts))
+def _finalize(value: Any) -> Any:
+    """What every ``{{ value }}`` prints before autoescape: made visible by the sanitizer unless it is the
+    templates' own HTML or already sanitized; None prints nothing."""
+    if value is None:
+        return ""
+    if isinstance(value, Markup | Shown) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    return display(str(value))
 
 
-def tag(name: str, body: object = "", /, **attrs: object) -> Markup:
-    """``<name attrs>body</name>``; attribute names use ``_`` for ``-`` (``hx_post`` → ``hx-post``)
-    and a trailing ``_`` for a Python keyword (``class_``); a value of True is a bare attribute."""
-    out = [f"<{name}"]
-    for key, value in attrs.items():
-        if value is None or value is False:
-            continue
-        attr = key.rstrip("_").replace("_", "-")
-        out.append(f" {attr}" if value is True else f' {attr}="{esc(value)}"')
-    out.append(">")
-    content = body if isinstance(body, Markup) else esc(body)
-    out += [str(content), f"</{name}>"]
-    return Markup("".join(out))
+def line(text: object) -> Shown:
+    """One line of output: every control character visible, a line break too."""
+    return Shown(display("" if text is None else str(text), multiline=False))
 
 
-def path(*parts: str) -> str:
+def path(*parts: object) -> str:
     """A path of this dashboard from ids and refs (each percent-quoted, no scheme ever), relative to
     the page's ``<base>`` (the dashboard's secret root, ``security.Keys.prefix``)."""
-    return "/".join(quote(p, safe="") for p in parts)
+    return "/".join(quote(str(p), safe="") for p in parts)
+
+
+def utc(value: object) -> str:
+    """A stored time to the second, in UTC (the page's script shows it in the person's zone)."""
+    try:
+        at = parse_time(value) if isinstance(value, str) else None
+    except ValueError:
+        at = None
+    if at is None:
+        return "" if value is None else str(value)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def when(value: object) -> Markup:
+    """A ``<time>`` the page's script rewrites in the person's zone, to the second (``data-time``)."""
+    if not value:
+        return Markup("")
+    return Markup('<time datetime="{0}" data-time="{0}">{1}</time>').format(str(value), display(utc(value)))
 
 
 #: A diff longer than this is cut (the rest is one `corral diff` away).
 DIFF_LINES = 4000
 
+_FILE_HEADS = ("diff --git", "index ", "--- ", "+++ ", "new file", "deleted file", "similarity", "rename ")
 
-def diff(text: str) -> Markup:
-    """A unified diff, one element per line, classed by kind (file header, hunk, added, removed)."""
+
+def diff_lines(text: str) -> tuple[list[tuple[str, Shown]], int]:
+    """A unified diff's lines, each with its kind (file header, hunk, added, removed, context), and how
+    many were cut past :data:`DIFF_LINES`. Every line of it is text from the task's branch."""
     lines = text.splitlines()
-    out: list[str] = []
-    for line in lines[:DIFF_LINES]:
-        if line.startswith(
-            ("diff --git", "index ", "--- ", "+++ ", "new file", "deleted file", "similarity", "rename ")
-        ):
+    out: list[tuple[str, Shown]] = []
+    for text_line in lines[:DIFF_LINES]:
+        if text_line.startswith(_FILE_HEADS):
             kind = "file"
-        elif line.startswith("@@"):
+        elif text_line.startswith("@@"):
             kind = "hunk"
-        elif line.startswith("+"):
+        elif text_line.startswith("+"):
             kind = "add"
-        elif line.startswith("-"):
+        elif text_line.startswith("-"):
             kind = "del"
         else:
             kind = "ctx"
-        # One block per line (a copy still gives one line each); a newline inside it would double them.
-        out.append(f'<span class="d-{kind}">{esc(line, multiline=False) or " "}</span>')
-    if len(lines) > DIFF_LINES:
-        out.append(f'<span class="d-note">… {len(lines) - DIFF_LINES} more lines: corral diff shows them all</span>')
-    return Markup('<pre class="diff">' + "".join(out) + "</pre>")
+        out.append((kind, line(text_line)))
+    return out, max(0, len(lines) - DIFF_LINES)
+
+
+@cache
+def environment() -> Any:
+    """The templates' environment, made on the first render (importing jinja2 is not free)."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(
+        loader=PackageLoader("corral.dashboard", "templates"),
+        autoescape=True,
+        finalize=_finalize,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        auto_reload=False,
+    )
+    env.filters.update(line=line, when=when, utc=utc)
+    env.globals.update(path=path)
+    return env
+
+
+def render(name: str, **context: Any) -> Markup:
+    """The template ``name`` rendered with ``context``: HTML, every value in it escaped."""
+    return Markup(environment().get_template(name).render(**context))

@@ -1,7 +1,9 @@
 """What every open page of the dashboard shares: the projects under the home, and the renders read once per change.
 
 A render is shared: every open page of the board waits on one read per change, not one each
-(:meth:`Hub.shared`, keyed by the projects' change marks). Store reads and operations run in
+(:meth:`Hub.shared`, keyed by the projects' change marks). A page's first read asks the marks anew
+(``fresh``), so a page fetched right after a change is rendered from it, never from the render before it;
+the streams share one read of the marks per half poll. Store reads and operations run in
 worker threads, each with its own open projects (a store connection is never shared by
 threads). :class:`Follower` reads one page's turn output as it grows.
 """
@@ -17,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from corral.dashboard import board_page, task_page
-from corral.dashboard.html import Markup, tag
+from corral.dashboard import board_page, task_page, views
+from corral.dashboard.html import Markup
 from corral.domain.actors import Actor
 from corral.domain.needs import Need
 from corral.domain.status import Status
@@ -134,19 +136,20 @@ class Hub:
                 self._cache.clear()
             return value
 
-    async def stamp(self) -> Any:
-        """The projects' stamp, asked on its one thread and shared by the pages that poll meanwhile."""
+    async def stamp(self, *, fresh: bool = False) -> Any:
+        """The projects' stamp, asked on its one thread and shared by the pages that poll meanwhile;
+        ``fresh``: read now (a page's first render), whatever was read a moment ago."""
         async with self._stamping:
-            if self._stamp is None or time.monotonic() - self._stamp[0] >= POLL_SECONDS / 2:
+            if fresh or self._stamp is None or time.monotonic() - self._stamp[0] >= POLL_SECONDS / 2:
                 loop = asyncio.get_running_loop()
                 self._stamp = (time.monotonic(), await loop.run_in_executor(self.marks, self.homes.stamp))
             return self._stamp[1]
 
     # -- the board ----------------------------------------------------------------------------------
 
-    async def board_stamp(self) -> Any:
+    async def board_stamp(self, *, fresh: bool = False) -> Any:
         live = int(time.monotonic() / BOARD_LIVE_SECONDS) if self.working else None
-        return (await self.stamp(), live)
+        return (await self.stamp(fresh=fresh), live)
 
     def render_board(self) -> Markup:
         from corral.engine.api import activity, board
@@ -165,9 +168,13 @@ class Hub:
         except Exception:  # the first page will say what is wrong
             logging.getLogger("corral.dashboard").debug("warm-up failed", exc_info=True)
 
-    async def board(self) -> Markup:
-        value: Markup = await self.shared("board", await self.board_stamp(), self.render_board)
+    async def board(self, *, fresh: bool = False) -> Markup:
+        value: Markup = await self.shared("board", await self.board_stamp(fresh=fresh), self.render_board)
         return value
+
+    def project_names(self) -> list[tuple[str, str]]:
+        """(state name, checkout's name) of every project, for the create form."""
+        return [(state, Path(repo).name) for state, repo in self.homes.states()]
 
     # -- a task ---------------------------------------------------------------------------------------
 
@@ -181,12 +188,12 @@ class Hub:
 
         return queries.show_task(project, given, settle=False, live=live).doc
 
-    async def task_stamp(self, task_id: str) -> Any:
+    async def task_stamp(self, task_id: str, *, fresh: bool = False) -> Any:
         key = self._cache.get(f"summary:{task_id}")
         working = key is not None and key[1][1] == Status.WORKING
-        return (await self.stamp(), int(time.monotonic() / LIVE_SECONDS) if working else None)
+        return (await self.stamp(fresh=fresh), int(time.monotonic() / LIVE_SECONDS) if working else None)
 
-    async def parts(self, state: str, task_id: str) -> tuple[dict[str, Markup], str, str]:
+    async def parts(self, state: str, task_id: str, *, fresh: bool = False) -> tuple[dict[str, Markup], str, str]:
         """(the task page's changing parts, the task's status, its updated_at)."""
 
         def compute() -> tuple[dict[str, Markup], str, str]:
@@ -194,7 +201,7 @@ class Hub:
             return task_page.task_parts(doc, state), doc["task"]["status"], doc["task"]["updated_at"]
 
         value: tuple[dict[str, Markup], str, str] = await self.shared(
-            f"summary:{task_id}", await self.task_stamp(task_id), compute
+            f"summary:{task_id}", await self.task_stamp(task_id, fresh=fresh), compute
         )
         return value
 
@@ -208,7 +215,7 @@ class Hub:
         try:
             found = tasks.diff(project, task_id, actor=ACTOR, surface="dashboard")
         except CorralError as exc:
-            return tag("p", exc.message, class_="meta")
+            return views.note(exc.message, "meta")
         shown = task_page.diff_fragment(found.tip, found.commits, found.text, found.uncommitted)
         after = lookups.task_row(project, task_id)
         if after is not None:  # recording the tip touched the row: this render stands for the row as it is now

@@ -2,13 +2,15 @@
 
 Each action answers with the flash line that says what happened (:func:`act`); an accept runs
 beside the page and keeps each of its events for the task's open pages, which narrate it
-(:func:`accept`). Which buttons a task shows, the operations table decides (``task_page.BUTTONS``).
+(:func:`accept`), after the person confirmed it (``task_page.confirm_accept``). Which buttons a task shows,
+the operations table decides (``task_page.BUTTONS``). A task is created as ``corral create`` creates it
+(:func:`create`).
 """
 
 from __future__ import annotations
 
 from corral.dashboard import task_page, views
-from corral.dashboard.html import Markup
+from corral.dashboard.html import Markup, path
 from corral.dashboard.hub import ACTOR, Hub
 from corral.errors import CorralError, TipMoved
 
@@ -21,7 +23,7 @@ def act(hub: Hub, state: str, task_id: str, action: str, form: dict[str, list[st
     from corral.engine.api import control, tasks, turns
 
     project = hub.homes.get(state)
-    message = (form.get("message") or [""])[0].replace("\r\n", "\n").strip()
+    message = field(form, "message").strip()
     approve = tuple(form.get("approve") or ())
     revert = tuple(form.get("revert") or ())
     if action in ("ask", "reject", "close") and not message:
@@ -51,6 +53,40 @@ def act(hub: Hub, state: str, task_id: str, action: str, form: dict[str, list[st
         reopened = tasks.reopen(project, task_id, reason=message or None, actor=ACTOR)
         return views.flash(f"{reopened.ref} is {reopened.status.value} again.")
     raise AssertionError(action)
+
+
+def field(form: dict[str, list[str]], name: str) -> str:
+    """One text field of a posted form, its line breaks as typed (a browser sends CRLF)."""
+    return (form.get(name) or [""])[0].replace("\r\n", "\n")
+
+
+def create(hub: Hub, form: dict[str, list[str]]) -> Markup:
+    """A task created as ``corral create`` creates it (``tasks.create``), in the project the form names: its goal,
+    prompt, harness, target branch, ref and protected paths (one glob a line); the flash line names it, links
+    to its page and says, as ``create`` warns, a harness not installed here."""
+    from corral.engine.api import doctor, tasks
+
+    state = field(form, "project").strip()
+    goal = field(form, "goal").strip()
+    if not state:
+        return views.flash("Choose the project to create the task in.", error=True)
+    if not goal:
+        return views.flash("A task needs a goal: write it first.", error=True)
+    project = hub.homes.get(state)
+    task = tasks.create(
+        project,
+        goal,
+        actor=ACTOR,
+        ref=field(form, "ref").strip() or None,
+        harness=field(form, "harness").strip() or None,
+        protect=[line.strip() for line in field(form, "protect").splitlines() if line.strip()],
+        prompt=field(form, "prompt").strip(),
+        target=field(form, "target").strip() or None,
+    )
+    warning = doctor.harness_warning(project, task)
+    return views.flash(
+        f"Created {task.ref} in backlog.", hint=warning, link=(f"Open {task.ref}", path("p", state, "t", task.id))
+    )
 
 
 def accept(hub: Hub, state: str, task_id: str, tip: str | None = None, ref: str | None = None) -> None:

@@ -13,7 +13,13 @@ page is hidden):
   sends its parts (head, actions, details) and the diff when they change, each new output line, and
   each phase of an accept started here.
 - ``POST /p/<state>/t/<task>/<action>`` — start, unblock (with protected-file decisions), resume,
-  ask, stop, accept, reject, close, reopen: the engine operations the CLI calls, as ``human``.
+  ask, stop, accept, reject, close, reopen: the engine operations the CLI calls, as ``human``. Accept
+  first answers with its question (the task, its target, the tip the page's diff showed); the merge starts
+  when the person confirms it, and its phases follow on the page.
+- ``POST /create`` — a task created as ``corral create`` creates it, in the project the form names.
+
+A page is rendered from the store as it is when the page is asked for (the change marks read anew), so a
+page fetched right after a change shows it.
 
 What every open page shares (the projects, the renders read once per change) is
 :mod:`corral.dashboard.hub`; what a button does, :mod:`corral.dashboard.task_actions`.
@@ -33,7 +39,7 @@ from urllib.parse import parse_qs
 from msgspec import Struct
 
 from corral.dashboard import board_page, security, task_actions, task_page, views
-from corral.dashboard.html import Markup, tag
+from corral.dashboard.html import Markup, path
 from corral.dashboard.hub import POLL_SECONDS, Follower, Hub
 from corral.errors import CorralError
 
@@ -69,7 +75,8 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
         return HTMLResponse(body, status_code=status)
 
     async def board_route(request: Request) -> Response:
-        return html(board_page.board_page(keys, await hub.board()))
+        fragment = await hub.board(fresh=True)  # a page asked for right after a change shows it
+        return html(board_page.board_page(keys, fragment, await hub.run(hub.project_names)))
 
     async def find(state: str, given: str) -> dict[str, Any] | None:
         try:
@@ -79,7 +86,7 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
         return doc
 
     def missing(state: str, given: str) -> HTMLResponse:
-        body = tag("p", f"No task '{given}' in project '{state}'.", class_="problem")
+        body = views.note(f"No task '{given}' in project '{state}'.", "problem")
         return html(views.page("corral — not found", keys, body), 404)
 
     async def task_route(request: Request) -> Response:
@@ -88,7 +95,7 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
         if doc is None:
             return missing(state, given)
         tid = doc["task"]["id"]
-        parts, status, updated = await hub.parts(state, tid)
+        parts, status, updated = await hub.parts(state, tid, fresh=True)
         told = list(hub.narration.get(tid, []))
         shown = {
             **parts,
@@ -184,6 +191,10 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
             return missing(state, given)
         tid = doc["task"]["id"]
         loop = asyncio.get_running_loop()
+        if name == "accept" and (form.get("confirm") or [""])[0] != "yes":  # asked first, as `corral accept` asks
+            shown_tip = (form.get("tip") or [""])[0].strip() or None
+            base = path("p", state, "t", tid)
+            return html(task_page.confirm_accept(base, doc["task"]["ref"], doc["task"].get("target"), shown_tip))
         if name == "accept":
             hub.narration[tid] = [{"event": "phase", "label": "accept", "state": "requested", "position": None}]
             shown = (form.get("tip") or [""])[0].strip() or None  # the tip the page's diff showed
@@ -203,12 +214,25 @@ def app(home: Path, host: str, port: Callable[[], int], log: logging.Logger | No
             return html(said)
         return html(said + task_page.message_box(oob=True))  # sent: the box is emptied
 
+    async def create(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+        loop = asyncio.get_running_loop()
+        try:
+            said: Markup = await loop.run_in_executor(hub.acts, task_actions.create, hub, form)
+        except CorralError as exc:
+            return html(views.flash(exc.message, error=True, hint=exc.hint))  # the form stays, to be fixed
+        if 'class="flash error"' in said:
+            return html(said)
+        projects = await hub.run(hub.project_names)
+        return html(said + board_page.create_form(projects, oob=True))  # created: the form is emptied
+
     async def favicon(request: Request) -> Response:
         return Response(status_code=204)
 
     routes = [
         Route("/", board_route),
         Route("/favicon.ico", favicon),
+        Route("/create", create, methods=["POST"]),
         Route("/p/{state}/t/{task}", task_route),
         Route("/p/{state}/t/{task}/{action}", action, methods=["POST"]),
         Route("/events/board", board_events),
