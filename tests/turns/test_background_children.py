@@ -18,6 +18,7 @@ from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import TurnRequest
 from corral.adapters.process import pid_alive
 from corral.domain.actors import Actor, Role
+from corral.domain.delays import Delays
 from corral.domain.status import Status
 from corral.engine.operations import control, tasks, turns
 from corral.engine.runtime.attempts import AttemptRunner
@@ -76,6 +77,8 @@ def test_the_turn_ends_when_the_agent_exits_and_its_leftovers_are_reaped(name, r
     monkeypatch.setenv("CORRAL_COMMAND", f"sh {script(tmp_path, name)}")
     monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "600")
     monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    # The output the child holds open is read until quiet 0.2 s (drain_quiet, the person's; 2 s by default).
+    monkeypatch.setenv("CORRAL_DRAIN_QUIET", "0.2")
     proj = Project.open(repo)
     try:
         task = tasks.create(proj, "Leaves a child behind", actor=Actor.HUMAN)
@@ -112,6 +115,7 @@ def test_an_attempt_names_what_it_reaped(name, tmp_path, pidfile):
         status=status,
         stop=StopFlag(protocol),
         term_grace=1.0,
+        delays=Delays(drain_quiet=0.2),  # the output the child holds open, read until quiet 0.2 s (2 s by default)
     )
     run = runner.run(1, lambda: harness.work(TurnRequest(prompt="go", cwd=str(worktree))), 600)
     child = leftover(pidfile)
