@@ -32,6 +32,7 @@ import argparse
 import itertools
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -106,9 +107,12 @@ def one_turn(
     }
 
 
-def pi_alone(pi: Path, base: Path, server: ScriptedServer, env: dict[str, str], n: int) -> dict[str, list[float]]:
-    """Pi's launch by itself, spawn to first model request (ms): without corral's tools, with its extension,
-    and with the extension's entry as an ES module."""
+def pi_alone(
+    pi: Path, base: Path, server: ScriptedServer, env: dict[str, str], n: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Pi's launch by itself, spawn to first model request (ms), and the CPU time of its whole run (ms: what
+    a machine with a core to spare would wait, whatever else runs): without corral's tools, with its
+    extension, and with the extension's entry as an ES module."""
     from corral.adapters.harness.base import AgentTools, TurnRequest
     from corral.adapters.harness.pi import PiHarness
     from corral.pi_extension import DOOR, EXTENSION
@@ -129,19 +133,23 @@ def pi_alone(pi: Path, base: Path, server: ScriptedServer, env: dict[str, str], 
         mjs, argv=[str(entry) if a == str(EXTENSION) else a for a in mjs.argv]
     )
     out: dict[str, list[float]] = {k: [] for k in launches}
+    cpu: dict[str, list[float]] = {k: [] for k in launches}
     for i in range(n + 1):  # the first round warms the page cache
         for name, launch in launches.items() if i % 2 else reversed(launches.items()):
             before = len(server.script_requests)
             server.steps.append(Text("done"))
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.time()
             done = subprocess.run(
                 launch.argv, cwd=work, env={**env, **launch.env}, capture_output=True, timeout=120, check=False
             )
             if done.returncode != 0 or len(server.script_requests) != before + 1:
                 raise SystemExit(f"pi ({name}) failed: {done.stderr[-2000:]!r}")
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if i:
                 out[name].append((server.script_requests[before].at - started) * 1000)
-    return out
+                cpu[name].append((after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime) * 1000)
+    return out, cpu
 
 
 def main() -> int:
@@ -176,8 +184,10 @@ def main() -> int:
             }
         )
         (base / "home").mkdir()
-        alone = pi_alone(pi, base, server, env, args.launches)
+        alone, alone_cpu = pi_alone(pi, base, server, env, args.launches)
         alone_median = {k: median(v) for k, v in alone.items()}
+        cpu_median = {k: median(v) for k, v in alone_cpu.items()}
+        result["pi_alone_cpu_median_ms"] = {k: round(v, 1) for k, v in cpu_median.items()}
         result["pi_alone_launch_ms"] = {k: [round(x, 1) for x in v] for k, v in alone.items()}
         result["pi_alone_launch_median_ms"] = {k: round(v, 1) for k, v in alone_median.items()}
         figures: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
@@ -223,6 +233,11 @@ def main() -> int:
             f"Pi alone, spawn -> first model request, median of {args.launches}: without {alone_median['without']:.0f}"
             f" ms, with the extension {alone_median['with']:.0f} ms (added {alone_added:.0f} ms), with a .mjs entry "
             f"{mjs:.0f} ms (added {mjs - alone_median['without']:.0f} ms)"
+        )
+        bare, ts, es = cpu_median["without"], cpu_median["with"], cpu_median["with, .mjs entry"]
+        print(
+            f"  its CPU time, median: without {bare:.0f} ms, with the extension {ts:.0f} ms (added {ts - bare:.0f}"
+            f" ms), with a .mjs entry {es:.0f} ms (added {es - bare:.0f} ms)"
         )
         ok = launch_ok and call_ok
     finally:
