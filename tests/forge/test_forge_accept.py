@@ -1,0 +1,193 @@
+"""accept through the forge, the real gh against the scripted GitHub: merged at once, pending, blocked, re-entered."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.domain.actors import Actor
+from corral.domain.status import Status
+from corral.engine.operations import accept as accepting
+from corral.engine.operations import control, forge_accept, tasks, turns
+from tests.conftest import git
+from tests.support.forge_server import ForgeServer
+
+
+def work(path: str, content: str, message: str = "agent work") -> list[dict]:
+    return [
+        {"init": True},
+        {"write": {"path": path, "content": content}},
+        {"commit": message},
+        {"result": f"Wrote {path}."},
+    ]
+
+
+@pytest.fixture
+def fproj(agent, repo, tmp_path, monkeypatch):
+    """A forge project (``forge = "gh"`` from the person's environment) whose claude is the fake agent."""
+    from corral.engine.project import Project
+
+    def make(**policy) -> tuple[Project, ForgeServer]:
+        server = ForgeServer(tmp_path / "forge", **policy)
+        server.monkeypatch(monkeypatch)
+        server.connect(repo)
+        monkeypatch.setenv("CORRAL_FORGE", "gh")
+        monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "30")
+        monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+        made.append((Project.open(repo), server))
+        return made[-1]
+
+    made: list = []
+    yield make
+    for p, server in made:
+        p.close()
+        server.close()
+
+
+def blocked_with(proj, agent, ref: str, steps) -> None:
+    agent.script(steps)
+    task = tasks.create(proj, f"Task {ref}", actor=Actor.HUMAN, ref=ref)
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    assert control.wait(proj, task.ref, timeout=30).task.status is Status.BLOCKED
+
+
+def task_of(proj, ref: str):
+    with proj.store.read() as tx:
+        return tx.task_by_ref(ref)
+
+
+def test_accept_merged_at_once_verifies_follows_the_target_and_archives(fproj, agent, repo):
+    proj, forge = fproj()
+    blocked_with(proj, agent, "feat", work("feature.py", "x = 1\n"))
+    tip = git(repo, "rev-parse", "corral/feat")
+    events: list[dict] = []
+    result = accepting.accept(proj, "feat", actor=Actor.HUMAN, report=events.append)
+    assert result.task.status is Status.COMPLETE and result.commit
+    pr = forge.pull()
+    assert pr.state == "MERGED" and pr.head_oid == tip and pr.title == "Task feat"
+    assert git(forge.bare, "rev-parse", "main") == result.commit == pr.merge_commit
+    message = git(forge.bare, "log", "-1", "--format=%B", "main")
+    assert f"Corral-Task: {result.task.id}" in message  # corral's trailers in the squash message
+    assert git(repo, "rev-parse", "main") == result.commit  # the clean local target followed
+    assert (repo / "feature.py").read_text() == "x = 1\n"
+    assert git(repo, "rev-parse", "refs/corral/archive/feat") == tip
+    assert not proj.paths.worktree("feat").exists()
+    phases = [(e["id"], e["state"]) for e in events if e["event"] == "phase"]
+    assert ("push", "done") in phases and ("open", "done") in phases and ("verify", "done") in phases
+    merge_request = [b for m, p, b in forge.requests if m == "PUT" and p.endswith("/merge")]
+    assert merge_request == [
+        {
+            "sha": tip,
+            "merge_method": "squash",
+            "commit_title": f"Task feat (#{pr.number})",
+            "commit_message": merge_request[0]["commit_message"],
+        }
+    ]
+
+
+def test_pending_checks_wait_on_the_forge_then_a_second_accept_completes(fproj, agent, repo):
+    proj, forge = fproj(required_checks=("ci",), allow_auto_merge=False)
+    blocked_with(proj, agent, "slow", work("slow.py", "y = 2\n"))
+    result = accepting.accept(proj, "slow", actor=Actor.HUMAN)
+    task = result.task
+    assert task.status is Status.MERGING and result.commit is None
+    assert "accept_in_flight_from" not in task.metadata  # the forge form: no local merge marker
+    assert f"/pull/{forge.pull().number}" in (result.warning or "") and "ci (pending)" in (result.warning or "")
+    from corral.engine.operations.refresh import settle
+
+    settle(proj)  # the stranded-merge sweep leaves a merge that waits on the forge alone
+    assert task_of(proj, "slow").status is Status.MERGING
+    forge.finish_checks(forge.pull().number)
+    again = accepting.accept(proj, "slow", actor=Actor.HUMAN)
+    assert again.task.status is Status.COMPLETE and again.commit == forge.pull().merge_commit
+    assert git(repo, "rev-parse", "main") == again.commit
+
+
+def test_pending_then_merged_on_the_forge_completes_by_remote_sync(fproj, agent, repo):
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "auto", work("auto.py", "z = 3\n"))
+    result = accepting.accept(proj, "auto", actor=Actor.HUMAN)
+    assert result.task.status is Status.MERGING and "auto-merge is on" in (result.warning or "")
+    forge.finish_checks(forge.pull().number)  # the forge's auto-merge, pinned to the reviewed head, lands it
+    assert forge.pull().state == "MERGED"
+    forge_accept.sync(proj, force=True)
+    done = task_of(proj, "auto")
+    assert done.status is Status.COMPLETE
+    assert git(repo, "rev-parse", "main") == forge.pull().merge_commit
+
+
+def test_failed_checks_block_naming_the_check_and_offer_its_log(fproj, agent):
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "red", work("red.py", "r = 1\n"))
+    accepting.accept(proj, "red", actor=Actor.HUMAN)
+    forge.finish_checks(forge.pull().number, "FAILURE", log="FAILED tests/test_red.py::test_one\x1b[31m boom\n")
+    forge_accept.sync(proj, force=True)
+    task = task_of(proj, "red")
+    assert task.status is Status.BLOCKED
+    with proj.store.read() as tx:
+        assert (
+            "checks failed" in tx.status_changes(task.id)[-1].reason and ": ci" in tx.status_changes(task.id)[-1].reason
+        )
+    assert forge.pull().state == "OPEN"  # left open
+    feedback = forge_accept.take_feedback(proj, task.id)
+    assert feedback and "check ci failed" in feedback and "test_one" in feedback
+    assert "\x1b" not in feedback  # sanitized at intake
+    assert "untrusted" in feedback
+    assert forge_accept.take_feedback(proj, task.id) is None  # never twice
+
+
+def test_changes_requested_block_and_a_closed_pull_request_blocks(fproj, agent):
+    proj, forge = fproj(required_checks=("ci",), requires_approval=True)
+    blocked_with(proj, agent, "rev", work("rev.py", "v = 1\n"))
+    accepting.accept(proj, "rev", actor=Actor.HUMAN)
+    number = forge.pull().number
+    forge.add_review(number, "CHANGES_REQUESTED", "Please rename v.", author="alice")
+    with pytest.raises(forge_accept.ForgeBlocked, match=r"changes requested .* by alice"):
+        accepting.accept(proj, "rev", actor=Actor.HUMAN)  # a second accept re-enters and asks the forge
+    task = task_of(proj, "rev")
+    assert task.status is Status.BLOCKED
+    assert "Please rename v." in (forge_accept.take_feedback(proj, task.id) or "")
+    forge.add_review(number, "APPROVED", "ok now", author="alice")
+    accepting.accept(proj, "rev", actor=Actor.HUMAN)  # blocked → merging again, the same pull request
+    assert task_of(proj, "rev").status is Status.MERGING and len(forge.pulls) == 1
+    forge.close_outside(number)
+    forge_accept.sync(proj, force=True)
+    task = task_of(proj, "rev")
+    assert task.status is Status.BLOCKED
+    with proj.store.read() as tx:
+        why = tx.status_changes(task.id)[-1].reason
+    assert "closed on the forge without merging" in why
+
+
+def test_a_push_after_review_is_never_merged(fproj, agent, repo):
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "late", work("late.py", "l = 1\n"))
+    reviewed = git(repo, "rev-parse", "corral/late")
+    accepting.accept(proj, "late", actor=Actor.HUMAN)
+    number = forge.pull().number
+    forge.push_outside(number, "evil.py", "import os\n")
+    forge.finish_checks(number)
+    assert forge.pull().state == "OPEN"  # the auto-merge was pinned to the reviewed head
+    forge_accept.sync(proj, force=True)
+    task = task_of(proj, "late")
+    assert task.status is Status.BLOCKED and git(forge.bare, "rev-parse", "main") != reviewed
+    assert "evil.py" not in git(forge.bare, "ls-tree", "-r", "--name-only", "main")
+
+
+def test_an_outage_and_a_rate_limit_are_waited_out_and_change_nothing(fproj, agent):
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "wait", work("wait.py", "w = 1\n"))
+    accepting.accept(proj, "wait", actor=Actor.HUMAN)
+    forge.fail_next(1)
+    problems = forge_accept.sync(proj, force=True)
+    assert problems and "outage" in problems[0]
+    task = task_of(proj, "wait")
+    assert task.status is Status.MERGING and "outage" in forge_accept.record_of(task)["unavailable"]
+    forge.fail_next(1, reset_in=600)
+    forge_accept.sync(proj, force=True)
+    assert task_of(proj, "wait").status is Status.MERGING
+    forge.finish_checks(forge.pull().number)
+    before = len(forge.requests)
+    assert forge_accept.sync(proj) == []  # until the stated reset, the forge is not asked again
+    assert len(forge.requests) == before
+    forge_accept.sync(proj, force=True)
+    assert task_of(proj, "wait").status is Status.COMPLETE
