@@ -130,7 +130,10 @@ def test_the_whole_loop_from_the_board(
             await pilot.press("s")
             await shows(pilot, "Working (1)", f"{ref} is working (supervisor pid", timeout=20)
             shown = await shows(pilot, "chunk ", "↳")
-            said = r"\u202eevil\u202c \x1b]0;pwned\x07 [bold red]loud[/] [@click=app.quit]quit[/] <script>alert(1)</script>"
+            said = (
+                r"\u202eevil\u202c \x1b]0;pwned\x07 [bold red]loud[/] [@click=app.quit]quit[/] "
+                + "<script>alert(1)</script>"
+            )
             assert said in shown, shown
             assert "\u202e" not in shown and "\x1b" not in shown
             assert "x stop" in shown and "s start" not in shown
@@ -187,6 +190,33 @@ def test_the_whole_loop_from_the_board(
             assert phases, "no phase of the accept was shown"
             assert corral.json("show", ref)["task"]["status"] == "complete"
             await shows(pilot, "Nothing unfinished.")
+            await pilot.press("q")
+        assert app.return_code == 0
+
+    asyncio.run(drive())
+
+
+def test_a_resize_lays_the_board_out_again_and_hostile_goals_stay_text(corral: CLI, repo: Path) -> None:
+    corral.ok("create", "[bold]Loud[/bold] [@click=app.quit]go[/] <script>x</script> \u202eevil", "--ref", "loud")
+    corral.ok("create", "A goal long enough to be clipped on a narrow terminal " * 3, "--ref", "long")
+
+    async def drive() -> None:
+        app = board(repo)
+        async with app.run_test(size=(160, 30)) as pilot:
+            wide = await shows(pilot, "Backlog (2)", "[bold]Loud[/bold] [@click=app.quit]go[/] <script>x</script>")
+            assert r"\u202eevil" in wide and "\u202e" not in wide
+            assert max(len(line.rstrip()) for line in wide.splitlines()) > 100
+            await pilot.resize_terminal(60, 20)
+            narrow = await when(pilot, lambda s: len(s.splitlines()) == 20, what="the narrow screen")
+            assert all(len(line) <= 60 for line in narrow.splitlines()), narrow
+            assert "long" in narrow and "…" in narrow  # the goal clipped to the new width
+            await pilot.press("j")  # the mouse too: a click on a row selects it
+            x, y = where(app, "  loud ")
+            await pilot.click(offset=(x + 3, y))
+            await shows(pilot, "Timeline", "Goal:")
+            assert app.selected is not None and app.selected[1] == corral.json("show", "loud")["task"]["id"]
+            await pilot.press("escape")
+            await pilot.pause(0.1)
             await pilot.press("q")
         assert app.return_code == 0
 

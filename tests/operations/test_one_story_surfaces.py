@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from corral.cli import watch_view
+from corral.cli import board_rows, watch_view
 from corral.dashboard import board_page, task_page
 from corral.domain.actors import Actor
 from corral.domain.incidents import Label, row_text
@@ -58,7 +58,7 @@ def surfaces(proj, corral: CLI, ref: str) -> dict[str, Any]:  # type: ignore[no-
     rows = [r for r in board.rows() if r["ref"] == ref] or [r for r in board.finished if r["ref"] == ref]
     (row,) = rows
     watch_plain = watch_view.plain_line(row, many=False, clock="00:00:00", title=None)
-    watch_frame = "\n".join(watch_view.board_frame(board.to_json(), width=400, finished=True)[0])
+    watch_frame = "\n".join(board_rows.plain_rows(board.to_json(), width=400, finished=True))
     page = task_page.task_parts(shown, "state")
     dashboard = html.unescape(str(page["head"]) + str(page["details"]))
     card = html.unescape(str(board_page.board_fragment(board.to_json(), {str(proj.repo): "state"}, {})))

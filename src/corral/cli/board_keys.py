@@ -27,7 +27,7 @@ ACTION_KEYS: dict[str, Op] = {
 KEY_NAMES: dict[str, str] = {"?": "question_mark"}
 
 #: The keys that only read, or act on no task in particular, as the key line words them.
-READ_KEYS = ("n new", "Enter open", "t timeline", "l log", "d diff")
+READ_KEYS = ("n new", "⏎ open", "t/l/d timeline/log/diff")
 
 
 def offered(status: Status | None) -> list[tuple[str, Op]]:
@@ -41,4 +41,4 @@ def keys_line(status: Status | None, *, detail: bool = False) -> str:
     task's ``status`` take their operation; ``detail``: a task's pane is open (Esc closes it)."""
     acts = [f"{key} {op.value}" for key, op in offered(status)]
     last = "Esc back · q quit" if detail else "q quit"
-    return " · ".join(["↑/↓ select", *READ_KEYS, *acts, last])
+    return " · ".join([*READ_KEYS, *acts, last])
