@@ -108,12 +108,26 @@ def playwright_driver() -> Iterator[Any]:
         yield p
 
 
+#: The zone of a browser that is not the server's (a half-hour offset, no summer time): times shown in it.
+ZONE = "Asia/Kolkata"
+
+
 @pytest.fixture
 def browser(playwright_driver: Any) -> Iterator[Any]:
     """A fresh chromium profile: a page whose dialogs (an alert) are recorded, never answered."""
+    yield from _browser(playwright_driver)
+
+
+@pytest.fixture
+def zoned_browser(playwright_driver: Any) -> Iterator[Any]:
+    """A fresh chromium profile whose person lives in :data:`ZONE`."""
+    yield from _browser(playwright_driver, timezone_id=ZONE)
+
+
+def _browser(playwright_driver: Any, **options: Any) -> Iterator[Any]:
     with tempfile.TemporaryDirectory(prefix="corral-chromium-") as profile:
         context = playwright_driver.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, **options
         )
         context.set_default_timeout(15_000)
         try:
@@ -136,6 +150,11 @@ class Watched:
 @pytest.fixture
 def page(browser: Any) -> Watched:
     return Watched(browser.pages[0] if browser.pages else browser.new_page())
+
+
+@pytest.fixture
+def zoned_page(zoned_browser: Any) -> Watched:
+    return Watched(zoned_browser.pages[0] if zoned_browser.pages else zoned_browser.new_page())
 
 
 def show(cli: CLI, ref: str) -> dict[str, Any]:
