@@ -191,3 +191,34 @@ def test_an_outage_and_a_rate_limit_are_waited_out_and_change_nothing(fproj, age
     assert len(forge.requests) == before
     forge_accept.sync(proj, force=True)
     assert task_of(proj, "wait").status is Status.COMPLETE
+
+
+def test_the_next_settle_and_a_wait_see_the_forge_merge(fproj, agent, repo):
+    from corral.engine.operations.refresh import settle
+
+    proj, forge = fproj(required_checks=("ci",), allow_auto_merge=False)
+    blocked_with(proj, agent, "tick", work("tick.py", "t = 1\n"))
+    accepting.accept(proj, "tick", actor=Actor.HUMAN)
+    ended = control.wait(proj, "tick", timeout=0.5)  # still waiting on the forge: the wait times out
+    assert ended.task.status is Status.MERGING
+    forge.merge_outside(forge.pull().number)
+    (proj.paths.root / "forge-sync.json").unlink()  # the next poll is due (as forge_poll seconds later)
+    assert control.wait(proj, "tick", timeout=30).task.status is Status.COMPLETE
+    settle(proj)
+    assert git(repo, "rev-parse", "main") == forge.pull().merge_commit
+
+
+def test_a_forge_merge_of_other_than_the_reviewed_change_is_not_completed(fproj, agent, repo):
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "odd", work("odd.py", "o = 1\n"))
+    accepting.accept(proj, "odd", actor=Actor.HUMAN)
+    number = forge.pull().number
+    forge.push_outside(number, "extra.py", "e = 1\n")
+    forge.merge_outside(number)  # merged on the forge by hand, with the unreviewed commit
+    before = git(repo, "rev-parse", "main")
+    forge_accept.sync(proj, force=True)
+    task = task_of(proj, "odd")
+    assert task.status is Status.BLOCKED
+    with proj.store.read() as tx:
+        assert "not the reviewed change" in tx.status_changes(task.id)[-1].reason
+    assert git(repo, "rev-parse", "main") == before  # nothing here moved

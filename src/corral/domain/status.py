@@ -115,7 +115,8 @@ _EDGES: dict[tuple[Status, Status], str] = {
     (S.PAIRING, S.BLOCKED): "the pairing ends",
     (S.PAIRING, S.CONFLICT): "the pairing ends, with violations pending",
     (S.MERGING, S.COMPLETE): "accept",
-    (S.MERGING, S.BLOCKED): "an accept that aborts (task was blocked)",
+    (S.MERGING, S.BLOCKED): "an accept that aborts (task was blocked); the forge: checks failed, changes requested,"
+    " the pull request closed outside",
     (S.MERGING, S.SUBMITTED): "an accept that aborts (task was submitted)",
     (S.SUBMITTED, S.MERGING): "accept",
     (S.SUBMITTED, S.WORKING): "unblock, an accept's pre-accept turn",
