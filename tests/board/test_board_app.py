@@ -221,3 +221,73 @@ def test_a_resize_lays_the_board_out_again_and_hostile_goals_stay_text(corral: C
         assert app.return_code == 0
 
     asyncio.run(drive())
+
+
+#: The agent for stop, ask and close: it writes lines until a file named "go" beside it exists, then
+#: answers with one hostile line and ends.
+PATIENT = textwrap.dedent(
+    f"""\
+    import os, time
+    here = os.path.dirname(os.path.abspath(__file__))
+    while not os.path.exists(os.path.join(here, "go")):
+        print("thinking", flush=True)
+        time.sleep(0.1)
+    print("the answer is " + {HOSTILE!r}, flush=True)
+    """
+)
+
+
+def test_a_refusal_stop_ask_and_close_from_the_board(
+    corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "agent" / "agent.py"
+    script.parent.mkdir()
+    script.write_text(PATIENT)
+    go = script.parent / "go"
+    monkeypatch.setenv("CORRAL_HARNESS", "command")
+    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {script}")
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    corral.ok("create", "Think it over", "--ref", "think")
+
+    async def drive() -> None:
+        app = board(repo)
+        async with app.run_test(size=(200, 40)) as pilot:
+            await shows(pilot, "Backlog (1)", "think ")
+            # u is not offered on a backlog task; pressed anyway, it is refused as the engine refuses it
+            await pilot.press("u")
+            await shows(pilot, "Cannot unblock think: it is backlog", "blocked, conflict, interrupted or submitted")
+            assert corral.json("show", "think")["task"]["status"] == "backlog"
+
+            await pilot.press("s")
+            await shows(pilot, "Working (1)", "thinking", timeout=20)
+            await pilot.press("x")  # stop: the turn ends, the task rests
+            await when(pilot, lambda s: "Working (" not in s and "think is " in message(app), timeout=30, what="stop")
+            stopped = corral.json("show", "think")["task"]["status"]
+            assert stopped != "working" and f"think is {stopped}; the turn was stopped." in message(app)
+
+            # unblocked by the CLI, the board sees it rest; ? asks its agent (read-only)
+            go.touch()
+            corral.ok("unblock", "think", "-m", "finish up", "--wait", "--timeout", "60")
+            await shows(pilot, "Waiting for review (1)", timeout=20)
+            await pilot.press("question_mark")
+            await shows(pilot, "Your question for think's agent")
+            await pilot.press(*"Why?", "enter")
+            await shows(pilot, "think is answering", timeout=20)
+            await shows(pilot, "Waiting for review (1)", timeout=30)
+            await pilot.press("enter")
+            shown = await shows(pilot, "Timeline:", "the answer is")
+            assert "[@click=app.quit]quit[/]" in shown and "\u202e" not in shown  # the answer, as text
+
+            # c: closed, with the reason typed; Esc on the question does nothing
+            await pilot.press("escape", "c")
+            await shows(pilot, "Why close think?")
+            await pilot.press("escape")
+            await shows(pilot, "Nothing written: nothing was done.")
+            await pilot.press("c")
+            await shows(pilot, "Why close think?")
+            await pilot.press(*"Not needed", "enter")
+            await shows(pilot, "think is abandoned (closed).", "Nothing unfinished.", timeout=20)
+            assert corral.json("show", "think")["task"]["status"] == "abandoned"
+            await pilot.press("q")
+
+    asyncio.run(drive())
