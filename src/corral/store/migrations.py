@@ -291,12 +291,28 @@ def m005_current_command(db: sqlite3.Connection) -> None:
     run_script(db, CURRENT_COMMAND_INDEX)
 
 
+#: PostgreSQL's ``tasks_status`` and ``tasks_updated`` become one index (the status, then the last change):
+#: a status change, which changes both columns, touches one index instead of two, and the reads that
+#: used either (the tasks of some statuses; the latest finished ones, newest first) use this one.
+ONE_STATUS_INDEX_PG = """
+    DROP INDEX IF EXISTS tasks_status;
+    DROP INDEX IF EXISTS tasks_updated;
+    CREATE INDEX tasks_status_updated ON tasks(status, updated_at);
+"""
+
+
+def m006_one_status_index(db: sqlite3.Connection) -> None:
+    """SQLite never had ``tasks_updated``: ``tasks_status`` is already the one index a status change touches
+    (an index on the status and the last change would be touched by every other update of a task too)."""
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "initial", m001_initial),
     (2, "team", m002_team),
     (3, "lease notes", m003_lease_notes),
     (4, "owners", m004_owners),
     (5, "current command index", m005_current_command),
+    (6, "one status index", m006_one_status_index),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -14,6 +14,7 @@ from corral.store.migrations import (
     LEASE_NOTES,
     LEASE_STATES,
     MIGRATIONS,
+    ONE_STATUS_INDEX_PG,
     OWNER_COLUMN,
     STATUS_VALUES,
     TEAM_TABLES,
@@ -186,6 +187,7 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (5, "current command index", CURRENT_COMMAND_INDEX),
+    (6, "one status index", ONE_STATUS_INDEX_PG),
 ]
 
 assert [m[:2] for m in PG_MIGRATIONS] == [m[:2] for m in MIGRATIONS], "PostgreSQL and SQLite migrations must agree"

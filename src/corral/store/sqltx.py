@@ -36,7 +36,7 @@ from corral.domain.records import (
 )
 from corral.domain.status import PAUSED, RESTING, Status, check_transition, is_noop
 from corral.domain.violations import Decision, after_change, park_status
-from corral.errors import LeaseLost, RefusedError, StoreCorrupt, StoreError
+from corral.errors import IllegalTransition, LeaseLost, RefusedError, StoreCorrupt, StoreError
 from corral.store.contract import UNSET, NewTask
 
 if TYPE_CHECKING:  # loaded by the lease methods, on first use: a store that runs no worker never pays
@@ -109,6 +109,15 @@ _ACTORS = {a.value: a for a in Actor}
 _DELIVERIES = {d.value: d for d in FeedbackDelivery}
 _OUTCOMES = {o.value: o for o in AttemptOutcome}
 _STATUSES = {s.value: s for s in Status}
+
+
+def _legal(src: Status, dst: Status, actor: Actor) -> bool:
+    """Whether the rules allow ``src`` → ``dst`` by ``actor`` (:func:`check_transition` raises why not)."""
+    try:
+        check_transition(src, dst, actor)
+    except IllegalTransition:
+        return False
+    return True
 
 
 def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | None:
@@ -469,10 +478,29 @@ class SQLTx:
         reason: str | None,
         expected_from: Status | Iterable[Status] | None,
         resting_cause: RestingCause | None,
+        known: Row | None = None,
     ) -> StatusChange | None:
+        """``known``: the task's (status, resting_cause) as the caller read them in this transaction."""
         self._write()
-        # Only the two columns a transition needs: this is the hot path of every status change.
-        row = self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
+        expected = _statuses(expected_from)
+        if known is None and expected is not None and len(expected) == 1:
+            # The hot path of every status change: the one status expected is the one changed from, so
+            # the update itself is the compare-and-set (no read first); a row that does not match, or a
+            # change the rules refuse, takes the path below, which says why.
+            (current,) = expected
+            if _legal(current, to, actor) and not is_noop(current, to):
+                keep = resting_cause is UNSET and to in RESTING
+                given = None if resting_cause is UNSET or resting_cause is None else _dumps(resting_cause.to_json())
+                now = rfc3339(self.now())
+                cur = self._db.execute(
+                    "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, "
+                    "updated_at = ?, last_interaction_at = ? WHERE id = ? AND status = ?",
+                    (to.value, keep, given, now, now, task_id, current.value),
+                )
+                if cur.rowcount == 1:
+                    return self._change(task_id, current, to, actor, reason)
+        # Only the two columns a transition needs.
+        row = known or self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
         if row is None:
             self._require_task(task_id)  # raises the not-found error
         assert row is not None
@@ -523,7 +551,7 @@ class SQLTx:
     ) -> StatusChange | None:
         row = self._one(
             "SELECT t.status, (SELECT COUNT(*) FROM violations v WHERE v.session_id = t.session_id "
-            "AND v.task_id = t.id AND v.decision = 'pending') FROM tasks t WHERE t.id = ?",
+            "AND v.task_id = t.id AND v.decision = 'pending'), t.resting_cause FROM tasks t WHERE t.id = ?",
             (task_id,),
         )
         if row is None:
@@ -535,7 +563,7 @@ class SQLTx:
             if resting_cause is not None:
                 self.set_resting_cause(task_id, resting_cause)
             return None
-        return self._transition(task_id, target, actor, reason, expected_from, resting_cause)
+        return self._transition(task_id, target, actor, reason, expected_from, resting_cause, (row[0], row[2]))
 
     def set_resting_cause(self, task_id: str, cause: RestingCause | None) -> None:
         self._write()
