@@ -31,6 +31,7 @@ from corral.engine.operations import control, tasks, turns
 from corral.engine.operations.refresh import settle
 from corral.engine.project import Project
 from corral.engine.read import checkout
+from corral.engine.read.checkout import give_back
 from corral.engine.recovery import destination, in_flight, merges
 from tests.conftest import git
 
@@ -230,7 +231,7 @@ def test_a_stranded_accept_whose_pop_conflicts_keeps_the_stash_and_names_it(proj
     note = task.metadata[destination.RESTORE_CONFLICT]
     stash = note["stash"]
     assert note["code"] == "destination-restore-conflict"
-    assert note["command"] == f"git -C {repo} stash apply --index {stash}"
+    assert note["command"] == give_back(repo, stash)
     assert git(repo, "stash", "list", "--format=%H") == stash
     assert git(repo, "status", "--porcelain") == ""  # at the new tip, nothing half-applied
     assert (repo / "clash.txt").read_text() == AGENT
@@ -255,7 +256,7 @@ def test_a_pop_conflict_in_a_live_accept_is_in_its_json_lines(proj, agent, repo)
     [conflict] = [e for e in events if e["event"] == "destination-restore-conflict"]
     stash = git(repo, "stash", "list", "--format=%H")
     assert conflict["code"] == "destination-restore-conflict" and conflict["stash"] == stash
-    assert conflict["command"] == f"git -C {repo} stash apply --index {stash}"
+    assert conflict["command"] == give_back(repo, stash)
     [done] = [e for e in events if e["event"] == "result"]
     assert done["warning"] and stash in done["warning"]
     # the merge stands, yet the accept exits non-zero with the conflict as its error, named last

@@ -14,6 +14,7 @@ from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
 from corral.engine.operations import control, tasks, turns
 from corral.engine.operations.refresh import settle
+from corral.engine.read.checkout import give_back
 from tests.conftest import git
 
 Writes = list
@@ -341,7 +342,7 @@ def test_a_pop_conflict_is_named_on_the_task_with_the_stash_and_the_command(proj
     stash = git(repo, "stash", "list", "--format=%H")
     assert isinstance(result.conflict, accepting.DestinationRestoreConflict)
     assert result.conflict.exit_code == 1 and stash in result.conflict.message
-    assert result.conflict.hint == f"Run: git -C {repo} stash apply --index {stash}"
+    assert result.conflict.hint == f"Run: {give_back(repo, stash)}"
     with proj.store.read() as tx:
         note = tx.task_by_ref("named").metadata["destination_restore_conflict"]
-    assert note["stash"] == stash and note["command"] == f"git -C {repo} stash apply --index {stash}"
+    assert note["stash"] == stash and note["command"] == give_back(repo, stash)

@@ -31,6 +31,7 @@ from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.engine.operations import control, tasks, turns
 from corral.engine.project import Project
+from corral.engine.read.checkout import give_back
 from tests.conftest import git
 
 #: Holds the accept swapping the target (``$BARRIER_TARGET``) until ``$BARRIER/go`` exists.
@@ -231,7 +232,7 @@ def test_a_stash_that_cannot_be_put_back_fails_the_accept_and_stays_named_until_
     assert result.returncode == 1, result.stdout + result.stderr
     stash = git(repo, "stash", "list", "--format=%H")
     assert stash and len(stash.split()) == 1
-    command = f"git -C {repo} stash apply --index {stash}"
+    command = give_back(repo, stash)
     assert "dirty is complete" in result.stdout  # the merge stands, and says so
     assert stash in result.stderr and command in result.stderr
     assert "they overlap the merge in README.md" in result.stderr

@@ -9,6 +9,7 @@ as a typed finding with the command that repairs it. It only reads.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,19 @@ class CheckoutFinding(Struct, frozen=True):
         """The finding as --json gives it: its fields by name."""
         doc: dict[str, Any] = msgspec.to_builtins(self)
         return doc
+
+
+def give_back(wt: Path | str, sha: str) -> str:
+    """The command that gives a person back the local changes an accept kept in the stash ``sha``: a
+    branch of their own, made where they made them, with the changes on it as they left them (staged,
+    unstaged and untracked). ``git stash apply`` on the merged tip fails where the merge touched the same
+    paths, or added a file where an untracked one of theirs was; from where the stash was made it cannot."""
+    return f"git -C {shlex.quote(str(wt))} stash branch {kept_branch(sha)} {sha}"
+
+
+def kept_branch(sha: str) -> str:
+    """The branch :func:`give_back` puts the kept changes of the stash ``sha`` on."""
+    return f"corral-kept-{sha[:12]}"
 
 
 def _differ(project: Project, wt: Path, tree: str, paths: list[str]) -> set[str]:
@@ -118,7 +132,7 @@ def _kept_stashes(project: Project, wt: Path, branch: str) -> list[CheckoutFindi
                     str(wt),
                     branch,
                     f"Local changes an accept could not put back are kept in the stash {sha}.",
-                    f"git -C {wt} stash apply --index {sha}  (then git stash drop)",
+                    give_back(wt, sha),
                     {"stash": sha, "subject": subject},
                 )
             )

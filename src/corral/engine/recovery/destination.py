@@ -23,6 +23,7 @@ from corral.adapters.process import Completed
 from corral.domain.records import RESTORE_CONFLICT, Task
 from corral.domain.violations import shown_paths
 from corral.engine.project import Project
+from corral.engine.read.checkout import give_back, kept_branch
 from corral.engine.recovery.in_flight import InFlight
 from corral.errors import DestinationRestoreConflict
 
@@ -240,7 +241,7 @@ def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept 
         f"{what} local changes in {wt} conflict with its checkout; they are kept in the stash {sha}{why}",
         str(wt),
         sha,
-        f"git -C {wt} stash apply --index {sha}",
+        give_back(wt, sha),
     )
 
 
@@ -264,7 +265,7 @@ def settle_destination(project: Project, flight: InFlight, *, landed: bool, reco
             f"{wt} no longer has {flight.target} checked out; your local changes are kept in the stash {found[1]}.",
             str(wt),
             found[1],
-            f"git -C {wt} stash apply --index {found[1]}",
+            give_back(wt, found[1]),
         )
     if landed:
         paths = project.git.changed_between(flight.old, flight.new, cwd=wt)
@@ -294,7 +295,8 @@ def note_conflict(metadata: dict[str, Any], kept: Kept, at: str | None) -> dict[
 
 
 def clear_resolved(project: Project, tasks: list[Task] | None = None) -> int:
-    """Drop the restore-conflict note of tasks whose kept stash the person has applied and dropped.
+    """Drop the restore-conflict note of tasks whose kept stash the person has taken back (the branch
+    :func:`give_back` makes) or applied and dropped.
 
     ``tasks`` limits the look to those (``show`` of one task); None looks at every task (doctor).
     """
@@ -309,7 +311,12 @@ def clear_resolved(project: Project, tasks: list[Task] | None = None) -> int:
         if not isinstance(stash, str) or not isinstance(wt, str) or not Path(wt).is_dir():
             continue
         listed = project.git.run("stash", "list", "--format=%H", cwd=wt, check=False).stdout.split()
-        if stash in listed:
+        taken = _git(project, Path(wt), "rev-parse", "--verify", "-q", f"refs/heads/{kept_branch(stash)}")
+        if stash in listed and taken.returncode == 0:
+            # Taken back with the command corral gave (give_back): its branch holds them now, so the
+            # entry that held them goes, as git's own stash branch drops an entry it names by index.
+            _git(project, Path(wt), "stash", "drop", "--quiet", f"stash@{{{listed.index(stash)}}}")
+        elif stash in listed:
             continue
         with project.store.write() as tx:
             current = tx.get_task(task.id)
