@@ -62,7 +62,7 @@ def ended_within(project: Project, task: Task, seconds: float, poll: float) -> T
             return current or task
         if time.monotonic() >= deadline:
             return None
-        time.sleep(poll)
+        until_receipt(project, task.id, min(poll, deadline - time.monotonic()))
 
 
 def _stop(project: Project, task: Task, actor: Actor) -> Task:
