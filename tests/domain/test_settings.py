@@ -57,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "text_cap": 100 * 1024,
     "remote": "origin",
     "forge": None,
+    "forge_auto_deliver": False,
+    "forge_poll": 30.0,
     "pre_accept_prompt": None,
     "notify_command": None,
     "git_timeout": 60.0,
@@ -89,6 +91,9 @@ WIDENS |= {"post_turn_check_unconfined", "sandbox_read_paths"}
 #: Settings that make corral execute something: never from corral.toml, which may only propose them.
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
 EXECUTES |= {"pi_extensions"}
+#: The forge makes corral run gh; its comments delivered by themselves would make a stranger's words a prompt.
+EXECUTES |= {"forge"}
+WIDENS |= {"forge_auto_deliver"}
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
 #: Which machines run a person's agents is theirs to say (docs/workers.md).
@@ -120,6 +125,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "breaker_threshold": (1, 1000),
     "breaker_same_cause": (0, 1000),  # 0 turns that breaker off
     "auto_resume_gap": (0, 3600),  # 0 turns the gap off
+    "forge_poll": (5, 3600),
     "grace_period": (1, 3600),
     "retry_delay_first": (0.001, 3600),
     "retry_delay_unknown": (0.001, 3600),
@@ -155,6 +161,7 @@ NEVER_LOWERED = {
     "git_hook_timeout",
     "wip_push_interval",
     "text_cap",
+    "forge_poll",
 }
 
 
