@@ -8,8 +8,10 @@ and store all run exactly as they do for a real agent.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
+import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -56,6 +58,23 @@ SCENARIO = {
         ],
     ]
 }
+
+
+def typed_as() -> str:
+    """How a person types this corral in a shell: ``corral`` when that is the one their PATH finds,
+    else the path of the program running now (``.venv/bin/corral`` in a checkout never installed on
+    PATH), or ``python -m corral`` when run so."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if not argv0 or Path(argv0).name == "__main__.py":  # python -m corral
+        return f"{shlex.quote(sys.executable)} -m corral"
+    found = shutil.which(argv0) if os.sep not in argv0 else argv0
+    if found is None:
+        return f"{shlex.quote(sys.executable)} -m corral"
+    me = Path(found).absolute()
+    on_path = shutil.which("corral")
+    if on_path is not None and Path(on_path).resolve() == me.resolve():
+        return "corral"
+    return shlex.quote(str(me))
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -163,7 +182,8 @@ def demo(app: App, where: str | None, clean: bool, keep: bool) -> int:
             project.close()
         if keep:
             say(f"The scratch repository stays at {repo}; look around with:")
-            say(f"  cd {shlex.quote(str(repo))} && CORRAL_HOME={shlex.quote(str(scratch / 'home'))} corral show greet")
+            home = shlex.quote(str(scratch / "home"))
+            say(f"  cd {shlex.quote(str(repo))} && CORRAL_HOME={home} {typed_as()} show greet")
             say(f"Remove it with: rm -rf {shlex.quote(str(scratch))}")
         app.answer(
             {
