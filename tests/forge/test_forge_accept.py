@@ -222,3 +222,15 @@ def test_a_forge_merge_of_other_than_the_reviewed_change_is_not_completed(fproj,
     with proj.store.read() as tx:
         assert "not the reviewed change" in tx.status_changes(task.id)[-1].reason
     assert git(repo, "rev-parse", "main") == before  # nothing here moved
+
+
+def test_the_accept_command_answers_with_the_pull_request_and_what_it_waits_for(fproj, agent, corral):
+    proj, forge = fproj(required_checks=("ci",), allow_auto_merge=False)
+    blocked_with(proj, agent, "cli", work("cli.py", "c = 1\n"))
+    result = corral.ok("accept", "cli")
+    url = f"https://{forge.host}/acme/widgets/pull/{forge.pull().number}"
+    assert f"cli is merging: the merge waits on the forge: {url} — checks: ci (pending)" in result.stdout
+    forge.finish_checks(forge.pull().number, "FAILURE")
+    failed = corral("accept", "cli")
+    assert failed.returncode == 1 and "checks failed" in failed.stderr and ": ci" in failed.stderr
+    assert "corral unblock cli" in failed.stderr

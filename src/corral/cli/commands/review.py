@@ -138,10 +138,13 @@ def accept(app: App, task: str, tip: str | None, yes: bool, allow_markers: bool)
         confirm=(lambda moved: True) if yes else _asker(app),
         allow_markers=allow_markers,
     )
-    if result.warning and result.conflict is None:  # a kept stash is said once, as the error below
+    waits = result.commit is None and not result.already  # the merge waits on the forge (docs/forge.md)
+    if result.warning and result.conflict is None and not waits:  # a kept stash is said once, as the error below
         app.note(f"warning: {result.warning}")
     if result.already:
         said = f"{result.task.ref} was already accepted."
+    elif waits:
+        said = f"{result.task.ref} is {result.task.status.value}: {result.warning}"
     else:
         said = f"{result.task.ref} is complete: merged as {result.commit[:12] if result.commit else '?'}."
     app.event(
