@@ -32,10 +32,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import re
-import shutil
 import stat
 import zlib
 from collections.abc import Iterator
@@ -198,6 +196,8 @@ def copy_verified(fd: int, name: str, algorithm: str, out: int | None, keep: boo
     zlib bomb never becomes one allocation), the header's size in git's own form and within bounds
     before any content is read on.
     """
+    import hashlib  # where objects are checked only: a supervisor does not pay for it before its agent starts
+
     inflate = zlib.decompressobj()
     digest = hashlib.new(algorithm)
     header = b""
@@ -417,6 +417,8 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
     fsynced one by one, as git's own are not (``core.fsync``'s default leaves loose objects out);
     a pack is.
     """
+    import shutil  # after the turn only: a supervisor does not pay for it before its agent starts
+
     q = path_for(common_dir, command_id)
     if not q.is_dir() or q.is_symlink():
         with _Locked(common_dir):
@@ -590,6 +592,8 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
 
 def purge(common_dir: str | Path) -> int:
     """Remove the settled quarantines set aside (their objects are in the store); how many went."""
+    import shutil
+
     gone = 0
     try:
         names = os.listdir(root(common_dir))
