@@ -12,6 +12,7 @@ from pathlib import Path
 from msgspec import Struct
 
 from corral.adapters.branches import delete_task_branch
+from corral.domain.operations_table import now_words
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -53,8 +54,8 @@ def started_error(task: Task) -> TaskAlreadyStarted:
     """What a start of ``task``, which has started already (it left backlog), is told."""
     if task.status is Status.WORKING:
         hint = f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}"
-    else:
-        hint = f"To give feedback on a started task: corral unblock {task.ref} -m '…'"
+    else:  # what the table lets the person do now: feedback, a resume, a reopen …
+        hint = now_words(task.status, task.ref)
     return TaskAlreadyStarted(f"{task.ref} has already started: it is {task.status.value}.", hint=hint)
 
 
