@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.cli.render import clip, one_line
-from corral.domain.status import Status
+from corral.domain.status import PAUSED, Status, meaning
 from corral.domain.substate import render_status, retry_summary, runs_on
 
 #: The key of a task's row: its project's path and its id (a ref is unique only in one project).
@@ -77,6 +77,8 @@ def goal_text(row: dict[str, Any]) -> str:
     goal = str(row.get("goal") or "")
     if row.get("reason"):
         goal = f"{goal} — {row['reason']}"
+    elif row.get("status") in PAUSED:  # the status's plain meaning where the person reads it, as list says it
+        goal = f"{goal} — {meaning(row['status'])}"
     return goal
 
 

@@ -15,6 +15,7 @@ from corral.adapters.harness import NAMES as HARNESSES
 from corral.dashboard.html import Markup, render
 from corral.dashboard.task_page import retry_line
 from corral.dashboard.views import LEGEND, NEED_COLOURS, Keys, group_of, page, status_colour, task_href
+from corral.domain.status import status_text
 from corral.domain.substate import runs_on
 
 
@@ -50,7 +51,7 @@ def board_fragment(doc: dict[str, Any], states: dict[str, str], act: dict[str, A
 
 
 def _card_context(row: dict[str, Any], states: dict[str, str]) -> dict[str, Any]:
-    status = row["status"] + (f" · {row['substate']}" if row.get("substate") else "")
+    status = status_text(row["status"]) + (f" · {row['substate']}" if row.get("substate") else "")
     if where := runs_on(row.get("host")):
         status += f" · {where}"
     live = row.get("live") or {}

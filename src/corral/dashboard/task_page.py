@@ -16,7 +16,7 @@ from corral.dashboard.views import Keys, group_of, page, status_colour
 from corral.domain.clock import parse_time
 from corral.domain.incidents import row_text
 from corral.domain.operations_table import Op, allowed_operations
-from corral.domain.status import Status
+from corral.domain.status import Status, status_text
 from corral.domain.substate import retry_summary, runs_on
 
 ATTEMPT_COLOURS = {"working": "#2f9e44", "retrying": "#f59f00", "failed": "#e03131", "waiting": "#4dabf7"}
@@ -42,7 +42,7 @@ def task_parts(doc: dict[str, Any], state: str) -> dict[str, Markup]:
     ``actions`` (Next: the buttons, and protected-file decisions), ``details`` (the plot, incidents,
     subtasks and the timeline)."""
     t = doc["task"]
-    status = t["status"] + (f" · {t['substate']}" if t.get("substate") else "")
+    status = status_text(t["status"]) + (f" · {t['substate']}" if t.get("substate") else "")
     lease = doc.get("lease")
     if lease and lease["state"] == "claimed" and (where := runs_on(lease.get("host"))):
         status += f" · {where}"
@@ -173,7 +173,7 @@ def _timeline(doc: dict[str, Any]) -> list[dict[str, Any]]:
         entries.append({"kind": "change", "at": c.get("at") or "", "text": text})
     for turn in doc.get("turns") or []:
         who = turn["role"] + (f" ({turn['actor']})" if turn.get("actor") else "")
-        head = f"#{turn['sequence']} {who} · {turn.get('kind')}"
+        head = f"#{turn.get('exchange') or turn['sequence']} {who} · {turn.get('kind')}"  # as show numbers it
         if turn.get("agent_s") is not None:
             head += f" · agent {turn['agent_s']} s · waited {turn.get('waited_s') or 0} s"
         entries.append({"kind": "turn", "at": turn.get("started_at") or "", "head": head, "turn": turn})
@@ -231,7 +231,8 @@ def timeline_plot(doc: dict[str, Any]) -> Markup:
             if a0 is None:
                 continue
             kind = "working" if a.get("outcome") in ("succeeded", None) else "failed"
-            said = f"turn {turn['sequence']} attempt {a.get('number')}: {a.get('outcome') or 'running'}"
+            number = turn.get("exchange") or turn["sequence"]
+            said = f"turn {number} attempt {a.get('number')}: {a.get('outcome') or 'running'}"
             attempts.append({"x": x(a0), "w": max(1.0, x(a1) - x(a0)), "kind": kind, "title": said})
             nxt = tries[j + 1] if j + 1 < len(tries) else None
             n0 = _t(nxt.get("started_at")) if nxt else None
