@@ -263,3 +263,20 @@ def test_codex_reads_an_mcp_tool_call_as_a_tool_step() -> None:
     failed = h.parse(json.dumps({"type": "item.completed", "item": refused}).encode())
     assert [(e.kind, e.is_error, e.text) for e in failed] == [("tool_end", True, "MCP tool call requires approval")]
     assert done[0].is_progress
+
+
+def test_a_pi_bash_calls_arguments_are_an_intent_only_where_the_turn_had_corrals_shell() -> None:
+    from corral.domain.intents import Intent
+
+    args = {"command": "make", "operationId": "build", "expectedExitCodes": [1]}
+    start = {"type": "tool_execution_start", "toolCallId": "c1", "toolName": "bash", "args": args}
+    end = {"type": "tool_execution_end", "toolCallId": "c1", "toolName": "bash", "isError": True}
+    end["result"] = {"content": [{"type": "text", "text": '{"corral_shell": 1, "exit_code": 1}'}]}
+    corrals = make_harness("pi", {"pi_corral_shell": True})
+    [fact] = corrals.incident_facts(start, 0, "/w")
+    assert isinstance(fact.intent, Intent) and fact.intent.operation_id == "build"  # type: ignore[attr-defined]
+    assert corrals.incident_facts(end, 10, "/w")[0].exit_code == 1  # type: ignore[attr-defined]
+    pis_own = make_harness("pi", {})  # Pi's own bash: the same name, no intent, no structured exit code
+    [plain] = pis_own.incident_facts(start, 0, "/w")
+    assert plain.intent is None and plain.disposition is None  # type: ignore[attr-defined]
+    assert pis_own.incident_facts(end, 10, "/w")[0].exit_code is None  # type: ignore[attr-defined]

@@ -233,3 +233,26 @@ def test_the_persons_own_extensions_load_by_path_from_a_hidden_home(rig: Rig) ->
     [written] = rig.server.script_requests[1].tool_results()[-1:]
     assert written.get("is_error") and "read-only file system" in json.dumps(written["content"]).lower(), written
     assert own.read_bytes() == before
+
+
+def test_a_confined_pi_turn_without_corrals_endpoint_keeps_the_exact_rule(rig: Rig) -> None:
+    # corral's tools off: Pi's own bash (the same name as corral's), whose arguments are no intent
+    rig.env["CORRAL_AGENT_TOOLS"] = "0"
+    rig.server.steps.extend(
+        [
+            bash("exit 3", operationId="build"),  # fails
+            bash("true --fast-flag-changed", operationId="build"),  # no intent: recovers nothing
+            bash("touch ran", attemptId="not a valid id!"),  # Pi's own shell runs it: no rejected intent
+            Text("Done."),
+        ]
+    )
+    ref = rig.create("plain")
+    shown = rig.run(ref)
+    assert shown["sandbox"]["mode"] == "bwrap" and shown["agent_tools"]["mcp"] is False
+    assert shown["failure_rule"]["rule"] == "exact", shown["failure_rule"]
+    assert "operationId" not in json.dumps(rig.offered()["bash"]) and "failure_disposition" not in rig.offered()
+    assert (Path(shown["task"]["worktree"]) / "ran").exists()
+    rows = rig.incidents(ref)
+    assert [(r["summary"], r["label"], r["closed_by"]) for r in rows] == [
+        ("bash failed: (no output) Command exited with code 3", "Unclassified failure observation", None)
+    ], rows

@@ -28,7 +28,8 @@ def make_harness(name: str, settings: Mapping[str, Any]) -> Harness:
     if name == "pi":
         from corral.adapters.harness.pi import PiHarness
 
-        return PiHarness(executable("pi_bin"), settings.get("pi_provider"), tuple(settings.get("pi_extensions") or ()))
+        extensions, shell = tuple(settings.get("pi_extensions") or ()), settings.get("pi_corral_shell") is True
+        return PiHarness(executable("pi_bin"), settings.get("pi_provider"), extensions, shell)
     if name == "codex":
         from corral.adapters.harness.codex import CodexHarness
 

@@ -328,9 +328,19 @@ class PiHarness:
     corral_owns_retries = True
     # takes_agent_tools / agent_tools_absent: properties below (an install may lack the extension's files)
 
-    def __init__(self, executable: str = "pi", provider: str | None = None, extensions: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        executable: str = "pi",
+        provider: str | None = None,
+        extensions: tuple[str, ...] = (),
+        corral_shell: bool = False,
+    ) -> None:
         self.executable = executable
         self.provider = provider
+        #: The turn whose log is read had corral's ``bash`` (a confined turn with corral's endpoint, as its
+        #: command says): only then are a ``bash`` call's arguments an intent. Pi's own shell has the same
+        #: name, and a confined turn without corral's endpoint has it.
+        self.corral_shell = corral_shell
         #: The person's own Pi extensions (``pi_extensions``, a user-only setting): loaded by path, as corral's.
         self.extensions = tuple(os.path.expanduser(e) for e in extensions)
 
@@ -551,9 +561,10 @@ class PiHarness:
         kind = data.get("type")
         if kind == "tool_execution_start":
             name = str(data.get("toolName") or "tool")
-            # corral's own tools by name (the extension's, in a confined turn): their intent or request,
+            # corral's own tools (the extension's, in a turn that had them): their intent or request,
             # honoured only by a trusted collector
-            return [corral_tool_start(str(data.get("toolCallId")), name, data.get("args"), cwd, name)]
+            tool = name if self.corral_shell else ""
+            return [corral_tool_start(str(data.get("toolCallId")), tool, data.get("args"), cwd, name)]
         if kind == "tool_execution_end":
             outcome, result = data.get("isError"), data.get("result")
             if not isinstance(outcome, bool):  # no structured outcome: neither a success nor a failure
@@ -567,7 +578,9 @@ class PiHarness:
                     text,
                     offset,
                     name=str(data.get("toolName") or "tool"),
-                    exit_code=shell_exit_code(text) if data.get("toolName") == SHELL_TOOL else None,
+                    exit_code=shell_exit_code(text)
+                    if self.corral_shell and data.get("toolName") == SHELL_TOOL
+                    else None,
                 )
             ]
         if kind == "message_end":

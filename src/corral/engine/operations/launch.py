@@ -270,7 +270,13 @@ def agent_tools(project: Project, task: Task, command: proto.Command) -> tuple[p
         return struct_replace(
             command, agent_tools_absent="the daemon serves no MCP endpoint (see corral daemon status)"
         ), token
-    return struct_replace(command, agent_tools=struct_replace(spec, url=url)), token
+    command = struct_replace(command, agent_tools=struct_replace(spec, url=url))
+    if command.harness == "pi" and command.sandbox is not None and command.sandbox.confined:
+        # Pi's shell and corral's share the name ``bash``: the turn's log is read for intents only where
+        # corral's is the one Pi has (adapters/harness/pi.py)
+        settings = struct_replace(command.harness_settings, pi_corral_shell=True)
+        command = struct_replace(command, harness_settings=settings)
+    return command, token
 
 
 def _note_agent_tools(project: Project, task: Task, command: proto.Command) -> None:

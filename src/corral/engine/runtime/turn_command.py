@@ -25,6 +25,9 @@ class HarnessSettings(Wire, frozen=True):
     pi_provider: str | None = None
     command: str | None = None
     pi_extensions: tuple[str, ...] = ()
+    #: A confined Pi turn with corral's endpoint: its ``bash`` is corral's (the Pi extension's), so its
+    #: log's ``bash`` calls carry intents; set by the launch, never a setting.
+    pi_corral_shell: bool = False
 
     def as_mapping(self) -> dict[str, Any]:
         return self.to_json()
