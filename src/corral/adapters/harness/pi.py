@@ -33,7 +33,9 @@ unconfined turn keeps Pi's ``bash`` (judged by the exact-retry rule, as every un
 
 Tool calls of corral's ``bash`` and ``failure_disposition`` are read as the MCP tools' are
 (:func:`~corral.adapters.harness.base.corral_tool_start`, the exit code from corral's structured
-result): their intents and dispositions count only in a run whose provenance says it was confined.
+result) where the turn's command says it had them (``pi_corral_shell``, set by the launch: Pi's own
+shell has the same name); their intents and dispositions count only in a run whose provenance says
+it was confined.
 
 An ask (and a read-only chat) gets Pi's read-only tool set,
 ``--tools read,grep,find,ls`` (its ``--help``: "Read-only mode (no file modifications possible)"); corral's before/after
