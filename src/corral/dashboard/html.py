@@ -16,12 +16,25 @@ from functools import cache
 from typing import Any
 from urllib.parse import quote
 
-from markupsafe import Markup, escape
+import markupsafe
+from markupsafe import escape
 
 from corral.domain.clock import parse_time
 from corral.domain.sanitize import display
 
 __all__ = ["DIFF_LINES", "Markup", "Shown", "diff_lines", "esc", "path", "render", "when"]
+
+
+class Markup(markupsafe.Markup):
+    """HTML a template or the dashboard built; text joined to it (``+``, ``format``) is sanitized, then escaped."""
+
+    __slots__ = ()
+
+    @classmethod
+    def escape(cls, s: Any) -> Markup:
+        if hasattr(s, "__html__"):
+            return cls(s.__html__())
+        return cls(escape(display(str(s))))
 
 
 class Shown(str):
@@ -32,11 +45,11 @@ class Shown(str):
 
 def esc(text: object, *, multiline: bool = True) -> Markup:
     """Any text made inert in HTML outside a template (the guard's refusals): sanitized, then escaped."""
-    if isinstance(text, Markup):
-        return text
+    if isinstance(text, markupsafe.Markup):
+        return Markup(text)
     if text is None:
         return Markup("")
-    return escape(display(str(text), multiline=multiline))
+    return Markup(escape(display(str(text), multiline=multiline)))
 
 
 def _finalize(value: Any) -> Any:
@@ -44,7 +57,7 @@ def _finalize(value: Any) -> Any:
     templates' own HTML or already sanitized; None prints nothing."""
     if value is None:
         return ""
-    if isinstance(value, Markup | Shown) or (isinstance(value, int | float) and not isinstance(value, bool)):
+    if isinstance(value, markupsafe.Markup | Shown) or (isinstance(value, int | float) and not isinstance(value, bool)):
         return value
     return display(str(value))
 
