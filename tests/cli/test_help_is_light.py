@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ["asyncio", "corral.adapters.http_server", "psycopg"]
+HEAVY = ["asyncio", "corral.adapters.http_server", "psycopg", "importlib.metadata"]
 
 
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["dashboard", "--help"]])
@@ -28,3 +28,18 @@ def test_the_loopback_names_are_the_servers() -> None:
 
     assert http_server.LOOPBACK is LOOPBACK
     assert {"127.0.0.1", "::1", "localhost"} <= LOOPBACK
+
+
+def test_version_reads_no_package_metadata_and_says_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    import corral
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom corral.cli import main\ntry:\n    main(['--version'])\n"
+         "except SystemExit:\n    pass\nprint('importlib.metadata' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    said, loaded = out.stdout.strip().splitlines()
+    assert said == f"corral {version('corral')}" == f"corral {corral.__version__}"
+    assert loaded == "False"
