@@ -106,7 +106,7 @@ class BoardApp(App[int]):
         self.order: list[view.Key] = []  # the rows' keys, as shown
         self.tab = "timeline"
         self.busy = False  # an action runs on its thread: one at a time
-        self._shown: tuple[Any, ...] | None = None  # what the board's options were built from
+        self._shown: list[tuple[str | None, Text]] | None = None  # the board's options, as last set
         self._rows: dict[view.Key, dict[str, Any]] = {}  # the rows shown, with how they were laid out
         self._layout: tuple[rows_of.Widths, int, float] | None = None
 
@@ -126,7 +126,10 @@ class BoardApp(App[int]):
         for sig in (signal.SIGTERM, signal.SIGHUP):  # the terminal restored on the way out, as for q
             loop.add_signal_handler(sig, self.exit, 128 + sig)
         self.query_one("#board", OptionList).focus()
-        self.read_board()
+        if self.source.board is None or self.source.stale:
+            self.read_board()
+        else:  # read already, while Textual loaded (``corral watch``)
+            self.draw_board()
         self.set_interval(POLL_SECONDS, self.poll)
 
     def on_unmount(self) -> None:
@@ -153,37 +156,35 @@ class BoardApp(App[int]):
         board = self.source.board
         doc = board.to_json() if board is not None else {"groups": [], "projects": [], "finished": []}
         width = max(40, self.size.width - 2)
-        shown = (repr(doc), width)
-        listing = self.query_one("#board", OptionList)
-        self.query_one("#title", Static).update(rows_of.title_line(doc))
-        if shown == self._shown and not force:
-            return
-        self._shown = shown
+        _update(self.query_one("#title", Static), rows_of.title_line(doc))
         groups = rows_of.groups_of(doc, finished=self.source.only is not None)
         many = len(doc.get("projects") or []) > 1
         widths = rows_of.Widths([r for _n, _t, rows in groups for r in rows], many)
-        aged = time.monotonic() - self.source.read_at
-        options: list[Option] = []
         keys = [view.key_of(r) for _n, _t, rows in groups for r in rows]
         before, self.order = self.order, keys
         if self.selected not in keys:
             self.selected = _replacement(self.selected, before, keys)
-        self._layout = (widths, width, aged)
+        self._layout = (widths, width, time.monotonic() - self.source.read_at)
         self._rows = {}
+        shown: list[tuple[str | None, Text]] = []  # each option's id (None: a heading) and its text
         for need, title, rows in groups:
-            options.append(Option(rows_of.group_line(need, title, len(rows)), disabled=True))
+            shown.append((None, rows_of.group_line(need, title, len(rows))))
             for row in rows:
                 key = view.key_of(row)
                 self._rows[key] = row
-                options.append(Option(self.prompt(key), id=_key_id(key)))
+                shown.append((_key_id(key), self.prompt(key)))
         if not groups:
-            options.append(Option(Text("Nothing unfinished."), disabled=True))
+            shown.append((None, Text("Nothing unfinished.")))
         for problem in doc.get("problems") or []:
-            options.append(Option(Text(f"! {display(str(problem), multiline=False)}", style="yellow"), disabled=True))
-        listing.set_options(options)
+            shown.append((None, Text(f"! {display(str(problem), multiline=False)}", style="yellow")))
+        self.draw_keys()
+        if shown == self._shown and not force:  # a read that changed nothing shown redraws nothing
+            return
+        self._shown = shown
+        listing = self.query_one("#board", OptionList)
+        listing.set_options([Option(text, id=ident, disabled=ident is None) for ident, text in shown])
         if self.selected is not None:
             listing.highlighted = listing.get_option_index(_key_id(self.selected))
-        self.draw_keys()
 
     def prompt(self, key: view.Key) -> Text:
         """The row of task ``key`` as laid out last, marked when it is the selected one."""
@@ -217,7 +218,7 @@ class BoardApp(App[int]):
 
     def draw_keys(self) -> None:
         line = board_keys.keys_line(self.status_of(self.selected), detail=self.has_class("detail"))
-        self.query_one("#keys", Static).update(Text(line))
+        _update(self.query_one("#keys", Static), Text(line))
 
     def say(self, words: str) -> None:
         self.query_one("#message", Static).update(_safe(words))
@@ -456,6 +457,12 @@ class BoardApp(App[int]):
             self.say(words)
         self.source.invalidate()
         self.read_board()
+
+
+def _update(widget: Static, text: Text) -> None:
+    """``widget`` shows ``text``, redrawn only when that is a change."""
+    if widget.content != text:
+        widget.update(text)
 
 
 def _replacement(gone: view.Key | None, before: list[view.Key], now: list[view.Key]) -> view.Key | None:

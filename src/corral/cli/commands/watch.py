@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import click
 
 from corral.cli.app import App
 from corral.cli.options import json_option, pass_app
 from corral.cli.watch_lines import stream
-from corral.cli.watch_source import INTERVAL_SECONDS, WatchEnded, open_source
+from corral.cli.watch_source import INTERVAL_SECONDS, Source, WatchEnded, open_source
 
 
 def _background() -> bool:
@@ -27,6 +28,25 @@ def _background() -> bool:
         return os.tcgetpgrp(sys.stdin.fileno()) != os.getpgrp()
     except OSError:  # a terminal, but not this session's: nobody else's foreground either
         return False
+
+
+def _board(app: App, source: Source, interval: float) -> int:
+    """The live board. Its first read runs while Textual loads (a read waits on SQLite and git, an
+    import on the interpreter: together they take little more than the longer of the two), so the
+    first screen is drawn from a board read already; a read that failed is the app's to say."""
+    first = threading.Thread(target=_first_read, args=(source,), name="corral-watch-first-read", daemon=True)
+    first.start()
+    from corral.cli.board_app import BoardApp  # Textual loads only for the live board
+
+    first.join()
+    return BoardApp(app, source, interval).run() or 0
+
+
+def _first_read(source: Source) -> None:
+    try:
+        source.read()
+    except Exception:  # read again by the app, on its own thread: what is wrong is said there, not here
+        source.invalidate()
 
 
 @click.command(
@@ -72,9 +92,7 @@ def watch(app: App, tasks: tuple[str, ...], all_projects: bool, plain: bool, int
     try:
         live = not (plain or app.json) and sys.stdin.isatty() and app.stdout.isatty() and not _background()
         if live:
-            from corral.cli.board_app import BoardApp  # Textual loads only for the live board
-
-            return BoardApp(app, source, interval).run() or 0
+            return _board(app, source, interval)
         return stream(app, source, interval)
     except KeyboardInterrupt:
         return 130
