@@ -126,7 +126,7 @@ def _probe_key(bwrap: str) -> list[Any]:
     real = os.path.realpath(bwrap)
     st = os.stat(real)
     host = os.uname()
-    knobs = []
+    knobs: list[str | None] = []
     for knob in USERNS_KNOBS:
         try:
             with open(knob, encoding="ascii") as f:
