@@ -22,3 +22,25 @@ def forge(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     server.connect(repo)
     yield server
     server.close()
+
+
+@pytest.fixture
+def fproj(agent, repo, tmp_path, monkeypatch):
+    """A forge project (``forge = "gh"`` from the person's environment) whose claude is the fake agent."""
+    from corral.engine.project import Project
+
+    def make(**policy) -> tuple[Project, ForgeServer]:
+        server = ForgeServer(tmp_path / "forge", **policy)
+        server.monkeypatch(monkeypatch)
+        server.connect(repo)
+        monkeypatch.setenv("CORRAL_FORGE", "gh")
+        monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "30")
+        monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+        made.append((Project.open(repo), server))
+        return made[-1]
+
+    made: list = []
+    yield make
+    for p, server in made:
+        p.close()
+        server.close()

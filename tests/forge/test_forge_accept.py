@@ -9,7 +9,6 @@ from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
 from corral.engine.operations import control, forge_accept, tasks, turns
 from tests.conftest import git
-from tests.support.forge_server import ForgeServer
 
 
 def work(path: str, content: str, message: str = "agent work") -> list[dict]:
@@ -19,28 +18,6 @@ def work(path: str, content: str, message: str = "agent work") -> list[dict]:
         {"commit": message},
         {"result": f"Wrote {path}."},
     ]
-
-
-@pytest.fixture
-def fproj(agent, repo, tmp_path, monkeypatch):
-    """A forge project (``forge = "gh"`` from the person's environment) whose claude is the fake agent."""
-    from corral.engine.project import Project
-
-    def make(**policy) -> tuple[Project, ForgeServer]:
-        server = ForgeServer(tmp_path / "forge", **policy)
-        server.monkeypatch(monkeypatch)
-        server.connect(repo)
-        monkeypatch.setenv("CORRAL_FORGE", "gh")
-        monkeypatch.setenv("CORRAL_WATCHDOG_TIMEOUT", "30")
-        monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
-        made.append((Project.open(repo), server))
-        return made[-1]
-
-    made: list = []
-    yield make
-    for p, server in made:
-        p.close()
-        server.close()
 
 
 def blocked_with(proj, agent, ref: str, steps) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import subprocess
@@ -19,7 +18,6 @@ from corral.engine.operations import control, pairing, tasks, turns
 from corral.engine.operations import sync as syncing
 from corral.engine.operations.refresh import settle
 from corral.errors import RefusedError
-from tests.conftest import git
 from tests.turns.conftest import ok, reopen
 
 
@@ -177,42 +175,4 @@ def test_protected_changes_park_conflict_and_decisions_are_sticky(proj, agent, m
     # re-naming a decided file is accepted
     turns.unblock(proj, "pv", actor=Actor.HUMAN, message="more", approve=["db/schema.sql"])
     control.wait(proj, "pv", timeout=30)
-    proj.close()
-
-
-def test_submit_pushes_to_a_bare_remote_and_opens_a_pr_through_gh(proj, agent, repo, tmp_path, monkeypatch):
-    remote = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    git(repo, "remote", "add", "origin", str(remote))
-    bindir = tmp_path / "gh-bin"
-    bindir.mkdir()
-    record = tmp_path / "gh-calls.jsonl"
-    (bindir / "gh").write_text(
-        f"#!{sys.executable}\nimport json, sys\n"
-        f"open({str(record)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "print('https://forge.example/pr/7')\n"
-    )
-    (bindir / "gh").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("CORRAL_FORGE", "gh")
-    proj = reopen(proj)
-    blocked(
-        proj,
-        agent,
-        "sb",
-        [{"init": True}, {"write": {"path": "s.txt", "content": "s"}}, {"commit": "s"}, {"result": "ready"}],
-    )
-    from corral.engine.operations.submit import submit
-
-    result = submit(proj, "sb", actor=Actor.HUMAN)
-    assert result.pull_request == "https://forge.example/pr/7"
-    assert subprocess.run(
-        ["git", "rev-parse", "corral/sb"], cwd=remote, capture_output=True, text=True
-    ).stdout.strip() == git(repo, "rev-parse", "corral/sb")
-    (call,) = [json.loads(line) for line in record.read_text().splitlines()]
-    assert call[:2] == ["pr", "create"] and call[call.index("--head") + 1] == "corral/sb"
-    assert call[call.index("--base") + 1] == "main"
-    with proj.store.read() as tx:
-        task = tx.task_by_ref("sb")
-    assert task.status is Status.SUBMITTED and task.metadata["pull_request"] == result.pull_request
     proj.close()

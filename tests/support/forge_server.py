@@ -220,6 +220,13 @@ class ForgeServer:
         with self.lock:
             self.pulls[number].comments.append(Review(self._node("IC"), author, "COMMENTED", body))
 
+    def mark_ready(self, number: int) -> None:
+        """A draft marked ready for review (an auto-merge waiting on it then merges)."""
+        with self.lock:
+            pr = self.pulls[number]
+            pr.draft = False
+            self._auto_merge(pr)
+
     def close_outside(self, number: int) -> None:
         with self.lock:
             self.pulls[number].state = "CLOSED"

@@ -200,13 +200,14 @@ Examples:
 """
 )
 @click.argument("task")
+@click.option("--draft", is_flag=True, help="Open the pull request as a draft (with forge = \"gh\").")
 @json_option
 @pass_app
-def submit(app: App, task: str) -> None:
+def submit(app: App, task: str, draft: bool) -> None:
     """Push the task's branch to the configured remote for review there (→ submitted)."""
     from corral.engine.api import submit as submitting
 
-    result = submitting(app.project, task, actor=app.actor)
+    result = submitting(app.project, task, actor=app.actor, draft=draft)
     app.answer(
         {"task": result.ref, "remote": result.remote, "branch": result.branch, "pull_request": result.pull_request},
         f"Pushed {result.branch} to {result.remote}."

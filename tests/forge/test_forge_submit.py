@@ -1,0 +1,28 @@
+"""submit on a forge project: the branch pushed, a pull request opened through the real gh (a draft with --draft),
+and a later accept merges that same pull request."""
+
+from __future__ import annotations
+
+import json
+
+from corral.domain.status import Status
+from tests.conftest import git
+from tests.forge.test_forge_accept import blocked_with, task_of, work
+
+
+def test_submit_pushes_and_opens_a_draft_pull_request_that_accept_then_merges(fproj, agent, repo, corral):
+    proj, forge = fproj()
+    blocked_with(proj, agent, "sb", work("s.txt", "s\n"))
+    said = corral.json("submit", "sb", "--draft")
+    pr = forge.pull()
+    assert said["pull_request"].endswith(f"/pull/{pr.number}") and pr.draft and pr.base == "main"
+    assert pr.head == "corral/sb" and pr.head_oid == git(repo, "rev-parse", "corral/sb")
+    assert git(forge.bare, "rev-parse", "corral/sb") == pr.head_oid
+    task = task_of(proj, "sb")
+    assert task.status is Status.SUBMITTED and task.metadata["forge"]["number"] == pr.number
+    pending = corral.ok("accept", "sb")  # a draft does not merge: the accept waits on the forge
+    assert "the draft to be marked ready" in pending.stdout and len(forge.pulls) == 1
+    forge.mark_ready(pr.number)
+    lines = [json.loads(line) for line in corral.ok("accept", "sb", "--json").stdout.splitlines()]
+    assert next(e for e in lines if e.get("event") == "result")["task"]["status"] == "complete"
+    assert forge.pull().state == "MERGED"
