@@ -1,0 +1,62 @@
+"""The board on a real terminal (a tmux pane): ``p`` pairs with the agent — the board suspends, the terminal
+is the pair's (the agent on a terminal), and the board comes back when the agent exits."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_watch import Pane, row_line
+from tests.conftest import CLI
+from tests.support.polling import until
+
+pytestmark = pytest.mark.slow  # a real turn and a real pair on a terminal: several seconds
+
+#: The agent: its first run (the start turn) ends at once; the pair's says whether it has a terminal,
+#: then runs until it reads a line.
+AGENT = textwrap.dedent(
+    """\
+    import os, sys
+    marker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "started")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        print("worked")
+        sys.exit(0)
+    print("pairing here, on a tty:", os.isatty(0), flush=True)
+    line = sys.stdin.readline()
+    print("got " + line.strip(), flush=True)
+    """
+)
+
+
+def test_p_pairs_on_the_terminal_and_the_board_comes_back(
+    corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "agent" / "agent.py"
+    script.parent.mkdir()
+    script.write_text(AGENT)
+    monkeypatch.setenv("CORRAL_HARNESS", "command")
+    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {script}")
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    corral.ok("create", "Pair on it", "--ref", "pr")
+    corral.ok("start", "pr", "--wait", "--timeout", "60")
+    p = Pane(f"{shlex.quote(sys.executable)} -m corral watch; echo EXITED $?; sleep 600", repo)
+    try:
+        screen = p.shows("Waiting for review (1)", "pr ")
+        assert row_line(screen, "pr").startswith("›"), screen
+        assert "p pair" in screen.rstrip().splitlines()[-1]
+        p.keys("p")
+        screen = p.shows("pairing here, on a tty: True")  # the agent has the terminal, the board is away
+        assert "Waiting for review" not in screen
+        until(lambda: corral.json("show", "pr")["task"]["status"] == "pairing", timeout=10, what="pr pairing")
+        p.keys("bye", "Enter")
+        p.shows("Waiting for review (1)", "The pair on pr ended (exit 0).", timeout=20)
+        assert corral.json("show", "pr")["task"]["status"] == "blocked"
+        p.keys("q")
+        p.shows("EXITED 0")
+    finally:
+        p.close()
