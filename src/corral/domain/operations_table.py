@@ -146,6 +146,16 @@ def now_words(status: Status, ref: str) -> str:
     return f"Now you can {NOW[status].format(ref=ref)}"  # no full stop: a command ends it, as typed
 
 
+def _refusal_hint(hint: str | None, status: Status, ref: str) -> str:
+    """The caller's hint where it names an operation the table lets run now; where it names none (a look:
+    ``corral show``), it and what the person can do now; where it names one refused now, the latter alone."""
+    now = now_words(status, ref)
+    if not hint or not offers(hint, status, ref):
+        return now
+    named = _OP_WORD.findall(re.sub(rf"(?<![\w-]){re.escape(ref)}(?![\w-])", " ", hint.lower()))
+    return hint if named else f"{hint} {now}"
+
+
 def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None) -> None:
     """Refuse ``op`` on a task in ``status`` unless the operations table allows it: the refusal says what
     the status means, what ``op`` takes, and (unless the caller has a better hint) what the person can do now."""
@@ -159,7 +169,6 @@ def check_operation(op: Op, status: Status, ref: str, *, hint: str | None = None
         [t.value for t in allowed_targets(status, Actor.HUMAN)],  # zombie is the system's alone
         what=f"{op.value} {ref}",
         takes=takes,
-        # The caller's hint stands where it names a command the table lets run now; else what can.
-        hint=hint if hint and "corral " in hint and offers(hint, status, ref) else now_words(status, ref),
+        hint=_refusal_hint(hint, status, ref),
         message=f"Cannot {op.value} {ref}: it is {status_text(status)}; {op.value} takes {which}.",
     )
