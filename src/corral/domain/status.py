@@ -42,7 +42,7 @@ RESTING: frozenset[Status] = frozenset({S.BACKLOG, S.BLOCKED, S.CONFLICT, S.INTE
 
 
 #: What each status means, in plain words: every surface (CLI, watch, the dashboard, MCP) shows a status
-#: beside its meaning (:func:`status_text`) and reads it here; docs/lifecycle.md keeps the same table.
+#: beside its meaning (:func:`status_text`) and reads it here (docs/lifecycle.md#statuses).
 MEANING: dict[Status, str] = {
     S.BACKLOG: "not started yet",
     S.WORKING: "the agent is working",
