@@ -211,3 +211,19 @@ def test_the_accept_command_answers_with_the_pull_request_and_what_it_waits_for(
     failed = corral("accept", "cli")
     assert failed.returncode == 1 and "checks failed" in failed.stderr and ": ci" in failed.stderr
     assert "corral unblock cli" in failed.stderr
+
+
+def test_reject_of_a_pending_task_closes_its_pull_request_with_the_reason(fproj, agent):
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "no", work("no.py", "n = 1\n"))
+    accepting.accept(proj, "no", actor=Actor.HUMAN)
+    ended = tasks.abandon(proj, "no", reason="not \x1b[31mwanted\x1b[0m after all", actor=Actor.HUMAN, how="reject")
+    assert ended.task.status is Status.ABANDONED and ended.warning is None
+    pr = forge.pull()
+    assert pr.state == "CLOSED"
+    (comment,) = [c.body for c in pr.comments]
+    assert comment.startswith("Closed by corral (reject): not") and "after all" in comment
+    assert "\x1b" not in comment
+    with proj.store.read() as tx:
+        changes = [(c.from_status, c.to_status) for c in tx.status_changes(ended.task.id)]
+    assert changes[-2:] == [(Status.MERGING, Status.BLOCKED), (Status.BLOCKED, Status.ABANDONED)]

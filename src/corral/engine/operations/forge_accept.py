@@ -607,14 +607,25 @@ def _write(path: Path, memory: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def close_pull(project: Project, task: Task, reason: str) -> str | None:
-    """Close the task's open pull request with ``reason`` as a comment (reject and close of a forge task);
-    returns a warning when the forge could not be reached (the task is closed here all the same)."""
-    number = record_of(task).get("number") or task.metadata.get("pull_number")
+def withdraw(project: Project, given: str, actor: Actor, reason: str, how: str) -> str | None:
+    """Before ``reject``/``close`` of a forge task: its pull request is closed with ``reason`` as a comment, and a
+    merge that waits on the forge goes back to the status the accept found (``merging`` never becomes abandoned).
+    Returns a warning when the forge could not be reached (the task is ended here all the same)."""
+    from corral.engine.resolve import resolve_task
+
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    number = record_of(task).get("number")
     if project.config["forge"] != "gh" or not isinstance(number, int):
         return None
+    if task.status not in (Status.MERGING, Status.SUBMITTED, Status.BLOCKED) or (
+        task.status is Status.MERGING and not pending(task)
+    ):
+        return None
+    if pending(task):
+        _back(project, task.id, actor, f"{how}: the merge that waited on the forge is withdrawn")
     try:
-        forge_for(project).close(number, sanitize_prose(reason) or "Closed by corral.")
+        forge_for(project).close(number, f"Closed by corral ({how}): {sanitize_prose(reason)}")
     except CorralError as exc:
         return f"Its pull request #{number} could not be closed: {exc.message}"
     return None

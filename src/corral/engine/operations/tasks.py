@@ -304,6 +304,9 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
     from corral.engine.recovery.merges import escape_stranded
 
     escape_stranded(project, given, Op(how))  # a merge its accept left behind is put back first
+    from corral.engine.operations.forge_accept import withdraw  # its pull request closed, with why (docs/forge.md)
+
+    forge_warning = withdraw(project, given, actor, why, how)
     with project.store.write() as tx:
         task = resolve_task(tx, given)
         if task.status is Status.ABANDONED:
@@ -330,7 +333,7 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
             archived = workspace.save_and_remove(project, task, session, how)
         except CorralError as exc:
             warning = f"The task is abandoned, but its worktree was kept: {exc.message}"
-    return Ended(task, archived, warning)
+    return Ended(task, archived, " ".join(w for w in (warning, forge_warning) if w) or None)
 
 
 def reopen(project: Project, given: str, *, reason: str | None, actor: Actor) -> Task:
