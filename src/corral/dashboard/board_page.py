@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.adapters.harness import NAMES as HARNESSES
-from corral.dashboard.html import Markup, render
+from corral.dashboard.html import Markup, environment, render
 from corral.dashboard.task_page import retry_line
 from corral.dashboard.views import LEGEND, NEED_COLOURS, Keys, group_of, page, status_colour, task_href
 from corral.domain.status import status_text
@@ -70,7 +70,7 @@ def _card_context(row: dict[str, Any], states: dict[str, str]) -> dict[str, Any]
 
 def _card(row: dict[str, Any], states: dict[str, str]) -> Markup:
     """One task's card on the board."""
-    return render("card.html", c=_card_context(row, states))
+    return Markup(environment().get_template("card.html").module.card(_card_context(row, states)))
 
 
 #: The chart's geometry: a row per status, a bar per hour.

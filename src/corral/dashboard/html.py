@@ -59,7 +59,10 @@ def _finalize(value: Any) -> Any:
         return ""
     if isinstance(value, markupsafe.Markup | Shown) or (isinstance(value, int | float) and not isinstance(value, bool)):
         return value
-    return display(str(value))
+    text = str(value)
+    if text.isascii() and text.isprintable():  # nothing the sanitizer would change (the most of a page)
+        return text
+    return display(text)
 
 
 def line(text: object) -> Shown:
