@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.domain.actors import Actor
+from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
 from corral.engine.operations import control, forge_accept, tasks, turns
@@ -227,3 +227,45 @@ def test_reject_of_a_pending_task_closes_its_pull_request_with_the_reason(fproj,
     with proj.store.read() as tx:
         changes = [(c.from_status, c.to_status) for c in tx.status_changes(ended.task.id)]
     assert changes[-2:] == [(Status.MERGING, Status.BLOCKED), (Status.BLOCKED, Status.ABANDONED)]
+
+
+def test_forge_feedback_goes_with_the_next_unblock_once(fproj, agent):
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "fb", work("fb.py", "f = 1\n"))
+    accepting.accept(proj, "fb", actor=Actor.HUMAN)
+    number = forge.pull().number
+    forge.add_comment(number, "Also \x1b]0;pwned\x07 handle the empty case.", author="mallory")
+    forge.finish_checks(number, "FAILURE", log="assert 1 == 2\n")
+    forge_accept.sync(proj, force=True)
+    assert task_of(proj, "fb").status is Status.BLOCKED
+    agent.script([{"result": "fixed"}], [{"result": "again"}])
+    turns.unblock(proj, "fb", actor=Actor.HUMAN, message="Please fix the build.")
+    control.wait(proj, "fb", timeout=30)
+    first = agent.calls()[-1]["prompt"]
+    assert "Please fix the build." in first and "check ci failed" in first and "assert 1 == 2" in first
+    assert "handle the empty case" in first and "mallory" in first and "untrusted" in first
+    assert "\x1b" not in first and "\x07" not in first  # sanitized at intake
+    forge_accept.sync(proj, force=True)  # nothing new on the forge: nothing queued again
+    turns.unblock(proj, "fb", actor=Actor.HUMAN, message="One more thing.")
+    control.wait(proj, "fb", timeout=30)
+    second = agent.calls()[-1]["prompt"]
+    assert "One more thing." in second and "handle the empty case" not in second.split("One more thing.")[-1]
+
+
+def test_forge_feedback_is_delivered_by_itself_with_forge_auto_deliver(fproj, agent, monkeypatch):
+    monkeypatch.setenv("CORRAL_FORGE_AUTO_DELIVER", "true")
+    proj, forge = fproj(required_checks=("ci",))
+    blocked_with(proj, agent, "ad", work("ad.py", "a = 1\n"))
+    accepting.accept(proj, "ad", actor=Actor.HUMAN)
+    agent.script([{"result": "looked at it"}])
+    forge.add_review(forge.pull().number, "CHANGES_REQUESTED", "Rename a to answer.", author="alice")
+    forge_accept.sync(proj, force=True)
+    assert control.wait(proj, "ad", timeout=30).task.status is Status.BLOCKED
+    calls = agent.calls()
+    assert "Rename a to answer." in calls[-1]["prompt"]
+    with proj.store.read() as tx:
+        task = tx.task_by_ref("ad")
+        unblocks = [t for t in tx.turns(task.id) if t.kind == "unblock" and t.role is Role.HUMAN]
+    assert [t.actor for t in unblocks] == [Actor.SYSTEM]
+    forge_accept.sync(proj, force=True)  # a blocked task is not pending on the forge: nothing twice
+    assert len(agent.calls()) == len(calls)

@@ -409,19 +409,58 @@ def _note_remarks(project: Project, task: Task, state: PullState, forge: GhForge
         tx.update_task(task.id, metadata={**current.metadata, RECORD: r}, touch=False)
 
 
+def with_feedback(project: Project, given: str, message: str) -> str:
+    """An unblock's message with the forge's pending feedback after it (cut to fit the text cap); the feedback is
+    cleared by :func:`clear_feedback` in the same write that records the turn, so it is delivered exactly once."""
+    from corral.engine.resolve import resolve_task
+
+    with project.store.read() as tx:
+        task = resolve_task(tx, given)
+    queue = [str(q) for q in record_of(task).get("feedback") or []]
+    if not queue:
+        return message
+    room = int(project.config["text_cap"]) - len(message.encode()) - 64
+    forge_text = "\n\n".join(queue)
+    if len(forge_text.encode()) > room:
+        forge_text = forge_text.encode()[: max(room, 0)].decode(errors="ignore") + "\n[… cut to fit the text cap]"
+    return (message.strip() + "\n\n" if message.strip() else "") + forge_text
+
+
+def clear_feedback(tx: Any, task_id: str) -> None:
+    """Within the write that records an unblock's turn: the forge's feedback it carries is no longer pending."""
+    task = tx.get_task(task_id)
+    if task is None or not record_of(task).get("feedback"):
+        return
+    tx.update_task(task_id, metadata={**task.metadata, RECORD: {**record_of(task), "feedback": []}}, touch=False)
+
+
 def take_feedback(project: Project, task_id: str) -> str | None:
-    """The forge's pending feedback for the next turn, taken (so it is never delivered twice)."""
+    """The forge's pending feedback, taken (so it is never delivered twice)."""
     with project.store.write() as tx:
         task = tx.get_task(task_id)
         if task is None:
             return None
-        r = record_of(task)
-        queue = list(r.get("feedback") or [])
-        if not queue:
-            return None
-        r["feedback"] = []
-        tx.update_task(task_id, metadata={**task.metadata, RECORD: r}, touch=False)
-    return "\n\n".join(queue)
+        queue = list(record_of(task).get("feedback") or [])
+        clear_feedback(tx, task_id)
+    return "\n\n".join(queue) if queue else None
+
+
+def _auto_deliver(project: Project, task_id: str) -> None:
+    """``forge_auto_deliver``: a task the forge blocked goes back to work with the forge's feedback (actor system),
+    at most ``breaker_threshold`` times for one pull request, so a forge that keeps failing never loops."""
+    if not project.config["forge_auto_deliver"]:
+        return
+    task = _task(project, task_id)
+    rec = record_of(task)
+    if task.status is not Status.BLOCKED or not rec.get("feedback"):
+        return
+    count = int(rec.get("auto_delivered") or 0)
+    if count >= int(project.config["breaker_threshold"]):
+        return
+    _save(project, task_id, auto_delivered=count + 1)
+    from corral.engine.operations import turns
+
+    turns.unblock(project, task_id, actor=Actor.SYSTEM, message="")
 
 
 def _complete(
@@ -595,7 +634,10 @@ def sync(project: Project, *, force: bool = False) -> list[str]:
         except TaskBusy:
             continue
         except ForgeBlocked:
-            continue  # the task is blocked and says why
+            try:  # the task is blocked and says why; its feedback may go to the agent by itself
+                _auto_deliver(project, task.id)
+            except CorralError as exc:
+                problems.append(f"{task.ref}: forge feedback: {exc.message}")
         except CorralError as exc:
             problems.append(f"{task.ref}: remote sync: {exc.message}")
     return problems

@@ -513,7 +513,9 @@ def unblock(
         )
     if held is not None:
         message = (message + "\n\n" if message.strip() else "") + prompts.retry_confirmed(held.summary, held.resource)
-    feedback = _feedback(project, message)
+    from corral.engine.operations import forge_accept  # the forge's review comments and failed checks, once
+
+    feedback = _feedback(project, forge_accept.with_feedback(project, given, message))
     command_id = new_id()
     with project.store.write() as tx:
         task = resolve_task(tx, given)
@@ -537,6 +539,7 @@ def unblock(
             feedback_delivery=FeedbackDelivery.PENDING,
             command_id=command_id,
         )
+        forge_accept.clear_feedback(tx, task.id)
         pending = tx.pending_feedback(session.id)
         session = tx.update_session(session.id, **Breaker().on_person_launch(Counters.of(session)).fields())
         tx.set_status(task.id, Status.WORKING, actor, "unblock", expected_from=task.status, resting_cause=None)
