@@ -12,7 +12,9 @@
 3. The last run stays: after ``--warmup`` seconds, its CPU over ``--seconds`` (as a share of one
    core) and its memory (resident set, and its peak).
 
-Targets: first full screen under 500 ms, idle under 1 % of a core, memory under 120 MB.
+Targets: first full screen under 500 ms, idle under 1 % of a core, memory under 120 MB. The CPU the
+board used until its first screen is printed beside the time: on a machine busy with other work the
+wall clock waits for the CPU, and that figure says how much of the time was the board's own.
 
 Usage::
 
@@ -103,13 +105,14 @@ class Board:
                 return
             self.out += data
 
-    def first_screen(self, timeout: float = 60.0) -> float:
-        """Seconds from the start until the title's count and the key line are both on the screen."""
+    def first_screen(self, timeout: float = 60.0) -> tuple[float, float]:
+        """Seconds from the start until the title's count and the key line are both on the screen, and the
+        CPU seconds the board used until then (what a loaded machine's wall clock adds to is not in it)."""
         end = self.started + timeout
         while time.monotonic() < end:
             self.read(0.01)
             if b"unfinished" in self.out and b"q quit" in self.out:
-                return time.monotonic() - self.started
+                return time.monotonic() - self.started, cpu_seconds(self.proc.pid)
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the board exited (exit {self.proc.returncode}): {bytes(self.out[-2000:])!r}")
         raise RuntimeError(f"no full screen after {timeout} s: {bytes(self.out[-2000:])!r}")
@@ -160,10 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*corral, "list"], cwd=repo, env=env, check=True, capture_output=True, timeout=120)  # settled
 
         firsts: list[float] = []
+        cpus: list[float] = []
         for i in range(args.runs):
             board = Board([*corral, "watch"], repo, env)
             boards.append(board)
-            firsts.append(board.first_screen())
+            wall, cpu = board.first_screen()
+            firsts.append(wall)
+            cpus.append(cpu)
             if i < args.runs - 1:
                 board.stop()
                 boards.remove(board)
@@ -186,10 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         alive.wait()
 
     first_ms = statistics.median(firsts) * 1000
+    first_cpu_ms = statistics.median(cpus) * 1000
     pct = used / wall * 100
     checks = [
-        ("first full screen", f"{first_ms:.0f} ms (median of {len(firsts)})", first_ms < FIRST_SCREEN_MS,
-         f"< {FIRST_SCREEN_MS:.0f} ms"),
+        ("first full screen", f"{first_ms:.0f} ms (median of {len(firsts)}), {first_cpu_ms:.0f} ms of CPU",
+         first_ms < FIRST_SCREEN_MS, f"< {FIRST_SCREEN_MS:.0f} ms"),
         ("idle CPU", f"{used:.3f} s over {wall:.1f} s = {pct:.2f} % of a core", pct < IDLE_PCT, f"< {IDLE_PCT} %"),
         ("memory", f"{rss:.1f} MB resident, {peak:.1f} MB at its peak", peak < MEMORY_MB, f"< {MEMORY_MB:.0f} MB"),
     ]  # fmt: skip
@@ -197,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         {
             "first_screen_ms": [round(f * 1000, 1) for f in firsts],
             "first_screen_median_ms": round(first_ms, 1),
+            "first_screen_cpu_ms": [round(c * 1000, 1) for c in cpus],
+            "first_screen_cpu_median_ms": round(first_cpu_ms, 1),
             "idle_cpu_s": round(used, 3),
             "idle_wall_s": round(wall, 2),
             "idle_pct_of_core": round(pct, 3),
@@ -208,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for name, said, passed, target in checks:
         ok = ok and passed
-        print(f"  {name:<18} {said:<52} [{verdict(passed)} {target}]")
+        print(f"  {name:<18} {said:<60} [{verdict(passed)} {target}]")
     drop_scratch(base, args.keep)
     return finish("bench_board", result, ok)
 

@@ -180,7 +180,8 @@ def test_the_whole_loop_from_the_board(
             await shows(pilot, "[y/N]")
             await pilot.press("y")
             # The unblock's turn committed after the diff was shown: the new commit is named, asked again.
-            await shows(pilot, "branch moved since its diff was shown", "Merge these too? [y/N]", timeout=30)
+            shown = await shows(pilot, "branch moved since its diff was shown", "Merge these too? [y/N]", timeout=30)
+            assert r"\u202eevil\u202c" in shown and "\u202e" not in shown  # the commit named, as text
             asked = len(said)
             await pilot.press("y")
             await shows(pilot, f"{ref} is complete: merged as", timeout=30)
