@@ -175,3 +175,32 @@ def test_open_hands_the_browser_a_private_page_not_the_token(tmp_path: Path) -> 
     assert stat.S_IMODE(page.stat().st_mode) == 0o600
     assert security.secret(home) not in page.as_uri()  # what the browser's argv would carry
     assert f'content="0;url={esc(url)}"' in page.read_text()
+
+
+def test_creating_a_task_and_confirming_an_accept_take_the_same_guard(dash: Dash) -> None:
+    """The create form and Accept's confirmation are state-changing requests like every button's: without the
+    CSRF token, from another Origin or without the cookie, nothing is created and nothing merged."""
+    cookie = dash.cookie()
+    keys = security.Keys(Path(os.environ["CORRAL_HOME"]), dash.token)
+    own = f"http://127.0.0.1:{dash.port}"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    state = Path(dash.a.json("paths")["paths"]["state"]).name
+    create = urlencode({"project": state, "goal": "Sneaked in", "ref": "sneaked"})
+    accept = dash.task_path(dash.a, "alpha-one") + "/accept"
+    confirmed = urlencode({"confirm": "yes"})
+    refused = [
+        {"Cookie": cookie, "Origin": own, **form},
+        {"Cookie": cookie, "Origin": "http://evil.example", "X-Corral-CSRF": keys.csrf, **form},
+        {"Origin": own, "X-Corral-CSRF": keys.csrf, **form},
+    ]
+    for headers in refused:
+        assert dash.request("POST", "/create", headers=headers, body=create).status in (401, 403), headers
+        assert dash.request("POST", accept, headers=headers, body=confirmed).status in (401, 403), headers
+    assert [t["ref"] for t in dash.a.json("list", "--all")["tasks"]] == ["alpha-one"]
+    made = dash.request(
+        "POST", "/create", headers={"Cookie": cookie, "Origin": own, **form}, body=create + "&csrf=" + keys.csrf
+    )
+    assert made.status == 200
+    task = dash.a.json("show", "sneaked")["task"]
+    assert task["goal"] == "Sneaked in"
+    assert dash.a.json("show", "sneaked")["status_changes"][0]["actor"] == "human"
