@@ -574,6 +574,9 @@ def run(project: Project, task: str | None = None) -> list[Check]:
     checks += _guarded("project", lambda: check_projects(project))
     checks += _guarded("harness", lambda: check_harnesses(project))
     checks += _guarded("sandbox", lambda: check_sandbox_reads(project))
+    from corral.engine.operations.forge_accept import doctor_checks  # gh's login and the remote (docs/forge.md)
+
+    checks += _guarded("forge", lambda: doctor_checks(project))
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     checks.append(
         Check(

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
-from corral.adapters.gh_forge import ForgeUnavailable, GhForge, PullState, parse_remote
+from corral.adapters.gh_forge import ForgeRefused, ForgeUnavailable, GhForge, PullState, parse_remote
 from corral.adapters.locks import is_locked
 from corral.domain import gittext
 from corral.domain.actors import Actor
@@ -671,3 +671,31 @@ def withdraw(project: Project, given: str, actor: Actor, reason: str, how: str) 
     except CorralError as exc:
         return f"Its pull request #{number} could not be closed: {exc.message}"
     return None
+
+
+def doctor_checks(project: Project) -> list[Any]:
+    """``corral doctor``'s forge check: gh is logged in to the forge, and the remote is a repository there."""
+    from corral.engine.operations.doctor import Check
+
+    if project.config["forge"] != "gh":
+        return []
+    forge = forge_for(project)
+    host = forge.repo.host
+    try:
+        login = forge.login()
+    except ForgeUnavailable as exc:
+        return [Check("forge", "warn", exc.message, exc.hint)]
+    try:
+        forge.repository()
+    except ForgeRefused as exc:
+        return [
+            Check(
+                "forge",
+                "fail",
+                f"gh is logged in to {host} as {login}, but the remote is no repository it can see there: "
+                f"{forge.repo.owner}/{forge.repo.name} ({exc.message})",
+                f"Check the remote's URL (git remote -v), or that {login} may read it: "
+                f"GH_HOST={host} gh repo view {forge.repo.owner}/{forge.repo.name}",
+            )
+        ]
+    return [Check("forge", "ok", f"gh is logged in to {host} as {login}; the remote is {forge.repo.slug}")]
