@@ -59,6 +59,10 @@ def test_a_plain_install_has_no_team_engine_and_the_worker_says_the_line_that_ad
     for module in TEAM:
         assert not _importable(venv, module), f"a plain install pulled in {module}"
     assert _importable(venv, "corral.cli")
+    # The package's data files are installed too: without them a Pi turn gets no corral tools and the
+    # dashboard no pages. ``missing()`` is the extension's own check a launch makes.
+    probe = _run([str(venv / "bin" / "python"), "-c", "import corral.pi_extension as e; print(e.missing())"], cwd=venv)
+    assert probe.returncode == 0 and probe.stdout.strip() == "[]", probe.stdout + probe.stderr
 
     worker = _run([str(venv / "bin" / "corral"), "worker"], cwd=repo)
     assert worker.returncode == 1, worker.stdout + worker.stderr
