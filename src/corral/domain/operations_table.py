@@ -133,7 +133,7 @@ NOW: dict[Status, str] = {
     S.CONFLICT: "decide its protected files (see them, and how to decide them: corral show {ref})",
     S.PAIRING: "wait until the pairing ends (corral wait {ref})",
     S.INTERRUPTED: "resume it: corral resume {ref}",
-    S.MERGING: "wait until the merge ends (corral wait {ref})",
+    S.MERGING: "see how its merge ends (corral show {ref})",
     S.SUBMITTED: "accept it once the remote approves it: corral accept {ref}",
     S.ZOMBIE: "only wait while it is being completed",
     S.COMPLETE: "reopen it, saying why: corral reopen {ref} -m 'it regressed'",
