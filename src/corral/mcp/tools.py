@@ -192,7 +192,7 @@ TOOLS: dict[str, Tool] = {
             _schema(
                 ["task"],
                 task=_TASK,
-                turn={"type": "integer", "description": "the turn's sequence number"},
+                turn={"type": "integer", "description": "the turn's number, as show numbers it"},
                 tail_lines={"type": "integer", "minimum": 1},
             ),
             run=handlers.logs,
