@@ -7,7 +7,7 @@ import pytest
 from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
-from corral.engine.operations import control, forge_accept, tasks, turns
+from corral.engine.operations import control, forge_accept, forge_sync, tasks, turns
 from tests.conftest import git
 
 
@@ -86,7 +86,7 @@ def test_pending_then_merged_on_the_forge_completes_by_remote_sync(fproj, agent,
     assert result.task.status is Status.MERGING and "auto-merge is on" in (result.warning or "")
     forge.finish_checks(forge.pull().number)  # the forge's auto-merge, pinned to the reviewed head, lands it
     assert forge.pull().state == "MERGED"
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     done = task_of(proj, "auto")
     assert done.status is Status.COMPLETE
     assert git(repo, "rev-parse", "main") == forge.pull().merge_commit
@@ -97,7 +97,7 @@ def test_failed_checks_block_naming_the_check_and_offer_its_log(fproj, agent):
     blocked_with(proj, agent, "red", work("red.py", "r = 1\n"))
     accepting.accept(proj, "red", actor=Actor.HUMAN)
     forge.finish_checks(forge.pull().number, "FAILURE", log="FAILED tests/test_red.py::test_one\x1b[31m boom\n")
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     task = task_of(proj, "red")
     assert task.status is Status.BLOCKED
     with proj.store.read() as tx:
@@ -127,7 +127,7 @@ def test_changes_requested_block_and_a_closed_pull_request_blocks(fproj, agent):
     accepting.accept(proj, "rev", actor=Actor.HUMAN)  # blocked → merging again, the same pull request
     assert task_of(proj, "rev").status is Status.MERGING and len(forge.pulls) == 1
     forge.close_outside(number)
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     task = task_of(proj, "rev")
     assert task.status is Status.BLOCKED
     with proj.store.read() as tx:
@@ -144,7 +144,7 @@ def test_a_push_after_review_is_never_merged(fproj, agent, repo):
     forge.push_outside(number, "evil.py", "import os\n")
     forge.finish_checks(number)
     assert forge.pull().state == "OPEN"  # the auto-merge was pinned to the reviewed head
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     task = task_of(proj, "late")
     assert task.status is Status.BLOCKED and git(forge.bare, "rev-parse", "main") != reviewed
     assert "evil.py" not in git(forge.bare, "ls-tree", "-r", "--name-only", "main")
@@ -155,18 +155,18 @@ def test_an_outage_and_a_rate_limit_are_waited_out_and_change_nothing(fproj, age
     blocked_with(proj, agent, "wait", work("wait.py", "w = 1\n"))
     accepting.accept(proj, "wait", actor=Actor.HUMAN)
     forge.fail_next(1)
-    problems = forge_accept.sync(proj, force=True)
+    problems = forge_sync.sync(proj, force=True)
     assert problems and "outage" in problems[0]
     task = task_of(proj, "wait")
     assert task.status is Status.MERGING and "outage" in forge_accept.record_of(task)["unavailable"]
     forge.fail_next(1, reset_in=600)
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     assert task_of(proj, "wait").status is Status.MERGING
     forge.finish_checks(forge.pull().number)
     before = len(forge.requests)
-    assert forge_accept.sync(proj) == []  # until the stated reset, the forge is not asked again
+    assert forge_sync.sync(proj) == []  # until the stated reset, the forge is not asked again
     assert len(forge.requests) == before
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     assert task_of(proj, "wait").status is Status.COMPLETE
 
 
@@ -193,7 +193,7 @@ def test_a_forge_merge_of_other_than_the_reviewed_change_is_not_completed(fproj,
     forge.push_outside(number, "extra.py", "e = 1\n")
     forge.merge_outside(number)  # merged on the forge by hand, with the unreviewed commit
     before = git(repo, "rev-parse", "main")
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     task = task_of(proj, "odd")
     assert task.status is Status.BLOCKED
     with proj.store.read() as tx:
@@ -236,7 +236,7 @@ def test_forge_feedback_goes_with_the_next_unblock_once(fproj, agent):
     number = forge.pull().number
     forge.add_comment(number, "Also \x1b]0;pwned\x07 handle the empty case.", author="mallory")
     forge.finish_checks(number, "FAILURE", log="assert 1 == 2\n")
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     assert task_of(proj, "fb").status is Status.BLOCKED
     agent.script([{"result": "fixed"}], [{"result": "again"}])
     turns.unblock(proj, "fb", actor=Actor.HUMAN, message="Please fix the build.")
@@ -245,7 +245,7 @@ def test_forge_feedback_goes_with_the_next_unblock_once(fproj, agent):
     assert "Please fix the build." in first and "check ci failed" in first and "assert 1 == 2" in first
     assert "handle the empty case" in first and "mallory" in first and "untrusted" in first
     assert "\x1b" not in first and "\x07" not in first  # sanitized at intake
-    forge_accept.sync(proj, force=True)  # nothing new on the forge: nothing queued again
+    forge_sync.sync(proj, force=True)  # nothing new on the forge: nothing queued again
     turns.unblock(proj, "fb", actor=Actor.HUMAN, message="One more thing.")
     control.wait(proj, "fb", timeout=30)
     second = agent.calls()[-1]["prompt"]
@@ -259,7 +259,7 @@ def test_forge_feedback_is_delivered_by_itself_with_forge_auto_deliver(fproj, ag
     accepting.accept(proj, "ad", actor=Actor.HUMAN)
     agent.script([{"result": "looked at it"}])
     forge.add_review(forge.pull().number, "CHANGES_REQUESTED", "Rename a to answer.", author="alice")
-    forge_accept.sync(proj, force=True)
+    forge_sync.sync(proj, force=True)
     assert control.wait(proj, "ad", timeout=30).task.status is Status.BLOCKED
     calls = agent.calls()
     assert "Rename a to answer." in calls[-1]["prompt"]
@@ -267,5 +267,5 @@ def test_forge_feedback_is_delivered_by_itself_with_forge_auto_deliver(fproj, ag
         task = tx.task_by_ref("ad")
         unblocks = [t for t in tx.turns(task.id) if t.kind == "unblock" and t.role is Role.HUMAN]
     assert [t.actor for t in unblocks] == [Actor.SYSTEM]
-    forge_accept.sync(proj, force=True)  # a blocked task is not pending on the forge: nothing twice
+    forge_sync.sync(proj, force=True)  # a blocked task is not pending on the forge: nothing twice
     assert len(agent.calls()) == len(calls)

@@ -576,7 +576,7 @@ def run(project: Project, task: str | None = None) -> list[Check]:
     checks += _guarded("sandbox", lambda: check_sandbox_reads(project))
     from corral.engine.operations.forge_accept import doctor_checks  # gh's login and the remote (docs/forge.md)
 
-    checks += _guarded("forge", lambda: doctor_checks(project))
+    checks += _guarded("forge", lambda: [Check("forge", *found) for found in doctor_checks(project)])
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     checks.append(
         Check(

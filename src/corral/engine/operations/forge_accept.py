@@ -24,14 +24,11 @@ the task goes back to the status it had, the pull request left open for the next
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
 from corral.adapters.gh_forge import ForgeRefused, ForgeUnavailable, GhForge, PullState, parse_remote
-from corral.adapters.locks import is_locked
 from corral.domain import gittext
 from corral.domain.actors import Actor
 from corral.domain.records import RestingCause, Task
@@ -42,8 +39,7 @@ from corral.engine.operations import accept as accepting
 from corral.engine.project import Project
 from corral.engine.recovery import removals
 from corral.engine.recovery.in_flight import MARKER
-from corral.engine.task_locks import task_lock
-from corral.errors import AcceptRefused, CorralError, GitError, TaskBusy
+from corral.errors import AcceptRefused, CorralError, GitError
 
 #: The task-metadata key of a forge accept's record.
 RECORD = "forge"
@@ -96,7 +92,7 @@ def record_of(task: Task) -> dict[str, Any]:
     return dict(found) if isinstance(found, dict) else {}
 
 
-def _save(project: Project, task_id: str, **changes: Any) -> Task:
+def save_record(project: Project, task_id: str, **changes: Any) -> Task:
     with project.store.write() as tx:
         task = tx.get_task(task_id)
         assert task is not None
@@ -122,7 +118,7 @@ def accept(
     assert task is not None
     if pending(task):  # a second accept re-enters: what did the forge do?
         narrator.phase(accepting.PREFLIGHT, "done", "the merge waits on the forge")
-        return _settle(project, forge, task, actor, narrator, asked_by=actor)
+        return settle_pending(project, forge, task, actor, narrator, asked_by=actor)
     narrator.phase(accepting.PREFLIGHT, "start")
     ready = accepting.preflight(project, task_id, actor, caller_task_id)
     if isinstance(ready, accepting.Accepted):
@@ -166,31 +162,31 @@ def accept(
         pull = (
             forge.update_pull(found.number, title, body) if found else forge.open_pull(task.branch, target, title, body)
         )
-        _save(project, task.id, number=pull.number, url=pull.url, node=pull.node_id, stage=OPENED)
+        save_record(project, task.id, number=pull.number, url=pull.url, node=pull.node_id, stage=OPENED)
         narrator.phase(phase, "done", pull.url)
         crashpoints.hit("forge-accept.opened")
         phase = PHASES[2]
         narrator.phase(phase, "start")
         headline, squash = _squash_words(message, pull.number)
-        task = _save(project, task.id, stage=ASKED, headline=headline, message=squash)
+        task = save_record(project, task.id, stage=ASKED, headline=headline, message=squash)
         merged = forge.merge(pull.number, tip, headline, squash)
         crashpoints.hit("forge-accept.asked")
     except (CorralError, OSError) as exc:
         said = exc.message if isinstance(exc, CorralError) else str(exc)
         narrator.phase(phase, "failed", said)
-        stage = record_of(_task(project, task.id)).get("stage")
+        stage = record_of(read_task(project, task.id)).get("stage")
         if stage != ASKED:  # the forge was not asked to merge: the task goes back, as a local accept's abort
-            _back(project, task.id, actor, f"accept aborted: {said}"[:300])
+            back_out(project, task.id, actor, f"accept aborted: {said}"[:300])
             raise
         merged = None  # asked, but the answer was lost: the forge is asked what happened
     if merged is not None and merged.sha:
         narrator.phase(phase, "done", merged.sha[:12])
-        return _complete(project, forge, _task(project, task.id), merged.sha, actor, narrator)
+        return _complete(project, forge, read_task(project, task.id), merged.sha, actor, narrator)
     narrator.phase(phase, "done", (merged.reason if merged else None) or "waits on the forge")
-    return _settle(
+    return settle_pending(
         project,
         forge,
-        _task(project, task.id),
+        read_task(project, task.id),
         actor,
         narrator,
         asked_by=actor,
@@ -198,7 +194,7 @@ def accept(
     )
 
 
-def _task(project: Project, task_id: str) -> Task:
+def read_task(project: Project, task_id: str) -> Task:
     with project.store.read() as tx:
         task = tx.get_task(task_id)
     assert task is not None
@@ -251,7 +247,7 @@ def _push(project: Project, branch: str, tip: str) -> None:
         )
 
 
-def _back(
+def back_out(
     project: Project,
     task_id: str,
     actor: Actor,
@@ -276,7 +272,7 @@ def _back(
             tx.park(task_id, actor, why, expected_from=Status.MERGING, resting_cause=resting)
 
 
-def _settle(
+def settle_pending(
     project: Project,
     forge: GhForge,
     task: Task,
@@ -291,7 +287,7 @@ def _settle(
     rec = record_of(task)
     number = rec.get("number")
     if not isinstance(number, int):
-        _back(project, task.id, actor, "accept aborted: it died before the pull request was opened")
+        back_out(project, task.id, actor, "accept aborted: it died before the pull request was opened")
         raise AcceptRefused(
             f"The forge accept of {task.ref} died before its pull request was opened.",
             hint=f"Accept it again: corral accept {task.ref}",
@@ -299,7 +295,7 @@ def _settle(
     if state is None:
         state = forge.pulls([number]).get(number)
     if state is None:
-        _back(
+        back_out(
             project,
             task.id,
             actor,
@@ -315,7 +311,7 @@ def _settle(
     reviewed = str(rec.get("head") or "")
     url = state.url
     if state.state == "MERGED" and state.merge_commit:
-        return _complete(project, forge, _task(project, task.id), state.merge_commit, actor, narrator)
+        return _complete(project, forge, read_task(project, task.id), state.merge_commit, actor, narrator)
     why: str | None = None
     cause = ""
     if state.state == "CLOSED":
@@ -333,7 +329,7 @@ def _settle(
         who = ", ".join(sorted({r.author for r in state.remarks if r.state == "CHANGES_REQUESTED"})) or "a reviewer"
         why, cause = f"changes requested on {url} by {sanitize_prose(who)}", "forge-changes-requested"
     if why is not None:
-        _back(project, task.id, asked_by or Actor.SYSTEM, why, blocked=True, cause=cause, details={"url": url})
+        back_out(project, task.id, asked_by or Actor.SYSTEM, why, blocked=True, cause=cause, details={"url": url})
         if narrator is not None:
             narrator.phase(PHASES[3], "failed", why)
         raise ForgeBlocked(
@@ -345,7 +341,7 @@ def _settle(
         if not state.pending and waits == "":  # nothing left to wait for: merge it, pinned as before
             merged = forge.merge(number, reviewed, str(rec.get("headline") or task.goal), str(rec.get("message") or ""))
             if merged.sha:
-                return _complete(project, forge, _task(project, task.id), merged.sha, actor, narrator)
+                return _complete(project, forge, read_task(project, task.id), merged.sha, actor, narrator)
             refused = merged.reason
         elif asked_by is not None:
             took = forge.auto_merge(
@@ -354,11 +350,11 @@ def _settle(
             if took is None:
                 again = forge.pulls([number]).get(number)
                 if again is not None and again.state == "MERGED" and again.merge_commit:
-                    return _complete(project, forge, _task(project, task.id), again.merge_commit, actor, narrator)
+                    return _complete(project, forge, read_task(project, task.id), again.merge_commit, actor, narrator)
                 waits = (waits + "; " if waits else "") + "auto-merge is on"
     if not waits:
         waits = sanitize_prose(refused or "the forge to merge it")
-    task = _save(project, task.id, waits=waits, unavailable=None)
+    task = save_record(project, task.id, waits=waits, unavailable=None)
     if narrator is not None:
         narrator.phase(PHASES[3], "start", waits)
     return accepting.Accepted(task, None, warning=f"the merge waits on the forge: {url} — {waits}")
@@ -377,7 +373,7 @@ def _waits(state: PullState) -> str:
 
 def _note_remarks(project: Project, task: Task, state: PullState, forge: GhForge) -> None:
     """New review comments and failed checks' log tails become pending feedback, once each (docs/forge.md)."""
-    rec = record_of(_task(project, task.id))
+    rec = record_of(read_task(project, task.id))
     seen = set(rec.get("delivered") or [])
     fresh: list[str] = []
     ids: list[str] = []
@@ -445,24 +441,6 @@ def take_feedback(project: Project, task_id: str) -> str | None:
     return "\n\n".join(queue) if queue else None
 
 
-def _auto_deliver(project: Project, task_id: str) -> None:
-    """``forge_auto_deliver``: a task the forge blocked goes back to work with the forge's feedback (actor system),
-    at most ``breaker_threshold`` times for one pull request, so a forge that keeps failing never loops."""
-    if not project.config["forge_auto_deliver"]:
-        return
-    task = _task(project, task_id)
-    rec = record_of(task)
-    if task.status is not Status.BLOCKED or not rec.get("feedback"):
-        return
-    count = int(rec.get("auto_delivered") or 0)
-    if count >= int(project.config["breaker_threshold"]):
-        return
-    _save(project, task_id, auto_delivered=count + 1)
-    from corral.engine.operations import turns
-
-    turns.unblock(project, task_id, actor=Actor.SYSTEM, message="")
-
-
 def _complete(
     project: Project, forge: GhForge, task: Task, sha: str, actor: Actor, narrator: accepting.Narrator | None
 ) -> accepting.Accepted:
@@ -480,7 +458,7 @@ def _complete(
     if narrator is not None:
         narrator.phase(PHASES[4], "failed" if problem else "done", problem)
     if problem:
-        _back(
+        back_out(
             project,
             task.id,
             Actor.SYSTEM,
@@ -574,81 +552,6 @@ def _follow(project: Project, target: str, sha: str, remote: str) -> str | None:
     return None if done.returncode == 0 else f"It could not be fast-forwarded; {left}"
 
 
-# --- remote sync ------------------------------------------------------------------------------------------
-
-
-def _sync_file(project: Project) -> Path:
-    return project.paths.root / "forge-sync.json"
-
-
-def sync(project: Project, *, force: bool = False) -> list[str]:
-    """Remote sync: one batched query for every pending pull request of the project, at most every ``forge_poll``
-    seconds (``force``: now), waiting out an outage or a rate limit until the forge's stated reset. A task whose
-    pull request merged completes; closed, failed or changes requested, it is blocked. Returns problems met."""
-    if project.config["forge"] != "gh":
-        return []
-    with project.store.read() as tx:
-        tasks = [t for t in tx.tasks([Status.MERGING]) if pending(t)]
-    if not tasks:
-        return []
-    path = _sync_file(project)
-    try:
-        memory = json.loads(path.read_text())
-    except (OSError, ValueError):
-        memory = {}
-    now = time.time()
-    if not force and now < max(float(memory.get("next", 0)), float(memory.get("retry_at") or 0)):
-        return []
-    memory = {"next": now + float(project.config["forge_poll"])}
-    problems: list[str] = []
-    try:
-        forge = forge_for(project)
-        numbers = [n for t in tasks if isinstance(n := record_of(t).get("number"), int)]
-        states = forge.pulls(numbers) if numbers else {}
-    except ForgeUnavailable as exc:
-        memory["retry_at"] = exc.retry_at or now + float(project.config["forge_poll"])
-        memory["said"] = exc.message
-        for t in tasks:
-            _save(project, t.id, unavailable=exc.message)
-        _write(path, memory)
-        return [exc.message]
-    except CorralError as exc:
-        _write(path, memory)
-        return [exc.message]
-    _write(path, memory)
-    for task in tasks:
-        if is_locked(project.paths.lifecycle_lock(task.id)):
-            continue  # an accept holds it and asks the forge itself
-        try:
-            with task_lock(project, task.id, what="remote sync", timeout=0):
-                current = _task(project, task.id)
-                if not pending(current):
-                    continue
-                rec = record_of(current)
-                if rec.get("stage") != ASKED:  # an accept died before it asked the forge to merge
-                    _back(project, task.id, Actor.SYSTEM, "restored: the forge accept died before it asked to merge")
-                    continue
-                number = rec.get("number")
-                state = states.get(number) if isinstance(number, int) else None
-                _settle(project, forge, current, Actor.SYSTEM, None, asked_by=None, state=state)
-        except TaskBusy:
-            continue
-        except ForgeBlocked:
-            try:  # the task is blocked and says why; its feedback may go to the agent by itself
-                _auto_deliver(project, task.id)
-            except CorralError as exc:
-                problems.append(f"{task.ref}: forge feedback: {exc.message}")
-        except CorralError as exc:
-            problems.append(f"{task.ref}: remote sync: {exc.message}")
-    return problems
-
-
-def _write(path: Path, memory: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(memory))
-    tmp.replace(path)
-
-
 def withdraw(project: Project, given: str, actor: Actor, reason: str, how: str) -> str | None:
     """Before ``reject``/``close`` of a forge task: its pull request is closed with ``reason`` as a comment, and a
     merge that waits on the forge goes back to the status the accept found (``merging`` never becomes abandoned).
@@ -665,7 +568,7 @@ def withdraw(project: Project, given: str, actor: Actor, reason: str, how: str) 
     ):
         return None
     if pending(task):
-        _back(project, task.id, actor, f"{how}: the merge that waited on the forge is withdrawn")
+        back_out(project, task.id, actor, f"{how}: the merge that waited on the forge is withdrawn")
     try:
         forge_for(project).close(number, f"Closed by corral ({how}): {sanitize_prose(reason)}")
     except CorralError as exc:
@@ -673,10 +576,9 @@ def withdraw(project: Project, given: str, actor: Actor, reason: str, how: str) 
     return None
 
 
-def doctor_checks(project: Project) -> list[Any]:
-    """``corral doctor``'s forge check: gh is logged in to the forge, and the remote is a repository there."""
-    from corral.engine.operations.doctor import Check
-
+def doctor_checks(project: Project) -> list[tuple[str, str, str | None]]:
+    """``corral doctor``'s forge check, as (status, message, hint): gh is logged in to the forge, and the remote is
+    a repository there."""
     if project.config["forge"] != "gh":
         return []
     forge = forge_for(project)
@@ -684,13 +586,12 @@ def doctor_checks(project: Project) -> list[Any]:
     try:
         login = forge.login()
     except ForgeUnavailable as exc:
-        return [Check("forge", "warn", exc.message, exc.hint)]
+        return [("warn", exc.message, exc.hint)]
     try:
         forge.repository()
     except ForgeRefused as exc:
         return [
-            Check(
-                "forge",
+            (
                 "fail",
                 f"gh is logged in to {host} as {login}, but the remote is no repository it can see there: "
                 f"{forge.repo.owner}/{forge.repo.name} ({exc.message})",
@@ -698,4 +599,4 @@ def doctor_checks(project: Project) -> list[Any]:
                 f"GH_HOST={host} gh repo view {forge.repo.owner}/{forge.repo.name}",
             )
         ]
-    return [Check("forge", "ok", f"gh is logged in to {host} as {login}; the remote is {forge.repo.slug}")]
+    return [("ok", f"gh is logged in to {host} as {login}; the remote is {forge.repo.slug}", None)]

@@ -22,7 +22,7 @@ def settle(project: Project, observed: Observed | None = None) -> list[str]:
     """
     report = reconcile(project, observed)
     problems = list(report.problems)
-    from corral.engine.operations.forge_accept import sync  # remote sync, at most every forge_poll (docs/forge.md)
+    from corral.engine.operations.forge_sync import sync  # remote sync, at most every forge_poll (docs/forge.md)
 
     problems += sync(project)
     for task_id in due(project, report.ended):  # and the tasks the auto-resume gap held back

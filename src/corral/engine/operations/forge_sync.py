@@ -1,0 +1,124 @@
+"""Remote sync: what became of the pull requests that forge-pending merges wait on (docs/forge.md#remote-sync).
+
+Every settle (the daemon's tick, each read, ``wait``) calls :func:`sync`; it asks the forge at most every
+``forge_poll`` seconds, in one batched GraphQL query for all of a project's pending pull requests, and when the
+forge is down or its rate limit is used up it waits until the stated reset, shows why on each task, and changes no
+status. A pull request merged completes its task (verified); one closed, failed or with changes requested blocks
+it, and with ``forge_auto_deliver`` the forge's feedback then goes to the agent by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.adapters.gh_forge import ForgeUnavailable
+from corral.adapters.locks import is_locked
+from corral.domain.actors import Actor
+from corral.domain.status import Status
+from corral.engine.operations.forge_accept import (
+    ASKED,
+    ForgeBlocked,
+    back_out,
+    forge_for,
+    pending,
+    read_task,
+    record_of,
+    save_record,
+    settle_pending,
+)
+from corral.engine.project import Project
+from corral.engine.task_locks import task_lock
+from corral.errors import CorralError, TaskBusy
+
+
+def _sync_file(project: Project) -> Path:
+    return project.paths.root / "forge-sync.json"
+
+
+def sync(project: Project, *, force: bool = False) -> list[str]:
+    """Remote sync: one batched query for every pending pull request of the project, at most every ``forge_poll``
+    seconds (``force``: now), waiting out an outage or a rate limit until the forge's stated reset. A task whose
+    pull request merged completes; closed, failed or changes requested, it is blocked. Returns problems met."""
+    if project.config["forge"] != "gh":
+        return []
+    with project.store.read() as tx:
+        tasks = [t for t in tx.tasks([Status.MERGING]) if pending(t)]
+    if not tasks:
+        return []
+    path = _sync_file(project)
+    try:
+        memory = json.loads(path.read_text())
+    except (OSError, ValueError):
+        memory = {}
+    now = time.time()
+    if not force and now < max(float(memory.get("next", 0)), float(memory.get("retry_at") or 0)):
+        return []
+    memory = {"next": now + float(project.config["forge_poll"])}
+    problems: list[str] = []
+    try:
+        forge = forge_for(project)
+        numbers = [n for t in tasks if isinstance(n := record_of(t).get("number"), int)]
+        states = forge.pulls(numbers) if numbers else {}
+    except ForgeUnavailable as exc:
+        memory["retry_at"] = exc.retry_at or now + float(project.config["forge_poll"])
+        memory["said"] = exc.message
+        for t in tasks:
+            save_record(project, t.id, unavailable=exc.message)
+        _write(path, memory)
+        return [exc.message]
+    except CorralError as exc:
+        _write(path, memory)
+        return [exc.message]
+    _write(path, memory)
+    for task in tasks:
+        if is_locked(project.paths.lifecycle_lock(task.id)):
+            continue  # an accept holds it and asks the forge itself
+        try:
+            with task_lock(project, task.id, what="remote sync", timeout=0):
+                current = read_task(project, task.id)
+                if not pending(current):
+                    continue
+                rec = record_of(current)
+                if rec.get("stage") != ASKED:  # an accept died before it asked the forge to merge
+                    back_out(project, task.id, Actor.SYSTEM, "restored: the forge accept died before it asked to merge")
+                    continue
+                number = rec.get("number")
+                state = states.get(number) if isinstance(number, int) else None
+                settle_pending(project, forge, current, Actor.SYSTEM, None, asked_by=None, state=state)
+        except TaskBusy:
+            continue
+        except ForgeBlocked:
+            try:  # the task is blocked and says why; its feedback may go to the agent by itself
+                _auto_deliver(project, task.id)
+            except CorralError as exc:
+                problems.append(f"{task.ref}: forge feedback: {exc.message}")
+        except CorralError as exc:
+            problems.append(f"{task.ref}: remote sync: {exc.message}")
+    return problems
+
+
+def _write(path: Path, memory: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(memory))
+    tmp.replace(path)
+
+
+def _auto_deliver(project: Project, task_id: str) -> None:
+    """``forge_auto_deliver``: a task the forge blocked goes back to work with the forge's feedback (actor system),
+    at most ``breaker_threshold`` times for one pull request, so a forge that keeps failing never loops."""
+    if not project.config["forge_auto_deliver"]:
+        return
+    task = read_task(project, task_id)
+    rec = record_of(task)
+    if task.status is not Status.BLOCKED or not rec.get("feedback"):
+        return
+    count = int(rec.get("auto_delivered") or 0)
+    if count >= int(project.config["breaker_threshold"]):
+        return
+    save_record(project, task_id, auto_delivered=count + 1)
+    from corral.engine.operations import turns
+
+    turns.unblock(project, task_id, actor=Actor.SYSTEM, message="")
