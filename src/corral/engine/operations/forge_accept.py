@@ -36,6 +36,7 @@ from corral.domain.sanitize import one_line, sanitize_prose
 from corral.domain.status import Status
 from corral.engine.git_remote import remote_name
 from corral.engine.operations import accept as accepting
+from corral.engine.operations import reviewed
 from corral.engine.project import Project
 from corral.engine.recovery import removals
 from corral.engine.recovery.in_flight import MARKER
@@ -123,9 +124,7 @@ def accept(
     ready = accepting.preflight(project, task_id, actor, caller_task_id)
     if isinstance(ready, accepting.Accepted):
         return ready
-    agreed = accepting._agreed_tip(
-        project, ready, pinned, accepting.reviewed.viewer(actor, caller_task_id), confirm, narrator
-    )
+    agreed = accepting._agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
     del agreed
     narrator.phase(accepting.PREFLIGHT, "done")
     narrator.announce(list(PHASES))
@@ -140,11 +139,9 @@ def accept(
             resting_cause=None,
         )
         old = record_of(task)
-        keep = {k: old[k] for k in ("number", "url", "node", "delivered") if k in old}
-        meta = {
-            **task.metadata,
-            RECORD: {**keep, "stage": PUSHING, "head": tip, "base": target, "prior": ready.prior.value},
-        }
+        keep: dict[str, Any] = {k: old[k] for k in ("number", "url", "node", "delivered") if k in old}
+        fresh: dict[str, Any] = {**keep, "stage": PUSHING, "head": tip, "base": target, "prior": ready.prior.value}
+        meta = {**task.metadata, RECORD: fresh}
         tx.update_task(task.id, metadata=meta, touch=False)
         message = accepting._message(tx, task, ready.session)
     crashpoints.hit("forge-accept.marked")
@@ -308,7 +305,7 @@ def settle_pending(
             hint=f"Accept it again to open a new one: corral accept {task.ref}",
         )
     _note_remarks(project, task, state, forge)
-    reviewed = str(rec.get("head") or "")
+    reviewed_tip = str(rec.get("head") or "")
     url = state.url
     if state.state == "MERGED" and state.merge_commit:
         return _complete(project, forge, read_task(project, task.id), state.merge_commit, actor, narrator)
@@ -316,9 +313,9 @@ def settle_pending(
     cause = ""
     if state.state == "CLOSED":
         why, cause = f"the pull request {url} was closed on the forge without merging", "forge-closed"
-    elif state.head_oid != reviewed:
+    elif state.head_oid != reviewed_tip:
         why, cause = (
-            f"the pull request's head moved to {state.head_oid[:12]}, past the reviewed {reviewed[:12]}: "
+            f"the pull request's head moved to {state.head_oid[:12]}, past the reviewed {reviewed_tip[:12]}: "
             "nothing was merged",
             "forge-head-moved",
         )
@@ -339,13 +336,15 @@ def settle_pending(
     waits = _waits(state)
     if not state.auto_merge and rec.get("stage") == ASKED:
         if not state.pending and waits == "":  # nothing left to wait for: merge it, pinned as before
-            merged = forge.merge(number, reviewed, str(rec.get("headline") or task.goal), str(rec.get("message") or ""))
+            merged = forge.merge(
+                number, reviewed_tip, str(rec.get("headline") or task.goal), str(rec.get("message") or "")
+            )
             if merged.sha:
                 return _complete(project, forge, read_task(project, task.id), merged.sha, actor, narrator)
             refused = merged.reason
         elif asked_by is not None:
             took = forge.auto_merge(
-                str(rec.get("node")), reviewed, str(rec.get("headline") or task.goal), str(rec.get("message") or "")
+                str(rec.get("node")), reviewed_tip, str(rec.get("headline") or task.goal), str(rec.get("message") or "")
             )
             if took is None:
                 again = forge.pulls([number]).get(number)

@@ -93,8 +93,8 @@ def submit(project: Project, given: str, *, actor: Actor, draft: bool = False) -
             if pull_request:
                 meta["pull_request"] = pull_request
             if record is not None:
-                old = meta.get(RECORD) if isinstance(meta.get(RECORD), dict) else {}
-                meta[RECORD] = {**old, **record}
+                old = meta.get(RECORD)
+                meta[RECORD] = {**(old if isinstance(old, dict) else {}), **record}
             tx.update_task(task.id, metadata=meta)
             tx.set_status(task.id, Status.SUBMITTED, actor, f"pushed to {remote}", expected_from=current.status)
         return Submitted(task.ref, remote, task.branch, pull_request)
