@@ -120,9 +120,10 @@ class Board:
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.write(self.master, b"q")
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+            end = time.monotonic() + 10
+            while self.proc.poll() is None and time.monotonic() < end:
+                self.read(0.05)  # what it writes on its way out is read, as a terminal would
+            if self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGTERM)
                 self.proc.wait(timeout=10)
         os.close(self.master)

@@ -152,7 +152,7 @@ class BoardApp(App[int]):
         if self.has_class("detail") and self.tab != "diff":
             self.load_tab(self.tab)
 
-    def draw_board(self, *, force: bool = False) -> None:
+    def draw_board(self) -> None:
         board = self.source.board
         doc = board.to_json() if board is not None else {"groups": [], "projects": [], "finished": []}
         width = max(40, self.size.width - 2)
@@ -178,7 +178,7 @@ class BoardApp(App[int]):
         for problem in doc.get("problems") or []:
             shown.append((None, Text(f"! {display(str(problem), multiline=False)}", style="yellow")))
         self.draw_keys()
-        if shown == self._shown and not force:  # a read that changed nothing shown redraws nothing
+        if shown == self._shown:  # a read that changed nothing shown redraws nothing
             return
         self._shown = shown
         listing = self.query_one("#board", OptionList)
@@ -193,8 +193,9 @@ class BoardApp(App[int]):
         return rows_of.row_text(self._rows[key], widths, width=width, aged=aged, selected=key == self.selected)
 
     def on_resize(self, _event: events.Resize) -> None:
-        if self.source.board is not None:
-            self.draw_board(force=True)
+        laid_out = self._layout is not None and self._layout[1] == max(40, self.size.width - 2)
+        if self.source.board is not None and not laid_out:  # a new height scrolls; only a new width lays out
+            self.draw_board()
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         key = _key_of(event.option.id)
