@@ -20,7 +20,7 @@ import pytest
 from hypothesis import settings
 
 from corral.testing.fake_agent import wrapper_script
-from tests.support import inprocess
+from tests.support import inprocess, template_repo
 
 settings.register_profile("ci", deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, max_examples=50)
@@ -37,6 +37,7 @@ _ISOLATED = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_TERMINAL_PROMPT": "0",
 }
+_GITCONFIG = "[init]\n\tdefaultBranch = main\n[user]\n\tname = Test\n\temail = test@example.com\n"
 _DROPPED = ("CORRAL_ACTOR", "CORRAL_DEBUG", "VISUAL", "EDITOR", "GIT_DIR", "GIT_WORK_TREE")
 
 
@@ -47,7 +48,7 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     home = base / "home"
     home.mkdir()
     gitconfig = base / "gitconfig"
-    gitconfig.write_text("[init]\n\tdefaultBranch = main\n[user]\n\tname = Test\n\temail = test@example.com\n")
+    gitconfig.write_text(_GITCONFIG)
     for key, value in _ISOLATED.items():
         monkeypatch.setenv(key, value)
     for key in list(os.environ):
@@ -73,16 +74,29 @@ def git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.fixture(scope="session")
+def repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository :func:`repo` copies, made once per test process in the environment
+    :func:`isolated_env` gives a test (its git identity and config, nothing of the machine's)."""
+    base = tmp_path_factory.mktemp("template")
+    gitconfig = base / "gitconfig"
+    gitconfig.write_text(_GITCONFIG)
+    env = {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(base),
+        "GIT_CONFIG_GLOBAL": str(gitconfig),
+        **_ISOLATED,
+    }
+    if "TZ" in os.environ:  # the commit's zone, as a test's own git would take it
+        env["TZ"] = os.environ["TZ"]
+    return template_repo.make(base / "repo", env)
+
+
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A git repository on ``main`` with one commit."""
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("# demo\n")
-    git(path, "add", "README.md")
-    git(path, "commit", "-q", "-m", "initial")
-    return path
+def repo(tmp_path: Path, repo_template: Path) -> Path:
+    """A git repository on ``main`` with one commit (``README.md``): a copy of :func:`repo_template`,
+    the repository ``git init``, ``add`` and ``commit`` would have made here."""
+    return template_repo.copy(repo_template, tmp_path / "repo")
 
 
 @dataclass
@@ -176,6 +190,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not hasattr(config, "workerinput"):  # once, in the process that runs or hands out the tests
         compile_corral()
+    # The test modules' assertion rewriting is cached as pytest's own bytecode beside them, so each
+    # run (and each worker of ``-n``) reads it instead of rewriting and compiling ~300 modules
+    # again: seconds of every worker's collection where the environment says not to write bytecode.
+    sys.dont_write_bytecode = False
 
 
 def compile_corral() -> None:
