@@ -269,3 +269,24 @@ def test_forge_feedback_is_delivered_by_itself_with_forge_auto_deliver(fproj, ag
     assert [t.actor for t in unblocks] == [Actor.SYSTEM]
     forge_sync.sync(proj, force=True)  # a blocked task is not pending on the forge: nothing twice
     assert len(agent.calls()) == len(calls)
+
+
+def test_every_forge_text_arrives_escaped(fproj, agent):
+    proj, forge = fproj(required_checks=("ci\x1b[2J",))
+    blocked_with(proj, agent, "esc", work("esc.py", "e = 1\n"))
+    accepting.accept(proj, "esc", actor=Actor.HUMAN)
+    number = forge.pull().number
+    forge.finish_checks(number, "FAILURE", log="\x1b]52;c;cm0gLXJm\x07 failed\n")
+    forge.add_review(number, "CHANGES_REQUESTED", "fix \x1b[8mhidden\x1b[0m", author="eve\x1b]0;title\x07")
+    forge.fail_next(1, status=503)
+    problems = forge_sync.sync(proj, force=True)
+    assert problems and all("\x1b" not in p for p in problems)
+    forge_sync.sync(proj, force=True)
+    task = task_of(proj, "esc")
+    assert task.status is Status.BLOCKED
+    with proj.store.read() as tx:
+        reason = tx.status_changes(task.id)[-1].reason
+    assert "ci" in reason and "\x1b" not in reason and "\x07" not in reason
+    feedback = forge_accept.take_feedback(proj, task.id) or ""
+    assert "hidden" in feedback and "eve" in feedback
+    assert not any(ch in feedback for ch in "\x1b\x07")

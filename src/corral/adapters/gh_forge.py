@@ -8,8 +8,9 @@ versions, while ``gh api`` sends exactly what corral wrote. The host comes from 
 Every answer is read with ``--include``, so the HTTP status and the rate-limit headers are seen: an outage
 (a 5xx, a connection that failed) and a rate limit are :class:`ForgeUnavailable` (with the forge's stated
 reset), waited out by the caller and never taken for the pull request's state; a refusal is
-:class:`ForgeRefused` with GitHub's own words. Everything the forge says is untrusted text: the caller
-sanitizes it at intake.
+:class:`ForgeRefused` with GitHub's own words. Everything the forge says is untrusted text: the short fields
+(URLs, check names, logins, its messages) are escaped here, at intake; a comment's body and a log's tail are
+sanitized as prose where they become feedback.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from msgspec import Struct
 
 from corral.adapters.process import Runner
+from corral.domain.sanitize import one_line
 from corral.errors import CorralError, ProgramError
 
 #: How long one ``gh`` call may run.
@@ -165,7 +167,7 @@ class GhForge:
         if status is None:
             said = (done.stderr or done.stdout).strip().splitlines()
             raise ForgeUnavailable(
-                f"{self.repo.host} could not be reached through gh: {said[-1][:300] if said else 'no answer'}",
+                f"{self.repo.host} could not be reached through gh: {one_line(said[-1], 300) if said else 'no answer'}",
                 hint=f"Check gh's login and the network: GH_HOST={self.repo.host} gh auth status",
             )
         try:
@@ -306,15 +308,20 @@ def _split(out: str) -> tuple[int | None, dict[str, str], str]:
 
 
 def _said(doc: Any) -> str:
+    """What the forge said, as one escaped line: it is untrusted text on its way into an error message."""
     if isinstance(doc, dict):
-        return str(doc.get("message") or doc)
-    return str(doc or "")
+        return one_line(str(doc.get("message") or doc), 300)
+    return one_line(str(doc or ""), 300)
 
 
 def _pull(doc: Any) -> Pull:
     if not isinstance(doc, dict):
         raise ForgeRefused(f"The forge answered with no pull request: {_said(doc)[:200]}", status=200)
-    return Pull(int(doc["number"]), str(doc["html_url"]), str(doc["node_id"]), str(doc["head"]["sha"]))
+    return Pull(int(doc["number"]), one_line(str(doc["html_url"]), 300), str(doc["node_id"]), str(doc["head"]["sha"]))
+
+
+def _login(doc: dict[str, Any]) -> str:
+    return one_line(str((doc.get("author") or {}).get("login", "")), 60)
 
 
 def _pull_state(doc: dict[str, Any]) -> PullState:
@@ -326,7 +333,7 @@ def _pull_state(doc: dict[str, Any]) -> PullState:
             state = {"SUCCESS": "success", "PENDING": "pending", "EXPECTED": "pending"}.get(
                 node.get("state"), "failure"
             )
-            checks.append(Check(str(node.get("context")), state))
+            checks.append(Check(one_line(str(node.get("context")), 100), state))
             continue
         if node.get("status") != "COMPLETED":
             state = "pending"
@@ -335,17 +342,17 @@ def _pull_state(doc: dict[str, Any]) -> PullState:
         else:
             state = "failure"
         job = node.get("databaseId")
-        checks.append(Check(str(node.get("name")), state, int(job) if isinstance(job, int) else None))
+        checks.append(Check(one_line(str(node.get("name")), 100), state, int(job) if isinstance(job, int) else None))
     remarks = [
-        Remark(str(r["id"]), str((r.get("author") or {}).get("login", "")), str(r.get("state", "")), str(r["body"]))
+        Remark(str(r["id"]), _login(r), str(r.get("state", "")), str(r["body"]))
         for r in (doc.get("reviews") or {}).get("nodes") or []
     ] + [
-        Remark(str(c["id"]), str((c.get("author") or {}).get("login", "")), "COMMENTED", str(c["body"]))
+        Remark(str(c["id"]), _login(c), "COMMENTED", str(c["body"]))
         for c in (doc.get("comments") or {}).get("nodes") or []
     ]
     return PullState(
         int(doc["number"]),
-        str(doc["url"]),
+        one_line(str(doc["url"]), 300),
         str(doc["state"]),
         str(doc["headRefOid"]),
         (doc.get("mergeCommit") or {}).get("oid"),

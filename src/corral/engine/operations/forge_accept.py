@@ -306,7 +306,7 @@ def settle_pending(
         )
     _note_remarks(project, task, state, forge)
     reviewed_tip = str(rec.get("head") or "")
-    url = state.url
+    url = one_line(state.url, 300)
     if state.state == "MERGED" and state.merge_commit:
         return _complete(project, forge, read_task(project, task.id), state.merge_commit, actor, narrator)
     why: str | None = None
@@ -320,11 +320,12 @@ def settle_pending(
             "forge-head-moved",
         )
     elif state.failing:
-        names = ", ".join(c.name for c in state.failing)
+        names = ", ".join(one_line(c.name, 100) for c in state.failing)
         why, cause = f"checks failed on {url}: {names}", "forge-checks-failed"
     elif state.review_decision == "CHANGES_REQUESTED":
-        who = ", ".join(sorted({r.author for r in state.remarks if r.state == "CHANGES_REQUESTED"})) or "a reviewer"
-        why, cause = f"changes requested on {url} by {sanitize_prose(who)}", "forge-changes-requested"
+        who = ", ".join(sorted({one_line(r.author, 60) for r in state.remarks if r.state == "CHANGES_REQUESTED"}))
+        who = who or "a reviewer"
+        why, cause = f"changes requested on {url} by {who}", "forge-changes-requested"
     if why is not None:
         back_out(project, task.id, asked_by or Actor.SYSTEM, why, blocked=True, cause=cause, details={"url": url})
         if narrator is not None:
