@@ -153,7 +153,7 @@ def test_a_multiline_value_is_never_mangled(corral, isolated_env: Path) -> None:
 def test_the_hint_to_set_a_harness_path_names_a_command_that_works(corral, tmp_path: Path) -> None:
     evidence = FailureEvidence(source="supervisor", code="harness-missing", category="fatal_config")
     wording = explain_failure(evidence, "claude", "fix-it")
-    found = re.search(r"corral config set (\w+) PATH", wording.next or "")
+    found = re.search(r"point the (\w+) setting at it", wording.next or "")  # named, never with a placeholder
     assert found, wording
     program = tmp_path / "my-claude"
     corral.ok("config", "set", found.group(1), str(program))
