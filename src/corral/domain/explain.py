@@ -446,7 +446,7 @@ _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 #: Where a command named in a hint ends (outside quotes): the words around it are not part of it.
-_COMMAND_ENDS = (")", ";", " — ", ", then", ", or ", " or corral ", " or git ", "`", " (", " then")
+_COMMAND_ENDS = (")", ";", " — ", " · ", ", then", ", or ", " or corral ", " or git ", "`", " (", " then")
 _COMMAND_STARTS = re.compile(r"(?<![\w/.-])(?:corral|git) ")
 
 
