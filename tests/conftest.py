@@ -20,7 +20,7 @@ import pytest
 from hypothesis import settings
 
 from corral.testing.fake_agent import wrapper_script
-from tests.support import inprocess, template_repo
+from tests.support import inprocess, slow_first, template_repo
 
 settings.register_profile("ci", deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, max_examples=50)
@@ -194,6 +194,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # run (and each worker of ``-n``) reads it instead of rewriting and compiling ~300 modules
     # again: seconds of every worker's collection where the environment says not to write bytecode.
     sys.dont_write_bytecode = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of the longest tests first (:mod:`tests.support.slow_first`), so that under ``-n``
+    neither worker is left running them alone at the end; each file's tests keep their order."""
+    items.sort(key=lambda item: slow_first.rank(item.nodeid))
 
 
 def compile_corral() -> None:
