@@ -201,7 +201,7 @@ def timeline_plot(doc: dict[str, Any]) -> Markup:
     if not changes:
         return Markup("")
     now: datetime = _t(doc["task"].get("updated_at")) or changes[-1][1]
-    if doc["task"]["status"] == "working" or doc.get("live"):
+    if doc.get("live") or Status(doc["task"]["status"]) is Status.WORKING:
         from corral.domain.clock import utcnow
 
         now = max(now, utcnow())
