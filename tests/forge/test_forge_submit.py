@@ -26,3 +26,26 @@ def test_submit_pushes_and_opens_a_draft_pull_request_that_accept_then_merges(fp
     lines = [json.loads(line) for line in corral.ok("accept", "sb", "--json").stdout.splitlines()]
     assert next(e for e in lines if e.get("event") == "result")["task"]["status"] == "complete"
     assert forge.pull().state == "MERGED"
+
+
+def test_a_submitted_pull_request_merged_or_closed_outside_moves_its_task(fproj, agent, repo):
+    from corral.domain.actors import Actor
+    from corral.engine.operations import forge_sync
+    from corral.engine.operations.submit import submit
+
+    proj, forge = fproj()
+    blocked_with(proj, agent, "m", work("m.txt", "m\n"))
+    blocked_with(proj, agent, "c", work("c.txt", "c\n"))
+    submit(proj, "m", actor=Actor.HUMAN)
+    submit(proj, "c", actor=Actor.HUMAN)
+    merged, closed = (p.number for p in forge.pulls.values())
+    forge.merge_outside(merged)
+    forge.close_outside(closed)
+    assert forge_sync.sync(proj, force=True) == []
+    m, c = task_of(proj, "m"), task_of(proj, "c")
+    assert m.status is Status.COMPLETE and c.status is Status.BLOCKED
+    with proj.store.read() as tx:
+        assert [x.to_status for x in tx.status_changes(m.id)][-2:] == [Status.ZOMBIE, Status.COMPLETE]
+        assert "closed on the forge without merging" in tx.status_changes(c.id)[-1].reason
+    assert git(repo, "rev-parse", "main") == forge.pull(merged).merge_commit  # the clean target followed
+    assert not proj.paths.worktree("m").exists() and proj.paths.worktree("c").exists()

@@ -454,7 +454,7 @@ def _complete(
     )
     if fetched.returncode != 0 or git.rev_parse(f"{sha}^{{commit}}", cwd=repo) is None:
         raise _unfetched(task.ref, sha, remote, target)
-    problem = _verify(project, sha, tip)
+    problem = verify_merge(project, sha, tip)
     if narrator is not None:
         narrator.phase(PHASES[4], "failed" if problem else "done", problem)
     if problem:
@@ -472,7 +472,7 @@ def _complete(
             code="merge-unverified",
             hint=f"Look at it: git show {sha[:12]}. The task is blocked; nothing here was changed.",
         )
-    warning = _follow(project, target, sha, remote)
+    warning = follow_target(project, target, sha, remote)
     with project.store.read() as tx:
         session = tx.get_session(task.session_id) if task.session_id else None
     if session is not None:
@@ -512,7 +512,7 @@ def _unfetched(ref: str, sha: str, remote: str, target: str) -> ForgeUnavailable
     )
 
 
-def _verify(project: Project, sha: str, tip: str) -> str | None:
+def verify_merge(project: Project, sha: str, tip: str) -> str | None:
     """The squash carries exactly the reviewed change: its tree is what merging the reviewed tip onto its parent
     makes (the base may have moved on the forge)."""
     git, repo = project.git, project.repo
@@ -525,7 +525,7 @@ def _verify(project: Project, sha: str, tip: str) -> str | None:
     return None  # its message is the forge's (a merge made on the forge by a person carries no trailer of ours)
 
 
-def _follow(project: Project, target: str, sha: str, remote: str) -> str | None:
+def follow_target(project: Project, target: str, sha: str, remote: str) -> str | None:
     """Fast-forward the local target to the forge's merge when it has nothing the remote lacks and its checkout
     (if any) is clean; otherwise say so (it was fetched)."""
     git, repo = project.git, project.repo

@@ -14,22 +14,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral.adapters.gh_forge import ForgeUnavailable
+from corral.adapters.gh_forge import ForgeUnavailable, GhForge, PullState
 from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor
+from corral.domain.records import Task
 from corral.domain.status import Status
+from corral.engine.git_remote import remote_name
 from corral.engine.operations.forge_accept import (
     ASKED,
     ForgeBlocked,
     back_out,
+    follow_target,
     forge_for,
     pending,
     read_task,
     record_of,
     save_record,
     settle_pending,
+    verify_merge,
 )
 from corral.engine.project import Project
+from corral.engine.recovery.merges import complete_merged
 from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, TaskBusy
 
@@ -46,6 +51,7 @@ def sync(project: Project, *, force: bool = False) -> list[str]:
         return []
     with project.store.read() as tx:
         tasks = [t for t in tx.tasks([Status.MERGING]) if pending(t)]
+        tasks += [t for t in tx.tasks([Status.SUBMITTED]) if isinstance(record_of(t).get("number"), int)]
     if not tasks:
         return []
     path = _sync_file(project)
@@ -79,6 +85,9 @@ def sync(project: Project, *, force: bool = False) -> list[str]:
         try:
             with task_lock(project, task.id, what="remote sync", timeout=0):
                 current = read_task(project, task.id)
+                if current.status is Status.SUBMITTED:
+                    _submitted(project, forge, current, states.get(record_of(current).get("number") or 0))
+                    continue
                 if not pending(current):
                     continue
                 rec = record_of(current)
@@ -98,6 +107,45 @@ def sync(project: Project, *, force: bool = False) -> list[str]:
         except CorralError as exc:
             problems.append(f"{task.ref}: remote sync: {exc.message}")
     return problems
+
+
+def _submitted(project: Project, forge: GhForge, task: Task, state: PullState | None) -> None:
+    """A submitted task whose pull request was merged or closed on the forge, outside corral (seed 002): merged,
+    it completes through zombie (the system's recovery status), verified against the pull request's last head;
+    closed, it is blocked."""
+    if state is None or state.state == "OPEN":
+        return
+    if state.state == "CLOSED":
+        with project.store.write() as tx:
+            tx.park(
+                task.id,
+                Actor.SYSTEM,
+                f"its pull request {state.url} was closed on the forge without merging",
+                expected_from=Status.SUBMITTED,
+            )
+        return
+    if not state.merge_commit:
+        return
+    git, repo, remote = project.git, project.repo, remote_name(project)
+    base = str(record_of(task).get("base") or "")
+    fetched = git.run("fetch", "-q", remote, f"+refs/heads/{base}:refs/remotes/{remote}/{base}", state.head_oid,
+                      cwd=repo, check=False)  # fmt: skip
+    if fetched.returncode != 0 or verify_merge(project, state.merge_commit, state.head_oid) is not None:
+        raise CorralError(
+            f"The pull request of {task.ref} was merged on the forge as {state.merge_commit[:12]}, but that merge "
+            "could not be verified against its head; the task stays submitted.",
+            code="merge-unverified",
+            hint=f"Look at it (git show {state.merge_commit[:12]}); close the task when it is done: "
+            f"corral close {task.ref} -m 'merged on the forge'",
+        )
+    with project.store.read() as tx:
+        session = tx.get_session(task.session_id) if task.session_id else None
+    if session is None:
+        return
+    follow_target(project, base, state.merge_commit, remote)
+    save_record(project, task.id, merged=state.merge_commit)
+    complete_merged(project, read_task(project, task.id), session, f"its pull request was merged on the forge as "
+                    f"{state.merge_commit[:12]}")  # fmt: skip
 
 
 def _write(path: Path, memory: dict[str, Any]) -> None:
