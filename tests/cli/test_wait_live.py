@@ -86,7 +86,7 @@ def test_wait_on_a_terminal_shows_one_live_line_with_the_escaped_last_output(cor
     assert TITLE not in text  # the title sequence never reached the terminal
     assert all(re.search(r" · \d+:\d\d( · |$)", line) for line in live), live  # the elapsed time, m:ss
     # the answer comes after the line is erased, on a clean line
-    assert answer.startswith("talk is blocked.") and "All done." in answer
+    assert answer.startswith("talk is blocked — waiting for you.") and "All done." in answer
 
 
 @pytest.mark.slow
@@ -102,7 +102,7 @@ def test_start_wait_shows_it_too_and_off_a_terminal_there_is_none(corral, repo, 
     assert piped.returncode == 0, piped.stderr
     for stream in (piped.stdout, piped.stderr):
         assert "\r" not in stream and "\x1b[2K" not in stream
-    assert "quiet is blocked." in piped.stdout
+    assert "quiet is blocked — waiting for you." in piped.stdout
 
     # with --json on a terminal, stdout is the one document and no live line is drawn
     corral.ok("create", "Json", "--ref", "json-task", env=env)

@@ -18,6 +18,7 @@ from corral.cli.textinput import obtain
 from corral.domain.attention import Notice
 from corral.domain.operations_table import Op, may
 from corral.domain.records import Task
+from corral.domain.status import status_text
 from corral.engine.api import Project, control, live_turn, notify, queries, turns
 from corral.errors import UsageError
 
@@ -126,7 +127,7 @@ def _waited(result: control.WaitResult, doc: dict[str, Any], timeout: float | No
     if result.timed_out:
         out = [f"{task.ref} is still {task.status.value} after {timeout:g} s."]
     else:
-        out = [f"{task.ref} is {task.status.value}."]
+        out = [f"{task.ref} is {status_text(task.status)}."]  # with what it means: blocked — waiting for you
         last = next((t for t in reversed(doc["turns"]) if t["role"] == "agent"), None)
         if last and last["content"]:
             out += ["", last["content"], ""]
