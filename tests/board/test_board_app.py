@@ -172,6 +172,7 @@ def test_the_whole_loop_from_the_board(
             await shows(pilot, f"Accept {ref}: squash-merge its work into its target? [y/N]")
             await pilot.press("n")
             await shows(pilot, f"{ref} was not accepted.")
+            assert len(app.screen_stack) == 1  # the answer was the question's: n opened no new task
             assert corral.json("show", ref)["task"]["status"] == "blocked"
             said: list[str] = []  # every message the board shows, as it shows it
             say = app.say

@@ -3,16 +3,20 @@ is the pair's (the agent on a terminal), and the board comes back when the agent
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.cli.test_watch import Pane, row_line
+from tests.cli.test_watch import Pane, pane, row_line
 from tests.conftest import CLI
 from tests.support.polling import until
+
+__all__ = ["pane"]  # the watch tests' fixture: `corral watch` in a pane that says how it ended
 
 pytestmark = pytest.mark.slow  # a real turn and a real pair on a terminal: several seconds
 
@@ -60,3 +64,14 @@ def test_p_pairs_on_the_terminal_and_the_board_comes_back(
         p.shows("EXITED 0")
     finally:
         p.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_ends_the_board_and_gives_the_terminal_back(corral: CLI, pane: Pane, sig: int) -> None:
+    corral.ok("create", "Still here", "--ref", "here")
+    pane.shows("Backlog (1)", "here ")
+    shell = int(pane.display("#{pane_pid}"))
+    (watch,) = [int(c) for c in Path(f"/proc/{shell}/task/{shell}/children").read_text().split()]
+    os.kill(watch, sig)
+    pane.shows(f"EXITED {128 + sig}", "TERMINAL RESTORED")
+    assert pane.display("#{alternate_on} #{cursor_flag}") == "0 1"  # the person's screen, the cursor back

@@ -207,8 +207,8 @@ class BoardApp(App[int]):
             if changed in self._rows:
                 listing.replace_option_prompt(_key_id(changed), self.prompt(changed))
         self.draw_keys()
-        if self.has_class("detail"):
-            self.load_tab(self.tab if self.tab != "diff" else "timeline")
+        if self.has_class("detail"):  # the pane follows the selection; a diff is read only when asked for
+            self.action_tab(self.tab if self.tab != "diff" else "timeline")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         """Enter, or a click: the task's pane opens on its timeline."""
@@ -275,9 +275,12 @@ class BoardApp(App[int]):
         except CorralError as exc:
             text = actions.said(exc)
         page = self.query_one(f"#{tab}-page", Static)
+        scroller = page.parent
+        assert isinstance(scroller, VerticalScroll)
+        following = scroller.scroll_y >= scroller.max_scroll_y - 1  # at its end: a live log keeps to it
         page.update(_safe(text))
-        if tab == "log":  # a live log follows its end
-            self.call_after_refresh(page.parent.scroll_end, animate=False)  # type: ignore[union-attr]
+        if tab == "log" and following:
+            self.call_after_refresh(scroller.scroll_end, animate=False)
 
     def action_move(self, way: str) -> None:
         """``j``/``k``: the next or the previous row, as ``↓``/``↑``."""
