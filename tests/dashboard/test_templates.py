@@ -124,3 +124,18 @@ def test_only_the_templates_html_is_markup() -> None:
     said = render("note.html", text=Markup("<b>made here</b>"), cls="meta")
     assert "<b>made here</b>" in said  # HTML a template or the dashboard built passes
     assert "&lt;b&gt;" in render("note.html", text="<b>from outside</b>", cls="meta")
+
+
+def test_the_templates_ship_as_package_data() -> None:
+    """An installed corral (not this checkout) has every template: pyproject's package data names them."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    shipped = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    templates = root / "src" / "corral" / "dashboard" / "templates"
+    names = sorted(p.relative_to(templates.parent).as_posix() for p in templates.iterdir())
+    assert names
+    for name in names:
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in shipped["corral.dashboard"]), name
