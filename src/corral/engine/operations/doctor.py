@@ -26,6 +26,7 @@ import msgspec
 from msgspec import Struct
 
 from corral.adapters.harness import NAMES, make_harness
+from corral.adapters.process import Runner
 from corral.domain.actors import Actor
 from corral.domain.records import Task
 from corral.domain.sanitize import sanitize_field
@@ -614,7 +615,8 @@ def run_install() -> list[Check]:
     with lenient():
         config = load_config(user_file=user_config_file(), project_file=None)
     checks = [Check("config", "fail", f"{p.code}: {p.message}", p.hint) for p in config.problems]
-    checks += _guarded("git", _install_git)
+    runner = SubprocessRunner()
+    checks += _guarded("git", lambda: _install_git(runner))
     checks += _guarded("home", lambda: _install_home(corral_home()))
     settings_checks = _unknown_harness(config) + [
         Check("config", "warn", f"unknown setting {item}", "See `corral config show` for the names.")
@@ -627,7 +629,6 @@ def run_install() -> list[Check]:
     names = [chosen] if chosen in NAMES else []
     names += [n for n in NAMES if n not in names and n != "command"]
     optional = frozenset(n for n in names if n != chosen)
-    runner = SubprocessRunner()
     checks += _guarded(
         "harness",
         lambda: _harness_checks(_reports(names, harness_settings(config), runner), config, optional),
@@ -645,13 +646,11 @@ def _reports(names: list[str], values: dict[str, object], runner: object) -> lis
         return list(pool.map(lambda name: report_one(name, values, runner), names))  # type: ignore[arg-type]
 
 
-def _install_git() -> Check:
-    import subprocess
-
+def _install_git(runner: Runner) -> Check:
     git = shutil.which("git")
     if git is None:
         return Check("git", "fail", "git is not on PATH.", "Install git 2.38 or newer.")
-    done = subprocess.run([git, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    done = runner.run([git, "--version"], timeout=20)
     return _git_version(done.stdout.strip() or done.stderr.strip())
 
 
