@@ -99,6 +99,15 @@ class World:
         self.turn(ref, "die", "start", ref)
         return self.expect(ref, Status.INTERRUPTED)
 
+    def interrupted_with_violation(self) -> str:
+        """Interrupted after changing a protected file: a decision is owed before it goes on."""
+        ref = self.resting(self.interrupted(), None)
+        with store_of(self.corral) as store, store.write() as tx:
+            task = tx.task_by_ref(ref)
+            assert task is not None
+            tx.record_violations(task.id, ["guarded.txt"])
+        return ref
+
     def working(self) -> str:
         ref = self.backlog()
         self.mode.write_text("sleep")
@@ -253,6 +262,7 @@ def cases() -> dict[str, Case]:
         out[f"refused-{status.value}"] = (BY_STATUS[status], refused_hint(op))
     for status in (Status.BLOCKED, Status.INTERRUPTED):
         out[f"unblock-no-feedback-{status.value}"] = (BY_STATUS[status], unblock_without_feedback)
+    out["next-interrupted-with-protected-files"] = (World.interrupted_with_violation, next_of)
     return out
 
 
