@@ -98,7 +98,7 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
     if git.ref_exists(f"refs/heads/{task.branch}", cwd=repo):
         raise already_started(project, task) or PrepareFailed(
             f"The branch {task.branch} already exists.",
-            hint=f"Rename or delete it (git branch -m {task.branch} OTHER), then start the task again.",
+            hint=f"Rename it (git branch -m {task.branch} {task.branch}-old), then start the task again.",
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -273,7 +273,9 @@ def ask(app: App, task: str, message: str | None, timeout: float) -> int:
     """Ask the agent a question, read-only: the task is working while it answers, then waits for you again."""
     question = obtain(message, "Your question for the agent (it will not change any files).")
     if question is None:
-        raise UsageError("ask needs a question.", code="no-text", hint=f"corral ask {task} -m '…'")
+        raise UsageError(
+            "ask needs a question.", code="no-text", hint=f"corral ask {shlex.quote(task)} -m 'your question'"
+        )
     project = app.project
     started = turns.ask(project, task, actor=app.actor, question=question)
     try:
