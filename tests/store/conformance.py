@@ -348,6 +348,28 @@ def test_one_timestamp_per_transaction(store: Store, clock: Any) -> None:
     assert clock.now - first.at == timedelta(seconds=30)  # the clock moved; the transaction's "when" did not
 
 
+def test_exchanges_before_counts_what_the_timeline_numbers(store: Store) -> None:
+    """A message and its answer are one exchange; a turn answering no message (a sync, a lost turn named
+    by its log turn only, a fault) counts as its own, where the lost one joins the turn it ended."""
+    from corral.domain import exchanges
+
+    task = _create(store)
+    with store.write() as tx:
+        tx.add_turn(task.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go", command_id="c1")
+        tx.add_turn(task.id, role=Role.AGENT, kind="start", content="done", command_id="c1")
+        tx.add_turn(task.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="sync", content="merged")
+        tx.add_turn(task.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="unblock", content="more", command_id="c2")
+        tx.add_turn(task.id, role=Role.AGENT, kind="error", content="lost", details={"log_turn": 4})
+        tx.add_turn(task.id, role=Role.AGENT, kind="error", content="a fault")
+    turns = _read(store, lambda tx: tx.turns(task.id))
+    whole = exchanges.number(turns)
+    assert list(whole.values()) == [1, 1, 2, 3, 3, 4]
+    for t in turns:
+        before = _read(store, lambda tx, s=t.sequence: tx.exchanges_before(task.id, s))
+        page = [p for p in turns if p.sequence >= t.sequence]
+        assert exchanges.number(page, before=before) == {p.sequence: whole[p.sequence] for p in page}, t.sequence
+
+
 # -- park: the one function that derives blocked or conflict ------------------------------
 
 
