@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.cli.helpers import create, park, to_working
 from tests.conftest import CLI, git
+from tests.support.pi import pi_bin
 
 
 def _fake_claude(bin_dir: Path) -> Path:
@@ -27,7 +28,12 @@ def test_doctor_outside_a_repository_checks_the_install_and_exits_0(tmp_path: Pa
     nowhere.mkdir()
     bin_dir = tmp_path / "bin"
     _fake_claude(bin_dir)
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "ANTHROPIC_API_KEY": "sk-test-not-shown"}
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "ANTHROPIC_API_KEY": "sk-test-not-shown",
+        "CORRAL_AGENT_TOOLS": "1",  # a person's default (the suite turns it off)
+        "CORRAL_PI_BIN": str(pi_bin()),  # the real Pi, as .ci/install-agents puts it
+    }
     result = CLI(nowhere)("doctor", "--json", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     doc = result.json()
@@ -42,6 +48,11 @@ def test_doctor_outside_a_repository_checks_the_install_and_exits_0(tmp_path: Pa
     assert "2.1.332" in claude["message"] and "logged in ($ANTHROPIC_API_KEY)" in claude["message"]
     assert "sk-test-not-shown" not in result.stdout
     assert {c["message"].split(":")[0] for c in by_name["harness"]} == {"claude", "pi", "codex"}
+    # Each harness's agents reach corral's tools by their own door: Pi's is corral's extension, not MCP.
+    assert "corral's tools over MCP" in claude["message"]
+    [pi] = [c for c in by_name["harness"] if c["message"].startswith("pi:")]
+    assert pi["status"] == "ok", pi
+    assert "corral's tools through corral's Pi extension" in pi["message"] and "MCP" not in pi["message"]
     daemon = by_name["daemon"][0]
     assert daemon["status"] == "ok" and "starts by itself" in daemon["message"]
     assert by_name["sandbox"][0]["status"] in ("ok", "warn")

@@ -147,6 +147,9 @@ class Harness(Protocol):
         """True when a turn's agent can be given corral's MCP endpoint (``TurnRequest.tools``)."""
         ...
 
+    #: How a turn's agent reaches corral's tools when it gets them, in a few words (doctor).
+    agent_tools_door: str
+
     @property
     def agent_tools_absent(self) -> str | None:
         """One line saying why this harness's turns get no corral tools (doctor, show); None when they do."""

@@ -122,6 +122,7 @@ class ClaudeHarness:
     corral_owns_retries = True
     #: corral's MCP endpoint through ``--mcp-config`` (docs/harnesses.md#agent-tools).
     takes_agent_tools = True
+    agent_tools_door = "over MCP"
     agent_tools_absent: str | None = None
 
     def __init__(self, executable: str = "claude") -> None:

@@ -109,6 +109,7 @@ class CodexHarness:
     #: The supervisor ends Codex at its first "Reconnecting..." line: whatever Codex still
     #: retries on its own (a built-in provider's stream, an unreachable provider) is corral's.
     corral_owns_retries = True
+    agent_tools_door = "over MCP"
     # takes_agent_tools / agent_tools_absent: properties below (the user's config may forbid them)
 
     def __init__(

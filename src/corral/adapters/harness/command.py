@@ -120,6 +120,7 @@ class CommandHarness:
     corral_owns_retries = False  # a command says nothing corral could read as a retry: its exit decides
     #: The endpoint and the token in its environment: the command brings its own MCP client.
     takes_agent_tools = True
+    agent_tools_door = "as an MCP endpoint and token in its environment"
     agent_tools_absent: str | None = None
     install_hint = (
         'Set the command to run: corral config set command "my-agent --flag" (its contract: docs/harnesses.md).'

@@ -328,6 +328,7 @@ class PiHarness:
     login_hint = LOGIN_HINT
     #: The supervisor ends Pi at its first ``auto_retry_start`` line: corral's ladder owns the cadence.
     corral_owns_retries = True
+    agent_tools_door = "through corral's Pi extension (its bash with intents, and failure_disposition)"
     # takes_agent_tools / agent_tools_absent: properties below (an install may lack the extension's files)
 
     def __init__(

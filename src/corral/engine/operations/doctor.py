@@ -332,7 +332,7 @@ def _agent_tools(config: Config, name: str) -> str:
     except CorralError as exc:
         return f"corral tools unknown: {exc.message}"
     if harness.takes_agent_tools:
-        return "its agents get corral's tools over MCP"
+        return f"its agents get corral's tools {harness.agent_tools_door}"
     return f"no corral tools for its agents: {harness.agent_tools_absent}"
 
 
