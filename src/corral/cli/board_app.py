@@ -114,10 +114,6 @@ class BoardApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Static(id="title")
         yield OptionList(id="board")
-        with TabbedContent(id="pane", initial="timeline"):
-            for tab in TABS.values():
-                with TabPane(tab.capitalize(), id=tab), VerticalScroll():
-                    yield Static(classes="page", id=f"{tab}-page")
         yield Static(id="message")
         yield Static(id="keys")
 
@@ -197,7 +193,7 @@ class BoardApp(App[int]):
         if self.source.board is not None and not laid_out:  # a new height scrolls; only a new width lays out
             self.draw_board()
 
-    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+    async def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         key = _key_of(event.option.id)
         if key is None or key == self.selected:
             return
@@ -208,14 +204,14 @@ class BoardApp(App[int]):
                 listing.replace_option_prompt(_key_id(changed), self.prompt(changed))
         self.draw_keys()
         if self.has_class("detail"):  # the pane follows the selection; a diff is read only when asked for
-            self.action_tab(self.tab if self.tab != "diff" else "timeline")
+            await self.action_tab(self.tab if self.tab != "diff" else "timeline")
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+    async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         """Enter, or a click: the task's pane opens on its timeline."""
         key = _key_of(event.option.id)
         if key is not None:
             self.selected = key
-            self.action_tab("timeline")
+            await self.action_tab("timeline")
 
     def draw_keys(self) -> None:
         line = board_keys.keys_line(self.status_of(self.selected), detail=self.has_class("detail"))
@@ -242,11 +238,17 @@ class BoardApp(App[int]):
         return self.source.project_of(row) if row is not None else self.source.projects[0][1]
 
     # -- the pane ------------------------------------------------------------------------------
-    def action_tab(self, tab: str) -> None:
+    async def action_tab(self, tab: str) -> None:
         row = self.row(self.selected)
         if row is None:
             self.say("No task selected.")
             return
+        if not self.query("#pane"):  # made when first opened: a board that is only looked at starts sooner
+            pane = TabbedContent(id="pane")
+            await self.mount(pane, before="#message")
+            for name in TABS.values():
+                page = Static(classes="page", id=f"{name}-page")
+                await pane.add_pane(TabPane(name.capitalize(), VerticalScroll(page), id=name))
         self.add_class("detail")
         self.tab = tab
         self.query_one("#pane", TabbedContent).active = tab
