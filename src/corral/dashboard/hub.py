@@ -267,7 +267,8 @@ class Follower:
             self.seq, self.done = seq, False
             self.log = TurnLog(project.paths.turn_dir(self.task_id, seq))
             self.harness = log_text.harness_of(project, task)
-            out.append(("meta", f"── turn {seq}"))
+            number = turn_logs.exchange_numbers(project, task).get(seq, seq)  # as show numbers it
+            out.append(("meta", f"── turn {number}"))
         if self.done:
             return out
         running = now.running and now.sequence == seq
