@@ -207,6 +207,10 @@ def test_the_accept_command_answers_with_the_pull_request_and_what_it_waits_for(
     result = corral.ok("accept", "cli")
     url = f"https://{forge.host}/acme/widgets/pull/{forge.pull().number}"
     assert f"cli is merging: the merge waits on the forge: {url} — checks: ci (pending)" in result.stdout
+    shown = corral.ok("show", "cli").stdout
+    assert f"Forge:    {url} — the merge waits on the forge: checks: ci (pending)" in shown
+    forge_doc = corral.json("show", "cli")["forge"]
+    assert forge_doc["pending"] and forge_doc["url"] == url and forge_doc["waits"] == "checks: ci (pending)"
     forge.finish_checks(forge.pull().number, "FAILURE")
     failed = corral("accept", "cli")
     assert failed.returncode == 1 and "checks failed" in failed.stderr and ": ci" in failed.stderr

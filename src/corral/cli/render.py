@@ -390,6 +390,8 @@ def show_lines(
         out.append(f"{'Host:  ' if lease.get('local') else 'Worker:'}   {lease_text(lease)}")
     if carry := doc.get("session_carry"):
         out.append(f"Session:  {carry_text(carry)}")
+    if forge := doc.get("forge"):
+        out.append(f"Forge:    {one_line(forge['text'])}")
     tools = doc.get("agent_tools")
     if tools and not tools["mcp"]:
         out.append(f"Tools:    the agent had no corral tools ({one_line(tools['absent'] or 'not given')})")

@@ -52,6 +52,7 @@ from corral.domain.records import (
 from corral.domain.settings import default
 from corral.domain.status import Status, meaning
 from corral.domain.substate import QUEUED, Live, substate
+from corral.engine.read.forge_view import forge_view
 from corral.store import Tx
 
 if TYPE_CHECKING:
@@ -433,6 +434,7 @@ def _show(
         # Which worker runs (or last ran) the task's turn, under which epoch (docs/workers.md).
         "lease": lease.as_view() if (lease := tx.lease(task.id)) is not None else None,
         "session_carry": session_carry_json(task),
+        "forge": forge_view(task),  # its pull request (docs/forge.md)
         "stopped_because": v.stopped_because,
         "next": v.next,
     }

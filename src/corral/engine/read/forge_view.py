@@ -1,0 +1,38 @@
+"""A task's pull request as the reads show it (``show``, MCP): its URL, what a merge on the forge waits for, and
+whether the forge could be asked (docs/forge.md). Every text here was escaped when corral took it in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.domain.records import Task
+from corral.domain.status import Status
+
+
+def forge_view(task: Task) -> dict[str, Any] | None:
+    """None for a task with no pull request; else its number, URL, whether a merge waits on it and for what,
+    the forge's last outage or rate limit, and how many pieces of forge feedback wait for the next unblock."""
+    rec = task.metadata.get("forge")
+    if not isinstance(rec, dict) or not isinstance(rec.get("number"), int):
+        return None
+    waiting = task.status is Status.MERGING and "accept_in_flight_from" not in task.metadata
+    waits = rec.get("waits") if waiting else None
+    unavailable = rec.get("unavailable") if waiting else None
+    feedback = len(rec.get("feedback") or [])
+    text = str(rec.get("url") or f"#{rec['number']}")
+    if waiting:
+        text += f" — the merge waits on the forge: {waits or 'its answer'}"
+    if unavailable:
+        text += f" (the forge could not be asked: {unavailable})"
+    if feedback:
+        text += f"; {feedback} piece(s) of forge feedback go with the next unblock"
+    return {
+        "number": rec["number"],
+        "url": rec.get("url"),
+        "pending": waiting,
+        "waits": waits,
+        "unavailable": unavailable,
+        "feedback": feedback,
+        "merged": rec.get("merged"),
+        "text": text,
+    }
