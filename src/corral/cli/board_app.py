@@ -109,6 +109,8 @@ class BoardApp(App[int]):
         self._shown: list[tuple[str | None, Text]] | None = None  # the board's options, as last set
         self._rows: dict[view.Key, dict[str, Any]] = {}  # the rows shown, with how they were laid out
         self._layout: tuple[rows_of.Widths, int, float] | None = None
+        #: What kept the board from being read at all: ``corral watch`` ends with it.
+        self.failed: CorralError | None = None
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -142,7 +144,12 @@ class BoardApp(App[int]):
         try:
             self.source.read()
         except CorralError as exc:
-            self.say(actions.said(exc))
+            if self.source.board is None:  # nothing to show: the watch ends with the error, as a command does
+                self.failed = exc
+                self.exit(1)
+                return
+            self.say(actions.said(exc))  # the board as last read stays; tried again after the interval
+            self.source.read_at = time.monotonic()
             return
         self.draw_board()
         if self.has_class("detail") and self.tab != "diff":

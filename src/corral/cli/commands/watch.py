@@ -39,7 +39,11 @@ def _board(app: App, source: Source, interval: float) -> int:
     from corral.cli.board_app import BoardApp  # Textual loads only for the live board
 
     first.join()
-    return BoardApp(app, source, interval).run() or 0
+    board = BoardApp(app, source, interval)
+    code = board.run() or 0
+    if board.failed is not None:
+        raise board.failed
+    return code
 
 
 def _first_read(source: Source) -> None:
