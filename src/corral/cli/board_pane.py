@@ -14,9 +14,30 @@ from typing import Any
 
 from corral.cli.app import App
 from corral.cli.render import show_lines
+from corral.domain.sanitize import display
 from corral.engine.api import Project, queries
 from corral.engine.api import logs as turn_logs
 from corral.errors import CorralError
+
+#: The most lines a pane holds: a turn's whole log or a big diff would cost the board more to lay out
+#: than a person reads there; the command shows all of it.
+MAX_LINES = 3000
+
+
+def _tail(text: str, ref: str) -> str:
+    """A log's last :data:`MAX_LINES` lines, saying where the rest is."""
+    lines = text.split("\n")
+    if len(lines) <= MAX_LINES:
+        return text
+    return "\n".join([f"… {len(lines) - MAX_LINES} earlier lines: corral logs {ref}", *lines[-MAX_LINES:]])
+
+
+def _head(text: str, ref: str) -> str:
+    """A diff's first :data:`MAX_LINES` lines, saying where the rest is."""
+    lines = text.split("\n")
+    if len(lines) <= MAX_LINES:
+        return text
+    return "\n".join([*lines[:MAX_LINES], f"… {len(lines) - MAX_LINES} more lines: corral diff {ref}"])
 
 
 def _buffer(project: Project) -> tuple[App, io.StringIO]:
@@ -47,7 +68,7 @@ def log_text(project: Project, task_id: str) -> str:
     except CorralError as exc:
         return app.safe(_said(exc))
     Follower(app, task).show(seq, follow=False)
-    return app.safe(out.getvalue().rstrip("\n"))
+    return _tail(app.safe(out.getvalue().rstrip("\n")), task.ref)
 
 
 def diff_text(project: Project, task_id: str, actor: Any) -> str:
@@ -67,7 +88,7 @@ def diff_text(project: Project, task_id: str, actor: Any) -> str:
             "",
             f"Uncommitted in the worktree, not part of what accept merges: {', '.join(result.uncommitted[:20])}",
         ]
-    return App().safe("\n".join(said))
+    return _head(display("\n".join(said)), result.task.ref)
 
 
 def _said(exc: CorralError) -> str:
