@@ -75,6 +75,10 @@ class Setting(NamedTuple):
     repository_may_lower: bool = True
     #: A name corral passes to git (the remote): it may not begin with ``-``, where git reads an option.
     git_name: bool = False
+    #: Files a harness loads by path (Pi's extensions): a local one must be absolute or in the person's home
+    #: (``~/``), since the harness resolves any other against its working directory, the task's worktree,
+    #: whose files the agent writes. A package source (``npm:``, ``git:``, …) is the harness's to fetch.
+    absolute_paths: bool = False
 
     @property
     def optional(self) -> bool:
@@ -126,6 +130,13 @@ class Setting(NamedTuple):
             return f"must be {self.range_words()}"
         if self.git_name and isinstance(value, str) and value.startswith("-"):
             return "must be a remote's name, which never begins with '-': git reads that as an option"
+        if self.absolute_paths and isinstance(value, list | tuple):
+            for entry in value:
+                if _relative_local_path(str(entry)):
+                    return (
+                        f"names {entry!r}, a path relative to the task's worktree (where the harness runs), whose "
+                        "files the agent writes"
+                    )
         return None
 
     def _out_of_range(self, value: SettingValue) -> bool:
@@ -155,6 +166,8 @@ class Setting(NamedTuple):
         shown = "not set" if self.default is None else repr(self.default_value())
         if self.git_name:
             return f"it takes the name of a remote that `git remote` lists (default {shown})"
+        if self.absolute_paths:
+            return f"it takes absolute paths (or ~/…) or package sources such as npm:NAME (default {shown})"
         return f"it takes {self.range_words()} (default {shown})"
 
     def typed(self, raw: object, where: str) -> SettingValue:
@@ -645,12 +658,31 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("claude_bin", str, "claude", "the Claude Code executable", _EXEC),
     Setting("pi_bin", str, "pi", "the Pi executable", _EXEC),
     Setting("pi_provider", str, None, "the Pi provider (--provider)"),
-    Setting("pi_extensions", list, (), "Pi extensions (paths) loaded in corral's Pi turns beside corral's own", _EXEC),
+    Setting(
+        "pi_extensions",
+        list,
+        (),
+        "Pi extensions (paths) loaded in corral's Pi turns beside corral's own",
+        _EXEC,
+        absolute_paths=True,
+    ),
     Setting("codex_bin", str, "codex", "the Codex executable", _EXEC),
     Setting("command", str, None, "the command run by the `command` harness", _EXEC),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+#: Sources a harness fetches itself rather than reading from a path (Pi's ``isLocalPath`` tells them so).
+_PACKAGE_SOURCES = ("npm:", "git:", "github:", "http:", "https:", "ssh:")
+
+
+def _relative_local_path(entry: str) -> bool:
+    """Whether ``entry`` is a local path a harness would resolve against its working directory."""
+    text = entry.strip()
+    if text.startswith(_PACKAGE_SOURCES):
+        return False
+    return not (text.startswith("/") or text == "~" or text.startswith("~/"))
+
 
 #: The settings a task keeps as its own (``corral edit T --set KEY=VALUE``, and the environment a
 #: person launched its turn with): what its turns run with, so a later auto-resume, redelivery or
