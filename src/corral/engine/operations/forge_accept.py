@@ -31,6 +31,7 @@ from corral import crashpoints
 from corral.adapters.gh_forge import ForgeRefused, ForgeUnavailable, GhForge, PullState, parse_remote
 from corral.domain import gittext
 from corral.domain.actors import Actor
+from corral.domain.operations_table import Op, may
 from corral.domain.records import RestingCause, Task
 from corral.domain.sanitize import one_line, sanitize_prose
 from corral.domain.status import Status
@@ -563,10 +564,8 @@ def withdraw(project: Project, given: str, actor: Actor, reason: str, how: str) 
     number = record_of(task).get("number")
     if project.config["forge"] != "gh" or not isinstance(number, int):
         return None
-    if task.status not in (Status.MERGING, Status.SUBMITTED, Status.BLOCKED) or (
-        task.status is Status.MERGING and not pending(task)
-    ):
-        return None
+    if not (pending(task) or may(Op(how), task.status)):
+        return None  # the operation's own guard answers for it
     if pending(task):
         back_out(project, task.id, actor, f"{how}: the merge that waited on the forge is withdrawn")
     try:
