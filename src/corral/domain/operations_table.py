@@ -83,6 +83,9 @@ ESCAPES_STRANDED_MERGE: frozenset[Op] = frozenset({Op.UNBLOCK, Op.SUBMIT, Op.CLO
 
 #: Statuses in which a task rests for ``corral wait``: no turn running, no pair open, no merge in flight.
 WAIT_RESTS: frozenset[Status] = RESTING | TERMINAL
+#: The rests ``wait`` answers with exit 1 even without a resting cause: closed without its work, or a
+#: decision on protected files owed before the work can go on.
+WAIT_FAILS: frozenset[Status] = frozenset({S.ABANDONED, S.CONFLICT})
 
 
 def may(op: Op, status: Status) -> bool:

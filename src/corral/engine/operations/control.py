@@ -18,7 +18,7 @@ from pathlib import Path
 from msgspec import Struct
 
 from corral.domain.actors import Actor, Role
-from corral.domain.operations_table import WAIT_RESTS, Op, check_operation
+from corral.domain.operations_table import WAIT_FAILS, WAIT_RESTS, Op, check_operation
 from corral.domain.records import RestingCause, Task, Turn
 from corral.domain.status import Status
 from corral.engine.operations.refresh import settle
@@ -106,8 +106,7 @@ class WaitResult(Struct, frozen=True):
     def exit_code(self) -> int:
         if self.timed_out:
             return 124
-        # conflict: a decision on protected files is owed before the work can go on
-        if self.task.resting_cause is not None or self.task.status in (Status.ABANDONED, Status.CONFLICT):
+        if self.task.resting_cause is not None or self.task.status in WAIT_FAILS:
             return 1
         return 0
 
