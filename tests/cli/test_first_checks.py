@@ -114,6 +114,15 @@ def test_config_set_refuses_a_near_miss_with_did_you_mean(corral: CLI) -> None:
     assert corral.json("config", "get", "harness")["value"] == "claude"
 
 
+def test_create_with_a_misspelled_harness_says_the_name_meant_not_a_setting(corral: CLI) -> None:
+    # The name came from the flag: the hint is the name meant, not a line that changes the person's setting.
+    refused = corral("create", "Fix the login", "--ref", "login", "--harness", "claud")
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[1] == "hint: Did you mean claude?"
+    assert "config set" not in refused.stderr
+    corral.ok("create", "Fix the login", "--ref", "login", "--harness", "claude")  # the hint, typed
+
+
 def test_create_with_a_harness_not_installed_warns_and_start_refuses_with_the_install_line(
     corral: CLI, tmp_path: Path
 ) -> None:

@@ -125,6 +125,10 @@ def test_a_retry_shows_its_reason_attempt_of_budget_and_next_delay(corral, repo,
     assert retrying, text
     line = retrying[-1]
     assert line.startswith("working (retrying)") and "attempt 2 of 6" in line
-    assert "retrying: attempt 1 (unknown): " in line and "next in 15 s" in line  # as list and show say it
+    assert "retrying: attempt 1 (unknown): " in line  # as list and show say it
+    # corral's own schedule: the next attempt's clock time and what is left of the ladder's 15 s step.
+    due = re.search(r"next attempt at \d\d:\d\d:\d\d \(in (\d+)s\)", line)
+    assert due is not None and 0 < int(due.group(1)) <= 15, line
+    assert "the ladder's waits left: " in line
     assert "socket closed by peer" in line
     corral.ok("stop", "retry", env=env)

@@ -188,7 +188,8 @@ def check_harness(
     """
     name = harness or str(project.config["harness"])
     if name not in NAMES:
-        raise UsageError(f"'{name}' is not a harness corral knows.", hint=harness_hint(name))
+        # The setting's name gets the line that sets it; a task's or a flag's the names to choose from.
+        raise UsageError(f"'{name}' is not a harness corral knows.", hint=harness_hint(name, setting=harness is None))
     problem = _problem(name, _settings(project, settings), runnable=runnable)
     if problem is not None:
         raise problem
@@ -202,9 +203,12 @@ def nearest_harness(name: str) -> str | None:
     return near[0] if near else None
 
 
-def harness_hint(name: str) -> str:
-    """What to type instead of a harness corral does not know: the nearest one's setting, or the list."""
+def harness_hint(name: str, *, setting: bool = True) -> str:
+    """What to type instead of a harness corral does not know: the nearest one, or the list; for the
+    ``harness`` setting, with the line that sets it."""
     near = nearest_harness(name)
+    if not setting:
+        return f"Did you mean {near}?" if near is not None else f"Use one of: {', '.join(NAMES)}."
     if near is not None:
         return f"Did you mean {near}? corral config set harness {near}"
     return f"Use one of: {', '.join(NAMES)} (corral config set harness claude)."
