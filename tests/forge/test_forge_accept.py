@@ -294,3 +294,20 @@ def test_every_forge_text_arrives_escaped(fproj, agent):
     feedback = forge_accept.take_feedback(proj, task.id) or ""
     assert "hidden" in feedback and "eve" in feedback
     assert not any(ch in feedback for ch in "\x1b\x07")
+
+
+def test_the_pre_accept_turn_runs_before_the_push_and_its_commit_is_merged(fproj, agent, repo, monkeypatch):
+    monkeypatch.setenv("CORRAL_PRE_ACCEPT_PROMPT", "Add a changelog line.")
+    proj, forge = fproj()
+    blocked_with(proj, agent, "pre", work("pre.py", "p = 1\n"))
+    agent.script(
+        [{"write": {"path": "CHANGES.md", "content": "- pre\n"}}, {"commit": "changelog"}, {"result": "Added it."}]
+    )
+    events: list[dict] = []
+    result = accepting.accept(proj, "pre", actor=Actor.HUMAN, report=events.append)
+    assert result.task.status is Status.COMPLETE
+    assert "Add a changelog line." in agent.calls()[-1]["prompt"]
+    assert git(forge.bare, "show", "main:CHANGES.md") == "- pre"  # the pre-accept turn's commit went with it
+    assert "accept_in_flight_from" not in result.task.metadata
+    plan = next(e for e in events if e["event"] == "plan")
+    assert [p["id"] for p in plan["phases"]][:2] == ["pre-accept", "push"]

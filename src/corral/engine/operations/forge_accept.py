@@ -40,7 +40,7 @@ from corral.engine.operations import accept as accepting
 from corral.engine.operations import reviewed
 from corral.engine.project import Project
 from corral.engine.recovery import removals
-from corral.engine.recovery.in_flight import MARKER
+from corral.engine.recovery.in_flight import ACCEPT, MARKER, mark_in_flight, without_flight
 from corral.errors import AcceptRefused, CorralError, GitError
 
 #: The task-metadata key of a forge accept's record.
@@ -126,9 +126,21 @@ def accept(
     if isinstance(ready, accepting.Accepted):
         return ready
     agreed = accepting._agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
-    del agreed
     narrator.phase(accepting.PREFLIGHT, "done")
-    narrator.announce(list(PHASES))
+    pre_prompt = project.config["pre_accept_prompt"]
+    pre_phase = [p for p in accepting.PHASES if p.id == "pre-accept"] if pre_prompt else []
+    narrator.announce([*pre_phase, *PHASES])
+    if pre_prompt:  # the last turn runs first, as in a local accept; what it commits needs the same agreement
+        mark_in_flight(project, task_id, ready.prior)
+        try:
+            ready = accepting._pre_accept(project, ready, actor, narrator, str(pre_prompt))
+            accepting._after_pre_accept(project, ready, agreed, pinned is not None, confirm, actor, narrator)
+        finally:  # the forge's merging has no local marker
+            with project.store.write() as tx:
+                current = tx.get_task(task_id)
+                if current is not None and MARKER in current.metadata:
+                    tx.update_task(task_id, metadata=without_flight(current.metadata), touch=False)
+                tx.unregister_process(task_id, ACCEPT)
     task, tip, target = ready.task, ready.tip, ready.target
     with project.store.write() as tx:
         tx.set_status(
@@ -139,10 +151,11 @@ def accept(
             expected_from=ready.prior,
             resting_cause=None,
         )
-        old = record_of(task)
-        keep: dict[str, Any] = {k: old[k] for k in ("number", "url", "node", "delivered") if k in old}
+        current = tx.get_task(task.id) or task  # read again: a pre-accept turn changed it
+        old = record_of(current)
+        keep: dict[str, Any] = {k: old[k] for k in ("number", "url", "node", "delivered", "feedback") if k in old}
         fresh: dict[str, Any] = {**keep, "stage": PUSHING, "head": tip, "base": target, "prior": ready.prior.value}
-        meta = {**task.metadata, RECORD: fresh}
+        meta = {**without_flight(current.metadata), RECORD: fresh}
         tx.update_task(task.id, metadata=meta, touch=False)
         message = accepting._message(tx, task, ready.session)
     crashpoints.hit("forge-accept.marked")
