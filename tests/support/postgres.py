@@ -141,7 +141,11 @@ def pg_server() -> Iterator[str]:
     if GIVEN_URL:
         yield GIVEN_URL
         return
-    server = Server()
+    # fsync off: what it guards against is the machine itself crashing, which no test does; a
+    # killed server still recovers all it committed. With it on, every commit of a test's schema
+    # creation, migration and drop waited on the disk: 0.3-0.7 s of each PostgreSQL test's setup
+    # on a busy disk, 0.1-0.2 s without.
+    server = Server(fsync=False)
     try:
         yield server.url
     finally:
