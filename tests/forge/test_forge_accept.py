@@ -311,3 +311,16 @@ def test_the_pre_accept_turn_runs_before_the_push_and_its_commit_is_merged(fproj
     assert "accept_in_flight_from" not in result.task.metadata
     plan = next(e for e in events if e["event"] == "plan")
     assert [p["id"] for p in plan["phases"]][:2] == ["pre-accept", "push"]
+
+
+def test_a_target_with_local_changes_is_fetched_not_moved_and_the_accept_says_so(fproj, agent, repo):
+    proj, forge = fproj()
+    blocked_with(proj, agent, "dirty", work("d.py", "d = 1\n"))
+    before = git(repo, "rev-parse", "main")
+    (repo / "README.md").write_text("# demo\nmy local edit\n")
+    result = accepting.accept(proj, "dirty", actor=Actor.HUMAN)
+    assert result.task.status is Status.COMPLETE
+    assert "uncommitted changes" in (result.warning or "") and "git pull" in (result.warning or "")
+    assert git(repo, "rev-parse", "main") == before  # left as it was, the edit kept
+    assert (repo / "README.md").read_text() == "# demo\nmy local edit\n"
+    assert git(repo, "rev-parse", "refs/remotes/origin/main") == result.commit == forge.pull().merge_commit
