@@ -36,6 +36,8 @@ FILES: tuple[str, ...] = (
     "tests/workers/test_carried_sessions.py",
     "tests/review/test_odd_path_names.py",
     "tests/seams/test_mcp_claude.py",
+    "tests/cli/test_watch.py",
+    "tests/cli/test_every_hint_works.py",
     "tests/runtime/test_ref_guard.py",
     "tests/workers/test_agent_tools.py",
     "tests/turns/test_usage_limit_pause.py",
@@ -43,6 +45,7 @@ FILES: tuple[str, ...] = (
     "tests/seams/test_claude_time_to_rest.py",
     "tests/runtime/test_confined_attacks_more.py",
     "tests/turns/test_read_only.py",
+    "tests/cli/test_wait_live.py",
     "tests/turns/test_retry_and_watchdog.py",
 )
 
