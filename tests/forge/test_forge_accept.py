@@ -211,6 +211,7 @@ def test_the_accept_command_answers_with_the_pull_request_and_what_it_waits_for(
     assert f"Forge:    {url} — the merge waits on the forge: checks: ci (pending)" in shown
     forge_doc = corral.json("show", "cli")["forge"]
     assert forge_doc["pending"] and forge_doc["url"] == url and forge_doc["waits"] == "checks: ci (pending)"
+    assert corral("wait", "cli", "--timeout", "0.5").returncode == 124  # still waiting on the forge
     forge.finish_checks(forge.pull().number, "FAILURE")
     failed = corral("accept", "cli")
     assert failed.returncode == 1 and "checks failed" in failed.stderr and ": ci" in failed.stderr
