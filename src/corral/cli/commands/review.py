@@ -200,7 +200,7 @@ Examples:
 """
 )
 @click.argument("task")
-@click.option("--draft", is_flag=True, help="Open the pull request as a draft (with forge = \"gh\").")
+@click.option("--draft", is_flag=True, help='Open the pull request as a draft (with forge = "gh").')
 @json_option
 @pass_app
 def submit(app: App, task: str, draft: bool) -> None:
