@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from corral import __version__
+import corral
 from corral.cli.app import App
 from corral.cli.options import json_option
 
@@ -166,6 +166,6 @@ Exit codes: 0 done, 1 failed, 2 usage, 3 refused by the task's state, 4 not foun
     help="The repository (default: the one containing the current directory); before or after the command.",
 )
 @json_option
-@click.version_option(__version__, package_name="corral", message="corral %(version)s")  # no metadata read
+@click.version_option(corral.__version__, package_name="corral", message="corral %(version)s")  # no metadata read
 def cli() -> None:
     """Run AI coding agents on tasks in a git repository, one worktree and branch per task."""
