@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -105,7 +106,9 @@ def lines(doc: Mapping[str, Any], again: str) -> list[str]:
     open_ids = [r["id"] for r in doc["rows"] if r.get("label") in NEEDS_ACTION_LABELS and r.get("id")]
     if open_ids and not again.startswith("corral failures --log"):
         task = again.split()[2]
-        out.append(f"Dismiss one you have dealt with: corral failures {task} --dismiss {open_ids[0]} -m 'why'")
+        # an incident's id carries the tool call's id the agent's stream said: quoted, the command runs nothing else
+        first = shlex.quote(open_ids[0])
+        out.append(f"Dismiss one you have dealt with: corral failures {task} --dismiss {first} -m 'why'")
     if doc["note"]:
         out.append(doc["note"])
     if doc.get("next_cursor"):

@@ -7,6 +7,7 @@ state from here; none re-derives a label.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def dismiss(project: Project, given: str, incident_id: str, reason: str) -> Inci
     if not why:
         raise UsageError(
             "Say why you dismiss it: the reason is kept with the incident.",
-            hint=f"corral failures {given} --dismiss {incident_id} -m 'why'",
+            hint=f"corral failures {shlex.quote(given)} --dismiss {shlex.quote(incident_id)} -m 'why'",
         )
     with project.store.read() as tx:
         task = resolve_task(tx, given)
@@ -77,7 +78,8 @@ def dismiss(project: Project, given: str, incident_id: str, reason: str) -> Inci
     if not journal.append([event]):
         raise StoreError(
             f"The dismissal of '{incident.id}' could not be written: {journal.write_error}",
-            hint=f"Check the disk, then: corral failures {task.ref} --dismiss {incident.id} -m '{why}'",
+            hint=f"Check the disk, then: corral failures {task.ref} --dismiss {shlex.quote(incident.id)} "
+            f"-m {shlex.quote(why)}",
         )
     return journal.read().incidents.get(incident.id, incident)
 
