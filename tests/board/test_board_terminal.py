@@ -75,3 +75,34 @@ def test_a_signal_ends_the_board_and_gives_the_terminal_back(corral: CLI, pane: 
     os.kill(watch, sig)
     pane.shows(f"EXITED {128 + sig}", "TERMINAL RESTORED")
     assert pane.display("#{alternate_on} #{cursor_flag}") == "0 1"  # the person's screen, the cursor back
+
+
+def test_the_board_ends_when_its_terminal_goes_away(corral: CLI, repo: Path) -> None:
+    """A hang-up with the terminal gone (the window closed, the ssh link dropped): nothing is left to give
+    the screen back to, and the board's process ends all the same instead of waiting on its last write."""
+    corral.ok("create", "Still here", "--ref", "here")
+    corral.ok("create", "And this", "--ref", "this")
+    left = []
+    for _ in range(3):  # the goodbye's write meets the closed terminal at a different point each time
+        p = Pane(f"{shlex.quote(sys.executable)} -m corral watch; sleep 600", repo)
+        p.shows("Backlog (2)", "here ")
+        shell = int(p.display("#{pane_pid}"))
+        (watch,) = [int(c) for c in Path(f"/proc/{shell}/task/{shell}/children").read_text().split()]
+        p.keys("Enter")
+        p.keys("j", "k", "j", "k", "u")
+        p.close()  # the terminal is gone: its processes get SIGHUP
+        try:
+            until(lambda w=watch: not _alive(w), timeout=15, what=f"watch {watch} to end")
+        except AssertionError:
+            left.append(watch)
+            os.kill(watch, signal.SIGKILL)
+    assert not left, f"left running after their terminal went away: {left}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

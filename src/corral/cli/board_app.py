@@ -16,8 +16,10 @@ sanitizer, never as markup: ``[bold]`` or ``[@click=…]`` in a goal or a log is
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,6 +46,9 @@ from corral.domain.sanitize import display
 from corral.domain.status import Status
 from corral.engine.api import Project
 from corral.errors import CorralError, TipMoved
+
+#: How long a board ended by a signal may take to give its terminal back before the process ends anyway.
+GONE_SECONDS = 3.0
 
 #: The pane's tabs, by the key that opens each.
 TABS = {"t": "timeline", "l": "log", "d": "diff"}
@@ -122,13 +127,23 @@ class BoardApp(App[int]):
     def on_mount(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):  # the terminal restored on the way out, as for q
-            loop.add_signal_handler(sig, self.exit, 128 + sig)
+            loop.add_signal_handler(sig, self.ended_by, sig)
         self.query_one("#board", OptionList).focus()
         if self.source.board is None or self.source.stale:
             self.read_board()
         else:  # read already, while Textual loaded (``corral watch``)
             self.draw_board()
         self.set_interval(POLL_SECONDS, self.poll)
+
+    def ended_by(self, signum: int) -> None:
+        """SIGTERM or SIGHUP: the board ends as for ``q``, its terminal given back. After a hang-up there
+        may be no terminal to give back to: Textual's goodbye would then wait forever on a write that
+        cannot happen, so the process ends by itself :data:`GONE_SECONDS` later, whatever is left undone."""
+        code = 128 + signum
+        timer = threading.Timer(GONE_SECONDS, os._exit, args=(code,))
+        timer.daemon = True
+        timer.start()
+        self.exit(code)
 
     def on_unmount(self) -> None:
         loop = asyncio.get_running_loop()
