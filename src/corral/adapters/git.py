@@ -290,7 +290,7 @@ class Git:
         if result.returncode != 0:
             raise NotARepository(
                 f"{where.resolve()} is not inside a git repository.",
-                hint="Run corral inside a git checkout, or pass --repo PATH.",
+                hint="Run corral inside a git checkout, or pass --repo with the checkout's path.",
             )
         common = Path(result.stdout.strip())
         if common.name != ".git":

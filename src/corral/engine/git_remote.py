@@ -30,7 +30,10 @@ def remote_name(project: Project) -> str:
         raise CorralError(
             f"The repository has no remote named {name}{where}.",
             code="no-remote",
-            hint=f"Add one (git -C {project.repo} remote add {name} URL), or set `remote` to one that "
-            f"`git -C {project.repo} remote` lists (corral config set remote NAME).",
+            hint=(
+                f"Set `remote` to one the repository has: corral config set remote {listed.stdout.split()[0]}"
+                if listed.stdout.split()
+                else f"Add it with its URL (git -C {project.repo} remote add {name} and the URL), then run this again."
+            ),
         )
     return name

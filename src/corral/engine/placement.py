@@ -107,7 +107,8 @@ def workers_need_the_shared_store() -> UsageError:
     return UsageError(
         'dispatch = "workers" needs the shared PostgreSQL store and a repository with a commit.',
         code="workers-need-postgres",
-        hint=f'Set {SETTING} in your own settings (corral config set {SETTING} postgresql://…), or dispatch = "local".',
+        hint=f"Set {SETTING} in your own settings to the shared server's postgresql:// URL, or run the turns here: "
+        "corral config set dispatch local",
     )
 
 

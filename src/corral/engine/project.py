@@ -79,8 +79,8 @@ def restore_hint(paths: ProjectPaths) -> str:
     if found:
         return f"Restore the newest backup ({len(found)} in {backups_dir(paths)}): corral restore '{found[-1]}'"
     return (
-        f"No backup is in {backups_dir(paths)}: if you have a copy of corral.db (or moved it), "
-        "`corral restore PATH` puts it back (the file in the way is kept as a backup first)"
+        f"No backup is in {backups_dir(paths)}: if you have a copy of corral.db (or moved it), give its path "
+        "to `corral restore`, which puts it back (the file in the way is kept as a backup first)"
     )
 
 

@@ -320,7 +320,7 @@ class PostgresStore:
             return StoreReadOnly(
                 f"The corral database {self.location} cannot be written ({told}).",
                 hint="Nothing was written. Use a primary server and a role that may create and write the "
-                f"schema {self.schema} (GRANT CREATE ON DATABASE …); then run the command again.",
+                f"schema {self.schema} (GRANT CREATE ON DATABASE to that role); then run the command again.",
             )
         if (pool_timeout is not None and isinstance(exc, pool_timeout)) or isinstance(
             exc, (self._psycopg.OperationalError, self._psycopg.InterfaceError)

@@ -1175,7 +1175,7 @@ class SQLTx:
             held = "no lease" if lease is None else f"epoch {lease.epoch} ({lease.state.value})"
             raise LeaseLost(
                 f"The turn's lease on {task_id} was taken over: this worker holds epoch {epoch}, the task {held}.",
-                hint="Nothing was written; another worker runs the task now (corral show TASK).",
+                hint=f"Nothing was written; another worker runs the task now (corral show {task_id}).",
             )
         return lease
 

@@ -65,7 +65,11 @@ def failures(
         if task is None or dismiss is None or message is None or log is not None:
             raise UsageError(
                 "--dismiss closes one incident of a task, and needs -m with why.",
-                hint="corral failures T --dismiss ID -m 'why'",
+                hint=(
+                    f"See the incidents' ids: corral failures {shlex.quote(task)}"
+                    if task is not None
+                    else "Give the task, --dismiss with an incident's id (corral failures shows them) and -m with why."
+                ),
             )
         closed = dismiss_incident(app.project, task, dismiss, message)
         app.answer(
@@ -80,7 +84,7 @@ def failures(
         if task is not None or harness is None:
             raise UsageError(
                 "--log scans one log and needs --harness, without a task.",
-                hint="corral failures --log PATH --harness pi",
+                hint=f"corral failures --log {shlex.quote(str(log))} --harness {harness or 'claude'}",
             )
         found = queries.failures_of_log(log, harness, history=history, raw=raw)
     elif task is None:

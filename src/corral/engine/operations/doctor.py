@@ -35,7 +35,7 @@ from corral.engine.config import Config, harness_settings, proposals
 from corral.engine.operations.preflight import HarnessReport, harness_hint, report, report_one
 from corral.engine.orphan_states import orphans
 from corral.engine.private_state import private_mode_findings
-from corral.engine.project import Project, backups, backups_dir
+from corral.engine.project import Project, backups, backups_dir, restore_hint
 from corral.engine.recovery import hand_merged
 from corral.engine.resolve import resolve_task
 from corral.errors import CorralError
@@ -136,7 +136,7 @@ def check_task_rows(project: Project) -> list[Check]:
                 f"sqlite3 {shlex.quote(str(project.paths.db))} {typed}"
             )
         else:
-            fix = "Restore a backup (corral restore PATH), or rewrite that row's column by hand."
+            fix = f"{restore_hint(project.paths)}; or rewrite that row's column by hand."
         message = sanitize_field(
             f"task-row-unreadable: {ref} ({task_id}): {fault}; lists and sweeps skip it, every other task reads."
         )

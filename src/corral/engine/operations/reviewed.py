@@ -111,7 +111,7 @@ def given_tip(project: Project, given: str) -> str:
         raise UsageError(
             f"--tip {one_line(given, 80)} names no commit of this repository.",
             code="bad-tip",
-            hint="Give the commit id `corral diff TASK` showed (its tip), in full or its first 7 or more digits.",
+            hint="Give the commit id the task's diff showed (its tip), in full or its first 7 or more digits.",
         )
     return found
 

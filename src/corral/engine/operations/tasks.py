@@ -8,6 +8,7 @@ before it touches git (save first, act second).
 from __future__ import annotations
 
 import difflib
+import shlex
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -254,7 +255,7 @@ def _task_setting(key: str, actor: Actor) -> Setting:
         raise UsageError(
             f"A task's {key} is one of its fields.",
             code="not-a-task-setting",
-            hint=f"Change it with corral edit TASK {_FIELD_OPTIONS[key]} ….",
+            hint=f"It has an option of its own: {_FIELD_OPTIONS[key]} on corral create and on corral edit.",
         )
     if key not in TASK_SCOPED:
         raise UsageError(
@@ -299,7 +300,7 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
     """``close`` and ``reject``: the task becomes abandoned, its work saved and archived."""
     why = _prose(project, "reason", reason)
     if not why.strip():
-        raise UsageError(f"{how.capitalize()} needs a reason.", hint=f"corral {how} TASK -m 'why'")
+        raise UsageError(f"{how.capitalize()} needs a reason.", hint=f"corral {how} {shlex.quote(given)} -m 'why'")
     from corral.engine.operations.pairing import refuse_while_chat  # only a close or a reject needs these
     from corral.engine.recovery.merges import escape_stranded
 
@@ -366,7 +367,7 @@ def reopen(project: Project, given: str, *, reason: str | None, actor: Actor) ->
 def comment(project: Project, given: str, body: str, *, actor: Actor) -> Note:
     text = _prose(project, "comment", body)
     if not text.strip():
-        raise UsageError("The comment is empty.", hint="corral comment TASK -m 'your note'")
+        raise UsageError("The comment is empty.", hint=f"corral comment {shlex.quote(given)} -m 'your note'")
     with project.store.write() as tx:
         task = resolve_task(tx, given)
         return tx.add_comment(task.id, actor, text)
@@ -375,7 +376,9 @@ def comment(project: Project, given: str, body: str, *, actor: Actor) -> Note:
 def journal_add(project: Project, given: str, body: str, *, actor: Actor) -> Note:
     text = _prose(project, "journal entry", body)
     if not text.strip():
-        raise UsageError("The journal entry is empty.", hint="corral journal TASK -m 'decision and why'")
+        raise UsageError(
+            "The journal entry is empty.", hint=f"corral journal {shlex.quote(given)} -m 'decision and why'"
+        )
     with project.store.write() as tx:
         task = resolve_task(tx, given)
         return tx.add_journal_entry(task.id, actor, text)

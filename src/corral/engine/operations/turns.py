@@ -338,7 +338,11 @@ def _start(project: Project, task_id: str, actor: Actor, msg: str | None) -> tup
                 raise RefusedError(
                     f"The parent of {task.ref} has no branch yet.",
                     code="parent-not-started",
-                    hint=f"Start the parent first: corral start {parent.ref if parent else '…'}",
+                    hint=(
+                        f"Start the parent first: corral start {parent.ref}"
+                        if parent is not None and parent.status not in TERMINAL
+                        else f"Its parent cannot start again; close the subtask: corral close {task.ref} -m 'no parent'"
+                    ),
                 )
         target = workspace.target_branch(tx, task)
     check_harness(project, task)

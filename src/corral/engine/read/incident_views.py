@@ -87,7 +87,7 @@ def dismiss(project: Project, given: str, incident_id: str, reason: str) -> Inci
 def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
     """A log outside any task scanned from its start into a fresh state (``corral failures --log``)."""
     if not os.path.lexists(path):
-        raise NotFoundError(f"There is no log at {path}.", hint="Name an output log: corral failures --log PATH")
+        raise NotFoundError(f"There is no log at {path}.", hint="Give --log the path of an output log that exists.")
     facts = make_harness(harness, {})
     cursors = Cursors(None)
     events = scan(path, facts, cwd, cursors, final=True, evidence_of=path.name)

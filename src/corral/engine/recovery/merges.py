@@ -171,7 +171,7 @@ def escape_stranded(project: Project, given: str, op: Op) -> None:
             f"{now.ref} is complete: the accept that died had already merged it into {target}, "
             f"so it was not {_DONE.get(op, op.value)}.",
             code="merge-landed",
-            hint=f"See it: corral show {now.ref}. To work on it again: corral reopen {now.ref} --reason '…'",
+            hint=f"See it: corral show {now.ref}. To work on it again: corral reopen {now.ref} -m 'work on it again'",
         )
     if now.status is Status.MERGING:  # git of the dead accept still works in the checkout it shares
         raise TaskBusy(

@@ -244,7 +244,7 @@ def ensure(git: Git, repo: str | Path, branch: str) -> RefMove | None:
     if verified is None:
         raise GitError(
             f"The branch {branch} is not a plain ref to a commit ({raw}), and corral has no verified tip to put back.",
-            hint=f"Point it at a commit by hand: git update-ref --no-deref refs/heads/{branch} <commit>",
+            hint=f"Point it at a commit by hand: git update-ref --no-deref refs/heads/{branch} and the commit's id",
         )
     return _put_back(git, repo, task_ref, branch, "check", code or SYMREF, raw, None, verified)
 

@@ -151,7 +151,7 @@ def ship(
             raise LeaseLost(
                 f"The transcript of {task_id}'s session was not shipped: this worker holds epoch {epoch}, "
                 f"the task {'no lease' if lease is None else f'epoch {lease.epoch}'}.",
-                hint="Nothing was written; another worker runs the task now (corral show TASK).",
+                hint=f"Nothing was written; another worker runs the task now (corral show {task_id}).",
             )
         for path in stale:
             tx.unship(task_id, path)
