@@ -53,6 +53,9 @@ The whole tree lives here, and ``tests/test_errors.py`` checks that this drawing
     ├── DestinationRestoreConflict       exit 1   the merge stands; local changes kept aside
     ├── LeaseLost                        exit 1   a worker's claim on a turn was taken over (a stale epoch)
     ├── StopUnanswered                   exit 1   a stop relayed to the host that runs the turn, not answered
+    ├── ForgeUnavailable                 exit 1   the forge cannot answer now (an outage, a rate limit)
+    ├── ForgeRefused                     exit 1   the forge refused a request (4xx), in its words
+    ├── ForgeBlocked                     exit 1   the forge will not merge the pull request as it stands
     └── Interrupted                      exit 130 the person pressed Ctrl-C
 
 This module is pure (no I/O) so every layer may raise these.
@@ -411,6 +414,32 @@ class StopUnanswered(CorralError):
     time: only it may signal its processes, so the turn still runs there (the stop stays asked)."""
 
     code = "stop-unanswered"
+
+
+class ForgeUnavailable(CorralError):
+    """The forge cannot answer now (an outage or a rate limit): nothing about the pull request is known."""
+
+    code = "forge-unavailable"
+
+    def __init__(self, message: str, *, retry_at: float | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or "corral waits it out; `corral show` says when it looks again.")
+        self.retry_at = retry_at
+
+
+class ForgeRefused(CorralError):
+    """The forge answered with a refusal (4xx): its words are in the message."""
+
+    code = "forge-refused"
+
+    def __init__(self, message: str, *, status: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
+class ForgeBlocked(CorralError):
+    """The forge will not merge the pull request as it stands: the task is blocked and says why."""
+
+    code = "forge-blocked"
 
 
 class Interrupted(CorralError):

@@ -8,6 +8,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
 from corral.engine.operations import control, forge_accept, forge_sync, tasks, turns
+from corral.errors import ForgeBlocked
 from tests.conftest import git
 
 
@@ -118,7 +119,7 @@ def test_changes_requested_block_and_a_closed_pull_request_blocks(fproj, agent):
     accepting.accept(proj, "rev", actor=Actor.HUMAN)
     number = forge.pull().number
     forge.add_review(number, "CHANGES_REQUESTED", "Please rename v.", author="alice")
-    with pytest.raises(forge_accept.ForgeBlocked, match=r"changes requested .* by alice"):
+    with pytest.raises(ForgeBlocked, match=r"changes requested .* by alice"):
         accepting.accept(proj, "rev", actor=Actor.HUMAN)  # a second accept re-enters and asks the forge
     task = task_of(proj, "rev")
     assert task.status is Status.BLOCKED

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from corral.adapters.gh_forge import ForgeUnavailable, GhForge, parse_remote
+from corral.adapters.gh_forge import GhForge, parse_remote
 from corral.adapters.process import SubprocessRunner
+from corral.errors import ForgeUnavailable
 from tests.conftest import git
 
 

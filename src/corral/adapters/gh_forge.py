@@ -25,32 +25,12 @@ from msgspec import Struct
 
 from corral.adapters.process import Runner
 from corral.domain.sanitize import one_line
-from corral.errors import CorralError, ProgramError
+from corral.errors import CorralError, ForgeRefused, ForgeUnavailable, ProgramError
 
 #: How long one ``gh`` call may run.
 CALL_TIMEOUT = 60.0
 #: How many log bytes of a failed check are kept (its tail, where the failure is).
 LOG_TAIL = 4000
-
-
-class ForgeUnavailable(CorralError):
-    """The forge cannot answer now (an outage or a rate limit): nothing about the pull request is known."""
-
-    code = "forge-unavailable"
-
-    def __init__(self, message: str, *, retry_at: float | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint or "corral waits it out; `corral show` says when it looks again.")
-        self.retry_at = retry_at
-
-
-class ForgeRefused(CorralError):
-    """The forge answered with a refusal (4xx): its words are in the message."""
-
-    code = "forge-refused"
-
-    def __init__(self, message: str, *, status: int, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.status = status
 
 
 class ForgeRepo(Struct, frozen=True):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import crashpoints
-from corral.adapters.gh_forge import ForgeRefused, ForgeUnavailable, GhForge, PullState, parse_remote
+from corral.adapters.gh_forge import GhForge, PullState, parse_remote
 from corral.domain import gittext
 from corral.domain.actors import Actor
 from corral.domain.operations_table import Op, may
@@ -41,7 +41,7 @@ from corral.engine.operations import reviewed
 from corral.engine.project import Project
 from corral.engine.recovery import removals
 from corral.engine.recovery.in_flight import ACCEPT, MARKER, mark_in_flight, without_flight
-from corral.errors import AcceptRefused, CorralError, GitError
+from corral.errors import AcceptRefused, CorralError, ForgeBlocked, ForgeRefused, ForgeUnavailable, GitError
 
 #: The task-metadata key of a forge accept's record.
 RECORD = "forge"
@@ -56,12 +56,6 @@ PHASES: tuple[accepting.Phase, ...] = (
     accepting.Phase("verify", "Verify the merge"),
     accepting.Phase("cleanup", "Archive the branch, remove the worktree"),
 )
-
-
-class ForgeBlocked(CorralError):
-    """The forge will not merge the pull request as it stands: the task is blocked and says why."""
-
-    code = "forge-blocked"
 
 
 def applies(project: Project, task: Task) -> bool:

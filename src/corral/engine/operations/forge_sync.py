@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral.adapters.gh_forge import ForgeUnavailable, GhForge, PullState
+from corral.adapters.gh_forge import GhForge, PullState
 from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor
 from corral.domain.records import Task
@@ -22,7 +22,6 @@ from corral.domain.status import Status
 from corral.engine.git_remote import remote_name
 from corral.engine.operations.forge_accept import (
     ASKED,
-    ForgeBlocked,
     back_out,
     follow_target,
     forge_for,
@@ -36,7 +35,7 @@ from corral.engine.operations.forge_accept import (
 from corral.engine.project import Project
 from corral.engine.recovery.merges import complete_merged
 from corral.engine.task_locks import task_lock
-from corral.errors import CorralError, TaskBusy
+from corral.errors import CorralError, ForgeBlocked, ForgeUnavailable, TaskBusy
 
 
 def _sync_file(project: Project) -> Path:
