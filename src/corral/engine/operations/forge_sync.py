@@ -109,7 +109,7 @@ def sync(project: Project, *, force: bool = False) -> list[str]:
 
 
 def _submitted(project: Project, forge: GhForge, task: Task, state: PullState | None) -> None:
-    """A submitted task whose pull request was merged or closed on the forge, outside corral (seed 002): merged,
+    """A submitted task whose pull request was merged or closed on the forge, outside corral: merged,
     it completes through zombie (the system's recovery status), verified against the pull request's last head;
     closed, it is blocked."""
     if state is None or state.state == "OPEN":
