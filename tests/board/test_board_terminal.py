@@ -106,3 +106,22 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_ctrl_z_gives_the_shell_its_terminal_and_fg_brings_the_board_back(corral: CLI, repo: Path) -> None:
+    corral.ok("create", "Still here", "--ref", "here")
+    p = Pane("bash --norc --noprofile -i", repo)  # a shell with job control, as a person's is
+    try:
+        p.keys(f"{shlex.quote(sys.executable)} -m corral watch", "Enter")
+        p.shows("Backlog (1)", "here ")
+        p.keys("C-z")
+        screen = p.shows("Stopped")
+        assert "Backlog (1)" not in screen  # the shell's screen, not the board's
+        p.keys("fg", "Enter")
+        p.shows("Backlog (1)", "here ", "q quit")  # drawn whole again
+        p.keys("q")
+        p.when(lambda s: "q quit" not in s, what="the shell's screen back")
+        p.keys("echo EXITED $?", "Enter")
+        p.shows("EXITED 0")
+    finally:
+        p.close()

@@ -128,12 +128,18 @@ class BoardApp(App[int]):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):  # the terminal restored on the way out, as for q
             loop.add_signal_handler(sig, self.ended_by, sig)
+        self.app_resume_signal.subscribe(self, self.resumed)
         self.query_one("#board", OptionList).focus()
         if self.source.board is None or self.source.stale:
             self.read_board()
         else:  # read already, while Textual loaded (``corral watch``)
             self.draw_board()
         self.set_interval(POLL_SECONDS, self.poll)
+
+    def resumed(self, _app: object) -> None:
+        """Back from Ctrl-Z (``fg``): the terminal's screen was the shell's meanwhile, so all of it is drawn again."""
+        self.screen.refresh(layout=True)
+        self.refresh(layout=True)
 
     def ended_by(self, signum: int) -> None:
         """SIGTERM or SIGHUP: the board ends as for ``q``, its terminal given back. After a hang-up there
