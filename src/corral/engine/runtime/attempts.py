@@ -156,8 +156,10 @@ class AttemptRunner:
         #: or read from the turn's ``command.json`` beside ``status.json`` (as the supervisor read it).
         self._sandbox = sandbox
         # What an agent leaves behind stays this process's descendant (the turn's process container):
-        # an attempt's end looks there for it, never at every process on the machine.
-        adopt_orphans()
+        # an attempt's end looks there for it, never at every process on the machine. Asked beside the
+        # git work before the first attempt (it loads ctypes), and waited for before any agent starts.
+        self._adopting = threading.Thread(target=adopt_orphans, name="adopt-orphans", daemon=True)
+        self._adopting.start()
         self._read_only = read_only
 
     def run(self, number: int, launch: Callable[[], Launch], watchdog_seconds: float) -> AttemptRun:
@@ -192,6 +194,7 @@ class AttemptRunner:
         started = self.clock()
         try:
             try:
+                self._adopting.join()
                 proc = spawn_piped(argv, cwd=self.worktree, env=env, stdin=spec.stdin is not None)
             except OSError as exc:
                 run.spawn_error = (
