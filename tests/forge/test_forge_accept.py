@@ -9,7 +9,7 @@ from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
 from corral.engine.operations import control, forge_accept, forge_sync, tasks, turns
 from corral.errors import ForgeBlocked
-from tests.conftest import git
+from tests.conftest import CLI, git
 
 
 def work(path: str, content: str, message: str = "agent work") -> list[dict]:
@@ -78,6 +78,30 @@ def test_pending_checks_wait_on_the_forge_then_a_second_accept_completes(fproj, 
     again = accepting.accept(proj, "slow", actor=Actor.HUMAN)
     assert again.task.status is Status.COMPLETE and again.commit == forge.pull().merge_commit
     assert git(repo, "rev-parse", "main") == again.commit
+
+
+def test_list_and_the_board_show_a_merge_that_waits_on_the_forge(fproj, agent, repo):
+    proj, forge = fproj(required_checks=("ci",), allow_auto_merge=False)
+    blocked_with(proj, agent, "slow", work("slow.py", "y = 2\n"))
+    accepting.accept(proj, "slow", actor=Actor.HUMAN)
+    number = forge.pull().number
+    cli = CLI(repo)
+    [row] = [r for r in cli.json("list")["tasks"] if r["ref"] == "slow"]
+    pull = row["pull_request"]
+    assert pull["number"] == number and pull["pending"] is True
+    assert pull["line"] == f"PR #{number} waits on the forge: checks: ci (pending)"
+    assert pull["url"] is not None and pull["url"].endswith(f"/pull/{number}")
+    listed = cli.ok("list").stdout
+    assert f"PR #{number} waits on the forge: checks: ci (pending)" in listed
+    from corral.dashboard.board_page import _card
+
+    card = str(_card({**row, "project": "p", "project_path": str(repo), "live": {}}, {}))
+    assert f'href="{pull["url"]}"' in card and f"PR #{number} waits on the forge" in card
+    # Once merged, the row keeps the pull request's number but no longer says it waits.
+    forge.finish_checks(number)
+    accepting.accept(proj, "slow", actor=Actor.HUMAN)
+    [done] = [r for r in cli.json("list", "--all")["tasks"] if r["ref"] == "slow"]
+    assert done["pull_request"]["pending"] is False and done["pull_request"]["line"] == f"PR #{number}"
 
 
 def test_pending_then_merged_on_the_forge_completes_by_remote_sync(fproj, agent, repo):

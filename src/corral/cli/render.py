@@ -141,6 +141,8 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
             goal = f"{goal} — {r['reason']}"
         elif r["status"] in PAUSED:  # the status's plain meaning where the person reads it
             goal = f"{goal} — {meaning(r['status'])}"
+        if (pull := r.get("pull_request")) and pull["pending"]:  # a merge that waits on the forge, and for what
+            goal = f"{goal} — {pull['line']}"
         status = app.paint(word, STATUS_COLOR.get(r["status"], "bold")) if colored else word
         if r.get("needs_action"):
             n = r["needs_action"]

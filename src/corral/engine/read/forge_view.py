@@ -36,3 +36,18 @@ def forge_view(task: Task) -> dict[str, Any] | None:
         "merged": rec.get("merged"),
         "text": text,
     }
+
+
+def pull_request_row(task: Task) -> dict[str, Any] | None:
+    """What a list row, a board card and the dashboard show of a task's pull request: its number, its URL when
+    it is a web address, and, while a merge waits on the forge, what for (``line``, one short sentence)."""
+    view = forge_view(task)
+    if view is None:
+        return None
+    url = view["url"] if isinstance(view["url"], str) and view["url"].startswith("https://") else None
+    line = f"PR #{view['number']}"
+    if view["pending"]:
+        line += f" waits on the forge: {view['waits'] or 'its answer'}"
+        if view["unavailable"]:
+            line += " (the forge could not be asked)"
+    return {"number": view["number"], "url": url, "pending": view["pending"], "line": line}

@@ -52,7 +52,7 @@ from corral.domain.records import (
 from corral.domain.settings import default
 from corral.domain.status import Status, meaning
 from corral.domain.substate import QUEUED, Live, substate
-from corral.engine.read.forge_view import forge_view
+from corral.engine.read.forge_view import forge_view, pull_request_row
 from corral.store import Tx
 
 if TYPE_CHECKING:
@@ -555,6 +555,7 @@ def _row(task: Task, parent_ref: str | None, sub: str | None, because: str | Non
         "reason": because,
         "updated_at": rfc3339(task.updated_at),
         "needs_action": needs_action(task),
+        "pull_request": pull_request_row(task) if "forge" in task.metadata else None,  # docs/forge.md
     }
 
 
