@@ -78,3 +78,21 @@ def test_scans_that_find_nothing_write_no_record(tmp_path: Path) -> None:
             out.write(line(chatter))
         assert commit(journal, cursors, scan(log, PiHarness(), "/wt", cursors, at=AT, evidence_of=WHERE))
     assert (where / JOURNAL).stat().st_size == size
+
+
+def test_a_collector_grown_large_by_the_agent_never_makes_an_unreadable_record(tmp_path: Path) -> None:
+    """Each failing call the agent makes is remembered (its operation, its incident, named by the call's id, which
+    the agent's stream says); the scan's cursor carries that memory. Written into the journal past the size a
+    reader takes, it would read as a damaged record: an observation gap the agent made, on every read."""
+    log, where = tmp_path / "turns" / "1" / "output.log", tmp_path / "session"
+    log.parent.mkdir(parents=True)
+    with log.open("w") as out:
+        for n in range(2400):
+            out.write(failed(f"{n:05d}" + "i" * 1000, f"false {n}", "no"))
+    events = observe(where, log, final=True)
+    assert len(events) == 2400
+    state = Journal(where).read()
+    assert state.unreadable == 0, state.unreadable
+    assert not [i for i in state.incidents.values() if i.label.value == "Observation incomplete"]
+    cursor_bytes = sum(len(json.dumps(r)) for r in records(where) if r.get("kind") == CURSOR_KIND)
+    assert cursor_bytes <= (where / JOURNAL).stat().st_size - cursor_bytes, cursor_bytes  # never outgrows its events

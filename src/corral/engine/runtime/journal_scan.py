@@ -41,6 +41,8 @@ RECORD_EVERY = 8 << 20
 #: :data:`RECORD_SHARE` bytes each of it, so cursor records never outgrow the events they cover.
 RECORD_SMALL = 4 << 10
 RECORD_SHARE = 256
+#: Room for what the journal adds to a cursor as it writes it (its ``kind``, the line's end).
+RECORD_MARGIN = 64
 #: How much of a log one read of the scan takes.
 CHUNK = 1 << 20
 #: The most open failures whose marks are searched for to pass a run of calls at once (``_Lines._unmarked``).
@@ -115,7 +117,9 @@ def commit(journal: Journal, cursors: Cursors, events: list[dict[str, Any]], *, 
 
     The cursor goes into the journal with events, every :data:`RECORD_EVERY` bytes of log and at the
     turn's end; a large one (past :data:`RECORD_SMALL`) with events only once enough of them came since
-    the last (:data:`RECORD_SHARE`)."""
+    the last (:data:`RECORD_SHARE`); never one a reader would not take (past :data:`MAX_RECORD`: the
+    collector remembers every failing call, named by ids the agent's stream chose, and a record read
+    as damaged would be an observation gap the agent made). The cursor file holds it all the same."""
     doc = cursors.doc()
     cursors.unrecorded_events += len(events)
     record = None
@@ -125,6 +129,8 @@ def commit(journal: Journal, cursors: Cursors, events: list[dict[str, Any]], *, 
         size = len(json.dumps(doc["collector"]))
         if size <= RECORD_SMALL or cursors.unrecorded_events * RECORD_SHARE >= size:
             record = doc
+    if record is not None and len(json.dumps(record)) + RECORD_MARGIN > MAX_RECORD:
+        record = None
     if not journal.append(events, cursor=record):
         return False
     if record is not None:
