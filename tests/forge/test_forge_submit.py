@@ -49,3 +49,14 @@ def test_a_submitted_pull_request_merged_or_closed_outside_moves_its_task(fproj,
         assert "closed on the forge without merging" in tx.status_changes(c.id)[-1].reason
     assert git(repo, "rev-parse", "main") == forge.pull(merged).merge_commit  # the clean target followed
     assert not proj.paths.worktree("m").exists() and proj.paths.worktree("c").exists()
+
+
+def test_mcp_submit_opens_a_draft_as_the_cli_does(fproj, agent, repo):
+    from tests.mcp_doors.test_builder_stdio import ok, session
+
+    proj, forge = fproj()
+    blocked_with(proj, agent, "md", work("md.txt", "m\n"))
+    (said,) = session(repo, ("submit", {"task": "md", "draft": True}))
+    pr = forge.pull()
+    assert ok(said)["submitted"]["pull_request"].endswith(f"/pull/{pr.number}") and pr.draft
+    assert task_of(proj, "md").status is Status.SUBMITTED

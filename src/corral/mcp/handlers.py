@@ -189,7 +189,7 @@ def submit(c: Calling, a: Args) -> dict[str, Any]:
     from corral.engine.api import submit as submitting
 
     task = task_of(c, "submit", a)
-    done = submitting(c.project(), task.id, actor=c.caller.actor)
+    done = submitting(c.project(), task.id, actor=c.caller.actor, draft=a.flag("draft"))
     return answer_with(
         c, task, submitted={"remote": done.remote, "branch": done.branch, "pull_request": done.pull_request}
     )

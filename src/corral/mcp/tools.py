@@ -217,7 +217,11 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "submit",
             "Push the task's branch to the remote (and open a pull request where a forge is set).",
-            _schema(["task"], task=_TASK),
+            _schema(
+                ["task"],
+                task=_TASK,
+                draft={"type": "boolean", "description": "open the pull request as a draft (with a forge)"},
+            ),
             run=handlers.submit,
         ),
         Tool(
