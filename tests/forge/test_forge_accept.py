@@ -97,6 +97,11 @@ def test_list_and_the_board_show_a_merge_that_waits_on_the_forge(fproj, agent, r
 
     card = str(_card({**row, "project": "p", "project_path": str(repo), "live": {}}, {}))
     assert f'href="{pull["url"]}"' in card and f"PR #{number} waits on the forge" in card
+    from corral.cli import board_rows
+    from corral.engine.operations import board as boards
+
+    frame = "\n".join(board_rows.plain_rows(boards.board([(repo.name, proj)], only=["slow"]).to_json(), width=300))
+    assert f"PR #{number} waits on the forge: checks: ci (pending)" in frame  # watch's board, as list says it
     # Once merged, the row keeps the pull request's number but no longer says it waits.
     forge.finish_checks(number)
     accepting.accept(proj, "slow", actor=Actor.HUMAN)

@@ -14,7 +14,7 @@ from typing import Any
 from rich.text import Text
 
 from corral.cli import watch_view as view
-from corral.cli.render import INDENT, STATUS_COLOR, clip, one_line
+from corral.cli.render import INDENT, STATUS_COLOR, clip, goal_text, one_line
 
 #: The live line under a working row starts so.
 LIVE_MARK = "↳ "
@@ -69,7 +69,7 @@ def row_text(row: dict[str, Any], widths: Widths, *, width: int, aged: float = 0
     text.append("  ")
     text.append(f"{clip(status, widths.status):<{widths.status}}", style=STATUS_COLOR.get(row["status"], "bold"))
     text.append(f"  {age:>{_AGE_WIDTH}}  ")
-    text.append(clip(view.badge(row) + view.goal_text(row), room))
+    text.append(clip(view.badge(row) + goal_text(row), room))
     detail = view.live_detail(row.get("live"))
     if detail:
         indent = " " * (widths.ref + 4)

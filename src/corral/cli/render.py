@@ -136,19 +136,26 @@ def list_lines(app: App, rows: list[dict[str, Any]]) -> list[str]:
         word = clip(word, st_w)  # a long status is cut to its column: the columns after it stay aligned
         pad = " " * (st_w - len(word))
         room = total - ref_w - st_w - age_w - 6
-        goal = r["goal"]
-        if r.get("reason"):
-            goal = f"{goal} — {r['reason']}"
-        elif r["status"] in PAUSED:  # the status's plain meaning where the person reads it
-            goal = f"{goal} — {meaning(r['status'])}"
-        if (pull := r.get("pull_request")) and pull["pending"]:  # a merge that waits on the forge, and for what
-            goal = f"{goal} — {pull['line']}"
+        goal = goal_text(r)
         status = app.paint(word, STATUS_COLOR.get(r["status"], "bold")) if colored else word
         if r.get("needs_action"):
             n = r["needs_action"]
             goal = f"[{n} need{'s' if n == 1 else ''} action] {goal}"
         lines.append(f"{clip_ref(ref, ref_w):<{ref_w}}  {status}{pad}  {age:<{age_w}}  {clip(goal, room)}")
     return lines
+
+
+def goal_text(row: dict[str, Any]) -> str:
+    """A row's goal as list, watch and the board show it: with why it rests, else the status's plain meaning
+    where the person reads it, and a merge that waits on the forge with what it waits for."""
+    goal = str(row.get("goal") or "")
+    if row.get("reason"):
+        goal = f"{goal} — {row['reason']}"
+    elif row.get("status") in PAUSED:
+        goal = f"{goal} — {meaning(row['status'])}"
+    if (pull := row.get("pull_request")) and pull["pending"]:
+        goal = f"{goal} — {pull['line']}"
+    return goal
 
 
 def on_host(host: str | None) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.cli.render import clip, one_line
-from corral.domain.status import PAUSED, Status, meaning
+from corral.cli.render import clip, goal_text, one_line
+from corral.domain.status import Status
 from corral.domain.substate import render_status, retry_summary, runs_on
 
 #: The key of a task's row: its project's path and its id (a ref is unique only in one project).
@@ -71,15 +71,6 @@ def live_detail(live: dict[str, Any] | None) -> str:
     if live.get("last_line"):
         parts.append(str(live["last_line"]))
     return " · ".join(clip(p, 400) for p in parts)
-
-
-def goal_text(row: dict[str, Any]) -> str:
-    goal = str(row.get("goal") or "")
-    if row.get("reason"):
-        goal = f"{goal} — {row['reason']}"
-    elif row.get("status") in PAUSED:  # the status's plain meaning where the person reads it, as list says it
-        goal = f"{goal} — {meaning(row['status'])}"
-    return goal
 
 
 def ref_text(row: dict[str, Any], many: bool) -> str:
