@@ -19,7 +19,7 @@ def until_auto_resumed(show: Callable[[], dict[str, Any]], timeout: float = 60) 
         agent_turns = [t for t in shown["turns"] if t["role"] == "agent"]
         if shown["task"]["status"] == "blocked" and len(agent_turns) == 3:
             return shown
-        time.sleep(0.1)
+        time.sleep(0.5)
         shown = show()
     raise AssertionError(
         f"not auto-resumed: {shown['task']['status']} "
