@@ -5,8 +5,8 @@ changed — the store's change mark (a commit there, from this host or another) 
 task's supervisor files and current logs, looked at every :data:`POLL_SECONDS` — and at least
 every ``--interval`` seconds (what nothing says: a supervisor that died, the time going by). An
 idle watch costs a few system calls a poll, and on PostgreSQL one small query every half second.
-Both ways of showing it (:mod:`corral.cli.watch_lines` off a terminal, :mod:`corral.cli.watch_screen`
-on one) end the same way on SIGTERM or SIGHUP (:func:`signals`).
+Off a terminal (:mod:`corral.cli.watch_lines`) SIGTERM and SIGHUP end the watch (:func:`signals`); on
+one, the board (:mod:`corral.cli.board_app`) handles them itself.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -227,29 +227,16 @@ def open_source(app: App, all_projects: bool, tasks: Sequence[str]) -> Source:
 
 
 @contextmanager
-def signals(wake: Callable[[], None] | None = None) -> Iterator[dict[str, bool]]:
-    """SIGTERM and SIGHUP end the watch (its terminal restored on the way); on a terminal, a
-    resize and a Ctrl-Z are flagged and wake the loop."""
-    flags = {"resized": False, "suspend": False}
+def signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the watch (:class:`WatchEnded`)."""
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         raise WatchEnded(signum)
 
-    def flag(name: str) -> Callable[[int, FrameType | None], None]:
-        def handler(_signum: int, _frame: FrameType | None) -> None:
-            flags[name] = True
-            if wake is not None:
-                wake()
-
-        return handler
-
     handlers: dict[int, Any] = {signal.SIGTERM: stop, signal.SIGHUP: stop}
-    if wake is not None:
-        handlers[signal.SIGWINCH] = flag("resized")
-        handlers[signal.SIGTSTP] = flag("suspend")
     old = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
     try:
-        yield flags
+        yield
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
