@@ -26,10 +26,12 @@ import fcntl
 import os
 import pty
 import select
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import time
 from pathlib import Path
@@ -94,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
 
     base = scratch_dir("watch-idle", args)
     repo = make_repo(base / "repo")
-    agent = base / "agent" / "agent.py"
-    agent.parent.mkdir()
+    # Outside /tmp (a sandboxed turn has a /tmp of its own) and the home (hidden but for the harness's
+    # state): /var/tmp is seen read-only inside the sandbox, as a person's script on disk would be.
+    agent = Path(
+        tempfile.mkdtemp(prefix="corral-bench-watch-agent-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
+    )
+    agent = agent / "agent.py"
     agent.write_text(AGENT)
     env = hermetic_env(
         base / "home",
@@ -103,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         {
             "CORRAL_HARNESS": "command",
             "CORRAL_COMMAND": f"{sys.executable} {agent}",
-            "CORRAL_SANDBOX": "off",
             "CORRAL_AGENT_TOOLS": "0",
             "GIT_AUTHOR_NAME": "Bench",
             "GIT_AUTHOR_EMAIL": "bench@example.com",
@@ -173,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         result[name] = {"cpu_s": round(used[proc.pid], 3), "wall_s": round(wall, 2), "pct_of_core": round(pct, 3)}
         print(f"  {name:<26} {used[proc.pid]:.3f} s CPU = {pct:.2f} % of a core   [{verdict(passed)} < {TARGET_PCT} %]")
     drop_scratch(base, args.keep)
+    shutil.rmtree(agent.parent, ignore_errors=True)
     return finish("bench_watch_idle", result, ok)
 
 
