@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import http.client
 import os
+import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from corral.dashboard import security
+from tests.conftest import FakeAgent, git
 from tests.dashboard.conftest import Dash
+from tests.dashboard.test_browser import WORK, _rest
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -41,6 +44,25 @@ def get(dash: Dash, path: str, cookie: str) -> str:
     conn.close()
     assert response.status == 200, text[:500]
     return text
+
+
+def narration(dash: Dash, task: str, cookie: str, seconds: float = 30) -> str:
+    """The task's event stream until an accept's narration ends (its result or its error)."""
+    conn = http.client.HTTPConnection(dash.host, dash.port, timeout=seconds)
+    conn.request("GET", dash.root + "/events" + task, headers={"Host": f"{dash.host}:{dash.port}", "Cookie": cookie})
+    response = conn.getresponse()
+    seen, event = [], ""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        raw = response.fp.readline().decode("utf-8", "replace")
+        if raw.startswith("event:"):
+            event = raw[6:].strip()
+        elif raw.startswith("data:") and event == "narration":
+            seen.append(raw[5:])
+            if "n-error" in raw or "n-result" in raw:
+                break
+    conn.close()
+    return "".join(seen)
 
 
 def test_hostile_fields_are_stored_and_shown_as_text(dash: Dash) -> None:
@@ -100,3 +122,29 @@ def test_an_oversized_or_undecodable_form_creates_nothing_and_says_why(dash: Das
     if 'class="flash error"' not in said:
         assert "\x00" not in dash.a.json("show", "bytes")["task"]["goal"]
     assert "hostile" not in [t["ref"] for t in dash.a.json("list", "--all")["tasks"]]
+
+
+def test_a_confirmation_without_the_pages_tip_merges_nothing_the_page_did_not_show(
+    dash: Dash, agent: FakeAgent
+) -> None:
+    """A Merge posted without a tip (a page whose diff had not come, or a hand-made post) merges no commit the
+    dashboard did not show: the tip its task page last showed stands for what was reviewed."""
+    agent.script(WORK)
+    dash.a.ok("start", "alpha-one")
+    _rest(dash.a, "alpha-one")
+    cookie = dash.cookie()
+    page = get(dash, dash.task_path(dash.a, "alpha-one"), cookie)  # the diff shown: its tip recorded
+    worktree = Path(dash.a.json("show", "alpha-one")["task"]["worktree"])
+    assert git(worktree, "rev-parse", "HEAD") in page
+    (worktree / "extra.py").write_text("EXTRA = 1\n")
+    git(worktree, "add", "extra.py")
+    git(worktree, "commit", "-qm", "slipped in after the page was read")
+    repo = dash.a.cwd
+    main = git(repo, "rev-parse", "main")
+    path = dash.task_path(dash.a, "alpha-one")
+    status, said = post(dash, path + "/accept", b"confirm=yes&tip=", cookie)
+    assert status == 200, said[:300]
+    told = narration(dash, path, cookie)
+    assert "slipped in after the page was read" in told and "n-result" not in told, told[-800:]
+    assert git(repo, "rev-parse", "main") == main
+    assert dash.a.json("show", "alpha-one")["task"]["status"] == "blocked"
