@@ -134,8 +134,12 @@ class ForgeServer:
         required_checks: tuple[str, ...] = (),
         requires_approval: bool = False,
         allow_auto_merge: bool = True,
+        merge_method: str = "squash",
     ) -> None:
         self.root = root
+        #: How this forge merges whatever it is asked for (``squash``, or ``rebase``: each commit replayed onto
+        #: the base, the last one the merge commit, as a repository that allows rebase merges only does).
+        self.merge_method = merge_method
         self.bare = root / f"{NAME}.git"
         self.required_checks = required_checks
         self.requires_approval = requires_approval
@@ -231,10 +235,11 @@ class ForgeServer:
         with self.lock:
             self.pulls[number].state = "CLOSED"
 
-    def merge_outside(self, number: int) -> str:
+    def merge_outside(self, number: int, method: str | None = None) -> str:
+        """A person merges the pull request on the forge (``method``: ``squash`` or ``rebase``)."""
         with self.lock:
             pr = self.pulls[number]
-            return self._merge(pr, pr.title, "merged on the forge")
+            return self._merge(pr, pr.title, "merged on the forge", method)
 
     def push_outside(self, number: int, path: str, content: str) -> str:
         """A commit pushed to the pull request's branch on the forge (after the person's review)."""
@@ -315,15 +320,34 @@ class ForgeServer:
         if pr.state == "OPEN" and pr.auto_merge is not None and self.blockers(pr) is None:
             self._merge(pr, pr.auto_merge["headline"], pr.auto_merge["body"])
 
-    def _merge(self, pr: PullRequest, title: str, message: str) -> str:
+    def _merge(self, pr: PullRequest, title: str, message: str, method: str | None = None) -> str:
         base = _git(self.bare, "rev-parse", f"refs/heads/{pr.base}")
-        tree = _git(self.bare, "merge-tree", "--write-tree", base, pr.head_oid).splitlines()[0]
-        commit = _git(
-            self.bare, "commit-tree", tree, "-p", base, "-m", f"{title} (#{pr.number})\n\n{message}", env=_ident()
-        )
+        if (method or self.merge_method) == "rebase":
+            commit = self._rebase(base, pr.head_oid)
+        else:
+            tree = _git(self.bare, "merge-tree", "--write-tree", base, pr.head_oid).splitlines()[0]
+            commit = _git(
+                self.bare, "commit-tree", tree, "-p", base, "-m", f"{title} (#{pr.number})\n\n{message}", env=_ident()
+            )
         _git(self.bare, "update-ref", f"refs/heads/{pr.base}", commit, base)
         pr.state, pr.merge_commit = "MERGED", commit
         return commit
+
+    def _rebase(self, base: str, head: str) -> str:
+        """GitHub's rebase merge: each commit of the pull request replayed onto the base, in order, with its own
+        message (a three-way merge of the commit against its parent, in an index of its own); the last is the
+        merge commit."""
+        fork = _git(self.bare, "merge-base", base, head)
+        onto = base
+        for commit in _git(self.bare, "rev-list", "--reverse", "--no-merges", f"{fork}..{head}").split():
+            index = self.root / "rebase-index"
+            env = {**_ident(), "GIT_INDEX_FILE": str(index)}
+            _git(self.bare, "read-tree", "-i", "-m", "--aggressive", f"{commit}^", onto, commit, env=env)
+            tree = _git(self.bare, "write-tree", env=env)
+            index.unlink()
+            said = _git(self.bare, "log", "-1", "--format=%B", commit)
+            onto = _git(self.bare, "commit-tree", tree, "-p", onto, "-m", said or "rebased", env=_ident())
+        return onto
 
     # --- the API ----------------------------------------------------------------------------------------
 

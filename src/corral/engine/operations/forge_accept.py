@@ -520,17 +520,67 @@ def _unfetched(ref: str, sha: str, remote: str, target: str) -> ForgeUnavailable
     )
 
 
+#: How many commits past the reviewed range's own length a rebase merge's chain is searched for the old target tip
+#: (commits pushed to the pull request after the review, replayed with it).
+REBASE_SLACK = 20
+
+
 def verify_merge(project: Project, sha: str, tip: str) -> str | None:
-    """The squash carries exactly the reviewed change: its tree is what merging the reviewed tip onto its parent
-    makes (the base may have moved on the forge)."""
+    """The forge's merge carries exactly the reviewed change, compared as changes by their trees (the base may
+    have moved on the forge meanwhile). Two shapes:
+
+    - a squash (or a merge commit): its tree is what merging the reviewed tip onto its parent makes;
+    - a rebase: the forge replayed the range onto the old target tip, which lies on ``sha``'s first-parent chain
+      (plain commits, at least as many as ``base..tip`` holds, merges aside); the change that range made on the
+      old tip must be the change ``base..tip`` made — its tree is what merging the reviewed tip onto the old tip
+      makes.
+
+    Returns None when it does, else the problem with the paths that differ named (from the closest candidate)."""
     git, repo = project.git, project.repo
     parent = git.rev_parse(f"{sha}^", cwd=repo)
     if parent is None:
         return "it has no parent"
-    tree, _conflicts = git.merge_tree(parent, tip, cwd=repo)
-    if tree is None or tree != git.tree_of(sha, cwd=repo):
-        return "its tree is not the reviewed tip merged onto its parent"
-    return None  # its message is the forge's (a merge made on the forge by a person carries no trailer of ours)
+    merged = git.tree_of(sha, cwd=repo)
+    closest: tuple[int, list[str], str] | None = None
+    for onto in [parent, *_rebase_bases(project, sha, tip)]:
+        tree, _conflicts = git.merge_tree(onto, tip, cwd=repo)
+        if tree == merged:
+            return None  # its message is the forge's (a merge made on the forge by a person carries no trailer)
+        if tree is not None:
+            paths = git.changed_between(tree, merged, cwd=repo)
+            if closest is None or len(paths) < closest[0]:
+                closest = (len(paths), paths, onto)
+    if closest is None:
+        return f"the reviewed tip does not merge cleanly onto {parent[:12]}, which the merge was made on"
+    paths = closest[1]
+    shown = ", ".join(one_line(p, 200) for p in paths[:10]) + (
+        f" and {len(paths) - 10} more" if len(paths) > 10 else ""
+    )
+    return f"it differs from the reviewed change in {shown or 'its tree'}"
+
+
+def _rebase_bases(project: Project, sha: str, tip: str) -> list[str]:
+    """Where a rebase merge may have replayed the reviewed range: ``sha``'s first-parent ancestors from as many
+    commits back as the range holds (merges aside) to ``REBASE_SLACK`` more, while each commit on the way is a
+    plain one (a rebase makes no merges)."""
+    git, repo = project.git, project.repo
+    fork = git.run("merge-base", sha, tip, cwd=repo, check=False).stdout.strip()
+    if not fork:
+        return []
+    counted = git.run("rev-list", "--count", "--no-merges", f"{fork}..{tip}", cwd=repo, check=False).stdout.strip()
+    if not counted.isdigit() or int(counted) < 2:
+        return []  # one commit replayed is the squash's shape, checked already
+    chain = git.run(
+        "rev-list", "--first-parent", "--parents", f"--max-count={int(counted) + REBASE_SLACK}", sha,
+        cwd=repo, check=False,
+    ).stdout  # fmt: skip
+    found: list[str] = []
+    for n, row in enumerate(line.split() for line in chain.splitlines() if line.strip()):
+        if len(row) != 2:
+            break  # a merge, or the root: the replayed range cannot reach past it
+        if n + 1 >= int(counted):
+            found.append(row[1])
+    return found
 
 
 def follow_target(project: Project, target: str, sha: str, remote: str) -> str | None:
