@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,41 @@ def said(exc: CorralError) -> str:
     return f"{exc.message} {exc.hint}" if exc.hint else exc.message
 
 
-def create(project: Project, goal: str, *, actor: Actor, prompt: str = "") -> str:
-    from corral.engine.api import tasks
+@dataclass(frozen=True)
+class NewTaskForm:
+    """What the new-task dialog asks, as ``corral create`` takes it (an empty field: the command's default)."""
 
-    task = tasks.create(project, goal, actor=actor, prompt=prompt)
-    return f"Created {task.ref} (backlog): s starts it."
+    goal: str
+    prompt: str = ""
+    harness: str | None = None
+    target: str | None = None
+    ref: str | None = None
+    protect: tuple[str, ...] = ()
+
+
+def globs(text: str) -> tuple[str, ...]:
+    """Protected paths as typed: one glob a line, or several on a line with commas between them."""
+    return tuple(g.strip() for line in text.splitlines() for g in line.split(",") if g.strip())
+
+
+def create(project: Project, form: NewTaskForm, *, actor: Actor) -> str:
+    """``corral create``'s operation with the dialog's fields; a harness not installed here is warned of
+    as ``create`` warns of it (``start`` would refuse it)."""
+    from corral.engine.api import doctor, tasks
+
+    task = tasks.create(
+        project,
+        form.goal,
+        actor=actor,
+        ref=form.ref,
+        harness=form.harness,
+        protect=form.protect,
+        prompt=form.prompt,
+        target=form.target,
+    )
+    words = f"Created {task.ref} (backlog): s starts it."
+    warning = doctor.harness_warning(project, task)
+    return f"{words} warning: {warning}" if warning is not None else words
 
 
 def start(project: Project, task_id: str, *, actor: Actor) -> str:

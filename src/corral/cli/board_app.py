@@ -331,17 +331,20 @@ class BoardApp(App[int]):
         self.exit(130)
 
     def action_new_task(self) -> None:
-        row = self.row(self.selected)
-        repo = str(self.project_of(row).paths.repo)
+        """``n``: the new-task form; the task is created from it (a refusal keeps the form open, as typed)."""
+        repo, actor = str(self.project_of(self.row(self.selected)).paths.repo), self.cli.actor
 
-        def made(answer: tuple[str, str] | None) -> None:
-            if answer is None:
+        def create(form: actions.NewTaskForm) -> str:  # on the form's thread, the project opened afresh
+            with actions.opened(repo) as project:
+                return actions.create(project, form, actor=actor)
+
+        def made(words: str | None) -> None:
+            if words is None:
                 self.say("No task created.")
                 return
-            goal, prompt = answer
-            self.on_thread(repo, lambda p: actions.create(p, goal, actor=self.cli.actor, prompt=prompt))
+            self._done(words)
 
-        self.push_screen(NewTask(), made)
+        self.push_screen(NewTask(create), made)
 
     def action_act(self, key: str) -> None:
         """A key that acts: refused as the operations table refuses its operation, before anything is asked."""
