@@ -1,11 +1,12 @@
 """The test files that hold the suite's longest tests, run first.
 
 Under ``-n 2`` the suite ends when its last worker does. Collected in the order of their paths,
-the longest tests (a hundred turns over three workers, the team's leases, kill loops, crash points,
-waits for a usage limit's reset: 10 to 60 s each) come last, from ``tests/recovery/``,
-``tests/seams/`` and ``tests/workers/``, and one worker ran them alone while the other had nothing
-left to do. Run first, they share the two workers with the thousands of short tests that come
-after them, and the run ends on short tests on both.
+the longest tests (a hundred turns over three workers, a fresh install, the team's leases, kill
+loops, crash points, waits for a usage limit's reset: 10 to 70 s each) come late, from
+``tests/recovery/``, ``tests/seams/``, ``tests/workers/`` and the benchmarks' quick runs, and one
+worker could be left running them alone while the other had nothing left to do. Run first, they
+share the two workers with the thousands of short tests that come after them, and the run ends on
+short tests on both.
 
 Only the order of whole files changes (each file's tests keep theirs, a module's fixtures are made
 once as before); a file missing from the list runs in its collected place, after these. The list
@@ -18,6 +19,7 @@ from __future__ import annotations
 #: Longest first, by the longest single test each holds.
 FILES: tuple[str, ...] = (
     "tests/workers/test_workers.py",
+    "tests/test_install_extra.py",
     "tests/recovery/test_breaker_same_cause.py",
     "tests/workers/test_local_hosts.py",
     "tests/seams/test_claude_cadence.py",
@@ -28,6 +30,7 @@ FILES: tuple[str, ...] = (
     "tests/recovery/test_accept_kills.py",
     "tests/workers/test_turn_ends.py",
     "tests/seams/test_claude_time_to_rest.py",
+    "tests/test_bench_quick.py",
     "tests/seams/test_mcp_claude.py",
     "tests/runtime/test_confined_attacks.py",
     "tests/recovery/test_daemon.py",
