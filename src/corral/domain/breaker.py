@@ -204,6 +204,15 @@ class Breaker(Struct, frozen=True):
         """The system resumes the interrupted turn: the session says so, and the count runs on."""
         return Update(auto_resumed=True, tripped=self.tripped(counters))
 
+    def on_auto_deliver(self, counters: Counters) -> Update:
+        """The system hands the forge's feedback back to the agent by itself (``forge_auto_deliver``): an
+        automatic relaunch, counted as an interruption the system resumes is — one more in a row (the forge
+        sent the task back), the session marked as relaunched by the system. ``tripped``: the count had
+        reached the threshold already, so nothing may be launched (the caller asks :meth:`tripped` first)."""
+        return Update(
+            consecutive_interruptions=counters.consecutive + 1, auto_resumed=True, tripped=self.tripped(counters)
+        )
+
     def on_hand_merged(self, counters: Counters) -> Update:
         """A person resolved the failed merge-and-fix in the worktree (interrupted → blocked)."""
         return self._reset()

@@ -4,7 +4,8 @@ Every settle (the daemon's tick, each read, ``wait``) calls :func:`sync`; it ask
 ``forge_poll`` seconds, in one batched GraphQL query for all of a project's pending pull requests, and when the
 forge is down or its rate limit is used up it waits until the stated reset, shows why on each task, and changes no
 status. A pull request merged completes its task (verified); one closed, failed or with changes requested blocks
-it, and with ``forge_auto_deliver`` the forge's feedback then goes to the agent by itself.
+it, and with ``forge_auto_deliver`` the forge's feedback then goes to the agent by itself, within the circuit
+breaker.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from corral.adapters.gh_forge import GhForge, PullState
 from corral.adapters.locks import is_locked
 from corral.domain.actors import Actor
+from corral.domain.breaker import Breaker, Counters
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.git_remote import remote_name
@@ -34,6 +36,7 @@ from corral.engine.operations.forge_accept import (
 )
 from corral.engine.project import Project
 from corral.engine.recovery.merges import complete_merged
+from corral.engine.resolve import task_config
 from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, ForgeBlocked, ForgeUnavailable, TaskBusy
 
@@ -155,17 +158,21 @@ def _write(path: Path, memory: dict[str, Any]) -> None:
 
 def _auto_deliver(project: Project, task_id: str) -> None:
     """``forge_auto_deliver``: a task the forge blocked goes back to work with the forge's feedback (actor system),
-    at most ``breaker_threshold`` times for one pull request, so a forge that keeps failing never loops."""
+    within the circuit breaker (domain/breaker.py): the turn counts as an automatic relaunch (the unblock writes
+    the breaker's ``on_auto_deliver``), and once the breaker has tripped the feedback waits for a person, the
+    record saying so (``held``: the count it tripped at) for ``show``."""
     if not project.config["forge_auto_deliver"]:
         return
     task = read_task(project, task_id)
-    rec = record_of(task)
-    if task.status is not Status.BLOCKED or not rec.get("feedback"):
+    if task.status is not Status.BLOCKED or not record_of(task).get("feedback"):
         return
-    count = int(rec.get("auto_delivered") or 0)
-    if count >= int(project.config["breaker_threshold"]):
+    with project.store.read() as tx:
+        session = tx.get_session(task.session_id) if task.session_id else None
+    counters = Counters.of(session)
+    if Breaker.of(task_config(project.config, task)).tripped(counters):
+        save_record(project, task_id, held=counters.consecutive)
         return
-    save_record(project, task_id, auto_delivered=count + 1)
+    save_record(project, task_id, held=None)
     from corral.engine.operations import turns
 
     turns.unblock(project, task_id, actor=Actor.SYSTEM, message="")

@@ -545,7 +545,9 @@ def unblock(
         )
         forge_accept.clear_feedback(tx, task.id)
         pending = tx.pending_feedback(session.id)
-        session = tx.update_session(session.id, **Breaker().on_person_launch(Counters.of(session)).fields())
+        breaker, counters = Breaker(), Counters.of(session)  # the system's unblock: forge feedback auto-delivered
+        launched = breaker.on_auto_deliver(counters) if actor is Actor.SYSTEM else breaker.on_person_launch(counters)
+        session = tx.update_session(session.id, **launched.fields())
         tx.set_status(task.id, Status.WORKING, actor, "unblock", expected_from=task.status, resting_cause=None)
         _hold_here(project, tx, task.id, command_id, actor)
         target = workspace.target_branch(tx, task)

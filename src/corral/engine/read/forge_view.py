@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.domain.explain import breaker_line
 from corral.domain.records import Task
 from corral.domain.status import Status
 
 
 def forge_view(task: Task) -> dict[str, Any] | None:
     """None for a task with no pull request; else its number, URL, whether a merge waits on it and for what,
-    the forge's last outage or rate limit, and how many pieces of forge feedback wait for the next unblock."""
+    the forge's last outage or rate limit, how many pieces of forge feedback wait for the next unblock, and why
+    they were not delivered by themselves when the circuit breaker held them back (its own words)."""
     rec = task.metadata.get("forge")
     if not isinstance(rec, dict) or not isinstance(rec.get("number"), int):
         return None
@@ -26,6 +28,9 @@ def forge_view(task: Task) -> dict[str, Any] | None:
         text += f" (the forge could not be asked: {unavailable})"
     if feedback:
         text += f"; {feedback} piece(s) of forge feedback go with the next unblock"
+    held = rec.get("held")
+    if feedback and isinstance(held, int) and not isinstance(held, bool) and task.status is Status.BLOCKED:
+        text += f" (not delivered by itself: {breaker_line(held)})"
     return {
         "number": rec["number"],
         "url": rec.get("url"),
