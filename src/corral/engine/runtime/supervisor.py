@@ -179,11 +179,16 @@ class Supervisor:
         )
         return replace(base, **fields)
 
-    def _sync(self) -> prompts.SyncOutcome:
+    def _sync(self, head: str | None) -> prompts.SyncOutcome:
         c = self.command
         if not c.sync_before_work or not c.target:
             return prompts.SyncOutcome("none", c.target)
         self.status.update(phase="sync")
+        if head is not None and self.probe.git.is_ancestor(f"refs/heads/{c.target}", head, cwd=self.worktree):
+            # Nothing upstream to bring (the usual resume): one commit-graph look, not a scan of the worktree
+            # (the merge's dirty check) and a merge that would say "Already up to date". A dirty worktree with
+            # nothing to merge is up to date too: there is nothing the agent must commit first.
+            return prompts.SyncOutcome("up-to-date", c.target)
         return merge_upstream(self.probe.git, self.worktree, c.target)
 
     def _run(self) -> proto.Receipt:
@@ -192,7 +197,7 @@ class Supervisor:
         if not c.posture.read_only and c.sync_before_work and c.target:  # the merge commits through HEAD
             branch_check.on_branch(self.probe.git, self.worktree, self.worktree, c.branch)
         pre_sync = self.probe.head()
-        outcome = self._sync()
+        outcome = self._sync(pre_sync)
         self.sync = proto.SyncReport(outcome.state, outcome.target, outcome.files)
         # Only a merge made moves HEAD (a conflict leaves it where it was): HEAD is read again then only,
         # and the work phase's first look at it takes the value read here.
