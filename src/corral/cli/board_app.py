@@ -116,6 +116,8 @@ class BoardApp(App[int]):
         self._layout: tuple[rows_of.Widths, int, float] | None = None
         #: What kept the board from being read at all: ``corral watch`` ends with it.
         self.failed: CorralError | None = None
+        #: What the last read's failure said, while the board shows the one before it (None: it read).
+        self.unreadable: str | None = None
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -162,19 +164,53 @@ class BoardApp(App[int]):
             self.read_board()
 
     def read_board(self) -> None:
+        """The board read again and drawn. A read that fails once the board is shown leaves it as last read,
+        says why, and is tried again after the interval (or sooner, when something it is made of changed),
+        on the projects opened afresh; the first read that works again takes the failure's words away."""
         try:
+            if self.unreadable is not None:
+                self.reopen()
             self.source.read()
         except CorralError as exc:
             if self.source.board is None:  # nothing to show: the watch ends with the error, as a command does
                 self.failed = exc
                 self.exit(1)
                 return
-            self.say(actions.said(exc))  # the board as last read stays; tried again after the interval
-            self.source.read_at = time.monotonic()
+            self.unreadable = actions.said(exc)
+            self.say(self.unreadable)  # the board as last read stays
+            # Seen as it is now: a store that stays unreadable is not read again before the interval.
+            self.source.read_at, self.source.stale, self.source.seen = (
+                time.monotonic(),
+                False,
+                self.source.fingerprint(),
+            )
             return
+        if self.unreadable is not None:
+            if str(self.query_one("#message", Static).content) == display(self.unreadable):
+                self.say("")
+            self.unreadable = None
         self.draw_board()
         if self.has_class("detail") and self.tab != "diff":
             self.load_tab(self.tab)
+
+    def reopen(self) -> None:
+        """Each project watched, opened afresh after a failed read: an SQLite connection that met a damaged
+        file may keep failing once the file is put right, as it keeps what it read of it; a new one reads
+        the file as it is. The projects the board opened itself are closed; the command's own closes with it."""
+        fresh: list[tuple[str, Project]] = []
+        try:
+            for name, project in self.source.projects:
+                fresh.append((name, Project.open(project.paths.repo)))
+        except CorralError:
+            for _name, project in fresh:
+                project.close()
+            raise
+        for _name, project in self.source.projects:
+            if project in self.source.opened:
+                self.source.opened.remove(project)
+                project.close()
+        self.source.projects[:] = fresh
+        self.source.opened.extend(project for _name, project in fresh)
 
     def draw_board(self) -> None:
         board = self.source.board
