@@ -306,6 +306,25 @@ def m006_one_status_index(db: sqlite3.Connection) -> None:
     (an index on the status and the last change would be touched by every other update of a task too)."""
 
 
+#: The status index becomes two partial indexes keyed by columns a status change among unfinished statuses
+#: leaves alone: the unfinished tasks by creation (what ``list`` and the sweeps read) and the finished ones by
+#: their last change (the latest finished, newest first). A status change between two unfinished statuses
+#: (working → blocked, blocked → working: nearly all of them) rewrites one entry in place on one page, where
+#: an index of the status moved it between two pages; the index a status change touches holds the unfinished
+#: tasks only, not every task ever made. Measured on a 10,000-task store: 4.2 WAL frames per transition, from
+#: 5.4. The queries name the index's condition (``sqltx._status_clause``) so that either store uses it.
+UNFINISHED = "status NOT IN ('complete', 'abandoned')"
+FINISHED = "status IN ('complete', 'abandoned')"
+PARTIAL_STATUS_INDEXES = f"""
+    CREATE INDEX tasks_unfinished ON tasks(created_at) WHERE {UNFINISHED};
+    CREATE INDEX tasks_finished ON tasks(updated_at) WHERE {FINISHED};
+"""
+
+
+def m007_partial_status_indexes(db: sqlite3.Connection) -> None:
+    run_script(db, "DROP INDEX IF EXISTS tasks_status;" + PARTIAL_STATUS_INDEXES)
+
+
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "initial", m001_initial),
     (2, "team", m002_team),
@@ -313,6 +332,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (4, "owners", m004_owners),
     (5, "current command index", m005_current_command),
     (6, "one status index", m006_one_status_index),
+    (7, "partial status indexes", m007_partial_status_indexes),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -34,10 +34,11 @@ from corral.domain.records import (
     Turn,
     Violation,
 )
-from corral.domain.status import PAUSED, RESTING, Status, check_transition, is_noop
+from corral.domain.status import PAUSED, RESTING, TERMINAL, Status, check_transition, is_noop
 from corral.domain.violations import Decision, after_change, park_status
 from corral.errors import IllegalTransition, LeaseLost, RefusedError, StoreCorrupt, StoreError
 from corral.store.contract import UNSET, NewTask
+from corral.store.migrations import FINISHED, UNFINISHED
 
 if TYPE_CHECKING:  # loaded by the lease methods, on first use: a store that runs no worker never pays
     from corral.domain.team import Lease, LeaseState, Worker, WorkerState
@@ -126,6 +127,19 @@ def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | N
     if isinstance(value, Status):
         return (value,)
     return tuple(value)
+
+
+def _status_clause(statuses: Sequence[Status]) -> str:
+    """``status IN (?, …)`` for these statuses, with the condition of the partial index that holds them all
+    (schema 7: ``tasks_unfinished``, ``tasks_finished``) when one does: a planner uses a partial index only
+    when the query states its condition, and bound values are not read for it. The added condition keeps
+    every row the first keeps."""
+    clause = f"status IN ({','.join('?' * len(statuses))})"
+    if not any(s in TERMINAL for s in statuses):
+        return f"{clause} AND {UNFINISHED}"
+    if all(s in TERMINAL for s in statuses):
+        return f"{clause} AND {FINISHED}"
+    return clause
 
 
 class _Decoded:
@@ -308,38 +322,36 @@ class SQLTx:
         if statuses is None:
             rows = self._all(f"SELECT {_TASK_COLUMNS} FROM tasks ORDER BY created_at, id")
         else:
-            wanted = [s.value for s in statuses]
-            if not wanted:
+            asked = list(statuses)
+            if not asked:
                 return []
-            marks = ",".join("?" * len(wanted))
             rows = self._all(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY created_at, id",
-                wanted,
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_status_clause(asked)} ORDER BY created_at, id",
+                [s.value for s in asked],
             )
         return self._readable(rows)
 
     def task_heads(self, statuses: Iterable[Status]) -> list[TaskHead]:
-        wanted = [s.value for s in statuses]
-        if not wanted:
+        asked = list(statuses)
+        if not asked:
             return []
-        marks = ",".join("?" * len(wanted))
         # The current command as current_command_ids reads it, asked of working tasks only: each is
         # an indexed look-up among the task's turns, and the sweep trusts it for no other status.
         rows = self._db.execute(
             f"SELECT id, ref, status, CASE WHEN status = 'working' THEN {_CURRENT_COMMAND_ID} END "
-            f"FROM tasks WHERE status IN ({marks}) ORDER BY created_at, id",
-            wanted,
+            f"FROM tasks WHERE {_status_clause(asked)} ORDER BY created_at, id",
+            [s.value for s in asked],
         )
         return [TaskHead(r[0], r[1], _STATUSES[r[2]], r[3]) for r in rows]
 
     def recent_tasks(self, statuses: Iterable[Status], limit: int) -> list[Task]:
-        wanted = [s.value for s in statuses]
-        if not wanted:
+        asked = list(statuses)
+        if not asked:
             return []
-        marks = ",".join("?" * len(wanted))
         rows = self._all(
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status IN ({marks}) ORDER BY updated_at DESC, id DESC LIMIT ?",
-            [*wanted, max(0, limit)],
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE {_status_clause(asked)} "
+            "ORDER BY updated_at DESC, id DESC LIMIT ?",
+            [*(s.value for s in asked), max(0, limit)],
         )
         return self._readable(rows)
 
