@@ -33,7 +33,19 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from corral.adapters.harness.command import CONTRACT_VARS
+#: The command harness's contract (``corral.adapters.harness.command.CONTRACT_VARS``, a test keeps the
+#: two equal), written out: importing corral for it was half of each fake turn's start-up CPU.
+CONTRACT_VARS = (
+    "CORRAL_PROMPT_FILE",
+    "CORRAL_TURN_KIND",
+    "CORRAL_TURN_TRIGGER",
+    "CORRAL_TASK",
+    "CORRAL_TASK_ID",
+    "CORRAL_WORKTREE",
+    "CORRAL_READ_ONLY",
+    "CORRAL_MCP_URL",
+    "CORRAL_AGENT_TOKEN",
+)
 
 DEFAULT: list[dict[str, Any]] = [
     {"init": True},
@@ -255,10 +267,11 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
 
 
 def wrapper_script(directory: Path, name: str = "claude") -> Path:
-    """An executable named ``name`` that runs this fake agent with the current Python."""
+    """An executable named ``name`` that runs this fake agent with the current Python: this file run
+    as a script, so that no corral package is imported to start it (``-m`` would import corral's)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m corral.testing.fake_agent "$@"\n')
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n')
     path.chmod(0o755)
     return path
 
