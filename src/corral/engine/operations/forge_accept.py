@@ -36,8 +36,8 @@ from corral.domain.records import RestingCause, Task
 from corral.domain.sanitize import one_line, sanitize_prose
 from corral.domain.status import Status
 from corral.engine.git_remote import remote_name
-from corral.engine.operations import accept as accepting
 from corral.engine.operations import reviewed
+from corral.engine.operations.accept_phases import PREFLIGHT, Accepted, Confirm, Narrator, Phase, Steps, worktree_on
 from corral.engine.project import Project
 from corral.engine.recovery import removals
 from corral.engine.recovery.in_flight import ACCEPT, MARKER, mark_in_flight, without_flight
@@ -48,13 +48,13 @@ RECORD = "forge"
 #: Stages of the record, in order: a stage at or past ``ASKED`` means the forge was asked to merge.
 PUSHING, OPENED, ASKED = "pushing", "opened", "asked"
 
-PHASES: tuple[accepting.Phase, ...] = (
-    accepting.Phase("push", "Push the branch"),
-    accepting.Phase("open", "Open or update the pull request"),
-    accepting.Phase("merge", "Ask the forge to merge the reviewed head"),
-    accepting.Phase("checks", "Checks and review on the forge"),
-    accepting.Phase("verify", "Verify the merge"),
-    accepting.Phase("cleanup", "Archive the branch, remove the worktree"),
+PHASES: tuple[Phase, ...] = (
+    Phase("push", "Push the branch"),
+    Phase("open", "Open or update the pull request"),
+    Phase("merge", "Ask the forge to merge the reviewed head"),
+    Phase("checks", "Checks and review on the forge"),
+    Phase("verify", "Verify the merge"),
+    Phase("cleanup", "Archive the branch, remove the worktree"),
 )
 
 
@@ -102,33 +102,36 @@ def accept(
     task_id: str,
     *,
     actor: Actor,
-    narrator: accepting.Narrator,
+    narrator: Narrator,
     pinned: str | None,
-    confirm: accepting.Confirm | None,
+    confirm: Confirm | None,
     caller_task_id: str | None,
-) -> accepting.Accepted:
-    """The forge's accept, with the task's lifecycle lock held (engine/operations/accept.py takes it)."""
+    steps: Steps | None = None,
+) -> Accepted:
+    """The forge's accept, with the task's lifecycle lock held (engine/operations/accept.py takes it, and hands
+    over the ``steps`` of its own that this one runs too)."""
+    steps = steps or _local_steps()
     forge = forge_for(project)
     with project.store.read() as tx:
         task = tx.get_task(task_id)
     assert task is not None
     if pending(task):  # a second accept re-enters: what did the forge do?
-        narrator.phase(accepting.PREFLIGHT, "done", "the merge waits on the forge")
+        narrator.phase(PREFLIGHT, "done", "the merge waits on the forge")
         return settle_pending(project, forge, task, actor, narrator, asked_by=actor)
-    narrator.phase(accepting.PREFLIGHT, "start")
-    ready = accepting.preflight(project, task_id, actor, caller_task_id)
-    if isinstance(ready, accepting.Accepted):
+    narrator.phase(PREFLIGHT, "start")
+    ready = steps.preflight(project, task_id, actor, caller_task_id)
+    if isinstance(ready, Accepted):
         return ready
-    agreed = accepting._agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
-    narrator.phase(accepting.PREFLIGHT, "done")
+    agreed = steps.agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
+    narrator.phase(PREFLIGHT, "done")
     pre_prompt = project.config["pre_accept_prompt"]
-    pre_phase = [p for p in accepting.PHASES if p.id == "pre-accept"] if pre_prompt else []
+    pre_phase = [p for p in steps.phases if p.id == "pre-accept"] if pre_prompt else []
     narrator.announce([*pre_phase, *PHASES])
     if pre_prompt:  # the last turn runs first, as in a local accept; what it commits needs the same agreement
         mark_in_flight(project, task_id, ready.prior)
         try:
-            ready = accepting._pre_accept(project, ready, actor, narrator, str(pre_prompt))
-            accepting._after_pre_accept(project, ready, agreed, pinned is not None, confirm, actor, narrator)
+            ready = steps.pre_accept(project, ready, actor, narrator, str(pre_prompt))
+            steps.after_pre_accept(project, ready, agreed, pinned is not None, confirm, actor, narrator)
         finally:  # the forge's merging has no local marker
             with project.store.write() as tx:
                 current = tx.get_task(task_id)
@@ -151,7 +154,7 @@ def accept(
         fresh: dict[str, Any] = {**keep, "stage": PUSHING, "head": tip, "base": target, "prior": ready.prior.value}
         meta = {**without_flight(current.metadata), RECORD: fresh}
         tx.update_task(task.id, metadata=meta, touch=False)
-        message = accepting._message(tx, task, ready.session)
+        message = steps.message(tx, task, ready.session)
     crashpoints.hit("forge-accept.marked")
     try:
         phase = PHASES[0]
@@ -197,6 +200,22 @@ def accept(
         asked_by=actor,
         refused=merged.reason if merged else None,
     )
+
+
+def _local_steps() -> Steps:
+    """The local accept's steps, for a caller that did not hand them over: a bridge until
+    engine/operations/accept.py passes ``steps=`` itself (then this goes, and with it the last import of the
+    local accept from here). Its answers are made this module's :class:`Accepted`."""
+    from corral.engine.operations import accept as local
+
+    def preflight(*args: Any) -> Any:
+        ready = local.preflight(*args)
+        if isinstance(ready, local.Accepted) and not isinstance(ready, Accepted):
+            return Accepted(ready.task, ready.commit, ready.already, ready.warning, ready.conflict)
+        return ready
+
+    phases: Any = local.PHASES  # its own Phase type until it takes accept_phases'; the objects it narrates
+    return Steps(preflight, local._agreed_tip, local._pre_accept, local._after_pre_accept, local._message, phases)
 
 
 def read_task(project: Project, task_id: str) -> Task:
@@ -282,12 +301,12 @@ def settle_pending(
     forge: GhForge,
     task: Task,
     actor: Actor,
-    narrator: accepting.Narrator | None,
+    narrator: Narrator | None,
     *,
     asked_by: Actor | None,
     refused: str | None = None,
     state: PullState | None = None,
-) -> accepting.Accepted:
+) -> Accepted:
     """Ask the forge what became of a pending merge and move the task accordingly."""
     rec = record_of(task)
     number = rec.get("number")
@@ -365,7 +384,7 @@ def settle_pending(
     task = save_record(project, task.id, waits=waits, unavailable=None)
     if narrator is not None:
         narrator.phase(PHASES[3], "start", waits)
-    return accepting.Accepted(task, None, warning=f"the merge waits on the forge: {url} — {waits}")
+    return Accepted(task, None, warning=f"the merge waits on the forge: {url} — {waits}")
 
 
 def _waits(state: PullState) -> str:
@@ -450,8 +469,8 @@ def take_feedback(project: Project, task_id: str) -> str | None:
 
 
 def _complete(
-    project: Project, forge: GhForge, task: Task, sha: str, actor: Actor, narrator: accepting.Narrator | None
-) -> accepting.Accepted:
+    project: Project, forge: GhForge, task: Task, sha: str, actor: Actor, narrator: Narrator | None
+) -> Accepted:
     """The forge merged it: fetch, verify, bring the local target along when it may, complete and archive."""
     git, repo = project.git, project.repo
     rec = record_of(task)
@@ -488,7 +507,7 @@ def _complete(
     with project.store.write() as tx:
         current = tx.get_task(task.id) or task
         if current.status is not Status.MERGING:
-            return accepting.Accepted(current, sha, already=current.status is Status.COMPLETE)
+            return Accepted(current, sha, already=current.status is Status.COMPLETE)
         r = {**record_of(current), "stage": None, "waits": None, "merged": sha}
         tx.update_task(task.id, metadata={**current.metadata, RECORD: r}, touch=False)
         if session is not None:
@@ -510,7 +529,7 @@ def _complete(
             narrator.phase(PHASES[5], "done")
     except CorralError as exc:
         warning = (warning + " " if warning else "") + f"The worktree was kept: {exc.message}"
-    return accepting.Accepted(done, sha, warning=warning)
+    return Accepted(done, sha, warning=warning)
 
 
 def _unfetched(ref: str, sha: str, remote: str, target: str) -> ForgeUnavailable:
@@ -591,7 +610,7 @@ def follow_target(project: Project, target: str, sha: str, remote: str) -> str |
     left = f"{target} here was left as it was (fetched as {remote}/{target}): git pull to bring it along."
     if local is None or not git.is_ancestor(local, sha, cwd=repo):
         return f"It holds commits the remote lacks; {left}"
-    where = accepting._worktree_on(project, target)
+    where = worktree_on(project, target)
     if where is None:
         moved = git.run(
             "update-ref",
