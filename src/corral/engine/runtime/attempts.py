@@ -22,6 +22,7 @@ harness that keeps its retries has them shown live instead: ``status.json``'s ``
 from __future__ import annotations
 
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -252,9 +253,12 @@ class AttemptRunner:
             longest=delays.drain_longest,
         )
         # The streams closed; the process may linger (a daemonized child): the watchdog still applies.
-        while not exited(proc):
-            self._maybe_end(proc, run, progress)
-            time.sleep(0.05)
+        # Its exit wakes the wait (a pidfd): a stream closes a moment before its writer is reapable,
+        # and a fixed nap here was a nap between an agent's death and its turn's end.
+        with ExitWatch(proc.pid) as ended:
+            while not exited(proc):
+                self._maybe_end(proc, run, progress)
+                ended.wait(0.05)
         run.reaped = self._reap_leftovers(proc)
         self.reaped.extend(run.reaped)
         if not closed:  # what the leftovers had written and nobody read yet
@@ -402,6 +406,30 @@ def _sandbox_failed(run: AttemptRun, box: SandboxSpec) -> None:
         forget_probe(box)
 
 
+class ExitWatch:
+    """A wait that ends when a child (not yet reaped) exits: its pidfd, or a plain nap where there is none."""
+
+    def __init__(self, pid: int) -> None:
+        try:
+            self.fd: int | None = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # an older kernel: the nap remains
+            self.fd = None
+
+    def __enter__(self) -> ExitWatch:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def wait(self, timeout: float) -> None:
+        if self.fd is None:
+            time.sleep(timeout)
+            return
+        select.select([self.fd], [], [], timeout)
+
+
 def stop_sandboxed_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     """End a sandboxed agent's group: SIGTERM to each process in it but bwrap itself, then SIGKILL
     to the whole group after ``grace`` seconds.
@@ -420,8 +448,9 @@ def stop_sandboxed_group(proc: subprocess.Popen[bytes], grace: float) -> None:
                 pass
     if not signalled and proc_info(proc.pid) is None:
         return
-    while time.monotonic() < deadline and not exited(proc):
-        time.sleep(0.05)
+    with ExitWatch(proc.pid) as ended:
+        while time.monotonic() < deadline and not exited(proc):
+            ended.wait(min(0.05, max(0.0, deadline - time.monotonic())))
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
