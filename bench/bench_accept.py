@@ -9,15 +9,21 @@ branch: ``git merge --squash`` + ``git commit``. accept's own work is its wall t
 ``corral --version`` start (also measured in the same run). Target (issue 34): accept's own work
 within 1.5× the floor, on a 900-file and a 30,000-file repository.
 
+Diagnostic (no target): one more run per size, untimed, counts the git processes accept starts
+(a ``git`` first on its PATH that logs its arguments and runs the real one), by subcommand.
+
     .venv/bin/python bench/bench_accept.py [--runs 5] [--sizes 900 30000]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,7 +83,28 @@ def timed(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> floa
     return elapsed
 
 
-def one_run(base: Path, size: int, index: int, files: int, commits: int) -> dict[str, float]:
+def git_logger(where: Path, log: Path) -> Path:
+    """A directory holding a ``git`` that appends its arguments (one line, NUL-separated) to ``log`` and runs
+    the real git."""
+    real = shutil.which("git")
+    assert real is not None, "git is not on PATH"
+    where.mkdir(parents=True, exist_ok=True)
+    shim = where / "git"
+    shim.write_text(f'#!/bin/sh\nprintf "%s\\0" "$@" >> {log}\nprintf "\\n" >> {log}\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    return where
+
+
+def subcommand(line: str) -> str:
+    """``git -C x -c k=v rev-parse …`` → ``rev-parse``."""
+    words = [w for w in line.split("\0") if w]
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        i += 2 if words[i] in ("-C", "-c") else 1
+    return words[i] if i < len(words) else "?"
+
+
+def one_run(base: Path, size: int, index: int, files: int, commits: int, count_git: bool = False) -> dict[str, float]:
     root = base / f"s{size}-run{index}"
     repo = make_repo(root / "repo")
     fill(repo, size)
@@ -100,6 +127,9 @@ def one_run(base: Path, size: int, index: int, files: int, commits: int) -> dict
         floor = timed(["git", "merge", "-q", "--squash", "big"], floor_repo)
         floor += timed(["git", *IDENT, "commit", "-q", "-m", "squash"], floor_repo)
         start = timed([*cmd, "--version"], repo, env)
+        if count_git:
+            log = root / "git-argv.log"
+            env = {**env, "PATH": f"{git_logger(root / 'shim', log)}{os.pathsep}{env.get('PATH', os.defpath)}"}
         accept = timed([*cmd, "accept", "big"], repo, env)
         changed = subprocess.run(
             ["git", "diff", "--name-only", "main^", "main"], cwd=repo, capture_output=True, text=True, check=True
@@ -107,7 +137,11 @@ def one_run(base: Path, size: int, index: int, files: int, commits: int) -> dict
         assert len(changed) == files, len(changed)
     finally:
         stop_daemon(env, repo)
-    return {"accept_s": accept, "version_s": start, "own_s": accept - start, "floor_s": floor}
+    row: dict[str, float] = {"accept_s": accept, "version_s": start, "own_s": accept - start, "floor_s": floor}
+    if count_git:
+        calls = Counter(subcommand(line) for line in log.read_text().splitlines() if line)
+        row.update({f"git {name}": float(n) for name, n in calls.items()})
+    return row
 
 
 def main() -> int:
@@ -136,7 +170,19 @@ def main() -> int:
                 f"{median([r['version_s'] for r in rows]) * 1000:.0f} ms); floor `git merge --squash` + `git commit` "
                 f"{floor * 1000:.0f} ms; {ratio:.2f}× (target ≤ {TARGET_RATIO}×) {verdict(good)}"
             )
-            result["sizes"][str(size)] = {"runs": rows, "own_s": own, "floor_s": floor, "ratio": ratio}  # type: ignore[index]
+            counted = one_run(base, size, args.runs, args.files, args.commits, count_git=True)
+            calls = {k.removeprefix("git "): int(v) for k, v in counted.items() if k.startswith("git ")}
+            print(
+                f"  git processes accept started (an untimed run): {sum(calls.values())}: "
+                + ", ".join(f"{name} {n}" for name, n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])))
+            )
+            result["sizes"][str(size)] = {  # type: ignore[index]
+                "runs": rows,
+                "own_s": own,
+                "floor_s": floor,
+                "ratio": ratio,
+                "git_processes": calls,
+            }
     finally:
         drop_scratch(base, args.keep)
     result["target_ratio"] = TARGET_RATIO
