@@ -27,6 +27,7 @@ lines hold a ``<<<<<<<`` … ``=======`` … ``>>>>>>>`` region is refused befor
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Callable
@@ -217,16 +218,46 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
             hint=f"Have the agent commit them (corral unblock {task.ref} -m 'commit your changes'), or commit "
             f"them yourself in {session.worktree}.",
         )
-    tip = reviewed.branch_tip(project, session.branch or task.branch)
+    shared = fetched is not None
+    tip, target_there = _tips(project, session.branch or task.branch, None if shared else target)
     if tip is None:
         raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
-    shared = fetched is not None
-    if not shared and git.rev_parse(f"refs/heads/{target}", cwd=project.repo) is None:
+    if not target_there:
         raise AcceptRefused(
             f"The target branch {target} of {task.ref} does not exist.",
             hint=f"Create it, or: corral edit {task.ref} --target BRANCH",
         )
     return _Ready(task, session, target, tip, task.status, shared=shared)
+
+
+_REF_FORMAT = "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(symref)"
+_FULL_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+def _tips(project: Project, branch: str, target: str | None) -> tuple[str | None, bool]:
+    """The task branch's tip (:func:`reviewed.branch_tip`'s answer) and whether ``target`` names a commit
+    (True when None: not asked), both from one ``for-each-ref`` in the common case: a plain branch holding a
+    commit. Anything else (a symbolic ref, an object that is not a commit or not there, a listing git refuses)
+    is asked as before, one ref at a time, so that a symbolic ref is put back or refused as it always was."""
+    names = [f"refs/heads/{branch}", *([f"refs/heads/{target}"] if target is not None else [])]
+    listed: dict[str, list[str]] = {}
+    done = project.git.run("for-each-ref", _REF_FORMAT, *names, cwd=project.repo, check=False)
+    if done.returncode == 0:
+        for line in done.stdout.split("\n"):
+            parts = line.split("\0")
+            if len(parts) == 4 and parts[0] in names:  # a pattern matches the refs below it too
+                listed[parts[0]] = parts[1:]
+    own = listed.get(names[0])
+    if own is not None and own[1] == "commit" and not own[2] and _FULL_SHA.fullmatch(own[0]):
+        tip: str | None = own[0]
+    else:
+        tip = reviewed.branch_tip(project, branch)
+    if target is None:
+        return tip, True
+    found = listed.get(names[1])
+    if found is not None and found[1] == "commit":
+        return tip, True
+    return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None
 
 
 def _exempt(parent: Task, caller_task_id: str | None) -> bool:
@@ -393,6 +424,7 @@ class _Landed(Struct, frozen=True):
     tree: str
     flight: InFlight | None
     local_behind: bool = False  # shared: the remote's target holds it, this host's did not follow
+    stashed: bool = True  # False: the checkout had no local changes the merge touches (no stash to pop)
 
 
 def _merge(
@@ -447,7 +479,7 @@ def _merge(
         if landed.flight is not None and landed.flight.destination is not None:
             dest_phase = next(p for p in PHASES if p.id == "destination")
             narrator.phase(dest_phase, "start")
-            kept = settle_destination(project, landed.flight, landed=True, recovering=False)
+            kept = settle_destination(project, landed.flight, landed=True, recovering=False, stashed=landed.stashed)
             crashpoints.hit("accept.destination-updated")
             if kept is None:
                 narrator.phase(dest_phase, "done", landed.flight.destination)
@@ -539,19 +571,19 @@ def _land(
                 continue
             crashpoints.hit("accept.after-remote-push")
             return _follow_target(project, ready, commit, tree, destination, flight)
-        record_ = None
+        record_, stashed = None, True
         if destination is not None:
             stash_message = f"corral accept {task.ref} {commit[:12]}: local changes"
             record_ = InFlight(target, old, commit, str(destination), stash_message)
             save_in_flight(project, task.id, record_)
             flight[:] = [record_]
-            stash_overlap(project, destination, old, commit, stash_message)
+            stashed = stash_overlap(project, destination, old, commit, stash_message) is not None
         crashpoints.hit("accept.before-update-ref")
         logged = gittext.reflog(f"corral accept {task.ref}: {task.goal}")
         swapped = git.run("update-ref", "-m", logged, f"refs/heads/{target}", commit, old, cwd=repo, check=False)
         if swapped.returncode == 0:
             crashpoints.hit("accept.after-update-ref")
-            return _Landed(old, commit, tree, record_)
+            return _Landed(old, commit, tree, record_, stashed=stashed)
         if record_ is not None:  # the target moved under us: the checkout goes back, then merge again
             kept = settle_destination(project, record_, landed=False, recovering=False)
             if kept is not None:

@@ -44,10 +44,28 @@ def find_stash(project: Project, wt: Path, message: str | None) -> tuple[int, st
     return None
 
 
+_HEX = frozenset("0123456789abcdef")
+#: The paths the last merge asked about changes (two commits by their full ids, which name the same
+#: objects forever): an accept reads them to stash, then again to bring the checkout along.
+_last_changed: tuple[tuple[str, str, str], list[str]] | None = None
+
+
+def _changed(project: Project, wt: Path, old: str, new: str) -> list[str]:
+    """The paths that differ between ``old`` and ``new``, read once per pair of commit ids."""
+    global _last_changed
+    key = (str(project.repo), old, new)
+    if _last_changed is not None and _last_changed[0] == key:
+        return list(_last_changed[1])
+    paths = project.git.changed_between(old, new, cwd=wt)
+    if all(len(c) in (40, 64) and _HEX.issuperset(c) for c in (old, new)):  # a name could move; an id cannot
+        _last_changed = (key, list(paths))
+    return paths
+
+
 def stash_overlap(project: Project, wt: Path, old: str, new: str, message: str) -> str | None:
     """Stash (against the old tip) local changes in ``wt`` that touch paths the merge changes."""
     git = project.git
-    changed = git.changed_between(old, new, cwd=wt)
+    changed = _changed(project, wt, old, new)
     wanted = set(changed)
     local = [p for p in _local_changes(project, wt, changed) if p in wanted]
     if not local:
@@ -199,8 +217,11 @@ def _holds(project: Project, wt: Path, sha: str, path: str) -> bool:
     return merged.returncode == 0 and merged.stdout.encode("utf-8", "surrogateescape") == ours
 
 
-def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept | None:
-    """Put the stash made for ``flight`` back onto ``wt``; a conflict keeps it and names it."""
+def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool, stashed: bool = True) -> Kept | None:
+    """Put the stash made for ``flight`` back onto ``wt``; a conflict keeps it and names it. ``stashed``
+    False: the caller made the stash's attempt itself and nothing was stashed (no stash to look for)."""
+    if not stashed:
+        return None
     found = find_stash(project, wt, flight.stash_message)
     if found is None:
         return None
@@ -245,12 +266,15 @@ def _pop(project: Project, wt: Path, flight: InFlight, *, landed: bool) -> Kept 
     )
 
 
-def settle_destination(project: Project, flight: InFlight, *, landed: bool, recovering: bool = True) -> Kept | None:
+def settle_destination(
+    project: Project, flight: InFlight, *, landed: bool, recovering: bool = True, stashed: bool = True
+) -> Kept | None:
     """Bring ``flight``'s destination to the target's tree (landed) or back to what the person had.
 
     Returns what could not be put back (and the command that does), None when all was.
     ``recovering`` (after a kill): raises CheckoutBusy while a git process the dead accept
-    started still works there, or holds its index.
+    started still works there, or holds its index. ``stashed`` False: the accept itself, not a
+    recovery, knows :func:`stash_overlap` stashed nothing, so there is no stash to look for.
     """
     if flight.destination is None:
         return None
@@ -268,7 +292,7 @@ def settle_destination(project: Project, flight: InFlight, *, landed: bool, reco
             give_back(wt, found[1]),
         )
     if landed:
-        paths = project.git.changed_between(flight.old, flight.new, cwd=wt)
+        paths = _changed(project, wt, flight.old, flight.new)
         # The index tells how far the update went: at the new tree (read-tree done, the pop may be
         # pending), at the old one (the ref moved, the checkout not yet), or anything else (hands off).
         if paths and not _index_at(project, wt, flight.new, paths):
@@ -286,7 +310,7 @@ def settle_destination(project: Project, flight: InFlight, *, landed: bool, reco
                     None,
                     f"git -C {wt} read-tree -m -u {flight.old} {flight.new}",
                 )
-    return _pop(project, wt, flight, landed=landed)
+    return _pop(project, wt, flight, landed=landed, stashed=stashed or recovering)
 
 
 def note_conflict(metadata: dict[str, Any], kept: Kept, at: str | None) -> dict[str, Any]:
