@@ -1,0 +1,103 @@
+"""accept reads the task's branch and its target with one ``for-each-ref`` when both are plain: anything else
+(a symbolic ref, a branch holding no commit, a target that is a tag) takes the one-ref-at-a-time path, which
+puts a symbolic branch back at its verified tip and never follows it. The checked-out target comes along,
+and a person's local change the merge touches is stashed and popped, as before."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from corral.domain.actors import Actor
+from corral.domain.status import Status
+from corral.engine.operations import accept as accepting
+from corral.engine.operations import control, tasks, turns
+from corral.errors import AcceptRefused
+from tests.conftest import git
+
+
+def blocked(proj, agent, ref: str, path: str, content: str):  # type: ignore[no-untyped-def]
+    agent.script([{"init": True}, {"write": {"path": path, "content": content}}, {"commit": "work"}, {"result": "ok"}])
+    task = tasks.create(proj, f"Task {ref}", actor=Actor.HUMAN, ref=ref)
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    assert control.wait(proj, task.ref, timeout=30).task.status is Status.BLOCKED
+    return task
+
+
+def write_ref(repo: Path, ref: str, value: str) -> None:
+    """A ref's file written as a hand (or an agent) would, past git's own checks."""
+    common = Path(git(repo, "rev-parse", "--git-common-dir"))
+    path = (common if common.is_absolute() else repo / common) / ref
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value + "\n")
+
+
+def test_one_listing_gives_the_tip_and_the_target(proj, agent, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "plain", "plain.txt", "plain\n")
+    tip = git(repo, "rev-parse", "corral/plain")
+    assert accepting._tips(proj, "corral/plain", "main") == (tip, True)
+    assert accepting._tips(proj, "corral/plain", "nowhere") == (tip, False)
+    assert accepting._tips(proj, "corral/gone", "main") == (None, True)
+    # a branch below the task's name is not the task's branch (a pattern of for-each-ref matches it)
+    git(repo, "branch", "corral/plain-not/x", "main")
+    assert accepting._tips(proj, "corral/plain", None) == (tip, True)
+
+
+def test_a_branch_made_symbolic_after_its_turn_is_put_back_never_followed(proj, agent, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "sym", "sym.txt", "work\n")
+    verified = git(repo, "rev-parse", "corral/sym")
+    git(repo, "branch", "other", "main")
+    other = git(repo, "rev-parse", "other")
+    git(repo, "symbolic-ref", "refs/heads/corral/sym", "refs/heads/other")
+    assert accepting._tips(proj, "corral/sym", "main") == (verified, True)  # the verified tip, not other's
+    assert subprocess.run(["git", "symbolic-ref", "-q", "refs/heads/corral/sym"], cwd=repo).returncode != 0
+    assert git(repo, "rev-parse", "corral/sym") == verified and git(repo, "rev-parse", "other") == other
+    result = accepting.accept(proj, "sym", actor=Actor.HUMAN)  # put back, its checkout is clean again
+    assert result.task.status is Status.COMPLETE and git(repo, "show", "main:sym.txt") == "work"
+
+
+def test_a_branch_holding_a_tree_is_put_back_at_its_verified_tip(proj, agent, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "tree", "tree.txt", "tree\n")
+    verified = git(repo, "rev-parse", "corral/tree")
+    tree = git(repo, "rev-parse", "corral/tree^{tree}")
+    write_ref(repo, "refs/heads/corral/tree", tree)
+    assert accepting._tips(proj, "corral/tree", "main") == (verified, True)
+    assert git(repo, "rev-parse", "corral/tree") == verified
+
+
+def test_a_target_that_is_a_tag_still_counts_as_there(proj, agent, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "tagged", "t.txt", "t\n")
+    git(repo, "tag", "-a", "-m", "annotated", "v1", "main")
+    tag = git(repo, "rev-parse", "v1")
+    write_ref(repo, "refs/heads/release", tag)  # a branch holding a tag object (git refuses to make one): peeled
+    tip, there = accepting._tips(proj, "corral/tagged", "release")
+    assert there and tip == git(repo, "rev-parse", "corral/tagged")
+
+
+def test_a_missing_target_is_refused_before_anything_moves(proj, agent, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    task = blocked(proj, agent, "lost", "lost.txt", "x\n")
+    with proj.store.write() as tx:
+        tx.update_task(task.id, target_branch="nowhere")
+    with pytest.raises(AcceptRefused, match="target branch nowhere"):
+        accepting.accept(proj, "lost", actor=Actor.HUMAN)
+    with proj.store.read() as tx:
+        assert tx.task_by_ref("lost").status is Status.BLOCKED
+
+
+def test_a_local_change_the_merge_touches_is_stashed_and_given_back(proj, agent, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    (repo / "shared.txt").write_text("base\n")
+    git(repo, "add", "shared.txt")
+    git(repo, "commit", "-q", "-m", "shared")
+    blocked(proj, agent, "touch", "other.txt", "theirs\n")
+    (repo / "other.txt").write_text("mine, untracked\n")  # the merge adds this path: stashed, then given back
+    (repo / "untouched.txt").write_text("left alone\n")
+    result = accepting.accept(proj, "touch", actor=Actor.HUMAN)
+    assert result.task.status is Status.COMPLETE
+    assert git(repo, "rev-parse", "main") == result.commit
+    assert (repo / "untouched.txt").read_text() == "left alone\n"
+    listed = subprocess.run(["git", "stash", "list"], cwd=repo, capture_output=True, text=True).stdout
+    content = (repo / "other.txt").read_text()
+    # either popped onto the new tip, or kept in the stash and said: never lost
+    assert content == "mine, untracked\n" or "corral accept touch" in listed
