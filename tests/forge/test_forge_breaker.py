@@ -5,12 +5,22 @@ own words."""
 from __future__ import annotations
 
 from corral.domain.actors import Actor
+from corral.domain.breaker import Breaker, Counters
 from corral.domain.explain import breaker_line
 from corral.domain.status import Status
 from corral.engine.operations import accept as accepting
 from corral.engine.operations import control, forge_sync
 from corral.engine.read.projection import show
 from tests.forge.test_forge_accept import blocked_with, task_of, work
+
+
+def test_the_breakers_event_counts_a_delivery_and_trips_at_the_threshold():
+    breaker = Breaker(threshold=2)
+    first = breaker.on_auto_deliver(Counters())
+    assert first.fields() == {"consecutive_interruptions": 1, "auto_resumed": True} and not first.tripped
+    assert not breaker.on_auto_deliver(Counters(1, True)).tripped
+    assert breaker.on_auto_deliver(Counters(2, True)).tripped and breaker.tripped(Counters(2, True))
+    assert breaker.on_person_launch(Counters(2, True)).fields() == {"consecutive_interruptions": 0}  # a person looked
 
 
 def session_of(proj, ref: str):
