@@ -38,6 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from corral.adapters import doorbell
 from corral.adapters.files import open_private
 from corral.adapters.locks import lock
 from corral.adapters.pid_identity import ProcInfo, command_line, environ_has, proc_info, reap
@@ -63,6 +64,7 @@ from corral.errors import CorralError, DaemonRunning
 __all__ = ["PRUNE_SECONDS", "TICK_SECONDS", "Daemon", "DaemonState", "Slot", "serve", "stop_unreachable"]
 
 TICK_SECONDS = 2.0
+WATCH_SECONDS = 1.0  # the longest a supervisor no launch told of goes unwatched
 PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when a project is first served)
 #: How long an older corral's per-project daemon has to exit on SIGTERM before it gets SIGKILL.
 OLD_DAEMON_GRACE = 5.0
@@ -141,6 +143,10 @@ class Daemon:
         self._mcp_thread: threading.Thread | None = None
         self._tick_now = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
+        #: How often the daemon looks at the store for supervisors to watch without being told; a launch
+        #: rings the doorbell (:mod:`corral.adapters.doorbell`) to be watched at once.
+        self.watch_every = WATCH_SECONDS
+        self._bell: doorbell.Doorbell | None = None
 
     def request_stop(self, *_: Any) -> None:
         self.stop_event.set()
@@ -388,6 +394,10 @@ class Daemon:
 
     # -- per project ---------------------------------------------------------------------------------
 
+    def open_doorbell(self) -> None:
+        """Listen on the home's doorbell, which each launch rings (without one, the looks every second remain)."""
+        self._bell = doorbell.listen(daemons.daemon_dir(self.home) / doorbell.NAME)
+
     def refresh_watch(self) -> None:
         wanted: dict[int, str] = {}
         for name, slot in list(self.slots.items()):
@@ -462,6 +472,7 @@ class Daemon:
             # that tick down. The endpoint then starts beside the later ticks (a supervisor's death
             # is not left waiting for it); the state file, which a starter waits for, is written
             # once it is up or known to be unavailable.
+            self.guarded("doorbell", self.open_doorbell)
             next_tick = self.tick_once()
             self._mcp_thread = threading.Thread(target=self._start_mcp_then_say, name="mcp-start", daemon=True)
             self._mcp_thread.start()
@@ -476,6 +487,9 @@ class Daemon:
                 for pfd, _ in self.watched.values():
                     os.close(pfd)
                 self.watched.clear()
+                if self._bell is not None:
+                    self._bell.close()
+                    self._bell = None
                 for name in list(self.slots):
                     self.guarded("close", self.slots.pop(name).close)
                 self.event("stopped", pid=os.getpid())
@@ -503,11 +517,14 @@ class Daemon:
             if time.monotonic() >= next_tick or self._tick_now.is_set():
                 next_tick = self.tick_once()
             self.guarded("watch", self.refresh_watch)
-            timeout = max(0.0, min(next_tick - time.monotonic(), 1.0))
+            timeout = max(0.0, min(next_tick - time.monotonic(), self.watch_every))
             fds = [pfd for pfd, _ in self.watched.values()]
-            ready, _, _ = select.select([*fds, self._wake_r], [], [], timeout)
+            bell = [self._bell.fd] if self._bell is not None else []
+            ready, _, _ = select.select([*fds, self._wake_r, *bell], [], [], timeout)
             if self._wake_r in ready:
                 os.read(self._wake_r, 64)
+            if self._bell is not None and self._bell.fd in ready:
+                self._bell.drain()  # a supervisor was launched: the next look (at once) watches it
             gone: dict[str, list[int]] = {}
             for pid, (pfd, name) in list(self.watched.items()):
                 if pfd in ready:

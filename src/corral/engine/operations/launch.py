@@ -21,6 +21,7 @@ from msgspec.structs import replace
 from msgspec.structs import replace as struct_replace
 
 from corral import crashpoints
+from corral.adapters import doorbell
 from corral.adapters import sandbox as sandboxing
 from corral.adapters.harness import make_harness
 from corral.adapters.process import pid_alive, spawn_detached
@@ -341,6 +342,8 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
     with project.store.write() as tx:
         tx.register_process(task.id, "supervisor", pid, command.command_id, owner=project.placement.owner(project))
     crashpoints.hit("launch.supervisor-registered")
+    # The home daemon watches this supervisor's exit from now, not from its next look at the store.
+    doorbell.ring(daemons.daemon_dir(project.paths.home) / doorbell.NAME)
     if not wait_alive(protocol_dir, pid):
         raise LaunchFailed(
             f"The supervisor of {task.ref} did not start within {int(SUPERVISOR_START_TIMEOUT)} s.",
