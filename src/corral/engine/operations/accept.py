@@ -38,6 +38,7 @@ from typing import Any
 from msgspec import Struct
 
 from corral import crashpoints
+from corral.adapters.ref_files import common_dir
 from corral.domain import conflict_markers, gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
@@ -157,6 +158,23 @@ def _worktree_on(project: Project, branch: str) -> Path | None:
     return None
 
 
+def _checked_out(project: Project, branch: str) -> bool:
+    """Whether a worktree has ``branch`` checked out, read from the HEAD files git keeps (no git process):
+    only for the plan announced before the target's lock; the lock holder asks git (:func:`_worktree_on`).
+    A repository whose main checkout is not a ``.git`` directory (bare, or unusual) is asked of git."""
+    common = common_dir(Path(project.repo))
+    if common is None or common.name != ".git":
+        return _worktree_on(project, branch) is not None
+    wanted = f"ref: refs/heads/{branch}"
+    for head in [common / "HEAD", *(common / "worktrees").glob("*/HEAD")]:
+        try:
+            if head.read_text(errors="replace").strip() == wanted:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | None = None) -> _Ready | Accepted:
     with project.store.read() as tx:
         task = resolve_task(tx, given)
@@ -260,6 +278,21 @@ def _tips(project: Project, branch: str, target: str | None) -> tuple[str | None
     return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None
 
 
+def _tip_and_tree(project: Project, target: str) -> tuple[str | None, str | None]:
+    """The commit ``refs/heads/<target>`` names and its tree, read together by one ``for-each-ref`` (one look
+    at the ref, so the two agree); a ref that does not plainly hold a commit is asked as before (the tree
+    then None: read from the commit when needed)."""
+    ref = f"refs/heads/{target}"
+    done = project.git.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(tree)", ref,
+                           cwd=project.repo, check=False)  # fmt: skip
+    if done.returncode == 0:
+        for line in done.stdout.split("\n"):
+            parts = line.split("\0")
+            if len(parts) == 4 and parts[0] == ref and parts[2] == "commit" and _FULL_SHA.fullmatch(parts[3]):
+                return parts[1], parts[3]
+    return project.git.rev_parse(ref, cwd=project.repo), None
+
+
 def _exempt(parent: Task, caller_task_id: str | None) -> bool:
     """The one exemption from "the parent must not be active" (docs/mcp.md#accept): the caller is the parent's
     own agent, blocked inside this very call, so it is the only actor in the destination worktree.
@@ -324,9 +357,9 @@ def accept(
         agreed = _agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
         narrator.phase(PREFLIGHT, "done")
         task, _session, target = ready.task, ready.session, ready.target
-        destination = _worktree_on(project, target)
+        destination = None  # read under the target's lock (_merge), where it can be relied on
         pre_prompt = project.config["pre_accept_prompt"]
-        narrator.announce(plan(pre_accept=bool(pre_prompt), destination=destination is not None))
+        narrator.announce(plan(pre_accept=bool(pre_prompt), destination=_checked_out(project, target)))
         mark_in_flight(project, task.id, ready.prior)
         crashpoints.hit("accept.marked")
         if pre_prompt:
@@ -545,10 +578,11 @@ def _land(
     git, repo = project.git, project.repo
     refusal, moved = "", False
     for attempt in range(RETRIES):
+        old_tree: str | None = None
         if ready.shared:
             old = project.placement.remote_target(project, task, target)
         else:
-            old = git.rev_parse(f"refs/heads/{target}", cwd=repo)
+            old, old_tree = _tip_and_tree(project, target)
         if old is None:
             raise AcceptRefused(f"The target branch {target} of {task.ref} is gone.")
         tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)
@@ -557,7 +591,7 @@ def _land(
                 f"{task.branch} conflicts with {target} in: {shown_paths(conflicts, most=20)}. Nothing was merged.",
                 hint=conflict_hint(ready),
             )
-        if tree == git.tree_of(old, cwd=repo):
+        if tree == (old_tree or git.tree_of(old, cwd=repo)):
             raise AcceptRefused(
                 f"{task.branch} changes nothing on {target}; there is nothing to merge.",
                 hint=f"Close it instead: corral close {task.ref} -m 'nothing to do'",
@@ -730,12 +764,15 @@ def verify(
     """The target's new commit exists, carries the trailers, and its tree is the merge result
     (``shared``: the remote's target, as fetched again)."""
     git, repo = project.git, project.repo
+    found_tree: str | None = None
     if shared:
         if project.placement.remote_target(project, task, target) != commit:
             return f"the remote's {target} does not point at the merge commit"
-    elif git.rev_parse(f"refs/heads/{target}", cwd=repo) != commit:
-        return f"{target} does not point at the merge commit"
-    if git.tree_of(commit, cwd=repo) != tree:
+    else:
+        found, found_tree = _tip_and_tree(project, target)
+        if found != commit:
+            return f"{target} does not point at the merge commit"
+    if (found_tree or git.tree_of(commit, cwd=repo)) != tree:
         return "the merge commit's tree is not the merge result"
     found = git.trailers(f"{commit}^!", cwd=repo)
     if not any(t["task"] == task.id and t["session"] == session.id for t in found):
