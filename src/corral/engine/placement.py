@@ -380,6 +380,12 @@ class LocalPlacement(Placement):
         return Held()
 
 
+def chooses_shared_store(config: Config) -> bool:
+    """Whether the person's settings choose the shared store, asked without opening it (``doctor`` outside a
+    repository: the team's engine is needed only then)."""
+    return bool(config.get(SETTING))
+
+
 def placement_for(config: Config) -> Placement:
     """The placement the person's settings choose (``database_url`` or ``CORRAL_DATABASE_URL``)."""
     url = config.get(SETTING)

@@ -34,6 +34,7 @@ from corral.domain.status import PAUSED, TERMINAL, Status
 from corral.engine.config import Config, harness_settings, proposals
 from corral.engine.operations.preflight import HarnessReport, harness_hint, report, report_one
 from corral.engine.orphan_states import orphans
+from corral.engine.placement import chooses_shared_store
 from corral.engine.private_state import private_mode_findings
 from corral.engine.project import Project, backups, backups_dir, restore_hint
 from corral.engine.recovery import hand_merged
@@ -635,7 +636,7 @@ def run_install() -> list[Check]:
     )
     checks += _guarded("sandbox", lambda: _install_sandbox(str(config["sandbox"])))
     checks += _guarded("daemon", _install_daemon)
-    checks += _guarded("team", lambda: _install_team(bool(config["database_url"])))
+    checks += _guarded("team", lambda: _install_team(chooses_shared_store(config)))
     return checks
 
 
