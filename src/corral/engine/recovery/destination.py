@@ -293,10 +293,11 @@ def settle_destination(
         )
     if landed:
         paths = _changed(project, wt, flight.old, flight.new)
-        # The index tells how far the update went: at the new tree (read-tree done, the pop may be
-        # pending), at the old one (the ref moved, the checkout not yet), or anything else (hands off).
-        if paths and not _index_at(project, wt, flight.new, paths):
-            at_old = _index_at(project, wt, flight.old, paths)
+        # The index tells how far the update went: at the old tree (the ref moved, the checkout not yet:
+        # an accept's own case, asked first), at the new one (read-tree done, the pop may be pending), or
+        # anything else (hands off). The paths differ between the two trees: an index at one is not at the other.
+        at_old = bool(paths) and _index_at(project, wt, flight.old, paths)
+        if at_old or (paths and not _index_at(project, wt, flight.new, paths)):
             moved = at_old and _git(project, wt, "read-tree", "-m", "-u", flight.old, flight.new).returncode == 0
             if at_old and not moved:  # stat-only differences must not block it: the index refreshed, once more
                 _git(project, wt, "update-index", "-q", "--refresh")
