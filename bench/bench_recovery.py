@@ -232,8 +232,10 @@ def crash_latency(base: Path, samples: int, warmup: int = 1, files: int = 0) -> 
                 raise SystemExit("the supervisor did not end the crashed turn")
             sup_exit = time.time()
             os.close(pidfd)
-            new = wait_for(lambda n=n_calls: rig.calls()[n:], 30, "the resumed agent")[0]
-            wait_for(lambda: rig.task_status(task.id) is Status.BLOCKED, 30, "the resumed turn to finish")
+            # Both waits read times recorded by others (the agent's ``at``, the stored changes), not the
+            # moment they notice: they look every 50 ms, not taking the CPU the measured path runs on.
+            new = wait_for(lambda n=n_calls: rig.calls()[n:], 30, "the resumed agent", poll=0.05)[0]
+            wait_for(lambda: rig.task_status(task.id) is Status.BLOCKED, 30, "the resumed turn to finish", poll=0.05)
             later = rig.changes(task.id)[n_changes:]
             moves = [(c.from_status, c.to_status) for c in later]
             expected = [

@@ -311,4 +311,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The receipt is written and the status final: nothing is left for the interpreter's teardown but
+    # to free memory, and whoever waits for this process's exit (the daemon's pidfd) waits through it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
