@@ -42,6 +42,7 @@ from corral.domain.incidents import (
     Category,
     FailureState,
     Incident,
+    SUMMARY_CHARS,
     Label,
     excerpt,
     failure_event,
@@ -50,6 +51,16 @@ from corral.domain.incidents import (
 )
 from corral.domain.intents import NEEDS_EVIDENCE, DispositionRequest, Intent, Rejected, command_args, parse_disposition
 
+
+
+def _excerpt(text: str) -> str:
+    """:func:`corral.domain.incidents.excerpt` of ``text``, sparing its pass that blanks controls over a text
+    of printable ASCII (most tool output): that pass maps every character through a table, the
+    costliest step of folding a failing call."""
+    if text.isascii() and text.isprintable():  # no control, no lone surrogate: blanking changes nothing
+        flat = " ".join(text.split())
+        return flat if len(flat) <= SUMMARY_CHARS else flat[: SUMMARY_CHARS - 1] + "…"
+    return excerpt(text)
 
 class ToolStart(Struct, frozen=True):
     call_id: str
@@ -229,7 +240,7 @@ class Collector:
             self.failed[MODEL_CALL] = (incident, self.sequence)
             return [
                 failure_event(
-                    incident, MODEL_CALL, Category.MODEL, excerpt(self.mask(fact.text)) or "the model call failed", at
+                    incident, MODEL_CALL, Category.MODEL, _excerpt(self.mask(fact.text)) or "the model call failed", at
                 )
                 | {"evidence": f"{self.evidence_of}#byte={fact.offset}"}
             ]
@@ -303,12 +314,12 @@ class Collector:
             return events
         if call.kind == REFUSED:  # the tool refused it: it never ran, so it is no failure of what it named
             call.outcome = "rejected"
-            text = excerpt(self.mask("; ".join(call.reasons)))
+            text = _excerpt(self.mask("; ".join(call.reasons)))
             event = failure_event(
                 f"intent:{self.key(fact.call_id)}",
                 call.operation,
                 Category.TOOL,
-                excerpt(f"{name} was not run: its intent was rejected: {text}"),
+                _excerpt(f"{name} was not run: its intent was rejected: {text}"),
                 at,
             )
             event["evidence"] = f"{self.evidence_of}#byte={fact.offset}"
@@ -347,8 +358,8 @@ class Collector:
             incident = self.failed.get(operation, (f"tool:{self.evidence_of}:{fact.call_id}", 0))[0]
             # when it ended: only a call of the operation started after this is a retry of it
             self.failed[operation] = (incident, self.sequence)
-            summary = f"{name} failed: {excerpt(self.mask(tool_text(fact.text)))}" if fact.text else f"{name} failed"
-            event = failure_event(incident, operation, Category.TOOL, excerpt(summary), at)
+            summary = f"{name} failed: {_excerpt(self.mask(tool_text(fact.text)))}" if fact.text else f"{name} failed"
+            event = failure_event(incident, operation, Category.TOOL, _excerpt(summary), at)
             event["evidence"] = f"{self.evidence_of}#byte={fact.offset}"
             if expected:
                 event["expected"] = True
@@ -378,13 +389,13 @@ class Collector:
         else:
             verdict = check_disposition(self, self.state, _request_of(call.request), call_id=fact.call_id, at=at)
         if isinstance(verdict, Refused):  # the agent was told it was recorded: the evidence disagrees
-            why = excerpt(self.mask("; ".join(verdict.reasons)))
+            why = _excerpt(self.mask("; ".join(verdict.reasons)))
             return [
                 {
                     "kind": "incomplete",
                     "id": f"incomplete:{event_id}",
                     "operation": "evidence",
-                    "summary": excerpt(f"a failure_disposition reported done does not hold on replay: {why}"),
+                    "summary": _excerpt(f"a failure_disposition reported done does not hold on replay: {why}"),
                 }
             ]
         event = verdict.event

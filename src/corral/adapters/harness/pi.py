@@ -274,11 +274,20 @@ def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') ->
     )
 
 
-_PAIR = re.compile(_pair(_FLAT))
+_PAIR_PATTERN = _pair(_FLAT)
+
+
+@functools.cache
+def _pair_re() -> re.Pattern[bytes]:
+    """One such pair (compiled on first use: a log with no failing call never needs it, and it costs
+    milliseconds of a command's start)."""
+    return re.compile(_PAIR_PATTERN)
+
+
 #: A run of such pairs, each maybe after ``message_update`` lines (text on its way, no fact in it):
 #: what a long healthy turn is made of, matched in one go.
 _UPDATE = rb'\{"type": ?"message_update"[^\n]*+\n'
-_RUN = re.compile(rb"(?:(?:" + _UPDATE + rb")*+" + _PAIR.pattern + rb")++")
+_RUN = re.compile(rb"(?:(?:" + _UPDATE + rb")*+" + _PAIR_PATTERN + rb")++")
 _UPDATE_LINE = re.compile(_UPDATE)
 #: A run whose calls' arguments are written without an escape (PiHarness.incident_plain_run): each
 #: string argument's bytes, between its quotes, are its value.
@@ -496,7 +505,7 @@ class PiHarness:
         ``ToolEnd(id, is_error=False)``. The call id, the tool's name (as :meth:`incident_facts`
         gives it), the arguments' JSON and where the line after the pair begins; else None.
         """
-        found = _PAIR.match(data, start, end)
+        found = _pair_re().match(data, start, end)
         if found is None:
             return None
         return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"], found.end()
@@ -510,13 +519,13 @@ class PiHarness:
     def incident_run_calls(self, data: bytes, start: int, end: int) -> Iterator[tuple[str, bytes, int, int]]:
         """The calls of a run found by :meth:`incident_run`: (tool name, arguments' JSON, where the
         pair begins, where it ends), in order."""
-        at = start
+        at, pair = start, _pair_re()
         while at < end:
             update = _UPDATE_LINE.match(data, at, end)
             if update is not None:
                 at = update.end()
                 continue
-            found = _PAIR.match(data, at, end)
+            found = pair.match(data, at, end)
             if found is None:
                 return  # not a run after all: the caller reads on from here line by line
             yield found["name"].decode("ascii") or "tool", found["args"], found.start(), found.end()
