@@ -39,10 +39,10 @@ from corral.domain.dispositions import (
 from corral.domain.incidents import (
     CLOSED,
     MODEL_CALL,
+    SUMMARY_CHARS,
     Category,
     FailureState,
     Incident,
-    SUMMARY_CHARS,
     Label,
     excerpt,
     failure_event,
@@ -50,7 +50,6 @@ from corral.domain.incidents import (
     tool_text,
 )
 from corral.domain.intents import NEEDS_EVIDENCE, DispositionRequest, Intent, Rejected, command_args, parse_disposition
-
 
 
 def _excerpt(text: str) -> str:
@@ -61,6 +60,7 @@ def _excerpt(text: str) -> str:
         flat = " ".join(text.split())
         return flat if len(flat) <= SUMMARY_CHARS else flat[: SUMMARY_CHARS - 1] + "…"
     return excerpt(text)
+
 
 class ToolStart(Struct, frozen=True):
     call_id: str
