@@ -101,3 +101,40 @@ def test_a_local_change_the_merge_touches_is_stashed_and_given_back(proj, agent,
     content = (repo / "other.txt").read_text()
     # either popped onto the new tip, or kept in the stash and said: never lost
     assert content == "mine, untracked\n" or "corral accept touch" in listed
+
+
+IDENTITY_ENV = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
+
+
+def squash_identity(repo: Path) -> str:
+    return git(repo, "log", "-1", "--format=%an <%ae> / %cn <%ce>", "main")
+
+
+def test_the_squash_is_made_with_the_repositorys_identity(proj, agent, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "own", "own.txt", "own\n")
+    for name in IDENTITY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    git(repo, "config", "user.name", "Pat Person")
+    git(repo, "config", "user.email", "pat@example.com")
+    accepting.accept(proj, "own", actor=Actor.HUMAN)
+    assert squash_identity(repo) == "Pat Person <pat@example.com> / Pat Person <pat@example.com>"
+
+
+def test_a_repository_with_no_identity_gets_corrals_never_a_guessed_one(proj, agent, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "none", "none.txt", "none\n")
+    for name in IDENTITY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    subprocess.run(["git", "config", "--unset-all", "user.email"], cwd=repo)
+    subprocess.run(["git", "config", "--global", "--unset-all", "user.email"], cwd=repo)
+    assert subprocess.run(["git", "config", "user.email"], cwd=repo, capture_output=True).stdout == b""
+    result = accepting.accept(proj, "none", actor=Actor.HUMAN)
+    assert result.task.status is Status.COMPLETE
+    assert squash_identity(repo) == "corral <corral@localhost> / corral <corral@localhost>"
+
+
+def test_an_email_in_the_environment_alone_is_used_as_git_uses_it(proj, agent, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "env", "env.txt", "env\n")
+    subprocess.run(["git", "config", "--unset-all", "user.email"], cwd=repo)
+    subprocess.run(["git", "config", "--global", "--unset-all", "user.email"], cwd=repo)
+    accepting.accept(proj, "env", actor=Actor.HUMAN)  # the suite's GIT_AUTHOR_* and GIT_COMMITTER_* stay set
+    assert squash_identity(repo) == "Test Author <author@example.com> / Test Committer <committer@example.com>"

@@ -293,6 +293,18 @@ def _tip_and_tree(project: Project, target: str) -> tuple[str | None, str | None
     return project.git.rev_parse(ref, cwd=project.repo), None
 
 
+def _commit(project: Project, tree: str, parent: str, message: str) -> str:
+    """The squash commit, made as :meth:`Git.commit_tree` makes it, in one git process when the repository has
+    an identity of its own (``user.useConfigOnly``: git refuses rather than guess one); when it refused, made
+    exactly as before (corral's identity given where the repository has none)."""
+    made = project.git.run("-c", "user.useConfigOnly=true", "commit-tree", tree, "-p", parent, cwd=project.repo,
+                           input=gittext.message(message), check=False)  # fmt: skip
+    commit = made.stdout.strip()
+    if made.returncode == 0 and _FULL_SHA.fullmatch(commit):
+        return commit
+    return project.git.commit_tree(tree, [parent], message, cwd=project.repo)
+
+
 def _exempt(parent: Task, caller_task_id: str | None) -> bool:
     """The one exemption from "the parent must not be active" (docs/mcp.md#accept): the caller is the parent's
     own agent, blocked inside this very call, so it is the only actor in the destination worktree.
@@ -598,7 +610,7 @@ def _land(
             )
         if not allow_markers:
             refuse_markers(project, ready, old, tree)
-        commit = git.commit_tree(tree, [old], message, cwd=repo)
+        commit = _commit(project, tree, old, message)
         if ready.shared:
             if not project.placement.push_target(project, target, commit, old):
                 moved = True  # another host's accept landed first: merged again onto it, re-verified
