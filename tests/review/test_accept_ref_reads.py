@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from corral.domain.actors import Actor
@@ -138,3 +139,31 @@ def test_an_email_in_the_environment_alone_is_used_as_git_uses_it(proj, agent, r
     subprocess.run(["git", "config", "--global", "--unset-all", "user.email"], cwd=repo)
     accepting.accept(proj, "env", actor=Actor.HUMAN)  # the suite's GIT_AUTHOR_* and GIT_COMMITTER_* stay set
     assert squash_identity(repo) == "Test Author <author@example.com> / Test Committer <committer@example.com>"
+
+
+def test_verify_reads_the_targets_commit_tree_and_trailers_and_says_what_is_wrong(proj, agent, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "ver", "ver.txt", "ver\n")
+    result = accepting.accept(proj, "ver", actor=Actor.HUMAN)
+    commit = git(repo, "rev-parse", "main")
+    tree = git(repo, "rev-parse", "main^{tree}")
+    with proj.store.read() as tx:
+        task = tx.task_by_ref("ver")
+        session = tx.get_session(task.session_id)
+    assert result.commit == commit
+    assert accepting.verify(proj, "main", commit, tree, task, session) is None
+    assert accepting.verify(proj, "main", commit, git(repo, "rev-parse", "main^^{tree}"), task, session) == (
+        "the merge commit's tree is not the merge result"
+    )
+    assert accepting.verify(proj, "main", git(repo, "rev-parse", "main^"), tree, task, session) == (
+        "main does not point at the merge commit"
+    )
+    stranger = msgspec.structs.replace(session, id="s-other")  # a session that did not make this merge
+    assert accepting.verify(proj, "main", commit, tree, task, stranger) == (
+        "the merge commit does not carry the Corral-Task trailer"
+    )
+    # a commit made by hand on the target, with no trailers: not corral's merge
+    git(repo, "commit", "-q", "--allow-empty", "-m", "by hand")
+    by_hand = git(repo, "rev-parse", "main")
+    assert accepting.verify(proj, "main", by_hand, tree, task, session) == (
+        "the merge commit does not carry the Corral-Task trailer"
+    )

@@ -278,13 +278,17 @@ def _tips(project: Project, branch: str, target: str | None) -> tuple[str | None
     return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None
 
 
+#: A target read once: its commit, and the commit's type and tree. (Not its trailers: ``for-each-ref`` of some
+#: git versions gives every trailer for ``%(trailers:key=…)``; ``Git.trailers`` reads them through ``log``.)
+_TARGET_FORMAT = "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(tree)"
+
+
 def _tip_and_tree(project: Project, target: str) -> tuple[str | None, str | None]:
-    """The commit ``refs/heads/<target>`` names and its tree, read together by one ``for-each-ref`` (one look
-    at the ref, so the two agree); a ref that does not plainly hold a commit is asked as before (the tree
-    then None: read from the commit when needed)."""
+    """The commit ``refs/heads/<target>`` names and its tree, from one ``for-each-ref`` (one look at the ref, so
+    the two agree); a ref that does not plainly hold a commit is asked as before (the tree then None: read from
+    the commit when needed)."""
     ref = f"refs/heads/{target}"
-    done = project.git.run("for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(tree)", ref,
-                           cwd=project.repo, check=False)  # fmt: skip
+    done = project.git.run("for-each-ref", _TARGET_FORMAT, ref, cwd=project.repo, check=False)
     if done.returncode == 0:
         for line in done.stdout.split("\n"):
             parts = line.split("\0")
@@ -786,7 +790,7 @@ def verify(
             return f"{target} does not point at the merge commit"
     if (found_tree or git.tree_of(commit, cwd=repo)) != tree:
         return "the merge commit's tree is not the merge result"
-    found = git.trailers(f"{commit}^!", cwd=repo)
-    if not any(t["task"] == task.id and t["session"] == session.id for t in found):
+    carried = git.trailers(f"{commit}^!", cwd=repo)
+    if not any(t["task"] == task.id and t["session"] == session.id for t in carried):
         return "the merge commit does not carry the Corral-Task trailer"
     return None
