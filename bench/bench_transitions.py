@@ -27,7 +27,8 @@ gets to it.
 3. Diagnostics, on a copy of the same seeded store: the same loop on tmpfs (``/dev/shm``),
    where syncs cost nothing, gives the store's CPU cost per transition; with ``strace``
    installed, the number of fsync/fdatasync calls and the bytes written per transition
-   (1 sync is the minimum for a durable commit).
+   (1 sync is the minimum for a durable commit), and the WAL's frames (pages) written per
+   transition beside per one-row commit.
 
 Target (issue 34): transitions/s ≥ 0.9 × the one-row SQLite commit's rate in the same run.
 Also reported: the ratio to raw fdatasync, per-transition latency (median, p99) and a check
@@ -236,6 +237,42 @@ def count_syncs(directory: Path, source: Path, seconds: float = 1.0) -> dict[str
     }
 
 
+def _frames(wal: Path, page_size: int) -> float:
+    """Frames in a WAL file: its 32-byte header, then a 24-byte header and a page per frame."""
+    size = wal.stat().st_size if wal.exists() else 0
+    return max(0, size - 32) / (page_size + 24)
+
+
+def wal_frames(directory: Path, source: Path, count: int = 100) -> dict[str, Any]:
+    """Pages written to the WAL per transition (on a copy of the same store) beside per one-row commit: the WAL is
+    emptied first, and fewer frames are written than an automatic checkpoint waits for (1,000)."""
+    db = copy_store(source, directory / "frames")
+    store = SQLiteStore(db)
+    try:
+        tr = Transitions(store, ref=f"bench-frames-{os.getpid()}")
+        page = store._db.execute("PRAGMA page_size").fetchone()[0]
+        for _ in range(10):  # the task's pages found and split as a running store's are
+            tr.step()
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for _ in range(count):
+            tr.step()
+        per_transition = _frames(db.with_name(db.name + "-wal"), page) / count
+    finally:
+        store.close()
+    one = OneRowCommit(directory / "frames" / "one-row.db")
+    try:
+        one.step()
+        one.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for _ in range(count):
+            one.step()
+        per_commit = _frames(
+            one.path.with_name(one.path.name + "-wal"), one.db.execute("PRAGMA page_size").fetchone()[0]
+        )
+    finally:
+        one.close()
+    return {"transition": round(per_transition, 2), "one_row_commit": round(per_commit / count, 2), "count": count}
+
+
 def cpu_ceiling(source: Path, seconds: float) -> dict[str, Any] | None:
     """The same loop on tmpfs, on a copy of the store, where a sync costs nothing: the store's CPU cost
     per transition."""
@@ -362,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
             elif syncs:
                 print(f"  sync count unavailable: {syncs['error']}")
+            frames = wal_frames(scratch, db)
+            print(
+                f"  WAL frames (pages) written per transition: {frames['transition']}, per one-row commit: "
+                f"{frames['one_row_commit']} (a copy of the same store, {frames['count']} each)"
+            )
+            result["wal_frames"] = frames
             result["cpu_ceiling_tmpfs"] = ceiling
             result["syncs"] = syncs
     finally:
