@@ -519,17 +519,25 @@ class PiHarness:
     def incident_run_calls(self, data: bytes, start: int, end: int) -> Iterator[tuple[str, bytes, int, int]]:
         """The calls of a run found by :meth:`incident_run`: (tool name, arguments' JSON, where the
         pair begins, where it ends), in order."""
-        at, pair = start, _pair_re()
-        while at < end:
-            update = _UPDATE_LINE.match(data, at, end)
-            if update is not None:
-                at = update.end()
-                continue
-            found = pair.match(data, at, end)
-            if found is None:
-                return  # not a run after all: the caller reads on from here line by line
-            yield found["name"].decode("ascii") or "tool", found["args"], found.start(), found.end()
-            at = found.end()
+        at = start
+        while (call := self.incident_next_call(data, at, end)) is not None:
+            yield call
+            at = call[3]
+        # none: not a run after all, the caller reads on from there line by line
+
+    def incident_next_call(self, data: bytes, start: int, end: int) -> tuple[str, bytes, int, int] | None:
+        """The first call :meth:`incident_run_calls` gives from ``data[start]`` (None when it gives none):
+        what a scan checking a run call by call asks for, without a generator for each call."""
+        match_update = _UPDATE_LINE.match
+        while start < end:
+            update = match_update(data, start, end)
+            if update is None:
+                found = _pair_re().match(data, start, end)
+                if found is None:
+                    return None
+                return found["name"].decode("ascii") or "tool", found["args"], found.start(), found.end()
+            start = update.end()
+        return None
 
     def incident_plain_run(self, data: bytes, start: int, limit: int) -> tuple[int, int] | None:
         """Where a run of plain pairs beginning at ``data[start]`` ends and how many calls it holds,

@@ -354,6 +354,10 @@ class _Lines:
         self.run_calls: Callable[[bytes, int, int], Iterable[tuple[str, bytes, int, int]]] = getattr(
             harness, "incident_run_calls", lambda *_: ()
         )
+        # the first of those calls (a harness's ``incident_next_call``: the same, without a generator per call)
+        self.next_call: Callable[[bytes, int, int], tuple[str, bytes, int, int] | None] = getattr(
+            harness, "incident_next_call", None
+        ) or (lambda data, start, end: next(iter(self.run_calls(data, start, end)), None))
         self.operations: dict[tuple[str, bytes], str] = {}  # (tool, its arguments' JSON) -> operation
         self.plain_run: Callable[[bytes, int, int], tuple[int, int] | None] | None = getattr(
             harness, "incident_plain_run", None
@@ -446,7 +450,7 @@ class _Lines:
             else:  # failures are open: pass over the pairs up to the first that would recover one
                 passed = start
                 while True:
-                    call = next(iter(self.run_calls(data, passed, bound)), None)  # the next call, checked
+                    call = self.next_call(data, passed, bound)  # the next call, checked
                     if call is None or self._recovers(call[0], call[1]):
                         break
                     collector.sequence += 2
