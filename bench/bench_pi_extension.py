@@ -5,8 +5,9 @@ Real corral turns of the real Pi, confined (bubblewrap), against the scripted mo
 scripted to call ``bash`` ``--calls`` times (``true``) and answer. Two kinds of turn, alternated
 ``--runs`` times after one warm-up of each:
 
-- **with the extension**: corral's tools on, so Pi loads ``corral_tools.ts`` (jiti, the endpoint's
-  ``tools/list``) and its ``bash`` is corral's, run by the daemon in the turn's sandbox;
+- **with the extension**: corral's tools on, so Pi loads ``corral_tools.ts`` (jiti transpiles it; the tools'
+  schemas are read from ``mcp_tools.json``, nothing asked of the endpoint) and its ``bash`` is corral's, run by
+  the daemon in a sandbox of its own per command, the turn's (its MCP session opened on the first call);
 - **without**: corral's tools off, so Pi runs as before, its built-in ``bash`` in its own process.
 
 Figures: the launch, from the attempt's start (the receipt's ``started_at``: the supervisor
@@ -17,7 +18,9 @@ for the call itself), median over every call of every run.
 For the launch alone, Pi by itself (no corral, no sandbox): the argv ``PiHarness.work`` builds for a
 confined turn with corral's tools against one without, spawn to first model request, ``--launches``
 times alternated; and, for scale, the same with the extension's entry written as an ES module
-(``.mjs``, which Pi's jiti imports without transpiling) instead of TypeScript.
+(``.mjs``, which Pi's jiti imports without transpiling) instead of TypeScript. What the ``.ts`` entry adds over
+the ``.mjs`` one is babel's run over it (jiti's transpile cache is off, so no file a turn could write is run),
+whatever the entry holds: a types-only re-export costs about what the entry does.
 
 Targets: the extension adds under 100 ms to the launch (median) and under 20 ms to a shell call (median).
 
