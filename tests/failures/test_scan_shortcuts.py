@@ -34,6 +34,12 @@ def test_excerpt_shortcut_is_the_excerpt(text: str) -> None:
     assert _excerpt(text) == excerpt(text)
 
 
+def test_excerpt_shortcut_blanks_what_the_excerpt_blanks() -> None:
+    for code in [*range(0, 0x3100), *range(0xD7F0, 0xE010), 0xFEFF, 0xFFFD, 0x1F600]:
+        text = f"a{chr(code)}b {chr(code)}"
+        assert _excerpt(text) == excerpt(text), hex(code)
+
+
 def _line(doc: dict[str, object], compact: bool) -> bytes:
     return json.dumps(doc, separators=(",", ":") if compact else (", ", ": ")).encode() + b"\n"
 

@@ -54,9 +54,9 @@ from corral.domain.intents import NEEDS_EVIDENCE, DispositionRequest, Intent, Re
 
 def _excerpt(text: str) -> str:
     """:func:`corral.domain.incidents.excerpt` of ``text``, sparing its pass that blanks controls over a text
-    of printable ASCII (most tool output): that pass maps every character through a table, the
-    costliest step of folding a failing call."""
-    if text.isascii() and text.isprintable():  # no control, no lone surrogate: blanking changes nothing
+    with none (most tool output): that pass maps every character through a table, the costliest step
+    of folding a failing call."""
+    if text.isprintable():  # no control, no lone surrogate (neither is printable): blanking changes nothing
         flat = " ".join(text.split())
         return flat if len(flat) <= SUMMARY_CHARS else flat[: SUMMARY_CHARS - 1] + "…"
     return excerpt(text)
