@@ -167,3 +167,16 @@ def test_verify_reads_the_targets_commit_tree_and_trailers_and_says_what_is_wron
     assert accepting.verify(proj, "main", by_hand, tree, task, session) == (
         "the merge commit does not carry the Corral-Task trailer"
     )
+
+
+def test_the_plans_destination_is_read_from_the_worktrees_heads_as_git_lists_them(
+    proj, repo: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    git(repo, "branch", "side", "main")
+    git(repo, "branch", "elsewhere", "main")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "side-wt"), "side")
+    listed = {wt.get("branch") for wt in proj.git.worktrees(cwd=repo)}
+    for branch in ("main", "side", "elsewhere", "corral/none"):
+        assert accepting._checked_out(proj, branch) == (f"refs/heads/{branch}" in listed), branch
+    assert accepting._checked_out(proj, "main") and accepting._checked_out(proj, "side")
+    assert not accepting._checked_out(proj, "elsewhere")
