@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from corral import crashpoints
 from corral.adapters.branches import delete_task_branch
 from corral.adapters.files import write_atomic
 from corral.adapters.process import spawn_detached
+from corral.adapters.ref_files import common_dir, read_packed
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -66,6 +68,26 @@ def _read(path: Path) -> dict[str, Any] | None:
     return doc
 
 
+_FULL_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+def _archived(project: Project, ref: str) -> str | None:
+    """The commit corral's archive ``ref`` holds, read from the repository's files as git reads them (its loose
+    file, else its line in ``packed-refs``; neither: none); git is asked where the files are not the whole story
+    (no common directory found, reftable, a loose file holding anything but an object name)."""
+    common = common_dir(Path(project.repo))
+    if common is not None and not (common / "reftable").exists():
+        try:
+            text = (common / ref).read_bytes().strip().decode("ascii").lower()
+        except FileNotFoundError:
+            return read_packed(common, ()).get(ref)
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        if _FULL_SHA.fullmatch(text):
+            return text
+    return project.git.rev_parse(ref, cwd=project.repo)
+
+
 def finish(project: Project, task_id: str) -> bool:
     """Carry out the written-down removal of ``task_id`` (every step is a no-op once done); False when
     none is written down. Raises a git failure (the note stays, for the reconciler)."""
@@ -79,7 +101,7 @@ def finish(project: Project, task_id: str) -> bool:
     branch, tip = note["branch"], note.get("tip") if isinstance(note.get("tip"), str) else None
     if tip is not None:
         archive = f"refs/corral/archive/{note['ref']}"
-        if git.rev_parse(archive, cwd=repo) != tip:  # the archive's reflog keeps every tip it held
+        if _archived(project, archive) != tip:  # the archive's reflog keeps every tip it held
             git.update_ref(
                 archive,
                 tip,
