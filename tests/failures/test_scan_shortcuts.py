@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from corral.adapters.harness.pi import PiHarness
+from corral.adapters.harness.pi import PiHarness, _pair_re
 from corral.domain.collector import _excerpt
 from corral.domain.incidents import SUMMARY_CHARS, excerpt
 
@@ -75,10 +75,16 @@ def test_next_call_is_the_first_of_the_run(compact: bool) -> None:
     data = b"".join(lines)
     pi = PiHarness()
     starts = [0] + [i + 1 for i, b in enumerate(data) if b == 0x0A]
-    seen = 0
+    seen = pairs = 0
     for start in starts:
         for end in (len(data), max(start, len(data) - 7)):
+            found = _pair_re().match(data, start, end)
+            whole = (
+                None if found is None else (found["id"].decode(), found["name"].decode(), found["args"], found.end())
+            )
+            assert pi.incident_pair(data, start, end) == whole  # its first-bytes test turns away no pair
+            pairs += whole is not None
             first = next(iter(pi.incident_run_calls(data, start, end)), None)
             assert pi.incident_next_call(data, start, end) == first
             seen += first is not None
-    assert seen  # some start begins a run
+    assert seen and pairs  # some start begins a run, and a pair

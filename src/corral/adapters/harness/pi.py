@@ -284,6 +284,8 @@ def _pair_re() -> re.Pattern[bytes]:
     return re.compile(_PAIR_PATTERN)
 
 
+#: How such a pair's start line begins, in each spelling (``_pair``'s first bytes).
+_START_LINES = (b'{"type":"tool_execution_start"', b'{"type": "tool_execution_start"')
 #: A run of such pairs, each maybe after ``message_update`` lines (text on its way, no fact in it):
 #: what a long healthy turn is made of, matched in one go.
 _UPDATE = rb'\{"type": ?"message_update"[^\n]*+\n'
@@ -505,6 +507,8 @@ class PiHarness:
         ``ToolEnd(id, is_error=False)``. The call id, the tool's name (as :meth:`incident_facts`
         gives it), the arguments' JSON and where the line after the pair begins; else None.
         """
+        if not data.startswith(_START_LINES, start, end):
+            return None  # no start there (an end, a record of another type): the pattern is not even needed
         found = _pair_re().match(data, start, end)
         if found is None:
             return None

@@ -439,6 +439,7 @@ class _Lines:
         if collector.trusted:  # a trusted run folds every call: intents, attempts and evidence count
             self.parse(data[start:nl], base + start)
             return nl + 1
+        no_pair = False  # known not to begin a pair here
         if self.run is not None and not collector.starts:
             bound = end if limit is None else min(limit, end)
             if not collector.failed:
@@ -447,6 +448,7 @@ class _Lines:
                     # at least the pairs' number of steps: the sequence only orders what comes later
                     collector.sequence += 2 * data.count(b'"tool_execution_start"', start, run_end)
                     return run_end
+                no_pair = bound == end  # a pair up to ``end`` would have been a run of one
             else:  # failures are open: pass over the pairs up to the first that would recover one
                 passed = start
                 while True:
@@ -457,7 +459,7 @@ class _Lines:
                     passed = self._unmarked(data, call[3], bound, end)  # and the unmarked ones after it, at once
                 if passed > start:
                     return passed  # the loop reads on from there (the recovering pair, or what follows)
-        if self.pair is not None:
+        if self.pair is not None and not no_pair:
             pair = self.pair(data, start, end)
             if pair is not None and pair[3] - nl - 2 <= MAX_RECORD and not self._recovers(pair[1], pair[2]):
                 collector = self.collector
