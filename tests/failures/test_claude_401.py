@@ -31,7 +31,7 @@ def test_claude_401_reads_not_authenticated_log_in_through_the_harness(make_rig,
     assert line_after(text, "Next:") == (
         f"Log in (for Claude Code: run `claude` and /login), then: corral unblock {task.ref} -m 'continue'"
     )
-    assert "turn 2 · error · agent — Claude Code is not authenticated" in text
+    assert "turn 1 · error · agent — Claude Code is not authenticated" in text  # the answer to turn 1 (an exchange)
     doc = show_json(corral, task.ref)
     evidence = doc["resting_cause"]["evidence"]
     assert evidence["category"] == "fatal_auth" and evidence["native"]["exit_code"] == 143  # ended by corral (SIGTERM)
