@@ -30,7 +30,6 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,18 @@ from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
 from corral.domain.violations import shown_paths
 from corral.engine import workspace
 from corral.engine.git_remote import remote_name
-from corral.engine.operations import reviewed
+from corral.engine.operations import forge_accept, reviewed
+from corral.engine.operations.accept_phases import (
+    PHASES,
+    PREFLIGHT,
+    Accepted,
+    Confirm,
+    Narrator,
+    Reporter,
+    Steps,
+    plan,
+)
+from corral.engine.operations.accept_phases import worktree_on as _worktree_on
 from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.recovery import removals
@@ -64,80 +74,10 @@ from corral.errors import (
     AcceptRefused,
     ConflictMarkers,
     CorralError,
-    DestinationRestoreConflict,
+    DestinationRestoreConflict,  # noqa: F401 (named with the answer it is part of, as accept.DestinationRestoreConflict)
     GitError,
     MergeConflictOnAccept,
 )
-
-
-class Phase(Struct, frozen=True):
-    id: str
-    label: str
-    optional: bool = False
-
-
-PREFLIGHT = Phase("preflight", "Pre-flight checks")
-PHASES: tuple[Phase, ...] = (
-    Phase("pre-accept", "Pre-accept turn", optional=True),
-    Phase("merge", "Squash-merge into the target"),
-    Phase("verify", "Verify the merge"),
-    Phase("destination", "Bring the target's worktree up to date", optional=True),
-    Phase("cleanup", "Archive the branch, remove the worktree"),
-)
-
-
-def plan(*, pre_accept: bool, destination: bool) -> list[Phase]:
-    """The phases this accept will run, from the one table."""
-    wanted = {"pre-accept": pre_accept, "destination": destination}
-    return [p for p in PHASES if not p.optional or wanted.get(p.id, True)]
-
-
-Reporter = Callable[[dict[str, Any]], None]
-#: Asked when the branch is not at the tip a person saw: True merges the commits named.
-Confirm = Callable[[reviewed.Moved], bool]
-
-
-class Narrator:
-    """Announces phases as they run; a failing listener never changes the accept's outcome."""
-
-    def __init__(self, report: Reporter | None) -> None:
-        self.report = report
-        self.plan: list[Phase] = []
-
-    def emit(self, doc: dict[str, Any]) -> None:
-        if self.report is None:
-            return
-        try:
-            self.report(doc)
-        except Exception:
-            self.report = None  # narration is observational; a broken listener is dropped
-
-    def announce(self, phases: list[Phase]) -> None:
-        self.plan = phases
-        self.emit({"event": "plan", "phases": [{"id": p.id, "label": p.label} for p in phases]})
-
-    def phase(self, phase: Phase, state: str, detail: str | None = None) -> None:
-        position = self.plan.index(phase) + 1 if phase in self.plan else None
-        self.emit(
-            {
-                "event": "phase",
-                "id": phase.id,
-                "label": phase.label,
-                "state": state,
-                "position": position,
-                "of": len(self.plan) if position else None,
-                "detail": detail,
-            }
-        )
-
-
-class Accepted(Struct, frozen=True):
-    task: Task
-    commit: str | None
-    already: bool = False
-    warning: str | None = None
-    #: The merge stands but the person's local changes could not all be put back (exit non-zero).
-    conflict: DestinationRestoreConflict | None = None
 
 
 class _Ready(Struct, frozen=True):
@@ -149,13 +89,6 @@ class _Ready(Struct, frozen=True):
     #: The task's turns ran on workers: its branch and its target live on the shared remote, where
     #: the merge lands first, by compare-and-swap (docs/workers.md#branches).
     shared: bool = False
-
-
-def _worktree_on(project: Project, branch: str) -> Path | None:
-    for wt in project.git.worktrees(cwd=project.repo):
-        if wt.get("branch") == f"refs/heads/{branch}" and "bare" not in wt:
-            return Path(wt["worktree"])
-    return None
 
 
 def _checked_out(project: Project, branch: str) -> bool:
@@ -360,11 +293,9 @@ def accept(
         first = resolve_task(tx, given)
     pinned = reviewed.given_tip(project, tip) if tip is not None else None
     with task_lock(project, first.id, what=f"accept by {actor.value}", timeout=600):
-        from corral.engine.operations import forge_accept  # through a pull request (docs/forge.md)
-
-        if forge_accept.applies(project, first):
+        if forge_accept.applies(project, first):  # through a pull request (docs/forge.md)
             return forge_accept.accept(project, first.id, actor=actor, narrator=narrator, pinned=pinned,
-                                       confirm=confirm, caller_task_id=caller_task_id)  # fmt: skip
+                                       confirm=confirm, caller_task_id=caller_task_id, steps=STEPS)  # fmt: skip
         narrator.phase(PREFLIGHT, "start")
         ready = preflight(project, first.id, actor, caller_task_id)
         if isinstance(ready, Accepted):
@@ -458,6 +389,9 @@ def _pre_accept(project: Project, ready: _Ready, actor: Actor, narrator: Narrato
         raise AcceptRefused(f"{ready.task.ref} was accepted meanwhile.")
     return again
 
+
+#: What the forge's accept runs of this one (handed over, so it imports nothing from here).
+STEPS = Steps(preflight, _agreed_tip, _pre_accept, _after_pre_accept, _message, PHASES)
 
 #: How long an accept waits for another accept into the same target to finish.
 TARGET_WAIT = 600.0

@@ -106,11 +106,10 @@ def accept(
     pinned: str | None,
     confirm: Confirm | None,
     caller_task_id: str | None,
-    steps: Steps | None = None,
+    steps: Steps,
 ) -> Accepted:
     """The forge's accept, with the task's lifecycle lock held (engine/operations/accept.py takes it, and hands
     over the ``steps`` of its own that this one runs too)."""
-    steps = steps or _local_steps()
     forge = forge_for(project)
     with project.store.read() as tx:
         task = tx.get_task(task_id)
@@ -200,22 +199,6 @@ def accept(
         asked_by=actor,
         refused=merged.reason if merged else None,
     )
-
-
-def _local_steps() -> Steps:
-    """The local accept's steps, for a caller that did not hand them over: a bridge until
-    engine/operations/accept.py passes ``steps=`` itself (then this goes, and with it the last import of the
-    local accept from here). Its answers are made this module's :class:`Accepted`."""
-    from corral.engine.operations import accept as local
-
-    def preflight(*args: Any) -> Any:
-        ready = local.preflight(*args)
-        if isinstance(ready, local.Accepted) and not isinstance(ready, Accepted):
-            return Accepted(ready.task, ready.commit, ready.already, ready.warning, ready.conflict)
-        return ready
-
-    phases: Any = local.PHASES  # its own Phase type until it takes accept_phases'; the objects it narrates
-    return Steps(preflight, local._agreed_tip, local._pre_accept, local._after_pre_accept, local._message, phases)
 
 
 def read_task(project: Project, task_id: str) -> Task:
