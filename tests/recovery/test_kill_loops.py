@@ -125,7 +125,8 @@ def is_ours(pid: int, key: str, proj: Project, task_id: str) -> bool:
     line = cmdline(pid)
     if key == "pid":
         return "corral.engine.runtime.supervisor" in line and task_id in line
-    return "corral.testing.fake_agent" in line
+    # The fake agent runs as a script (corral/testing/fake_agent.py), or as a module where a test starts it so.
+    return "corral/testing/fake_agent.py" in line or "corral.testing.fake_agent" in line
 
 
 def nudge(proj: Project, task_id: str, submitted: list[str], seed: int) -> None:
