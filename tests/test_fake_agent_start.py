@@ -1,5 +1,5 @@
-"""The fake agent starts without corral: each fake turn's start-up is the interpreter's and the
-standard library's, and what it records of the command harness's contract is the contract."""
+"""The fake agent starts without corral's harnesses, and what it records of the command harness's
+contract is the contract."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def test_its_copy_of_the_contract_is_the_command_harnesss() -> None:
     assert fake_agent.CONTRACT_VARS == CONTRACT_VARS
 
 
-def test_the_wrapper_runs_a_scenario_and_imports_no_corral_module(tmp_path: Path) -> None:
+def test_the_wrapper_runs_a_scenario_and_imports_no_harness_module(tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps({"invocations": [[{"init": True}, {"result": "answered"}]]}))
     wrapper = fake_agent.wrapper_script(tmp_path / "bin")
@@ -32,6 +32,6 @@ def test_the_wrapper_runs_a_scenario_and_imports_no_corral_module(tmp_path: Path
     assert result["type"] == "result" and result["result"] == "answered"
     imported = [line for line in done.stderr.splitlines() if line.startswith("import ")]
     assert imported, "PYTHONVERBOSE said nothing: the check below would prove nothing"
-    assert not [line for line in imported if "corral" in line.split()[1]], done.stderr
+    assert not [line for line in imported if "corral.adapters" in line.split()[1]], done.stderr
     (call,) = [json.loads(line) for line in (tmp_path / "record" / "invocations.jsonl").read_text().splitlines()]
     assert call["prompt"] == "a prompt" and call["env"]["CORRAL_TASK"] == "the-task"

@@ -267,11 +267,11 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
 
 
 def wrapper_script(directory: Path, name: str = "claude") -> Path:
-    """An executable named ``name`` that runs this fake agent with the current Python: this file run
-    as a script, so that no corral package is imported to start it (``-m`` would import corral's)."""
+    """An executable named ``name`` that runs this fake agent with the current Python (``-m``: tests and
+    benchmarks find the agent's process by this module's name)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n')
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m corral.testing.fake_agent "$@"\n')
     path.chmod(0o755)
     return path
 
