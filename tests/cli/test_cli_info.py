@@ -144,7 +144,11 @@ def test_a_wrongly_typed_setting_is_a_config_error(corral, repo: Path) -> None:
 WIDENS = {"permission_mode", "allowed_tools", "is_sandbox", "sandbox", "agent_tools", "protected_defaults"}
 #: Where the post-turn check runs and what a confined turn may read are the person's to widen.
 WIDENS |= {"post_turn_check_unconfined", "sandbox_read_paths"}
+#: Forge feedback delivered by itself would make a stranger's review comment an agent's prompt.
+WIDENS |= {"forge_auto_deliver"}
 EXECUTES = {"post_turn_check", "pre_accept_prompt", "notify_command", "claude_bin", "pi_bin", "codex_bin", "command"}
+#: The forge corral runs (gh), and the Pi extensions loaded beside corral's own, are programs too (docs/forge.md).
+EXECUTES |= {"forge", "pi_extensions"}
 #: Settings a repository may not set because they say where a person's own records go.
 PRIVATE = {"database_url"}
 #: Settings a repository may not set because they say which machines run a person's agents (docs/workers.md).
@@ -182,6 +186,8 @@ def _another_value(kind: type, default: Any, name: str) -> Any:
     if kind is float:
         return default + 0.5
     if kind is list:
+        if BY_NAME[name].absolute_paths:  # a setting of paths takes absolute ones
+            return [f"/opt/{name}-1", f"~/{name} 2"]
         return [f"{name}-1", f"{name} 2"]
     choices = [c for c in BY_NAME[name].choices if c != default and c not in BY_NAME[name].narrowing]
     return choices[0] if choices else f"{name} value"
