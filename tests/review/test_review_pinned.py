@@ -390,13 +390,13 @@ def test_watch_shows_the_diff_and_asks_again_when_the_branch_moved(
     p = Pane(f"{shlex.quote(sys.executable)} -m corral watch; echo EXITED $?; sleep 600", repo)
     try:
         p.shows("Waiting for review (1)", "wx ")
-        p.keys("d")
-        p.shows("+a = 1", "press a key to go back")
+        p.keys("d")  # the task pane, on its diff
+        p.shows("+a = 1", " Diff")
         old = git(repo, "rev-parse", "corral/wx")
         with store_of(corral) as store, store.read() as tx:
             assert tx.task_by_ref("wx").metadata[reviewed.REVIEWED]["human"]["tip"] == old  # recorded as shown
-        p.keys("x")
-        p.shows("Waiting for review (1)")
+        p.keys("Escape")  # the pane closes: the board alone
+        p.when(lambda s: "+a = 1" not in s and "Waiting for review (1)" in s, what="the board alone")
         wt = Path(corral.json("show", "wx")["task"]["worktree"])
         (wt / "b.py").write_text("b = 2\n")
         git(wt, "add", "b.py")
@@ -406,7 +406,7 @@ def test_watch_shows_the_diff_and_asks_again_when_the_branch_moved(
         p.keys("a")
         p.shows("[y/N]")
         p.keys("y")
-        p.shows("moved since its diff was shown", "after the watch", "Merge these too? [y/N]")
+        p.shows("moved since its diff was shown", "after the watch", "these too? [y/N]")  # the dialog wraps its line
         assert git(repo, "ls-tree", "--name-only", "main").split() == ["README.md"]
         p.keys("y")
         p.shows("wx is complete: merged as")
