@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -214,6 +215,20 @@ def compile_corral() -> None:
     import corral
 
     compileall.compile_dir(Path(corral.__file__).parent, quiet=2)
+
+
+#: Signals whose disposition a child inherits when it is ignored: a test that runs code written for a process of
+#: its own (the supervisor's main ignores SIGINT and SIGHUP) must not leave the next test's children deaf to them.
+_INHERITED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGTSTP, signal.SIGPIPE)
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions() -> Iterator[None]:
+    before = {sig: signal.getsignal(sig) for sig in _INHERITED_SIGNALS}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler and handler is not None:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)
