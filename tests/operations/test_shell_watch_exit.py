@@ -1,4 +1,5 @@
-"""corral's shell waits on a real command by its exit (a pidfd), and still ends it at its limit or with its agent."""
+"""corral's shell waits on a real command to its exit, ends it at its limit or with its agent, and leaves no descriptor
+open after the watch."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_a_real_command_is_ended_when_its_agent_goes_while_it_runs(tmp_path: Pat
     assert child.returncode == -signal.SIGKILL
 
 
-def test_the_exit_descriptor_is_closed_after_the_watch(tmp_path: Path) -> None:
+def test_no_descriptor_is_left_open_after_the_watch(tmp_path: Path) -> None:
     before = len(list(Path("/proc/self/fd").iterdir()))
     for _ in range(5):
         child = _start(tmp_path, "true")

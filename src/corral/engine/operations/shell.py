@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -304,38 +303,19 @@ def watch(proc: Started, agent_alive: Callable[[], bool], timeout: float) -> tup
     moment either fails. Returns (timed out, ended with the turn)."""
     timed_out = ended = False
     deadline = time.monotonic() + timeout
-    exited = _exit_fd(proc)
-    try:
-        while proc.poll() is None:
-            if not agent_alive():
-                ended = True
-            elif time.monotonic() >= deadline:
-                timed_out = True
-            else:
-                pause = min(WATCH_SECONDS, max(deadline - time.monotonic(), 0.0))
-                if exited is None:
-                    proc.wait(timeout=pause)
-                else:
-                    select.select([exited], [], [], pause)
-                continue
-            _end(proc)
-    finally:
-        if exited is not None:
-            os.close(exited)
+    while proc.poll() is None:
+        if not agent_alive():
+            ended = True
+        elif time.monotonic() >= deadline:
+            timed_out = True
+        else:
+            proc.wait(timeout=min(WATCH_SECONDS, max(deadline - time.monotonic(), 0.0)))
+            continue
+        _end(proc)
     code = proc.returncode
     if not (ended or timed_out) and code is not None and code < 0 and not agent_alive():
         ended = True  # the turn's own sweep (the supervisor's, a stop's) ended it
     return timed_out, ended
-
-
-def _exit_fd(proc: Started) -> int | None:
-    """A descriptor readable the moment the command exits (a pidfd), so a call returns when its command ends:
-    a timed wait polls with growing sleeps, and a short command's result waited milliseconds for the next one.
-    None where the kernel has none (the timed wait then)."""
-    try:
-        return os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        return None
 
 
 def _end(proc: Started) -> None:
