@@ -195,6 +195,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # run (and each worker of ``-n``) reads it instead of rewriting and compiling ~300 modules
     # again: seconds of every worker's collection where the environment says not to write bytecode.
     sys.dont_write_bytecode = False
+    _terminal_signals()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -217,17 +218,12 @@ def compile_corral() -> None:
     compileall.compile_dir(Path(corral.__file__).parent, quiet=2)
 
 
-#: Signals whose disposition a child inherits when it is ignored: a test that runs code written for a process of
-#: its own (the supervisor's main ignores SIGINT and SIGHUP) must not leave the next test's children deaf to them.
-_INHERITED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGTSTP, signal.SIGPIPE)
-
-
-@pytest.fixture(autouse=True)
-def _signal_dispositions() -> Iterator[None]:
-    before = {sig: signal.getsignal(sig) for sig in _INHERITED_SIGNALS}
-    yield
-    for sig, handler in before.items():
-        if signal.getsignal(sig) is not handler and handler is not None:
+def _terminal_signals() -> None:
+    """A shell starts a command it runs in the background (``&``, without job control) with SIGINT and SIGQUIT
+    ignored, and every process a test starts would inherit that: its Ctrl-C tests would wait out their timeouts.
+    The tests are about a person's terminal, where neither is ignored."""
+    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+        if signal.getsignal(sig) == signal.SIG_IGN:
             signal.signal(sig, handler)
 
 
