@@ -98,6 +98,8 @@ def proc_stat(pid: int) -> tuple[float, int] | None:
         status = Path(f"/proc/{pid}/status").read_text()
     except (OSError, IndexError):
         return None
+    if fields[0] in ("Z", "X"):  # ended, not yet reaped (a parent that adopts orphans may never reap it)
+        return None
     cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
     hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
     return cpu, hwm
