@@ -89,7 +89,7 @@ class BoardApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS: ClassVar[list[Binding | tuple[str, str] | tuple[str, str, str]]] = [
         Binding("q", "quit_board", "quit"),
-        Binding("ctrl+c", "interrupted", "quit", show=False, priority=True),
+        Binding("ctrl+c", "ctrl_c", "quit", show=False, priority=True),
         Binding("ctrl+z", "suspend_process", show=False),
         Binding("escape", "close_pane", "back", show=False),
         Binding("n", "new_task", "new"),
@@ -363,7 +363,7 @@ class BoardApp(App[int]):
     def action_quit_board(self) -> None:
         self.exit(0)
 
-    def action_interrupted(self) -> None:
+    def action_ctrl_c(self) -> None:
         self.exit(130)
 
     def action_new_task(self) -> None:

@@ -15,11 +15,20 @@ from rich.text import Text
 
 from corral.cli import watch_view as view
 from corral.cli.render import INDENT, STATUS_COLOR, clip, goal_text, one_line
+from corral.domain.needs import Need
 
 #: The live line under a working row starts so.
 LIVE_MARK = "↳ "
 
-_GROUP_COLOR = {"review": "yellow", "failed": "red", "working": "cyan", "backlog": "dim", "finished": "green"}
+#: The group of finished tasks, shown after the Need groups.
+FINISHED = "finished"
+_GROUP_COLOR: dict[str, str] = {
+    Need.REVIEW: "yellow",
+    Need.FAILED: "red",
+    Need.WORKING: "cyan",
+    Need.BACKLOG: "dim",
+    FINISHED: "green",
+}
 _AGE_WIDTH = 8
 
 
@@ -28,7 +37,7 @@ def groups_of(doc: dict[str, Any], *, finished: bool) -> list[tuple[str, str, li
     board's finished rows too, last (a watch of named tasks keeps them in sight)."""
     groups = [(g["needs"], g["title"], g["rows"]) for g in doc["groups"] if g["rows"]]
     if finished and doc.get("finished"):
-        groups.append(("finished", "Finished", doc["finished"]))
+        groups.append((FINISHED, "Finished", doc["finished"]))
     return groups
 
 
