@@ -11,8 +11,6 @@ renderers, the dashboard's page renderer over the document its hub builds, the M
 from __future__ import annotations
 
 import html
-import os
-import signal
 import sys
 import time
 from typing import Any
@@ -25,12 +23,11 @@ from corral.domain.status import Status
 from corral.engine.operations import board as boards
 from corral.engine.operations import control, tasks, turns
 from corral.engine.operations.gates import Caller
-from corral.engine.operations.refresh import settle
 from corral.mcp import handlers
 from corral.mcp.calling import Args, Calling
 from tests.conftest import CLI
-from tests.recovery.test_stale_heartbeat import running_status
 from tests.turns.conftest import reopen
+from tests.turns.test_one_story import lose_turn
 
 HANG = f"{sys.executable} -c 'import time; time.sleep(600)'"
 
@@ -128,17 +125,7 @@ def test_a_lost_turn_tells_one_story_on_every_surface(proj, monkeypatch, corral:
     proj = command_project(proj, monkeypatch, HANG)
     task = tasks.create(proj, "Lose its supervisor", actor=Actor.HUMAN)
     turns.start(proj, task.ref, actor=Actor.HUMAN)
-    status = running_status(proj, task.id)
-    os.kill(status.pid, signal.SIGKILL)
-    os.kill(status.agent_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while True:
-        settle(proj)
-        with proj.store.read() as tx:
-            after = tx.get_task(task.id)
-        if after.status is not Status.WORKING or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    after = lose_turn(proj, task.id)
     assert after.status is Status.INTERRUPTED
     assert_one_story(proj, corral, task.ref, {"supervision:lost": 1}, "turn-lost")
     proj.close()

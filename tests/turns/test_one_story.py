@@ -83,22 +83,28 @@ def test_a_watchdog_kill_is_one_incident_counted_per_kill(proj, monkeypatch) -> 
     proj.close()
 
 
-def test_a_lost_turn_is_an_incident_show_and_failures_agree_on(proj, monkeypatch) -> None:
-    hang = f"{sys.executable} -c 'import time; time.sleep(600)'"
-    proj = command_project(proj, monkeypatch, hang)
-    task = tasks.create(proj, "Lose its supervisor", actor=Actor.HUMAN)
-    turns.start(proj, task.ref, actor=Actor.HUMAN)
-    status = running_status(proj, task.id)
+def lose_turn(proj, task_id: str):  # type: ignore[no-untyped-def]
+    """Kill the running turn's supervisor and agent together, then settle until the task is no longer working
+    (30 s at most): the task as the reconciler left it."""
+    status = running_status(proj, task_id)
     os.kill(status.pid, signal.SIGKILL)
     os.kill(status.agent_pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while True:
         settle(proj)
         with proj.store.read() as tx:
-            after = tx.get_task(task.id)
+            after = tx.get_task(task_id)
         if after.status is not Status.WORKING or time.monotonic() > deadline:
-            break
+            return after
         time.sleep(0.1)
+
+
+def test_a_lost_turn_is_an_incident_show_and_failures_agree_on(proj, monkeypatch) -> None:
+    hang = f"{sys.executable} -c 'import time; time.sleep(600)'"
+    proj = command_project(proj, monkeypatch, hang)
+    task = tasks.create(proj, "Lose its supervisor", actor=Actor.HUMAN)
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    after = lose_turn(proj, task.id)
     assert after.status is Status.INTERRUPTED and after.resting_cause.code == "turn-lost"
     _shown, in_show, in_failures = story(proj, task.ref)
     assert in_show == in_failures == {"supervision:lost": 1}
