@@ -70,7 +70,7 @@ from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
 from corral.domain.records import AttemptOutcome, FailureEvidence, FeedbackDelivery, PossibleEffects, RestingCause
 from corral.domain.refs import slugify, validate_ref
-from corral.domain.status import Status, check_transition
+from corral.domain.status import TERMINAL, Status, check_transition
 from corral.domain.violations import Decision
 from corral.store import NewTask, SQLiteStore
 from corral.store.sqlite import SQLiteTx
@@ -562,6 +562,12 @@ class SqlWriter:
         n = 16 if self.command_ids else 15
         cols = TURN_COLUMNS + (", command_id" if self.command_ids else "")
         self.turn_sql = f"INSERT INTO turns ({cols}) VALUES ({','.join('?' * n)})"
+        # Schema 8: a task's finished time, and status changes numbered within their task
+        self.finished_at = "finished_at" in {r[1] for r in db.execute("PRAGMA table_info(tasks)")}
+        self.task_sql = TASK_SQL.replace(") VALUES (", ", finished_at) VALUES (?,") if self.finished_at else TASK_SQL
+        self.change_sql = CHANGE_SQL.replace("(task_id,", "(id, task_id,").replace("VALUES (", "VALUES (?,")
+        if not self.finished_at:
+            self.change_sql = CHANGE_SQL
         self.tables: dict[str, list[tuple[Any, ...]]] = {k: [] for k in ("t", "s", "u", "a", "c", "v", "n")}
         self.counts = {k: 0 for k in self.tables}
 
@@ -575,11 +581,13 @@ class SqlWriter:
         violations: dict[tuple[str, str], list[Any]] = {}
         T = self.tables
         tid = task.id
+        changes: list[tuple[Any, ...]] = []
+        finished: int | None = None
         for e in task.events:
             kind, t = e[0], e[1]
             if kind == "create":
                 status, created, updated, last = S.BACKLOG, t, t, t
-                T["c"].append((tid, None, "backlog", Actor.HUMAN.value, "created", ts(t)))
+                changes.append((tid, None, "backlog", Actor.HUMAN.value, "created", ts(t)))
             elif kind == "status":
                 _, _, to, actor, reason, how, cause = e
                 assert status is not None
@@ -590,8 +598,10 @@ class SqlWriter:
                         raise AssertionError(f"{task.ref}: park would give {derived}, plan says {to}")
                 check_transition(status, to, actor)
                 cause_json = dumps(cause.to_json()) if cause is not None else None
-                T["c"].append((tid, status.value, to.value, actor.value, reason, ts(t)))
+                changes.append((tid, status.value, to.value, actor.value, reason, ts(t)))
                 status, updated, last = to, t, t
+                if (to in TERMINAL) != (finished is not None):
+                    finished = t if to in TERMINAL else None
             elif kind == "session":
                 _, _, sid, worktree, branch, base = e
                 sessions[sid] = {c: None for c in _SESSION_COLS} | {
@@ -633,19 +643,25 @@ class SqlWriter:
             else:
                 raise AssertionError(kind)
         assert status is task.final, (task.ref, status, task.final)
-        T["t"].append((
+        row = (
             tid, task.ref, task.goal, task.prompt, task.parent_id, status.value, task.harness, task.model,
             task.target_branch, dumps(list(task.protected)), "{}", cause_json, session_id,
             ts(created), ts(updated), ts(last),
-        ))  # fmt: skip
+        )  # fmt: skip
+        if self.finished_at:
+            T["t"].append((*row, ts(finished) if finished is not None else None))
+            T["c"].extend((n, *c) for n, c in enumerate(changes, 1))
+        else:
+            T["t"].append(row)
+            T["c"].extend(changes)
         for row in sessions.values():
             T["s"].append(tuple(ts(row[c]) if c in _SESSION_TIMES else row[c] for c in _SESSION_COLS))
         for (sid, path), (dec, turn_id, by, at, made) in violations.items():
             T["v"].append((tid, sid, path, turn_id, dec, by, ts(at), ts(made)))
 
     def flush(self) -> None:
-        for key, sql in (("t", TASK_SQL), ("s", SESSION_SQL), ("u", self.turn_sql), ("a", ATTEMPT_SQL),
-                         ("c", CHANGE_SQL), ("v", VIOLATION_SQL), ("n", NOTE_SQL)):  # fmt: skip
+        for key, sql in (("t", self.task_sql), ("s", SESSION_SQL), ("u", self.turn_sql), ("a", ATTEMPT_SQL),
+                         ("c", self.change_sql), ("v", VIOLATION_SQL), ("n", NOTE_SQL)):  # fmt: skip
             rows = self.tables[key]
             if rows:
                 self.db.executemany(sql, rows)

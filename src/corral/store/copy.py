@@ -26,7 +26,7 @@ from corral.store.sqltx import _TASK_COLUMNS, SQLTx
 
 #: Each table's columns, in the order the tables are filled (a row's references come first).
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("tasks", tuple(c.strip() for c in _TASK_COLUMNS.split(","))),
+    ("tasks", (*(c.strip() for c in _TASK_COLUMNS.split(",")), "finished_at")),
     (
         "sessions",
         (
@@ -192,9 +192,9 @@ def write_all(tx: SQLTx, rows: Rows) -> None:
 
 
 def _ordered(table: str, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    # In the order they were written (rowid, or the status change's id): identities continue from there.
+    # In the order they were written (by rowid): identities continue from there.
     first = columns[0]
-    if first in ("rowid", "id") and table in ("sessions", "notes", "status_changes"):
+    if first == "rowid" and table in ("sessions", "notes"):
         return sorted(rows, key=lambda r: int(r[0]))
     return list(rows)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from corral.store.migrations import (
     ACTOR_VALUES,
     CURRENT_COMMAND_INDEX,
+    FINISHED,
+    FINISHED_AT,
     LEASE_NOTES,
     LEASE_STATES,
     MIGRATIONS,
@@ -193,6 +195,24 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
     # tasks on any status change (the status is in the partial indexes' condition), so this is one index
     # touched per change as with schema 6; it keeps one schema for both stores.
     (7, "partial status indexes", "DROP INDEX IF EXISTS tasks_status_updated;" + PARTIAL_STATUS_INDEXES),
+    # The same finished time and partial indexes (here the CHECK holds both ways, added once the column is
+    # filled), and status changes keyed by their task and a number counting up within it: one index written per
+    # change (the key) where the identity and the task index were two.
+    (
+        8,
+        "finished time and keyed status changes",
+        _pg("ALTER TABLE tasks ADD COLUMN finished_at TEXT;")
+        + FINISHED_AT
+        + f"""
+        ALTER TABLE tasks ADD CONSTRAINT tasks_finished_at_check
+            CHECK ((finished_at IS NOT NULL) = ({FINISHED}));
+        ALTER TABLE status_changes ALTER COLUMN id DROP IDENTITY;
+        ALTER TABLE status_changes DROP CONSTRAINT status_changes_pkey;
+        ALTER TABLE status_changes ADD PRIMARY KEY (task_id, id);
+        ALTER TABLE status_changes ADD CONSTRAINT status_changes_id_check CHECK (id >= 1);
+        DROP INDEX status_changes_task;
+        """,
+    ),
 ]
 
 assert [m[:2] for m in PG_MIGRATIONS] == [m[:2] for m in MIGRATIONS], "PostgreSQL and SQLite migrations must agree"

@@ -51,11 +51,12 @@ POOL_SIZE = 4
 #: Seconds a change mark is answered from the last query: every open live view asks several times a second.
 MARK_SECONDS = 0.5
 
-#: What changes with every commit a board shows: the newest status change and note by their
-#: identity, and for the small tables each row version's transaction id (``xmin`` is new in a
-#: row's every update) with the row count (a delete). One statement, so one snapshot.
+#: What changes with every commit a board shows: the newest note by its identity, and for the small
+#: tables each row version's transaction id (``xmin`` is new in a row's every update) with the row
+#: count (a delete). A status change is recorded in the same transaction as its task's row changes
+#: (numbered within its task since schema 8, so it has no table-wide newest). One statement, so one snapshot.
 _MARK = """
-    SELECT (SELECT max(id) FROM status_changes), (SELECT max(rowid) FROM notes),
+    SELECT (SELECT max(rowid) FROM notes),
            (SELECT count(*) || ':' || coalesce(max(xmin::text::bigint), 0) FROM tasks),
            (SELECT count(*) || ':' || coalesce(max(xmin::text::bigint), 0) FROM leases),
            (SELECT count(*) || ':' || coalesce(max(xmin::text::bigint), 0) FROM live_turns)
@@ -169,7 +170,7 @@ class PostgresTx(SQLTx):
 
     def follow_identities(self) -> None:
         """After rows were copied in with their ids: new ids continue after the largest."""
-        for table, column in (("sessions", "rowid"), ("notes", "rowid"), ("status_changes", "id")):
+        for table, column in (("sessions", "rowid"), ("notes", "rowid")):
             self._db.execute(
                 f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
                 f"COALESCE((SELECT MAX({column}) FROM {table}), 0) + 1, false)"

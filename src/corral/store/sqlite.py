@@ -563,16 +563,22 @@ class SQLiteStore:
         db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_timeout)
         db.text_factory = bytes
         try:
-            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-            for table in tables:
+            tables = [tuple(r) for r in db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")]
+            for table, sql in tables:
                 name = table.decode("utf-8", "replace") if isinstance(table, bytes) else str(table)
-                for row in db.execute(f'SELECT rowid, * FROM "{name}"'):
+                # A row is named by its rowid, or by its key in a table without one (status_changes: task, number).
+                label = "rowid"
+                if sql and b"WITHOUT ROWID" in bytes(sql).upper():
+                    keys = sorted((r[5], r[1]) for r in db.execute(f'PRAGMA table_info("{name}")') if r[5])
+                    label = " || '/' || ".join(f'"{k.decode() if isinstance(k, bytes) else k}"' for _, k in keys)
+                for row in db.execute(f'SELECT {label}, * FROM "{name}"'):
                     for value in row[1:]:
                         if isinstance(value, bytes):
                             try:
                                 value.decode("utf-8")
                             except UnicodeDecodeError as exc:
-                                found.append(f"table {name} row {row[0]}: text that is not UTF-8 ({exc.reason})")
+                                where = row[0].decode("utf-8", "replace") if isinstance(row[0], bytes) else row[0]
+                                found.append(f"table {name} row {where}: text that is not UTF-8 ({exc.reason})")
                                 break
                     if len(found) >= 10:
                         return found

@@ -38,7 +38,7 @@ from corral.domain.status import PAUSED, RESTING, TERMINAL, Status, check_transi
 from corral.domain.violations import Decision, after_change, park_status
 from corral.errors import IllegalTransition, LeaseLost, RefusedError, StoreCorrupt, StoreError
 from corral.store.contract import UNSET, NewTask
-from corral.store.migrations import FINISHED, UNFINISHED
+from corral.store.migrations import FINISHED_ROWS, UNFINISHED_ROWS
 
 if TYPE_CHECKING:  # loaded by the lease methods, on first use: a store that runs no worker never pays
     from corral.domain.team import Lease, LeaseState, Worker, WorkerState
@@ -131,15 +131,24 @@ def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | N
 
 def _status_clause(statuses: Sequence[Status]) -> str:
     """``status IN (?, …)`` for these statuses, with the condition of the partial index that holds them all
-    (schema 7: ``tasks_unfinished``, ``tasks_finished``) when one does: a planner uses a partial index only
-    when the query states its condition, and bound values are not read for it. The added condition keeps
-    every row the first keeps."""
+    (schema 8: ``tasks_unfinished``, ``tasks_finished``, by ``finished_at``) when one does: a planner uses a
+    partial index only when the query states its condition, and bound values are not read for it. The added
+    condition keeps every row the first keeps (a task has a finished time exactly when its status is finished)."""
     clause = f"status IN ({','.join('?' * len(statuses))})"
     if not any(s in TERMINAL for s in statuses):
-        return f"{clause} AND {UNFINISHED}"
+        return f"{clause} AND {UNFINISHED_ROWS}"
     if all(s in TERMINAL for s in statuses):
-        return f"{clause} AND {FINISHED}"
+        return f"{clause} AND {FINISHED_ROWS}"
     return clause
+
+
+def _finished(src: Status, dst: Status, now: str) -> tuple[str, tuple[str | None, ...]]:
+    """The ``finished_at`` assignment of a change from ``src`` to ``dst`` and its value: set on entering a finished
+    status, cleared on leaving one, and not named at all otherwise, so that SQLite leaves the partial indexes
+    keyed by it alone (it rewrites an index entry whenever a column its condition names is assigned)."""
+    if (src in TERMINAL) == (dst in TERMINAL):
+        return "", ()
+    return ", finished_at = ?", (now if dst in TERMINAL else None,)
 
 
 class _Decoded:
@@ -194,6 +203,7 @@ class SQLTx:
         self._clock = clock
         self._writable = writable
         self._now: datetime | None = None
+        self._now_text: str | None = None
         self._decoded = decoded or _Decoded()
 
     # One timestamp per transaction: a status and its status change agree on "when".
@@ -201,6 +211,12 @@ class SQLTx:
         if self._now is None:
             self._now = self._clock()
         return self._now
+
+    def _stamp(self) -> str:
+        """:meth:`now` as the text the columns hold, formatted once per transaction."""
+        if self._now_text is None:
+            self._now_text = rfc3339(self.now())
+        return self._now_text
 
     @staticmethod
     def _ref_taken(exc: Exception) -> bool:
@@ -372,7 +388,7 @@ class SQLTx:
             first = near[:1]
             rows = self._db.execute(
                 "SELECT ref FROM (SELECT ref FROM tasks WHERE ref >= ? AND ref < ? LIMIT ?) AS near "
-                "UNION SELECT ref FROM tasks WHERE status NOT IN ('complete', 'abandoned')",
+                f"UNION SELECT ref FROM tasks WHERE {UNFINISHED_ROWS}",
                 (first, first + "\U0010ffff", limit),
             )
             return sorted(r[0] for r in rows)
@@ -463,12 +479,14 @@ class SQLTx:
         return self._require_task(task_id)
 
     def _change(self, task_id: str, src: Status | None, dst: Status, actor: Actor, reason: str | None) -> StatusChange:
-        at = self.now()
+        # Numbered within its task (schema 8): the key (task, number) is the row's place, so the record is one
+        # b-tree entry, and the largest number so far is read from the page the row goes into.
         self._db.execute(
-            "INSERT INTO status_changes (task_id, from_status, to_status, actor, reason, at) VALUES (?,?,?,?,?,?)",
-            (task_id, src.value if src else None, dst.value, actor.value, reason, rfc3339(at)),
+            "INSERT INTO status_changes (task_id, id, from_status, to_status, actor, reason, at) "
+            "SELECT ?, COALESCE(MAX(id), 0) + 1, ?, ?, ?, ?, ? FROM status_changes WHERE task_id = ?",
+            (task_id, src.value if src else None, dst.value, actor.value, reason, self._stamp(), task_id),
         )
-        return StatusChange(task_id, src, dst, actor, reason, at)
+        return StatusChange(task_id, src, dst, actor, reason, self.now())
 
     @staticmethod
     def _expect(task: Task, expected_from: Status | Iterable[Status] | None) -> None:
@@ -503,11 +521,12 @@ class SQLTx:
             if _legal(current, to, actor) and not is_noop(current, to):
                 keep = resting_cause is UNSET and to in RESTING
                 given = None if resting_cause is UNSET or resting_cause is None else _dumps(resting_cause.to_json())
-                now = rfc3339(self.now())
+                now = self._stamp()
+                finished, finished_at = _finished(current, to, now)
                 cur = self._db.execute(
                     "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, "
-                    "updated_at = ?, last_interaction_at = ? WHERE id = ? AND status = ?",
-                    (to.value, keep, given, now, now, task_id, current.value),
+                    f"updated_at = ?, last_interaction_at = ?{finished} WHERE id = ? AND status = ?",
+                    (to.value, keep, given, now, now, *finished_at, task_id, current.value),
                 )
                 if cur.rowcount == 1:
                     return self._change(task_id, current, to, actor, reason)
@@ -528,10 +547,12 @@ class SQLTx:
             cause_json = row[1] if to in RESTING else None
         else:
             cause_json = _dumps(resting_cause.to_json()) if resting_cause is not None else None
-        now = rfc3339(self.now())
+        now = self._stamp()
+        finished, finished_at = _finished(current, to, now)
         self._db.execute(
-            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ? WHERE id = ?",
-            (to.value, cause_json, now, now, task_id),
+            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ?"
+            f"{finished} WHERE id = ?",
+            (to.value, cause_json, now, now, *finished_at, task_id),
         )
         return self._change(task_id, current, to, actor, reason)
 
@@ -606,7 +627,11 @@ class SQLTx:
         db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
 
     def changes_since(self, since: datetime) -> list[StatusChange]:
-        sql = "SELECT task_id, from_status, to_status, actor, reason, at FROM status_changes WHERE at >= ? ORDER BY id"
+        # Oldest first; one task's, in the order they were made (one transaction's share one time).
+        sql = (
+            "SELECT task_id, from_status, to_status, actor, reason, at FROM status_changes WHERE at >= ? "
+            "ORDER BY at, task_id, id"
+        )
         statuses, actors = _STATUSES, _ACTORS
         return [
             StatusChange(task_id, statuses[src] if src else None, statuses[dst], actors[actor], reason, _req_time(at))
