@@ -1,8 +1,13 @@
-"""The click-free way into ``list`` and ``show`` (corral.cli.reads) is the click command, only faster."""
+"""The ways in that skip click — ``--version`` and the group's help (corral.cli.early), the plain ``list``,
+``show`` and ``failures --log`` (corral.cli.reads) — answer exactly as click does, only sooner."""
 
 from __future__ import annotations
 
+import importlib
+import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +16,7 @@ from typing import Any
 import click
 import pytest
 
-from corral.cli import main, reads
+from corral.cli import early, help_texts, main, reads
 from corral.cli.app import App
 from tests.conftest import CLI
 
@@ -164,3 +169,135 @@ def test_the_plain_list_loads_no_dispatch_engine_nor_database_driver(corral: CLI
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- --version and the group's help, before click (corral.cli.early) ---------------------------------------
+
+#: Set to rewrite corral/cli/help_texts.py after a change to the group's help or to a command's summary.
+WRITE_HELP = "CORRAL_WRITE_HELP"
+WRITING_HELP = bool(os.environ.get(WRITE_HELP))  # read at import: each test's environment drops CORRAL_*
+#: The terminal widths whose help is kept: 80 columns (also a pipe's), and 100 or more.
+KEPT_COLUMNS = (80, 120)
+HELP_TEXTS = Path(early.__file__).with_name("help_texts.py")
+
+
+def _clicks(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """(exit code, stdout, stderr) of ``args`` answered by click, with the early answers off."""
+    with monkeypatch.context() as m:
+        m.setattr(early, "answer", lambda args, stdout: None)
+        code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _help_module(texts: dict[int, str]) -> str:
+    """The source of corral/cli/help_texts.py for ``texts`` (width -> text), in ruff's format."""
+    parts = [
+        '"""``corral --help`` as click writes it, at the widths a terminal mostly gives it: generated, do not edit.\n'
+        "\n"
+        "corral.cli.early prints it without loading click. tests/cli/test_quick.py holds it equal to the help\n"
+        f"click makes from the command group, and rewrites this file when run with {WRITE_HELP}=1.\n"
+        '"""\n'
+        "\n"
+        "from __future__ import annotations\n"
+    ]
+    for width, text in sorted(texts.items()):
+        lines = "".join(f"    {_literal(line)},\n" for line in text.split("\n"))
+        parts.append(f"\n_WIDTH_{width} = (\n{lines})\n")
+    table = "".join(f'    {width}: "\\n".join(_WIDTH_{width}),\n' for width in sorted(texts))
+    parts.append(f"\n#: The help formatter's width -> the text click writes at it.\nROOT_HELP = {{\n{table}}}\n")
+    return "".join(parts)
+
+
+def _literal(line: str) -> str:
+    """A Python literal of ``line`` as ruff writes it: double quotes, unless the line holds only double quotes."""
+    text = json.dumps(line, ensure_ascii=False)
+    if '"' in line and "'" not in line:
+        text = "'" + text[1:-1].replace('\\"', '"') + "'"
+    return text
+
+
+def test_the_kept_help_is_what_click_writes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = {}
+    for columns in KEPT_COLUMNS:
+        monkeypatch.setenv("COLUMNS", str(columns))
+        code, out, _err = _clicks(["--help"], capsys, monkeypatch)
+        assert code == 0 and out.endswith("\n")
+        texts[early.help_width()] = out.removesuffix("\n")
+    assert set(texts) == {78, 98}
+    source = _help_module(texts)
+    if WRITING_HELP:
+        HELP_TEXTS.write_text(source, encoding="utf-8")
+    assert HELP_TEXTS.read_text(encoding="utf-8") == source, (
+        f"the group's help or a command's summary changed: rewrite corral/cli/help_texts.py with {WRITE_HELP}=1 "
+        "and this test"
+    )
+    assert texts == importlib.reload(help_texts).ROOT_HELP
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], [], ["--version"]])
+@pytest.mark.parametrize("columns", ["80", "120", "100", "101", "99", "90", "40", "0", "-3", "wide", None])
+def test_the_early_answers_are_clicks(
+    args: list[str],
+    columns: str | None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert (code, out, err) == _clicks(args, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("columns", ["80", "120", "100", "1", "0", "-3", "wide", "", None])
+def test_the_terminal_width_is_shutils(columns: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert early.terminal_columns() == shutil.get_terminal_size().columns
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--version", "--json"],
+        ["--json", "--help"],
+        ["--help", "list"],
+        ["list", "--help"],
+        ["--version", "--version"],
+        ["--Help"],
+        ["--json"],
+        ["list"],
+    ],
+)
+def test_only_the_exact_forms_are_answered_early(args: list[str]) -> None:
+    assert early.answer(args, io.StringIO()) is None
+
+
+def test_help_for_a_width_with_no_kept_text_is_clicks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "90")
+    assert early.answer(["--help"], io.StringIO()) is None
+
+
+def test_completion_is_never_answered_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("_CORRAL_COMPLETE", "bash_source")
+    monkeypatch.setenv("COLUMNS", "120")
+    assert early.answer([], io.StringIO()) is None
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], []])
+def test_version_and_help_load_neither_click_nor_the_engine(args: list[str], tmp_path: Path) -> None:
+    heavy = ("click", "corral.cli.app", "corral.cli.commands", "corral.engine", "corral.store", "corral.adapters")
+    probe = (
+        f"import sys; from corral.cli import main; code = main({args!r}); "
+        f"print(code, sorted(m for m in sys.modules if m.startswith({heavy!r})))"
+    )
+    env = {**os.environ, "COLUMNS": "120"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []"

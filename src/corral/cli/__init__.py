@@ -17,13 +17,18 @@ if TYPE_CHECKING:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: every failure becomes a coded message and an exit code, never a traceback."""
-    from corral.cli.app import App
-
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     args = list(sys.argv[1:] if argv is None else argv)
+    from corral.cli.early import answer
+
+    early = answer(args, sys.stdout)  # --version and the help: before click and the engine load
+    if early is not None:
+        return early
+    from corral.cli.app import App
+
     app = App()
     app.json = "--json" in args
     code: int

@@ -30,15 +30,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from corral.domain.actors import Actor
 from corral.domain.agent_tools import TOKEN_ENV
-from corral.domain.records import SCHEMA_VERSION
-from corral.domain.sanitize import display
-from corral.engine.api import Project, default_actor
 from corral.errors import CorralError
 
 if TYPE_CHECKING:
-    from corral.engine.api import Caller
+    from corral.domain.actors import Actor
+    from corral.engine.api import Caller, Project
+
+# The engine, the records and the sanitizer load where they are used, not here: a command answered
+# without them (``failures --log``, click's own usage errors) starts without paying for them.
 
 Text = str | Iterable[str]  # one string, or lines
 
@@ -88,7 +88,7 @@ class App:
         """Who runs this command: a person (``CORRAL_ACTOR`` aside), or, inside a turn's process
         tree, that turn's agent, named by the token its supervisor put in the environment."""
         if self._caller is None:
-            from corral.engine.api import Caller, agent_of_token, fenced
+            from corral.engine.api import Caller, agent_of_token, default_actor, fenced
 
             token = os.environ.get(TOKEN_ENV, "").strip()
             self._caller = agent_of_token(self.project, token) if token else Caller(default_actor())
@@ -99,6 +99,8 @@ class App:
 
     @property
     def actor(self) -> Actor:
+        from corral.engine.api import default_actor
+
         return self.caller.actor if os.environ.get(TOKEN_ENV, "").strip() else default_actor()
 
     def gate(self, command: str, params: dict[str, Any]) -> None:
@@ -148,6 +150,8 @@ class App:
 
         ``keep_sgr``: text a tool coloured (git's diff) keeps its colour sequences, and only them.
         """
+        from corral.domain.sanitize import display
+
         text = display(text, keep_sgr=keep_sgr)
         return text.replace(self._mark, "\x1b") if self._mark in text else text
 
@@ -214,6 +218,8 @@ class App:
             doc = {**doc, "matched_by_prefix": self.matched}
         if self.daemon_started is not None:
             doc = {**doc, "daemon_started": self.daemon_started}
+        from corral.domain.records import SCHEMA_VERSION
+
         self.stdout.write(dumps({"schema_version": SCHEMA_VERSION, **doc}) + "\n")
 
     def emit_line(self, doc: dict[str, Any]) -> None:
