@@ -44,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import (
+    command_ms,
     corral_command,
     drop_scratch,
     finish,
@@ -52,8 +53,10 @@ from benchlib import (
     machine,
     make_repo,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
+    startup_floors,
     verdict,
 )
 
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base = scratch_dir("board", args)
     repo = make_repo(base / "repo")
-    env = hermetic_env(base / "home", base / "pycache", {"CORRAL_SANDBOX": "off", "CORRAL_AGENT_TOOLS": "0"})
+    env = hermetic_env(base / "home", base / "pycache")
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "args": vars(args)}
     # The process the seeded supervisors' status files name: alive for the whole run, so every working
     # task reads as running and the board watches its files (as it watches a real turn's).
@@ -219,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, said, passed, target in checks:
         ok = ok and passed
         print(f"  {name:<18} {said:<60} [{verdict(passed)} {target}]")
+    floors = startup_floors(env, repo)
+    floors["import_textual_ms"] = round(command_ms([sys.executable, "-c", "import textual.app"], env, repo), 1)
+    report_floors(result, floors, "what any board's start costs before it reads a task")
     drop_scratch(base, args.keep)
     return finish("bench_board", result, ok)
 

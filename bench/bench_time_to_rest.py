@@ -58,8 +58,11 @@ from benchlib import (
     load,
     machine,
     make_repo,
+    parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
+    startup_floors,
     verdict,
 )
 
@@ -111,6 +114,7 @@ def _measure(repo: Path, env: dict[str, str], case: str, n: int, spec: dict[str,
     subprocess.run([*corral_command(), "create", ref], cwd=repo, env=env, check=True, capture_output=True)
     began, began_wall = time.monotonic(), time.time()
     subprocess.run([*corral_command(), "start", ref], cwd=repo, env=env, check=True, capture_output=True)
+    start_s = time.monotonic() - began
     project = Project.open(repo)
     seen_at = rest_at = None
     try:
@@ -148,6 +152,7 @@ def _measure(repo: Path, env: dict[str, str], case: str, n: int, spec: dict[str,
         "agent_turns": len(agent),
         "attempts": [len(t.attempts) for t in agent],
         "status_changes": changes,
+        "start_s": round(start_s, 3),
         "ok": ok,
     }
 
@@ -180,7 +185,7 @@ def main() -> int:
         default=None,
         help="claude-500: a variant with this budget_network (seconds) instead of the default, to see it come to rest",
     )
-    args = p.parse_args()
+    args = parse_args(p, {"case": ["exit-1"], "reps": 1})
     base = scratch_dir("time-to-rest", args)
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "runs": []}
     ok = True
@@ -206,6 +211,8 @@ def main() -> int:
                     f"   {verdict(run['ok'])}"
                 )
                 print(f"          {' '.join(run['status_changes'])}")
+        floors = startup_floors(hermetic_env(base / "floor-home", base / "pycache"), base)
+        report_floors(result, floors, "under every command; the design adds its waits: retries after 1 s and 2 s")
         time.sleep(1.0)
         left = leftovers(base)
         result["leftovers"] = left

@@ -161,14 +161,29 @@ def parse_args(
     return args
 
 
+def _ancestry() -> list[int]:
+    """This process and those it runs under (a ``timeout`` or a shell that gave it the mark): they
+    carry the mark too, but they are the run's callers, not what it started."""
+    chain, pid = [], os.getpid()
+    while pid > 1 and pid not in chain:
+        chain.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
+
+
 def survivors(mark: str | None = None, spare: Iterable[int] = ()) -> list[tuple[int, str]]:
-    """(pid, command line) of every process of this user, this one aside, whose environment carries the mark.
+    """(pid, command line) of every process of this user, this one and its callers aside, whose environment
+    carries the mark.
 
     Only this user's processes are readable, and only they can be a benchmark's. A process that
     changed its environment (none of corral's do) would escape this check.
     """
     needle = f"{RUN_MARK}={mark or os.environ[RUN_MARK]}".encode()
-    skip = {os.getpid(), *spare}
+    skip = {*_ancestry(), *spare}
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in skip:
@@ -249,6 +264,34 @@ def finish(name: str, result: dict[str, Any], ok: bool) -> int:
     print(f"\nLoad average before {result.get('load_before')}, after {result['load_after']} on {os.cpu_count()} CPUs.")
     print(f"Overall: {verdict(ok)}   (results: {path})")
     return 0 if ok else 1
+
+
+def command_ms(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, reps: int = 5) -> float:
+    """Median wall ms of ``args`` run to its end ``reps`` times (after one unmeasured run, which warms the caches)."""
+    times = []
+    for n in range(reps + 1):
+        began = time.perf_counter()
+        subprocess.run(args, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        if n:
+            times.append((time.perf_counter() - began) * 1000)
+    return median(times)
+
+
+def startup_floors(env: dict[str, str], cwd: Path | None = None, reps: int = 5) -> dict[str, float]:
+    """The floors under any whole-process corral figure, measured now: the bare interpreter
+    (``python -I -c "import sqlite3"``, issue 34's anchor) and ``corral --version`` in the run's environment."""
+    return {
+        "bare_interpreter_ms": round(command_ms([sys.executable, "-I", "-c", "import sqlite3"], env, cwd, reps), 1),
+        "corral_version_ms": round(command_ms([*corral_command(), "--version"], env, cwd, reps), 1),
+    }
+
+
+def report_floors(result: dict[str, Any], floors: dict[str, float], note: str = "") -> None:
+    """Print the floors measured in this run beside the figures (each ``name_ms``), and keep them in the
+    results (``floors``); ``note`` says what they stand under."""
+    result.setdefault("floors", {}).update(floors)
+    said = ", ".join(f"{name.removesuffix('_ms').replace('_', ' ')} {value:.1f} ms" for name, value in floors.items())
+    print(f"Floor, measured in this run: {said}{f' ({note})' if note else ''}")
 
 
 def stop_daemon(env: dict[str, str], cwd: Path | None = None) -> None:
