@@ -62,6 +62,7 @@ from benchlib import (
     median,
     parse_args,
     percentile,
+    report_floors,
     scratch_dir,
     scratch_options,
     stop_daemon,
@@ -194,7 +195,8 @@ def main() -> int:
         result["pi_alone_launch_ms"] = {k: [round(x, 1) for x in v] for k, v in alone.items()}
         result["pi_alone_launch_median_ms"] = {k: round(v, 1) for k, v in alone_median.items()}
         figures: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
-        for run in range(-1, args.runs):  # run -1: a warm-up of each (the daemon started, caches filled)
+        # run -1: a warm-up of each (the daemon started, caches filled); a quick run has none
+        for run in range(0 if args.quick else -1, args.runs):
             for mode in MODES if run % 2 else reversed(MODES):
                 tools = {"CORRAL_AGENT_TOOLS": "1" if mode == "with" else "0"}
                 turn = one_turn({**env, **tools}, repo, home, server, f"{mode}-{run + 1}", args.calls)
@@ -242,6 +244,12 @@ def main() -> int:
             f"  its CPU time, median: without {bare:.0f} ms, with the extension {ts:.0f} ms (added {ts - bare:.0f}"
             f" ms), with a .mjs entry {es:.0f} ms (added {es - bare:.0f} ms)"
         )
+        floors = {
+            "pi_alone_launch_ms": alone_median["without"],
+            "turn_launch_without_extension_ms": launch["without"],
+            "shell_call_without_extension_ms": call["without"],
+        }
+        report_floors(result, floors, "Pi by itself, and the same turns without the extension")
         ok = launch_ok and call_ok
     finally:
         if env:

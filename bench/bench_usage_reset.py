@@ -15,7 +15,8 @@
    once the first got through), and the reset → every task ``blocked``. It checks nobody called
    the harness before the reset and every task ended ``blocked`` with the answer.
 
-No target is set by the issue: the figures are reported. Usage::
+No target is set by the issue: the figures are reported, with the floors measured in the same run (the bare
+interpreter, ``corral --version``). Usage::
 
     .venv/bin/python bench/bench_usage_reset.py              # ~20 s
     .venv/bin/python bench/bench_usage_reset.py --tasks 20 --reps 3
@@ -46,8 +47,10 @@ from benchlib import (
     make_repo,
     median,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
+    startup_floors,
     stop_daemon,
 )
 
@@ -89,10 +92,10 @@ def _run(repo: Path, env: dict[str, str], record: Path, cc: list[str], reset: in
             time.sleep(0.1)
 
     corral("start", refs[0])
-    until(lambda: str(rows()[refs[0]].get("substate")).startswith("waiting: usage limit"), lead)
+    until(lambda: str(rows()[refs[0]].get("substate")).startswith("waiting: usage limit"), max(lead, 30.0))
     for ref in refs[1:]:
         corral("start", ref)
-    until(lambda: all(str(r.get("substate")).startswith("waiting") for r in rows().values()), lead)
+    until(lambda: all(str(r.get("substate")).startswith("waiting") for r in rows().values()), max(lead, 30.0))
     waited_before_reset = time.time() < reset
     until(lambda: all(r["status"] == "blocked" for r in rows().values()), 120)
     all_blocked = time.time()
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=1, help="runs (default 1)")
     p.add_argument("--lead", type=float, default=12.0, help="seconds from the first start to the reset (default 12)")
     scratch_options(p)
-    args = parse_args(p, {"tasks": 1, "reps": 1, "lead": 20.0}, argv)
+    args = parse_args(p, {"tasks": 2, "reps": 1, "lead": 6.0}, argv)
     base = scratch_dir("usage-reset", args)
     result: dict[str, Any] = {"benchmark": "bench_usage_reset", "machine": machine(), "load_before": load()}
     ok = True
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  harness calls per run: {[r['harness_calls'] for r in runs]} (1 limit + 1 per task)")
         print(f"  correct (nobody before the reset, all blocked): {ok}")
         result["medians"] = {"first_relaunch_s": first, "last_relaunch_s": last, "all_blocked_s": blocked}
+        env = hermetic_env(base / "floor-home", pycache=base / "pycache")
+        report_floors(result, startup_floors(env, base), "what every relaunch's supervisor and agent start stands on")
     finally:
         drop_scratch(base, args.keep)
     return finish("bench_usage_reset", result, ok)
