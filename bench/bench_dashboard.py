@@ -90,6 +90,7 @@ from benchlib import (  # noqa: E402
     make_repo,
     median,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
     verdict,
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             _, data, _, _ = server.get(asset)
             weights[asset.rsplit("/", 1)[1]] = len(data)
         weights["total"] = sum(weights.values())
+        statics = [server.get(keys.prefix + "/static/dashboard.css")[2] * 1000 for _ in range(5)]
         result["board"] = {
             "first_ms": round(first_ms, 1),
             "after_change_median_ms": round(median(renders), 1),
@@ -233,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             f" after a change: median {median(renders):.0f} ms, max {max(renders):.0f} ms"
         )
         print(f"Page weight: HTML {weights['html'] / 1024:.0f} KiB, with assets {weights['total'] / 1024:.0f} KiB")
+        note = f"a static file from the same server, no read or render; it looks for a change every {POLL_SECONDS} s"
+        report_floors(result, {"static_file_get_ms": round(median(statics), 1)}, note)
 
         # -- 4. status change to the open page, 5. RSS with pages open ---------------------------------
         from playwright.sync_api import sync_playwright

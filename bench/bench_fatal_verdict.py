@@ -15,7 +15,10 @@
    ``blocked``. It checks the cause is ``harness-not-authenticated`` and that the server saw
    exactly one model request.
 
-3. With ``--baseline``, also runs Claude Code alone at its defaults against the same kind of
+3. Floors, measured in the same run: the harness's own start (``--version``), the bare interpreter and
+   ``corral --version``.
+
+4. With ``--baseline``, also runs Claude Code alone at its defaults against the same kind of
    server and times its first 401 to its exit: what the verdict took before corral read its
    retry lines.
 
@@ -52,6 +55,7 @@ from tests.support.responses_server import Error as ResponsesError
 from tests.support.responses_server import ResponsesServer
 
 from benchlib import (
+    command_ms,
     drop_scratch,
     finish,
     hermetic_env,
@@ -61,8 +65,10 @@ from benchlib import (
     median,
     parse_args,
     percentile,
+    report_floors,
     scratch_dir,
     scratch_options,
+    startup_floors,
     verdict,
 )
 
@@ -254,6 +260,11 @@ def measure_harness(name: str, base: Path, reps: int, result: dict[str, Any]) ->
                 f"first 401 → blocked {run['first_401_to_blocked_s']} s"
             )
         project.close()
+        floors = {f"{name}_version_ms": command_ms([str(rig.binary), "--version"], env, repo, reps=3)}
+        floors.update(startup_floors(env, repo, reps=3))
+        report_floors(
+            result.setdefault("harnesses", {}).setdefault(name, {}), floors, "the harness's own start, corral's"
+        )
     finally:
         rig.close()
     times = [r["first_401_to_blocked_s"] for r in runs if r["first_401_to_blocked_s"] is not None]
@@ -269,7 +280,7 @@ def measure_harness(name: str, base: Path, reps: int, result: dict[str, Any]) ->
         f"max {summary['max_s']} s  (target < {TARGET_SECONDS:g} s)  {verdict(fast)}"
     )
     print(f"  every run blocked, not authenticated, one model request: {verdict(correct)}")
-    result["harnesses"][name] = {
+    result["harnesses"][name] |= {
         "version": rig.version,
         "retry_settings": "defaults",
         "runs": runs,

@@ -39,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import (
+    command_ms,
     drop_scratch,
     finish,
     hermetic_env,
@@ -46,8 +47,10 @@ from benchlib import (
     machine,
     median,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
+    startup_floors,
     verdict,
 )
 
@@ -112,6 +115,23 @@ def run_once(base: Path, n: int, team: bool, command: str) -> dict[str, Any]:
     }
 
 
+def quick_demo(base: Path, command: str) -> int:
+    """``--quick``: the demo part alone, with this checkout's own venv in place of a fresh install (which
+    takes a minute): it runs whole and leaves nothing behind."""
+    where = base / "quick"
+    where.mkdir()
+    (where / ".venv").symlink_to(sys.prefix)
+    _, demo = variant_command(command, team=False)
+    env = hermetic_env(base / "home-quick", pycache=base / "pycache")
+    done = subprocess.run(["bash", "-c", demo], cwd=where, env=env, capture_output=True, text=True)
+    print(f"  {demo}: exit {done.returncode} (the install is left out of a quick run)")
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:])
+    result: dict[str, Any] = {"demo_exit": done.returncode}
+    report_floors(result, startup_floors(env, where, reps=2))
+    return 1 if done.returncode else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = scratch_options(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--reps", type=int, default=2, help="runs of each variant, alternated (default 2)")
@@ -120,7 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"The README's first command: {command}")
     base = scratch_dir("first-command", args)
     result: dict[str, Any] = {"machine": machine(), "load_before": load(), "command": command, "runs": []}
+    if args.quick:
+        try:
+            failed = quick_demo(base, command)
+        finally:
+            drop_scratch(base, args.keep)
+        return finish("bench_first_command", result, True) or failed
     try:
+        floor_env = hermetic_env(base / "home-floor", pycache=None)
+        venv_ms = command_ms(["python3", "-m", "venv", "--clear", str(base / "floor-venv")], floor_env, base, reps=1)
+        floors = {"python3_m_venv_ms": venv_ms, **startup_floors(floor_env, base, reps=3)}
         for n in range(args.reps):
             for team in (False, True):
                 run = run_once(base, n, team, command)
@@ -157,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = team["venv_mb"] - plain["venv_mb"]
     print(f"The plain install leaves the team's engine out ({saved:.1f} MB smaller): {verdict(lighter)}")
     print(f"corral demo succeeds after both: {verdict(demos)}")
+    report_floors(result, floors, "the venv the command makes before pip runs, and a start of this checkout's corral")
     return finish("bench_first_command", result, lighter and demos)
 
 
