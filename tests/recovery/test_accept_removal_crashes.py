@@ -21,7 +21,7 @@ from corral.engine.recovery import removals
 from corral.engine.recovery.reconcile import reconcile
 from tests.conftest import git
 
-POINTS = ["removal.recorded", "removal.archived", "removal.moved", "removal.pruned", "removal.branch-deleted"]
+POINTS = ["removal.recorded", "removal.moved", "removal.pruned", "removal.retired"]
 
 
 def work(ref: str) -> list[dict[str, Any]]:

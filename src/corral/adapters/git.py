@@ -483,6 +483,20 @@ class Git:
             current[key] = value
         return found
 
+    def commit_facts(self, rev: str, *, cwd: str | Path) -> tuple[str, str, str, str] | None:
+        """The commit ``rev`` names, its tree, and its Corral-Task and Corral-Session trailers (each stripped; ""
+        when absent), from one ``log`` that reads the objects themselves (no replace refs); None when ``rev``
+        names no commit."""
+        fmt = (
+            "%H%x1f%T%x1f%(trailers:key=Corral-Task,valueonly,separator=%x1e)%x1f"
+            "%(trailers:key=Corral-Session,valueonly,separator=%x1e)"
+        )
+        done = self.run("--no-replace-objects", "log", "-1", f"--format={fmt}", rev, "--", cwd=cwd, check=False)
+        parts = done.stdout.strip("\n").split("\x1f")
+        if done.returncode != 0 or len(parts) != 4:
+            return None
+        return parts[0], parts[1], parts[2].strip(), parts[3].strip()
+
     def trailers(self, rev_range: str, *, cwd: str | Path, limit: int = 5000) -> list[dict[str, str]]:
         """The Corral-Task / Corral-Session trailers of the commits in ``rev_range``."""
         fmt = (

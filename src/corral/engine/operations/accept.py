@@ -37,7 +37,6 @@ from typing import Any
 from msgspec import Struct
 
 from corral import crashpoints
-from corral.adapters.ref_files import common_dir
 from corral.domain import conflict_markers, gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
@@ -92,20 +91,9 @@ class _Ready(Struct, frozen=True):
 
 
 def _checked_out(project: Project, branch: str) -> bool:
-    """Whether a worktree has ``branch`` checked out, read from the HEAD files git keeps (no git process):
-    only for the plan announced before the target's lock; the lock holder asks git (:func:`_worktree_on`).
-    A repository whose main checkout is not a ``.git`` directory (bare, or unusual) is asked of git."""
-    common = common_dir(Path(project.repo))
-    if common is None or common.name != ".git":
-        return _worktree_on(project, branch) is not None
-    wanted = f"ref: refs/heads/{branch}"
-    for head in [common / "HEAD", *(common / "worktrees").glob("*/HEAD")]:
-        try:
-            if head.read_text(errors="replace").strip() == wanted:
-                return True
-        except OSError:
-            continue
-    return False
+    """Whether a worktree has ``branch`` checked out (for the plan announced before the target's lock; the lock
+    holder reads it again)."""
+    return _worktree_on(project, branch) is not None
 
 
 def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | None = None) -> _Ready | Accepted:
@@ -408,6 +396,8 @@ class _Landed(Struct, frozen=True):
     flight: InFlight | None
     local_behind: bool = False  # shared: the remote's target holds it, this host's did not follow
     stashed: bool = True  # False: the checkout had no local changes the merge touches (no stash to pop)
+    #: The checkout's update was tried before the swap and found to go through (:func:`_moves_cleanly`).
+    clear: bool = False
 
 
 def _merge(
@@ -462,7 +452,9 @@ def _merge(
         if landed.flight is not None and landed.flight.destination is not None:
             dest_phase = next(p for p in PHASES if p.id == "destination")
             narrator.phase(dest_phase, "start")
-            kept = settle_destination(project, landed.flight, landed=True, recovering=False, stashed=landed.stashed)
+            kept = None
+            if not (landed.clear and _bring_along(project, landed.flight)):
+                kept = settle_destination(project, landed.flight, landed=True, recovering=False, stashed=landed.stashed)
             crashpoints.hit("accept.destination-updated")
             if kept is None:
                 narrator.phase(dest_phase, "done", landed.flight.destination)
@@ -555,19 +547,20 @@ def _land(
                 continue
             crashpoints.hit("accept.after-remote-push")
             return _follow_target(project, ready, commit, tree, destination, flight)
-        record_, stashed = None, True
+        record_, stashed, clear = None, True, False
         if destination is not None:
             stash_message = f"corral accept {task.ref} {commit[:12]}: local changes"
             record_ = InFlight(target, old, commit, str(destination), stash_message)
             save_in_flight(project, task.id, record_)
             flight[:] = [record_]
-            stashed = stash_overlap(project, destination, old, commit, stash_message) is not None
+            clear = _moves_cleanly(project, destination, old, commit)
+            stashed = not clear and stash_overlap(project, destination, old, commit, stash_message) is not None
         crashpoints.hit("accept.before-update-ref")
         logged = gittext.reflog(f"corral accept {task.ref}: {task.goal}")
         swapped = git.run("update-ref", "-m", logged, f"refs/heads/{target}", commit, old, cwd=repo, check=False)
         if swapped.returncode == 0:
             crashpoints.hit("accept.after-update-ref")
-            return _Landed(old, commit, tree, record_, stashed=stashed)
+            return _Landed(old, commit, tree, record_, stashed=stashed, clear=clear)
         if record_ is not None:  # the target moved under us: the checkout goes back, then merge again
             kept = settle_destination(project, record_, landed=False, recovering=False)
             if kept is not None:
@@ -594,6 +587,27 @@ def _land(
         hint="A git command still running in the repository, or a reference-transaction hook, holds or guards "
         f"{target}; once it is done: corral accept {task.ref}",
     )
+
+
+def _moves_cleanly(project: Project, destination: Path, old: str, new: str) -> bool:
+    """Whether the checkout of the target can be brought from ``old`` to ``new`` as it is: the two-tree
+    ``read-tree -m -u`` tried without writing anything (``-n``), which refuses exactly where a local change
+    (staged, unstaged, or an untracked file in the way) touches a path the merge changes. Then nothing needs
+    stashing; otherwise the overlap is stashed (:func:`stash_overlap`) as before."""
+    tried = project.git.run("read-tree", "-m", "-u", "-n", old, new, cwd=destination, check=False)
+    return tried.returncode == 0
+
+
+def _bring_along(project: Project, flight: InFlight) -> bool:
+    """The checkout that was found to move cleanly (:func:`_moves_cleanly`) brought to the merge, when it still
+    has the target checked out; False when it no longer has, or git refused (a change made since): the caller
+    then settles it as recovery would (:func:`settle_destination`). read-tree checks everything before it writes
+    anything, so a refusal leaves the checkout as it was."""
+    destination = flight.destination
+    if destination is None or _worktree_on(project, flight.target) != Path(destination):
+        return False
+    moved = project.git.run("read-tree", "-m", "-u", flight.old, flight.new, cwd=destination, check=False)
+    return moved.returncode == 0
 
 
 def _follow_target(
@@ -712,19 +726,19 @@ def verify(
     project: Project, target: str, commit: str, tree: str, task: Task, session: Session, *, shared: bool = False
 ) -> str | None:
     """The target's new commit exists, carries the trailers, and its tree is the merge result
-    (``shared``: the remote's target, as fetched again)."""
+    (``shared``: the remote's target, as fetched again): the commit, its tree and its trailers read from the
+    objects by one ``log`` of the target."""
     git, repo = project.git, project.repo
-    found_tree: str | None = None
     if shared:
         if project.placement.remote_target(project, task, target) != commit:
             return f"the remote's {target} does not point at the merge commit"
+        facts = git.commit_facts(commit, cwd=repo)
     else:
-        found, found_tree = _tip_and_tree(project, target)
-        if found != commit:
+        facts = git.commit_facts(f"refs/heads/{target}", cwd=repo)
+        if facts is None or facts[0] != commit:
             return f"{target} does not point at the merge commit"
-    if (found_tree or git.tree_of(commit, cwd=repo)) != tree:
+    if facts is None or facts[1] != tree:
         return "the merge commit's tree is not the merge result"
-    carried = git.trailers(f"{commit}^!", cwd=repo)
-    if not any(t["task"] == task.id and t["session"] == session.id for t in carried):
+    if (facts[2], facts[3]) != (task.id, session.id):
         return "the merge commit does not carry the Corral-Task trailer"
     return None

@@ -8,12 +8,14 @@ import cycle between the two.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from msgspec import Struct
 
+from corral.adapters.ref_files import common_dir
 from corral.domain.records import Task
 from corral.engine.operations import reviewed
 from corral.engine.project import Project
@@ -105,8 +107,49 @@ class Steps(Struct, frozen=True):
 
 
 def worktree_on(project: Project, branch: str) -> Path | None:
-    """The worktree that has ``branch`` checked out, if any."""
-    for wt in project.git.worktrees(cwd=project.repo):
-        if wt.get("branch") == f"refs/heads/{branch}" and "bare" not in wt:
-            return Path(wt["worktree"])
+    """The worktree that has ``branch`` checked out, if any: read from the HEAD files git keeps, as ``git worktree
+    list`` reads them (no git process), where the repository is plainly laid out (its main checkout a ``.git``
+    directory); any other layout is asked of git."""
+    heads = checkouts(project)
+    if heads is None:
+        for wt in project.git.worktrees(cwd=project.repo):
+            if wt.get("branch") == f"refs/heads/{branch}" and "bare" not in wt:
+                return Path(wt["worktree"])
+        return None
+    wanted = f"ref: refs/heads/{branch}"
+    for path, head in heads:
+        if head == wanted:
+            return path
     return None
+
+
+def checkouts(project: Project) -> list[tuple[Path, str]] | None:
+    """Each checkout of the repository and what its HEAD file says (stripped), the main one first, as ``git
+    worktree list`` finds them: a linked worktree's path is its administrative directory's ``gitdir`` less
+    ``/.git``; one whose ``gitdir`` or ``HEAD`` cannot be read is left out, as git leaves it out. None where the
+    files are not the whole story (no ``.git`` directory as the main checkout's: a bare or unusual layout)."""
+    common = common_dir(Path(project.repo))
+    if common is None or common.name != ".git":
+        return None
+    found: list[tuple[Path, str]] = []
+    admin = [(Path(os.path.realpath(common)).parent, common)]
+    try:
+        linked = sorted(os.scandir(common / "worktrees"), key=lambda e: e.name)
+    except OSError:
+        linked = []
+    for entry in linked:
+        here = Path(entry.path)
+        try:
+            gitdir = (here / "gitdir").read_text(errors="surrogateescape").strip()
+        except OSError:
+            continue
+        if not gitdir:
+            continue
+        path = Path(gitdir) if os.path.isabs(gitdir) else Path(os.path.normpath(here / gitdir))
+        admin.append((path.parent if path.name == ".git" else path, here))
+    for path, own in admin:
+        try:
+            found.append((path, (own / "HEAD").read_text(errors="replace").strip()))
+        except OSError:
+            continue
+    return found

@@ -3,9 +3,9 @@
 Removing a worktree is deleting every file in it (most of a large repository's accept, when it
 was done in line). So accept, once the task is ``complete``, takes the worktree out of the way
 with one rename (into ``worktrees/.removing/``, on the same filesystem), has git forget it
-(``worktree prune``: its worktree is gone), archives the branch's tip and deletes the branch by
-compare-and-swap; the files themselves are deleted by a detached ``rm -rf`` that outlives the
-command. Before any of it, what is to be removed is written down (``removals/<task>.json``):
+(``worktree prune``: its worktree is gone), then archives the branch's tip and deletes the branch by
+compare-and-swap in one ref transaction; the files themselves are deleted by a detached ``rm -rf``
+that outlives the command. Before any of it, what is to be removed is written down (``removals/<task>.json``):
 a removal that died anywhere is finished by the reconciler (:func:`sweep`), every step again
 from the start, each one a no-op once done; a renamed worktree whose ``rm`` died is deleted again.
 
@@ -26,8 +26,10 @@ from typing import Any
 from corral import crashpoints
 from corral.adapters.branches import delete_task_branch
 from corral.adapters.files import write_atomic
+from corral.adapters.git import UNTRUSTED_WORKTREE_ARGS as QUIET
 from corral.adapters.process import spawn_detached
 from corral.adapters.ref_files import common_dir, read_packed
+from corral.domain import gittext
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
@@ -99,17 +101,6 @@ def finish(project: Project, task_id: str) -> bool:
         return False
     git, repo = project.git, project.repo
     branch, tip = note["branch"], note.get("tip") if isinstance(note.get("tip"), str) else None
-    if tip is not None:
-        archive = f"refs/corral/archive/{note['ref']}"
-        if _archived(project, archive) != tip:  # the archive's reflog keeps every tip it held
-            git.update_ref(
-                archive,
-                tip,
-                cwd=repo,
-                message=f"corral: {branch} archived before accept: {note.get('goal', '')}",
-                create_reflog=True,
-            )
-    crashpoints.hit("removal.archived")
     worktree = Path(note["worktree"]) if isinstance(note.get("worktree"), str) else None
     moved: list[Path] = []
     if worktree is not None:
@@ -125,17 +116,49 @@ def finish(project: Project, task_id: str) -> bool:
     crashpoints.hit("removal.pruned")
     if tip is not None:
         try:
-            delete_task_branch(git, repo, branch, expected=tip)  # a commit made after the archive is never lost
+            _retire(project, note, branch, tip)
         except GitError as exc:
             if exc.code == "branch-moved":  # kept with its new commit, for the person: nothing more to do
                 path.unlink(missing_ok=True)
             raise
-    git.delete_ref(f"refs/corral/verified/{note['ref']}", cwd=repo)
-    crashpoints.hit("removal.branch-deleted")
+    crashpoints.hit("removal.retired")
     path.unlink(missing_ok=True)
     for each in moved:
         _delete(project, each)
     return True
+
+
+def _retire(project: Project, note: dict[str, Any], branch: str, tip: str) -> None:
+    """The branch's tip archived (``refs/corral/archive/<ref>``, whose reflog keeps every tip it held), the
+    branch deleted by compare-and-swap against that tip (a commit made after it is never lost) and the
+    verified mark dropped: one ``update-ref`` transaction, all or nothing, hooks off as for any deletion of a
+    task's branch. When git refuses it (the branch gone or moved, a lock in the way), each step is taken
+    alone, so that what is wrong is said as :func:`delete_task_branch` says it."""
+    git, repo = project.git, project.repo
+    archive, verified = f"refs/corral/archive/{note['ref']}", f"refs/corral/verified/{note['ref']}"
+    said = f"corral: {branch} archived before accept: {note.get('goal', '')}"
+    archived = _archived(project, archive) == tip
+    steps = ([] if archived else [f"update {archive}", tip, ""]) + [f"delete refs/heads/{branch}", tip]
+    steps += [f"delete {verified}", ""]
+    done = git.run(
+        *QUIET,
+        "update-ref",
+        "--no-deref",
+        "--create-reflog",
+        "-m",
+        gittext.reflog(said),
+        "--stdin",
+        "-z",
+        cwd=repo,
+        input="\0".join(steps) + "\0",
+        check=False,
+    )
+    if done.returncode == 0:
+        return
+    if not archived:
+        git.update_ref(archive, tip, cwd=repo, message=said, create_reflog=True)
+    delete_task_branch(git, repo, branch, expected=tip)
+    git.delete_ref(verified, cwd=repo)
 
 
 def _delete(project: Project, moved: Path) -> None:
