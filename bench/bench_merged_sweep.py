@@ -55,6 +55,7 @@ from benchlib import (
     make_repo,
     median,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
     verdict,
@@ -182,7 +183,10 @@ def one_size(base: Path, n: int, reps: int, warmup: int, cc: list[str]) -> dict[
         f"{verdict(ratio <= RATIO_TARGET)}"
     )
     print(f"  merged by hand {merged}: completed {completed}  {verdict(found_ok)}")
+    floors: dict[str, Any] = {}
+    report_floors(floors, {"steady_list_ms": steady}, "the same `list`, nothing moved, interleaved with the first")
     return {
+        **floors,
         "resting_tasks": count,
         "store": {k: manifest[k] for k in ("tasks", "by_status", "turns", "db_bytes", "seconds")},
         "runs": stats,

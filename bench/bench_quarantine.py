@@ -48,6 +48,7 @@ from benchlib import (
     median,
     parse_args,
     percentile,
+    report_floors,
     scratch_dir,
     scratch_options,
 )
@@ -171,6 +172,7 @@ def main() -> int:
         f"  p90 {row['added_verify_migrate_ms']['p90']:.1f} ms   target < {TARGET_MS:.0f} ms  "
         f"{'PASS' if ok else 'FAIL'}"
     )
+    report_floors(result, {"turn_end_facts_ms": row["floor_facts_ms"]["median"]}, "a turn's end before the quarantine")
     return finish("bench_quarantine", result, ok)
 
 

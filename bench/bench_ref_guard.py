@@ -52,6 +52,7 @@ from benchlib import (
     median,
     parse_args,
     percentile,
+    report_floors,
     scratch_dir,
     scratch_options,
 )
@@ -162,6 +163,8 @@ def main() -> int:
         rows.append(measure(repo, worktree, base / "logs-packed", args.reps, "packed", 100_000))
         result["rows"] = rows
         ok = all(r["pass"] for r in rows)
+        floors = {f"bare_for_each_ref_{r['layout']}_ms": r["for_each_ref_ms"] for r in rows}
+        report_floors(result, floors, "one `git for-each-ref` of the same refs, what any look at them costs")
     finally:
         drop_scratch(base, args.keep)
     return finish("bench_ref_guard", result, ok)

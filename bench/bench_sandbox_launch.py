@@ -46,8 +46,10 @@ from benchlib import (
     median,
     parse_args,
     percentile,
+    report_floors,
     scratch_dir,
     scratch_options,
+    verdict,
 )
 from corral.adapters import sandbox as sandboxing
 from corral.adapters.harness import make_harness
@@ -229,7 +231,7 @@ def main() -> int:
     print(f"attempt start → agent's first line, through the supervisor's AttemptRunner ({args.runs} runs each):")
     print(f"  unconfined: median {median(unconfined):.1f} ms, p90 {percentile(unconfined, 90):.1f} ms")
     print(f"  sandboxed:  median {median(sandboxed):.1f} ms, p90 {percentile(sandboxed, 90):.1f} ms")
-    print(f"  added by the sandbox: {added:.1f} ms (target < {TARGET_MS:.0f} ms) {'PASS' if ok else 'FAIL'}")
+    print(f"  added by the sandbox: {added:.1f} ms (target < {TARGET_MS:.0f} ms) {verdict(added < TARGET_MS)}")
     print(f"exec → first line, no supervisor: bare median {median(bare):.1f} ms, behind bwrap {median(boxed):.1f} ms")
     print(
         f"claude's configuration pinned (prepare + argv + exec → first line): median {median(pinned):.1f} ms, "
@@ -242,6 +244,12 @@ def main() -> int:
         f"{'PASS' if check_added < TARGET_MS else 'FAIL'}"
     )
     print(f"the auto probe (once per host and bubblewrap, kept under CORRAL_HOME): median {median(probes):.1f} ms")
+    floors = {
+        "unconfined_attempt_ms": median(unconfined),
+        "bare_exec_ms": median(bare),
+        "unconfined_check_ms": median(checks_bare),
+    }
+    report_floors(result, floors, "each beside its sandboxed figure, interleaved")
     return finish("bench_sandbox_launch", result, ok)
 
 

@@ -53,6 +53,7 @@ from benchlib import (
     machine,
     make_repo,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
     verdict,
@@ -118,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             Command(show_name, [*cc, "show", MANY_REF], deep_env, shows_turns(many)),
             Command(json_name, [*cc, "show", MANY_REF, "--json"], deep_env, all_turns(many)),
             Command(
+                "bare interpreter (python -I -c 'import sqlite3')",
+                [sys.executable, "-I", "-c", "import sqlite3"],
+                hermetic_env(base / "home-ref", pycache=base / "pycache"),
+            ),
+            Command(
                 "python -c 'import corral.cli.root'",
                 [sys.executable, "-c", "import corral.cli.root"],
                 hermetic_env(base / "home-ref", pycache=base / "pycache"),
@@ -138,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             ok &= s["time_pass"]
         result["commands"] = stats
         result["verdicts"] = verdicts
+        floors = {name: stats[name]["median_ms"] for name in list(stats)[-2:]}
+        report_floors(result, floors, "medians, measured round-robin with the commands above")
     finally:
         drop_scratch(base, args.keep)
     return finish("bench_scale_reads", result, ok)

@@ -21,8 +21,9 @@
    * ``corral show bench-failures --details``  (plus the Failure section of each failure)
    * ``corral show bench-failures --json``
 
-   Reported: median and p90 wall time (spawn to reap), peak RSS, median CPU. Target: the plain
-   ``show`` median and p90 under 300 ms. The other two are reported against the same figure.
+   Reported: median and p90 wall time (spawn to reap), peak RSS, median CPU. Target (issue 6's): the plain
+   ``show`` under 300 ms, median. The other two are reported against the same figure. Floors, measured in
+   the same run: ``python -c pass`` and ``show`` of a task with one failed turn.
    Runs use a bytecode cache (PYTHONPYCACHEPREFIX, warmed by the warm-up runs), as an installed
    corral has.
 
@@ -64,6 +65,7 @@ from benchlib import (
     machine,
     make_repo,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
     verdict,
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {name:<36} median {s['median_ms']:6.1f} ms  p90 {s['p90_ms']:6.1f} ms  "
                 f"peak RSS {s['peak_rss_mb']:5.1f} MB  (CPU {s['median_cpu_ms']:5.1f} ms)"
             )
-            passed = s["median_ms"] < TIME_TARGET_MS and s["p90_ms"] < TIME_TARGET_MS
+            passed = s["median_ms"] < TIME_TARGET_MS
             s["time_pass"] = passed
             print(f"{line}  time {verdict(passed)}")
         ok = bool(stats[f"show {REF}"]["time_pass"])
@@ -352,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(row(f"show {SMALL} (2 turns)", small[f"show {SMALL} (2 turns)"], targets=False))
         result["reference"].update(small)
+        floors = {name: doc["median_ms"] for name, doc in result["reference"].items()}
+        report_floors(result, floors, "medians, measured round-robin as the commands above")
         if args.profile:
             text = profile(env, repo)
             print("\nProfile of one `show` (cumulative):\n" + text)

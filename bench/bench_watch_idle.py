@@ -48,6 +48,7 @@ from benchlib import (
     machine,
     make_repo,
     parse_args,
+    report_floors,
     scratch_dir,
     scratch_options,
     verdict,
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         run("create", "A finished turn", "--ref", "review-me")
         run("start", "review-me", "--wait", "--timeout", "60")
         (agent.parent / "hold").touch()
-        for i in range(args.working):
+        for i in range(args.working):  # they run with the sandbox as a person has it
             ref = f"busy-{i}"
             run("create", f"Working task {i}", "--ref", ref)
             run("start", ref)
@@ -148,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        watches = [board, plain]
+        # The floor: an interpreter that only sleeps, measured over the same window.
+        idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], env=env)
+        watches = [board, plain, idle]
         assert plain.stdout is not None
         fds = [master, plain.stdout.fileno()]
         drain(fds, args.warmup)
@@ -177,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         ok = ok and passed
         result[name] = {"cpu_s": round(used[proc.pid], 3), "wall_s": round(wall, 2), "pct_of_core": round(pct, 3)}
         print(f"  {name:<26} {used[proc.pid]:.3f} s CPU = {pct:.2f} % of a core   [{verdict(passed)} < {TARGET_PCT} %]")
+    floor = {"sleeping_interpreter_cpu_ms": used[idle.pid] * 1000}
+    report_floors(result, floor, f"an interpreter that only sleeps, over the same {wall:.1f} s")
     drop_scratch(base, args.keep)
     shutil.rmtree(agent.parent, ignore_errors=True)
     return finish("bench_watch_idle", result, ok)
