@@ -214,9 +214,10 @@ class SQLTx:
 
     def _stamp(self) -> str:
         """:meth:`now` as the text the columns hold, formatted once per transaction."""
-        if self._now_text is None:
-            self._now_text = rfc3339(self.now())
-        return self._now_text
+        text = self._now_text
+        if text is None:
+            text = self._now_text = rfc3339(self.now()) or ""
+        return text
 
     @staticmethod
     def _ref_taken(exc: Exception) -> bool:
