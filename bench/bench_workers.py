@@ -65,8 +65,10 @@ from benchlib import (
     median,
     parse_args,
     percentile,
+    report_floors,
     scratch_dir,
     scratch_options,
+    startup_floors,
 )
 from corral.testing.fake_agent import wrapper_script
 
@@ -807,6 +809,8 @@ def main() -> int:
                     f"{f['last_heartbeat_to_claim_s']:.2f} s; kill -> agent {f['kill_to_agent_s']:.2f} s; load {load()}"
                 )
             result["failover"] = fails
+        floors = startup_floors(env, base, reps=3)
+        report_floors(result, floors, "under every supervisor and command a claim starts; a failover waits its lease")
     finally:
         server.stop()
         drop_scratch(base, args.keep)
