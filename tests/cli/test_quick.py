@@ -16,7 +16,7 @@ from typing import Any
 import click
 import pytest
 
-from corral.cli import early, help_texts, main, reads
+from corral.cli import early, failure_pages, help_texts, main, reads
 from corral.cli.app import App
 from tests.conftest import CLI
 
@@ -56,6 +56,9 @@ def test_show_switches_are_the_click_commands_own() -> None:
         ["show", "a", "--bogus"],
         ["show", "--", "a"],
         ["list", "--repo"],
+        ["--active", "list"],
+        ["--details", "show", "a"],
+        ["--bogus", "list"],
         ["create", "x"],
         ["--version"],
         [],
@@ -169,6 +172,110 @@ def test_the_plain_list_loads_no_dispatch_engine_nor_database_driver(corral: CLI
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- failures --log PATH --harness H ----------------------------------------------------------------------
+
+
+def test_failures_switches_and_values_are_the_click_commands_own() -> None:
+    options = _options("failures")
+    assert {opt: options[opt].name for opt in reads.FAILURES_SWITCHES} == reads.FAILURES_SWITCHES
+    assert all(options[opt].is_flag for opt in reads.FAILURES_SWITCHES)
+    assert {opt: options[opt].name for opt in reads.FAILURES_VALUES} == reads.FAILURES_VALUES
+    assert not any(options[opt].is_flag or options[opt].multiple for opt in reads.FAILURES_VALUES)
+    harness = options["--harness"].type
+    assert isinstance(harness, click.Choice) and harness.case_sensitive
+    assert tuple(harness.choices) == failure_pages.HARNESSES
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["failures", "--log", "x.log"],
+        ["failures", "--harness", "pi"],
+        ["failures", "t", "--log", "x.log", "--harness", "pi"],
+        ["failures", "--log", "x.log", "--harness", "PI"],
+        ["failures", "--log", "x.log", "--harness", "gemini"],
+        ["failures", "--log", "x.log", "--harness", "pi", "--max-bytes", "10"],
+        ["failures", "--log", "x.log", "--harness", "pi", "--cursor", "i1"],
+        ["failures", "--log", "x.log", "--harness", "pi", "--session", "s"],
+        ["failures", "--log", "x.log", "--harness", "pi", "--dismiss", "a", "-m", "why"],
+        ["failures", "--log", "x.log", "--harness", "pi", "--history", "--history"],
+        ["failures", "--log", "x.log", "--harness", "pi", "--help"],
+        ["failures", "--log", "--harness", "pi"],
+        ["failures", "--log=", "--harness", "pi"],
+        ["failures", "--log", "-x.log", "--harness", "pi"],
+        ["failures", "--log", "a.log", "--log", "b.log", "--harness", "pi"],
+        ["failures", "--log", "x.log", "--harness"],
+        ["failures", "--log", "x.log", "--harness", "pi", "--bogus"],
+        ["list", "--log", "x.log"],
+        ["--log", "x.log", "--harness", "pi", "failures"],
+        ["--history", "failures", "--log", "x.log", "--harness", "pi"],
+        ["show", "t", "--harness", "pi"],
+    ],
+)
+def test_every_other_failures_form_goes_through_click(args: list[str]) -> None:
+    assert reads.quick(App(), args) is None
+
+
+def _pi_log(path: Path) -> Path:
+    """A Pi log with a command that failed and was retried, and one that failed three times (needs action)."""
+    events = []
+    for n, (command, failed) in enumerate(
+        [("make test", True), ("make test", False), ("make lint", True), ("make lint", True), ("make lint", True)]
+    ):
+        events.append({"type": "tool_execution_start", "toolCallId": f"t{n}", "toolName": "bash",
+                       "args": {"command": command}})  # fmt: skip
+        result = {"content": [{"type": "text", "text": f"{command}: {'FAILED' if failed else 'ok'} \x1b[31m{n}"}]}
+        events.append({"type": "tool_execution_end", "toolCallId": f"t{n}", "toolName": "bash", "result": result,
+                       "isError": failed})  # fmt: skip
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["failures", "--log", "{log}", "--harness", "pi"],
+        ["failures", "--harness=pi", "--log={log}", "--json"],
+        ["--json", "failures", "--log", "{log}", "--harness", "pi", "--history"],
+        ["failures", "--raw", "--log", "{log}", "--harness", "pi", "--history"],
+        ["failures", "--log", "{log}", "--harness", "pi", "--raw", "--json", "--repo", "{repo}"],
+        ["failures", "--log", "{log}", "--harness", "codex"],
+        ["failures", "--log", "{missing}", "--harness", "pi"],
+        ["failures", "--log", "{missing}", "--harness", "pi", "--json"],
+    ],
+)
+def test_failures_of_a_log_the_quick_way_answers_as_click_does(
+    args: list[str],
+    tmp_path: Path,
+    repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = _pi_log(tmp_path / "output.log")
+    given = [a.format(log=log, repo=repo, missing=tmp_path / "nothing.log") for a in args]
+    assert reads.quick(App(), given) is not None
+    monkeypatch.chdir(tmp_path)  # no project here: none is needed
+    quick, slow = _both(given, capsys, monkeypatch)
+    assert quick == slow
+    if "--json" in args:
+        json.loads(quick[1])  # one document, errors included
+    if "{missing}" not in args and "codex" not in args:  # the incidents found, not an empty answer twice
+        assert quick[0] == 0 and "make lint" in quick[1]
+
+
+def test_failures_of_a_log_the_quick_way_never_imports_click(tmp_path: Path) -> None:
+    # nor a project, its store or the daemon's watch: a log outside any task resumes nothing
+    heavy = ("click", "corral.cli.commands", "corral.engine.project", "corral.store", "corral.engine.daemons")
+    log = _pi_log(tmp_path / "output.log")
+    probe = (
+        "import sys; from corral.cli import main; "
+        f"code = main(['failures', '--log', {str(log)!r}, '--harness', 'pi', '--json']); "
+        f"print(code, [m for m in {heavy!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []"
 
 
 # -- --version and the group's help, before click (corral.cli.early) ---------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral.cli.commands.failures_cli import lines
+from corral.cli.failure_pages import lines
 from corral.domain.incidents import CORRECTNESS_NOTE, cursor_index, fit_page, text_bytes
 from corral.engine.read import incident_views
 from tests.conftest import CLI

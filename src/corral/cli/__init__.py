@@ -48,21 +48,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _announcing(app: App, args: list[str]) -> int:
-    """The command, told of a daemon it starts on its way (a launch whose agent gets corral's tools)."""
+    """The command, told of a daemon it starts on its way (a launch whose agent gets corral's tools).
+
+    The plain reads run without click (:mod:`corral.cli.reads`); one that settles nothing (a log's
+    incidents) cannot start a daemon, and runs without the watch for one too.
+    """
+    from corral.cli.reads import quick
+
+    found = quick(app, args)
+    if found is not None and not found.settles:
+        found.run()
+        return 0
     from corral.engine.api import daemons
 
     with daemons.announcing(lambda state: app.started_daemon(state.pid, daemons.started_line(state.pid))):
+        if found is not None:
+            found.run()
+            return 0
         return _run(app, args)
 
 
 def _run(app: App, args: list[str]) -> int:
-    """The plain ``list`` / ``show`` without click (:mod:`corral.cli.reads`), everything else through it."""
-    from corral.cli.reads import quick
-
-    body = quick(app, args)
-    if body is not None:
-        body()
-        return 0
+    """Everything but the plain reads: through click."""
     import click
 
     from corral.cli.root import cli

@@ -21,7 +21,7 @@ from typing import TextIO
 #: The help's widest text column, as the command group sets it (``max_content_width``).
 MAX_CONTENT_WIDTH = 100
 #: The forms that print the group's help: click's ``--help``/``-h``, and ``corral`` alone.
-HELP_FORMS = (["--help"], ["-h"], [])
+HELP_FORMS: tuple[list[str], ...] = (["--help"], ["-h"], [])
 
 
 def answer(args: Sequence[str], stdout: TextIO) -> int | None:

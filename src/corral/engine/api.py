@@ -147,6 +147,7 @@ if TYPE_CHECKING:
     from corral.engine.read import logs as logs
     from corral.engine.read import notices as notices
     from corral.engine.read.incident_views import dismiss as dismiss_incident
+    from corral.engine.read.incident_views import log_failures as log_failures
     from corral.engine.read.interleave import (
         AttemptStart as AttemptStart,
     )
@@ -279,6 +280,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "live_turn": ("corral.engine.read.live", "live_turn"),
     "load_config": ("corral.engine.config", "load_config"),
     "log_facts": ("corral.engine.read.log_facts", None),
+    "log_failures": ("corral.engine.read.incident_views", "log_failures"),
     "log_text": ("corral.engine.read.log_text", None),
     "logs": ("corral.engine.read.logs", None),
     "lookups": ("corral.engine.operations.lookups", None),
@@ -368,6 +370,7 @@ __all__ = [
     "live_turn",
     "load_config",
     "log_facts",
+    "log_failures",
     "log_text",
     "logs",
     "lookups",

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
-from typing import Any
 
 import click
 
 from corral.cli.app import App
+from corral.cli.failure_pages import HARNESSES, answer, log_body
 from corral.cli.options import json_option, pass_app
-from corral.cli.render import incident_line
-from corral.domain.incidents import cursor_index, fit_page
 from corral.engine.api import dismiss_incident, queries
 from corral.errors import UsageError
-
-HARNESSES = ("claude", "codex", "pi")
-#: The labels of a row a person may dismiss (what needs action).
-NEEDS_ACTION_LABELS = ("Action required", "Observation incomplete")
 
 
 @click.command(
@@ -86,35 +79,20 @@ def failures(
                 "--log scans one log and needs --harness, without a task.",
                 hint=f"corral failures --log {shlex.quote(str(log))} --harness {harness or 'claude'}",
             )
-        found = queries.failures_of_log(log, harness, history=history, raw=raw)
-    elif task is None:
+        log_body(app, log, harness, history=history, raw=raw, cursor=cursor, max_bytes=max_bytes)
+        return
+    if task is None:
         raise UsageError("Name a task (or a log with --log).", hint="corral failures T")
-    else:
-        found = queries.failures(app.project, task, history=history, raw=raw, session=session)
-    for problem in found.problems:
-        app.note(f"warning: could not reconcile {problem} (see corral doctor)")
-    again = f"corral failures --log {log} --harness {harness}" if log is not None else f"corral failures {task}"
-    for flag, on in (("--history", history), ("--raw", raw)):
-        again += f" {flag}" if on else ""
-    again += f" --session {session}" if session else ""
-    again += f" --max-bytes {max_bytes}" if max_bytes is not None else ""
-    # paged here, against the very lines printed (the hints included), so the page never exceeds its budget
-    every = found.doc
-    doc = fit_page(every, cursor_index(cursor, len(every["rows"])), max_bytes, lambda d: lines(d, again))
-    app.answer({"failures": doc}, lambda: lines(doc, again))
-
-
-def lines(doc: Mapping[str, Any], again: str) -> list[str]:
-    """The incident rows, then the one-line account and the correctness note (kept whole)."""
-    out = [*(incident_line(r) for r in doc["rows"]), *([doc["line"]] if doc["line"] else [])]
-    open_ids = [r["id"] for r in doc["rows"] if r.get("label") in NEEDS_ACTION_LABELS and r.get("id")]
-    if open_ids and not again.startswith("corral failures --log"):
-        task = again.split()[2]
-        # an incident's id carries the tool call's id the agent's stream said: quoted, the command runs nothing else
-        first = shlex.quote(open_ids[0])
-        out.append(f"Dismiss one you have dealt with: corral failures {task} --dismiss {first} -m 'why'")
-    if doc["note"]:
-        out.append(doc["note"])
-    if doc.get("next_cursor"):
-        out.append(f"More: {again} --cursor {doc['next_cursor']}")
-    return out
+    found = queries.failures(app.project, task, history=history, raw=raw, session=session)
+    again = f"corral failures {task}"
+    answer(
+        app,
+        found.doc,
+        found.problems,
+        again,
+        history=history,
+        raw=raw,
+        session=session,
+        cursor=cursor,
+        max_bytes=max_bytes,
+    )

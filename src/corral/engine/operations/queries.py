@@ -10,7 +10,6 @@ just changed) do not need to. The short reads that need no settling are ``operat
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from msgspec import Struct
@@ -217,23 +216,6 @@ def failures(
     rows = incidents.rows(state, history=history, raw=raw) if state else []
     doc = {**incidents.summary(state), "rows": rows, "session_id": session or task.session_id}
     return Failures(task, incidents.page(doc, cursor=cursor, max_bytes=max_bytes), problems)
-
-
-def failures_of_log(
-    path: str,
-    harness: str,
-    *,
-    history: bool = False,
-    raw: bool = False,
-    cursor: str | None = None,
-    max_bytes: int | None = None,
-) -> Failures:
-    """The incidents a log outside any task holds, scanned from its start (measurable beside others)."""
-    from corral.engine.read import incident_views as incidents
-
-    state = incidents.scan_log(Path(path), harness)
-    doc = {**incidents.summary(state), "rows": incidents.rows(state, history=history, raw=raw)}
-    return Failures(None, incidents.page(doc, cursor=cursor, max_bytes=max_bytes), [])
 
 
 def find_task(project: Project, given: str) -> Task:

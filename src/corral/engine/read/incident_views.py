@@ -10,7 +10,7 @@ import os
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
@@ -32,10 +32,12 @@ from corral.domain.incidents import (
     tool_text,
 )
 from corral.domain.records import PERMISSION_RELEASED, Task
-from corral.engine.project import Project
 from corral.engine.runtime.journal import Journal
 from corral.engine.runtime.journal_scan import Cursors, scan
 from corral.errors import NotFoundError, StoreError, UsageError
+
+if TYPE_CHECKING:  # a log's scan (``failures --log``) opens no project: it starts without the store
+    from corral.engine.project import Project
 
 
 def session_state(project: Project, task: Task, session_id: str | None = None) -> FailureState | None:
@@ -82,6 +84,21 @@ def dismiss(project: Project, given: str, incident_id: str, reason: str) -> Inci
             f"-m {shlex.quote(why)}",
         )
     return journal.read().incidents.get(incident.id, incident)
+
+
+def log_failures(
+    path: str,
+    harness: str,
+    *,
+    history: bool = False,
+    raw: bool = False,
+    cursor: str | None = None,
+    max_bytes: int | None = None,
+) -> dict[str, Any]:
+    """The page of incidents a log outside any task holds, scanned from its start (``corral failures --log``)."""
+    state = scan_log(Path(path), harness)
+    doc = {**summary(state), "rows": rows(state, history=history, raw=raw)}
+    return page(doc, cursor=cursor, max_bytes=max_bytes)
 
 
 def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
