@@ -248,10 +248,26 @@ _VALUE = (
     + _FLAT
     + rb"))*+)?\])"
 )
-# (a result with an ``exitCode`` of its own is never such a pair: its code decides, parsed)
-_RKEY = rb'(?!"exitCode")' + _STRING
+# (a result with an ``exitCode`` of its own is never such a pair: its code decides, parsed; so its keys are
+# written without an escape, or ``"exit\u0043ode"`` would be an exit code the pattern does not see)
+_RKEY = rb'(?!"exitCode")' + _PLAIN
+#: Pi's usual result, its text (and empty details): tried first, it costs a fraction of the general shape,
+#: which holds it (so the group is atomic: what it matched, the general shape would match alike).
+_TEXT_RESULT = rb'\{"content": ?\[\{"type": ?"text", ?"text": ?' + _STRING + rb'\}\](?:, ?"details": ?\{\})?\}'
 _RESULT = (
-    rb"(?:" + _SCALAR + rb"|\{(?:" + _RKEY + rb": ?" + _VALUE + rb"(?:, ?" + _RKEY + rb": ?" + _VALUE + rb")*+)?\})"
+    rb"(?>"
+    + _TEXT_RESULT
+    + rb"|"
+    + _SCALAR
+    + rb"|\{(?:"
+    + _RKEY
+    + rb": ?"
+    + _VALUE
+    + rb"(?:, ?"
+    + _RKEY
+    + rb": ?"
+    + _VALUE
+    + rb")*+)?\})"
 )
 
 
@@ -279,38 +295,40 @@ _PAIR_PATTERN = _pair(_FLAT)
 
 @functools.cache
 def _pair_re() -> re.Pattern[bytes]:
-    """One such pair (compiled on first use: a log with no failing call never needs it, and it costs
-    milliseconds of a command's start)."""
+    """One such pair alone: what :meth:`PiHarness.incident_pair` matches once a start line begins there
+    (it matches with :func:`_call_re`, which a scan compiles anyway)."""
     return re.compile(_PAIR_PATTERN)
 
 
 #: How such a pair's start line begins, in each spelling (``_pair``'s first bytes).
 _START_LINES = (b'{"type":"tool_execution_start"', b'{"type": "tool_execution_start"')
-#: A run of such pairs, each maybe after ``message_update`` lines (text on its way, no fact in it):
-#: what a long healthy turn is made of, matched in one go.
+#: A text delta (``message_update``): a record of no fact, whatever its text holds (PiHarness.incident_unread).
 _UPDATE = rb'\{"type": ?"message_update"[^\n]*+\n'
-_RUN = re.compile(rb"(?:(?:" + _UPDATE + rb")*+" + _PAIR_PATTERN + rb")++")
-_UPDATE_LINE = re.compile(_UPDATE)
+#: How a text delta's line begins, in each spelling: the scan never parses such a line.
+_UPDATE_LINES = (b'{"type":"message_update"', b'{"type": "message_update"')
 #: A run whose calls' arguments are written without an escape (PiHarness.incident_plain_run): each
 #: string argument's bytes, between its quotes, are its value.
 _PLAIN_SCALAR = rb"(?:" + _PLAIN + rb"|" + _WORD + rb")"
 _PLAIN_FLAT = rb"\{(?:" + _PLAIN + rb": ?" + _PLAIN_SCALAR + rb"(?:, ?" + _PLAIN + rb": ?" + _PLAIN_SCALAR + rb")*+)?\}"
-#: How the end line of each call of such a run begins (after its start line's newline), in each
-#: spelling: in a run of one spelling, counting that counts the calls.
-_END_LINES = (b'\n{"type":"tool_execution_end"', b'\n{"type": "tool_execution_end"')
+#: How many calls a block of a run holds: a run is passed block by block, then call by call, so its calls are
+#: counted by the matches (exactly, and without another pass over its bytes).
+BLOCK = 16
 
 
 @functools.cache
-def _plain_run(compact: bool) -> tuple[re.Pattern[bytes], bytes, re.Pattern[bytes]]:
-    """Such a run whose ends are spelled one way, that spelling, and a pattern of it (compiled on
-    first use: each such pattern costs milliseconds of a command's start)."""
-    end = _END_LINES[0] if compact else _END_LINES[1]
-    run = re.compile(rb"(?:(?:" + _UPDATE + rb")*+" + _pair(_PLAIN_FLAT, re.escape(end[1:])) + rb")++")
-    return run, end, re.compile(re.escape(end))
+def _call_re() -> re.Pattern[bytes]:
+    """One call of a run: such a pair, maybe after text deltas (compiled on first use, as each pattern here:
+    each costs milliseconds of a command's start)."""
+    return re.compile(rb"(?:" + _UPDATE + rb")*+" + _PAIR_PATTERN)
 
 
-#: Below this many bytes the pattern counts a run's calls faster than ``bytes.count``.
-_SHORT_RUN = 32 * 1024
+@functools.cache
+def _block_re(plain: bool) -> re.Pattern[bytes]:
+    """:data:`BLOCK` calls of a run in a row; with ``plain``, each with its arguments written without an escape."""
+    call = rb"(?:" + _UPDATE + rb")*+" + (_pair(_PLAIN_FLAT) if plain else _PAIR_PATTERN)
+    return re.compile(rb"(?:" + call + rb"){%d}+" % BLOCK)
+
+
 #: A value a plain run spells between quotes as it is.
 _PLAIN_TEXT = re.compile(_CHARS.decode("ascii") + "*")
 
@@ -498,6 +516,9 @@ class PiHarness:
 
     #: The lines that can hold an incident fact (the collector parses no other).
     incident_markers: tuple[bytes, ...] = (b'"tool_execution_', b'"message_end"', b'"auto_retry_')
+    #: How the lines begin that hold no fact whatever their text says: a text delta's record is read by its
+    #: type as written first (a key repeated further on, or a marker's bytes in its text, change nothing).
+    incident_unread: tuple[bytes, ...] = _UPDATE_LINES
 
     def incident_pair(self, data: bytes, start: int, end: int) -> tuple[str, str, bytes, int] | None:
         """A ``tool_execution_start`` at ``data[start]`` and, on the next line, its successful end.
@@ -509,20 +530,25 @@ class PiHarness:
         """
         if not data.startswith(_START_LINES, start, end):
             return None  # no start there (an end, a record of another type): the pattern is not even needed
-        found = _pair_re().match(data, start, end)
+        found = _call_re().match(data, start, end)  # a start line: no text delta before it, the pair alone
         if found is None:
             return None
         return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"], found.end()
 
-    def incident_run(self, data: bytes, start: int, limit: int) -> int | None:
-        """Where a run of plain pairs (see :meth:`incident_pair`) beginning at ``data[start]`` ends,
-        ``message_update`` lines between them included; None when no pair begins there."""
-        found = _RUN.match(data, start, limit)
-        return found.end() if found else None
+    def incident_run(self, data: bytes, start: int, limit: int) -> tuple[int, int] | None:
+        """Where a run of plain pairs (see :meth:`incident_pair`) beginning at ``data[start]`` ends and
+        how many calls it holds, ``message_update`` lines between them included; None when no pair begins there."""
+        block, call = _block_re(False).match, _call_re().match
+        at, calls = start, 0
+        while (found := block(data, at, limit)) is not None:
+            at, calls = found.end(), calls + BLOCK
+        while (found := call(data, at, limit)) is not None:  # fewer than a block is left
+            at, calls = found.end(), calls + 1
+        return (at, calls) if calls else None
 
     def incident_run_calls(self, data: bytes, start: int, end: int) -> Iterator[tuple[str, bytes, int, int]]:
         """The calls of a run found by :meth:`incident_run`: (tool name, arguments' JSON, where the
-        pair begins, where it ends), in order."""
+        call begins (its text deltas first), where it ends), in order."""
         at = start
         while (call := self.incident_next_call(data, at, end)) is not None:
             yield call
@@ -532,38 +558,26 @@ class PiHarness:
     def incident_next_call(self, data: bytes, start: int, end: int) -> tuple[str, bytes, int, int] | None:
         """The first call :meth:`incident_run_calls` gives from ``data[start]`` (None when it gives none):
         what a scan checking a run call by call asks for, without a generator for each call."""
-        match_update = _UPDATE_LINE.match
-        while start < end:
-            update = match_update(data, start, end)
-            if update is None:
-                found = _pair_re().match(data, start, end)
-                if found is None:
-                    return None
-                return found["name"].decode("ascii") or "tool", found["args"], found.start(), found.end()
-            start = update.end()
-        return None
+        found = _call_re().match(data, start, end)
+        if found is None:
+            return None
+        return found["name"].decode("ascii") or "tool", found["args"], start, found.end()
 
     def incident_plain_run(self, data: bytes, start: int, limit: int) -> tuple[int, int] | None:
         """Where a run of plain pairs beginning at ``data[start]`` ends and how many calls it holds,
         when each call's arguments are written without an escape (a flat object of strings, numbers,
-        booleans and nulls); None when no such pair begins there.
+        booleans and nulls): whole blocks of :data:`BLOCK` calls (the caller checks what is left call
+        by call); None when not a block begins there.
 
         In such a run a call's bytes are its facts: the start line of a call of tool ``N`` with a
         string argument ``S`` holds ``"S"``, and ``"N"`` (or ``""``, Pi's empty name, for ``tool``)
         — what :meth:`incident_call_marks` rests on.
         """
-        at = data.find(b'"tool_execution_end"', start, limit)  # the first call's end: its spelling is the run's
-        if at <= start:
-            return None
-        run, end_line, end_lines = _plain_run(data[at - 1] == 0x3A)  # ':' just before: no space
-        found = run.match(data, start, limit)
-        if found is not None:
-            # exact: each of the run's lines begins with its type, and only a call's end with this
-            stop = found.end()
-            if stop - start < _SHORT_RUN:
-                return stop, len(end_lines.findall(data, start, stop))
-            return stop, data.count(end_line, start, stop)
-        return None
+        block = _block_re(True).match
+        at, calls = start, 0
+        while (found := block(data, at, limit)) is not None:
+            at, calls = found.end(), calls + BLOCK
+        return (at, calls) if calls else None
 
     def incident_call_marks(self, name: str, args: Any = None) -> tuple[bytes, ...]:
         """Bytes of which the start line of a call of ``name`` with arguments canonically equal to

@@ -52,14 +52,16 @@ MAX_MARKED = 4
 class Facts(Protocol):
     """What a scan needs of a harness adapter: its prefilter and its structured facts.
 
-    A harness may also have ``incident_pair(data, start, end)``: for a tool call's start at
-    ``data[start]`` ended successfully on the next line, in a shape whose facts are certain
+    A harness may also have ``incident_unread``: how the lines begin that hold no fact whatever their
+    text says (Pi's text deltas), never parsed; ``incident_pair(data, start, end)``: for a tool call's
+    start at ``data[start]`` ended successfully on the next line, in a shape whose facts are certain
     unparsed, (its call id, tool name, arguments' JSON, where the next line begins), else None;
-    ``incident_run`` / ``incident_run_calls`` for a run of such pairs; and, to pass a run while
-    failures are open, ``incident_plain_run(data, start, limit)`` (a run whose calls' bytes spell
-    their facts: where it ends and how many calls it holds) with ``incident_call_marks(name, args)``
-    (bytes one of which the start line of any call of ``name`` with those arguments in such a run
-    holds). See :class:`corral.adapters.harness.pi.PiHarness`.
+    ``incident_run(data, start, limit)`` for a run of such pairs (where it ends and how many calls it
+    holds) and ``incident_run_calls`` for its calls one by one; and, to pass a run while failures are
+    open, ``incident_plain_run(data, start, limit)`` (a run whose calls' bytes spell their facts:
+    where it ends and how many calls it holds) with ``incident_call_marks(name, args)`` (bytes one of
+    which the start line of any call of ``name`` with those arguments in such a run holds). See
+    :class:`corral.adapters.harness.pi.PiHarness`.
     """
 
     incident_markers: tuple[bytes, ...]
@@ -350,7 +352,9 @@ class _Lines:
         self.pair: Callable[[bytes, int, int], tuple[str, str, bytes, int] | None] | None = getattr(
             harness, "incident_pair", None
         )
-        self.run: Callable[[bytes, int, int], int | None] | None = getattr(harness, "incident_run", None)
+        #: line beginnings never parsed (a harness's records of no fact)
+        self.unread: tuple[bytes, ...] = tuple(getattr(harness, "incident_unread", ()))
+        self.run: Callable[[bytes, int, int], tuple[int, int] | None] | None = getattr(harness, "incident_run", None)
         self.run_calls: Callable[[bytes, int, int], Iterable[tuple[str, bytes, int, int]]] = getattr(
             harness, "incident_run_calls", lambda *_: ()
         )
@@ -377,13 +381,13 @@ class _Lines:
             line = data[start:nl]
             if len(line) > MAX_RECORD:
                 self.oversized(base + start)
-            elif markers and any(m in line for m in markers):
+            elif markers and any(m in line for m in markers) and not line.startswith(self.unread):
                 self.parse(line, base + start)
             start = nl + 1
 
     def marked(self, data: bytes, start: int, end: int, base: int, markers: tuple[bytes, ...]) -> None:
         """The lines of ``data[start:end]`` (``data[end - 1]`` a newline) that hold a marker, and those too long."""
-        find, rfind = data.find, data.rfind
+        find, rfind, unread = data.find, data.rfind, self.unread
         big = _oversized(data, start, end)
         next_big = big.pop(0) if big else end
         # Each marker's next occurrence from ``start`` on, searched only as far as the nearest one
@@ -419,7 +423,7 @@ class _Lines:
                 skip = False
             line_end = find(b"\n", hit, end)
             after = line_end + 1
-            if not skip:
+            if not skip and not (unread and data.startswith(unread, line_start)):
                 after = self.line(data, line_start, line_end, end, base, next_big)
             start = after
         while next_big < end:
@@ -443,20 +447,20 @@ class _Lines:
         if self.run is not None and not collector.starts:
             bound = end if limit is None else min(limit, end)
             if not collector.failed:
-                run_end = self.run(data, start, bound)
-                if run_end is not None:
-                    # at least the pairs' number of steps: the sequence only orders what comes later
-                    collector.sequence += 2 * data.count(b'"tool_execution_start"', start, run_end)
-                    return run_end
+                run = self.run(data, start, bound)
+                if run is not None:
+                    collector.sequence += 2 * run[1]  # each call's start and end: folded, they leave nothing else
+                    return run[0]
                 no_pair = bound == end  # a pair up to ``end`` would have been a run of one
             else:  # failures are open: pass over the pairs up to the first that would recover one
                 passed = start
                 while True:
+                    passed = self._unmarked(data, passed, bound, end)  # the unmarked ones, at once
                     call = self.next_call(data, passed, bound)  # the next call, checked
                     if call is None or self._recovers(call[0], call[1]):
                         break
                     collector.sequence += 2
-                    passed = self._unmarked(data, call[3], bound, end)  # and the unmarked ones after it, at once
+                    passed = call[3]
                 if passed > start:
                     return passed  # the loop reads on from there (the recovering pair, or what follows)
         if self.pair is not None and not no_pair:
