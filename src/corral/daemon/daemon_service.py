@@ -41,7 +41,7 @@ from typing import Any
 from corral.adapters import doorbell
 from corral.adapters.files import open_private
 from corral.adapters.locks import lock
-from corral.adapters.pid_identity import ProcInfo, command_line, environ_has, proc_info, reap
+from corral.adapters.pid_identity import ProcInfo, proc_info, reap
 from corral.domain.clock import rfc3339, utcnow
 from corral.engine.api import (
     DaemonState,
@@ -542,9 +542,9 @@ class Daemon:
 def _unreachable(home: Path) -> list[ProcInfo]:
     """This user's daemons of ``home`` while none holds its lock: ones whose state directory was removed.
 
-    Only this user's processes are looked at (the only ones it may stop), and only a daemon
-    started for this home (``CORRAL_HOME`` in its environment, as :func:`daemons.start_detached`
-    gives it) running ``corral daemon run`` counts.
+    Only this user's processes are looked at (the only ones it may stop), and only corral's daemon
+    of this home counts (:func:`daemons.runs_daemon_of`: its command line word by word, and the
+    ``CORRAL_HOME`` :func:`daemons.start_detached` gives it).
     """
     if daemons.state(home).running:
         return []
@@ -558,7 +558,7 @@ def _unreachable(home: Path) -> list[ProcInfo]:
         except OSError:
             continue
         pid = int(entry.name)
-        if "corral daemon run" not in command_line(pid) or not environ_has(pid, f"CORRAL_HOME={home}"):
+        if not daemons.runs_daemon_of(pid, home):
             continue
         info = proc_info(pid)
         if info is not None:

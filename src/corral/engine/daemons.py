@@ -33,7 +33,7 @@ import msgspec
 from msgspec import Struct
 
 from corral.adapters.locks import is_locked, lock
-from corral.adapters.pid_identity import Identity, send_identified
+from corral.adapters.pid_identity import Identity, environ_has, send_identified
 from corral.adapters.process import pid_alive, spawn_detached
 from corral.domain.clock import parse_time
 from corral.engine.paths import DAEMON_DIR, DAEMON_LOG, corral_home
@@ -165,6 +165,53 @@ def take_dashboard_host(home: Path | None = None) -> str | None:
     except OSError:
         return None
     return host or None
+
+
+#: What may follow ``daemon run`` on the daemon's command line: its options (``corral daemon run --help``).
+_RUN_FLAGS = frozenset({"--json"})
+_RUN_OPTIONS = frozenset({"--tick"})
+
+
+def is_daemon_command(argv: list[str]) -> bool:
+    """Whether ``argv`` runs corral's daemon: ``python -m corral daemon run`` (as :func:`start_detached`
+    starts it) or the ``corral`` script (run directly, or by its interpreter), then ``daemon run`` and its
+    own options only.
+
+    Word by word, not a search of the joined line: a shell whose script says ``corral daemon run``, or a
+    program given those words as arguments, is not the daemon.
+    """
+    for at in range(1, min(len(argv), 4)):
+        if argv[at : at + 2] != ["daemon", "run"]:
+            continue
+        head = argv[:at]
+        script = Path(head[-1]).name == "corral"
+        by_module = len(head) == 3 and head[1:] == ["-m", "corral"] and Path(head[0]).name.startswith("python")
+        by_script = script and (len(head) == 1 or (len(head) == 2 and Path(head[0]).name.startswith("python")))
+        return (by_module or by_script) and _only_run_options(argv[at + 2 :])
+    return False
+
+
+def _only_run_options(rest: list[str]) -> bool:
+    words = iter(rest)
+    for word in words:
+        if word in _RUN_OPTIONS:
+            if next(words, None) is None:
+                return False
+        elif word not in _RUN_FLAGS and not any(word.startswith(f"{o}=") for o in _RUN_OPTIONS):
+            return False
+    return True
+
+
+def runs_daemon_of(pid: int, home: Path) -> bool:
+    """Whether ``pid`` is corral's daemon of ``home``: its command line (:func:`is_daemon_command`) and the
+    ``CORRAL_HOME`` it was started with (what :func:`start_detached` gives it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return False
+    argv = [os.fsdecode(word) for word in raw.rstrip(b"\0").split(b"\0")]
+    return is_daemon_command(argv) and environ_has(pid, f"CORRAL_HOME={home}")
 
 
 def signal_recorded(pid: int, started_at: str | None, signum: int) -> bool:
