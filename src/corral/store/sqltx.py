@@ -485,7 +485,8 @@ class SQLTx:
         self._db.execute(
             "INSERT INTO status_changes (task_id, id, from_status, to_status, actor, reason, at) "
             "SELECT ?, COALESCE(MAX(id), 0) + 1, ?, ?, ?, ?, ? FROM status_changes WHERE task_id = ?",
-            (task_id, src.value if src else None, dst.value, actor.value, reason, self._stamp(), task_id),
+            # ``_value_`` is what ``.value`` returns, without the descriptor's call (this runs on every change).
+            (task_id, src._value_ if src else None, dst._value_, actor._value_, reason, self._stamp(), task_id),
         )
         return StatusChange(task_id, src, dst, actor, reason, self.now())
 
@@ -527,7 +528,7 @@ class SQLTx:
                 cur = self._db.execute(
                     "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, "
                     f"updated_at = ?, last_interaction_at = ?{finished} WHERE id = ? AND status = ?",
-                    (to.value, keep, given, now, now, *finished_at, task_id, current.value),
+                    (to._value_, keep, given, now, now, *finished_at, task_id, current._value_),
                 )
                 if cur.rowcount == 1:
                     return self._change(task_id, current, to, actor, reason)
@@ -536,8 +537,8 @@ class SQLTx:
         if row is None:
             self._require_task(task_id)  # raises the not-found error
         assert row is not None
-        current = Status(row[0])
-        if expected_from is not None and current not in (_statuses(expected_from) or ()):
+        current = _STATUSES.get(row[0]) or Status(row[0])  # the constructor says what an unknown one is
+        if expected is not None and current not in expected:
             self._expect(self._require_task(task_id), expected_from)
         check_transition(current, to, actor)
         if is_noop(current, to):  # the same status again changes nothing and writes no status-change row
@@ -592,7 +593,7 @@ class SQLTx:
             self._require_task(task_id)  # raises the not-found error
         assert row is not None
         target = park_status(int(row[1]))
-        if Status(row[0]) is target:
+        if (_STATUSES.get(row[0]) or Status(row[0])) is target:
             self._expect(self._require_task(task_id), expected_from)
             if resting_cause is not None:
                 self.set_resting_cause(task_id, resting_cause)
