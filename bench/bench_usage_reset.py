@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=1, help="runs (default 1)")
     p.add_argument("--lead", type=float, default=12.0, help="seconds from the first start to the reset (default 12)")
     scratch_options(p)
-    args = parse_args(p, {"tasks": 2, "reps": 1, "lead": 15.0}, argv)
+    args = parse_args(p, {"tasks": 2, "reps": 1, "lead": 10.0}, argv)
     base = scratch_dir("usage-reset", args)
     result: dict[str, Any] = {"benchmark": "bench_usage_reset", "machine": machine(), "load_before": load()}
     ok = True

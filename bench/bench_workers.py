@@ -159,7 +159,7 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def base_env(scratch: Path) -> dict[str, str]:
-    """What every host's corral runs with: no CORRAL_ variable of the caller's, git identity, no sandbox."""
+    """What every host's corral runs with: no CORRAL_ variable of the caller's, git identity, the default sandbox."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     for key in ("PYTHONDONTWRITEBYTECODE", "GIT_DIR", "GIT_WORK_TREE", "PYTHONPROFILEIMPORTTIME"):
         env.pop(key, None)
