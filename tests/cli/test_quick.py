@@ -297,14 +297,19 @@ def _clicks(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: py
     return code, out, err
 
 
-def _help_module(texts: dict[int, str]) -> str:
-    """The source of corral/cli/help_texts.py for ``texts`` (width -> text), in ruff's format."""
+def _help_module(texts: dict[int, str], summaries: dict[str, str]) -> str:
+    """The source of corral/cli/help_texts.py for ``texts`` (width -> text) and the commands' ``summaries``,
+    in ruff's format."""
     parts = [
-        '"""``corral --help`` as click writes it, at the widths a terminal mostly gives it: generated, do not edit.\n'
+        '"""``corral --help`` as click writes it, at the widths a terminal mostly gives it, and each command\'s\n'
+        "summary in it: generated, do not edit.\n"
         "\n"
-        "corral.cli.early prints it without loading click. tests/cli/test_quick.py holds it equal to the help\n"
-        f"click makes from the command group, and rewrites this file when run with {WRITE_HELP}=1.\n"
+        "corral.cli.early prints the help without loading click; at another width click writes it, from the\n"
+        "summaries, without loading the commands. tests/cli/test_quick.py holds both equal to what click makes\n"
+        f"from the command group and its commands, and rewrites this file when run with {WRITE_HELP}=1.\n"
         '"""\n'
+        "\n"
+        "# ruff: noqa: E501  (a summary is one line, as click shows it)\n"
         "\n"
         "from __future__ import annotations\n"
     ]
@@ -313,6 +318,8 @@ def _help_module(texts: dict[int, str]) -> str:
         parts.append(f"\n_WIDTH_{width} = (\n{lines})\n")
     table = "".join(f'    {width}: "\\n".join(_WIDTH_{width}),\n' for width in sorted(texts))
     parts.append(f"\n#: The help formatter's width -> the text click writes at it.\nROOT_HELP = {{\n{table}}}\n")
+    rows = "".join(f"    {_literal(name)}: {_literal(summary)},\n" for name, summary in summaries.items())
+    parts.append(f"\n#: Each command the help shows -> its summary there, in its order.\nSUMMARIES = {{\n{rows}}}\n")
     return "".join(parts)
 
 
@@ -324,9 +331,19 @@ def _literal(line: str) -> str:
     return text
 
 
+def _summaries() -> dict[str, str]:
+    """Each command the help shows, loaded, and the summary click gives it there."""
+    from corral.cli.root import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    loaded = {name: cli.get_command(ctx, name) for name in COMMANDS}
+    return {name: c.get_short_help_str(limit=1_000) for name, c in loaded.items() if c is not None and not c.hidden}
+
+
 def test_the_kept_help_is_what_click_writes(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(help_texts, "SUMMARIES", {})  # click's help from the commands themselves, each loaded
     texts = {}
     for columns in KEPT_COLUMNS:
         monkeypatch.setenv("COLUMNS", str(columns))
@@ -334,14 +351,28 @@ def test_the_kept_help_is_what_click_writes(
         assert code == 0 and out.endswith("\n")
         texts[early.help_width()] = out.removesuffix("\n")
     assert set(texts) == {78, 98}
-    source = _help_module(texts)
+    summaries = _summaries()
+    source = _help_module(texts, summaries)
     if WRITING_HELP:
         HELP_TEXTS.write_text(source, encoding="utf-8")
     assert HELP_TEXTS.read_text(encoding="utf-8") == source, (
         f"the group's help or a command's summary changed: rewrite corral/cli/help_texts.py with {WRITE_HELP}=1 "
         "and this test"
     )
-    assert texts == importlib.reload(help_texts).ROOT_HELP
+    monkeypatch.undo()
+    kept = importlib.reload(help_texts)
+    assert (texts, summaries) == (kept.ROOT_HELP, kept.SUMMARIES)
+
+
+@pytest.mark.parametrize("columns", ["90", "60"])
+def test_help_at_another_width_is_the_one_the_commands_give(
+    columns: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    kept = _clicks(["--help"], capsys, monkeypatch)
+    monkeypatch.setattr(help_texts, "SUMMARIES", {})
+    assert kept == _clicks(["--help"], capsys, monkeypatch)
+    assert "  create  " in kept[1] or "  create " in kept[1]
 
 
 @pytest.mark.parametrize("args", [["--help"], ["-h"], [], ["--version"]])
@@ -408,3 +439,13 @@ def test_version_and_help_load_neither_click_nor_the_engine(args: list[str], tmp
     env = {**os.environ, "COLUMNS": "120"}
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "0 []"
+
+
+def test_help_at_another_width_loads_no_command(tmp_path: Path) -> None:
+    probe = (
+        "import sys; from corral.cli import main; code = main(['--help']); "
+        "print(code, 'click' in sys.modules, sorted(m for m in sys.modules if m.startswith('corral.cli.commands.')))"
+    )
+    env = {**os.environ, "COLUMNS": "90"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 True []"

@@ -1,8 +1,12 @@
-"""``corral --help`` as click writes it, at the widths a terminal mostly gives it: generated, do not edit.
+"""``corral --help`` as click writes it, at the widths a terminal mostly gives it, and each command's
+summary in it: generated, do not edit.
 
-corral.cli.early prints it without loading click. tests/cli/test_quick.py holds it equal to the help
-click makes from the command group, and rewrites this file when run with CORRAL_WRITE_HELP=1.
+corral.cli.early prints the help without loading click; at another width click writes it, from the
+summaries, without loading the commands. tests/cli/test_quick.py holds both equal to what click makes
+from the command group and its commands, and rewrites this file when run with CORRAL_WRITE_HELP=1.
 """
+
+# ruff: noqa: E501  (a summary is one line, as click shows it)
 
 from __future__ import annotations
 
@@ -196,4 +200,48 @@ _WIDTH_98 = (
 ROOT_HELP = {
     78: "\n".join(_WIDTH_78),
     98: "\n".join(_WIDTH_98),
+}
+
+#: Each command the help shows -> its summary there, in its order.
+SUMMARIES = {
+    "create": "Create a task in backlog.",
+    "list": "One line per task: ref, status with substate, goal, and why it rests.",
+    "show": "The task, its timeline, why it stopped and what to do next.",
+    "edit": "Change a task that is not terminal (a finished task's fields are frozen).",
+    "start": "Start a backlog task: its branch and worktree are made, and its agent runs (→ working).",
+    "unblock": "Give feedback and run the agent again; upstream is merged first (→ working).",
+    "resume": "Continue an interrupted task without feedback (pending feedback is redelivered).",
+    "ask": "Ask the agent a question, read-only: the task is working while it answers, then waits for you again.",
+    "stop": "End the running turn (SIGTERM, then SIGKILL after 5 s); its feedback stays pending.",
+    "sync": "Merge the task's target into its branch while it rests; the status stays as it was.",
+    "wait": "Block until the task rests: 0 with no resting cause, 1 with one (or abandoned, or in conflict), 124 timed out.",
+    "watch": "A live board of the unfinished tasks, grouped by what they need from you.",
+    "dashboard": "The web dashboard of every project under CORRAL_HOME: its URL (the daemon starts if needed).",
+    "logs": "The harness output of a turn.",
+    "failures": "A task's incidents: tool, model and supervision failures, labelled, apart from its status.",
+    "pair": "Work interactively with the agent in the task's worktree (→ pairing, then back to review).",
+    "chat": "Talk with the agent interactively, read-only; the task's status does not change.",
+    "diff": "What the task's branch changed against its target (what accept merges), and its commits.",
+    "accept": "Squash-merge the task's work into its target, verify it, then archive the branch (→ complete).",
+    "submit": "Push the task's branch to the configured remote for review there (→ submitted).",
+    "close": "Close a task without accepting its work (→ abandoned; the work is archived).",
+    "reject": "Reject a task's work (→ abandoned; the work is archived).",
+    "reopen": "Bring back a complete or abandoned task (→ blocked with its work, or backlog).",
+    "delete": "Delete a finished task and everything kept for it (archive ref, logs, evidence).",
+    "comment": "Add a note to the task's timeline (the agent does not see it).",
+    "journal": "Read the task's decision journal, or append to it with -m.",
+    "paths": "Where this repository's corral state lives (CORRAL_HOME moves all of it).",
+    "project": "Which project this checkout is, and state whose repository moved or is gone.",
+    "config": "Settings: environment > your user file's table for this repository > corral.toml > your user file > defaults.",
+    "doctor": "Check and repair; every problem comes with a hint.",
+    "prune": "Remove detailed diagnostics past 90 days and stale worktrees (never unsaved work).",
+    "backup": "Copy the database, consistent and online, to a new file.",
+    "restore": "Put a backup back in place of the database (the current one is kept first).",
+    "store": "Where this project's records live: SQLite (the default) or PostgreSQL (database_url).",
+    "daemon": "The daemon: reconcile ticks, supervisor watching and the agents' MCP endpoint, for every project under CORRAL_HOME (optional; one per CORRAL_HOME, run from any directory).",
+    "worker": "Claim queued turns of the projects this host serves and run them here, until SIGTERM.",
+    "workers": "The workers of this project's shared store: host, state, last heartbeat, and the turns each runs.",
+    "mcp": "An MCP server on stdin/stdout for a builder agent: every lifecycle operation as a tool.",
+    "demo": "Run create → start → blocked → unblock with feedback → accept on a scratch repo with a scripted agent.",
+    "completion": "Print (or install) the completion script for SHELL.",
 }

@@ -82,12 +82,22 @@ class LazyGroup(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """Each command with its whole first sentence, wrapped: click's own list cuts it at the column's end."""
+        """Each command with its whole first sentence, wrapped: click's own list cuts it at the column's end.
+
+        The sentences are kept in :mod:`corral.cli.help_texts` (generated from the commands and held equal
+        to them by a test), so the help loads no command's module; one not kept there is loaded for it.
+        """
+        from corral.cli.help_texts import SUMMARIES
+
         rows = []
         for name in self.list_commands(ctx):
-            command = self.get_command(ctx, name)
-            if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit=1_000)))
+            summary = SUMMARIES.get(name)
+            if summary is None:
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                summary = command.get_short_help_str(limit=1_000)
+            rows.append((name, summary))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
