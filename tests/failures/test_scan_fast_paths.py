@@ -236,3 +236,15 @@ def test_random_logs_with_damaged_lines_scan_the_same_both_ways(tmp_path, monkey
             )
         lines += call
     _same(tmp_path, monkeypatch, b"".join(lines), (211, 4096, 1 << 20))
+
+
+def test_a_turn_with_corrals_shell_folds_the_same_both_ways(tmp_path, monkeypatch):
+    """Pi's bash of a confined turn is corral's (its arguments an intent): an untrusted scan reads it by exact rule."""
+    log = tmp_path / "output.log"
+    log.write_bytes(_calls(1, 200, fail_every=11) + _calls(300, 50, fail_every=3))
+    plain = _Plain()
+    plain.inner = PiHarness("pi", corral_shell=True)
+    want = _scan(log, plain, 1 << 20, monkeypatch)
+    for chunk in (1000, 1 << 20):
+        assert _scan(log, PiHarness("pi", corral_shell=True), chunk, monkeypatch) == want
+    assert [e for e in want[0] if e["kind"] == "recovered"]

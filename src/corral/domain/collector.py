@@ -73,6 +73,9 @@ class ToolStart(Struct, frozen=True):
     #: corral's own ``failure_disposition`` tool (filled for that tool only): the request, its
     #: arguments as sent. Honoured only by a trusted collector.
     disposition: Mapping[str, Any] | None = None
+    #: Its operation (:func:`operation_of` of its name, arguments and directory) when the scan knows it
+    #: already (a call it folds unparsed): not worked out again. Read only by an untrusted collector.
+    operation: str | None = None
 
 
 class ToolEnd(Struct, frozen=True):
@@ -231,7 +234,8 @@ class Collector:
             if self.trusted:
                 self._trusted_start(fact)
             else:
-                self.starts[fact.call_id] = (operation_of(fact.name, fact.args, fact.cwd), self.sequence, fact.name)
+                operation = fact.operation or operation_of(fact.name, fact.args, fact.cwd)
+                self.starts[fact.call_id] = (operation, self.sequence, fact.name)
             return []
         if isinstance(fact, ModelFailure):
             if fact.restates and MODEL_CALL in self.failed:

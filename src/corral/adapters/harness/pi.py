@@ -313,6 +313,9 @@ _PLAIN_FLAT = rb"\{(?:" + _PLAIN + rb": ?" + _PLAIN_SCALAR + rb"(?:, ?" + _PLAIN
 #: How many calls a block of a run holds: a run is passed block by block, then call by call, so its calls are
 #: counted by the matches (exactly, and without another pass over its bytes).
 BLOCK = 16
+#: The same for a run of plain calls passed while failures are open: such runs are short (they end at the next
+#: line holding a failure's mark), and the calls left over after the blocks are each checked on their own.
+PLAIN_BLOCK = 4
 
 
 @functools.cache
@@ -324,9 +327,10 @@ def _call_re() -> re.Pattern[bytes]:
 
 @functools.cache
 def _block_re(plain: bool) -> re.Pattern[bytes]:
-    """:data:`BLOCK` calls of a run in a row; with ``plain``, each with its arguments written without an escape."""
+    """:data:`BLOCK` calls of a run in a row; with ``plain``, :data:`PLAIN_BLOCK` calls each with its arguments
+    written without an escape."""
     call = rb"(?:" + _UPDATE + rb")*+" + (_pair(_PLAIN_FLAT) if plain else _PAIR_PATTERN)
-    return re.compile(rb"(?:" + call + rb"){%d}+" % BLOCK)
+    return re.compile(rb"(?:" + call + rb"){%d}+" % (PLAIN_BLOCK if plain else BLOCK))
 
 
 #: A value a plain run spells between quotes as it is.
@@ -546,27 +550,27 @@ class PiHarness:
             at, calls = found.end(), calls + 1
         return (at, calls) if calls else None
 
-    def incident_run_calls(self, data: bytes, start: int, end: int) -> Iterator[tuple[str, bytes, int, int]]:
+    def incident_run_calls(self, data: bytes, start: int, end: int) -> Iterator[tuple[str, bytes, int, int, str]]:
         """The calls of a run found by :meth:`incident_run`: (tool name, arguments' JSON, where the
-        call begins (its text deltas first), where it ends), in order."""
+        call begins (its text deltas first), where it ends, its call id), in order."""
         at = start
         while (call := self.incident_next_call(data, at, end)) is not None:
             yield call
             at = call[3]
         # none: not a run after all, the caller reads on from there line by line
 
-    def incident_next_call(self, data: bytes, start: int, end: int) -> tuple[str, bytes, int, int] | None:
+    def incident_next_call(self, data: bytes, start: int, end: int) -> tuple[str, bytes, int, int, str] | None:
         """The first call :meth:`incident_run_calls` gives from ``data[start]`` (None when it gives none):
         what a scan checking a run call by call asks for, without a generator for each call."""
         found = _call_re().match(data, start, end)
         if found is None:
             return None
-        return found["name"].decode("ascii") or "tool", found["args"], start, found.end()
+        return found["name"].decode("ascii") or "tool", found["args"], start, found.end(), found["id"].decode("ascii")
 
     def incident_plain_run(self, data: bytes, start: int, limit: int) -> tuple[int, int] | None:
         """Where a run of plain pairs beginning at ``data[start]`` ends and how many calls it holds,
         when each call's arguments are written without an escape (a flat object of strings, numbers,
-        booleans and nulls): whole blocks of :data:`BLOCK` calls (the caller checks what is left call
+        booleans and nulls): whole blocks of :data:`PLAIN_BLOCK` calls (the caller checks what is left call
         by call); None when not a block begins there.
 
         In such a run a call's bytes are its facts: the start line of a call of tool ``N`` with a
@@ -576,7 +580,7 @@ class PiHarness:
         block = _block_re(True).match
         at, calls = start, 0
         while (found := block(data, at, limit)) is not None:
-            at, calls = found.end(), calls + BLOCK
+            at, calls = found.end(), calls + PLAIN_BLOCK
         return (at, calls) if calls else None
 
     def incident_call_marks(self, name: str, args: Any = None) -> tuple[bytes, ...]:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from corral.adapters.files import read_bounded, write_atomic
 from corral.domain.bounded_json import Reason, Unparseable, decode
-from corral.domain.collector import Collector, Fact, Gap, ToolStart, operation_of
+from corral.domain.collector import Collector, Fact, Gap, ToolEnd, ToolStart, operation_of
 from corral.engine.runtime import provenance
 from corral.engine.runtime.journal import MAX_RECORD, Journal, stamp
 
@@ -355,14 +355,15 @@ class _Lines:
         #: line beginnings never parsed (a harness's records of no fact)
         self.unread: tuple[bytes, ...] = tuple(getattr(harness, "incident_unread", ()))
         self.run: Callable[[bytes, int, int], tuple[int, int] | None] | None = getattr(harness, "incident_run", None)
-        self.run_calls: Callable[[bytes, int, int], Iterable[tuple[str, bytes, int, int]]] = getattr(
+        self.run_calls: Callable[[bytes, int, int], Iterable[tuple[str, bytes, int, int, str]]] = getattr(
             harness, "incident_run_calls", lambda *_: ()
         )
         # the first of those calls (a harness's ``incident_next_call``: the same, without a generator per call)
-        self.next_call: Callable[[bytes, int, int], tuple[str, bytes, int, int] | None] = getattr(
+        self.next_call: Callable[[bytes, int, int], tuple[str, bytes, int, int, str] | None] = getattr(
             harness, "incident_next_call", None
         ) or (lambda data, start, end: next(iter(self.run_calls(data, start, end)), None))
-        self.operations: dict[tuple[str, bytes], str] = {}  # (tool, its arguments' JSON) -> operation
+        #: (tool, its arguments' JSON) -> its operation and its arguments decoded; None: they do not decode
+        self.operations: dict[tuple[str, bytes], tuple[str, Any] | None] = {}
         self.plain_run: Callable[[bytes, int, int], tuple[int, int] | None] | None = getattr(
             harness, "incident_plain_run", None
         )
@@ -453,16 +454,24 @@ class _Lines:
                     return run[0]
                 no_pair = bound == end  # a pair up to ``end`` would have been a run of one
             else:  # failures are open: pass over the pairs up to the first that would recover one
-                passed = start
+                passed, single_until = start, -1
                 while True:
-                    passed = self._unmarked(data, passed, bound, end)  # the unmarked ones, at once
                     call = self.next_call(data, passed, bound)  # the next call, checked
-                    if call is None or self._recovers(call[0], call[1]):
+                    if call is None:
+                        no_pair = passed == start and bound == end  # as above
                         break
+                    if self._recovers(call[0], call[1]):
+                        known = self.operations.get((call[0], call[1]))
+                        if known is None:
+                            break  # its arguments do not decode: the line is parsed, and its gap reported
+                        self._fold_pair(call[4], call[0], known)  # the exact retry, folded as parsed
+                        return call[3]
                     collector.sequence += 2
                     passed = call[3]
+                    if passed >= single_until:  # and the unmarked ones after it, at once
+                        passed, single_until = self._unmarked(data, passed, bound, end)
                 if passed > start:
-                    return passed  # the loop reads on from there (the recovering pair, or what follows)
+                    return passed  # the loop reads on from there (what follows the run)
         if self.pair is not None and not no_pair:
             pair = self.pair(data, start, end)
             if pair is not None and pair[3] - nl - 2 <= MAX_RECORD and not self._recovers(pair[1], pair[2]):
@@ -474,14 +483,16 @@ class _Lines:
         self.parse(data[start:nl], base + start)
         return nl + 1
 
-    def _unmarked(self, data: bytes, start: int, bound: int, end: int) -> int:
+    def _unmarked(self, data: bytes, start: int, bound: int, end: int) -> tuple[int, int]:
         """Past the run of plain pairs (the harness's ``incident_plain_run``) from ``data[start]`` up to
         the first line holding a mark of an open failure (``incident_call_marks``), its calls
-        counted; ``start`` when there is none. A call whose start line holds no mark is no exact
-        retry of an open failure, so it recovers none: this is the check of every such call at once.
+        counted (``start`` when there is none); and where that line is when the run stopped short of it
+        (-1 otherwise): up to there, the calls left are checked one by one, no run is tried again. A call
+        whose start line holds no mark is no exact retry of an open failure, so it recovers none: this
+        is the check of every such call at once.
         """
         if self.plain_run is None or self.call_marks is None or len(self.collector.failed) > MAX_MARKED:
-            return start  # each failure's marks are searches of their own: past a few, checking each call costs less
+            return start, -1  # each failure's marks are searches of their own: past a few, checking each costs less
         marks = self._marks()
         if data is not self.ahead_in:
             self.ahead_in, self.ahead = data, {}
@@ -496,12 +507,12 @@ class _Lines:
         if cut < bound:
             cut = data.rfind(b"\n", start, cut) + 1 or start  # the marked line's start
         if cut <= start:
-            return start
+            return start, -1
         run = self.plain_run(data, start, cut)
         if run is None:
-            return start
+            return start, cut
         self.collector.sequence += 2 * run[1]  # each call's start and end: folded, they would leave nothing else
-        return run[0]
+        return run[0], (cut if run[0] < cut else -1)
 
     def _marks(self) -> tuple[bytes, ...]:
         """The marks of the open failures: for each, bytes one of which an exact retry's start line holds."""
@@ -527,15 +538,26 @@ class _Lines:
         failed = self.collector.failed
         if not failed:
             return False
-        operation = self.operations.get((name, args))
-        if operation is None:
+        key = (name, args)
+        if key not in self.operations:
             if len(self.operations) >= 4096:
                 self.operations.clear()
             decoded = decode(args, max_bytes=MAX_RECORD)
             if isinstance(decoded, Unparseable):
-                return True  # not passed over: the line is parsed, and its gap reported
-            operation = self.operations[name, args] = operation_of(name, decoded.value, self.cwd)
-        return operation in failed
+                self.operations[key] = None
+            else:
+                self.operations[key] = (operation_of(name, decoded.value, self.cwd), decoded.value)
+        known = self.operations[key]
+        return known is None or known[0] in failed  # undecodable: not passed over, the line is parsed
+
+    def _fold_pair(self, call_id: str, name: str, known: tuple[str, Any]) -> None:
+        """Fold a plain pair unparsed: its start (its operation and arguments ``known``) and its successful
+        end — the facts parsing its two lines gives an untrusted collector."""
+        start = ToolStart(call_id, name, known[1], self.cwd, operation=known[0])
+        self.events += self.collector.fold(start, self.at)
+        if self.call_marks is not None:
+            self._started(start)
+        self.events += self.collector.fold(ToolEnd(call_id, False, name=name), self.at)
 
     def parse(self, line: bytes, line_at: int) -> None:
         decoded = decode(line, max_bytes=MAX_RECORD)
