@@ -47,7 +47,7 @@ from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
 from corral.domain.violations import shown_paths
 from corral.engine import workspace
 from corral.engine.git_remote import remote_name
-from corral.engine.operations import forge_accept, reviewed
+from corral.engine.operations import reviewed
 from corral.engine.operations.accept_phases import (
     PHASES,
     PREFLIGHT,
@@ -56,12 +56,13 @@ from corral.engine.operations.accept_phases import (
     Narrator,
     Reporter,
     Steps,
+    forge_applies,
     plan,
 )
 from corral.engine.operations.accept_phases import worktree_on as _worktree_on
-from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.recovery import removals
+from corral.engine.recovery.chats import refuse_while_chat
 from corral.engine.recovery.destination import Kept, note_conflict, settle_destination, stash_overlap
 from corral.engine.recovery.in_flight import ACCEPT, InFlight, mark_in_flight, save_in_flight, without_flight
 from corral.engine.recovery.merges import CONFLICT_CAUSE, recover_into, restore_prior
@@ -281,7 +282,9 @@ def accept(
         first = resolve_task(tx, given)
     pinned = reviewed.given_tip(project, tip) if tip is not None else None
     with task_lock(project, first.id, what=f"accept by {actor.value}", timeout=600):
-        if forge_accept.applies(project, first):  # through a pull request (docs/forge.md)
+        if forge_applies(project, first):  # through a pull request (docs/forge.md)
+            from corral.engine.operations import forge_accept  # loaded only by a project with a forge
+
             return forge_accept.accept(project, first.id, actor=actor, narrator=narrator, pinned=pinned,
                                        confirm=confirm, caller_task_id=caller_task_id, steps=STEPS)  # fmt: skip
         narrator.phase(PREFLIGHT, "start")

@@ -106,6 +106,12 @@ class Steps(Struct, frozen=True):
     phases: tuple[Phase, ...] = PHASES
 
 
+def forge_applies(project: Project, task: Task) -> bool:
+    """Whether ``task`` accepts through the forge: a root task of a project whose own settings name one (the
+    forge's accept, ``forge_accept.applies``, asks the same, and is loaded only then)."""
+    return project.config["forge"] == "gh" and task.parent_id is None
+
+
 def worktree_on(project: Project, branch: str) -> Path | None:
     """The worktree that has ``branch`` checked out, if any: read from the HEAD files git keeps, as ``git worktree
     list`` reads them (no git process), where the repository is plainly laid out (its main checkout a ``.git``

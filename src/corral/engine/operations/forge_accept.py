@@ -37,7 +37,16 @@ from corral.domain.sanitize import one_line, sanitize_prose
 from corral.domain.status import Status
 from corral.engine.git_remote import remote_name
 from corral.engine.operations import reviewed
-from corral.engine.operations.accept_phases import PREFLIGHT, Accepted, Confirm, Narrator, Phase, Steps, worktree_on
+from corral.engine.operations.accept_phases import (
+    PREFLIGHT,
+    Accepted,
+    Confirm,
+    Narrator,
+    Phase,
+    Steps,
+    forge_applies,
+    worktree_on,
+)
 from corral.engine.project import Project
 from corral.engine.recovery import removals
 from corral.engine.recovery.in_flight import ACCEPT, MARKER, mark_in_flight, without_flight
@@ -60,7 +69,7 @@ PHASES: tuple[Phase, ...] = (
 
 def applies(project: Project, task: Task) -> bool:
     """Whether ``task`` accepts through the forge: a root task of a project whose own settings name one."""
-    return project.config["forge"] == "gh" and task.parent_id is None
+    return forge_applies(project, task)
 
 
 def forge_for(project: Project) -> GhForge:

@@ -33,7 +33,7 @@ from msgspec import Struct
 from corral.adapters.files import write_atomic
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import TurnRequest
-from corral.adapters.locks import is_locked, try_lock
+from corral.adapters.locks import try_lock
 from corral.adapters.pid_identity import start_ticks
 from corral.adapters.terminal import Ended, run_interactive
 from corral.domain.actors import Actor
@@ -44,34 +44,19 @@ from corral.domain.status import Status, check_transition, is_terminal
 from corral.engine.config import harness_settings
 from corral.engine.operations.launch import posture, sandbox_spec
 from corral.engine.project import Project
-from corral.engine.recovery.chats import chat_held, end_chat, hold_chat, read_hold
+from corral.engine.recovery.chats import (
+    chat_held,
+    chat_is_open,
+    chat_lock,
+    end_chat,
+    hold_chat,
+    read_hold,
+    refuse_while_chat,
+)
 from corral.engine.recovery.pairs import end_pair, pairing_lock
 from corral.engine.resolve import resolve_task, task_config
 from corral.engine.task_locks import task_lock
 from corral.errors import ChatOpen, CorralError, HarnessMisconfigured, RefusedError
-
-
-def chat_lock(project: Project, task_id: str) -> Path:
-    return project.paths.chat_lock(task_id)
-
-
-def chat_is_open(project: Project, task_id: str) -> bool:
-    return is_locked(chat_lock(project, task_id))
-
-
-def refuse_while_chat(project: Project, task: Task, what: str, *, effect: str = "start a turn underneath it") -> None:
-    """Refuse ``what`` while a chat is open, or while a killed chat's changes still wait to be put aside."""
-    if chat_is_open(project, task.id):
-        raise ChatOpen(
-            f"A chat is open in {task.ref}'s worktree; {what} would {effect}.",
-            hint="End the chat first, then try again.",
-        )
-    if chat_held(project, task.id):
-        raise ChatOpen(
-            f"The last chat in {task.ref}'s worktree ended without corral (its process was killed), and what it "
-            f"changed is not put aside yet; {what} would build on it.",
-            hint=f"corral chat {task.ref} puts it aside first (exit the agent at once), then try again.",
-        )
 
 
 def _finish_killed_chat(project: Project, task: Task) -> None:

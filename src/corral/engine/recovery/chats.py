@@ -24,6 +24,7 @@ from corral.domain.clock import parse_time, rfc3339
 from corral.domain.records import Session, Task
 from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
+from corral.errors import ChatOpen
 
 if TYPE_CHECKING:
     # The keep-aside and the receipts' evidence load only when a chat begins or ends: the
@@ -188,3 +189,26 @@ def sweep_stale_chats(project: Project) -> int:
     for task, session in found:
         end_chat(project, task, session, read_hold(project, task.id), Actor.SYSTEM)
     return len(found)
+
+
+def chat_lock(project: Project, task_id: str) -> Path:
+    return project.paths.chat_lock(task_id)
+
+
+def chat_is_open(project: Project, task_id: str) -> bool:
+    return is_locked(chat_lock(project, task_id))
+
+
+def refuse_while_chat(project: Project, task: Task, what: str, *, effect: str = "start a turn underneath it") -> None:
+    """Refuse ``what`` while a chat is open, or while a killed chat's changes still wait to be put aside."""
+    if chat_is_open(project, task.id):
+        raise ChatOpen(
+            f"A chat is open in {task.ref}'s worktree; {what} would {effect}.",
+            hint="End the chat first, then try again.",
+        )
+    if chat_held(project, task.id):
+        raise ChatOpen(
+            f"The last chat in {task.ref}'s worktree ended without corral (its process was killed), and what it "
+            f"changed is not put aside yet; {what} would build on it.",
+            hint=f"corral chat {task.ref} puts it aside first (exit the agent at once), then try again.",
+        )
