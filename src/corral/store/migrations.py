@@ -350,6 +350,14 @@ FINISHED_AT = f"""
 FINISHED_AT_CHECK = f"CHECK (finished_at IS NULL OR {FINISHED})"
 
 
+def one_of(column: str, values: str) -> str:
+    """``column IN (values)`` as a CHECK that SQLite evaluates without building a table: it codes a constant
+    ``IN`` list of more than two values as a temporary index filled anew at each row it checks (~5 µs for the
+    eleven statuses, more than the rest of a status change's INSERT), and a chain of ``=`` as comparisons.
+    NULL passes both alike."""
+    return "(" + " OR ".join(f"{column} = {value}" for value in values.split(",")) + ")"
+
+
 def m008_finished_at(db: sqlite3.Connection) -> None:
     # SQLite tests an added column's CHECK against every existing row, where each is NULL: it holds.
     run_script(
@@ -360,9 +368,9 @@ def m008_finished_at(db: sqlite3.Connection) -> None:
         CREATE TABLE status_changes_new (
             id INTEGER NOT NULL CHECK (id >= 1),
             task_id TEXT NOT NULL REFERENCES tasks(id),
-            from_status TEXT CHECK (from_status IN ({STATUS_VALUES})),
-            to_status TEXT NOT NULL CHECK (to_status IN ({STATUS_VALUES})),
-            actor TEXT NOT NULL CHECK (actor IN ({ACTOR_VALUES})),
+            from_status TEXT CHECK {one_of("from_status", STATUS_VALUES)},
+            to_status TEXT NOT NULL CHECK {one_of("to_status", STATUS_VALUES)},
+            actor TEXT NOT NULL CHECK {one_of("actor", ACTOR_VALUES)},
             reason TEXT,
             at TEXT NOT NULL,
             PRIMARY KEY (task_id, id)
