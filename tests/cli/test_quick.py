@@ -449,3 +449,19 @@ def test_help_at_another_width_loads_no_command(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "90"}
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "0 True []"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], [], ["--version"]])
+@pytest.mark.parametrize("encoding", ["ascii", "utf-8", "latin-1"])
+def test_the_early_answers_are_clicks_bytes_in_any_encoding(args: list[str], encoding: str, tmp_path: Path) -> None:
+    """On an ASCII stdout click writes its --help as UTF-8, and ``corral`` alone its help escaped."""
+    run = "from corral.cli import main; raise SystemExit(main({args!r}))"
+    off = "import corral.cli.early as early; early.answer = lambda args, stdout: None; " + run
+    env = {**os.environ, "COLUMNS": "120", "PYTHONIOENCODING": encoding}
+    got = [
+        subprocess.run([sys.executable, "-c", probe.format(args=args)], cwd=tmp_path, env=env, capture_output=True)
+        for probe in (run, off)
+    ]
+    early_way, clicks_way = ((g.returncode, g.stdout, g.stderr) for g in got)
+    assert early_way == clicks_way
+    assert early_way[0] == 0 and early_way[1]

@@ -37,8 +37,8 @@ def answer(args: Sequence[str], stdout: TextIO) -> int | None:
         from corral.cli.help_texts import ROOT_HELP
 
         found = ROOT_HELP.get(help_width())
-        if found is None:
-            return None
+        if found is None or (given and _ascii(stdout)):
+            return None  # click writes --help to an ASCII stdout as UTF-8: its own way, then
         text = found
     else:
         return None
@@ -47,6 +47,16 @@ def answer(args: Sequence[str], stdout: TextIO) -> int | None:
     except BrokenPipeError:  # `corral --help | head`: as on click's way, no traceback and exit 0
         pass
     return 0
+
+
+def _ascii(stream: TextIO) -> bool:
+    """Whether ``stream`` encodes ASCII only (``PYTHONIOENCODING=ascii``), which click's ``echo`` overrides."""
+    import codecs
+
+    try:
+        return codecs.lookup(getattr(stream, "encoding", None) or "ascii").name == "ascii"
+    except LookupError:
+        return False
 
 
 def help_width() -> int:
