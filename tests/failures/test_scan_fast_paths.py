@@ -248,3 +248,27 @@ def test_a_turn_with_corrals_shell_folds_the_same_both_ways(tmp_path, monkeypatc
     for chunk in (1000, 1 << 20):
         assert _scan(log, PiHarness("pi", corral_shell=True), chunk, monkeypatch) == want
     assert [e for e in want[0] if e["kind"] == "recovered"]
+
+
+ODD_ARGS = [b"{}", b'{"a": {}}', b'{, "a": 1}', b'{"a": 1,}', b'{"a": 1 "b": 2}', b'{"a":1,,"b":2}', b'{"a": [1]}']
+ODD_RESULTS = [
+    b'{"x": [1 2]}',
+    b'{"x": [,1]}',
+    b'{"x": [1,]}',
+    b'{"x": {, "a": 1}}',
+    b'{"x": [{"a": 1}, 2], "y": {}}',
+    b'{, "content": []}',
+    b'{"content": [] "details": {}}',
+    b'{"content": [{"type": "text", "text": "ok"}], "details": {}}',
+    b'{"content": [{"type": "text", "text": "ok"},]}',
+]
+
+
+@pytest.mark.parametrize("args", ODD_ARGS)
+@pytest.mark.parametrize("result", ODD_RESULTS)
+def test_objects_and_arrays_valid_or_not_read_as_parsing_reads_them(tmp_path, monkeypatch, args, result):
+    start = b'{"type": "tool_execution_start", "toolCallId": "t5", "toolName": "bash", "args": ' + args + b"}\n"
+    end = b'{"type": "tool_execution_end", "toolCallId": "t5", "toolName": "bash", "result": ' + result
+    end += b', "isError": false}\n'
+    for before in (_calls(1, 20), _calls(1, 3, fail_every=3)):  # no failure open, and one open
+        _same(tmp_path, monkeypatch, before + _update(5) + start + end + _calls(21, 30), (4096, 1 << 20))

@@ -232,43 +232,24 @@ _PLAIN = rb'"' + _CHARS + rb'*+"'  # a string without escapes: its bytes are its
 _STRING = rb'"' + _CHARS + rb'*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})' + _CHARS + rb'*+)*+"'
 _WORD = rb"true|false|null|-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?"  # a scalar but a string
 _SCALAR = rb"(?:" + _STRING + rb"|" + _WORD + rb")"
-_FLAT = rb"\{(?:" + _STRING + rb": ?" + _SCALAR + rb"(?:, ?" + _STRING + rb": ?" + _SCALAR + rb")*+)?\}"
-_VALUE = (
-    rb"(?:"
-    + _SCALAR
-    + rb"|"
-    + _FLAT
-    + rb"|\[(?:(?:"
-    + _SCALAR
-    + rb"|"
-    + _FLAT
-    + rb")(?:, ?(?:"
-    + _SCALAR
-    + rb"|"
-    + _FLAT
-    + rb"))*+)?\])"
-)
+
+
+def _members(key: bytes, value: bytes) -> bytes:
+    """An object of ``key: value`` members: the first right after its brace, each other after a comma (one
+    copy of ``value`` in the pattern, not two: a smaller pattern compiles in less of a command's start)."""
+    return rb"\{(?:(?:(?<=\{)|(?<!\{), ?)" + key + rb": ?" + value + rb")*+\}"
+
+
+_FLAT = _members(_STRING, _SCALAR)
+_ITEM = rb"(?:" + _SCALAR + rb"|" + _FLAT + rb")"
+_VALUE = rb"(?:" + _ITEM + rb"|\[(?:(?:(?<=\[)|(?<!\[), ?)" + _ITEM + rb")*+\])"
 # (a result with an ``exitCode`` of its own is never such a pair: its code decides, parsed; so its keys are
 # written without an escape, or ``"exit\u0043ode"`` would be an exit code the pattern does not see)
 _RKEY = rb'(?!"exitCode")' + _PLAIN
 #: Pi's usual result, its text (and empty details): tried first, it costs a fraction of the general shape,
 #: which holds it (so the group is atomic: what it matched, the general shape would match alike).
 _TEXT_RESULT = rb'\{"content": ?\[\{"type": ?"text", ?"text": ?' + _STRING + rb'\}\](?:, ?"details": ?\{\})?\}'
-_RESULT = (
-    rb"(?>"
-    + _TEXT_RESULT
-    + rb"|"
-    + _SCALAR
-    + rb"|\{(?:"
-    + _RKEY
-    + rb": ?"
-    + _VALUE
-    + rb"(?:, ?"
-    + _RKEY
-    + rb": ?"
-    + _VALUE
-    + rb")*+)?\})"
-)
+_RESULT = rb"(?>" + _TEXT_RESULT + rb"|" + _SCALAR + rb"|" + _members(_RKEY, _VALUE) + rb")"
 
 
 def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') -> bytes:
@@ -309,7 +290,7 @@ _UPDATE_LINES = (b'{"type":"message_update"', b'{"type": "message_update"')
 #: A run whose calls' arguments are written without an escape (PiHarness.incident_plain_run): each
 #: string argument's bytes, between its quotes, are its value.
 _PLAIN_SCALAR = rb"(?:" + _PLAIN + rb"|" + _WORD + rb")"
-_PLAIN_FLAT = rb"\{(?:" + _PLAIN + rb": ?" + _PLAIN_SCALAR + rb"(?:, ?" + _PLAIN + rb": ?" + _PLAIN_SCALAR + rb")*+)?\}"
+_PLAIN_FLAT = _members(_PLAIN, _PLAIN_SCALAR)
 #: How many calls a block of a run holds: a run is passed block by block, then call by call, so its calls are
 #: counted by the matches (exactly, and without another pass over its bytes).
 BLOCK = 16
