@@ -16,8 +16,9 @@ import pytest
 from corral.domain.actors import Actor
 from corral.domain.clock import rfc3339
 from corral.domain.status import Status
-from corral.errors import StoreError
+from corral.errors import StoreCorrupt, StoreError
 from corral.store import NewTask, SQLiteStore
+from corral.store import sqlite as sqlite_store
 from corral.store.migrations import LATEST, MIGRATIONS
 from corral.store.pg_migrations import PG_MIGRATIONS
 from corral.store.postgres import PostgresStore
@@ -48,6 +49,16 @@ V7_CHANGES = [
     (8, "t2", "working", "submitted", "agent", "done", LATER),
     (9, "t2", "submitted", "merging", "human", "accept", LATER),
     (10, "t2", "merging", "complete", "system", "merged", LATER),
+]
+
+
+#: Rows that refer to those tasks (SQLite makes ``tasks`` again): a session that is t1's current one, t3 a child of
+#: t1, and a comment on t2.
+V7_REFERENCES = [
+    f"INSERT INTO sessions (id, task_id, branch, created_at) VALUES ('s1', 't1', 'corral/open', '{AT}')",
+    "UPDATE tasks SET session_id = 's1' WHERE id = 't1'",
+    "UPDATE tasks SET parent_id = 't1' WHERE id = 't3'",
+    f"INSERT INTO notes (id, task_id, kind, actor, body, at) VALUES ('n1', 't2', 'comment', 'human', 'Kept', '{AT}')",
 ]
 
 
@@ -99,12 +110,17 @@ def test_a_task_has_a_finished_time_exactly_while_its_status_is_finished(store, 
     ]
 
 
-def test_a_finished_time_on_an_unfinished_task_is_refused(store) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_time_on_an_unfinished_task_or_none_on_a_finished_one_is_refused(store) -> None:  # type: ignore[no-untyped-def]
     with store.write() as tx:
         task = tx.insert_task(NewTask(ref="t", goal="Stay"), Actor.HUMAN)
     with pytest.raises((sqlite3.IntegrityError, psycopg.errors.CheckViolation)), store.write() as tx:
         tx.execute("UPDATE tasks SET finished_at = ? WHERE id = ?", (AT, task.id))
     assert _finished_at(store, task.id) is None
+    with store.write() as tx:
+        tx.set_status(task.id, Status.ABANDONED, Actor.HUMAN, "close")
+    with pytest.raises((sqlite3.IntegrityError, psycopg.errors.CheckViolation)), store.write() as tx:
+        tx.execute("UPDATE tasks SET finished_at = NULL WHERE id = ?", (task.id,))
+    assert _finished_at(store, task.id) is not None
 
 
 def test_status_changes_are_numbered_within_their_task_and_read_in_order(store, clock) -> None:  # type: ignore[no-untyped-def]
@@ -211,6 +227,8 @@ def _v7_sqlite(path: Path) -> None:
             (task_id, ref, status, created, updated, updated),
         )
     raw.executemany("INSERT INTO status_changes VALUES (?, ?, ?, ?, ?, ?, ?)", V7_CHANGES)
+    for statement in V7_REFERENCES:
+        raw.execute(statement)
     raw.execute("COMMIT")
     raw.close()
 
@@ -238,6 +256,8 @@ def _v7_postgres(url: str, schema: str) -> None:
                 "OVERRIDING SYSTEM VALUE VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 V7_CHANGES,
             )
+            for statement in V7_REFERENCES:
+                conn.execute(statement)
 
 
 def _kept(store: SQLiteStore | PostgresStore) -> None:
@@ -254,6 +274,11 @@ def _kept(store: SQLiteStore | PostgresStore) -> None:
                 if tid == task_id
             ]
         finished = dict(tx.execute("SELECT id, finished_at FROM tasks").fetchall())
+        opened = tx.get_task("t1")
+        assert opened is not None and opened.session_id == "s1"
+        assert [s.id for s in tx.sessions("t1")] == ["s1"]
+        assert [t.ref for t in tx.children("t1")] == ["dropped"]
+        assert [n.body for n in tx.comments("t2")] == ["Kept"]
     assert finished == {"t1": None, "t2": LATER, "t3": AT}  # the last change of a finished task
     with store.write() as tx:
         tx.set_status("t1", Status.WORKING, Actor.HUMAN, "unblock", expected_from=Status.BLOCKED)
@@ -272,6 +297,9 @@ def test_a_schema_7_sqlite_store_migrates_with_its_rows_kept(tmp_path: Path, clo
         with pytest.raises(sqlite3.IntegrityError, match="append-only"), store.write() as tx:
             tx.execute("UPDATE status_changes SET reason = 'rewritten'")
         assert store.check() == []
+        # the foreign keys, off while the tables were made again, are enforced again
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), store.write() as tx:
+            tx.execute(f"INSERT INTO sessions (id, task_id, created_at) VALUES ('x', 'nobody', '{AT}')")
     finally:
         store.close()
     db = sqlite3.connect(path)
@@ -282,6 +310,45 @@ def test_a_schema_7_sqlite_store_migrates_with_its_rows_kept(tmp_path: Path, clo
         db.close()
     assert "WITHOUT ROWID" in sql and "status_changes_task" not in indexes
     assert {"tasks_unfinished", "tasks_finished"} <= indexes
+
+
+def test_a_schema_7_sqlite_store_with_a_broken_reference_still_migrates_and_breaks_no_other(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    path = tmp_path / "corral.db"
+    _v7_sqlite(path)
+    raw = sqlite3.connect(path)  # foreign keys off, as a damaged file might have been written
+    raw.execute(f"INSERT INTO sessions (id, task_id, created_at) VALUES ('lost', 'gone', '{AT}')")
+    raw.commit()
+    raw.close()
+    store = SQLiteStore(path, clock=clock)
+    try:
+        assert store.schema_version() == LATEST
+        assert [p for p in store.check() if p.startswith("foreign key")] == ["foreign key: sessions row 2 -> tasks"]
+    finally:
+        store.close()
+
+
+def test_a_migration_that_would_break_a_reference_is_refused_and_changes_nothing(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "corral.db"
+    _v7_sqlite(path)
+
+    def drops_a_task(db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM tasks WHERE id = 't1'")  # its session and child still name it
+
+    monkeypatch.setattr(sqlite_store, "MIGRATIONS", [*MIGRATIONS, (LATEST + 1, "breaks", drops_a_task)])
+    monkeypatch.setattr(sqlite_store, "LATEST", LATEST + 1)
+    with pytest.raises(StoreCorrupt, match="nothing was changed") as info:
+        SQLiteStore(path, clock=clock)
+    assert "sessions row 1 -> tasks" in info.value.message
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 7
+        assert db.execute("SELECT COUNT(*) FROM tasks WHERE id = 't1'").fetchone()[0] == 1
+    finally:
+        db.close()
 
 
 def test_a_schema_7_postgres_store_migrates_with_its_rows_kept(

@@ -346,8 +346,9 @@ FINISHED_AT = f"""
     CREATE INDEX tasks_unfinished ON tasks(created_at) WHERE {UNFINISHED_ROWS};
     CREATE INDEX tasks_finished ON tasks(updated_at) WHERE {FINISHED_ROWS};
 """
-#: A finished time on an unfinished task would hide it from every listing of unfinished tasks.
-FINISHED_AT_CHECK = f"CHECK (finished_at IS NULL OR {FINISHED})"
+#: A task has a finished time exactly while its status is finished: a finished time on an unfinished task would
+#: hide it from every listing of unfinished tasks, a finished task without one from the latest finished.
+FINISHED_AT_CHECK = f"CHECK ((finished_at IS NOT NULL) = ({FINISHED}))"
 
 
 def one_of(column: str, values: str) -> str:
@@ -358,13 +359,51 @@ def one_of(column: str, values: str) -> str:
     return "(" + " OR ".join(f"{column} = {value}" for value in values.split(",")) + ")"
 
 
+#: ``tasks`` of schema 8 in SQLite: schema 1's columns, then ``finished_at``, each CHECK a chain of ``=``.
+_TASK_COLUMNS_7 = (
+    "id, ref, goal, prompt, parent_id, status, harness, model, target_branch, protected, metadata, resting_cause, "
+    "session_id, created_at, updated_at, last_interaction_at"
+)
+
+
 def m008_finished_at(db: sqlite3.Connection) -> None:
-    # SQLite tests an added column's CHECK against every existing row, where each is NULL: it holds.
+    # ``tasks`` is made again (SQLite adds no CHECK to a table, and its status CHECK was an IN list, a temporary
+    # index filled at every status change): its rows are set aside, the table dropped and made anew under its
+    # own name, and the rows put back. The rows that refer to a task (sessions, turns, …) are not touched: with
+    # the foreign keys deferred to the commit, each is orphaned by the drop and matched again by the re-insert,
+    # and the commit checks that every one was (nothing is renamed, so no reference is rewritten).
+    db.execute("PRAGMA defer_foreign_keys = ON")
     run_script(
         db,
         f"""
-        ALTER TABLE tasks ADD COLUMN finished_at TEXT {FINISHED_AT_CHECK};
-        {FINISHED_AT}
+        CREATE TEMP TABLE tasks_7 AS SELECT {_TASK_COLUMNS_7} FROM main.tasks;
+        DROP TABLE main.tasks;
+        CREATE TABLE main.tasks (
+            id TEXT PRIMARY KEY,
+            ref TEXT NOT NULL UNIQUE,
+            goal TEXT NOT NULL,
+            prompt TEXT NOT NULL DEFAULT '',
+            parent_id TEXT REFERENCES tasks(id),
+            status TEXT NOT NULL CHECK {one_of("status", STATUS_VALUES)},
+            harness TEXT,
+            model TEXT,
+            target_branch TEXT,
+            protected TEXT NOT NULL DEFAULT '[]',
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            resting_cause TEXT,
+            session_id TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            last_interaction_at TEXT NOT NULL,
+            finished_at TEXT,
+            CHECK ((finished_at IS NOT NULL) = ({one_of("status", "'complete','abandoned'")}))
+        ) STRICT;
+        INSERT INTO main.tasks ({_TASK_COLUMNS_7}, finished_at)
+            SELECT {_TASK_COLUMNS_7}, CASE WHEN {FINISHED} THEN updated_at END FROM tasks_7 ORDER BY rowid;
+        DROP TABLE tasks_7;
+        CREATE INDEX tasks_parent ON tasks(parent_id);
+        CREATE INDEX tasks_unfinished ON tasks(created_at) WHERE {UNFINISHED_ROWS};
+        CREATE INDEX tasks_finished ON tasks(updated_at) WHERE {FINISHED_ROWS};
         CREATE TABLE status_changes_new (
             id INTEGER NOT NULL CHECK (id >= 1),
             task_id TEXT NOT NULL REFERENCES tasks(id),

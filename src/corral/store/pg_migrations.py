@@ -11,8 +11,8 @@ from __future__ import annotations
 from corral.store.migrations import (
     ACTOR_VALUES,
     CURRENT_COMMAND_INDEX,
-    FINISHED,
     FINISHED_AT,
+    FINISHED_AT_CHECK,
     LEASE_NOTES,
     LEASE_STATES,
     MIGRATIONS,
@@ -204,8 +204,7 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
         _pg("ALTER TABLE tasks ADD COLUMN finished_at TEXT;")
         + FINISHED_AT
         + f"""
-        ALTER TABLE tasks ADD CONSTRAINT tasks_finished_at_check
-            CHECK ((finished_at IS NOT NULL) = ({FINISHED}));
+        ALTER TABLE tasks ADD CONSTRAINT tasks_finished_at_check {FINISHED_AT_CHECK};
         ALTER TABLE status_changes ALTER COLUMN id DROP IDENTITY;
         ALTER TABLE status_changes DROP CONSTRAINT status_changes_pkey;
         ALTER TABLE status_changes ADD PRIMARY KEY (task_id, id);

@@ -475,6 +475,18 @@ class SQLiteStore:
             raise self._too_new(version)
         if version == LATEST:
             return
+        # A migration may make a table again (SQLite cannot change its constraints in place): with the foreign
+        # keys enforced, dropping a table that rows refer to would check every such row (and delete nothing).
+        # They are checked over the whole file before the migration commits, which must leave no reference broken
+        # that was not broken before (SQLite's own procedure for changing a table's schema); the pragma takes
+        # effect only outside a transaction.
+        db.execute("PRAGMA foreign_keys = OFF")
+        try:
+            self._migrate_unchecked(db)
+        finally:
+            db.execute("PRAGMA foreign_keys = ON")
+
+    def _migrate_unchecked(self, db: sqlite3.Connection) -> None:
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute(
@@ -484,6 +496,10 @@ class SQLiteStore:
             version = self._version(db)  # another process may have migrated meanwhile
             if version > LATEST:
                 raise self._too_new(version)
+            if version == LATEST:
+                db.execute("COMMIT")
+                return
+            before = len(db.execute("PRAGMA foreign_key_check").fetchall()) if version else 0
             for number, name, migration in MIGRATIONS:
                 if number <= version:
                     continue
@@ -491,6 +507,14 @@ class SQLiteStore:
                 db.execute(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?,?,?)",
                     (number, name, rfc3339(self._clock())),
+                )
+            broken = db.execute("PRAGMA foreign_key_check").fetchall()
+            if len(broken) > before:
+                raise StoreCorrupt(
+                    f"Migrating the corral database {self.path} to schema {LATEST} would leave rows referring to "
+                    f"rows it lacks ({', '.join(f'{r[0]} row {r[1]} -> {r[2]}' for r in broken[:3])}); "
+                    "nothing was changed.",
+                    hint=self._damaged_hint(),
                 )
             db.execute("COMMIT")
         except BaseException:
