@@ -125,3 +125,36 @@ def test_ctrl_z_gives_the_shell_its_terminal_and_fg_brings_the_board_back(corral
         p.shows("EXITED 0")
     finally:
         p.close()
+
+
+def test_the_board_ends_when_its_terminal_goes_away_during_a_pair(
+    corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window closed while the board was away for a pair: the hang-up goes to the pair (its agent ends),
+    and the board that comes back to no terminal ends too, instead of spinning on a terminal that is gone."""
+    script = tmp_path / "agent" / "agent.py"
+    script.parent.mkdir()
+    script.write_text(AGENT)
+    monkeypatch.setenv("CORRAL_HARNESS", "command")
+    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {script}")
+    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+    corral.ok("create", "Pair on it", "--ref", "pr")
+    corral.ok("start", "pr", "--wait", "--timeout", "60")
+    p = Pane(f"{shlex.quote(sys.executable)} -m corral watch; sleep 600", repo)
+    watch = 0
+    try:
+        p.shows("Waiting for review (1)", "pr ")
+        shell = int(p.display("#{pane_pid}"))
+        (watch,) = [int(c) for c in Path(f"/proc/{shell}/task/{shell}/children").read_text().split()]
+        p.keys("p")
+        p.shows("pairing here, on a tty: True")
+        until(lambda: corral.json("show", "pr")["task"]["status"] == "pairing", timeout=10, what="pr pairing")
+    finally:
+        p.close()  # the terminal is gone: its processes get SIGHUP
+    try:
+        until(lambda: not _alive(watch), timeout=20, what=f"watch {watch} to end")
+    except AssertionError:
+        os.kill(watch, signal.SIGKILL)
+        raise
+    # The pair ended with its agent, and says so: nothing of the task is left pairing.
+    until(lambda: corral.json("show", "pr")["task"]["status"] != "pairing", timeout=20, what="the pair to end")

@@ -120,6 +120,8 @@ class BoardApp(App[int]):
         self.unreadable: str | None = None
 
     # -- layout --------------------------------------------------------------------------------
+    had_terminal = False
+
     def compose(self) -> ComposeResult:
         yield Static(id="title")
         yield OptionList(id="board")
@@ -131,6 +133,7 @@ class BoardApp(App[int]):
         for sig in (signal.SIGTERM, signal.SIGHUP):  # the terminal restored on the way out, as for q
             loop.add_signal_handler(sig, self.ended_by, sig)
         self.app_resume_signal.subscribe(self, self.resumed)
+        self.had_terminal = on_terminal()
         self.query_one("#board", OptionList).focus()
         if self.source.board is None or self.source.stale:
             self.read_board()
@@ -158,8 +161,19 @@ class BoardApp(App[int]):
         for sig in (signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
 
+    def terminal_gone(self) -> bool:
+        """Whether the terminal the board was drawn on hung up: its window closed while the hang-up went
+        elsewhere (to a pair's agent, which had the terminal then). Textual does not notice; it would read
+        the dead terminal forever. The board then ends as for SIGHUP."""
+        if self.had_terminal and not on_terminal():
+            self.ended_by(signal.SIGHUP)
+            return True
+        return False
+
     # -- the board -----------------------------------------------------------------------------
     def poll(self) -> None:
+        if self.terminal_gone():
+            return
         if self.source.due(self.interval):
             self.read_board()
 
@@ -505,7 +519,8 @@ class BoardApp(App[int]):
                 yield
         except SuspendNotSupported:
             yield
-        self.refresh(layout=True)
+        if not self.terminal_gone():
+            self.refresh(layout=True)
 
     def on_thread(self, repo: str, act: Callable[[Project], str]) -> None:
         """``act`` on a thread of its own, on the project opened afresh; its answer on the message line."""
@@ -545,3 +560,12 @@ def _replacement(gone: view.Key | None, before: list[view.Key], now: list[view.K
     if gone is not None and gone in before:
         return now[min(before.index(gone), len(now) - 1)]
     return now[0]
+
+
+def on_terminal() -> bool:
+    """Whether the board's input is a terminal that has not hung up (a hung-up one answers no terminal ioctl)."""
+    stream = sys.__stdin__
+    try:
+        return stream is not None and os.isatty(stream.fileno())
+    except (OSError, ValueError):
+        return False
