@@ -326,16 +326,20 @@ def m007_partial_status_indexes(db: sqlite3.Connection) -> None:
 
 
 #: Schema 8: a status change between two unfinished statuses touches no index of ``tasks`` and one b-tree of
-#: ``status_changes``. Measured on a 10,000-task store: 2.2 WAL frames (pages) per transition, from 4.4.
+#: ``status_changes``. Measured on a 10,000-task store: 2.2-2.7 WAL frames (pages) per transition (2 and a leaf
+#: split now and then), from 4.4.
 #:
-#: * ``tasks.finished_at``: when the task entered a finished status (NULL while it is unfinished). The two partial
-#:   indexes are keyed by it instead of by the status: SQLite rewrites an index entry whenever a column its
-#:   condition names is set, even to an entry that stays where it was, and nearly every status change (working ⇄
-#:   blocked, …) sets the status but not ``finished_at``. The CHECK keeps a finished time off an unfinished task;
-#:   the store sets and clears it in the same UPDATE that crosses between the two (``sqltx.Tx._transition``).
+#: * ``tasks.finished_at``: when the task entered a finished status (NULL while it is unfinished; a migrated
+#:   finished task's is its last change). The two partial indexes are keyed by it instead of by the status:
+#:   SQLite rewrites an index entry whenever a column its condition names is set, even to an entry that stays
+#:   where it was, and nearly every status change (working ⇄ blocked, …) sets the status but not ``finished_at``.
+#:   A CHECK holds it to the status; the store sets and clears it in the same UPDATE that crosses between the two
+#:   (``sqltx._finished``).
 #: * ``status_changes`` is keyed by its task, then a number counting up within that task (existing rows keep
 #:   theirs): the row is its own index entry, so a change writes one page of it where the row and the task
 #:   index were two b-trees. SQLite stores it WITHOUT ROWID, so the key is the table.
+#: * SQLite's CHECKs of a value list on the tables a status change writes are chains of ``=`` (:func:`one_of`).
+#:
 #: The partial indexes' conditions from schema 8 on, which the reads by status state (``sqltx._status_clause``).
 UNFINISHED_ROWS = "finished_at IS NULL"
 FINISHED_ROWS = "finished_at IS NOT NULL"
