@@ -272,3 +272,27 @@ def test_objects_and_arrays_valid_or_not_read_as_parsing_reads_them(tmp_path, mo
     end += b', "isError": false}\n'
     for before in (_calls(1, 20), _calls(1, 3, fail_every=3)):  # no failure open, and one open
         _same(tmp_path, monkeypatch, before + _update(5) + start + end + _calls(21, 30), (4096, 1 << 20))
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        b'{"type": "tool_execution_start", "toolCallId": "t5", "toolName": "", "args": {"command": "make"}}\n',
+        b'{"type":"tool_execution_start","toolCallId":"t5","toolName":"bash","args":{}}\n',
+        b'{"type": "tool_execution_start", "toolCallId": "t5", "toolName": "bash", "args": {"command": "make"}, '
+        b'"toolCallId": "t6"}\n',
+        b'{"type": "tool_execution_start", "toolCallId": "t5", "toolName": "bash", '
+        b'"args": {"command": "m\\u0061ke"}}\n',
+        b'{"type": "tool_execution_start", "toolCallId": "t5", "toolName": "bash", "args": {"command": "make", '
+        b'"command": "make -k"}}\n',
+        b'{"type": "tool_execution_start", "toolCallId": "t5", "toolName": "bash", "args": {"command": "make"}}\r\n',
+        b'{"type": "tool_execution_start", "toolCallId": "t5", "toolName": "bash", "args": "make"}\n',
+    ],
+)
+@pytest.mark.parametrize("end", ["failing", "healthy", "none"])
+def test_crafted_start_lines_read_as_parsing_reads_them(tmp_path, monkeypatch, start, end):
+    ends = {"failing": _end(5, error=True), "healthy": _end(5), "none": b""}
+    retry = _update(40) + start.replace(b'"t5"', b'"t40"') + _end(40)
+    for before in (_calls(1, 20), _calls(1, 3, fail_every=3)):
+        data = before + _update(5) + start + ends[end] + _calls(21, 19) + retry + _calls(41, 10)
+        _same(tmp_path, monkeypatch, data, (4096, 1 << 20))

@@ -252,8 +252,8 @@ _TEXT_RESULT = rb'\{"content": ?\[\{"type": ?"text", ?"text": ?' + _STRING + rb'
 _RESULT = rb"(?>" + _TEXT_RESULT + rb"|" + _SCALAR + rb"|" + _members(_RKEY, _VALUE) + rb")"
 
 
-def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') -> bytes:
-    """A start whose arguments match ``args`` and its successful end (beginning ``end_type``) on the next line."""
+def _start(args: bytes) -> bytes:
+    """A tool call's start line whose arguments match ``args``."""
     return (
         rb'\{"type": ?"tool_execution_start", ?"toolCallId": ?"(?P<id>'
         + _CHARS
@@ -262,6 +262,13 @@ def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') ->
         + rb'*+)", ?"args": ?(?P<args>'
         + args
         + rb")\}\n"
+    )
+
+
+def _pair(args: bytes, end_type: bytes = rb'\{"type": ?"tool_execution_end"') -> bytes:
+    """A start whose arguments match ``args`` and its successful end (beginning ``end_type``) on the next line."""
+    return (
+        _start(args)
         + end_type
         + rb', ?"toolCallId": ?"(?P=id)", ?"toolName": ?'
         + _PLAIN
@@ -304,6 +311,12 @@ def _call_re() -> re.Pattern[bytes]:
     """One call of a run: such a pair, maybe after text deltas (compiled on first use, as each pattern here:
     each costs milliseconds of a command's start)."""
     return re.compile(rb"(?:" + _UPDATE + rb")*+" + _PAIR_PATTERN)
+
+
+@functools.cache
+def _start_re() -> re.Pattern[bytes]:
+    """A start line alone, its arguments flat (the start of a call that failed, or that a scan cannot pair)."""
+    return re.compile(_start(_FLAT))
 
 
 @functools.cache
@@ -519,6 +532,17 @@ class PiHarness:
         if found is None:
             return None
         return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"], found.end()
+
+    def incident_start(self, data: bytes, start: int, end: int) -> tuple[str, str, bytes] | None:
+        """A ``tool_execution_start`` line at ``data[start]`` in the plain shape of :meth:`incident_pair`'s
+        (its facts certain without parsing it: ``ToolStart(id, tool, args)``): the call id, the tool's
+        name and the arguments' JSON; else None."""
+        if not data.startswith(_START_LINES, start, end):
+            return None
+        found = _start_re().match(data, start, end)
+        if found is None:
+            return None
+        return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"]
 
     def incident_run(self, data: bytes, start: int, limit: int) -> tuple[int, int] | None:
         """Where a run of plain pairs (see :meth:`incident_pair`) beginning at ``data[start]`` ends and

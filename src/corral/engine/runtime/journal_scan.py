@@ -355,6 +355,9 @@ class _Lines:
         #: line beginnings never parsed (a harness's records of no fact)
         self.unread: tuple[bytes, ...] = tuple(getattr(harness, "incident_unread", ()))
         self.run: Callable[[bytes, int, int], tuple[int, int] | None] | None = getattr(harness, "incident_run", None)
+        self.start: Callable[[bytes, int, int], tuple[str, str, bytes] | None] | None = getattr(
+            harness, "incident_start", None
+        )
         self.run_calls: Callable[[bytes, int, int], Iterable[tuple[str, bytes, int, int, str]]] = getattr(
             harness, "incident_run_calls", lambda *_: ()
         )
@@ -461,10 +464,11 @@ class _Lines:
                         no_pair = passed == start and bound == end  # as above
                         break
                     if self._recovers(call[0], call[1]):
-                        known = self.operations.get((call[0], call[1]))
+                        known = self._operation(call[0], call[1])
                         if known is None:
                             break  # its arguments do not decode: the line is parsed, and its gap reported
-                        self._fold_pair(call[4], call[0], known)  # the exact retry, folded as parsed
+                        self._fold_start(call[4], call[0], known)  # the exact retry, folded as parsed
+                        self.events += collector.fold(ToolEnd(call[4], False, name=call[0]), self.at)
                         return call[3]
                     collector.sequence += 2
                     passed = call[3]
@@ -480,6 +484,12 @@ class _Lines:
                 if collector.starts:
                     collector.starts.pop(pair[0], None)
                 return pair[3]
+        if self.start is not None:  # a start line in the plain shape: its facts without parsing it
+            begun = self.start(data, start, nl + 1)
+            known = self._operation(begun[1], begun[2]) if begun is not None else None
+            if begun is not None and known is not None:
+                self._fold_start(begun[0], begun[1], known)
+                return nl + 1
         self.parse(data[start:nl], base + start)
         return nl + 1
 
@@ -538,6 +548,12 @@ class _Lines:
         failed = self.collector.failed
         if not failed:
             return False
+        known = self._operation(name, args)
+        return known is None or known[0] in failed  # undecodable: not passed over, the line is parsed
+
+    def _operation(self, name: str, args: bytes) -> tuple[str, Any] | None:
+        """The operation of a call of ``name`` with ``args`` (JSON) in this scan's directory and the arguments
+        decoded; None when they do not decode. Worked out once per scan for each (a turn repeats its calls)."""
         key = (name, args)
         if key not in self.operations:
             if len(self.operations) >= 4096:
@@ -547,17 +563,15 @@ class _Lines:
                 self.operations[key] = None
             else:
                 self.operations[key] = (operation_of(name, decoded.value, self.cwd), decoded.value)
-        known = self.operations[key]
-        return known is None or known[0] in failed  # undecodable: not passed over, the line is parsed
+        return self.operations[key]
 
-    def _fold_pair(self, call_id: str, name: str, known: tuple[str, Any]) -> None:
-        """Fold a plain pair unparsed: its start (its operation and arguments ``known``) and its successful
-        end — the facts parsing its two lines gives an untrusted collector."""
+    def _fold_start(self, call_id: str, name: str, known: tuple[str, Any]) -> None:
+        """Fold a call's start unparsed, its operation and arguments ``known``: the fact parsing its line gives
+        an untrusted collector."""
         start = ToolStart(call_id, name, known[1], self.cwd, operation=known[0])
         self.events += self.collector.fold(start, self.at)
         if self.call_marks is not None:
             self._started(start)
-        self.events += self.collector.fold(ToolEnd(call_id, False, name=name), self.at)
 
     def parse(self, line: bytes, line_at: int) -> None:
         decoded = decode(line, max_bytes=MAX_RECORD)
