@@ -112,7 +112,7 @@ def one_turn(
 
 
 def pi_alone(
-    pi: Path, base: Path, server: ScriptedServer, env: dict[str, str], n: int
+    pi: Path, base: Path, server: ScriptedServer, env: dict[str, str], n: int, warm: bool = True
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Pi's launch by itself, spawn to first model request (ms), and the CPU time of its whole run (ms: what
     a machine with a core to spare would wait, whatever else runs): without corral's tools, with its
@@ -138,7 +138,7 @@ def pi_alone(
     )
     out: dict[str, list[float]] = {k: [] for k in launches}
     cpu: dict[str, list[float]] = {k: [] for k in launches}
-    for i in range(n + 1):  # the first round warms the page cache
+    for i in range(0 if warm else 1, n + 1):  # the first round warms the page cache
         for name, launch in launches.items() if i % 2 else reversed(launches.items()):
             before = len(server.script_requests)
             server.steps.append(Text("done"))
@@ -188,7 +188,7 @@ def main() -> int:
             }
         )
         (base / "home").mkdir()
-        alone, alone_cpu = pi_alone(pi, base, server, env, args.launches)
+        alone, alone_cpu = pi_alone(pi, base, server, env, args.launches, warm=not args.quick)
         alone_median = {k: median(v) for k, v in alone.items()}
         cpu_median = {k: median(v) for k, v in alone_cpu.items()}
         result["pi_alone_cpu_median_ms"] = {k: round(v, 1) for k, v in cpu_median.items()}

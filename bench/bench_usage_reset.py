@@ -31,6 +31,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,18 +61,24 @@ THROUGH = [{"init": True}, {"text": "back at it"}, {"result": "Done."}]
 def one_run(base: Path, n: int, tasks: int, lead: float) -> dict[str, Any]:
     run = base / f"run-{n}"
     repo = make_repo(run / "repo")
-    reset = int(time.time() + lead) + 1
-    limit = [{"init": True}, {"result": f"Claude AI usage limit reached|{reset}", "is_error": True}]
     env = hermetic_env(run / "home", pycache=base / "pycache")
-    record = fake_claude(run / "agent", env, {"invocations": [limit], "default": THROUGH})
-    cc = corral_command()
+
+    def arm() -> tuple[Path, int]:
+        """The agent's script, with the reset ``lead`` seconds from now (the tasks made, the first about to start)."""
+        reset = int(time.time() + lead) + 1
+        limit = [{"init": True}, {"result": f"Claude AI usage limit reached|{reset}", "is_error": True}]
+        return fake_claude(run / "agent", env, {"invocations": [limit], "default": THROUGH}), reset
+
+    arm()  # the environment the tasks are made in; armed again, for its reset, just before the first start
     try:
-        return _run(repo, env, record, cc, reset, tasks, lead)
+        return _run(repo, env, arm, corral_command(), tasks, lead)
     finally:
         stop_daemon(env, repo)
 
 
-def _run(repo: Path, env: dict[str, str], record: Path, cc: list[str], reset: int, tasks: int, lead: float) -> Any:
+def _run(
+    repo: Path, env: dict[str, str], arm: Callable[[], tuple[Path, int]], cc: list[str], tasks: int, lead: float
+) -> Any:
 
     def corral(*args: str) -> Any:
         out = subprocess.run([*cc, *args, "--json"], cwd=repo, env=env, capture_output=True, text=True, check=True)
@@ -91,6 +98,7 @@ def _run(repo: Path, env: dict[str, str], record: Path, cc: list[str], reset: in
                 raise SystemExit(f"timed out: {rows()}")
             time.sleep(0.1)
 
+    record, reset = arm()
     corral("start", refs[0])
     until(lambda: str(rows()[refs[0]].get("substate")).startswith("waiting: usage limit"), max(lead, 30.0))
     for ref in refs[1:]:
