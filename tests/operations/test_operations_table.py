@@ -19,7 +19,7 @@ from corral.domain.actors import Actor
 from corral.domain.explain import next_step, offers
 from corral.domain.operations_table import OPERATIONS, Op, allowed_from, takes
 from corral.domain.records import RestingCause
-from corral.domain.status import Status
+from corral.domain.status import TERMINAL, Status
 from corral.engine.operations import accept, control, pairing, submit, tasks, turns
 from corral.engine.operations import sync as syncing
 from corral.engine.project import Project
@@ -60,7 +60,11 @@ def force_status(project: Project, ref: str, status: Status) -> None:
     with project.store.write() as tx:
         task = tx.task_by_ref(ref)
         assert task is not None
-        tx._db.execute("UPDATE tasks SET status = ? WHERE id = ?", (status.value, task.id))  # type: ignore[attr-defined]
+        # a finished task has a finished time, and only a finished one (schema 8's CHECK)
+        finished_at = tx._stamp() if status in TERMINAL else None  # type: ignore[attr-defined]
+        tx._db.execute(  # type: ignore[attr-defined]
+            "UPDATE tasks SET status = ?, finished_at = ? WHERE id = ?", (status.value, finished_at, task.id)
+        )
 
 
 @pytest.mark.parametrize("op", list(Op), ids=[o.value for o in Op])
