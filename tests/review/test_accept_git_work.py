@@ -66,7 +66,7 @@ def test_an_accept_into_a_checked_out_target_scans_once_and_stashes_nothing_it_n
     assert names.count("status") == 1  # the task's worktree, found clean at pre-flight: the one scan
     assert names.count("read-tree") == 2  # tried dry, then done
     assert not {"stash", "diff-index", "symbolic-ref", "rev-parse"} & set(names)  # nothing asked twice
-    assert names.count("worktree") == 1  # the removed worktree's prune: the checkouts are read from files
+    assert "worktree" not in names  # the checkouts read, and the removed one forgotten, through git's own files
     assert ["log" in names, names.count("update-ref")] == [True, 2]  # verify; the swap and the retirement
     # the checkout is at the merge, the person's own changes where they were
     assert (repo / "merged.txt").read_text() == "theirs\n" and (repo / "added.txt").read_text() == "added\n"
@@ -147,9 +147,32 @@ def test_the_retirement_is_one_transaction_and_leaves_nothing_of_the_branch(  # 
     removals.record(proj, task, worktree, "corral/whole", tip)
     calls = recorded(proj, monkeypatch)
     assert removals.finish(proj, task.id)
-    assert [subcommand(args) for args in calls] == ["worktree", "update-ref"]
+    assert [subcommand(args) for args in calls] == ["update-ref"]
+    assert str(worktree) not in git(repo, "worktree", "list", "--porcelain")
     refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)"], cwd=repo, capture_output=True, text=True)
     assert "refs/heads/corral/whole" not in refs.stdout and "refs/corral/verified/whole" not in refs.stdout
     assert git(repo, "rev-parse", "refs/corral/archive/whole") == tip
     assert "archived before accept" in git(repo, "reflog", "-1", "--format=%gs", "refs/corral/archive/whole")
     assert not Path(worktree).exists()
+
+
+def test_a_worktree_that_names_another_tasks_records_makes_its_removal_forget_only_itself(  # type: ignore[no-untyped-def]
+    proj, agent, repo: Path
+) -> None:
+    first = blocked(proj, agent, "first", {"first.txt": "first\n"})
+    second = blocked(proj, agent, "second", {"second.txt": "second\n"})
+    with proj.store.read() as tx:
+        worktrees = {
+            t.ref: Path(tx.get_session(t.session_id).worktree) for t in (tx.get_task(first.id), tx.get_task(second.id))
+        }
+    # the first worktree's .git, which its agent could write, names the second's administrative directory
+    (worktrees["first"] / ".git").write_text((worktrees["second"] / ".git").read_text())
+    tip = git(repo, "rev-parse", "refs/heads/corral/first")
+    removals.record(proj, first, str(worktrees["first"]), "corral/first", tip)
+    assert removals.finish(proj, first.id)
+    listed = git(repo, "worktree", "list", "--porcelain")
+    assert str(worktrees["first"]) not in listed and str(worktrees["second"]) in listed
+    assert git(repo, "-C", str(worktrees["second"]), "status", "--porcelain") == ""  # its records intact
+    assert git(repo, "-C", str(worktrees["second"]), "rev-parse", "HEAD") == git(
+        repo, "rev-parse", "refs/heads/corral/second"
+    )

@@ -707,7 +707,8 @@ def refuse_markers(project: Project, ready: _Ready, old: str, tree: str) -> None
         "--",
         cwd=project.repo,
     ).stdout
-    regions = conflict_markers.find(patch)
+    # A region begins with an added line that opens it: a patch with none holds no region (read no further).
+    regions = conflict_markers.find(patch) if f"\n+{conflict_markers.OPENING}" in f"\n{patch}" else []
     if not regions:
         return
     ref, wt = ready.task.ref, _worktree_words(ready)

@@ -2,12 +2,13 @@
 
 Removing a worktree is deleting every file in it (most of a large repository's accept, when it
 was done in line). So accept, once the task is ``complete``, takes the worktree out of the way
-with one rename (into ``worktrees/.removing/``, on the same filesystem), has git forget it
-(``worktree prune``: its worktree is gone), then archives the branch's tip and deletes the branch by
-compare-and-swap in one ref transaction; the files themselves are deleted by a detached ``rm -rf``
-that outlives the command. Before any of it, what is to be removed is written down (``removals/<task>.json``):
-a removal that died anywhere is finished by the reconciler (:func:`sweep`), every step again
-from the start, each one a no-op once done; a renamed worktree whose ``rm`` died is deleted again.
+with one rename (into ``worktrees/.removing/``, on the same filesystem), has git forget it (its
+administrative directory renamed there too, as ``worktree prune`` would delete it), then archives
+the branch's tip and deletes the branch by compare-and-swap in one ref transaction; the files
+themselves are deleted by a detached ``rm -rf`` that outlives the command. Before any of it, what
+is to be removed is written down (``removals/<task>.json``): a removal that died anywhere is
+finished by the reconciler (:func:`sweep`), every step again from the start, each one a no-op once
+done; a renamed worktree whose ``rm`` died is deleted again.
 
 The worktree was found clean under the task's lock by accept's pre-flight (its one status scan),
 and nothing of corral's runs in it while the task is merging: nothing in it is work to save.
@@ -37,6 +38,8 @@ from corral.errors import GitError
 
 #: The directory (beside the worktrees) a removed worktree is renamed into until its files are deleted.
 TRASH = ".removing"
+#: What the name of a removed worktree's administrative directory begins with in the trash.
+ADMIN = ".admin-"
 #: A renamed worktree older than this with files left is deleted again (its ``rm`` died with the machine).
 TRASH_AGAIN_SECONDS = 60.0
 
@@ -109,10 +112,12 @@ def finish(project: Project, task_id: str) -> bool:
             trash.mkdir(parents=True, exist_ok=True)
             moved.append(trash / f"{worktree.name}.{time.time_ns()}")
             os.rename(worktree, moved[0])
-        else:  # moved by a removal that died: its files are deleted below
-            moved += [Path(p) for p in glob.glob(f"{glob.escape(str(trash / worktree.name))}.*")]
+        else:  # moved by a removal that died (with its administrative directory): their files are deleted below
+            for name in (worktree.name, f"{ADMIN}{worktree.name}"):
+                moved += [Path(p) for p in glob.glob(f"{glob.escape(str(trash / name))}.*")]
     crashpoints.hit("removal.moved")
-    git.run("worktree", "prune", cwd=repo, check=False)  # git forgets the worktree that is gone
+    if worktree is None or not _forget(project, worktree, moved):
+        git.run("worktree", "prune", cwd=repo, check=False)  # git forgets the worktree that is gone
     crashpoints.hit("removal.pruned")
     if tip is not None:
         try:
@@ -126,6 +131,37 @@ def finish(project: Project, task_id: str) -> bool:
     for each in moved:
         _delete(project, each)
     return True
+
+
+def _forget(project: Project, worktree: Path, moved: list[Path]) -> bool:
+    """git made to forget ``worktree``, now gone, as ``git worktree prune`` does: the administrative directory
+    whose ``gitdir`` names that worktree's ``.git`` (corral's record of where it was, never the worktree's own
+    files) renamed into the trash, to be deleted with it (added to ``moved``). False where git is to be asked
+    instead: not plainly laid out, no such directory (already forgotten, or named another way), the worktree
+    still there, or locked (prune keeps those)."""
+    common = common_dir(Path(project.repo))
+    if common is None or common.name != ".git" or os.path.lexists(worktree):
+        return False
+    wanted = str(worktree / ".git")
+    try:
+        entries = list(os.scandir(common / "worktrees"))
+    except OSError:
+        return False
+    for entry in entries:
+        admin = Path(entry.path)
+        try:
+            if (admin / "gitdir").read_text(errors="surrogateescape").strip() != wanted:
+                continue
+        except OSError:
+            continue
+        if (admin / "locked").exists():
+            return False
+        trash = trash_dir(project)
+        trash.mkdir(parents=True, exist_ok=True)
+        moved.append(trash / f"{ADMIN}{worktree.name}.{time.time_ns()}")  # found again by a removal run again
+        os.rename(admin, moved[-1])
+        return True
+    return False
 
 
 def _retire(project: Project, note: dict[str, Any], branch: str, tip: str) -> None:
