@@ -166,6 +166,7 @@ def test_the_plain_list_loads_no_dispatch_engine_nor_database_driver(corral: CLI
     # is ~25 ms of start-up; secrets, with hashlib and random, ~3.5 ms; socket ~1 ms).
     corral.ok("create", "First task")
     heavy = ["corral.adapters.jobs", "asyncio", "procrastinate", "psycopg", "secrets", "hashlib", "random", "socket"]
+    heavy += ["corral.engine.operations.forge_sync", "corral.adapters.gh_forge"]  # a project with no forge
     probe = (
         "import sys; from corral.cli import main; code = main(['list', '--active']); "
         f"print([m for m in {heavy!r} if m in sys.modules])"

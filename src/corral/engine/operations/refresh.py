@@ -22,9 +22,10 @@ def settle(project: Project, observed: Observed | None = None) -> list[str]:
     """
     report = reconcile(project, observed)
     problems = list(report.problems)
-    from corral.engine.operations.forge_sync import sync  # remote sync, at most every forge_poll (docs/forge.md)
+    if project.config["forge"] == "gh":  # a project with no forge loads none of remote sync (~5 ms of a read)
+        from corral.engine.operations.forge_sync import sync  # at most every forge_poll (docs/forge.md)
 
-    problems += sync(project)
+        problems += sync(project)
     for task_id in due(project, report.ended):  # and the tasks the auto-resume gap held back
         try:
             maybe_auto_resume(project, task_id)
