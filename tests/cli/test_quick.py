@@ -393,6 +393,13 @@ def test_the_early_answers_are_clicks(
     assert (code, out, err) == _clicks(args, capsys, monkeypatch)
 
 
+def test_the_help_width_is_the_groups() -> None:
+    from corral.cli.root import cli
+
+    assert cli.context_settings["max_content_width"] == early.MAX_CONTENT_WIDTH
+    assert click.formatting.FORCED_WIDTH is None  # click takes the terminal's width, as early.help_width does
+
+
 @pytest.mark.parametrize("columns", ["80", "120", "100", "1", "0", "-3", "wide", "", None])
 def test_the_terminal_width_is_shutils(columns: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     if columns is None:
