@@ -100,11 +100,25 @@ def _run(
 
     record, reset = arm()
     corral("start", refs[0])
-    until(lambda: str(rows()[refs[0]].get("substate")).startswith("waiting: usage limit"), max(lead, 30.0))
+
+    def first_paused_or_done() -> bool:
+        """The first task waiting on the limit; or blocked already (a machine too slow for the lead: not correct)."""
+        row = rows()[refs[0]]
+        return row["status"] == "blocked" or str(row.get("substate")).startswith("waiting")
+
+    until(first_paused_or_done, max(lead, 30.0))
     for ref in refs[1:]:
         corral("start", ref)
-    until(lambda: all(str(r.get("substate")).startswith("waiting") for r in rows().values()), max(lead, 30.0))
-    waited_before_reset = time.time() < reset
+    waited: set[str] = set()
+
+    def each_waited_or_done() -> bool:
+        """Every task seen waiting, or already past it: a slow look may miss a wait the reset ended."""
+        now = rows()
+        waited.update(ref for ref, r in now.items() if str(r.get("substate")).startswith("waiting"))
+        return all(ref in waited or r["status"] == "blocked" for ref, r in now.items())
+
+    until(each_waited_or_done, max(lead, 30.0))
+    waited_before_reset = time.time() < reset and waited == set(refs)
     until(lambda: all(r["status"] == "blocked" for r in rows().values()), 120)
     all_blocked = time.time()
     calls = [json.loads(line) for line in (record / "invocations.jsonl").read_text().splitlines()]
