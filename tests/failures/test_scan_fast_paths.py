@@ -296,3 +296,18 @@ def test_crafted_start_lines_read_as_parsing_reads_them(tmp_path, monkeypatch, s
     for before in (_calls(1, 20), _calls(1, 3, fail_every=3)):
         data = before + _update(5) + start + ends[end] + _calls(21, 19) + retry + _calls(41, 10)
         _same(tmp_path, monkeypatch, data, (4096, 1 << 20))
+
+
+def test_spellings_mixed_between_and_within_lines_read_as_parsing_reads_them(tmp_path, monkeypatch):
+    mixed = (
+        b'{"type": "tool_execution_start","toolCallId":"t30", "toolName":"bash","args":{"command": "make"}}\n'
+        b'{"type":"tool_execution_end", "toolCallId": "t30","toolName":"bash","result":"ok","isError": false}\n'
+    )
+    lines = []
+    for n in range(1, 120):
+        compact = n % 3 == 0
+        lines += [_update(n), _start(n, f"pytest t{n % 5}.py", compact), _end(n, n % 13 == 0, not compact)]
+        if n % 29 == 0:
+            lines.append(mixed.replace(b"t30", b"t%d" % (1000 + n)))
+    events = _same(tmp_path, monkeypatch, b"".join(lines), (1000, 1 << 20))
+    assert _failures(events)

@@ -283,8 +283,8 @@ _PAIR_PATTERN = _pair(_FLAT)
 
 @functools.cache
 def _pair_re() -> re.Pattern[bytes]:
-    """One such pair alone: what :meth:`PiHarness.incident_pair` matches once a start line begins there
-    (it matches with :func:`_call_re`, which a scan compiles anyway)."""
+    """One such pair alone, in either spelling: what :meth:`PiHarness.incident_pair` matches in the spelling
+    of the start line there (it matches with :func:`_call_re`, which a scan compiles anyway)."""
     return re.compile(_PAIR_PATTERN)
 
 
@@ -306,25 +306,39 @@ BLOCK = 16
 PLAIN_BLOCK = 4
 
 
+def _spelling(data: bytes, start: int) -> bytes:
+    """How the record at ``data[start]`` separates its keys from their values: ``b""`` (Pi's own, as
+    ``JSON.stringify`` writes) or ``b" "`` (``json.dumps``'s). The patterns below are compiled for one
+    spelling at a time (a pattern where each separator may have its space or not costs a sixth more to match);
+    a line of another spelling, or of both, is no pair for them: it is parsed."""
+    return b" " if data.startswith(b'{"type": ', start) else b""
+
+
+def _spelled(pattern: bytes, spelling: bytes) -> re.Pattern[bytes]:
+    """``pattern`` compiled with each separator's optional space (``" ?"``, only ever after ``:`` or ``,``) as
+    ``spelling`` has it."""
+    return re.compile(pattern.replace(b" ?", spelling))
+
+
 @functools.cache
-def _call_re() -> re.Pattern[bytes]:
+def _call_re(spelling: bytes) -> re.Pattern[bytes]:
     """One call of a run: such a pair, maybe after text deltas (compiled on first use, as each pattern here:
     each costs milliseconds of a command's start)."""
-    return re.compile(rb"(?:" + _UPDATE + rb")*+" + _PAIR_PATTERN)
+    return _spelled(rb"(?:" + _UPDATE + rb")*+" + _PAIR_PATTERN, spelling)
 
 
 @functools.cache
-def _start_re() -> re.Pattern[bytes]:
+def _start_re(spelling: bytes) -> re.Pattern[bytes]:
     """A start line alone, its arguments flat (the start of a call that failed, or that a scan cannot pair)."""
-    return re.compile(_start(_FLAT))
+    return _spelled(_start(_FLAT), spelling)
 
 
 @functools.cache
-def _block_re(plain: bool) -> re.Pattern[bytes]:
+def _block_re(plain: bool, spelling: bytes) -> re.Pattern[bytes]:
     """:data:`BLOCK` calls of a run in a row; with ``plain``, :data:`PLAIN_BLOCK` calls each with its arguments
     written without an escape."""
     call = rb"(?:" + _UPDATE + rb")*+" + (_pair(_PLAIN_FLAT) if plain else _PAIR_PATTERN)
-    return re.compile(rb"(?:" + call + rb"){%d}+" % (PLAIN_BLOCK if plain else BLOCK))
+    return _spelled(rb"(?:" + call + rb"){%d}+" % (PLAIN_BLOCK if plain else BLOCK), spelling)
 
 
 #: A value a plain run spells between quotes as it is.
@@ -528,7 +542,8 @@ class PiHarness:
         """
         if not data.startswith(_START_LINES, start, end):
             return None  # no start there (an end, a record of another type): the pattern is not even needed
-        found = _call_re().match(data, start, end)  # a start line: no text delta before it, the pair alone
+        # a start line: no text delta before it, the pair alone
+        found = _call_re(_spelling(data, start)).match(data, start, end)
         if found is None:
             return None
         return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"], found.end()
@@ -539,7 +554,7 @@ class PiHarness:
         name and the arguments' JSON; else None."""
         if not data.startswith(_START_LINES, start, end):
             return None
-        found = _start_re().match(data, start, end)
+        found = _start_re(_spelling(data, start)).match(data, start, end)
         if found is None:
             return None
         return found["id"].decode("ascii"), found["name"].decode("ascii") or "tool", found["args"]
@@ -547,7 +562,8 @@ class PiHarness:
     def incident_run(self, data: bytes, start: int, limit: int) -> tuple[int, int] | None:
         """Where a run of plain pairs (see :meth:`incident_pair`) beginning at ``data[start]`` ends and
         how many calls it holds, ``message_update`` lines between them included; None when no pair begins there."""
-        block, call = _block_re(False).match, _call_re().match
+        spelling = _spelling(data, start)
+        block, call = _block_re(False, spelling).match, _call_re(spelling).match
         at, calls = start, 0
         while (found := block(data, at, limit)) is not None:
             at, calls = found.end(), calls + BLOCK
@@ -567,7 +583,7 @@ class PiHarness:
     def incident_next_call(self, data: bytes, start: int, end: int) -> tuple[str, bytes, int, int, str] | None:
         """The first call :meth:`incident_run_calls` gives from ``data[start]`` (None when it gives none):
         what a scan checking a run call by call asks for, without a generator for each call."""
-        found = _call_re().match(data, start, end)
+        found = _call_re(_spelling(data, start)).match(data, start, end)
         if found is None:
             return None
         return found["name"].decode("ascii") or "tool", found["args"], start, found.end(), found["id"].decode("ascii")
@@ -582,7 +598,7 @@ class PiHarness:
         string argument ``S`` holds ``"S"``, and ``"N"`` (or ``""``, Pi's empty name, for ``tool``)
         — what :meth:`incident_call_marks` rests on.
         """
-        block = _block_re(True).match
+        block = _block_re(True, _spelling(data, start)).match
         at, calls = start, 0
         while (found := block(data, at, limit)) is not None:
             at, calls = found.end(), calls + PLAIN_BLOCK
