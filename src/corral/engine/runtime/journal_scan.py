@@ -56,12 +56,14 @@ class Facts(Protocol):
     text says (Pi's text deltas), never parsed; ``incident_pair(data, start, end)``: for a tool call's
     start at ``data[start]`` ended successfully on the next line, in a shape whose facts are certain
     unparsed, (its call id, tool name, arguments' JSON, where the next line begins), else None;
-    ``incident_run(data, start, limit)`` for a run of such pairs (where it ends and how many calls it
-    holds) and ``incident_run_calls`` for its calls one by one; and, to pass a run while failures are
-    open, ``incident_plain_run(data, start, limit)`` (a run whose calls' bytes spell their facts:
-    where it ends and how many calls it holds) with ``incident_call_marks(name, args)`` (bytes one of
-    which the start line of any call of ``name`` with those arguments in such a run holds). See
-    :class:`corral.adapters.harness.pi.PiHarness`.
+    ``incident_start(data, start, end)``: the same for a start line alone (its call id, tool name and
+    arguments' JSON); ``incident_run(data, start, limit)`` for a run of such pairs (where it ends and
+    how many calls it holds) and ``incident_run_calls`` for its calls one by one (with
+    ``incident_next_call``, the first of them: its tool, arguments, where it begins and ends, its call
+    id); and, to pass a run while failures are open, ``incident_plain_run(data, start, limit)`` (a
+    run whose calls' bytes spell their facts: where it ends and how many calls it holds) with
+    ``incident_call_marks(name, args)`` (bytes one of which the start line of any call of ``name``
+    with those arguments in such a run holds). See :class:`corral.adapters.harness.pi.PiHarness`.
     """
 
     incident_markers: tuple[bytes, ...]
@@ -289,12 +291,15 @@ def _scan_bytes(
 ) -> list[dict[str, Any]]:
     """The events of ``fd``'s complete lines from ``offset`` to ``size``; the cursor stops after the last.
 
-    Only lines holding one of the harness's markers are parsed. They are found with byte
-    searches, not line by line, and a harness's ``incident_pair`` (optional) spares the parse
-    of a tool call begun and ended successfully on the next line when no failure of its
-    operation is open: that pair's facts change nothing but the collector's sequence. While
-    failures are open, a run of such calls none of whose start lines holds an open failure's
-    mark (``incident_call_marks``) is passed at once: none of them is an exact retry.
+    Only lines holding one of the harness's markers are parsed, and of those none that begins as a
+    record of no fact (``incident_unread``). They are found with byte searches, not line by line, and a
+    harness's ``incident_pair`` (optional) spares the parse of a tool call begun and ended
+    successfully on the next line when no failure of its operation is open: that pair's facts
+    change nothing but the collector's sequence. While failures are open, a run of such calls
+    none of whose start lines holds an open failure's mark (``incident_call_marks``) is passed at
+    once: none of them is an exact retry; the one that is (and a start line in the plain shape,
+    ``incident_start``) is folded from its match, unparsed. Whatever a shortcut passes or folds is
+    what parsing every marked line would fold (tests/failures/test_scan_fast_paths.py).
     """
     events: list[dict[str, Any]] = []
     markers = tuple(harness.incident_markers)
@@ -439,9 +444,10 @@ class _Lines:
 
         With no call begun, a run of successful pairs (the harness's ``incident_run``) changes
         nothing but the collector's sequence — up to the first pair that would recover an open
-        failure — so it is passed over: in one step when no failure is open, else pair by pair,
-        each stretch of pairs that holds no open failure's mark at once (:meth:`_unmarked`);
-        never past ``limit`` (the next line too long to be a record).
+        failure — so it is passed over: block by block when no failure is open, else pair by pair,
+        each stretch of pairs that holds no open failure's mark at once (:meth:`_unmarked`), and
+        the pair that recovers one folded from its match; never past ``limit`` (the next line too
+        long to be a record).
         """
         collector = self.collector
         if collector.trusted:  # a trusted run folds every call: intents, attempts and evidence count
