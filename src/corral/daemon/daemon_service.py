@@ -468,10 +468,10 @@ class Daemon:
         try:
             self.event("started", pid=os.getpid(), home=str(self.home))
             # A daemon started after a crash recovers first: its first tick runs before the MCP
-            # endpoint loads, since loading the SDK takes a second or two of CPU that would slow
-            # that tick down. The endpoint then starts beside the later ticks (a supervisor's death
-            # is not left waiting for it); the state file, which a starter waits for, is written
-            # once it is up or known to be unavailable.
+            # endpoint and the dashboard start. They then start beside the later ticks (a supervisor's
+            # death is not left waiting for them); the state file, which a starter waits for, is
+            # written once they are up or known to be unavailable. The MCP SDK itself, about half a
+            # second of CPU, loads on the endpoint's first request (corral.mcp.http.Deferred).
             self.guarded("doorbell", self.open_doorbell)
             next_tick = self.tick_once()
             self._mcp_thread = threading.Thread(target=self._start_mcp_then_say, name="mcp-start", daemon=True)

@@ -19,6 +19,7 @@ The server runs in a thread of the daemon with its own event loop (:func:`start`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -111,29 +112,99 @@ async def _deny(send: Any, status: int, code: str, message: str) -> None:
 
 
 def app(home: Path, port: Callable[[], int], log: logging.Logger | None = None) -> Any:
-    """The ASGI application: corral's tools for the agent each request's token names."""
-    from mcp.server.transport_security import TransportSecuritySettings
+    """The ASGI application: corral's tools for the agent each request's token names.
 
-    projects = Projects()
-    live = LiveCache()
+    The SDK's own application is built on the first request that passes the :class:`Guard`
+    (:class:`Deferred`), not when the daemon starts: loading the SDK costs about half a second of
+    CPU (its protocol models), which a daemon whose agents never call a tool never pays, and which a
+    command waiting for the daemon's endpoint to be served no longer waits on.
+    """
 
-    def resolve(ctx: Any) -> Calling:
-        request = getattr(ctx, "request", None)
-        grant = gates.grant_of(home, bearer(getattr(request, "headers", None)))
-        project = projects.get(grant.repo, grant.state)
-        caller = gates.agent(project, grant)
-        # A worker's turn: every write its agent makes holds the turn's fence (fenced).
-        return Calling(lambda: fenced(projects.get(grant.repo, grant.state), caller), caller, settles=False, live=live)
+    def sdk_app() -> Any:
+        from mcp.server.transport_security import TransportSecuritySettings
 
-    server = build(resolve)
-    p = port()
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(_allowed_hosts(p)),
-        allowed_origins=sorted(_allowed_origins(p)),
-    )
-    inner = server.streamable_http_app(streamable_http_path=PATH, host=HOST, transport_security=security)
-    return Guard(inner, home, port)
+        projects = Projects()
+        live = LiveCache()
+
+        def resolve(ctx: Any) -> Calling:
+            request = getattr(ctx, "request", None)
+            grant = gates.grant_of(home, bearer(getattr(request, "headers", None)))
+            project = projects.get(grant.repo, grant.state)
+            caller = gates.agent(project, grant)
+            # A worker's turn: every write its agent makes holds the turn's fence (fenced).
+            return Calling(
+                lambda: fenced(projects.get(grant.repo, grant.state), caller), caller, settles=False, live=live
+            )
+
+        server = build(resolve)
+        p = port()
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=sorted(_allowed_hosts(p)),
+            allowed_origins=sorted(_allowed_origins(p)),
+        )
+        return server.streamable_http_app(streamable_http_path=PATH, host=HOST, transport_security=security)
+
+    return Guard(Deferred(sdk_app), home, port)
+
+
+class Deferred:
+    """ASGI: an application built by ``make`` on its first request, its lifespan entered then.
+
+    ``make`` runs in a worker thread (the import does not hold the event loop: requests the
+    :class:`Guard` refuses are answered meanwhile), once, however many requests arrive together. The
+    built application's lifespan (the SDK's session manager) is held by a task of its own, entered
+    before the first request is passed on and left when the server shuts down. A ``make`` that
+    fails fails that request, and the next request tries again.
+    """
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+        self.built: Any = None
+        self._lock: asyncio.Lock | None = None
+        self._closing: asyncio.Event | None = None
+        self._holder: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        built = self.built if self.built is not None else await self._build()
+        await built(scope, receive, send)
+
+    async def _build(self) -> Any:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.built is None:
+                built = await asyncio.to_thread(self.make)
+                entered, closing = asyncio.Event(), asyncio.Event()
+                holder = asyncio.create_task(self._hold(built, entered, closing))
+                waiting = asyncio.create_task(entered.wait())
+                await asyncio.wait({holder, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                if not entered.is_set():
+                    waiting.cancel()
+                    holder.result()  # its lifespan failed: that failure is this request's
+                self._holder, self._closing, self.built = holder, closing, built
+        return self.built
+
+    @staticmethod
+    async def _hold(built: Any, entered: asyncio.Event, closing: asyncio.Event) -> None:
+        async with built.router.lifespan_context(built):
+            entered.set()
+            await closing.wait()
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._holder is not None and self._closing is not None:
+                    self._closing.set()
+                    await asyncio.gather(self._holder, return_exceptions=True)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
 
 def start(home: Path, log: logging.Logger | None = None) -> Served:
