@@ -64,6 +64,7 @@ def test_an_accept_into_a_checked_out_target_scans_once_and_stashes_nothing_it_n
     assert result.task.status is Status.COMPLETE and result.conflict is None and result.warning is None
     names = [subcommand(args) for args in calls]
     assert names.count("status") == 1  # the task's worktree, found clean at pre-flight: the one scan
+    assert names.count("for-each-ref") == 1  # the branch and the target, read again under its lock from files
     assert names.count("read-tree") == 2  # tried dry, then done
     assert not {"stash", "diff-index", "symbolic-ref", "rev-parse"} & set(names)  # nothing asked twice
     assert "worktree" not in names  # the checkouts read, and the removed one forgotten, through git's own files
@@ -176,3 +177,24 @@ def test_a_worktree_that_names_another_tasks_records_makes_its_removal_forget_on
     assert git(repo, "-C", str(worktrees["second"]), "rev-parse", "HEAD") == git(
         repo, "rev-parse", "refs/heads/corral/second"
     )
+
+
+def test_the_target_under_its_lock_is_pre_flights_read_only_while_its_ref_still_holds_it(
+    proj, agent, repo: Path
+) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "late", {"late.txt": "late\n"})
+    ready = accepting.preflight(proj, "late", Actor.HUMAN)
+    assert not isinstance(ready, accepting.Accepted)
+    seen = (git(repo, "rev-parse", "main"), git(repo, "rev-parse", "main^{tree}"))
+    assert ready.target_seen == seen
+    assert accepting._target_now(proj, "main", seen) == seen
+    commit_file(repo, "meanwhile.txt", "landed after pre-flight\n")  # the target moves before the lock
+    now = (git(repo, "rev-parse", "main"), git(repo, "rev-parse", "main^{tree}"))
+    assert accepting._target_now(proj, "main", seen) == now
+    git(repo, "pack-refs", "--all")  # a packed ref is read as git reads it
+    assert accepting._target_now(proj, "main", seen) == now
+    result = accepting.accept(proj, "late", actor=Actor.HUMAN)
+    assert result.task.status is Status.COMPLETE
+    assert git(repo, "rev-parse", "main^") == now[0]  # merged onto the target as it is, nothing of it lost
+    assert (repo / "meanwhile.txt").read_text() == "landed after pre-flight\n"
+    assert (repo / "late.txt").read_text() == "late\n"

@@ -89,6 +89,9 @@ class _Ready(Struct, frozen=True):
     #: The task's turns ran on workers: its branch and its target live on the shared remote, where
     #: the merge lands first, by compare-and-swap (docs/workers.md#branches).
     shared: bool = False
+    #: The target's commit and tree as pre-flight read them: the merge's first base when the target's ref
+    #: still holds that commit under its lock (:func:`_target_now`).
+    target_seen: tuple[str, str] | None = None
 
 
 def _checked_out(project: Project, branch: str) -> bool:
@@ -159,7 +162,7 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
             f"them yourself in {session.worktree}.",
         )
     shared = fetched is not None
-    tip, target_there = _tips(project, session.branch or task.branch, None if shared else target)
+    tip, target_there, seen = _read_tips(project, session.branch or task.branch, None if shared else target)
     if tip is None:
         raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
     if not target_there:
@@ -167,10 +170,10 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
             f"The target branch {target} of {task.ref} does not exist.",
             hint=f"Create it, or: corral edit {task.ref} --target BRANCH",
         )
-    return _Ready(task, session, target, tip, task.status, shared=shared)
+    return _Ready(task, session, target, tip, task.status, shared=shared, target_seen=seen)
 
 
-_REF_FORMAT = "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(symref)"
+_REF_FORMAT = "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(symref)%00%(tree)"
 _FULL_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 
@@ -179,13 +182,20 @@ def _tips(project: Project, branch: str, target: str | None) -> tuple[str | None
     (True when None: not asked), both from one ``for-each-ref`` in the common case: a plain branch holding a
     commit. Anything else (a symbolic ref, an object that is not a commit or not there, a listing git refuses)
     is asked as before, one ref at a time, so that a symbolic ref is put back or refused as it always was."""
+    tip, there, _seen = _read_tips(project, branch, target)
+    return tip, there
+
+
+def _read_tips(project: Project, branch: str, target: str | None) -> tuple[str | None, bool, tuple[str, str] | None]:
+    """:func:`_tips`, and the target's commit and tree when the same listing gave them (a plain branch holding a
+    commit), else None."""
     names = [f"refs/heads/{branch}", *([f"refs/heads/{target}"] if target is not None else [])]
     listed: dict[str, list[str]] = {}
     done = project.git.run("for-each-ref", _REF_FORMAT, *names, cwd=project.repo, check=False)
     if done.returncode == 0:
         for line in done.stdout.split("\n"):
             parts = line.split("\0")
-            if len(parts) == 4 and parts[0] in names:  # a pattern matches the refs below it too
+            if len(parts) == 5 and parts[0] in names:  # a pattern matches the refs below it too
                 listed[parts[0]] = parts[1:]
     own = listed.get(names[0])
     if own is not None and own[1] == "commit" and not own[2] and _FULL_SHA.fullmatch(own[0]):
@@ -193,11 +203,12 @@ def _tips(project: Project, branch: str, target: str | None) -> tuple[str | None
     else:
         tip = reviewed.branch_tip(project, branch)
     if target is None:
-        return tip, True
+        return tip, True, None
     found = listed.get(names[1])
     if found is not None and found[1] == "commit":
-        return tip, True
-    return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None
+        plain = not found[2] and _FULL_SHA.fullmatch(found[0]) and _FULL_SHA.fullmatch(found[3])
+        return tip, True, (found[0], found[3]) if plain else None
+    return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None, None
 
 
 #: A target read once: its commit, and the commit's type and tree. (Not its trailers: ``for-each-ref`` of some
@@ -217,6 +228,15 @@ def _tip_and_tree(project: Project, target: str) -> tuple[str | None, str | None
             if len(parts) == 4 and parts[0] == ref and parts[2] == "commit" and _FULL_SHA.fullmatch(parts[3]):
                 return parts[1], parts[3]
     return project.git.rev_parse(ref, cwd=project.repo), None
+
+
+def _target_now(project: Project, target: str, seen: tuple[str, str] | None) -> tuple[str | None, str | None]:
+    """The target's commit and tree, read under its lock: what pre-flight read (``seen``) when the ref's file
+    still holds that commit (read as git reads it, no git process), else asked of git (:func:`_tip_and_tree`).
+    A commit's tree never changes, so a ref still at the commit pre-flight saw still has the tree it saw."""
+    if seen is not None and removals.ref_in_files(project, f"refs/heads/{target}") == seen[0]:
+        return seen
+    return _tip_and_tree(project, target)
 
 
 def _commit(project: Project, tree: str, parent: str, message: str) -> str:
@@ -527,7 +547,7 @@ def _land(
         if ready.shared:
             old = project.placement.remote_target(project, task, target)
         else:
-            old, old_tree = _tip_and_tree(project, target)
+            old, old_tree = _target_now(project, target, ready.target_seen if attempt == 0 else None)
         if old is None:
             raise AcceptRefused(f"The target branch {target} of {task.ref} is gone.")
         tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)

@@ -22,7 +22,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from corral import crashpoints
 from corral.adapters.branches import delete_task_branch
@@ -80,17 +80,24 @@ def _archived(project: Project, ref: str) -> str | None:
     """The commit corral's archive ``ref`` holds, read from the repository's files as git reads them (its loose
     file, else its line in ``packed-refs``; neither: none); git is asked where the files are not the whole story
     (no common directory found, reftable, a loose file holding anything but an object name)."""
+    found = ref_in_files(project, ref)
+    return project.git.rev_parse(ref, cwd=project.repo) if found is False else found
+
+
+def ref_in_files(project: Project, ref: str) -> str | Literal[False] | None:
+    """The object name ``ref`` holds, read from the repository's files as git reads them: its loose file, else
+    its line in ``packed-refs``, else None (no such ref). False where the files are not the whole story (no
+    common directory found, reftable, a loose file holding anything but an object name): the caller asks git."""
     common = common_dir(Path(project.repo))
-    if common is not None and not (common / "reftable").exists():
-        try:
-            text = (common / ref).read_bytes().strip().decode("ascii").lower()
-        except FileNotFoundError:
-            return read_packed(common, ()).get(ref)
-        except (OSError, UnicodeDecodeError):
-            text = ""
-        if _FULL_SHA.fullmatch(text):
-            return text
-    return project.git.rev_parse(ref, cwd=project.repo)
+    if common is None or (common / "reftable").exists():
+        return False
+    try:
+        text = (common / ref).read_bytes().strip().decode("ascii").lower()
+    except FileNotFoundError:
+        return read_packed(common, ()).get(ref)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return text if _FULL_SHA.fullmatch(text) else False
 
 
 def finish(project: Project, task_id: str) -> bool:
