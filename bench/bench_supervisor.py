@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -46,6 +47,7 @@ from benchlib import (
     stop_daemon,
     verdict,
 )
+from corral.testing import fake_agent
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -57,7 +59,7 @@ def stamping_agent(directory: Path) -> Path:
     path.write_text(
         "#!/bin/sh\n"
         'date +%s%N >> "$CORRAL_FAKE_RECORD/exec-times"\n'
-        f'exec "{sys.executable}" -m corral.testing.fake_agent "$@"\n'
+        f'exec {shlex.quote(sys.executable)} {shlex.quote(fake_agent.__file__)} "$@"\n'  # as wrapper_script runs it
     )
     path.chmod(0o755)
     return path

@@ -4,6 +4,7 @@ contract is the contract."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -33,5 +34,10 @@ def test_the_wrapper_runs_a_scenario_and_imports_no_harness_module(tmp_path: Pat
     imported = [line for line in done.stderr.splitlines() if line.startswith("import ")]
     assert imported, "PYTHONVERBOSE said nothing: the check below would prove nothing"
     assert not [line for line in imported if "corral.adapters" in line.split()[1]], done.stderr
+    # Nor corral's package (msgspec with it), nor what only some steps or no step use.
+    names = {line.split()[1].strip("'") for line in imported}
+    assert not names & {"corral", "msgspec", "uuid", "subprocess", "typing"}, sorted(names)
+    session = result["session_id"]
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", session), session
     (call,) = [json.loads(line) for line in (tmp_path / "record" / "invocations.jsonl").read_text().splitlines()]
     assert call["prompt"] == "a prompt" and call["env"]["CORRAL_TASK"] == "the-task"

@@ -26,12 +26,15 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Any
+
+# The fake agent starts once per turn of every test that runs one: it loads what it always needs and no
+# more (``typing`` for annotations only, ``subprocess`` for the steps that run git).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The command harness's contract (``corral.adapters.harness.command.CONTRACT_VARS``, a test keeps the
 #: two equal), written out: importing corral for it was half of each fake turn's start-up CPU.
@@ -53,6 +56,15 @@ DEFAULT: list[dict[str, Any]] = [
     {"result": "Done."},
 ]
 RECORDED_ENV = ("IS_SANDBOX", "ANTHROPIC_BASE_URL", "HOME", *CONTRACT_VARS)  # with the command harness's contract
+
+
+def uuid4() -> str:
+    """A random (version 4) UUID, as Claude Code's session ids are, without loading :mod:`uuid`."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -104,7 +116,7 @@ def main() -> int:
     stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
     record = os.environ.get("CORRAL_FAKE_RECORD")
     record_dir = Path(record) if record else None
-    session_id = arg_after(argv, "--resume") or str(uuid.uuid4())
+    session_id = arg_after(argv, "--resume") or uuid4()
     prompt = prompt_of(argv, stdin)
     if record_dir is not None:
         record_dir.mkdir(parents=True, exist_ok=True)
@@ -136,7 +148,7 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
             }
         )
     if "tool" in step:
-        tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+        tool_id = f"toolu_{uuid4().replace('-', '')[:12]}"
         emit(
             {
                 "type": "assistant",
@@ -220,6 +232,8 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(step["write"].get("content", ""))
     if "commit" in step:
+        import subprocess
+
         subprocess.run(["git", "add", "-A"], check=True)
         subprocess.run(
             [
@@ -236,6 +250,8 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
             check=True,
         )
     if "git" in step:
+        import subprocess
+
         subprocess.run(["git", *[str(a) for a in step["git"]]], check=True)
     if step.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -267,11 +283,15 @@ def run_step(step: dict[str, Any], session_id: str, prompt: str) -> None:
 
 
 def wrapper_script(directory: Path, name: str = "claude") -> Path:
-    """An executable named ``name`` that runs this fake agent with the current Python (``-m``: tests and
-    benchmarks find the agent's process by this module's name)."""
+    """An executable named ``name`` that runs this fake agent with the current Python, as a script by its
+    path (tests and benchmarks find the agent's process by it): run as a module, it would load the
+    ``corral`` package first, and with it msgspec, which the fake agent never uses."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m corral.testing.fake_agent "$@"\n')
+    import shlex
+
+    script = shlex.quote(str(Path(__file__).resolve()))
+    path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {script} "$@"\n')
     path.chmod(0o755)
     return path
 
