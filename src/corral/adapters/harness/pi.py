@@ -592,7 +592,7 @@ class PiHarness:
         """Where a run of plain pairs beginning at ``data[start]`` ends and how many calls it holds,
         when each call's arguments are written without an escape (a flat object of strings, numbers,
         booleans and nulls): whole blocks of :data:`PLAIN_BLOCK` calls (the caller checks what is left call
-        by call); None when not a block begins there.
+        by call); None when no block begins there.
 
         In such a run a call's bytes are its facts: the start line of a call of tool ``N`` with a
         string argument ``S`` holds ``"S"``, and ``"N"`` (or ``""``, Pi's empty name, for ``tool``)
