@@ -311,3 +311,23 @@ def test_spellings_mixed_between_and_within_lines_read_as_parsing_reads_them(tmp
             lines.append(mixed.replace(b"t30", b"t%d" % (1000 + n)))
     events = _same(tmp_path, monkeypatch, b"".join(lines), (1000, 1 << 20))
     assert _failures(events)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_log_scanned_as_it_grows_folds_the_same_both_ways(tmp_path, seed):
+    """The log grown in pieces cut anywhere (inside a pair, a line), each piece scanned on from the cursor."""
+    rng = random.Random(100 + seed)
+    whole = _calls(1, 60) + _calls(61, 200, fail_every=7, commands=5) + _calls(300, 40, fail_every=2)
+    cuts = [*sorted(rng.sample(range(1, len(whole)), 5)), len(whole)]
+    log = tmp_path / "output.log"
+    results = []
+    for harness in (PiHarness("pi"), _Plain()):
+        cursors, events, done = Cursors(None), [], 0
+        log.write_bytes(b"")
+        for cut in cuts:
+            with log.open("ab") as f:
+                f.write(whole[done:cut])
+            done = cut
+            events += scan(log, harness, "/wt", cursors, final=cut == len(whole))
+        results.append((events, cursors.collector.to_json()))
+    assert results[0] == results[1] and results[0][0]
