@@ -116,6 +116,7 @@ def test_every_benchmark_runs_whole_in_its_quick_mode_and_leaves_nothing_running
     with ThreadPoolExecutor(AT_ONCE) as pool:
         runs = list(pool.map(lambda script: quick_run(script, tmp_path), scripts))
     times = ", ".join(f"{script} {took:.0f} s" for script, took, _ in sorted(runs, key=lambda r: -r[1]))
+    print(f"quick runs: {times}")  # shown with -s, or -rP
     failures = [f"{script}: {'; '.join(wrong)}" for script, _, wrong in runs if wrong]
     assert not failures, "\n\n".join(failures) + f"\n\n(quick runs: {times})"
 
