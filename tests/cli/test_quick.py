@@ -160,6 +160,18 @@ def test_the_plain_list_loads_nothing_only_one_task_s_read_needs(corral: CLI, re
     assert "corral.engine.read.incident_views" in out.stdout.strip().splitlines()[-1]
 
 
+def test_show_reads_incidents_without_the_scan_or_openssl(corral: CLI, repo: Path) -> None:
+    # A task's incidents are its journal, read: the log scanner and hashlib (OpenSSL, ~2 ms) are a scan's.
+    corral.ok("create", "First task", "--ref", "first-task")
+    scan_only = ["corral.engine.runtime.journal_scan", "corral.domain.collector", "hashlib", "_hashlib"]
+    probe = (
+        "import sys; from corral.cli import main; code = main(['show', 'first-task']); "
+        f"print('corral.engine.read.incident_views' in sys.modules, [m for m in {scan_only!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "True []"
+
+
 def test_the_plain_list_loads_no_dispatch_engine_nor_database_driver(corral: CLI, repo: Path) -> None:
     # The workers' queue and PostgreSQL's driver load where a turn is queued or the store is shared, a
     # host's name and token where a host is named: on SQLite, a list never pays for them (asyncio alone

@@ -33,7 +33,6 @@ from corral.domain.incidents import (
 )
 from corral.domain.records import PERMISSION_RELEASED, Task
 from corral.engine.runtime.journal import Journal
-from corral.engine.runtime.journal_scan import Cursors, scan
 from corral.errors import NotFoundError, StoreError, UsageError
 
 if TYPE_CHECKING:  # a log's scan (``failures --log``) opens no project: it starts without the store
@@ -105,6 +104,8 @@ def scan_log(path: Path, harness: str, cwd: str = "") -> FailureState:
     """A log outside any task scanned from its start into a fresh state (``corral failures --log``)."""
     if not os.path.lexists(path):
         raise NotFoundError(f"There is no log at {path}.", hint="Give --log the path of an output log that exists.")
+    from corral.engine.runtime.journal_scan import Cursors, scan  # a log's scan; a task's incidents are read
+
     facts = make_harness(harness, {})
     cursors = Cursors(None)
     events = scan(path, facts, cwd, cursors, final=True, evidence_of=path.name)

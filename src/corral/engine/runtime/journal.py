@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import errno
-import hashlib
 import json
 import os
 import stat
@@ -212,6 +211,8 @@ def identity(event: dict[str, Any], nth: int = 0) -> str:
     elif kind in ("incomplete", "disposition"):
         base = f"{kind}:{event.get('id')}"
     else:
+        import hashlib  # an event of another kind only: reading a journal (show) loads no OpenSSL
+
         doc = json.dumps({k: v for k, v in event.items() if k not in ("at", "eid")}, sort_keys=True, default=str)
         base = f"{kind}:{hashlib.sha256(doc.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
     return _nth(base, nth)
