@@ -57,6 +57,7 @@ from benchlib import (
     load,
     machine,
     median,
+    parse_args,
     scratch_dir,
     scratch_options,
     verdict,
@@ -117,12 +118,12 @@ def in_process(log: Path, reps: int) -> dict[str, float]:
     return {"first_s": round(walls[0], 4), "min_s": round(min(walls[1:]), 4), "min_cpu_s": round(min(cpus[1:]), 4)}
 
 
-def incremental(base: Path, fail_every: int) -> dict[str, Any]:
+def incremental(base: Path, fail_every: int, scale: float = 1.0) -> dict[str, Any]:
     from corral.adapters.harness.pi import PiHarness
     from corral.engine.runtime import journal_scan
 
     log = base / "incremental" / "output.log"
-    size, after = write_log(log, 100 * MB, fail_every)
+    size, after = write_log(log, int(100 * MB * scale), fail_every)
     warm(log)
     harness = PiHarness()
     cursors = journal_scan.Cursors(base / "incremental")
@@ -130,7 +131,7 @@ def incremental(base: Path, fail_every: int) -> dict[str, Any]:
     first = journal_scan.scan(log, harness, "", cursors)
     first_s = time.perf_counter() - began
     cursors.save()
-    added, _ = write_log(log, MB, fail_every, first=after, append=True)
+    added, _ = write_log(log, int(MB * scale), fail_every, first=after, append=True)
     warm(log)
     cursors = journal_scan.Cursors(base / "incremental")
     began = time.perf_counter()
@@ -193,8 +194,9 @@ def _events(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=5, help="timed runs per log (default 5)")
+    p.add_argument("--scale", type=float, default=1.0, help="each log's size times this (default 1: 100, 100, 20 MB)")
     scratch_options(p)
-    args = p.parse_args(argv)
+    args = parse_args(p, {"reps": 1, "scale": 0.01}, argv)
 
     base = scratch_dir("incident-scan", args)
     result: dict[str, Any] = {
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral failures --log PATH --harness pi --json, a new process each, median of {args.reps}:")
         for name, mb, every in LOGS:
             path = base / name / "output.log"
-            size, after = write_log(path, mb * MB, every)
+            size, after = write_log(path, int(mb * MB * args.scale), every)
             warm(path)
             runs, doc = scan_runs(spawner, path, base, args.reps)
             want = expected_counts(after - 1, every)
@@ -256,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             "rss_delta_mb": round(big["peak_rss_mb"] - small["peak_rss_mb"], 1),
         }
         print(f"  linearity: {result['linearity']}")
-        inc = incremental(base, 100)
+        inc = incremental(base, 100, args.scale)
         share_ok = inc["ratio"] < INCREMENTAL_SHARE and inc["same_as_one_scan"]
         ok = ok and share_ok
         print(

@@ -6,8 +6,10 @@ sizes, no verdict on its targets, no results file) under a mark in its environme
 process it starts inherits; once it has exited, no process of this user may carry the mark.
 The figures themselves are never checked here (timings live in the benchmarks).
 
-The quick runs mostly wait (on a poll, a retry, a browser), so they run a few at a time, each
-under a mark of its own: the whole set costs about what its slowest few cost, not their sum.
+The quick runs mostly wait (on a poll, a retry, a browser), so they run in a few groups, each group's
+runs at once, each under a mark of its own: a group costs about what its slowest run costs, not their
+sum, and no one test holds a worker of a parallel run for the whole set (the longest runs are dealt
+out over the groups).
 """
 
 from __future__ import annotations
@@ -28,15 +30,15 @@ sys.path.insert(0, str(BENCH))
 
 import benchlib  # noqa: E402
 
-#: What run_all.sh runs that has no quick mode: the store seeder, which starts no process, and the incident
-#: scan, whose quick mode is not built yet (its scans run one at a time, each reaped before the next).
-NO_QUICK = {"seed_store.py", "bench_incident_scan.py"}
+#: What run_all.sh runs that has no quick mode: the store seeder, which starts no process.
+NO_QUICK = {"seed_store.py"}
 #: Benchmarks run_all.sh leaves out, and why.
 NOT_IN_RUN_ALL = {
     "bench_suite.py": "times the README's test command, which runs every other benchmark's quick mode",
 }
-#: Quick runs at once: they mostly wait (on a poll, a retry, a lease), so more than the cores.
-AT_ONCE = 6
+#: The groups the quick runs are dealt into, the longest first, round the groups: each group a test whose
+#: runs go at once (they mostly wait, on a poll, a retry, a lease, so more than the cores).
+GROUPS = 6
 #: The longest quick runs (a PostgreSQL server, real Pi turns, a crash loop, a forge poll), started
 #: first so that none of them is left to run alone at the end.
 LONGEST = (
@@ -125,10 +127,25 @@ def quick_run(script: str, tmp: Path) -> tuple[str, float, list[str]]:
     return script, took, wrong
 
 
+def group(index: int) -> list[str]:
+    """The quick runs of group ``index``: every :data:`GROUPS`-th of them, the longest first."""
+    return quick_scripts()[index::GROUPS]
+
+
+def test_the_groups_hold_every_quick_run_once() -> None:
+    dealt = [script for index in range(GROUPS) for script in group(index)]
+    assert sorted(dealt) == sorted(quick_scripts()) and len(dealt) == len(set(dealt))
+    assert all(group(index) for index in range(GROUPS))
+    # no group holds two of the longest runs while another holds none of them
+    longest = [sum(script in LONGEST for script in group(index)) for index in range(GROUPS)]
+    assert max(longest) - min(longest) <= 1, longest
+
+
 @pytest.mark.timeout(600)
-def test_every_benchmark_runs_whole_in_its_quick_mode_and_leaves_nothing_running(tmp_path: Path) -> None:
-    scripts = quick_scripts()
-    with ThreadPoolExecutor(AT_ONCE) as pool:
+@pytest.mark.parametrize("index", range(GROUPS), ids=lambda index: f"group{index}")
+def test_every_benchmark_runs_whole_in_its_quick_mode_and_leaves_nothing_running(index: int, tmp_path: Path) -> None:
+    scripts = group(index)
+    with ThreadPoolExecutor(len(scripts)) as pool:
         runs = list(pool.map(lambda script: quick_run(script, tmp_path), scripts))
     times = ", ".join(f"{script} {took:.0f} s" for script, took, _ in sorted(runs, key=lambda r: -r[1]))
     print(f"quick runs: {times}")  # shown with -s, or -rP
