@@ -14,9 +14,9 @@ from corral.domain.operations_table import Op, check_operation
 from corral.domain.records import Task
 from corral.domain.violations import shown_paths
 from corral.engine import workspace
-from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.operations.turns import _check_worktree, _session
 from corral.engine.project import Project
+from corral.engine.recovery.chats import refuse_while_chat
 from corral.engine.resolve import resolve_task
 from corral.engine.runtime import branch_check
 from corral.engine.task_locks import task_lock

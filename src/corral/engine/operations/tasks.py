@@ -301,7 +301,7 @@ def abandon(project: Project, given: str, *, reason: str, actor: Actor, how: str
     why = _prose(project, "reason", reason)
     if not why.strip():
         raise UsageError(f"{how.capitalize()} needs a reason.", hint=f"corral {how} {shlex.quote(given)} -m 'why'")
-    from corral.engine.operations.pairing import refuse_while_chat  # only a close or a reject needs these
+    from corral.engine.recovery.chats import refuse_while_chat  # only a close or a reject needs these
     from corral.engine.recovery.merges import escape_stranded
 
     escape_stranded(project, given, Op(how))  # a merge its accept left behind is put back first

@@ -51,10 +51,10 @@ from corral.domain.violations import Decision, plan_decisions
 from corral.engine import workspace
 from corral.engine.config import Config
 from corral.engine.operations import launch, preflight
-from corral.engine.operations.pairing import refuse_while_chat
 from corral.engine.project import Project
 from corral.engine.read.incident_views import permission_hold
 from corral.engine.read.translator import Translator
+from corral.engine.recovery.chats import refuse_while_chat
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.recovery.merges import escape_stranded
 from corral.engine.resolve import resolve_task, task_config
