@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from corral.adapters.git import Git
 from corral.engine.runtime import quarantine
@@ -149,6 +150,23 @@ def check(
     it held nothing), so its new commits are known; otherwise only the ref's shape is checked.
     Objects that failed the quarantine's check put back whatever the agent left. Idempotent.
     """
+    return _checked(
+        git, repo, task_ref=task_ref, branch=branch, target=target, turn=turn, objects=objects, confined=confined
+    )[0]
+
+
+def _checked(
+    git: Git,
+    repo: str | Path,
+    *,
+    task_ref: str,
+    branch: str,
+    target: str | None,
+    turn: int | str,
+    objects: quarantine.ObjectsReport | None,
+    confined: bool,
+) -> tuple[RefMove | None, str | None]:
+    """:func:`check`, and the branch's commit when it was found sound (read after the turn, as it is now)."""
     ref = f"refs/heads/{branch}"
     target_ref = (target if target.startswith("refs/") else f"refs/heads/{target}") if target else None
     listed = _read(git, repo, [ref, verified_ref(task_ref), *([target_ref] if target_ref else [])])
@@ -165,13 +183,14 @@ def check(
     if verified is None:
         if code is None and tip is not None:
             mark_verified(git, repo, task_ref, tip)  # the first look: what corral itself made
-        return None
+            return None, tip
+        return None, None
     rejected = objects is not None and not objects.ok
     if rejected and code in (None, NOT_A_COMMIT) and raw != verified:
         code = REJECTED  # the agent's commits did not reach the store: whatever it left goes back
     if code is None and tip is not None:
         if tip == verified:
-            return None
+            return None, tip
         if confined:
             report = objects or quarantine.ObjectsReport(complete=True)
             if report.complete is None:  # a pack came in: git walks the new commits' objects
@@ -184,8 +203,8 @@ def check(
                 code = FOREIGN
         if code is None:
             mark_verified(git, repo, task_ref, tip, old=verified)
-            return None
-    return _put_back(git, repo, task_ref, branch, turn, code or MISSING, raw, tip, verified)
+            return None, tip
+    return _put_back(git, repo, task_ref, branch, turn, code or MISSING, raw, tip, verified), None
 
 
 def _put_back(
@@ -249,10 +268,17 @@ def ensure(git: Git, repo: str | Path, branch: str) -> RefMove | None:
     return _put_back(git, repo, task_ref, branch, "check", code or SYMREF, raw, None, verified)
 
 
-def begin(git: Git, repo: str | Path, task_ref: str, branch: str) -> None:
+def begin(git: Git, repo: str | Path, task_ref: str, branch: str, known: Start | None = None) -> None:
     """Before the agent starts (after corral's own merge of the target): the branch as corral leaves
-    it is the verified tip the turn's check compares with (every earlier turn was checked already)."""
+    it is the verified tip the turn's check compares with (every earlier turn was checked already).
+
+    ``known``: the branch and its verified tip as :func:`on_branch` read them a moment ago, when
+    nothing moved the branch since (no merge was made; the agent has not started): not asked again."""
     ref = f"refs/heads/{branch}"
+    if known is not None:
+        if known.tip != known.verified:
+            mark_verified(git, repo, task_ref, known.tip)
+        return
     listed = _read(git, repo, [ref, verified_ref(task_ref)])  # one look in the common case
     own = listed.get(ref)
     if own is None or own[2] or own[1] != "commit":
@@ -263,6 +289,14 @@ def begin(git: Git, repo: str | Path, task_ref: str, branch: str) -> None:
     verified = listed.get(verified_ref(task_ref))
     if tip is not None and tip != (verified[0] if verified else None):
         mark_verified(git, repo, task_ref, tip)
+
+
+def object_format_of(name: str | None) -> str | None:
+    """The object format a full object name corral itself recorded shows by its width (None: it shows none).
+    A repository's format never changes, so the name of any of its commits tells it without asking git."""
+    if name and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", name):
+        return "sha256" if len(name) == 64 else "sha1"
+    return None
 
 
 def after_confined(
@@ -276,18 +310,22 @@ def after_confined(
     target: str | None,
     turn: int | str,
     worktree: str | Path | None = None,
+    object_format: str | None = None,
 ) -> tuple[quarantine.ObjectsReport | None, RefMove | None, str | None]:
     """After an agent wrote in a task's worktree (a turn, a pair): its quarantined objects verified
-    and moved (when it had a quarantine), then its branch checked. (objects, finding, error); never raises."""
+    and moved (when it had a quarantine), then its branch checked. (objects, finding, error); never raises.
+
+    ``object_format``: the repository's, when the caller knows it (:func:`object_format_of`)."""
     objects = None
     try:
         scrub(git, worktree or repo, branch)  # links and FIFOs the agent left where corral's git writes: gone first
         if common_dir and quarantine_id:
-            objects = quarantine.settle(git, repo, common_dir, quarantine_id)
+            objects = quarantine.settle(git, repo, common_dir, quarantine_id, object_format)
     except (GitError, OSError) as exc:
         return None, None, f"the turn's objects could not be checked: {exc}"[:300]
+    tip = None
     try:
-        finding = check(
+        finding, tip = _checked(
             git,
             repo,
             task_ref=task_ref,
@@ -306,16 +344,45 @@ def after_confined(
                 worktree or repo,
                 branch,
                 reset_index=finding is not None or (objects is not None and not objects.ok),
+                tip=tip,
             )
     except (GitError, OSError) as exc:
         return objects, finding, f"the worktree's git state could not be mended: {exc}"[:300]
     return objects, finding, None
 
 
-def on_branch(git: Git, repo: str | Path, worktree: str | Path, branch: str) -> None:
+class Start(NamedTuple):
+    """What :func:`on_branch` read before a turn, in the common case: ``HEAD`` names the branch, a plain ref."""
+
+    tip: str  # the branch's commit, so ``HEAD``'s too
+    verified: str | None  # its verified tip (None: none recorded yet)
+    hooks: str  # the repository's own hooks path, as ``git rev-parse --git-path hooks`` gives it
+
+
+def on_branch(
+    git: Git, repo: str | Path, worktree: str | Path, branch: str, task_ref: str | None = None
+) -> Start | None:
     """Before corral commits through a task worktree's ``HEAD`` (a merge of the target): the branch
-    is a plain ref to a commit (a symbolic ref put back first), and ``HEAD`` names it; else GitError."""
+    is a plain ref to a commit (a symbolic ref put back first), and ``HEAD`` names it; else GitError.
+
+    With ``task_ref``, the common case takes two git processes and answers what the turn's start
+    asks next (:class:`Start`): one ``for-each-ref`` of the branch and its verified tip (a plain ref
+    holding a commit needs nothing put back), and one ``rev-parse`` of the hooks path and of the ref
+    ``HEAD`` names. Anything else is said exactly, as without it (None then)."""
     scrub(git, worktree, branch)
+    ref = f"refs/heads/{branch}"
+    if task_ref is not None:
+        listed = _read(git, repo, [ref, verified_ref(task_ref)])
+        own = listed.get(ref)
+        if own is not None and not own[2] and own[1] == "commit":
+            said = git.run(  # as configured: the hooks path is the person's (rev-parse runs no hook)
+                "rev-parse", "--git-path", "hooks", "--symbolic-full-name", "HEAD",
+                cwd=worktree, check=False, as_configured=True,
+            )  # fmt: skip
+            lines = said.stdout.split("\n")
+            if said.returncode == 0 and len(lines) == 3 and lines[1] == ref and not lines[2]:  # no name hides a line
+                verified = listed.get(verified_ref(task_ref))
+                return Start(own[0], verified[0] if verified else None, lines[0])
     ensure(git, repo, branch)
     head = git.run("symbolic-ref", "--quiet", "HEAD", cwd=worktree, check=False).stdout.strip()
     if head != f"refs/heads/{branch}":
@@ -323,6 +390,7 @@ def on_branch(git: Git, repo: str | Path, worktree: str | Path, branch: str) -> 
             f"The worktree {worktree} is not on its task's branch {branch} (its HEAD: {head[:200] or 'detached'}).",
             hint=f"Check it out again there: git -C {worktree} switch {branch}",
         )
+    return None
 
 
 def _own_git_dir(worktree: str | Path) -> Path | None:
@@ -401,12 +469,14 @@ def _missing(git: Git, repo: str | Path, names: set[str]) -> set[str]:
     return names - found
 
 
-def mend(git: Git, worktree: str | Path, branch: str, *, reset_index: bool) -> list[str]:
+def mend(git: Git, worktree: str | Path, branch: str, *, reset_index: bool, tip: str | None = None) -> list[str]:
     """After a turn: the git state beside the objects that names what the store lacks — the branch's
     reflog, the worktree's ``HEAD`` reflog, its index — would break the person's ``git gc`` and
     ``fsck``. Reflog lines naming a missing object are dropped; the index is made again from the
     branch's tip when ``reset_index`` (the branch was put back, or objects were refused) or when an
-    entry that differs from the tip names a missing object. What was mended, a line each."""
+    entry that differs from the tip names a missing object. What was mended, a line each.
+
+    ``tip``: the branch's commit as the check after this turn just read it (not asked again)."""
     import os
 
     said: list[str] = []
@@ -445,7 +515,7 @@ def mend(git: Git, worktree: str | Path, branch: str, *, reset_index: bool) -> l
             tmp.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
             os.replace(tmp, log)
             said.append(f"{log}: {len(lines) - len(kept)} line(s) naming missing objects dropped")
-    tip = git.rev_parse(f"refs/heads/{branch}", cwd=worktree)
+    tip = tip or git.rev_parse(f"refs/heads/{branch}", cwd=worktree)
     if tip is None or own is None:
         return said
     if not reset_index:

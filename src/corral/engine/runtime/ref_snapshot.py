@@ -102,9 +102,21 @@ exec {own} "$@"
 """
 
 
-def _hooks(git: Git, worktree: Path, hooks: Path, log: Path) -> str:
+_known_hooks: dict[tuple[str, str], str] = {}  # (worktree, command) -> the own hooks path read before its turn
+
+
+def known_hooks(worktree: Path | str, command_id: str, own: str) -> None:
+    """The hooks path (``git rev-parse --git-path hooks``, as configured) read for ``worktree`` a moment
+    before its turn, by a look that asked it beside other facts: the turn's :func:`prepare` takes it
+    (once) rather than asking git again. Read before the agent starts, so never the agent's word."""
+    _known_hooks[(str(worktree), command_id)] = own
+
+
+def _hooks(git: Git, worktree: Path, hooks: Path, log: Path, command_id: str) -> str:
     """Make the turn's hooks directory; returns the repository's own hooks path (as git gives it)."""
-    own = git.run("rev-parse", "--git-path", "hooks", cwd=worktree, as_configured=True).stdout.strip()
+    own = _known_hooks.pop((str(worktree), command_id), None)
+    if own is None:
+        own = git.run("rev-parse", "--git-path", "hooks", cwd=worktree, as_configured=True).stdout.strip()
     found = Path(own) if os.path.isabs(own) else worktree / own
     names: set[str] = set()
     try:
@@ -156,7 +168,7 @@ def prepare(git: Git, log_dir: Path, worktree: Path, command_id: str) -> Path | 
 
         def beside_work() -> None:
             try:
-                made[0] = _hooks(git, worktree, hooks, log)
+                made[0] = _hooks(git, worktree, hooks, log, command_id)
             except (GitError, OSError):
                 pass
             finally:

@@ -37,7 +37,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import usage_limits_file
 from corral.engine.private_state import make_private_dir
-from corral.engine.runtime import branch_check, receipt, receipt_fit, ref_guard, ref_restore
+from corral.engine.runtime import branch_check, receipt, receipt_fit, ref_guard, ref_restore, ref_snapshot
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.check import run_check
@@ -194,17 +194,24 @@ class Supervisor:
     def _run(self) -> proto.Receipt:
         c = self.command
         make_private_dir(self.log_dir)
+        start: branch_check.Start | None = None
         if not c.posture.read_only and c.sync_before_work and c.target:  # the merge commits through HEAD
-            branch_check.on_branch(self.probe.git, self.worktree, self.worktree, c.branch)
-        pre_sync = self.probe.head()
+            start = branch_check.on_branch(self.probe.git, self.worktree, self.worktree, c.branch, c.task_ref)
+        if start is not None:  # HEAD names the branch, a plain ref to a commit: HEAD is that commit
+            ref_snapshot.known_hooks(self.worktree, c.command_id, start.hooks)
+            pre_sync: str | None = start.tip
+        else:
+            pre_sync = self.probe.head()
         outcome = self._sync(pre_sync)
         self.sync = proto.SyncReport(outcome.state, outcome.target, outcome.files)
         # Only a merge made moves HEAD (a conflict leaves it where it was): HEAD is read again then only,
         # and the work phase's first look at it takes the value read here.
-        post_sync = self.probe.head() if outcome.state == "merged" else pre_sync
+        merged = outcome.state == "merged"
+        post_sync = self.probe.head() if merged else pre_sync
         self.probe.known_head(post_sync)
         if not c.posture.read_only:
-            branch_check.begin(self.probe.git, self.worktree, c.task_ref, c.branch)
+            known = start if start is not None and not merged else None  # the branch as read: nothing moved it
+            branch_check.begin(self.probe.git, self.worktree, c.task_ref, c.branch, known)
         announce = outcome if (c.announce_merge or outcome.state == "conflict") else None
         prompt = prompts.compose(c.prompt_body, announce)
         self.status.update(phase="work")

@@ -1,0 +1,137 @@
+"""A turn's supervisor asks each git fact once: before the agent, the branch and its verified tip in
+one ``for-each-ref``, and the hooks path and the ref ``HEAD`` names in one ``rev-parse``; after it,
+no ``rev-list`` when no commit was made, the branch's tip not asked again after its check. What the
+agent could have changed (``HEAD``, the branch) is still read after the turn, and checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from corral.adapters.git import Git
+from corral.domain.actors import Actor
+from corral.domain.status import Status
+from corral.engine.operations import tasks, turns
+from corral.engine.runtime import branch_check
+from corral.engine.runtime import protocol as proto
+from corral.errors import GitError
+from tests.conftest import git
+from tests.runtime.conftest import finished
+from tests.runtime.test_gitfacts_one_scan import logging_git
+from tests.runtime.test_sandbox import needs_bwrap
+
+
+def log_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every git any process started with this PATH runs is logged: its parent's pid and its subcommand."""
+    log = tmp_path / "git.log"
+    bin_dir = tmp_path / "logged-bin"
+    bin_dir.mkdir()
+    real = next(Path(d) / "git" for d in os.environ["PATH"].split(":") if (Path(d) / "git").is_file())
+    (bin_dir / "git").write_text(
+        "#!/bin/sh\n"
+        f'for a; do case "$a" in -*|*=*) ;; *) echo "$PPID $a" >> "{log}"; break;; esac; done\n'
+        f'exec "{real}" "$@"\n'
+    )
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return log
+
+
+def supervisor_git(log: Path, pid: int) -> list[str]:
+    return [line.split()[1] for line in log.read_text().splitlines() if line.split()[0] == str(pid)]
+
+
+EXPECTED = ["for-each-ref", "rev-parse", "merge-base", "for-each-ref", "rev-parse", "status"]
+"""Before the agent: the branch's shape and verified tip; HEAD and the hooks path; the merge question.
+After it: the branch checked (one for-each-ref); HEAD read again (the agent could have moved it); the
+one scan of the worktree. Nothing else, nothing twice."""
+
+
+def second_turn_git(proj, first_turn, tmp_path, monkeypatch):
+    """The git subcommands the supervisor of a task's second turn ran (no commit made in it)."""
+    task = first_turn()
+    assert finished(proj, task.ref).status is Status.BLOCKED
+    log = log_git(tmp_path, monkeypatch)
+    turns.unblock(proj, task.ref, actor=Actor.HUMAN, message="carry on")
+    assert finished(proj, task.ref).status is Status.BLOCKED
+    status = json.loads((proj.paths.protocol_dir(task.id) / proto.STATUS).read_text())
+    return supervisor_git(log, status["pid"])
+
+
+def test_a_second_turn_asks_each_git_fact_once(proj, agent, tmp_path, monkeypatch):
+    agent.script(
+        [{"init": True}, {"write": {"path": "a.txt", "content": "one\n"}}, {"commit": "first"}, {"result": "one"}],
+        [{"init": True}, {"result": "nothing more"}],
+    )
+
+    def first_turn():
+        task = tasks.create(proj, "Commit once, then rest", actor=Actor.HUMAN)
+        turns.start(proj, task.ref, actor=Actor.HUMAN)
+        return task
+
+    ran = second_turn_git(proj, first_turn, tmp_path, monkeypatch)
+    assert sorted(ran) == sorted(EXPECTED), ran
+
+
+@needs_bwrap
+def test_a_confined_second_turn_asks_each_git_fact_once(boxed, box_env, tmp_path, monkeypatch):
+    commit = "git -c user.name=a -c user.email=a@b commit -q -m first"
+    box_env.write_text(
+        f"#!/bin/sh\ngit cat-file -e HEAD:a.txt 2>/dev/null && exit 0\necho one > a.txt && git add a.txt && {commit}\n"
+    )
+
+    def first_turn():
+        task = tasks.create(boxed, "Commit once, then rest", actor=Actor.HUMAN, harness="command")
+        turns.start(boxed, task.ref, actor=Actor.HUMAN)
+        return task
+
+    ran = second_turn_git(boxed, first_turn, tmp_path, monkeypatch)
+    # Confined, the worktree's index and reflogs are mended too: what they name is asked of the store once.
+    assert sorted(ran) == sorted([*EXPECTED, "cat-file", "diff-index"]), ran
+
+
+def task_worktree(repo: Path, tmp_path: Path) -> Path:
+    wt = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "corral/x", str(wt))
+    return wt
+
+
+def test_on_branch_reads_the_branch_head_and_hooks_in_two_processes(repo, tmp_path):
+    wt = task_worktree(repo, tmp_path)
+    git(repo, "config", "core.hooksPath", "my hooks")  # relative: stays relative, as git reads it
+    git(repo, "update-ref", "refs/corral/verified/x", git(repo, "rev-parse", "HEAD"))
+    git_, log = logging_git(tmp_path)
+    start = branch_check.on_branch(git_, wt, wt, "corral/x", "x")
+    assert start == branch_check.Start(
+        tip=git(wt, "rev-parse", "HEAD"),
+        verified=git(repo, "rev-parse", "refs/corral/verified/x"),
+        hooks=git(wt, "rev-parse", "--git-path", "hooks"),
+    )
+    assert start.hooks == "my hooks"
+    assert log.read_text().split() == ["for-each-ref", "rev-parse"]
+
+
+def test_on_branch_refuses_a_detached_head_however_the_hooks_path_is_named(repo, tmp_path):
+    wt = task_worktree(repo, tmp_path)
+    git(wt, "checkout", "-q", "--detach")
+    with pytest.raises(GitError, match="not on its task's branch"):
+        branch_check.on_branch(Git(), wt, wt, "corral/x", "x")
+    # A hooks path with a line that names the branch cannot stand in for HEAD's own line.
+    git(wt, "config", "core.hooksPath", "h\nrefs/heads/corral/x")
+    with pytest.raises(GitError, match="not on its task's branch"):
+        branch_check.on_branch(Git(), wt, wt, "corral/x", "x")
+
+
+def test_on_branch_puts_back_a_branch_made_a_symbolic_ref_and_answers_nothing_it_did_not_read(repo, tmp_path):
+    wt = task_worktree(repo, tmp_path)
+    tip = git(wt, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/corral/verified/x", tip)
+    git(repo, "symbolic-ref", "refs/heads/corral/x", "refs/heads/main")
+    assert branch_check.on_branch(Git(), wt, wt, "corral/x", "x") is None  # the rare case: said exactly
+    assert git(repo, "rev-parse", "--verify", "refs/heads/corral/x") == tip
+    plain = subprocess.run(["git", "symbolic-ref", "-q", "refs/heads/corral/x"], cwd=repo, capture_output=True)
+    assert plain.returncode != 0  # a plain ref again
