@@ -150,7 +150,7 @@ class GitProbe:
         try:
             head = self.head()
             commits: list[str] = []
-            if head and start:
+            if head and start and head != start:  # the same commit: none made, nothing to ask
                 out = self.git.run("rev-list", "--reverse", f"{start}..{head}", cwd=self.worktree, check=False)
                 commits = [c for c in out.stdout.split() if c]
             uncommitted = self.worktree_changes()

@@ -153,16 +153,17 @@ def open_(common_dir: str | Path, command_id: str) -> Path:
     return q
 
 
-def _object_format(git: Git, repo: str | Path, q: Path) -> tuple[str, int]:
+def _object_format(git: Git, repo: str | Path, q: Path, known: str | None = None) -> tuple[str, int]:
     """The hash and the width of an object's name: read off the quarantine's first loose object (a
-    git process less at every turn's end), else asked of git. A name of the other width then fails
-    its check, or names an object the store is asked for and does not hold: never trusted either way."""
+    git process less at every turn's end), else ``known`` (the caller's, of a name corral itself
+    holds), else asked of git. A name of the other width then fails its check, or names an object
+    the store is asked for and does not hold: never trusted either way."""
     for sub in sorted(os.listdir(q)):
         if _LOOSE.match(sub) and os.path.isdir(q / sub) and not os.path.islink(q / sub):
             for name in os.listdir(q / sub):
                 if len(name) in (38, 62) and not name.startswith("tmp_obj_"):
                     return ("sha256", 64) if len(name) == 62 else ("sha1", 40)
-    found = git.run("rev-parse", "--show-object-format", cwd=repo, check=False).stdout.strip()
+    found = known or git.run("rev-parse", "--show-object-format", cwd=repo, check=False).stdout.strip()
     return ("sha256", 64) if found == "sha256" else ("sha1", 40)
 
 
@@ -409,8 +410,12 @@ def _pack_objects(git: Git, repo: str | Path, idx: Path) -> list[str]:
     return found
 
 
-def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) -> ObjectsReport | None:
+def settle(
+    git: Git, repo: str | Path, common_dir: str | Path, command_id: str, object_format: str | None = None
+) -> ObjectsReport | None:
     """Verify and move a turn's quarantined objects into the shared store; None when it had none.
+
+    ``object_format``: the repository's (``sha1``, ``sha256``), when the caller knows it: not asked of git.
 
     Idempotent: what a crash left half done is finished by the next call (moved objects are
     skipped, the alternates line and the quarantine removed last). Loose objects are not
@@ -424,7 +429,7 @@ def settle(git: Git, repo: str | Path, common_dir: str | Path, command_id: str) 
         with _Locked(common_dir):
             _rewrite_alternates(common_dir, drop=str(q))
         return None
-    algorithm, width = _object_format(git, repo, q)
+    algorithm, width = _object_format(git, repo, q, object_format)
     shared = Path(common_dir) / "objects"
     staging = root(common_dir) / f".staging-{command_id}"  # packs are indexed here
     passed: list[tuple[Path, Path]] = []  # (the file checked, or a copy of it, and its place in the store)

@@ -358,6 +358,8 @@ def for_command(git: Git, command: Any) -> RefGuard | None:
         branch=command.branch,
         target=getattr(command, "target", None),
         turn=command.sequence,
+        # The turn's start, as corral recorded it in the command: its width is the repository's format.
+        object_format=branch_check.object_format_of(getattr(command, "git_start_sha", None)),
     )
     guard = settle(git, command.log_dir, command.worktree, command.branch, command.task_ref, command.sequence)
     if objects is None and branch is None and error is None:
