@@ -135,3 +135,25 @@ def test_on_branch_puts_back_a_branch_made_a_symbolic_ref_and_answers_nothing_it
     assert git(repo, "rev-parse", "--verify", "refs/heads/corral/x") == tip
     plain = subprocess.run(["git", "symbolic-ref", "-q", "refs/heads/corral/x"], cwd=repo, capture_output=True)
     assert plain.returncode != 0  # a plain ref again
+
+
+def test_a_launch_reads_a_task_worktrees_git_dirs_as_git_does(repo, tmp_path):
+    from corral.engine.operations.launch import linked_git_dirs
+
+    wt = task_worktree(repo, tmp_path)
+    common, own = git(wt, "rev-parse", "--git-common-dir", "--git-dir").splitlines()
+    assert linked_git_dirs(wt) == (str((wt / common).resolve()), str((wt / own).resolve()))
+    assert linked_git_dirs(repo) is None  # a main checkout: git is asked
+
+
+def test_a_git_file_naming_a_directory_outside_the_layout_is_never_taken_for_git_dirs(repo, tmp_path):
+    from corral.engine.operations.launch import linked_git_dirs
+
+    wt = task_worktree(repo, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "objects").mkdir(parents=True)
+    (elsewhere / "HEAD").write_text("ref: refs/heads/main\n")
+    (elsewhere / "commondir").write_text(".\n")
+    (elsewhere / "gitdir").write_text(f"{wt / '.git'}\n")
+    (wt / ".git").write_text(f"gitdir: {elsewhere}\n")
+    assert linked_git_dirs(wt) is None  # not <common>/worktrees/<name>: what git makes of it is asked of git

@@ -25,6 +25,7 @@ from corral.adapters import doorbell
 from corral.adapters import sandbox as sandboxing
 from corral.adapters.harness import make_harness
 from corral.adapters.process import pid_alive, spawn_detached
+from corral.adapters.ref_files import common_dir
 from corral.domain.actors import Role
 from corral.domain.agent_tools import TOKEN_ENV, TOOL_TIMEOUT_SECONDS
 from corral.domain.clock import new_id, rfc3339
@@ -105,13 +106,40 @@ def sandbox_spec(project: Project, worktree: str, branch: str) -> sandboxing.San
     if not spec.confined:
         return spec
     common = git_dir = None
-    try:
-        out = project.git.out("rev-parse", "--git-common-dir", "--git-dir", cwd=worktree).splitlines()
-        if len(out) == 2:
-            common, git_dir = (str((Path(worktree) / line).resolve()) for line in out)
-    except CorralError:
-        pass  # not a git worktree: the worktree alone is writable
+    found = linked_git_dirs(Path(worktree))
+    if found is not None:
+        common, git_dir = found
+    else:
+        try:
+            out = project.git.out("rev-parse", "--git-common-dir", "--git-dir", cwd=worktree).splitlines()
+            if len(out) == 2:
+                common, git_dir = (str((Path(worktree) / line).resolve()) for line in out)
+        except CorralError:
+            pass  # not a git worktree: the worktree alone is writable
     return replace(spec, git_common_dir=common, git_dir=git_dir, branch=f"refs/heads/{branch}")
+
+
+def linked_git_dirs(worktree: Path) -> tuple[str, str] | None:
+    """(common, own) git directories of a task's linked worktree, read as git reads them (its ``.git``
+    file, then ``commondir``), without a git process at every turn's start; None for anything but
+    corral's own layout (``<common>/worktrees/<name>``, whose ``gitdir`` names this worktree back),
+    which git is asked about."""
+    dot = worktree / ".git"
+    try:
+        line = dot.read_text(encoding="utf-8").strip() if dot.is_file() and not dot.is_symlink() else ""
+        if not line.startswith("gitdir:"):
+            return None
+        own = Path(line.removeprefix("gitdir:").strip())
+        own = (own if own.is_absolute() else worktree / own).resolve()
+        common = common_dir(worktree)
+        back = Path((own / "gitdir").read_text(encoding="utf-8").strip())
+        if common is None or own.parent != common / "worktrees" or back.resolve() != dot.resolve():
+            return None
+        if not (common / "objects").is_dir() or not (own / "HEAD").is_file():
+            return None
+    except (OSError, ValueError):
+        return None
+    return str(common), str(own)
 
 
 def build_command(
