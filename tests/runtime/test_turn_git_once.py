@@ -1,7 +1,8 @@
 """A turn's supervisor asks each git fact once: before the agent, the branch and its verified tip in
 one ``for-each-ref``, and the hooks path and the ref ``HEAD`` names in one ``rev-parse``; after it,
-no ``rev-list`` when no commit was made, the branch's tip not asked again after its check. What the
-agent could have changed (``HEAD``, the branch) is still read after the turn, and checked."""
+no ``rev-list`` when no commit was made, the branch's tip not asked again after its check, ``HEAD``
+read by the one scan of the worktree. What the agent could have changed (``HEAD``, the branch) is
+still read after the turn, and checked."""
 
 from __future__ import annotations
 
@@ -45,10 +46,10 @@ def supervisor_git(log: Path, pid: int) -> list[str]:
     return [line.split()[1] for line in log.read_text().splitlines() if line.split()[0] == str(pid)]
 
 
-EXPECTED = ["for-each-ref", "rev-parse", "merge-base", "for-each-ref", "rev-parse", "status"]
+EXPECTED = ["for-each-ref", "rev-parse", "merge-base", "for-each-ref", "status"]
 """Before the agent: the branch's shape and verified tip; HEAD and the hooks path; the merge question.
-After it: the branch checked (one for-each-ref); HEAD read again (the agent could have moved it); the
-one scan of the worktree. Nothing else, nothing twice."""
+After it: the branch checked (one for-each-ref); the one scan of the worktree, which reads HEAD again
+(the agent could have moved it). Nothing else, nothing twice."""
 
 
 def second_turn_git(proj, first_turn, tmp_path, monkeypatch):
@@ -75,6 +76,18 @@ def test_a_second_turn_asks_each_git_fact_once(proj, agent, tmp_path, monkeypatc
 
     ran = second_turn_git(proj, first_turn, tmp_path, monkeypatch)
     assert sorted(ran) == sorted(EXPECTED), ran
+
+
+def test_a_first_turn_asks_each_git_fact_once(proj, agent, tmp_path, monkeypatch):
+    agent.script([{"init": True}, {"result": "looked, changed nothing"}])
+    log = log_git(tmp_path, monkeypatch)
+    task = tasks.create(proj, "Look only", actor=Actor.HUMAN)
+    turns.start(proj, task.ref, actor=Actor.HUMAN)
+    assert finished(proj, task.ref).status is Status.BLOCKED
+    status = json.loads((proj.paths.protocol_dir(task.id) / proto.STATUS).read_text())
+    ran = supervisor_git(log, status["pid"])
+    # No merge before it: the same two reads, and the branch recorded as verified (its first mark).
+    assert sorted(ran) == sorted(["for-each-ref", "rev-parse", "update-ref", "for-each-ref", "status"])
 
 
 @needs_bwrap
@@ -157,3 +170,38 @@ def test_a_git_file_naming_a_directory_outside_the_layout_is_never_taken_for_git
     (elsewhere / "gitdir").write_text(f"{wt / '.git'}\n")
     (wt / ".git").write_text(f"gitdir: {elsewhere}\n")
     assert linked_git_dirs(wt) is None  # not <common>/worktrees/<name>: what git makes of it is asked of git
+
+
+def test_the_scan_reads_head_and_the_tip_answers_for_it_only_when_head_is_there(repo, tmp_path):
+    from corral.engine.runtime.gitfacts import GitProbe
+
+    start = git(repo, "rev-parse", "HEAD")
+    (repo / "a b.txt").write_text("committed\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "agent's commit")
+    tip = git(repo, "rev-parse", "HEAD")
+    (repo / "left out.txt").write_text("untracked\n")
+    git_, log = logging_git(tmp_path)
+    facts = GitProbe(git_, repo).facts(start, start, start, [], branch_tip=tip)
+    assert facts.head == tip and facts.commits == (tip,) and facts.dirty
+    assert set(facts.changed_paths) == {"a b.txt", "left out.txt"}
+    assert "rev-parse" not in log.read_text().split()  # HEAD is where the check read the branch
+
+    # The agent left HEAD elsewhere (detached at the start): the scan sees it; the tip answers nothing.
+    git(repo, "checkout", "-q", "--detach", start)
+    log.write_text("")
+    facts = GitProbe(git_, repo).facts(start, start, start, [], branch_tip=tip)
+    assert facts.head == start and facts.commits == ()
+    assert log.read_text().split().count("rev-parse") == 1  # HEAD's commit asked of git, as before
+
+
+def test_a_head_known_before_the_agent_is_never_the_facts_answer(repo, tmp_path):
+    from corral.engine.runtime.gitfacts import GitProbe
+
+    start = git(repo, "rev-parse", "HEAD")
+    probe = GitProbe(Git(), repo)
+    probe.known_head(start)  # read before the turn; no attempt looked at it
+    (repo / "new.txt").write_text("x\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "made while nothing looked")
+    assert probe.facts(start, start, start, []).head == git(repo, "rev-parse", "HEAD")

@@ -311,11 +311,13 @@ def after_confined(
     turn: int | str,
     worktree: str | Path | None = None,
     object_format: str | None = None,
+    seen: dict[str, str] | None = None,
 ) -> tuple[quarantine.ObjectsReport | None, RefMove | None, str | None]:
     """After an agent wrote in a task's worktree (a turn, a pair): its quarantined objects verified
     and moved (when it had a quarantine), then its branch checked. (objects, finding, error); never raises.
 
-    ``object_format``: the repository's, when the caller knows it (:func:`object_format_of`)."""
+    ``object_format``: the repository's, when the caller knows it (:func:`object_format_of`).
+    ``seen``: given, it gains ``tip``, the branch's commit as the check read it, when it was found sound."""
     objects = None
     try:
         scrub(git, worktree or repo, branch)  # links and FIFOs the agent left where corral's git writes: gone first
@@ -337,6 +339,8 @@ def after_confined(
         )
     except (GitError, OSError) as exc:
         return objects, None, f"the branch could not be checked: {exc}"[:300]
+    if seen is not None and tip is not None:
+        seen["tip"] = tip
     try:
         if common_dir and quarantine_id:  # an agent that ran as the person could break anything: confined only
             mend(
@@ -359,6 +363,25 @@ class Start(NamedTuple):
     hooks: str  # the repository's own hooks path, as ``git rev-parse --git-path hooks`` gives it
 
 
+def read_start(git: Git, worktree: str | Path, task_ref: str, branch: str) -> Start | None:
+    """Before a turn: the branch and its verified tip (one ``for-each-ref``), and the hooks path
+    and the ref ``HEAD`` names (one ``rev-parse``, as configured: the hooks path is the person's,
+    and rev-parse runs no hook); None unless ``HEAD`` names the branch and the branch is a plain
+    ref holding a commit, whose caller then asks each fact on its own."""
+    ref = f"refs/heads/{branch}"
+    listed = _read(git, worktree, [ref, verified_ref(task_ref)])
+    own = listed.get(ref)
+    if own is None or own[2] or own[1] != "commit":
+        return None
+    asked = ("rev-parse", "--git-path", "hooks", "--symbolic-full-name", "HEAD")
+    said = git.run(*asked, cwd=worktree, check=False, as_configured=True)
+    lines = said.stdout.split("\n")
+    if said.returncode != 0 or len(lines) != 3 or lines[1] != ref or lines[2]:  # no hooks path hides a line
+        return None
+    verified = listed.get(verified_ref(task_ref))
+    return Start(own[0], verified[0] if verified else None, lines[0])
+
+
 def on_branch(
     git: Git, repo: str | Path, worktree: str | Path, branch: str, task_ref: str | None = None
 ) -> Start | None:
@@ -370,19 +393,10 @@ def on_branch(
     holding a commit needs nothing put back), and one ``rev-parse`` of the hooks path and of the ref
     ``HEAD`` names. Anything else is said exactly, as without it (None then)."""
     scrub(git, worktree, branch)
-    ref = f"refs/heads/{branch}"
     if task_ref is not None:
-        listed = _read(git, repo, [ref, verified_ref(task_ref)])
-        own = listed.get(ref)
-        if own is not None and not own[2] and own[1] == "commit":
-            said = git.run(  # as configured: the hooks path is the person's (rev-parse runs no hook)
-                "rev-parse", "--git-path", "hooks", "--symbolic-full-name", "HEAD",
-                cwd=worktree, check=False, as_configured=True,
-            )  # fmt: skip
-            lines = said.stdout.split("\n")
-            if said.returncode == 0 and len(lines) == 3 and lines[1] == ref and not lines[2]:  # no name hides a line
-                verified = listed.get(verified_ref(task_ref))
-                return Start(own[0], verified[0] if verified else None, lines[0])
+        start = read_start(git, worktree, task_ref, branch)
+        if start is not None:
+            return start
     ensure(git, repo, branch)
     head = git.run("symbolic-ref", "--quiet", "HEAD", cwd=worktree, check=False).stdout.strip()
     if head != f"refs/heads/{branch}":

@@ -11,9 +11,9 @@ still writes a receipt corral can read: the receipt keeps the first
 patterns are matched against every path before that cut, and the protected changes are
 kept up to their own bound, so no violation hides behind the truncation.
 
-A turn's end scans the worktree once (:meth:`GitProbe.worktree_changes`, one ``git status``): the
-dirty flag and the uncommitted part of the changed paths both come from it, and the committed part
-from comparing commits' trees, which reads no file of the worktree.
+A turn's end scans the worktree once (:meth:`GitProbe.scan`, one ``git status``): the dirty flag,
+the uncommitted part of the changed paths and the object ``HEAD`` resolves to all come from it, and
+the committed part from comparing commits' trees, which reads no file of the worktree.
 
 Every path is read with ``-z``, exactly as git stores it: without it git prints a name that
 holds a tab, a quote, a backslash, a line feed or a byte outside printable ASCII quoted
@@ -98,8 +98,30 @@ class GitProbe:
     def worktree_changes(self) -> list[str]:
         """Every path with an uncommitted change (staged, unstaged or untracked; both sides of a rename),
         as stored: the one scan of the worktree a turn's end makes."""
-        out = self.git.run("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", cwd=self.worktree)
-        return [entry[3:] for entry in out.stdout.split("\0") if len(entry) > 3]
+        return self.scan()[0]
+
+    def scan(self) -> tuple[list[str], str | None]:
+        """(:meth:`worktree_changes`, the object ``HEAD`` resolves to as the same ``git status`` saw it,
+        unpeeled: None when unborn). ``--porcelain=v2`` entries end with the path, after a fixed number
+        of fields (``1``: 8, ``u``: 10; ``?``: 1; no ``2`` entries without renames)."""
+        out = self.git.run(
+            "status", "--porcelain=v2", "-z", "--branch", "--no-ahead-behind", "--untracked-files=all", "--no-renames",
+            cwd=self.worktree,
+        )  # fmt: skip
+        paths: list[str] = []
+        head: str | None = None
+        for entry in out.stdout.split("\0"):
+            kind = entry[:2]
+            if kind in ("1 ", "u "):
+                fields = entry.split(" ", 8 if kind == "1 " else 10)
+                if len(fields) == (9 if kind == "1 " else 11):
+                    paths.append(fields[-1])
+            elif kind == "? ":
+                paths.append(entry[2:])
+            elif entry.startswith("# branch.oid "):
+                oid = entry.removeprefix("# branch.oid ")
+                head = oid if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", oid) else None
+        return paths, head
 
     def unmerged(self) -> list[str]:
         return self.git.unmerged_paths(self.worktree)
@@ -145,15 +167,24 @@ class GitProbe:
         return [p for p in self.git.run(*args, cwd=self.worktree).stdout.split("\0") if p]
 
     def facts(
-        self, start: str | None, pre_sync: str | None, post_sync: str | None, protected: Sequence[str]
+        self,
+        start: str | None,
+        pre_sync: str | None,
+        post_sync: str | None,
+        protected: Sequence[str],
+        branch_tip: str | None = None,
     ) -> proto.GitFacts:
+        """The turn's facts, from one scan of the worktree. ``branch_tip``: the branch's commit as the
+        check after this turn read it (a commit: its type was read with it); when the scan finds
+        ``HEAD`` at that very object, ``HEAD``'s commit is it, and git is not asked again."""
+        self._known_head = None  # read before the agent ran: never its answer after
         try:
-            head = self.head()
+            uncommitted, seen = self.scan()
+            head = branch_tip if branch_tip is not None and seen == branch_tip else self.head()
             commits: list[str] = []
             if head and start and head != start:  # the same commit: none made, nothing to ask
                 out = self.git.run("rev-list", "--reverse", f"{start}..{head}", cwd=self.worktree, check=False)
                 commits = [c for c in out.stdout.split() if c]
-            uncommitted = self.worktree_changes()
             exact = self.changed_paths(start, pre_sync, post_sync, head, uncommitted)
             matcher = protected_matcher(protected)
             hits = [storable(p) for p in exact if matcher.match(p)] if matcher else []

@@ -339,11 +339,12 @@ def settle(
         return RefGuard(error=str(exc)[:300])
 
 
-def for_command(git: Git, command: Any) -> RefGuard | None:
+def for_command(git: Git, command: Any, seen: dict[str, str] | None = None) -> RefGuard | None:
     """Everything checked after a supervisor's command (its log dir, worktree, branch, task and turn):
     the turn's quarantined objects verified and moved into the shared store, the other refs the
     agent moved put back (:func:`settle`), and the task's own branch checked
-    (:mod:`corral.engine.runtime.branch_check`). Idempotent; never raises."""
+    (:mod:`corral.engine.runtime.branch_check`). Idempotent; never raises. ``seen``: given, it gains
+    ``tip``, the branch's commit as its check read it, when the branch was found sound."""
     from corral.engine.runtime import branch_check
 
     spec = getattr(command, "sandbox", None)
@@ -360,6 +361,7 @@ def for_command(git: Git, command: Any) -> RefGuard | None:
         turn=command.sequence,
         # The turn's start, as corral recorded it in the command: its width is the repository's format.
         object_format=branch_check.object_format_of(getattr(command, "git_start_sha", None)),
+        seen=seen,
     )
     guard = settle(git, command.log_dir, command.worktree, command.branch, command.task_ref, command.sequence)
     if objects is None and branch is None and error is None:

@@ -197,6 +197,8 @@ class Supervisor:
         start: branch_check.Start | None = None
         if not c.posture.read_only and c.sync_before_work and c.target:  # the merge commits through HEAD
             start = branch_check.on_branch(self.probe.git, self.worktree, self.worktree, c.branch, c.task_ref)
+        elif not c.posture.read_only:  # the same facts, for begin: nothing commits through HEAD first
+            start = branch_check.read_start(self.probe.git, self.worktree, c.task_ref, c.branch)
         if start is not None:  # HEAD names the branch, a plain ref to a commit: HEAD is that commit
             ref_snapshot.known_hooks(self.worktree, c.command_id, start.hooks)
             pre_sync: str | None = start.tip
@@ -230,8 +232,11 @@ class Supervisor:
                     confine=self.runner.confine_check,  # it runs the agent's code: where the agent ran
                 )
         # What the agent wrote is checked before corral reads it: its objects, its branch, other refs.
-        self._refs = ref_restore.for_command(self.probe.git, self.command)
-        fields["git"] = self.probe.facts(c.git_start_sha, pre_sync, post_sync, c.protected)
+        seen: dict[str, str] = {}
+        self._refs = ref_restore.for_command(self.probe.git, self.command, seen)
+        # HEAD is read after the turn, by the facts' one scan; the branch's tip the check just read
+        # answers for it only when that scan finds HEAD at that very commit.
+        fields["git"] = self.probe.facts(c.git_start_sha, pre_sync, post_sync, c.protected, seen.get("tip"))
         status = fields.pop("status", proto.ReceiptStatus.COMPLETED)
         assert isinstance(status, proto.ReceiptStatus)
         return self._receipt(status, **fields)
