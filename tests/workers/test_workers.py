@@ -40,10 +40,14 @@ def test_a_hundred_queued_turns_spread_over_three_workers_each_run_exactly_once(
     started = [json.loads(out) for out in laptop.at_once([("start", ref, "--json") for ref in refs])]
     assert all(s["queued"] is True and s["supervisor_pid"] is None for s in started)
 
-    def statuses() -> dict[str, str]:
-        return {r["ref"]: r["status"] for r in laptop.json("list", "--all")["tasks"]}
+    def stored() -> set[str]:
+        with team.sql() as conn:
+            return {r[0] for r in conn.execute("SELECT status FROM tasks")}
 
-    until(lambda: set(statuses().values()) == {"blocked"}, timeout=480, poll=2, what="every task ran")
+    # Waited on in the shared store itself: a `corral list` every poll would take the turns' CPU from them.
+    until(lambda: stored() == {"blocked"}, timeout=480, poll=0.25, what="every task ran")
+    listed = {r["ref"]: r["status"] for r in laptop.json("list", "--all")["tasks"]}
+    assert listed == dict.fromkeys(refs, "blocked")
     # Read from the shared store itself: one agent turn per task, its lease queued at epoch 1,
     # claimed once at 2 and released (never claimed twice, never lost), on one of the workers.
     with team.sql() as conn:
