@@ -37,9 +37,9 @@ AGENT = textwrap.dedent(
 )
 
 
-def test_p_pairs_on_the_terminal_and_the_board_comes_back(
-    corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def waiting_for_a_pair(corral: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Task ``pr``, its first turn done by :data:`AGENT` (the command harness): it waits for review, and a
+    pair on it runs the agent again, which then waits for a line."""
     script = tmp_path / "agent" / "agent.py"
     script.parent.mkdir()
     script.write_text(AGENT)
@@ -48,6 +48,12 @@ def test_p_pairs_on_the_terminal_and_the_board_comes_back(
     monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
     corral.ok("create", "Pair on it", "--ref", "pr")
     corral.ok("start", "pr", "--wait", "--timeout", "60")
+
+
+def test_p_pairs_on_the_terminal_and_the_board_comes_back(
+    corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting_for_a_pair(corral, tmp_path, monkeypatch)
     p = Pane(f"{shlex.quote(sys.executable)} -m corral watch; echo EXITED $?; sleep 600", repo)
     try:
         screen = p.shows("Waiting for review (1)", "pr ")
@@ -132,14 +138,7 @@ def test_the_board_ends_when_its_terminal_goes_away_during_a_pair(
 ) -> None:
     """The window closed while the board was away for a pair: the hang-up goes to the pair (its agent ends),
     and the board that comes back to no terminal ends too, instead of spinning on a terminal that is gone."""
-    script = tmp_path / "agent" / "agent.py"
-    script.parent.mkdir()
-    script.write_text(AGENT)
-    monkeypatch.setenv("CORRAL_HARNESS", "command")
-    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {script}")
-    monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
-    corral.ok("create", "Pair on it", "--ref", "pr")
-    corral.ok("start", "pr", "--wait", "--timeout", "60")
+    waiting_for_a_pair(corral, tmp_path, monkeypatch)
     p = Pane(f"{shlex.quote(sys.executable)} -m corral watch; sleep 600", repo)
     watch = 0
     try:
