@@ -20,10 +20,10 @@ from corral.errors import StoreCorrupt, StoreError
 from corral.store import NewTask, SQLiteStore
 from corral.store import sqlite as sqlite_store
 from corral.store.migrations import LATEST, MIGRATIONS
-from corral.store.pg_migrations import PG_MIGRATIONS
 from corral.store.postgres import PostgresStore
 from corral.store.sqltx import _status_clause
 from tests.conftest import FakeClock
+from tests.store.old_schema import postgres_at, sqlite_at
 from tests.support import postgres as pg_support
 
 pg_server = pg_support.pg_server
@@ -212,52 +212,34 @@ def test_sqlite_reads_of_status_changes_and_unfinished_refs_use_an_index(tmp_pat
 def _v7_sqlite(path: Path) -> None:
     raw = sqlite3.connect(path, isolation_level=None)
     raw.execute("PRAGMA journal_mode = WAL")
-    raw.execute("BEGIN IMMEDIATE")
-    raw.execute(
-        "CREATE TABLE schema_migrations "
-        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
-    )
-    for number, name, migration in MIGRATIONS[:7]:
-        migration(raw)
-        raw.execute("INSERT INTO schema_migrations VALUES (?, ?, 'x')", (number, name))
-    for task_id, ref, status, created, updated in V7_TASKS:
-        raw.execute(
-            "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
-            "VALUES (?, ?, 'Kept', ?, ?, ?, ?)",
-            (task_id, ref, status, created, updated, updated),
-        )
-    raw.executemany("INSERT INTO status_changes VALUES (?, ?, ?, ?, ?, ?, ?)", V7_CHANGES)
-    for statement in V7_REFERENCES:
-        raw.execute(statement)
-    raw.execute("COMMIT")
+    with sqlite_at(raw, 7):
+        for task_id, ref, status, created, updated in V7_TASKS:
+            raw.execute(
+                "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
+                "VALUES (?, ?, 'Kept', ?, ?, ?, ?)",
+                (task_id, ref, status, created, updated, updated),
+            )
+        raw.executemany("INSERT INTO status_changes VALUES (?, ?, ?, ?, ?, ?, ?)", V7_CHANGES)
+        for statement in V7_REFERENCES:
+            raw.execute(statement)
     raw.close()
 
 
 def _v7_postgres(url: str, schema: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-        conn.execute(f'SET search_path = "{schema}"')
-        with conn.transaction():
+    with psycopg.connect(url, autocommit=True) as conn, postgres_at(conn, schema, 7):
+        for task_id, ref, status, created, updated in V7_TASKS:
             conn.execute(
-                "CREATE TABLE schema_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+                "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
+                "VALUES (%s, %s, 'Kept', %s, %s, %s, %s)",
+                (task_id, ref, status, created, updated, updated),
             )
-            for number, name, script in PG_MIGRATIONS[:7]:
-                conn.execute(script)
-                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 'x')", (number, name))
-            for task_id, ref, status, created, updated in V7_TASKS:
-                conn.execute(
-                    "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
-                    "VALUES (%s, %s, 'Kept', %s, %s, %s, %s)",
-                    (task_id, ref, status, created, updated, updated),
-                )
-            conn.cursor().executemany(
-                "INSERT INTO status_changes (id, task_id, from_status, to_status, actor, reason, at) "
-                "OVERRIDING SYSTEM VALUE VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                V7_CHANGES,
-            )
-            for statement in V7_REFERENCES:
-                conn.execute(statement)
+        conn.cursor().executemany(
+            "INSERT INTO status_changes (id, task_id, from_status, to_status, actor, reason, at) "
+            "OVERRIDING SYSTEM VALUE VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            V7_CHANGES,
+        )
+        for statement in V7_REFERENCES:
+            conn.execute(statement)
 
 
 def _kept(store: SQLiteStore | PostgresStore) -> None:

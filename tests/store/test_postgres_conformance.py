@@ -17,11 +17,11 @@ from corral.domain.status import Status
 from corral.errors import CorralError, RefusedError, StoreError, StoreTooNew
 from corral.store import NewTask, SQLiteStore
 from corral.store.migrations import LATEST
-from corral.store.pg_migrations import PG_MIGRATIONS
 from corral.store.postgres import PostgresStore
 from tests.conftest import FakeClock
 from tests.store.conformance import *  # noqa: F403  (the test_* functions of the suite)
 from tests.store.conformance import V3_ROWS, v3_lease_kept
+from tests.store.old_schema import postgres_at
 from tests.support import postgres as pg_support
 from tests.support.postgres import Server, admin, free_port
 
@@ -164,16 +164,7 @@ def test_a_v3_schema_gains_process_owners_and_local_leases_with_every_row_kept(
     pg_server: str, pg_schema: str, clock: FakeClock
 ) -> None:
     with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        conn.execute(f'SET search_path = "{pg_schema}"')
-        with conn.transaction():
-            conn.execute(
-                "CREATE TABLE schema_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            for number, name, script in PG_MIGRATIONS[:3]:
-                conn.execute(script)
-                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 'x')", (number, name))
+        with postgres_at(conn, pg_schema, 3):
             for statement in V3_ROWS:
                 conn.execute(statement)
         with pytest.raises(psycopg.errors.CheckViolation):  # v3 knows no local lease

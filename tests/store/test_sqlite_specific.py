@@ -22,6 +22,7 @@ from corral.store.migrations import LATEST, MIGRATIONS
 from corral.store.sqlite import BUSY_TIMEOUT
 from tests.conftest import FakeClock
 from tests.store.conformance import V3_ROWS, v3_lease_kept
+from tests.store.old_schema import sqlite_at
 
 
 @pytest.fixture
@@ -118,17 +119,9 @@ def test_a_v3_file_gains_process_owners_and_local_leases_with_every_row_kept(db_
     db_path.parent.mkdir(parents=True)
     raw = sqlite3.connect(db_path, isolation_level=None)
     raw.execute("PRAGMA foreign_keys = ON")
-    raw.execute("BEGIN IMMEDIATE")
-    raw.execute(
-        "CREATE TABLE schema_migrations "
-        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
-    )
-    for number, name, migration in MIGRATIONS[:3]:
-        migration(raw)
-        raw.execute("INSERT INTO schema_migrations VALUES (?, ?, 'x')", (number, name))
-    for statement in V3_ROWS:
-        raw.execute(statement)
-    raw.execute("COMMIT")
+    with sqlite_at(raw, 3):
+        for statement in V3_ROWS:
+            raw.execute(statement)
     with pytest.raises(sqlite3.IntegrityError):  # v3 knows no local lease
         raw.execute("UPDATE leases SET state = 'local'")
     raw.close()

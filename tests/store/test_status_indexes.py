@@ -15,11 +15,11 @@ import pytest
 from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.store import NewTask, SQLiteStore
-from corral.store.migrations import LATEST, MIGRATIONS
-from corral.store.pg_migrations import PG_MIGRATIONS
+from corral.store.migrations import LATEST
 from corral.store.postgres import PostgresStore
 from corral.store.sqltx import _status_clause
 from tests.conftest import FakeClock
+from tests.store.old_schema import postgres_at, sqlite_at
 from tests.support import postgres as pg_support
 
 pg_server = pg_support.pg_server
@@ -125,21 +125,13 @@ def test_a_schema_6_sqlite_store_gets_the_partial_indexes_with_its_rows_kept(tmp
     path = tmp_path / "corral.db"
     raw = sqlite3.connect(path, isolation_level=None)
     raw.execute("PRAGMA journal_mode = WAL")
-    raw.execute("BEGIN IMMEDIATE")
-    raw.execute(
-        "CREATE TABLE schema_migrations "
-        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
-    )
-    for number, name, migration in MIGRATIONS[:6]:
-        migration(raw)
-        raw.execute("INSERT INTO schema_migrations VALUES (?, ?, 'x')", (number, name))
-    at = "2026-01-01T00:00:00.000000Z"
-    raw.execute(
-        "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
-        "VALUES ('t1', 'old', 'Kept', 'blocked', ?, ?, ?)",
-        (at, at, at),
-    )
-    raw.execute("COMMIT")
+    with sqlite_at(raw, 6):
+        at = "2026-01-01T00:00:00.000000Z"
+        raw.execute(
+            "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
+            "VALUES ('t1', 'old', 'Kept', 'blocked', ?, ?, ?)",
+            (at, at, at),
+        )
     assert "tasks_status" in {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     raw.close()
     store = SQLiteStore(path, clock=clock)
@@ -160,23 +152,13 @@ def test_a_schema_6_sqlite_store_gets_the_partial_indexes_with_its_rows_kept(tmp
 def test_a_schema_6_postgres_store_gets_the_partial_indexes_with_its_rows_kept(
     pg_server: str, pg_schema: str, clock: FakeClock
 ) -> None:
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        conn.execute(f'SET search_path = "{pg_schema}"')
-        with conn.transaction():
-            conn.execute(
-                "CREATE TABLE schema_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            for number, name, script in PG_MIGRATIONS[:6]:
-                conn.execute(script)
-                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 'x')", (number, name))
-            at = "2026-01-01T00:00:00Z"
-            conn.execute(
-                "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
-                "VALUES ('t1', 'old', 'Kept', 'complete', %s, %s, %s)",
-                (at, at, at),
-            )
+    with psycopg.connect(pg_server, autocommit=True) as conn, postgres_at(conn, pg_schema, 6):
+        at = "2026-01-01T00:00:00Z"
+        conn.execute(
+            "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
+            "VALUES ('t1', 'old', 'Kept', 'complete', %s, %s, %s)",
+            (at, at, at),
+        )
     store = PostgresStore(pg_server, schema=pg_schema, clock=clock)
     try:
         assert store.schema_version() == LATEST == 8

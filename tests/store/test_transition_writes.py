@@ -16,9 +16,9 @@ from corral.domain.status import Status
 from corral.errors import IllegalTransition, RefusedError
 from corral.store import NewTask, SQLiteStore
 from corral.store.migrations import LATEST
-from corral.store.pg_migrations import PG_MIGRATIONS
 from corral.store.postgres import PostgresStore
 from tests.conftest import FakeClock
+from tests.store.old_schema import postgres_at
 from tests.support import postgres as pg_support
 
 pg_server = pg_support.pg_server
@@ -93,23 +93,13 @@ def test_park_moves_to_blocked_with_one_record(store) -> None:  # type: ignore[n
 def test_a_schema_5_postgres_store_gets_one_status_index_with_its_rows_kept(
     pg_server: str, pg_schema: str, clock: FakeClock
 ) -> None:
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        conn.execute(f'SET search_path = "{pg_schema}"')
-        with conn.transaction():
-            conn.execute(
-                "CREATE TABLE schema_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            for number, name, script in PG_MIGRATIONS[:5]:
-                conn.execute(script)
-                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 'x')", (number, name))
-            at = "2026-01-01T00:00:00Z"
-            conn.execute(
-                "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
-                "VALUES ('t1', 'old', 'Kept', 'backlog', %s, %s, %s)",
-                (at, at, at),
-            )
+    with psycopg.connect(pg_server, autocommit=True) as conn, postgres_at(conn, pg_schema, 5):
+        at = "2026-01-01T00:00:00Z"
+        conn.execute(
+            "INSERT INTO tasks (id, ref, goal, status, created_at, updated_at, last_interaction_at) "
+            "VALUES ('t1', 'old', 'Kept', 'backlog', %s, %s, %s)",
+            (at, at, at),
+        )
     store = PostgresStore(pg_server, schema=pg_schema, clock=clock)
     try:
         assert store.schema_version() == LATEST == 8
