@@ -198,3 +198,34 @@ def test_the_target_under_its_lock_is_pre_flights_read_only_while_its_ref_still_
     assert git(repo, "rev-parse", "main^") == now[0]  # merged onto the target as it is, nothing of it lost
     assert (repo / "meanwhile.txt").read_text() == "landed after pre-flight\n"
     assert (repo / "late.txt").read_text() == "late\n"
+
+
+def test_a_repository_on_another_filesystem_than_corrals_state_has_its_worktree_forgotten_all_the_same(  # type: ignore[no-untyped-def]
+    agent, repo: Path, monkeypatch
+) -> None:
+    """git's record of a worktree lives in the repository's ``.git``, the trash in corral's state: on two
+    filesystems the record cannot be renamed into the trash, and git is asked to forget the worktree."""
+    import shutil
+    import tempfile
+
+    from corral.engine.project import Project
+
+    far = Path(tempfile.mkdtemp(prefix="corral-far-", dir="/dev/shm"))
+    try:
+        moved = far / "repo"
+        shutil.copytree(repo, moved, symlinks=True)
+        monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
+        proj = Project.open(moved)
+        try:
+            assert os.stat(moved).st_dev != os.stat(proj.paths.worktrees.parent).st_dev
+            blocked(proj, agent, "far", {"far.txt": "far\n"})
+            result = accepting.accept(proj, "far", actor=Actor.HUMAN)
+            assert result.task.status is Status.COMPLETE and result.warning is None
+            assert (moved / "far.txt").read_text() == "far\n"
+            listed = git(moved, "worktree", "list", "--porcelain")
+            assert [line for line in listed.splitlines() if line.startswith("worktree ")] == [f"worktree {moved}"]
+            assert removals.sweep(proj) == 0  # nothing left half removed
+        finally:
+            proj.close()
+    finally:
+        shutil.rmtree(far, ignore_errors=True)

@@ -145,7 +145,8 @@ def _forget(project: Project, worktree: Path, moved: list[Path]) -> bool:
     whose ``gitdir`` names that worktree's ``.git`` (corral's record of where it was, never the worktree's own
     files) renamed into the trash, to be deleted with it (added to ``moved``). False where git is to be asked
     instead: not plainly laid out, no such directory (already forgotten, or named another way), the worktree
-    still there, or locked (prune keeps those)."""
+    still there, locked (prune keeps those), or not renamed (the repository on another filesystem than
+    corral's state)."""
     common = common_dir(Path(project.repo))
     if common is None or common.name != ".git" or os.path.lexists(worktree):
         return False
@@ -165,8 +166,12 @@ def _forget(project: Project, worktree: Path, moved: list[Path]) -> bool:
             return False
         trash = trash_dir(project)
         trash.mkdir(parents=True, exist_ok=True)
-        moved.append(trash / f"{ADMIN}{worktree.name}.{time.time_ns()}")  # found again by a removal run again
-        os.rename(admin, moved[-1])
+        to = trash / f"{ADMIN}{worktree.name}.{time.time_ns()}"  # found again by a removal run again
+        try:
+            os.rename(admin, to)
+        except OSError:  # the repository and corral's state on two filesystems (EXDEV), or refused: git is asked
+            return False
+        moved.append(to)
         return True
     return False
 
