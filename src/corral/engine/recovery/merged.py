@@ -19,6 +19,9 @@ from corral.engine.workspace import target_branch
 #: which a task whose completion was cut short would otherwise stay (zombie → zombie is a no-op).
 SWEPT = (Status.BLOCKED, Status.CONFLICT, Status.INTERRUPTED, Status.SUBMITTED, Status.ZOMBIE)
 
+#: A branch's moves as its reflog lists them: (new value, unix time, subject), newest first.
+Moves = list[tuple[str, int, str]]
+
 
 def sweep_merged_branches(project: Project) -> int:
     """A resting task whose work is already on its target → zombie → complete; returns how many.
@@ -31,35 +34,50 @@ def sweep_merged_branches(project: Project) -> int:
     and its current session. (Upstream is merged into a task branch with ``--no-ff``, so a branch that
     only took in its target never looks merged: its merge commit is not on the target.)
 
-    Only resting tasks are looked at, and only when their branch or target moved since the
-    last look, so a pass stays cheap. Git is asked once per target that moved, never once
-    per task: one ``for-each-ref --merged`` lists every task branch the target contains,
-    and one ``log`` reads the target's trailers, however many tasks rest on it. What was
-    seen is kept for the current candidates only, so the file never outgrows them.
+    Only resting tasks are looked at, and only when their branch, their target or their session
+    changed since the last look, so a pass stays cheap: the tips are read from the ref files, and a
+    pass where none moved starts no git process. Git is asked once per target that moved, never once
+    per task: one ``for-each-ref --merged`` lists every task branch the target contains, and one
+    ``log`` reads the target's trailers, however many tasks rest on it (and none where every task due
+    had that target tip's trailers read at its last look).
+
+    What was seen is kept for the current candidates and for the active tasks that were one: a
+    crash → resume takes a task working → interrupted → working → blocked, and each time it rests
+    again with nothing moved, git's answer is the one already found. Only a plain "not on the
+    target" outlives the rest it was found in (it depends on the two tips and the session alone); a
+    veto (uncommitted work, no agent turn, a follow of the target) may not hold after a turn, so such
+    a task is looked at again when it next rests. A task that ended is forgotten, so the file never
+    outgrows the live tasks.
     """
     with project.store.read() as tx:
         resting = [t for t in tx.tasks(SWEPT) if t.session_id]
         targets = {t.id: target_branch(tx, t) for t in resting}
-    seen_path = project.paths.merged_sweep  # per candidate, the (target tip, branch tip) last found unmerged
+    seen_path = project.paths.merged_sweep  # per task, the (target tip, branch tip, session) last found unmerged
     seen = _read_seen(seen_path)
+    candidates = {t.id for t in resting}
+    fresh: dict[str, str] = {}
+    if any(k not in candidates for k in seen):  # a task it remembers is no longer resting: is it active?
+        with project.store.read() as tx:
+            active = {h.id for h in tx.task_heads(CARRIED)}
+        # What an active task (between two rests) keeps: a plain "not on the target", never a veto.
+        fresh = {k: v for k, v in seen.items() if k in active and k not in candidates and not v.endswith(HELD)}
     if not resting:
-        if seen:
-            _write_seen(seen_path, {})
+        if fresh != seen:
+            _write_seen(seen_path, fresh)
         return 0
     git, repo = project.git, project.repo
     tips = _branch_tips(project)
 
-    # Who must be looked at again: a branch or a target that moved since the last look. A task is
-    # in ``seen`` only once its session was found with a base, so only those due need their session.
-    fresh: dict[str, str] = {}
+    # Who must be looked at again: a branch, a target or a session that changed since the last look.
+    # A task is in ``seen`` only once its session was found with a base, so only those due need it.
     moved: list[tuple[Task, str | None, str, str]] = []
     for task in resting:
         tip, target_tip = tips.get(task.branch), tips.get(targets[task.id])
         if target_tip is None:
             continue
-        key = f"{target_tip}:{tip}"
-        if seen.get(task.id) == key:
-            fresh[task.id] = key
+        key = _key(target_tip, tip, task.session_id or "")
+        if seen.get(task.id) in (key, key + HELD):
+            fresh[task.id] = seen[task.id]
             continue
         moved.append((task, tip, target_tip, key))
     due: list[tuple[Task, Session, str | None, str, str]] = []
@@ -73,7 +91,7 @@ def sweep_merged_branches(project: Project) -> int:
 
     # One question per target tip: which of the due branches does it contain?
     ahead: dict[str, list[str]] = {}
-    for task, session, tip, target_tip, _key in due:
+    for task, session, tip, target_tip, _ in due:
         if tip is not None and tip != session.base_commit:
             ahead.setdefault(target_tip, []).append(task.branch)
     contained = {
@@ -81,30 +99,52 @@ def sweep_merged_branches(project: Project) -> int:
     }
 
     trailers: dict[str, set[tuple[str, str]]] = {}
+    reflogs: dict[str, Moves] = {}  # a branch's moves, read once a pass
     completed = 0
     for task, session, tip, target_tip, key in due:
         # The tip must be the one read above: a branch that moved in between is looked at next pass.
         merged = tip is not None and tip != session.base_commit and contained[target_tip].get(task.branch) == tip
-        if merged and tip is not None and not _own_work_landed(project, task, session, targets[task.id], tip):
-            fresh[task.id] = key
+        if merged and tip is not None and not _own_work_landed(project, task, session, targets[task.id], tip, reflogs):
+            fresh[task.id] = key + HELD
             continue
-        if not merged:
+        if not merged and not _trailers_read(seen.get(task.id), target_tip, session.id):
             if target_tip not in trailers:
                 found = git.trailers(target_tip, cwd=repo, limit=500)
                 trailers[target_tip] = {(t["task"], t["session"]) for t in found}
             merged = (task.id, session.id) in trailers[target_tip]
+        vetoed = False
         if merged and _agent_moved_target(project, task, session, targets[task.id]):
-            merged = False  # the agent put its work there itself: never a completion (docs/lifecycle.md)
-        if merged and not _agent_answered(project, task):
-            merged = False  # no agent turn, no agent work: what is on the target is a person's, not the task's
-        if merged:
+            vetoed = True  # the agent put its work there itself: never a completion (docs/lifecycle.md)
+        elif merged and not _agent_answered(project, task):
+            vetoed = True  # no agent turn, no agent work: what is on the target is a person's, not the task's
+        if merged and not vetoed:
             complete_merged(project, task, session, "its work is on its target")
             completed += 1
         else:
-            fresh[task.id] = key
+            fresh[task.id] = key + HELD if vetoed else key
     if fresh != seen:  # an unchanged pass writes nothing
         _write_seen(seen_path, fresh)
     return completed
+
+
+#: The active statuses a task passes through between two rests: what it was last found is kept meanwhile.
+CARRIED = (Status.WORKING, Status.PAIRING, Status.MERGING)
+#: Marks a memory whose merged-looking work was vetoed (see :func:`sweep_merged_branches`): kept only at rest.
+HELD = ":held"
+
+
+def _key(target_tip: str, tip: str | None, session_id: str) -> str:
+    """What a look depends on: the target's tip, the branch's (None: no branch), the task's session."""
+    return f"{target_tip}:{tip}:{session_id}"
+
+
+def _trailers_read(last: str | None, target_tip: str, session_id: str) -> bool:
+    """Whether the last look already found that ``target_tip``'s trailers do not name this session:
+    a plain "not on the target" at the same target tip and session (only the branch moved since)."""
+    if last is None or last.endswith(HELD):
+        return False
+    target, _, rest = last.partition(":")
+    return target == target_tip and rest.rpartition(":")[2] == session_id
 
 
 #: The sweep's memory holds one short line per resting task: far below this.
@@ -125,7 +165,9 @@ def _write_seen(path: Path, seen: dict[str, str]) -> None:
     write_atomic(path, json.dumps(seen).encode(), durable=False)  # a cache: a crash only costs a look
 
 
-def _own_work_landed(project: Project, task: Task, session: Session, target: str, tip: str) -> bool:
+def _own_work_landed(
+    project: Project, task: Task, session: Session, target: str, tip: str, reflogs: dict[str, Moves]
+) -> bool:
     """Whether a branch the target contains got there by the target taking the task's work, not by
     the task's branch taking the target's (a fast-forward onto the moved target is no merge).
 
@@ -138,13 +180,13 @@ def _own_work_landed(project: Project, task: Task, session: Session, target: str
     worktree = Path(session.worktree) if session.worktree else None
     if worktree is not None and worktree.is_dir() and git.dirty_paths(worktree):
         return False
-    branch_moves = _reflog(project, task.branch)
+    branch_moves = _reflog(project, task.branch, reflogs)
     reached = [(when, subject) for sha, when, subject in branch_moves if sha == tip]
     if reached:
         first_when, first_subject = reached[-1]  # the log lists newest first
         if _follows(first_subject, target):
             return False
-        target_reached = [when for sha, when, _ in _reflog(project, target) if sha == tip]
+        target_reached = [when for sha, when, _ in _reflog(project, target, reflogs) if sha == tip]
         if target_reached and target_reached[-1] < first_when:
             return False
     return True
@@ -208,8 +250,12 @@ def _follows(subject: str, target: str) -> bool:
     return False
 
 
-def _reflog(project: Project, branch: str) -> list[tuple[str, int, str]]:
-    """(new value, unix time, subject) of each move of ``branch``, newest first; empty without a reflog."""
+def _reflog(project: Project, branch: str, known: dict[str, Moves]) -> Moves:
+    """(new value, unix time, subject) of each move of ``branch``, newest first; empty without a reflog.
+
+    Read once a pass (``known``): several tasks contained by one target read the target's log once."""
+    if branch in known:
+        return known[branch]
     out = project.git.run(
         "log",
         "-g",
@@ -227,6 +273,7 @@ def _reflog(project: Project, branch: str) -> list[tuple[str, int, str]]:
         when = selector.rpartition("@{")[2].rstrip("}")
         if when.isdigit():
             moves.append((sha, int(when), subject))
+    known[branch] = moves
     return moves
 
 
