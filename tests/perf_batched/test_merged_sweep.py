@@ -143,10 +143,12 @@ def test_git_is_asked_once_per_target_however_many_tasks_rest_on_it(proj: Projec
     git(proj.repo, "merge", "-q", "--ff", f"corral/{tasks[3].ref}")
     assert sweep_merged_branches(proj) == 1
     made = calls(proj)
-    # Only main moved: its containment and trailers once; and for the one contained task alone, how
-    # its branch and main reached the tip (two reflog reads), and its branch's value read once more to
-    # delete it by compare-and-swap (adapters/branches) — never a call per resting task.
-    assert made.count("for-each-ref") == 1 + 1 and made.count("log") == 1 + 2
+    # Only main moved: the commits it gained since the last look (every branch was found not on its
+    # earlier tip, so it holds one now only if among them) and its trailers, once; and for the one
+    # contained task alone, how its branch and main reached the tip (two reflog reads), and its
+    # branch's value read once more to delete it by compare-and-swap (adapters/branches) — never a
+    # call per resting task.
+    assert made.count("rev-list") == 1 and made.count("for-each-ref") == 1 and made.count("log") == 1 + 2
     assert status(proj, tasks[3]) is Status.COMPLETE
     assert all(status(proj, t) is Status.BLOCKED for t in tasks if t is not tasks[3])
     assert all(status(proj, t) is Status.BLOCKED for t in subtasks)

@@ -181,3 +181,45 @@ def test_a_task_that_ends_is_forgotten_and_a_new_session_is_looked_at_again(proj
     assert sweep_merged_branches(proj) == 0
     assert calls(proj)  # another session: another question
     assert set(seen(proj)) == {renewed.id}
+
+
+def test_a_target_that_moved_is_asked_only_what_it_gained(proj: Project) -> None:
+    tasks = [resting(proj, f"many-{n}") for n in range(6)]
+    assert sweep_merged_branches(proj) == 0
+    move_main(proj, "upstream work")
+    calls(proj)
+    assert sweep_merged_branches(proj) == 0
+    # Every branch was found not on main's last tip: it is on the new one only if among the commits
+    # main gained (one rev-list), and main's trailers are read once — nothing per branch.
+    assert sorted(calls(proj)) == ["log", "rev-list"]
+    assert all(status(proj, t) is Status.BLOCKED for t in tasks)
+
+
+def test_a_target_put_onto_another_history_holding_the_branch_is_seen(proj: Project) -> None:
+    """main moves on, then is reset onto the task's branch (which its last tip never held): the
+    commits main gained since are the branch's, so the work is found on it."""
+    task = resting(proj, "reset-onto")
+    move_main(proj, "upstream work")
+    assert sweep_merged_branches(proj) == 0
+    git(proj.repo, "update-ref", "refs/heads/main", git(proj.repo, "rev-parse", f"corral/{task.ref}"))
+    assert sweep_merged_branches(proj) == 1
+    assert status(proj, task) is Status.COMPLETE
+
+
+def test_when_the_targets_earlier_tip_is_gone_its_branches_are_asked_as_at_a_first_look(proj: Project) -> None:
+    task = resting(proj, "after-gc")
+    stays = resting(proj, "stays-after-gc")
+    move_main(proj, "upstream work, later thrown away")
+    assert sweep_merged_branches(proj) == 0
+    repo = proj.repo
+    git(repo, "update-ref", "refs/heads/main", "main~1")  # that tip is dropped, and collected
+    git(repo, "reflog", "expire", "--expire=now", "--all")
+    git(repo, "gc", "-q", "--prune=now")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merged by hand", f"corral/{task.ref}")
+    calls(proj)
+    assert sweep_merged_branches(proj) == 1
+    made = calls(proj)
+    # rev-list could not say (the earlier tip is gone): one for-each-ref --merged asked instead, and
+    # one more reads the completed task's branch to delete it by compare-and-swap.
+    assert made.count("rev-list") == 1 and made.count("for-each-ref") == 2
+    assert status(proj, task) is Status.COMPLETE and status(proj, stays) is Status.BLOCKED

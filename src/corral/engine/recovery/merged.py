@@ -89,21 +89,39 @@ def sweep_merged_branches(project: Project) -> int:
             if session is not None and session.base_commit:
                 due.append((task, session, tip, target_tip, key))
 
-    # One question per target tip: which of the due branches does it contain?
+    # One question per target tip: which of the due branches does it contain? A branch last found
+    # not on an earlier tip of its target is on the new one only if it is among the commits the
+    # target gained since: one ``rev-list`` of those (a commit or a few, where the target moved on),
+    # not a walk from the new tip for every branch.
     ahead: dict[str, list[str]] = {}
+    gaining: dict[tuple[str, str], list[str]] = {}  # (earlier target tip, new one) → branches not on the earlier
     for task, session, tip, target_tip, _ in due:
-        if tip is not None and tip != session.base_commit:
+        if tip is None or tip == session.base_commit:
+            continue
+        earlier = _unmerged_at(seen.get(task.id), tip, session.id)
+        if earlier is not None:
+            gaining.setdefault((earlier, target_tip), []).append(task.branch)
+        else:
             ahead.setdefault(target_tip, []).append(task.branch)
-    contained = {
-        target_tip: _tips(project, _patterns(branches), merged=target_tip) for target_tip, branches in ahead.items()
-    }
+    contained: dict[str, dict[str, str]] = {}
+    for (earlier, target_tip), branches in gaining.items():
+        gained = _gained(project, earlier, target_tip)
+        if gained is None:  # too many, or the earlier tip is gone: asked as any other
+            ahead.setdefault(target_tip, []).extend(branches)
+            continue
+        on = contained.setdefault(target_tip, {})
+        on.update((b, tips[b]) for b in branches if tips[b] in gained)
+    for target_tip, branches in ahead.items():
+        contained.setdefault(target_tip, {}).update(_tips(project, _patterns(branches), merged=target_tip))
 
     trailers: dict[str, set[tuple[str, str]]] = {}
     reflogs: dict[str, Moves] = {}  # a branch's moves, read once a pass
     completed = 0
     for task, session, tip, target_tip, key in due:
         # The tip must be the one read above: a branch that moved in between is looked at next pass.
-        merged = tip is not None and tip != session.base_commit and contained[target_tip].get(task.branch) == tip
+        merged = (
+            tip is not None and tip != session.base_commit and contained.get(target_tip, {}).get(task.branch) == tip
+        )
         if merged and tip is not None and not _own_work_landed(project, task, session, targets[task.id], tip, reflogs):
             fresh[task.id] = key + HELD
             continue
@@ -138,13 +156,41 @@ def _key(target_tip: str, tip: str | None, session_id: str) -> str:
     return f"{target_tip}:{tip}:{session_id}"
 
 
+def _unmerged(last: str | None) -> tuple[str, str, str] | None:
+    """The (target tip, branch tip, session) of a plain "not on the target" remembered; None for a
+    veto, for nothing remembered, or for a memory of another form."""
+    parts = last.split(":") if last is not None and not last.endswith(HELD) else []
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
 def _trailers_read(last: str | None, target_tip: str, session_id: str) -> bool:
     """Whether the last look already found that ``target_tip``'s trailers do not name this session:
     a plain "not on the target" at the same target tip and session (only the branch moved since)."""
-    if last is None or last.endswith(HELD):
-        return False
-    target, _, rest = last.partition(":")
-    return target == target_tip and rest.rpartition(":")[2] == session_id
+    found = _unmerged(last)
+    return found is not None and found[0] == target_tip and found[2] == session_id
+
+
+def _unmerged_at(last: str | None, tip: str, session_id: str) -> str | None:
+    """The earlier target tip the last look found not to contain ``tip`` (this session's, unmoved since)."""
+    found = _unmerged(last)
+    return found[0] if found is not None and found[1] == tip and found[2] == session_id else None
+
+
+#: More commits than this gained by a target since the last look: its branches are asked as at a first look.
+GAINED_MAX = 10_000
+
+
+def _gained(project: Project, earlier: str, now: str) -> set[str] | None:
+    """The commits ``now`` holds that ``earlier`` does not (what the target gained since the last look);
+    None when they are more than :data:`GAINED_MAX` or git cannot say (the earlier tip is gone).
+
+    A commit ``earlier`` does not contain is contained by ``now`` exactly when it is one of these,
+    whether the target moved on, was reset back, or was replaced by another history."""
+    done = project.git.run(
+        "rev-list", f"--max-count={GAINED_MAX}", now, f"^{earlier}", "--", cwd=project.repo, check=False
+    )
+    gained = set(done.stdout.split())
+    return gained if done.returncode == 0 and len(gained) < GAINED_MAX else None
 
 
 #: The sweep's memory holds one short line per resting task: far below this.
