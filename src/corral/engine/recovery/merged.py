@@ -37,9 +37,10 @@ def sweep_merged_branches(project: Project) -> int:
     Only resting tasks are looked at, and only when their branch, their target or their session
     changed since the last look, so a pass stays cheap: the tips are read from the ref files, and a
     pass where none moved starts no git process. Git is asked once per target that moved, never once
-    per task: one ``for-each-ref --merged`` lists every task branch the target contains, and one
-    ``log`` reads the target's trailers, however many tasks rest on it (and none where every task due
-    had that target tip's trailers read at its last look).
+    per task: one ``rev-list`` of the commits the target gained since the tip its branches were last
+    found not on (or, for branches seen for the first time, one ``for-each-ref --merged``) says which
+    task branches the target contains, and one ``log`` reads the target's trailers, however many tasks
+    rest on it (and none where every task due had that target tip's trailers read at its last look).
 
     What was seen is kept for the current candidates and for the active tasks that were one: a
     crash → resume takes a task working → interrupted → working → blocked, and each time it rests
