@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sqlite3
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -23,6 +22,7 @@ from corral.store.migrations import LATEST, MIGRATIONS
 from corral.store.postgres import PostgresStore
 from corral.store.sqltx import _status_clause
 from tests.conftest import FakeClock
+from tests.store import either
 from tests.store.old_schema import postgres_at, sqlite_at
 from tests.support import postgres as pg_support
 
@@ -62,15 +62,7 @@ V7_REFERENCES = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteStore | PostgresStore]:
-    if request.param == "sqlite":
-        db: SQLiteStore | PostgresStore = SQLiteStore(tmp_path / "corral.db", clock=clock)
-    else:
-        url, schema = request.getfixturevalue("pg_server"), request.getfixturevalue("pg_schema")
-        db = PostgresStore(url, schema=schema, clock=clock, mark_seconds=0)
-    yield db
-    db.close()
+store = either.store
 
 
 def _finished_at(store: SQLiteStore | PostgresStore, task_id: str) -> str | None:

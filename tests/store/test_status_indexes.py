@@ -6,7 +6,6 @@ planner takes the partial index the statuses fit, and a schema-6 store migrates 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -19,6 +18,7 @@ from corral.store.migrations import LATEST
 from corral.store.postgres import PostgresStore
 from corral.store.sqltx import _status_clause
 from tests.conftest import FakeClock
+from tests.store import either
 from tests.store.old_schema import postgres_at, sqlite_at
 from tests.support import postgres as pg_support
 
@@ -35,15 +35,7 @@ PATHS = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteStore | PostgresStore]:
-    if request.param == "sqlite":
-        db: SQLiteStore | PostgresStore = SQLiteStore(tmp_path / "corral.db", clock=clock)
-    else:
-        url, schema = request.getfixturevalue("pg_server"), request.getfixturevalue("pg_schema")
-        db = PostgresStore(url, schema=schema, clock=clock, mark_seconds=0)
-    yield db
-    db.close()
+store = either.store
 
 
 def fill(store: SQLiteStore | PostgresStore, clock: FakeClock) -> dict[str, str]:

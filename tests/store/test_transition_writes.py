@@ -4,9 +4,6 @@ of the status and the last change (schema 6), where it kept two. Both stores, th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
 import pytest
 
@@ -18,6 +15,7 @@ from corral.store import NewTask, SQLiteStore
 from corral.store.migrations import LATEST
 from corral.store.postgres import PostgresStore
 from tests.conftest import FakeClock
+from tests.store import either
 from tests.store.old_schema import postgres_at
 from tests.support import postgres as pg_support
 
@@ -25,15 +23,7 @@ pg_server = pg_support.pg_server
 pg_schema = pg_support.pg_schema
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteStore | PostgresStore]:
-    if request.param == "sqlite":
-        db: SQLiteStore | PostgresStore = SQLiteStore(tmp_path / "corral.db", clock=clock)
-    else:
-        url, schema = request.getfixturevalue("pg_server"), request.getfixturevalue("pg_schema")
-        db = PostgresStore(url, schema=schema, clock=clock, mark_seconds=0)
-    yield db
-    db.close()
+store = either.store
 
 
 def working(store: SQLiteStore | PostgresStore) -> str:
