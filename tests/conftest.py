@@ -43,8 +43,9 @@ _DROPPED = ("CORRAL_ACTOR", "CORRAL_DEBUG", "VISUAL", "EDITOR", "GIT_DIR", "GIT_
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own corral home, user config, git config and HOME."""
+def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own corral home, user config, git config and HOME; a daemon a test's launch
+    started in that home is stopped after it (it would tick for the rest of the run, and after it)."""
     base = tmp_path_factory.mktemp("env")
     home = base / "home"
     home.mkdir()
@@ -67,7 +68,12 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(base / "xdg-data"))
-    return base
+    yield base
+    corral_home = base / "corral-home"
+    if (corral_home / "daemon").is_dir():
+        from corral.engine import daemons
+
+        daemons.stop_running(corral_home, timeout=5.0)  # only the daemon its own state names, as `daemon stop`
 
 
 def git(repo: Path, *args: str) -> str:
