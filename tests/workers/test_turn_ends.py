@@ -241,7 +241,13 @@ def test_a_second_sigterm_hands_the_turns_back_for_another_worker_to_resume(team
     assert handed["task"] == task_id and handed["message"] == "handed back by worker leaving on shutdown"
     assert not alive(agent)
     until(lambda: _show(laptop, "handed")["task"]["status"] == "blocked", timeout=90, poll=0.2, what="it resumed")
-    shown = _show(laptop, "handed")
+    # The taker records the turn, then ships its files and pushes its work, and only then lets the lease go.
+    shown = until(
+        lambda: (doc := _show(laptop, "handed"))["lease"]["state"] == "released" and doc,
+        timeout=60,
+        poll=0.2,
+        what="the taker to let the lease go",
+    )
     errors = [t for t in shown["turns"] if t["role"] == "agent" and t["kind"] == "error"]
     assert [t["content"] for t in errors] == ["The turn was interrupted: handed back by worker leaving on shutdown."]
     assert [c["to"] for c in shown["status_changes"]].count("interrupted") == 1
