@@ -156,7 +156,7 @@ def _swept(project: Project, receipt: proto.Receipt, command: proto.Command) -> 
 
     restored = None
     if command.branch and not project.git.ref_exists(f"refs/heads/{command.branch}", cwd=project.repo):
-        restored = branch_check.check(
+        restored, _ = branch_check.check(
             project.git,
             project.repo,
             task_ref=command.task_ref,

@@ -143,30 +143,14 @@ def check(
     turn: int | str,
     objects: quarantine.ObjectsReport | None,
     confined: bool,
-) -> RefMove | None:
-    """Check the task's branch after a turn; None when it is sound (and now verified), else what was done.
+) -> tuple[RefMove | None, str | None]:
+    """Check the task's branch after a turn: (None when it is sound and now verified, else what was done;
+    the branch's commit when it was found sound, read after the turn, as it is now).
 
     ``confined``: the turn's objects came through a quarantine (``objects``: what it held, None when
     it held nothing), so its new commits are known; otherwise only the ref's shape is checked.
     Objects that failed the quarantine's check put back whatever the agent left. Idempotent.
     """
-    return _checked(
-        git, repo, task_ref=task_ref, branch=branch, target=target, turn=turn, objects=objects, confined=confined
-    )[0]
-
-
-def _checked(
-    git: Git,
-    repo: str | Path,
-    *,
-    task_ref: str,
-    branch: str,
-    target: str | None,
-    turn: int | str,
-    objects: quarantine.ObjectsReport | None,
-    confined: bool,
-) -> tuple[RefMove | None, str | None]:
-    """:func:`check`, and the branch's commit when it was found sound (read after the turn, as it is now)."""
     ref = f"refs/heads/{branch}"
     target_ref = (target if target.startswith("refs/") else f"refs/heads/{target}") if target else None
     listed = _read(git, repo, [ref, verified_ref(task_ref), *([target_ref] if target_ref else [])])
@@ -327,7 +311,7 @@ def after_confined(
         return None, None, f"the turn's objects could not be checked: {exc}"[:300]
     tip = None
     try:
-        finding, tip = _checked(
+        finding, tip = check(
             git,
             repo,
             task_ref=task_ref,
