@@ -453,7 +453,14 @@ class _Saved:
         new = [t for t in threading.enumerate() if t not in self.threads and not t.name.startswith("corral-std")]
         deadline = time.monotonic() + 2.0
         for thread in new:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            while True:
+                try:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                    break
+                except RuntimeError:  # started a moment ago by another thread (a test's server), not yet running
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.001)
         running = [t.name for t in new if t.is_alive()]
         if running:
             raise LeftBehind(f"{said} left threads running ({', '.join(running)}): run it as a process")
