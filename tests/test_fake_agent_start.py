@@ -41,3 +41,24 @@ def test_the_wrapper_runs_a_scenario_and_imports_no_harness_module(tmp_path: Pat
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", session), session
     (call,) = [json.loads(line) for line in (tmp_path / "record" / "invocations.jsonl").read_text().splitlines()]
     assert call["prompt"] == "a prompt" and call["env"]["CORRAL_TASK"] == "the-task"
+
+
+def test_the_wrapper_reads_the_installed_bytecode_where_a_cache_prefix_is_set(tmp_path: Path) -> None:
+    """A sandboxed turn does not see a bytecode prefix under /tmp: the fake agent reads the interpreter's
+    installed bytecode instead of compiling the standard library at every start, and writes none."""
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"invocations": [[{"init": True}, {"result": "answered"}]]}))
+    wrapper = fake_agent.wrapper_script(tmp_path / "bin")
+    prefix = tmp_path / "unseen-prefix"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CORRAL_FAKE_SCENARIO": str(scenario),
+        "PYTHONPYCACHEPREFIX": str(prefix),
+        "PYTHONVERBOSE": "1",
+    }
+    done = subprocess.run([str(wrapper), "-p", "a prompt"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = [line for line in done.stderr.splitlines() if line.startswith("# code object from")]
+    json_code = [line for line in loaded if "json" in line]
+    assert json_code and all(".pyc" in line for line in json_code), json_code
+    assert not prefix.exists()

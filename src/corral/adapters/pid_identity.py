@@ -12,9 +12,11 @@ tag), each re-identified by its start time before every signal.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from msgspec import Struct
 
@@ -232,18 +234,18 @@ def stop_identified(identity: Identity, grace: float) -> bool:
             os.killpg(pgid, signal.SIGTERM)
         except ProcessLookupError:
             return True
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and identity.matches():
-        time.sleep(0.05)
-    if identity.matches() or any(_same(m) for m in members if m is not None):
-        if alone:
-            send_identified(identity, signal.SIGKILL)
-        else:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        _settle(lambda: identity.matches())
+    with ExitWaits() as waits:
+        waits.add(identity.pid, identity.matches)
+        waits.until(time.monotonic() + grace, identity.matches)
+        if identity.matches() or any(_same(m) for m in members if m is not None):
+            if alone:
+                send_identified(identity, signal.SIGKILL)
+            else:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _settle(identity.matches, waits)
     return True
 
 
@@ -251,10 +253,66 @@ def stop_identified(identity: Identity, grace: float) -> bool:
 KILL_SETTLE_SECONDS = 1.0
 
 
-def _settle(alive: Callable[[], bool]) -> None:
+def _settle(alive: Callable[[], bool], waits: ExitWaits | None = None) -> None:
     deadline = time.monotonic() + KILL_SETTLE_SECONDS
+    if waits is not None:
+        waits.until(deadline, alive)
+        return
     while alive() and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+#: The longest nap between two looks where no pidfd tells of an exit (an older kernel).
+NAP_SECONDS = 0.05
+
+
+class ExitWaits:
+    """Waits that end when processes exit: a pidfd per process (readable once it has exited), so a
+    wait between a signal and its effect lasts as long as the process takes, not a nap's multiple.
+    A process whose pidfd cannot be had (an older kernel) is looked at every :data:`NAP_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}
+        self._blind = False
+
+    def __enter__(self) -> ExitWaits:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def add(self, pid: int, same: Callable[[], bool]) -> None:
+        """Watch ``pid`` while ``same()`` says it is still the process meant (asked after the pidfd is
+        open: the pidfd then names that very process, whatever the pid is given to later)."""
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        except (OSError, AttributeError):
+            self._blind = True
+            return
+        if not same():
+            os.close(fd)
+            return
+        self._fds[pid] = fd
+
+    def until(self, deadline: float, alive: Callable[[], bool]) -> None:
+        """Until ``alive()`` is false or ``deadline`` (monotonic) passes, woken by each exit."""
+        while alive():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            fds = list(self._fds.values())
+            if not fds:
+                time.sleep(min(left, NAP_SECONDS))
+                continue
+            ready, _, _ = select.select(fds, [], [], min(left, NAP_SECONDS) if self._blind else left)
+            for pid, fd in list(self._fds.items()):
+                if fd in ready:  # exited: nothing more to wait for from it
+                    os.close(fd)
+                    del self._fds[pid]
 
 
 def _same(info: ProcInfo) -> bool:
@@ -267,14 +325,15 @@ def reap(found: Sequence[ProcInfo], grace: float) -> list[ProcInfo]:
     before every signal; returns those that were still there to signal."""
     own = {os.getpid(), os.getppid(), 0, 1}
     targets = [p for p in found if p.pid not in own]
-    signalled = [p for p in targets if _same(p) and send(p.pid, signal.SIGTERM)]
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_same(p) for p in signalled):
-        time.sleep(0.05)
-    for p in signalled:
-        if _same(p):
-            send(p.pid, signal.SIGKILL)
-    _settle(lambda: any(_same(p) for p in signalled))
+    with ExitWaits() as waits:
+        signalled = [p for p in targets if _same(p) and send(p.pid, signal.SIGTERM)]
+        for p in signalled:
+            waits.add(p.pid, partial(_same, p))
+        waits.until(time.monotonic() + grace, lambda: any(_same(p) for p in signalled))
+        for p in signalled:
+            if _same(p):
+                send(p.pid, signal.SIGKILL)
+        _settle(lambda: any(_same(p) for p in signalled), waits)
     for p in signalled:  # an orphan handed to this process (its subreaper) is waited for: no zombie stays
         try:
             os.waitpid(p.pid, os.WNOHANG)
