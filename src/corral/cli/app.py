@@ -88,11 +88,13 @@ class App:
         """Who runs this command: a person (``CORRAL_ACTOR`` aside), or, inside a turn's process
         tree, that turn's agent, named by the token its supervisor put in the environment."""
         if self._caller is None:
-            from corral.engine.api import Caller, agent_of_token, default_actor, fenced
+            from corral.engine.api import Caller, agent_of_token, default_actor
 
             token = os.environ.get(TOKEN_ENV, "").strip()
             self._caller = agent_of_token(self.project, token) if token else Caller(default_actor())
             if self._caller.fence is not None:
+                from corral.engine.api import fenced  # a worker's turn only
+
                 # A worker's turn: what its agent writes through the CLI holds the turn's fence, as over MCP.
                 self._project = fenced(self.project, self._caller)
         return self._caller

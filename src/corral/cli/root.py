@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pair": ("review", "pair"),
     "chat": ("review", "chat"),
     "diff": ("review", "diff"),
-    "accept": ("review", "accept"),
+    "accept": ("accept_cli", "accept"),
     "submit": ("review", "submit"),
     "close": ("review", "close"),
     "reject": ("review", "reject"),

@@ -19,6 +19,7 @@ not confined can still act as its user by other means (docs/mcp.md#what-the-gate
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
@@ -27,10 +28,13 @@ from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.engine.project import Project
 from corral.engine.resolve import Resolved, resolve_for, resolve_task
-from corral.engine.runtime import agent_tokens
-from corral.engine.runtime.agent_tokens import Grant
-from corral.engine.runtime.protocol import Fence
 from corral.errors import AgentTokenInvalid, OutOfScope, UsageError
+
+if TYPE_CHECKING:
+    # A person's command (the CLI's gate, every accept) never reads a token: the tokens' module (hashing,
+    # the turn's protocol records) loads only when one is presented (:func:`grant_of`).
+    from corral.engine.runtime.agent_tokens import Grant
+    from corral.engine.runtime.protocol import Fence
 
 #: Tools (and CLI commands) an agent may aim at its direct subtasks only, never at its own task:
 #: accepting itself would skip its review, and editing itself would change what it was asked to do
@@ -77,6 +81,8 @@ def agent(project: Project, grant: Grant) -> Caller:
 
 def grant_of(home: Path, token: str | None) -> Grant:
     """The grant of a presented token (refused for none, an unknown or a revoked one)."""
+    from corral.engine.runtime import agent_tokens
+
     grant = agent_tokens.find(home, token) if token else None
     if grant is None:
         raise AgentTokenInvalid(
