@@ -112,6 +112,18 @@ _OUTCOMES = {o.value: o for o in AttemptOutcome}
 _STATUSES = {s.value: s for s in Status}
 
 
+#: The reason of a task's first status change (and of its row's ``status_reason`` until the next).
+_CREATED = "created"
+
+#: Where :meth:`SQLTx.park` rests a task: blocked, or conflict while a violation of its session is pending.
+_CLEAR, _PENDING = park_status(0), park_status(1)
+#: Whether the task row's current session has a pending violation (a subquery of a ``tasks`` row).
+_PENDING_VIOLATION = (
+    "SELECT 1 FROM violations v WHERE v.session_id = tasks.session_id AND v.task_id = tasks.id "
+    "AND v.decision = 'pending'"
+)
+
+
 def _legal(src: Status, dst: Status, actor: Actor) -> bool:
     """Whether the rules allow ``src`` → ``dst`` by ``actor`` (:func:`check_transition` raises why not)."""
     try:
@@ -409,7 +421,8 @@ class SQLTx:
         try:
             with self._may_fail():
                 self._db.execute(
-                    f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO tasks ({_TASK_COLUMNS}, status_actor, status_reason) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         tid,
                         new.ref,
@@ -427,6 +440,8 @@ class SQLTx:
                         now,
                         now,
                         now,
+                        actor._value_,
+                        _CREATED,
                     ),
                 )
         except Exception as exc:
@@ -437,7 +452,7 @@ class SQLTx:
                     hint="Pick another --ref, or omit it to have one made from the goal.",
                 ) from exc
             raise
-        self._change(tid, None, Status.BACKLOG, actor, "created")
+        self._change(tid, None, Status.BACKLOG, actor, _CREATED)
         return self._require_task(tid)
 
     def update_task(
@@ -480,8 +495,10 @@ class SQLTx:
         return self._require_task(task_id)
 
     def _change(self, task_id: str, src: Status | None, dst: Status, actor: Actor, reason: str | None) -> StatusChange:
-        # Numbered within its task (schema 8): the key (task, number) is the row's place, so the record is one
-        # b-tree entry, and the largest number so far is read from the page the row goes into.
+        """A new task's first status change (later ones are written by the trigger on its status, schema 9).
+
+        Numbered within its task (schema 8): the key (task, number) is the row's place, so the record is one
+        b-tree entry, and the largest number so far is read from the page the row goes into."""
         self._db.execute(
             "INSERT INTO status_changes (task_id, id, from_status, to_status, actor, reason, at) "
             "SELECT ?, COALESCE(MAX(id), 0) + 1, ?, ?, ?, ?, ? FROM status_changes WHERE task_id = ?",
@@ -512,7 +529,10 @@ class SQLTx:
         resting_cause: RestingCause | None,
         known: Row | None = None,
     ) -> StatusChange | None:
-        """``known``: the task's (status, resting_cause) as the caller read them in this transaction."""
+        """``known``: the task's (status, resting_cause) as the caller read them in this transaction.
+
+        Every change is one ``UPDATE`` of the task's row naming its status, actor and reason; the trigger on the
+        status writes the status-change row in the same statement (schema 9)."""
         self._write()
         expected = _statuses(expected_from)
         if known is None and expected is not None and len(expected) == 1:
@@ -527,11 +547,12 @@ class SQLTx:
                 finished, finished_at = _finished(current, to, now)
                 cur = self._db.execute(
                     "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, "
-                    f"updated_at = ?, last_interaction_at = ?{finished} WHERE id = ? AND status = ?",
-                    (to._value_, keep, given, now, now, *finished_at, task_id, current._value_),
+                    f"updated_at = ?, last_interaction_at = ?, status_actor = ?, status_reason = ?{finished} "
+                    "WHERE id = ? AND status = ?",
+                    (to._value_, keep, given, now, now, actor._value_, reason, *finished_at, task_id, current._value_),
                 )
                 if cur.rowcount == 1:
-                    return self._change(task_id, current, to, actor, reason)
+                    return StatusChange(task_id, current, to, actor, reason, self.now())
         # Only the two columns a transition needs.
         row = known or self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
         if row is None:
@@ -552,11 +573,11 @@ class SQLTx:
         now = self._stamp()
         finished, finished_at = _finished(current, to, now)
         self._db.execute(
-            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ?"
-            f"{finished} WHERE id = ?",
-            (to.value, cause_json, now, now, *finished_at, task_id),
+            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ?, "
+            f"status_actor = ?, status_reason = ?{finished} WHERE id = ?",
+            (to.value, cause_json, now, now, actor.value, reason, *finished_at, task_id),
         )
-        return self._change(task_id, current, to, actor, reason)
+        return StatusChange(task_id, current, to, actor, reason, self.now())
 
     def set_status(
         self,
@@ -584,9 +605,36 @@ class SQLTx:
         expected_from: Status | Iterable[Status] | None = None,
         resting_cause: RestingCause | None = None,
     ) -> StatusChange | None:
+        expected = _statuses(expected_from)
+        if expected is not None and len(expected) == 1 and expected[0] not in PAUSED:
+            # The hot path (a turn's end parks a working task): one statement decides blocked or conflict from the
+            # pending violations of the task's session, compares and sets, and (by the trigger) records the change,
+            # when the rules allow the one expected status to go to either; else the path below says why not.
+            (current,) = expected
+            if _legal(current, _CLEAR, actor) and _legal(current, _PENDING, actor):
+                now = self._stamp()
+                finished, finished_at = _finished(current, _CLEAR, now)  # both are unfinished, as alike
+                rows = self._db.execute(
+                    f"UPDATE tasks SET status = CASE WHEN EXISTS ({_PENDING_VIOLATION}) THEN ? ELSE ? END, "
+                    f"resting_cause = ?, updated_at = ?, last_interaction_at = ?, status_actor = ?, "
+                    f"status_reason = ?{finished} WHERE id = ? AND status = ? RETURNING status",
+                    (
+                        _PENDING._value_,
+                        _CLEAR._value_,
+                        None if resting_cause is None else _dumps(resting_cause.to_json()),
+                        now,
+                        now,
+                        actor._value_,
+                        reason,
+                        *finished_at,
+                        task_id,
+                        current._value_,
+                    ),
+                ).fetchall()
+                if rows:
+                    return StatusChange(task_id, current, _STATUSES[rows[0][0]], actor, reason, self.now())
         row = self._one(
-            "SELECT t.status, (SELECT COUNT(*) FROM violations v WHERE v.session_id = t.session_id "
-            "AND v.task_id = t.id AND v.decision = 'pending'), t.resting_cause FROM tasks t WHERE t.id = ?",
+            f"SELECT status, EXISTS ({_PENDING_VIOLATION}), resting_cause FROM tasks WHERE id = ?",
             (task_id,),
         )
         if row is None:
