@@ -56,6 +56,7 @@ from corral.engine.api import (
     read_state_file,
     settle,
     signal_daemon,
+    spares,
     supervisor_pids,
     write_state_file,
 )
@@ -64,10 +65,14 @@ from corral.errors import CorralError, DaemonRunning
 __all__ = ["PRUNE_SECONDS", "TICK_SECONDS", "Daemon", "DaemonState", "Slot", "serve", "stop_unreachable"]
 
 TICK_SECONDS = 2.0
+#: How long after a spare supervisor was taken the next one starts: not beside the turn the taken one starts.
+SPARE_SECONDS = 1.0
 WATCH_SECONDS = 1.0  # the longest a supervisor no launch told of goes unwatched
 PRUNE_SECONDS = 24 * 3600.0  # expired diagnostics go once a day (and when a project is first served)
 #: How long an older corral's per-project daemon has to exit on SIGTERM before it gets SIGKILL.
 OLD_DAEMON_GRACE = 5.0
+#: What a spare supervisor says before it is handed its command, in the home's daemon directory.
+SPARE_LOG = "spare-supervisor.log"
 #: A lock that another process only looks at (``is_locked`` takes it for an instant) is retried this long.
 LOCK_RETRY = 0.5
 
@@ -147,6 +152,10 @@ class Daemon:
         #: rings the doorbell (:mod:`corral.adapters.doorbell`) to be watched at once.
         self.watch_every = WATCH_SECONDS
         self._bell: doorbell.Doorbell | None = None
+        #: A supervisor started ahead for the next resume (``operations/spares.py``): started this long after one
+        #: is taken (or at the start), and never when ``None``.
+        self.spare_after: float | None = SPARE_SECONDS
+        self._spare_due: float | None = None
 
     def request_stop(self, *_: Any) -> None:
         self.stop_event.set()
@@ -460,6 +469,12 @@ class Daemon:
         for slot in self.slots.values():
             self.guarded("clear-marks", partial(clear_owned, slot.project, os.getpid()), slot)
 
+    def keep_spare(self) -> None:
+        """A supervisor started ahead for the next resume, when none is kept (``operations/spares.py``)."""
+        pid = spares.replenish()
+        if pid is not None:
+            self.event("spare-supervisor", pid=pid)
+
     # -- the loop ------------------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -474,11 +489,15 @@ class Daemon:
             # second of CPU, loads on the endpoint's first request (corral.mcp.http.Deferred).
             self.guarded("doorbell", self.open_doorbell)
             next_tick = self.tick_once()
+            if self.spare_after is not None:
+                spares.enable(daemons.daemon_dir(self.home) / SPARE_LOG)
+                self._spare_due = time.monotonic()
             self._mcp_thread = threading.Thread(target=self._start_mcp_then_say, name="mcp-start", daemon=True)
             self._mcp_thread.start()
             self.loop(next_tick)
         finally:
             try:
+                self.guarded("spares", spares.disable)
                 self.clear_marks()
                 if self._mcp_thread is not None:
                     self._mcp_thread.join(30)
@@ -517,7 +536,11 @@ class Daemon:
             if time.monotonic() >= next_tick or self._tick_now.is_set():
                 next_tick = self.tick_once()
             self.guarded("watch", self.refresh_watch)
-            timeout = max(0.0, min(next_tick - time.monotonic(), self.watch_every))
+            if self._spare_due is not None and time.monotonic() >= self._spare_due:
+                self._spare_due = None
+                self.guarded("spare", self.keep_spare)
+            due = next_tick if self._spare_due is None else min(next_tick, self._spare_due)
+            timeout = max(0.0, min(due - time.monotonic(), self.watch_every))
             fds = [pfd for pfd, _ in self.watched.values()]
             bell = [self._bell.fd] if self._bell is not None else []
             ready, _, _ = select.select([*fds, self._wake_r, *bell], [], [], timeout)
@@ -537,6 +560,8 @@ class Daemon:
                     continue
                 self.event("supervisor-exited", project=died.repo, pids=pids)
                 self.reconcile_once(died, "supervisor-exited")
+            if gone and self.spare_after is not None:  # a resume may have taken the spare: the next one, later
+                self._spare_due = time.monotonic() + self.spare_after
 
 
 def _unreachable(home: Path) -> list[ProcInfo]:

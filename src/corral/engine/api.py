@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from corral.engine.operations import queries as queries
     from corral.engine.operations import roster as roster
     from corral.engine.operations import shell as shell
+    from corral.engine.operations import spares as spares
     from corral.engine.operations import tasks as tasks
     from corral.engine.operations import turns as turns
     from corral.engine.operations.board import (
@@ -312,6 +313,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "share_usage_pauses": ("corral.engine.runtime.usage_pause", "share"),
     "shell": ("corral.engine.operations.shell", None),
     "signal_daemon": ("corral.engine.runtime.processes", "signal_daemon"),
+    "spares": ("corral.engine.operations.spares", None),
     "submit": ("corral.engine.operations.submit", "submit"),
     "supervisor_pids": ("corral.engine.runtime.liveness", "supervisor_pids"),
     "sync": ("corral.engine.operations.sync", "sync"),
@@ -402,6 +404,7 @@ __all__ = [
     "share_usage_pauses",
     "shell",
     "signal_daemon",
+    "spares",
     "submit",
     "supervisor_pids",
     "sync",

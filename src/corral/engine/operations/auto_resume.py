@@ -106,13 +106,18 @@ def maybe_auto_resume(project: Project, task_id: str) -> bool:
 
 
 def _resume_now(project: Project, task_id: str) -> bool:
-    from corral.engine.operations import turns  # imported when a resume is due: reconcile passes rarely need it
+    from corral.engine.operations import spares, turns  # imported when a resume is due: passes rarely need them
 
     try:
         with task_lock(project, task_id, what="auto-resume", timeout=0):
             if not resumable(project, task_id) or same_cause_stop(project, task_id):
                 return False
-            turns.resume(project, task_id, actor=Actor.SYSTEM, kind="auto-resume")
+            # A supervisor the daemon started ahead runs this turn: it carries the id the turn is recorded under.
+            spare = spares.take()
+            try:
+                turns.resume(project, task_id, actor=Actor.SYSTEM, kind="auto-resume", command_id=spare)
+            finally:
+                spares.release(spare)  # not handed its command (the launch failed before): it exits
             return True
     except TaskBusy:
         return False  # another reconciler (or a person) is on it

@@ -36,6 +36,7 @@ from corral.domain.prompts import system_text
 from corral.domain.records import AGENT_TOOLS, Session, Task, Turn
 from corral.engine import daemons, readonly
 from corral.engine.config import Config, harness_settings, protected_patterns
+from corral.engine.operations import spares
 from corral.engine.paths import usage_limits_file
 from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
@@ -365,7 +366,10 @@ def launch(project: Project, task: Task, command: proto.Command) -> Launched:
     write_provenance(task, command)
     crashpoints.hit("launch.command-written")
     _note_agent_tools(project, task, command)
-    pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log, token)
+    # A supervisor started ahead for this very command id (the daemon's resume took it): handed its command.
+    pid = spares.hand(command.command_id, protocol_dir, project.paths.supervisor_log, token)
+    if pid is None:
+        pid = spawn_supervisor(protocol_dir, project.paths.supervisor_log, token)
     crashpoints.hit("launch.supervisor-spawned")
     with project.store.write() as tx:
         tx.register_process(task.id, "supervisor", pid, command.command_id, owner=project.placement.owner(project))

@@ -580,8 +580,10 @@ def unblock(
     )
 
 
-def resume(project: Project, given: str, *, actor: Actor, kind: str = "resume") -> Started:
-    command_id = new_id()
+def resume(
+    project: Project, given: str, *, actor: Actor, kind: str = "resume", command_id: str | None = None
+) -> Started:
+    command_id = command_id or new_id()  # given: the id a spare supervisor carries (operations/spares.py)
     with project.store.write() as tx:
         task = resolve_task(tx, given)
         check_operation(

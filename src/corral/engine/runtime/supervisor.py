@@ -48,6 +48,7 @@ from corral.engine.runtime.observer import TurnObserver
 from corral.engine.runtime.stopping import StopFlag, Stopped
 from corral.engine.runtime.upstream import merge_upstream
 from corral.engine.runtime.usage_pause import UsagePauses
+from corral.engine.runtime.wire import SPARE_ARG
 from corral.errors import UsageError
 
 STACK_BYTES = 8000
@@ -276,8 +277,52 @@ class Supervisor:
         return {"status": proto.ReceiptStatus.COMPLETED}
 
 
+def warm() -> None:
+    """What a turn's start loads on its way, loaded by a spare before it has a command: its harness (every
+    one corral knows), the quarantine, the process container's ``ctypes``."""
+    import ctypes  # noqa: F401
+
+    from corral.adapters.harness import claude, codex, command, pi  # noqa: F401
+    from corral.engine.runtime import agent_tokens, quarantine  # noqa: F401
+
+
+def await_command() -> list[str] | None:
+    """A spare's wait for its command: one line on its pipe naming the protocol directory, the project's
+    supervisor log (its output goes there from now, as a spawned supervisor's does) and the turn's token for
+    corral's tools (into this process's environment, where the ladder reads it, as a spawned one has it);
+    None at end-of-file (its daemon ended, or let it go): it exits without a turn."""
+    import json
+
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        return None
+    order = json.loads(line)
+    quiet = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(quiet, 0)
+    os.close(quiet)
+    if order.get("log"):
+        from corral.adapters.files import open_private
+
+        out = open_private(Path(order["log"]))
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+    if order.get("token"):
+        from corral.domain.agent_tools import TOKEN_ENV
+
+        os.environ[TOKEN_ENV] = order["token"]
+    crashpoints.hit("supervisor.spare-handed")
+    return [str(order["protocol_dir"])]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args == [SPARE_ARG]:  # started ahead (corral.engine.operations.spares): its command comes on its pipe
+        warm()
+        handed = await_command()
+        if handed is None:
+            return 0
+        args = handed
     if len(args) != 1:
         print("usage: python -m corral.engine.runtime.supervisor PROTOCOL_DIR", file=sys.stderr)
         return 2

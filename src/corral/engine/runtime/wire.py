@@ -37,6 +37,9 @@ STATUS = "status.json"
 PROGRESS = "progress.json"
 RESPONSE = "response.json"
 STOP = "stop.json"
+#: The supervisor's one argument when it is started ahead (a spare, ``corral.engine.operations.spares``): its
+#: command's protocol directory then arrives on its pipe.
+SPARE_ARG = "--spare"
 
 JSON = dict[str, Any]
 
