@@ -74,6 +74,12 @@ def quick(app: App, args: Sequence[str]) -> Quick | None:
     (click's turn)."""
     if "_CORRAL_COMPLETE" in os.environ or os.environ.get(TOKEN_ENV, "").strip():
         return None  # completion, or a turn's agent: its gates are click's commands' (App.gate)
+    if "accept" in args:  # accept's plain forms have a grammar of their own (cli/accept_way.py)
+        from corral.cli.accept_way import quick as accept_quick
+
+        body = accept_quick(app, args)
+        if body is not None:
+            return Quick(body, settles=True)  # a pre-accept turn may start the daemon
     words: list[str] = []
     flags: list[str] = []
     values: dict[str, str] = {}
