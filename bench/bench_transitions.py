@@ -25,7 +25,8 @@ gets to it.
    Each stream's rate is its count over its own time; the ratio is also given per
    round (median of the per-slice ratios), which is robust to drift.
 3. Diagnostics, on a copy of the same seeded store: the same loop on tmpfs (``/dev/shm``),
-   where syncs cost nothing, gives the store's CPU cost per transition; with ``strace``
+   where syncs cost nothing, gives the store's CPU cost per transition (this thread's CPU time,
+   beside the one-row commit's there); the statements the store sends per transition; with ``strace``
    installed, the number of fsync/fdatasync calls and the bytes written per transition
    (1 sync is the minimum for a durable commit), and the WAL's frames (pages) written per
    transition beside per one-row commit.
@@ -274,19 +275,72 @@ def wal_frames(directory: Path, source: Path, count: int = 100) -> dict[str, Any
 
 
 def cpu_ceiling(source: Path, seconds: float) -> dict[str, Any] | None:
-    """The same loop on tmpfs, on a copy of the store, where a sync costs nothing: the store's CPU cost
-    per transition."""
+    """The same loop on tmpfs, on a copy of the store, where a sync costs nothing, interleaved with the one-row
+    commit there: the store's CPU cost per transition beside the floor's per commit (this thread's CPU time, so
+    another process on the machine does not count)."""
     if not Path("/dev/shm").is_dir():
         return None
     tmp = Path(tempfile.mkdtemp(prefix="corral-bench-cpu-", dir="/dev/shm"))
     try:
         store = SQLiteStore(copy_store(source, tmp))
+        one = OneRowCommit(tmp / "one-row.db")
         try:
-            return transitions(store, seconds)
+            tr = Transitions(store, ref=f"bench-cpu-{os.getpid()}")
+            cpu: dict[str, list[float]] = {"transition": [], "one_row_commit": []}
+            rounds = max(1, round(seconds / 0.1))
+            for _ in range(rounds):
+                for name, stream in (("one_row_commit", one), ("transition", tr)):
+                    before, made = time.thread_time(), len(stream.lat)
+                    stream.run(0.05)
+                    cpu[name].append((time.thread_time() - before) / (len(stream.lat) - made))
+            out = {**tr.summary(), "recorded": tr.verify()}
+            for name, per in cpu.items():  # the quietest quarter of the rounds: the least disturbed by others
+                out[f"cpu_us_{name}"] = round(percentile(per, 25) * 1e6, 2)
+            return out
         finally:
+            one.close()
             store.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Sent:
+    """A store's connection that notes each statement the store sends it (SQLite's own trace would also name
+    the statements a trigger runs, under the statement that fired it)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.sent: list[str] = []
+
+    def execute(self, sql: str, args: Any = ()) -> sqlite3.Cursor:
+        self.sent.append(sql.split(None, 1)[0].upper())
+        return self.db.execute(sql, args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+def statements(source: Path, directory: Path, count: int = 100) -> dict[str, Any]:
+    """Statements the store sends per transition (on a copy of the same store), besides its BEGIN and COMMIT;
+    the one-row commit sends one."""
+    db = copy_store(source, directory / "statements")
+    store = SQLiteStore(db)
+    try:
+        tr = Transitions(store, ref=f"bench-statements-{os.getpid()}")
+        real = store._db
+        store._db = sent = _Sent(real)  # type: ignore[assignment]
+        try:
+            for _ in range(count):
+                tr.step()
+        finally:
+            store._db = real
+    finally:
+        store.close()
+    kinds: dict[str, int] = {}
+    for verb in sent.sent:
+        kinds[verb] = kinds.get(verb, 0) + 1
+    others = sum(n for verb, n in kinds.items() if verb not in ("BEGIN", "COMMIT"))
+    return {"per_transition": round(others / count, 2), "kinds": kinds, "count": count}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -389,8 +443,15 @@ def main(argv: list[str] | None = None) -> int:
             if ceiling:
                 print(
                     f"  same loop on tmpfs (a copy of the same store, syncs free): {ceiling['per_second']:.1f} /s, "
-                    f"median {ceiling['median_ms']:.3f} ms = the store's CPU cost per transition"
+                    f"median {ceiling['median_ms']:.3f} ms; CPU per transition {ceiling['cpu_us_transition']} µs "
+                    f"beside {ceiling['cpu_us_one_row_commit']} µs per one-row commit"
                 )
+            sent = statements(db, scratch)
+            print(
+                f"  statements per transition (besides BEGIN and COMMIT): {sent['per_transition']} "
+                f"{sent['kinds']}, per one-row commit: 1"
+            )
+            result["statements"] = sent
             syncs = count_syncs(scratch, db, min(1.0, args.seconds))
             if syncs and "error" not in syncs:
                 print(

@@ -124,13 +124,23 @@ _PENDING_VIOLATION = (
 )
 
 
+#: The rules' answers so far, by (from, to, actor): they are fixed, and a status change asks one or two.
+_LEGAL: dict[tuple[Status, Status, Actor], bool] = {}
+
+
 def _legal(src: Status, dst: Status, actor: Actor) -> bool:
     """Whether the rules allow ``src`` → ``dst`` by ``actor`` (:func:`check_transition` raises why not)."""
-    try:
-        check_transition(src, dst, actor)
-    except IllegalTransition:
-        return False
-    return True
+    key = (src, dst, actor)
+    known = _LEGAL.get(key)
+    if known is None:
+        try:
+            check_transition(src, dst, actor)
+        except IllegalTransition:
+            known = False
+        else:
+            known = True
+        _LEGAL[key] = known
+    return known
 
 
 def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | None:
@@ -161,6 +171,22 @@ def _finished(src: Status, dst: Status, now: str) -> tuple[str, tuple[str | None
     if (src in TERMINAL) == (dst in TERMINAL):
         return "", ()
     return ", finished_at = ?", (now if dst in TERMINAL else None,)
+
+
+#: A change's compare-and-set statements (schema 9: the trigger on the status records it), by the ``finished_at``
+#: assignment :func:`_finished` gives: made once, not at each change.
+_CHANGE = (
+    "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, updated_at = ?, "
+    "last_interaction_at = ?, status_actor = ?, status_reason = ?{finished} WHERE id = ? AND status = ?"
+)
+_PARK = (
+    f"UPDATE tasks SET status = CASE WHEN EXISTS ({_PENDING_VIOLATION}) THEN ? ELSE ? END, resting_cause = ?, "
+    "updated_at = ?, last_interaction_at = ?, status_actor = ?, status_reason = ?{finished} "
+    "WHERE id = ? AND status = ? RETURNING status"
+)
+_FINISHED_SETS = ("", ", finished_at = ?")
+_CHANGE_SQL = {f: _CHANGE.format(finished=f) for f in _FINISHED_SETS}
+_PARK_SQL = {f: _PARK.format(finished=f) for f in _FINISHED_SETS}
 
 
 class _Decoded:
@@ -546,9 +572,7 @@ class SQLTx:
                 now = self._stamp()
                 finished, finished_at = _finished(current, to, now)
                 cur = self._db.execute(
-                    "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, "
-                    f"updated_at = ?, last_interaction_at = ?, status_actor = ?, status_reason = ?{finished} "
-                    "WHERE id = ? AND status = ?",
+                    _CHANGE_SQL[finished],
                     (to._value_, keep, given, now, now, actor._value_, reason, *finished_at, task_id, current._value_),
                 )
                 if cur.rowcount == 1:
@@ -615,9 +639,7 @@ class SQLTx:
                 now = self._stamp()
                 finished, finished_at = _finished(current, _CLEAR, now)  # both are unfinished, as alike
                 rows = self._db.execute(
-                    f"UPDATE tasks SET status = CASE WHEN EXISTS ({_PENDING_VIOLATION}) THEN ? ELSE ? END, "
-                    f"resting_cause = ?, updated_at = ?, last_interaction_at = ?, status_actor = ?, "
-                    f"status_reason = ?{finished} WHERE id = ? AND status = ? RETURNING status",
+                    _PARK_SQL[finished],
                     (
                         _PENDING._value_,
                         _CLEAR._value_,
