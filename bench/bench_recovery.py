@@ -5,7 +5,8 @@
    tick). A task's fake agent (corral's scripted stand-in for Claude Code) sleeps; it is
    SIGKILLed; the supervisor ends the turn with an error receipt and exits; the daemon,
    which watches supervisor pids through pidfds, reconciles at once (interrupted) and
-   auto-resumes the task (a new supervisor, a new agent). Measured: from the SIGKILL to the
+   auto-resumes the task (a new agent, under the supervisor the daemon keeps started ahead,
+   ``engine/operations/spares.py``: printed, how many resumes ran on one). Measured: from the SIGKILL to the
    start of the resumed agent (the ``at`` the fake agent records as its first act), with the
    stages in between — supervisor exit (a pidfd here), the interrupted and resumed status
    changes (their stored times). The resumed turn then completes and the task rests
@@ -49,6 +50,7 @@ import cProfile
 import json
 import os
 import pstats
+import re
 import select
 import signal
 import subprocess
@@ -200,6 +202,14 @@ class LatencyRig:
 
         return wait_for(ready, 30, "the agent to run")
 
+    def supervisor_pid(self, task_id: str) -> int | None:
+        """The pid of the supervisor running the task's turn, as its ``status.json`` says (None: not yet written)."""
+        from corral.engine.runtime import protocol as proto
+
+        status = proto.read_raw(self.project.paths.protocol_dir(task_id) / proto.STATUS) or {}
+        pid = status.get("pid")
+        return pid if isinstance(pid, int) else None
+
     def changes(self, task_id: str) -> list[Any]:
         with self.project.store.read() as tx:
             return tx.status_changes(task_id)
@@ -216,6 +226,7 @@ def crash_latency(base: Path, samples: int, warmup: int = 1, files: int = 0) -> 
     print(f"  daemon pid {daemon_pid} (default tick), auto-resume on in the daemon only", flush=True)
     rows: list[dict[str, float]] = []
     scans: list[float] = []
+    resumed_by: list[int | None] = []  # the supervisor of each resumed turn, as its status.json names it
     try:
         task = tasks.create(rig.project, "Crash me, resume me", actor=Actor.HUMAN)
         seen = len(rig.calls())
@@ -235,6 +246,7 @@ def crash_latency(base: Path, samples: int, warmup: int = 1, files: int = 0) -> 
             # Both waits read times recorded by others (the agent's ``at``, the stored changes), not the
             # moment they notice: they look every 50 ms, not taking the CPU the measured path runs on.
             new = wait_for(lambda n=n_calls: rig.calls()[n:], 30, "the resumed agent", poll=0.05)[0]
+            resumed_by.append(rig.supervisor_pid(task.id))
             wait_for(lambda: rig.task_status(task.id) is Status.BLOCKED, 30, "the resumed turn to finish", poll=0.05)
             later = rig.changes(task.id)[n_changes:]
             moves = [(c.from_status, c.to_status) for c in later]
@@ -273,6 +285,9 @@ def crash_latency(base: Path, samples: int, warmup: int = 1, files: int = 0) -> 
 
         log = daemons.log_file(Path(rig.env["CORRAL_HOME"])).read_text()
         watched = log.count("supervisor-exited")
+        # The daemon logs each supervisor it starts ahead (operations/spares.py): which resumes ran on one.
+        ahead = {int(m) for m in re.findall(r"spare-supervisor \{'pid': (\d+)\}", log)}
+        on_spare = sum(1 for pid in resumed_by[warmup:] if pid in ahead)
     finally:
         rig.daemon("stop")
         from corral.engine.runtime.processes import reap_turn
@@ -293,6 +308,7 @@ def crash_latency(base: Path, samples: int, warmup: int = 1, files: int = 0) -> 
         "total_s": stats(totals, digits=3),
         "stages_median_ms": {k: round(median([r[k] for r in rows]) * 1000, 1) for k in rows[0] if k != "total"},
         "daemon_supervisor_exits_seen": watched,
+        "resumed_on_a_supervisor_started_ahead": on_spare,
         "all_total_ms": [round(t * 1000, 1) for t in totals],
     }
     result["pass"] = median(totals) < target
@@ -528,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{LATENCY_TARGET_S * 1000:.0f} ms{floor}) {verdict(lat['pass'])}"
             )
             print("  median stages (ms): " + ", ".join(f"{k} {v}" for k, v in lat["stages_median_ms"].items()))
+            print(
+                f"  resumed on a supervisor the daemon started ahead: {lat['resumed_on_a_supervisor_started_ahead']}"
+                f" of {lat['samples']}"
+            )
             result["crash_to_resume" if not files else "crash_to_resume_large"] = lat
             ok &= lat["pass"]
         if not args.no_reconcile:

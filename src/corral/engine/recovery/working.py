@@ -151,11 +151,13 @@ def _swept(project: Project, receipt: proto.Receipt, command: proto.Command) -> 
 
         quarantine.purge(common)
     # The turn's own branch, should the sweep have removed what stood in its place (a directory of refs
-    # at its name, where the put-back could not go): back to its verified tip now.
+    # at its name, where the put-back could not go): back to its verified tip now. A sweep that removed
+    # nothing changed no ref: nothing to ask git (the common case, on a crash's way to its resume).
     from corral.engine.runtime import branch_check
 
     restored = None
-    if command.branch and not project.git.ref_exists(f"refs/heads/{command.branch}", cwd=project.repo):
+    swept = report.removed or report.task_refs or report.error is not None
+    if swept and command.branch and not project.git.ref_exists(f"refs/heads/{command.branch}", cwd=project.repo):
         restored, _ = branch_check.check(
             project.git,
             project.repo,

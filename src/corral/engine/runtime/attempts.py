@@ -150,6 +150,8 @@ class AttemptRunner:
         self.reaped: list[proto.Reaped] = []  # every attempt's leftovers, for the receipt
         #: Called at an attempt's first completed step (the first model response got through).
         self.on_progress: Callable[[], None] | None = None
+        #: Called once, as the turn's first agent starts (the supervisor loads its turn's end then).
+        self.on_spawned: Callable[[], None] | None = None
         #: Called every ``OBSERVE_SECONDS`` while an attempt runs (the failure journal's scan).
         self.observe: Callable[[], None] | None = None
         self._observed = 0.0
@@ -207,6 +209,9 @@ class AttemptRunner:
                 return run
             self.status.update(agent_pid=proc.pid, agent_start=start_ticks(proc.pid))
             crashpoints.hit("supervisor.agent-spawned")
+            if self.on_spawned is not None:  # once: the first agent of the turn is running
+                spawned, self.on_spawned = self.on_spawned, None
+                spawned()
             if spec.stdin is not None:
                 threading.Thread(target=_feed, args=(proc, spec.stdin), daemon=True).start()
             self._watch(proc, run, out_fd, err_fd, ProgressClock(watchdog_seconds))

@@ -37,10 +37,9 @@ from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import usage_limits_file
 from corral.engine.private_state import make_private_dir
-from corral.engine.runtime import branch_check, receipt, receipt_fit, ref_guard, ref_restore, ref_snapshot
+from corral.engine.runtime import branch_check, ref_guard, ref_snapshot
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner
-from corral.engine.runtime.check import run_check
 from corral.engine.runtime.gitfacts import GitProbe
 from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.ladder import WorkOutcome, WorkPhase
@@ -90,6 +89,7 @@ class Supervisor:
             delays=command.delays,
         )
         self.runner.session_id = command.resume_id
+        self.runner.on_spawned = load_turn_end
         self.work = WorkPhase(
             command,
             self.harness,
@@ -99,7 +99,7 @@ class Supervisor:
             self.stop,
             self.secrets,
             ladder_clock,
-            lambda: receipt.output_tail(self.log_dir, self.secrets),
+            self._output_tail,
             pauses=UsagePauses(
                 Path(command.usage_limits) if command.usage_limits else usage_limits_file(),
                 pid_start=start_ticks(os.getpid()),
@@ -144,6 +144,8 @@ class Supervisor:
                 ),
             )
         if self._refs is None:  # after any ending: objects, the branch, other refs
+            from corral.engine.runtime import ref_restore
+
             self._refs = ref_restore.for_command(self.probe.git, self.command)
         result = replace(result, refs=self._refs)
         result = self._with_windows(result)
@@ -151,6 +153,8 @@ class Supervisor:
         return result
 
     def finish(self, result: proto.Receipt) -> None:
+        from corral.engine.runtime import receipt, receipt_fit
+
         if self.observer is not None:
             self.observer.end(result)  # before the receipt: whoever records the turn reads it whole
         self.status.update(phase="response")
@@ -163,7 +167,14 @@ class Supervisor:
         crashpoints.hit("supervisor.after-response")
         self.status.finish()
 
+    def _output_tail(self) -> str:
+        from corral.engine.runtime import receipt
+
+        return receipt.output_tail(self.log_dir, self.secrets)
+
     def _receipt(self, status: proto.ReceiptStatus, **fields: object) -> proto.Receipt:
+        from corral.engine.runtime import receipt
+
         c = self.command
         base = proto.Receipt(
             command_id=c.command_id,
@@ -219,6 +230,10 @@ class Supervisor:
         prompt = prompts.compose(c.prompt_body, announce)
         self.status.update(phase="work")
         work = self.work.run(prompt)
+        # What a turn's end needs loads once its agent has run: a turn's start loads only what starts it.
+        from corral.engine.runtime import receipt, ref_restore
+        from corral.engine.runtime.check import run_check
+
         fields = self._outcome_fields(work, outcome)
         if fields.get("status", proto.ReceiptStatus.COMPLETED) is proto.ReceiptStatus.COMPLETED:
             fields["result"] = receipt.result_text(work.result_text(), self.secrets)
@@ -249,6 +264,8 @@ class Supervisor:
         )
         if not failed:
             return result
+        from corral.engine.runtime import receipt
+
         span = result.attempts[-1].log if result.attempts else None
         output, stderr = receipt.log_windows(self.log_dir, self.secrets, span)
         return replace(result, output_window=output, stderr_window=stderr)
@@ -277,13 +294,28 @@ class Supervisor:
         return {"status": proto.ReceiptStatus.COMPLETED}
 
 
+def _turn_end_modules() -> None:
+    from corral.engine.runtime import agent_tokens, receipt, receipt_fit, ref_restore  # noqa: F401
+    from corral.engine.runtime.check import run_check  # noqa: F401
+
+
+def load_turn_end() -> None:
+    """What only a turn's end needs (the receipt, its fit, the refs' restore, the check), loaded beside the
+    running agent: neither on the way to its start nor, at a crash, on the way to the receipt."""
+    import threading
+
+    threading.Thread(target=_turn_end_modules, name="load-turn-end", daemon=True).start()
+
+
 def warm() -> None:
-    """What a turn's start loads on its way, loaded by a spare before it has a command: its harness (every
-    one corral knows), the quarantine, the process container's ``ctypes``."""
+    """What a turn loads, loaded by a spare before it has a command: its harness (every one corral knows),
+    the quarantine, the process container's ``ctypes``, and the turn's end."""
     import ctypes  # noqa: F401
 
     from corral.adapters.harness import claude, codex, command, pi  # noqa: F401
-    from corral.engine.runtime import agent_tokens, quarantine  # noqa: F401
+    from corral.engine.runtime import quarantine  # noqa: F401
+
+    _turn_end_modules()
 
 
 def await_command() -> list[str] | None:
@@ -331,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(found, proto.Unreadable):
         why = f"command.json could not be read ({found.problem.value}{': ' + found.detail if found.detail else ''})"
         # No command id: nothing can claim this receipt; the reconciler finds the turn lost instead.
+        from corral.engine.runtime import receipt
+
         proto.write(protocol_dir, receipt.internal(None, None, "work", "command", why))
         return 1
     command = found
@@ -338,10 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sup = Supervisor(protocol_dir, command)
     except UsageError as exc:  # a refused start (a harness corral does not know): the turn's first attempt
+        from corral.engine.runtime import receipt
+
         proto.write(protocol_dir, receipt.refused(command, None, redact(exc.message, secrets)[:500]))
         return 1
     except Exception as exc:  # an internal fault before the run: explained, never silent
         import traceback
+
+        from corral.engine.runtime import receipt
 
         proto.write(
             protocol_dir,
