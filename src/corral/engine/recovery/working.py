@@ -152,11 +152,13 @@ def _swept(project: Project, receipt: proto.Receipt, command: proto.Command) -> 
         quarantine.purge(common)
     # The turn's own branch, should the sweep have removed what stood in its place (a directory of refs
     # at its name, where the put-back could not go): back to its verified tip now. A sweep that removed
-    # nothing changed no ref: nothing to ask git (the common case, on a crash's way to its resume).
+    # nothing changed no ref, and the supervisor checked the branch before its receipt: nothing to ask git
+    # then (the common case, on a crash's way to its resume), unless that check could not be made.
     from corral.engine.runtime import branch_check
 
     restored = None
-    swept = report.removed or report.task_refs or report.error is not None
+    unchecked = receipt.refs is not None and receipt.refs.error is not None
+    swept = report.removed or report.task_refs or report.error is not None or unchecked
     if swept and command.branch and not project.git.ref_exists(f"refs/heads/{command.branch}", cwd=project.repo):
         restored, _ = branch_check.check(
             project.git,
