@@ -88,14 +88,27 @@ def enable(log: Path) -> None:
         _keeper.log = log
 
 
+#: How long a spare let go has to exit (it may be loading still) before it is ended: it is this process's own
+#: child, not yet reaped, so its pid is still its own.
+EXIT_GRACE = 5.0
+
+
 def disable() -> None:
-    """Keep none: the spare kept and any taken are let go (each exits at end-of-file)."""
+    """Keep none: the spare kept and any taken are let go, and waited for (each exits at end-of-file), so a
+    daemon that stops leaves none behind."""
     with _keeper.lock:
         _keeper.log = None
-        for spare in [*([_keeper.ready] if _keeper.ready else []), *_keeper.taken.values()]:
-            spare.let_go()
+        idle = [*([_keeper.ready] if _keeper.ready else []), *_keeper.taken.values()]
         _keeper.ready = None
         _keeper.taken.clear()
+        for spare in idle:
+            spare.let_go()
+        for spare in idle:
+            try:
+                spare.proc.wait(EXIT_GRACE)
+            except subprocess.TimeoutExpired:
+                spare.proc.kill()
+                spare.proc.wait()
         _reap_locked()
 
 
