@@ -72,3 +72,26 @@ def test_changes_the_merge_brought_are_not_the_agents(repo: Path, tmp_path: Path
     (repo / "mine.txt").write_text("the agent's\n")
     facts = GitProbe(Git(), repo).facts(start, start, merged, [])
     assert set(facts.changed_paths) == {"mine.txt"}
+
+
+def test_the_index_check_and_the_facts_share_one_scan_while_the_index_is_unchanged(repo: Path, tmp_path: Path) -> None:
+    """The index's staged objects (what ``diff-index --cached HEAD`` names) come from the facts' own scan, which
+    the facts reuse; an index changed in between (the check made it again) is scanned anew."""
+    head = git(repo, "rev-parse", "HEAD")
+    (repo / "staged.txt").write_text("staged\n")
+    git(repo, "add", "staged.txt")
+    blob = git(repo, "rev-parse", ":staged.txt")
+    git_, log = logging_git(tmp_path)
+    probe = GitProbe(git_, repo)
+
+    assert probe.staged_against(head) == {blob}
+    assert probe.staged_against("0" * 40) is None  # HEAD is not that tip: the caller asks git itself
+    facts = probe.facts(head, head, head, [])
+    assert facts.dirty is True and "staged.txt" in facts.changed_paths
+    assert log.read_text().split().count("status") == 2  # one per look asked, the facts' from the last
+
+    probe.staged_against(head)
+    git(repo, "read-tree", head)  # the index made again from the tip: the kept scan no longer describes it
+    facts = probe.facts(head, head, head, [])
+    assert log.read_text().split().count("status") == 4
+    assert facts.dirty is True and "staged.txt" in facts.changed_paths  # untracked now, still the agent's

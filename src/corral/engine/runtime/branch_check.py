@@ -25,6 +25,7 @@ put back; its commits are trusted.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -296,12 +297,14 @@ def after_confined(
     worktree: str | Path | None = None,
     object_format: str | None = None,
     seen: dict[str, str] | None = None,
+    staged: Callable[[str], set[str] | None] | None = None,
 ) -> tuple[quarantine.ObjectsReport | None, RefMove | None, str | None]:
     """After an agent wrote in a task's worktree (a turn, a pair): its quarantined objects verified
     and moved (when it had a quarantine), then its branch checked. (objects, finding, error); never raises.
 
     ``object_format``: the repository's, when the caller knows it (:func:`object_format_of`).
-    ``seen``: given, it gains ``tip``, the branch's commit as the check read it, when it was found sound."""
+    ``seen``: given, it gains ``tip``, the branch's commit as the check read it, when it was found sound.
+    ``staged``: the index's check reads the turn's one scan of the worktree (:func:`mend`)."""
     objects = None
     try:
         scrub(git, worktree or repo, branch)  # links and FIFOs the agent left where corral's git writes: gone first
@@ -333,6 +336,7 @@ def after_confined(
                 branch,
                 reset_index=finding is not None or (objects is not None and not objects.ok),
                 tip=tip,
+                staged=staged,
             )
     except (GitError, OSError) as exc:
         return objects, finding, f"the worktree's git state could not be mended: {exc}"[:300]
@@ -467,14 +471,24 @@ def _missing(git: Git, repo: str | Path, names: set[str]) -> set[str]:
     return names - found
 
 
-def mend(git: Git, worktree: str | Path, branch: str, *, reset_index: bool, tip: str | None = None) -> list[str]:
+def mend(
+    git: Git,
+    worktree: str | Path,
+    branch: str,
+    *,
+    reset_index: bool,
+    tip: str | None = None,
+    staged: Callable[[str], set[str] | None] | None = None,
+) -> list[str]:
     """After a turn: the git state beside the objects that names what the store lacks — the branch's
     reflog, the worktree's ``HEAD`` reflog, its index — would break the person's ``git gc`` and
     ``fsck``. Reflog lines naming a missing object are dropped; the index is made again from the
     branch's tip when ``reset_index`` (the branch was put back, or objects were refused) or when an
     entry that differs from the tip names a missing object. What was mended, a line each.
 
-    ``tip``: the branch's commit as the check after this turn just read it (not asked again)."""
+    ``tip``: the branch's commit as the check after this turn just read it (not asked again). ``staged``: the
+    objects of the index's entries that differ from a tip, from the turn's one scan of the worktree
+    (``GitProbe.staged_against``), or None where it cannot say; without it, git is asked."""
     import os
 
     said: list[str] = []
@@ -517,10 +531,14 @@ def mend(git: Git, worktree: str | Path, branch: str, *, reset_index: bool, tip:
     if tip is None or own is None:
         return said
     if not reset_index:
-        out = git.run("diff-index", "--cached", "--no-renames", "-z", tip, cwd=worktree, check=False)
-        fields = out.stdout.split("\0")
-        staged = {f.split(" ")[3] for f in fields if f.startswith(":") and len(f.split(" ")) >= 5}
-        reset_index = out.returncode != 0 or bool(_missing(git, worktree, {s for s in staged if set(s) != {"0"}}))
+        named = staged(tip) if staged is not None else None
+        failed = False
+        if named is None:
+            out = git.run("diff-index", "--cached", "--no-renames", "-z", tip, cwd=worktree, check=False)
+            fields = out.stdout.split("\0")
+            named = {f.split(" ")[3] for f in fields if f.startswith(":") and len(f.split(" ")) >= 5}
+            failed = out.returncode != 0
+        reset_index = failed or bool(_missing(git, worktree, {s for s in named if set(s) != {"0"}}))
     if reset_index:
         git.run("read-tree", tip, cwd=worktree, check=False)
         said.append("the worktree's index was made again from the branch's tip")

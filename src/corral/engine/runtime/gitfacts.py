@@ -12,8 +12,9 @@ patterns are matched against every path before that cut, and the protected chang
 kept up to their own bound, so no violation hides behind the truncation.
 
 A turn's end scans the worktree once (:meth:`GitProbe.scan`, one ``git status``): the dirty flag,
-the uncommitted part of the changed paths and the object ``HEAD`` resolves to all come from it, and
-the committed part from comparing commits' trees, which reads no file of the worktree.
+the uncommitted part of the changed paths, the object ``HEAD`` resolves to and the index's staged
+objects, which the confined turn's index check reads (:meth:`GitProbe.staged_against`), all come from
+it, and the committed part from comparing commits' trees, which reads no file of the worktree.
 
 Every path is read with ``-z``, exactly as git stores it: without it git prints a name that
 holds a tab, a quote, a backslash, a line feed or a byte outside printable ASCII quoted
@@ -73,6 +74,14 @@ def storable(path: str) -> str:
     return _UNDECODABLE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", path)
 
 
+class Scan(Struct, frozen=True):
+    """What one ``git status`` of the worktree saw: every changed path, ``HEAD``'s object, the staged objects."""
+
+    paths: list[str]
+    head: str | None
+    staged: list[str]
+
+
 class GitProbe:
     """Reads one worktree's state for the supervisor; never raises for a git it cannot read."""
 
@@ -80,6 +89,9 @@ class GitProbe:
         self.git = git
         self.worktree = worktree
         self._known_head: str | None = None
+        #: A scan made for the index's check (:meth:`staged_against`), kept for the facts' next :meth:`scan`
+        #: while the index is the file it saw (its identity and times): one scan serves both.
+        self._kept: tuple[tuple[int, ...] | None, Scan] | None = None
 
     def head(self) -> str | None:
         if self._known_head is not None:  # read a moment ago, and nothing could have moved it since
@@ -102,13 +114,41 @@ class GitProbe:
 
     def scan(self) -> tuple[list[str], str | None]:
         """(:meth:`worktree_changes`, the object ``HEAD`` resolves to as the same ``git status`` saw it,
-        unpeeled: None when unborn). ``--porcelain=v2`` entries end with the path, after a fixed number
-        of fields (``1``: 8, ``u``: 10; ``?``: 1; no ``2`` entries without renames)."""
+        unpeeled: None when unborn)."""
+        kept, self._kept = self._kept, None
+        if kept is not None and kept[0] is not None and kept[0] == self._index_identity():
+            return kept[1].paths, kept[1].head
+        found = self._scan()
+        return found.paths, found.head
+
+    def staged_against(self, tip: str) -> set[str] | None:
+        """The objects of the index's entries that differ from ``HEAD``, when the scan finds ``HEAD`` at ``tip``
+        (what ``git diff-index --cached tip`` names, from the turn's one scan, which the facts then reuse);
+        None when it does not (the caller asks git)."""
+        found = self._scan()
+        self._kept = (self._index_identity(), found)
+        return set(found.staged) if found.head == tip else None
+
+    def _index_identity(self) -> tuple[int, ...] | None:
+        from corral.engine.runtime.branch_check import _own_git_dir
+
+        own = _own_git_dir(self.worktree)
+        try:
+            info = (own / "index" if own is not None else self.worktree / ".git" / "index").stat()
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+    def _scan(self) -> Scan:
+        """One ``git status --porcelain=v2``. Its entries end with the path, after a fixed number of fields
+        (``1``: 8, ``u``: 10; ``?``: 1; no ``2`` entries without renames); a ``1`` entry's index side
+        (``X`` of ``XY``) other than ``.`` is staged, its object the eighth field."""
         out = self.git.run(
             "status", "--porcelain=v2", "-z", "--branch", "--no-ahead-behind", "--untracked-files=all", "--no-renames",
             cwd=self.worktree,
         )  # fmt: skip
         paths: list[str] = []
+        staged: list[str] = []
         head: str | None = None
         for entry in out.stdout.split("\0"):
             kind = entry[:2]
@@ -116,12 +156,14 @@ class GitProbe:
                 fields = entry.split(" ", 8 if kind == "1 " else 10)
                 if len(fields) == (9 if kind == "1 " else 11):
                     paths.append(fields[-1])
+                    if kind == "1 " and fields[1][:1] != ".":
+                        staged.append(fields[7])
             elif kind == "? ":
                 paths.append(entry[2:])
             elif entry.startswith("# branch.oid "):
                 oid = entry.removeprefix("# branch.oid ")
                 head = oid if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", oid) else None
-        return paths, head
+        return Scan(paths, head, staged)
 
     def unmerged(self) -> list[str]:
         return self.git.unmerged_paths(self.worktree)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -339,12 +339,18 @@ def settle(
         return RefGuard(error=str(exc)[:300])
 
 
-def for_command(git: Git, command: Any, seen: dict[str, str] | None = None) -> RefGuard | None:
+def for_command(
+    git: Git,
+    command: Any,
+    seen: dict[str, str] | None = None,
+    staged: Callable[[str], set[str] | None] | None = None,
+) -> RefGuard | None:
     """Everything checked after a supervisor's command (its log dir, worktree, branch, task and turn):
     the turn's quarantined objects verified and moved into the shared store, the other refs the
     agent moved put back (:func:`settle`), and the task's own branch checked
     (:mod:`corral.engine.runtime.branch_check`). Idempotent; never raises. ``seen``: given, it gains
-    ``tip``, the branch's commit as its check read it, when the branch was found sound."""
+    ``tip``, the branch's commit as its check read it, when the branch was found sound. ``staged``: the
+    worktree's index is checked from the turn's one scan (``GitProbe.staged_against``)."""
     from corral.engine.runtime import branch_check
 
     spec = getattr(command, "sandbox", None)
@@ -362,6 +368,7 @@ def for_command(git: Git, command: Any, seen: dict[str, str] | None = None) -> R
         # The turn's start, as corral recorded it in the command: its width is the repository's format.
         object_format=branch_check.object_format_of(getattr(command, "git_start_sha", None)),
         seen=seen,
+        staged=staged,
     )
     guard = settle(git, command.log_dir, command.worktree, command.branch, command.task_ref, command.sequence)
     if objects is None and branch is None and error is None:

@@ -249,9 +249,10 @@ class Supervisor:
                 )
         # What the agent wrote is checked before corral reads it: its objects, its branch, other refs.
         seen: dict[str, str] = {}
-        self._refs = ref_restore.for_command(self.probe.git, self.command, seen)
-        # HEAD is read after the turn, by the facts' one scan; the branch's tip the check just read
-        # answers for it only when that scan finds HEAD at that very commit.
+        # The index's check reads the turn's one scan of the worktree, which the facts then reuse (the index
+        # unchanged since); HEAD is read by that scan, and the branch's tip the check just read answers for it
+        # only when the scan finds HEAD at that very commit.
+        self._refs = ref_restore.for_command(self.probe.git, self.command, seen, self.probe.staged_against)
         fields["git"] = self.probe.facts(c.git_start_sha, pre_sync, post_sync, c.protected, seen.get("tip"))
         status = fields.pop("status", proto.ReceiptStatus.COMPLETED)
         assert isinstance(status, proto.ReceiptStatus)
