@@ -11,7 +11,8 @@ also measured in the same run). Target (issue 34): accept's own work
 within 1.5× the floor, on a 900-file and a 30,000-file repository.
 
 Diagnostic (no target): one more run per size, untimed, counts the git processes accept starts
-(a ``git`` first on its PATH that logs its arguments and runs the real one), by subcommand.
+(a ``git`` first on its PATH that logs its arguments and runs the real one), by subcommand, and the
+modules accept's interpreter has loaded when it ends, beside those of ``corral --version``.
 
     .venv/bin/python bench/bench_accept.py [--runs 5] [--sizes 900 30000]
 """
@@ -139,7 +140,11 @@ def one_run(base: Path, size: int, index: int, files: int, commits: int, count_g
         if count_git:
             log = root / "git-argv.log"
             env = {**env, "PATH": f"{git_logger(root / 'shim', log)}{os.pathsep}{env.get('PATH', os.defpath)}"}
-        accept = timed([*cmd, "accept", "big"], repo, env)
+        if count_git:  # the same command line, run by an interpreter that says what it loaded
+            accept = timed([sys.executable, "-c", _MODULES, str(root / "modules"), "accept", "big"], repo, env)
+            timed([sys.executable, "-c", _MODULES, str(root / "modules-version"), "--version"], repo, env)
+        else:
+            accept = timed([*cmd, "accept", "big"], repo, env)
         changed = subprocess.run(
             ["git", "diff", "--name-only", "main^", "main"], cwd=repo, capture_output=True, text=True, check=True
         ).stdout.split()
@@ -150,7 +155,18 @@ def one_run(base: Path, size: int, index: int, files: int, commits: int, count_g
     if count_git:
         calls = Counter(subcommand(line) for line in log.read_text().splitlines() if line)
         row.update({f"git {name}": float(n) for name, n in calls.items()})
+        row["modules"] = float((root / "modules").read_text())
+        row["modules_version"] = float((root / "modules-version").read_text())
     return row
+
+
+#: ``corral ARGS`` as the console script runs it, then the number of modules loaded, written to the file named
+#: first (at exit, whatever the exit code).
+_MODULES = (
+    "import atexit, sys; out = sys.argv[1]; sys.argv = ['corral', *sys.argv[2:]]; "
+    "atexit.register(lambda: open(out, 'w').write(str(len(sys.modules)))); "
+    "from corral.cli import run; run()"
+)
 
 
 def main() -> int:
@@ -185,12 +201,18 @@ def main() -> int:
                 f"  git processes accept started (an untimed run): {sum(calls.values())}: "
                 + ", ".join(f"{name} {n}" for name, n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])))
             )
+            print(
+                f"  modules loaded (the same run): accept {int(counted['modules'])}, "
+                f"`corral --version` {int(counted['modules_version'])}"
+            )
             result["sizes"][str(size)] = {  # type: ignore[index]
                 "runs": rows,
                 "own_s": own,
                 "floor_s": floor,
                 "ratio": ratio,
                 "git_processes": calls,
+                "modules": int(counted["modules"]),
+                "modules_version": int(counted["modules_version"]),
             }
     finally:
         drop_scratch(base, args.keep)

@@ -1,7 +1,7 @@
-"""accept asks git each fact once: one status scan of the task's worktree, the checked-out target tried with a
-dry two-tree read-tree (a stash only where it refuses) and brought along with one more, the destination read
-from the worktrees' HEAD files as ``git worktree list`` reads them, the verification and the branch's
-retirement one git process each. What it still refuses, it refuses as before."""
+"""accept asks git each fact once: one status scan of the task's worktree, the checked-out target brought along
+by one two-tree read-tree before the swap (a stash only where it refuses), the tips and the destination read
+from git's own files (refs, loose objects, the worktrees' HEAD files) as git reads them, the verification read
+from the squash's object, the branch's retirement one git process. What it still refuses, it refuses as before."""
 
 from __future__ import annotations
 
@@ -64,11 +64,12 @@ def test_an_accept_into_a_checked_out_target_scans_once_and_stashes_nothing_it_n
     assert result.task.status is Status.COMPLETE and result.conflict is None and result.warning is None
     names = [subcommand(args) for args in calls]
     assert names.count("status") == 1  # the task's worktree, found clean at pre-flight: the one scan
-    assert names.count("for-each-ref") == 1  # the branch and the target, read again under its lock from files
-    assert names.count("read-tree") == 2  # tried dry, then done
+    assert "for-each-ref" not in names  # the branch and the target, from their files and loose commits
+    assert names.count("read-tree") == 1  # brought along before the swap, as merge --squash before commit
     assert not {"stash", "diff-index", "symbolic-ref", "rev-parse"} & set(names)  # nothing asked twice
     assert "worktree" not in names  # the checkouts read, and the removed one forgotten, through git's own files
-    assert ["log" in names, names.count("update-ref")] == [True, 2]  # verify; the swap and the retirement
+    assert ["log" in names, names.count("update-ref")] == [False, 2]  # verified from its object; swap, retirement
+    assert len(names) == 7  # status, merge-tree, diff (markers), commit-tree, read-tree, update-ref twice
     # the checkout is at the merge, the person's own changes where they were
     assert (repo / "merged.txt").read_text() == "theirs\n" and (repo / "added.txt").read_text() == "added\n"
     assert (repo / "kept.txt").read_text() == "my unstaged edit\n"

@@ -1,4 +1,5 @@
-"""accept reads the task's branch and its target with one ``for-each-ref`` when both are plain: anything else
+"""accept reads the task's branch and its target from their files (tests/review/test_accept_loose_reads.py), else
+with one ``for-each-ref``, when both are plain: anything else
 (a symbolic ref, a branch holding no commit, a target that is a tag) takes the one-ref-at-a-time path, which
 puts a symbolic branch back at its verified tip and never follows it. The checked-out target comes along,
 and a person's local change the merge touches is stashed and popped, as before."""

@@ -6,11 +6,13 @@ The squash is made with git's plumbing (``merge-tree --write-tree``,
 ``commit-tree``, a compare-and-swap ``update-ref``), so no working tree is touched
 to merge; when the target moved under the swap, the merge is made again onto the
 new tip. A worktree that has the target checked out is brought along with a
-two-tree ``read-tree -m -u``, its overlapping local changes stashed first and
-popped after; what it is about to do is saved first (the in-flight record of
-``recovery.in_flight``), so a kill anywhere leaves recovery able to finish the update or
-put the checkout back. Accepts into one target serialize on the target's lock
-(merge, verify and destination), so twenty at once all land. The task reads
+two-tree ``read-tree -m -u`` before the ref moves (as ``merge --squash`` comes before
+``commit``); where the person's local changes overlap the merge, those are stashed
+first, the checkout brought along after the swap and the stash popped. What it is
+about to do is saved first (the in-flight record of ``recovery.in_flight``), so a
+kill anywhere leaves recovery able to finish the update or put the checkout back.
+Accepts into one target serialize on the target's lock (merge, verify and
+destination), so twenty at once all land. The task reads
 ``merging`` for the whole merge phase, and ``accept_in_flight_from`` (recorded when
 the accept starts) restores the true prior status on every abort. The whole accept
 holds the task's lifecycle lock, so two accepts merge once and the second reports
@@ -27,8 +29,8 @@ lines hold a ``<<<<<<<`` … ``=======`` … ``>>>>>>>`` region is refused befor
 
 from __future__ import annotations
 
+import os
 import re
-import shlex
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -37,16 +39,16 @@ from typing import Any
 from msgspec import Struct
 
 from corral import crashpoints
-from corral.domain import conflict_markers, gittext
+from corral.adapters.loose_objects import commit_tree, read_loose
+from corral.adapters.ref_files import common_dir
+from corral.domain import gittext
 from corral.domain.actors import Actor, Role
 from corral.domain.clock import rfc3339
-from corral.domain.explain import decide_files
 from corral.domain.operations_table import Op, may, takes
 from corral.domain.records import Session, Task
 from corral.domain.status import ACTIVE, SOLE_ACTOR, Status
 from corral.domain.violations import shown_paths
 from corral.engine import workspace
-from corral.engine.git_remote import remote_name
 from corral.engine.operations import reviewed
 from corral.engine.operations.accept_phases import (
     PHASES,
@@ -64,7 +66,14 @@ from corral.engine.project import Project
 from corral.engine.recovery import removals
 from corral.engine.recovery.chats import refuse_while_chat
 from corral.engine.recovery.destination import Kept, note_conflict, settle_destination, stash_overlap
-from corral.engine.recovery.in_flight import ACCEPT, InFlight, mark_in_flight, save_in_flight, without_flight
+from corral.engine.recovery.in_flight import (
+    ACCEPT,
+    MARKER,
+    InFlight,
+    mark_in_flight,
+    save_in_flight,
+    without_flight,
+)
 from corral.engine.recovery.merges import CONFLICT_CAUSE, recover_into, restore_prior
 from corral.engine.recovery.target_locks import target_lock
 from corral.engine.resolve import resolve_task
@@ -108,6 +117,8 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
             return Accepted(task, None, already=True)
         pending = tx.pending_paths(task.id)
         if pending:
+            from corral.domain.explain import decide_files
+
             raise AcceptRefused(
                 f"Cannot accept {task.ref}: protected files await a decision: {', '.join(pending)}",
                 hint=f"Decide them: {decide_files(task.ref, pending)}",
@@ -138,6 +149,8 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
     git = project.git
     if fetched is not None:
         if fetched.target is None:
+            from corral.engine.git_remote import remote_name
+
             raise AcceptRefused(
                 f"The remote holds no {target}, the target of {task.ref}.",
                 hint=f"Push it first: git push {remote_name(project)} {target}",
@@ -173,6 +186,10 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
     return _Ready(task, session, target, tip, task.status, shared=shared, target_seen=seen)
 
 
+#: What opens a conflict region (``corral.domain.conflict_markers.OPENING``, held equal by a test): the reader of
+#: regions loads only for a patch that adds such a line.
+OPENING = "<<<<<<< "
+
 _REF_FORMAT = "--format=%(refname)%00%(objectname)%00%(objecttype)%00%(symref)%00%(tree)"
 _FULL_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
@@ -189,6 +206,9 @@ def _tips(project: Project, branch: str, target: str | None) -> tuple[str | None
 def _read_tips(project: Project, branch: str, target: str | None) -> tuple[str | None, bool, tuple[str, str] | None]:
     """:func:`_tips`, and the target's commit and tree when the same listing gave them (a plain branch holding a
     commit), else None."""
+    from_files = _tips_from_files(project, branch, target)
+    if from_files is not None:
+        return from_files[0], True, from_files[1]
     names = [f"refs/heads/{branch}", *([f"refs/heads/{target}"] if target is not None else [])]
     listed: dict[str, list[str]] = {}
     done = project.git.run("for-each-ref", _REF_FORMAT, *names, cwd=project.repo, check=False)
@@ -209,6 +229,29 @@ def _read_tips(project: Project, branch: str, target: str | None) -> tuple[str |
         plain = not found[2] and _FULL_SHA.fullmatch(found[0]) and _FULL_SHA.fullmatch(found[3])
         return tip, True, (found[0], found[3]) if plain else None
     return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None, None
+
+
+def _tips_from_files(project: Project, branch: str, target: str | None) -> tuple[str, tuple[str, str] | None] | None:
+    """What :func:`_read_tips` asks ``for-each-ref``, read from the repository's files as git reads them (no
+    process): the branch's tip, and the target's commit and tree — each ref a plain one (its loose file or its
+    line in ``packed-refs``, never a symbolic ref) naming a commit git keeps loose. None where the files are
+    not the whole answer (a symbolic ref, a ref that is not there, an object packed or not a commit): git is
+    asked then, as before."""
+    common = common_dir(Path(project.repo))
+    tip = removals.ref_in_files(project, f"refs/heads/{branch}") if common is not None else None
+    if common is None or not isinstance(tip, str):
+        return None
+    own = read_loose(common, tip)
+    if own is None or own[0] != "commit":
+        return None
+    if target is None:
+        return tip, None
+    at = removals.ref_in_files(project, f"refs/heads/{target}")
+    found = read_loose(common, at) if isinstance(at, str) else None
+    tree = commit_tree(found[1]) if found is not None and found[0] == "commit" else None
+    if not isinstance(at, str) or tree is None:
+        return None
+    return tip, (at, tree)
 
 
 #: A target read once: its commit, and the commit's type and tree. (Not its trailers: ``for-each-ref`` of some
@@ -318,11 +361,12 @@ def accept(
         destination = None  # read under the target's lock (_merge), where it can be relied on
         pre_prompt = project.config["pre_accept_prompt"]
         narrator.announce(plan(pre_accept=bool(pre_prompt), destination=_checked_out(project, target)))
+        if not pre_prompt:  # the accept's mark goes with the status it moves to: one transaction (_merge)
+            return _merge(project, ready, actor, narrator, destination, allow_markers, mark=True)
         mark_in_flight(project, task.id, ready.prior)
         crashpoints.hit("accept.marked")
-        if pre_prompt:
-            ready = _pre_accept(project, ready, actor, narrator, str(pre_prompt))
-            _after_pre_accept(project, ready, agreed, pinned is not None, confirm, actor, narrator)
+        ready = _pre_accept(project, ready, actor, narrator, str(pre_prompt))
+        _after_pre_accept(project, ready, agreed, pinned is not None, confirm, actor, narrator)
         return _merge(project, ready, actor, narrator, destination, allow_markers)
 
 
@@ -419,7 +463,7 @@ class _Landed(Struct, frozen=True):
     flight: InFlight | None
     local_behind: bool = False  # shared: the remote's target holds it, this host's did not follow
     stashed: bool = True  # False: the checkout had no local changes the merge touches (no stash to pop)
-    #: The checkout's update was tried before the swap and found to go through (:func:`_moves_cleanly`).
+    #: The checkout was brought along before the swap (:func:`_moved_along`): nothing is left to do to it.
     clear: bool = False
 
 
@@ -430,15 +474,29 @@ def _merge(
     narrator: Narrator,
     destination: Path | None,
     allow_markers: bool = False,
+    *,
+    mark: bool = False,
 ) -> Accepted:
+    """The merge phase on: ``merging``, the squash landed, verified, the checkout brought along, the task
+    completed, its worktree and branch removed. ``mark``: the accept's in-flight mark (the status to restore,
+    :func:`~corral.engine.recovery.in_flight.mark_in_flight`) is written with the move to ``merging``, in the
+    same transaction: an accept with no pre-accept turn has nothing between the two."""
     task, session, target = ready.task, ready.session, ready.target
     merge_phase = next(p for p in PHASES if p.id == "merge")
     narrator.phase(merge_phase, "start")
     with project.store.write() as tx:
+        if mark:
+            marked = tx.get_task(task.id) or task
+            tx.update_task(task.id, metadata={**marked.metadata, MARKER: ready.prior.value}, touch=False)
+            me = project.placement.owner(project)
+            if me is not None:
+                tx.register_process(task.id, ACCEPT, os.getpid(), owner=me)
         tx.set_status(
             task.id, Status.MERGING, actor, f"accept into {target}", expected_from=ready.prior, resting_cause=None
         )
         message = _message(tx, task, session)
+    if mark:
+        crashpoints.hit("accept.marked")
     crashpoints.hit("accept.merging")
     kept: Kept | None = None
     with ExitStack() as held:
@@ -476,7 +534,7 @@ def _merge(
             dest_phase = next(p for p in PHASES if p.id == "destination")
             narrator.phase(dest_phase, "start")
             kept = None
-            if not (landed.clear and _bring_along(project, landed.flight)):
+            if not landed.clear:  # brought along before the swap when nothing of the person's was in the way
                 kept = settle_destination(project, landed.flight, landed=True, recovering=False, stashed=landed.stashed)
             crashpoints.hit("accept.destination-updated")
             if kept is None:
@@ -576,7 +634,7 @@ def _land(
             record_ = InFlight(target, old, commit, str(destination), stash_message)
             save_in_flight(project, task.id, record_)
             flight[:] = [record_]
-            clear = _moves_cleanly(project, destination, old, commit)
+            clear = _moved_along(project, destination, old, commit)
             stashed = not clear and stash_overlap(project, destination, old, commit, stash_message) is not None
         crashpoints.hit("accept.before-update-ref")
         logged = gittext.reflog(f"corral accept {task.ref}: {task.goal}")
@@ -612,24 +670,18 @@ def _land(
     )
 
 
-def _moves_cleanly(project: Project, destination: Path, old: str, new: str) -> bool:
-    """Whether the checkout of the target can be brought from ``old`` to ``new`` as it is: the two-tree
-    ``read-tree -m -u`` tried without writing anything (``-n``), which refuses exactly where a local change
-    (staged, unstaged, or an untracked file in the way) touches a path the merge changes. Then nothing needs
-    stashing; otherwise the overlap is stashed (:func:`stash_overlap`) as before."""
-    tried = project.git.run("read-tree", "-m", "-u", "-n", old, new, cwd=destination, check=False)
-    return tried.returncode == 0
+def _moved_along(project: Project, destination: Path, old: str, new: str) -> bool:
+    """The checkout of the target brought from ``old`` to ``new`` before the target's ref moves, as ``git merge
+    --squash`` updates the checkout before ``git commit``: a two-tree ``read-tree -m -u``, which checks every
+    path before it writes any and refuses exactly where a local change (staged, unstaged, or an untracked file
+    in the way) touches a path the merge changes. True when it went through; False when it refused, having
+    written nothing: the overlap is then stashed (:func:`stash_overlap`) and the checkout brought along after
+    the swap, as before.
 
-
-def _bring_along(project: Project, flight: InFlight) -> bool:
-    """The checkout that was found to move cleanly (:func:`_moves_cleanly`) brought to the merge, when it still
-    has the target checked out; False when it no longer has, or git refused (a change made since): the caller
-    then settles it as recovery would (:func:`settle_destination`). read-tree checks everything before it writes
-    anything, so a refusal leaves the checkout as it was."""
-    destination = flight.destination
-    if destination is None or _worktree_on(project, flight.target) != Path(destination):
-        return False
-    moved = project.git.run("read-tree", "-m", "-u", flight.old, flight.new, cwd=destination, check=False)
+    The in-flight record is saved first: should the swap then fail (the target moved) or the accept die before
+    it, the checkout is put back (``settle_destination`` with the merge not landed reads its index at the new
+    tree and takes it back to the old one)."""
+    moved = project.git.run("read-tree", "-m", "-u", old, new, cwd=destination, check=False)
     return moved.returncode == 0
 
 
@@ -689,6 +741,8 @@ def _abort(project: Project, task: Task, actor: Actor, flight: list[InFlight], e
 
 def _worktree_words(ready: _Ready) -> str | None:
     """The task's worktree as a shell word, when it is on this host (a worker's is not)."""
+    import shlex  # for a refusal's hint only
+
     worktree = ready.session.worktree
     return shlex.quote(worktree) if worktree and Path(worktree).is_dir() else None
 
@@ -727,8 +781,13 @@ def refuse_markers(project: Project, ready: _Ready, old: str, tree: str) -> None
         "--",
         cwd=project.repo,
     ).stdout
-    # A region begins with an added line that opens it: a patch with none holds no region (read no further).
-    regions = conflict_markers.find(patch) if f"\n+{conflict_markers.OPENING}" in f"\n{patch}" else []
+    # A region begins with an added line that opens it: a patch with none holds no region (read no further, and
+    # load no reader of markers).
+    if f"\n+{OPENING}" not in f"\n{patch}":
+        return
+    from corral.domain import conflict_markers
+
+    regions = conflict_markers.find(patch)
     if not regions:
         return
     ref, wt = ready.task.ref, _worktree_words(ready)
@@ -758,7 +817,7 @@ def verify(
             return f"the remote's {target} does not point at the merge commit"
         facts = git.commit_facts(commit, cwd=repo)
     else:
-        facts = git.commit_facts(f"refs/heads/{target}", cwd=repo)
+        facts = _facts_from_files(project, target, commit) or git.commit_facts(f"refs/heads/{target}", cwd=repo)
         if facts is None or facts[0] != commit:
             return f"{target} does not point at the merge commit"
     if facts is None or facts[1] != tree:
@@ -766,3 +825,33 @@ def verify(
     if (facts[2], facts[3]) != (task.id, session.id):
         return "the merge commit does not carry the Corral-Task trailer"
     return None
+
+
+#: The trailers verification reads, as :meth:`Git.commit_facts` gives them.
+_TRAILER_KEYS = ("Corral-Task", "Corral-Session")
+_TRAILER_LINE = re.compile(r"([A-Za-z0-9-]+): (.*)")
+
+
+def _facts_from_files(project: Project, target: str, commit: str) -> tuple[str, str, str, str] | None:
+    """What :meth:`Git.commit_facts` answers for the target, read from the repository's files (no process) when
+    the target's ref (its loose file or its line in ``packed-refs``) names ``commit`` and git keeps that commit
+    loose, as it keeps one ``commit-tree`` just wrote: the commit, its tree and its Corral-Task and
+    Corral-Session trailers, from a last paragraph made of trailer lines only (the message accept writes).
+    None otherwise: git is asked."""
+    common = common_dir(Path(project.repo))
+    if common is None or removals.ref_in_files(project, f"refs/heads/{target}") != commit:
+        return None
+    found = read_loose(common, commit, whole=True)
+    if found is None or found[0] != "commit":
+        return None
+    tree = commit_tree(found[1])
+    message = found[1].partition(b"\n\n")[2].decode("utf-8", "replace")
+    lines = message.rstrip("\n").rsplit("\n\n", 1)[-1].split("\n")
+    parsed = [_TRAILER_LINE.fullmatch(line) for line in lines]
+    if tree is None or not all(parsed):
+        return None
+    task, session = (
+        "\x1e".join(m.group(2).strip() for m in parsed if m and m.group(1).lower() == key.lower())
+        for key in _TRAILER_KEYS
+    )
+    return commit, tree, task, session

@@ -1,11 +1,13 @@
 """The destination checkout of an accept: its local changes stashed, then finished or put back.
 
-An accept that brings a checked-out target along stashes the person's local changes that touch
-paths the merge changes (:func:`stash_overlap`), moves the checkout with the target, and pops
-the stash. After a kill, recovery reads the in-flight record (``recovery/in_flight``) and
+An accept that brings a checked-out target along moves the checkout before the target's ref
+(a two-tree ``read-tree -m -u``); where the person's local changes touch paths the merge changes,
+it stashes those first (:func:`stash_overlap`), moves the checkout after the ref, and pops the
+stash. After a kill, recovery reads the in-flight record (``recovery/in_flight``) and
 finishes the update (a two-tree ``read-tree -m -u`` when the checkout is still at the old
-tree, then the stash popped), or, when the merge did not land, puts the stash back so the
-checkout is exactly what the person had (:func:`settle_destination`). What cannot be put back
+tree, then the stash popped), or, when the merge did not land, takes a checkout already
+moved back (:func:`_take_back`) and puts the stash back, so the checkout is exactly what
+the person had (:func:`settle_destination`). What cannot be put back
 is named on the task (``RESTORE_CONFLICT``: the stash commit and the command that restores it,
 :func:`note_conflict`) until the person has restored it (:func:`clear_resolved`).
 """
@@ -311,7 +313,36 @@ def settle_destination(
                     None,
                     f"git -C {wt} read-tree -m -u {flight.old} {flight.new}",
                 )
+    else:
+        kept = _take_back(project, wt, flight)
+        if kept is not None:
+            return kept
     return _pop(project, wt, flight, landed=landed, stashed=stashed or recovering)
+
+
+def _take_back(project: Project, wt: Path, flight: InFlight) -> Kept | None:
+    """A checkout that an accept brought along before its swap (``read-tree -m -u`` old → new, as ``merge
+    --squash`` before ``commit``), whose swap did not happen (the target moved, or the accept died before it):
+    put back from the new tree to the old one, the person's other local changes kept as they are. Its index at
+    the new tree on every path the merge changes tells it was brought along (the two trees differ on each of
+    them); anything else is left to the stash's pop. What git refuses to put back (the person changed one of
+    those files since) is named, with the command."""
+    paths = _changed(project, wt, flight.old, flight.new)
+    if not paths or not _index_at(project, wt, flight.new, paths):
+        return None
+    back = _git(project, wt, "read-tree", "-m", "-u", flight.new, flight.old).returncode == 0
+    if not back:  # stat-only differences must not block it: the index refreshed, once more
+        _git(project, wt, "update-index", "-q", "--refresh")
+        back = _git(project, wt, "read-tree", "-m", "-u", flight.new, flight.old).returncode == 0
+    if back:
+        return None
+    return Kept(
+        f"Nothing was merged, but {wt} holds the merge's changes to {flight.target}, brought along before the "
+        "target moved, and they could not be taken back: local changes touch them.",
+        str(wt),
+        None,
+        f"git -C {wt} read-tree -m -u {flight.new} {flight.old}",
+    )
 
 
 def note_conflict(metadata: dict[str, Any], kept: Kept, at: str | None) -> dict[str, Any]:

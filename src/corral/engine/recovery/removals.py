@@ -135,8 +135,8 @@ def finish(project: Project, task_id: str) -> bool:
             raise
     crashpoints.hit("removal.retired")
     path.unlink(missing_ok=True)
-    for each in moved:
-        _delete(project, each)
+    if moved:
+        _delete(project, *moved)
     return True
 
 
@@ -209,9 +209,11 @@ def _retire(project: Project, note: dict[str, Any], branch: str, tip: str) -> No
     git.delete_ref(verified, cwd=repo)
 
 
-def _delete(project: Project, moved: Path) -> None:
-    """Delete a renamed worktree's files in a process of its own, which outlives this command."""
-    spawn_detached(["rm", "-rf", "--", str(moved)], log=trash_dir(project) / "rm.log", cwd=str(trash_dir(project)))
+def _delete(project: Project, *moved: Path) -> None:
+    """Delete renamed worktrees' files (a worktree and its administrative directory) in one process of its own,
+    which outlives this command."""
+    argv = ["rm", "-rf", "--", *(str(each) for each in moved)]
+    spawn_detached(argv, log=trash_dir(project) / "rm.log", cwd=str(trash_dir(project)))
 
 
 def sweep(project: Project) -> int:
