@@ -16,6 +16,7 @@ import pytest
 
 from corral.adapters.pid_identity import environ_has, proc_info
 from corral.domain.actors import Actor, Role
+from corral.domain.agent_tools import TOKEN_ENV
 from corral.domain.status import Status
 from corral.engine.operations import control, spares, tasks, turns
 from corral.engine.runtime import protocol as proto
@@ -67,7 +68,9 @@ def test_the_auto_resume_runs_on_the_spare_under_the_id_it_was_started_with(rpro
     spares.release(carried)  # let go: it exits, and its id is never used
     assert ended(pid)
 
+    monkeypatch.setenv(TOKEN_ENV, "a token of the daemon's own environment")  # never the resumed agent's
     spare = spares.replenish()
+    monkeypatch.delenv(TOKEN_ENV)
     assert spare is not None
     start = proc_info(spare)
     assert start is not None
@@ -82,6 +85,7 @@ def test_the_auto_resume_runs_on_the_spare_under_the_id_it_was_started_with(rpro
     result = control.wait(rproj, task.ref, timeout=60)  # the crash, reconciled here: auto-resumed on the spare
     assert result.task.status is Status.BLOCKED
     assert agent.calls()[-1]["prompt"].startswith("You are being resumed")
+    assert agent.calls()[-1]["env"].get(TOKEN_ENV) != "a token of the daemon's own environment"
     turn = resumed_turn(rproj, task.id)
     assert taken == [turn.command_id]  # the resume took the spare, and recorded its turn under the id it carries
     status = proto.read_record(rproj.paths.protocol_dir(task.id) / proto.STATUS, proto.SupervisorStatus)

@@ -340,10 +340,12 @@ def await_command() -> list[str] | None:
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
-    if order.get("token"):
-        from corral.domain.agent_tools import TOKEN_ENV
+    from corral.domain.agent_tools import TOKEN_ENV
 
+    if order.get("token"):
         os.environ[TOKEN_ENV] = order["token"]
+    else:  # a turn without corral's tools: no token its daemon's environment held reaches its agent
+        os.environ.pop(TOKEN_ENV, None)
     crashpoints.hit("supervisor.spare-handed")
     return [str(order["protocol_dir"])]
 
