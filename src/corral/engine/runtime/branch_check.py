@@ -531,14 +531,14 @@ def mend(
     if tip is None or own is None:
         return said
     if not reset_index:
-        named = staged(tip) if staged is not None else None
+        indexed = staged(tip) if staged is not None else None
         failed = False
-        if named is None:
+        if indexed is None:
             out = git.run("diff-index", "--cached", "--no-renames", "-z", tip, cwd=worktree, check=False)
             fields = out.stdout.split("\0")
-            named = {f.split(" ")[3] for f in fields if f.startswith(":") and len(f.split(" ")) >= 5}
+            indexed = {f.split(" ")[3] for f in fields if f.startswith(":") and len(f.split(" ")) >= 5}
             failed = out.returncode != 0
-        reset_index = failed or bool(_missing(git, worktree, {s for s in named if set(s) != {"0"}}))
+        reset_index = failed or bool(_missing(git, worktree, {s for s in indexed if set(s) != {"0"}}))
     if reset_index:
         git.run("read-tree", tip, cwd=worktree, check=False)
         said.append("the worktree's index was made again from the branch's tip")
