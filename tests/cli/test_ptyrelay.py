@@ -61,7 +61,10 @@ def relay(mode: str, argv: list[str], stdin: bytes) -> tuple[str, str]:
 
 
 def ended(out: str) -> dict[str, object]:
-    line = next(x for x in out.splitlines() if x.startswith("ENDED "))
+    """The relay's report of the agent's end: the driver's last line, which may follow the agent's last
+    output on one line (a leader killed mid-line hangs up the terminal, and the kernel drops what the
+    agent wrote that the relay had not read yet, its line's end included)."""
+    line = out[out.rindex("ENDED ") :].splitlines()[0]
     result: dict[str, object] = json.loads(line.split(" ", 1)[1])
     return result
 
