@@ -14,7 +14,7 @@ import pytest
 from corral.domain.actors import Actor
 from corral.domain.status import Status
 from corral.domain.violations import Decision
-from corral.errors import RefusedError
+from corral.errors import RefusedError, StoreError
 from corral.store import NewTask, SQLiteStore
 from corral.store.migrations import LATEST
 from corral.store.postgres import PostgresStore
@@ -260,3 +260,10 @@ def test_a_schema_8_postgres_store_migrates_with_its_rows_kept(
         _kept(store)
     finally:
         store.close()
+
+
+def test_a_read_transaction_refuses_the_one_statement_park_and_writes_nothing(store) -> None:  # type: ignore[no-untyped-def]
+    task_id = _working(store)
+    with pytest.raises(StoreError, match="read transaction"), store.read() as tx:
+        tx.park(task_id, Actor.SYSTEM, "ended", expected_from=Status.WORKING)
+    assert len(_history(store, task_id)) == 2 and _setter(store, task_id) == ("human", "start")

@@ -629,6 +629,7 @@ class SQLTx:
         expected_from: Status | Iterable[Status] | None = None,
         resting_cause: RestingCause | None = None,
     ) -> StatusChange | None:
+        self._write()
         expected = _statuses(expected_from)
         if expected is not None and len(expected) == 1 and expected[0] not in PAUSED:
             # The hot path (a turn's end parks a working task): one statement decides blocked or conflict from the
