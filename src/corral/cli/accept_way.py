@@ -67,10 +67,9 @@ def quick(app: App, args: Sequence[str]) -> Callable[[], None] | None:
         return None
     if repo is not None:
         app.repo = repo
-    task = words[1]
-    tip = given.get("tip")
+    task, pinned = words[1], given.get("tip")
     return lambda: gated(
-        app, task, tip if isinstance(tip, str) else None, bool(given.get("yes")), bool(given.get("allow_markers"))
+        app, task, pinned if isinstance(pinned, str) else None, bool(given.get("yes")), bool(given.get("allow_markers"))
     )
 
 
