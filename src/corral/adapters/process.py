@@ -317,6 +317,26 @@ def spawn_detached(
     return proc.pid
 
 
+def spawn_fed(argv: Sequence[str], *, log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as :func:`spawn_detached` does (its own session, output appended to ``log``, ``env`` added
+    to the caller's), with a pipe to its stdin the caller keeps: a process that waits for its orders
+    (a spare supervisor) and reads end-of-file once the caller closes it, or dies."""
+    check_argv(argv)
+    out = open_private(log)
+    try:
+        return subprocess.Popen(
+            list(argv),
+            env={**os.environ, **env},
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(out)
+
+
 def spawn_piped(
     argv: Sequence[str],
     *,

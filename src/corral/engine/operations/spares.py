@@ -22,14 +22,13 @@ launch spawns its supervisor as it always did.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from corral.adapters.files import open_private
 from corral.adapters.pid_identity import start_ticks
+from corral.adapters.process import spawn_fed
 from corral.domain.clock import new_id
 from corral.engine.runtime.processes import COMMAND_TAG
 from corral.engine.runtime.wire import SPARE_ARG
@@ -129,19 +128,8 @@ def replenish() -> int | None:
             _keeper.ready.proc.poll()
             _keeper.ready = None
         command_id = new_id()
-        out = open_private(_keeper.log)
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "corral.engine.runtime.supervisor", SPARE_ARG],
-                env={**os.environ, COMMAND_TAG: command_id},
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,  # as a spawned supervisor: it outlives its daemon's turn, not its signals
-                close_fds=True,
-            )
-        finally:
-            os.close(out)
+        argv = [sys.executable, "-m", "corral.engine.runtime.supervisor", SPARE_ARG]
+        proc = spawn_fed(argv, log=_keeper.log, env={COMMAND_TAG: command_id})
         _keeper.ready = Spare(proc, command_id)
         return proc.pid
 
