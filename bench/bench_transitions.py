@@ -29,7 +29,9 @@ gets to it.
    beside the one-row commit's there); the statements the store sends per transition; with ``strace``
    installed, the number of fsync/fdatasync calls and the bytes written per transition
    (1 sync is the minimum for a durable commit), and the WAL's frames (pages) written per
-   transition beside per one-row commit.
+   transition beside per one-row commit; and a commit of one row in each of two tables beside
+   the one-row commit, interleaved: two pages, the ceiling of any layout that writes a task's row
+   and its status change (two b-trees).
 
 Target (issue 34): transitions/s ≥ 0.9 × the one-row SQLite commit's rate in the same run.
 Also reported: the ratio to raw fdatasync, per-transition latency (median, p99) and a check
