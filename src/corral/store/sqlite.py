@@ -531,10 +531,12 @@ class SQLiteStore:
         return _Scope(self, begin, writable)
 
     def read(self) -> AbstractContextManager[SQLiteTx]:
-        return self._tx("BEGIN DEFERRED", writable=False)
+        return _Scope(self, "BEGIN DEFERRED", False)
 
     def write(self) -> AbstractContextManager[SQLiteTx]:
-        return self._tx("BEGIN IMMEDIATE", writable=True)
+        # The scope directly: every status change passes here, and each call on its path costs, the more as the
+        # interpreter comes back to it from waiting for the disk's sync with its caches cold.
+        return _Scope(self, "BEGIN IMMEDIATE", True)
 
     # -- health ---------------------------------------------------------------------------
     def check(self) -> list[str]:
