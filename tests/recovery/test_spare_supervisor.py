@@ -132,3 +132,52 @@ def test_a_spare_that_dies_as_it_is_handed_its_command_leaves_a_turn_the_reconci
     turns.resume(rproj, task.ref, actor=Actor.HUMAN)  # a person resumes it: a supervisor is spawned, the turn runs
     assert control.wait(rproj, task.ref, timeout=60).task.status is Status.BLOCKED
     check_invariants(rproj, agent, ["once more"])
+
+
+def test_a_daemon_keeps_a_spare_only_once_it_watches_a_running_turn(rproj, agent, monkeypatch):
+    """No turn runs, no spare: a daemon started for a dashboard or corral's tools, or left idle, spends neither a
+    supervisor's start nor its memory. Once it watches a running turn (which could crash into a resume) it keeps
+    one, and it lets it go when it stops."""
+    import threading
+    import time
+
+    from corral.daemon.daemon_service import Daemon
+
+    events: list[dict[str, object]] = []
+    daemon = Daemon(tick=0.05, on_event=events.append)
+    daemon.watch_every = 0.05
+    daemon.spare_after = 0.05
+    monkeypatch.setattr(daemon, "start_mcp", lambda: None)
+    monkeypatch.setattr(daemon, "start_dashboard", lambda: None)
+    looks: list[float] = []
+    tick_once = daemon.tick_once
+    monkeypatch.setattr(daemon, "tick_once", lambda: looks.append(time.monotonic()) or tick_once())
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+
+    def kinds(kind: str) -> list[dict[str, object]]:
+        return [e for e in list(events) if e.get("event") == kind]
+
+    try:
+        deadline = time.monotonic() + 10
+        while len(looks) < 6:
+            assert time.monotonic() < deadline, events
+            time.sleep(0.02)
+        assert kinds("spare-supervisor") == []  # idle for many looks, each past a spare's delay: none started
+        agent.script([{"init": True}, {"text": "working"}, {"sleep": 30}, {"result": "never"}])
+        task = tasks.create(rproj, "A running turn", actor=Actor.HUMAN)
+        turns.start(rproj, task.ref, actor=Actor.HUMAN)
+        deadline = time.monotonic() + 20
+        while not kinds("spare-supervisor"):
+            assert time.monotonic() < deadline, events
+            time.sleep(0.02)
+        (started,) = kinds("spare-supervisor")
+        pid = started["pid"]
+        assert isinstance(pid, int) and spares.kept()
+    finally:
+        daemon.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert ended(pid) and not spares.kept()  # the stopping daemon let it go, and it exited
+    reap_turn(rproj, task.id, grace=0.2)
+    kill_leftovers(agent)

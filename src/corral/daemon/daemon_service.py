@@ -152,8 +152,8 @@ class Daemon:
         #: rings the doorbell (:mod:`corral.adapters.doorbell`) to be watched at once.
         self.watch_every = WATCH_SECONDS
         self._bell: doorbell.Doorbell | None = None
-        #: A supervisor started ahead for the next resume (``operations/spares.py``): started this long after one
-        #: is taken (or at the start), and never when ``None``.
+        #: A supervisor started ahead for the next resume (``operations/spares.py``): started this long after the
+        #: daemon begins to watch a running turn with none kept, or after one was taken; never when ``None``.
         self.spare_after: float | None = SPARE_SECONDS
         self._spare_due: float | None = None
 
@@ -475,6 +475,15 @@ class Daemon:
         if pid is not None:
             self.event("spare-supervisor", pid=pid)
 
+    def spare_when_watching(self) -> None:
+        """A spare is due ``spare_after`` seconds after the daemon starts watching a running turn with none kept:
+        only a running turn can crash into a resume, and a daemon that watches none (one started for a
+        dashboard, for corral's tools, or left idle) spends neither the start's CPU nor a spare's memory. The
+        delay keeps its start away from the launch that rang the doorbell, and a turn shorter than it never
+        needs one."""
+        if self.spare_after is not None and self._spare_due is None and self.watched and not spares.kept():
+            self._spare_due = time.monotonic() + self.spare_after
+
     # -- the loop ------------------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -489,9 +498,8 @@ class Daemon:
             # second of CPU, loads on the endpoint's first request (corral.mcp.http.Deferred).
             self.guarded("doorbell", self.open_doorbell)
             next_tick = self.tick_once()
-            if self.spare_after is not None:
+            if self.spare_after is not None:  # its first spare starts once a turn runs (spare_when_watching)
                 spares.enable(daemons.daemon_dir(self.home) / SPARE_LOG)
-                self._spare_due = time.monotonic()
             self._mcp_thread = threading.Thread(target=self._start_mcp_then_say, name="mcp-start", daemon=True)
             self._mcp_thread.start()
             self.loop(next_tick)
@@ -536,9 +544,11 @@ class Daemon:
             if time.monotonic() >= next_tick or self._tick_now.is_set():
                 next_tick = self.tick_once()
             self.guarded("watch", self.refresh_watch)
+            self.spare_when_watching()
             if self._spare_due is not None and time.monotonic() >= self._spare_due:
                 self._spare_due = None
-                self.guarded("spare", self.keep_spare)
+                if self.watched:  # still a turn to resume should it crash
+                    self.guarded("spare", self.keep_spare)
             due = next_tick if self._spare_due is None else min(next_tick, self._spare_due)
             timeout = max(0.0, min(due - time.monotonic(), self.watch_every))
             fds = [pfd for pfd, _ in self.watched.values()]

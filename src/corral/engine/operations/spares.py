@@ -134,6 +134,12 @@ def replenish() -> int | None:
         return proc.pid
 
 
+def kept() -> bool:
+    """Whether a spare is kept and alive, ready to be taken."""
+    with _keeper.lock:
+        return _keeper.ready is not None and _keeper.ready.alive()
+
+
 def take() -> str | None:
     """The command id of the spare kept, now taken for the turn about to be recorded under that id; None when
     no spare is kept or alive. The taker hands it its command (:func:`hand`) or lets it go (:func:`release`)."""
