@@ -565,10 +565,6 @@ class SqlWriter:
         # Schema 8: a task's finished time, and status changes numbered within their task
         self.finished_at = "finished_at" in {r[1] for r in db.execute("PRAGMA table_info(tasks)")}
         self.task_sql = TASK_SQL.replace(") VALUES (", ", finished_at) VALUES (?,") if self.finished_at else TASK_SQL
-        # Schema 9: a task's row names who set its status and why (its last change's)
-        self.status_setter = "status_actor" in {r[1] for r in db.execute("PRAGMA table_info(tasks)")}
-        if self.status_setter:
-            self.task_sql = self.task_sql.replace(") VALUES (", ", status_actor, status_reason) VALUES (?,?,")
         self.change_sql = CHANGE_SQL.replace("(task_id,", "(id, task_id,").replace("VALUES (", "VALUES (?,")
         if not self.finished_at:
             self.change_sql = CHANGE_SQL
@@ -652,10 +648,7 @@ class SqlWriter:
             task.target_branch, dumps(list(task.protected)), "{}", cause_json, session_id,
             ts(created), ts(updated), ts(last),
         )  # fmt: skip
-        if self.status_setter:
-            T["t"].append((*row, ts(finished) if finished is not None else None, changes[-1][3], changes[-1][4]))
-            T["c"].extend((n, *c) for n, c in enumerate(changes, 1))
-        elif self.finished_at:
+        if self.finished_at:
             T["t"].append((*row, ts(finished) if finished is not None else None))
             T["c"].extend((n, *c) for n, c in enumerate(changes, 1))
         else:

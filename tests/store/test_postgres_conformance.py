@@ -171,7 +171,7 @@ def test_a_v3_schema_gains_process_owners_and_local_leases_with_every_row_kept(
             conn.execute("UPDATE leases SET state = 'local'")
     store = PostgresStore(pg_server, schema=pg_schema, clock=clock)
     try:
-        assert store.schema_version() == LATEST
+        assert store.schema_version() == LATEST == 8
         v3_lease_kept(store)
         assert store.check() == [] and store.health() == []
         with psycopg.connect(pg_server) as conn:

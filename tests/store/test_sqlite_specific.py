@@ -127,7 +127,7 @@ def test_a_v3_file_gains_process_owners_and_local_leases_with_every_row_kept(db_
     raw.close()
     s = SQLiteStore(db_path, clock=clock)
     try:
-        assert s.schema_version() == LATEST
+        assert s.schema_version() == LATEST == 8
         v3_lease_kept(s)
         indexes = {r[0] for r in _conn(s).execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "leases_state" in indexes and "turns_current_command" in indexes

@@ -26,7 +26,7 @@ from corral.store.sqltx import _TASK_COLUMNS, SQLTx
 
 #: Each table's columns, in the order the tables are filled (a row's references come first).
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("tasks", (*(c.strip() for c in _TASK_COLUMNS.split(",")), "finished_at", "status_actor", "status_reason")),
+    ("tasks", (*(c.strip() for c in _TASK_COLUMNS.split(",")), "finished_at")),
     (
         "sessions",
         (

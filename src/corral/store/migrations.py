@@ -428,43 +428,6 @@ def m008_finished_at(db: sqlite3.Connection) -> None:
     )
 
 
-#: Schema 9: a status change is one statement. The task's row says who set its current status and why
-#: (``status_actor``, ``status_reason``), and a trigger on its status writes the status-change row from the old and
-#: new row in the same statement: the compare-and-set ``UPDATE … WHERE id = ? AND status = ?`` is the whole change,
-#: where it was an ``UPDATE`` and an ``INSERT`` (and, to park a task, a read first), each a statement of its own.
-#: An update that names the status records a change whenever the status differs, so no path can move a task
-#: without its record; one that leaves the status alone (a resting cause, a goal) records none. The change is
-#: numbered on from its task's last (schema 8's key) and dated by the row's ``updated_at``, the transaction's time.
-#: A migrated task's two columns are its last change's.
-STATUS_SETTER = """
-    ALTER TABLE tasks ADD COLUMN status_actor TEXT;
-    ALTER TABLE tasks ADD COLUMN status_reason TEXT;
-    UPDATE tasks SET (status_actor, status_reason) = (
-        SELECT c.actor, c.reason FROM status_changes c WHERE c.task_id = tasks.id ORDER BY c.id DESC LIMIT 1
-    );
-"""
-#: The statement the trigger runs (both dialects): the status change the row's update made.
-RECORD_STATUS_CHANGE = """
-        INSERT INTO status_changes (task_id, id, from_status, to_status, actor, reason, at)
-        VALUES (
-            NEW.id, (SELECT COALESCE(MAX(c.id), 0) + 1 FROM status_changes c WHERE c.task_id = NEW.id),
-            OLD.status, NEW.status, NEW.status_actor, NEW.status_reason, NEW.updated_at
-        );
-"""
-
-
-def m009_status_change_trigger(db: sqlite3.Connection) -> None:
-    run_script(
-        db,
-        STATUS_SETTER
-        + f"""
-        CREATE TRIGGER tasks_status_change AFTER UPDATE OF status ON tasks
-        WHEN NEW.status IS NOT OLD.status
-        BEGIN {RECORD_STATUS_CHANGE} END;
-        """,
-    )
-
-
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "initial", m001_initial),
     (2, "team", m002_team),
@@ -474,7 +437,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (6, "one status index", m006_one_status_index),
     (7, "partial status indexes", m007_partial_status_indexes),
     (8, "finished time and keyed status changes", m008_finished_at),
-    (9, "one statement per status change", m009_status_change_trigger),
 ]
 
 LATEST = MIGRATIONS[-1][0]

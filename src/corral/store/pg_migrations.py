@@ -19,8 +19,6 @@ from corral.store.migrations import (
     ONE_STATUS_INDEX_PG,
     OWNER_COLUMN,
     PARTIAL_STATUS_INDEXES,
-    RECORD_STATUS_CHANGE,
-    STATUS_SETTER,
     STATUS_VALUES,
     TEAM_TABLES,
 )
@@ -212,19 +210,6 @@ PG_MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE status_changes ADD PRIMARY KEY (task_id, id);
         ALTER TABLE status_changes ADD CONSTRAINT status_changes_id_check CHECK (id >= 1);
         DROP INDEX status_changes_task;
-        """,
-    ),
-    # The same columns and the same trigger, its statement in a trigger function: one statement, so one round
-    # trip to the server, per status change where there were two.
-    (
-        9,
-        "one statement per status change",
-        _pg(STATUS_SETTER)
-        + f"""
-        CREATE FUNCTION record_status_change() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN {RECORD_STATUS_CHANGE} RETURN NULL; END $$;
-        CREATE TRIGGER tasks_status_change AFTER UPDATE OF status ON tasks
-            FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status) EXECUTE FUNCTION record_status_change();
         """,
     ),
 ]

@@ -531,12 +531,10 @@ class SQLiteStore:
         return _Scope(self, begin, writable)
 
     def read(self) -> AbstractContextManager[SQLiteTx]:
-        return _Scope(self, "BEGIN DEFERRED", False)
+        return self._tx("BEGIN DEFERRED", writable=False)
 
     def write(self) -> AbstractContextManager[SQLiteTx]:
-        # The scope directly: every status change passes here, and each call on its path costs, the more as the
-        # interpreter comes back to it from waiting for the disk's sync with its caches cold.
-        return _Scope(self, "BEGIN IMMEDIATE", True)
+        return self._tx("BEGIN IMMEDIATE", writable=True)
 
     # -- health ---------------------------------------------------------------------------
     def check(self) -> list[str]:

@@ -112,35 +112,13 @@ _OUTCOMES = {o.value: o for o in AttemptOutcome}
 _STATUSES = {s.value: s for s in Status}
 
 
-#: The reason of a task's first status change (and of its row's ``status_reason`` until the next).
-_CREATED = "created"
-
-#: Where :meth:`SQLTx.park` rests a task: blocked, or conflict while a violation of its session is pending.
-_CLEAR, _PENDING = park_status(0), park_status(1)
-#: Whether the task row's current session has a pending violation (a subquery of a ``tasks`` row).
-_PENDING_VIOLATION = (
-    "SELECT 1 FROM violations v WHERE v.session_id = tasks.session_id AND v.task_id = tasks.id "
-    "AND v.decision = 'pending'"
-)
-
-
-#: The rules' answers so far, by (from, to, actor): they are fixed, and a status change asks one or two.
-_LEGAL: dict[tuple[Status, Status, Actor], bool] = {}
-
-
 def _legal(src: Status, dst: Status, actor: Actor) -> bool:
     """Whether the rules allow ``src`` → ``dst`` by ``actor`` (:func:`check_transition` raises why not)."""
-    key = (src, dst, actor)
-    known = _LEGAL.get(key)
-    if known is None:
-        try:
-            check_transition(src, dst, actor)
-        except IllegalTransition:
-            known = False
-        else:
-            known = True
-        _LEGAL[key] = known
-    return known
+    try:
+        check_transition(src, dst, actor)
+    except IllegalTransition:
+        return False
+    return True
 
 
 def _statuses(value: Status | Iterable[Status] | None) -> tuple[Status, ...] | None:
@@ -171,22 +149,6 @@ def _finished(src: Status, dst: Status, now: str) -> tuple[str, tuple[str | None
     if (src in TERMINAL) == (dst in TERMINAL):
         return "", ()
     return ", finished_at = ?", (now if dst in TERMINAL else None,)
-
-
-#: A change's compare-and-set statements (schema 9: the trigger on the status records it), by the ``finished_at``
-#: assignment :func:`_finished` gives: made once, not at each change.
-_CHANGE = (
-    "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, updated_at = ?, "
-    "last_interaction_at = ?, status_actor = ?, status_reason = ?{finished} WHERE id = ? AND status = ?"
-)
-_PARK = (
-    f"UPDATE tasks SET status = CASE WHEN EXISTS ({_PENDING_VIOLATION}) THEN ? ELSE ? END, resting_cause = ?, "
-    "updated_at = ?, last_interaction_at = ?, status_actor = ?, status_reason = ?{finished} "
-    "WHERE id = ? AND status = ? RETURNING status"
-)
-_FINISHED_SETS = ("", ", finished_at = ?")
-_CHANGE_SQL = {f: _CHANGE.format(finished=f) for f in _FINISHED_SETS}
-_PARK_SQL = {f: _PARK.format(finished=f) for f in _FINISHED_SETS}
 
 
 class _Decoded:
@@ -447,8 +409,7 @@ class SQLTx:
         try:
             with self._may_fail():
                 self._db.execute(
-                    f"INSERT INTO tasks ({_TASK_COLUMNS}, status_actor, status_reason) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         tid,
                         new.ref,
@@ -466,8 +427,6 @@ class SQLTx:
                         now,
                         now,
                         now,
-                        actor._value_,
-                        _CREATED,
                     ),
                 )
         except Exception as exc:
@@ -478,7 +437,7 @@ class SQLTx:
                     hint="Pick another --ref, or omit it to have one made from the goal.",
                 ) from exc
             raise
-        self._change(tid, None, Status.BACKLOG, actor, _CREATED)
+        self._change(tid, None, Status.BACKLOG, actor, "created")
         return self._require_task(tid)
 
     def update_task(
@@ -521,10 +480,8 @@ class SQLTx:
         return self._require_task(task_id)
 
     def _change(self, task_id: str, src: Status | None, dst: Status, actor: Actor, reason: str | None) -> StatusChange:
-        """A new task's first status change (later ones are written by the trigger on its status, schema 9).
-
-        Numbered within its task (schema 8): the key (task, number) is the row's place, so the record is one
-        b-tree entry, and the largest number so far is read from the page the row goes into."""
+        # Numbered within its task (schema 8): the key (task, number) is the row's place, so the record is one
+        # b-tree entry, and the largest number so far is read from the page the row goes into.
         self._db.execute(
             "INSERT INTO status_changes (task_id, id, from_status, to_status, actor, reason, at) "
             "SELECT ?, COALESCE(MAX(id), 0) + 1, ?, ?, ?, ?, ? FROM status_changes WHERE task_id = ?",
@@ -555,48 +512,26 @@ class SQLTx:
         resting_cause: RestingCause | None,
         known: Row | None = None,
     ) -> StatusChange | None:
-        """``known``: the task's (status, resting_cause) as the caller read them in this transaction.
-
-        Every change is one ``UPDATE`` of the task's row naming its status, actor and reason; the trigger on the
-        status writes the status-change row in the same statement (schema 9)."""
-        if not self._writable:
-            self._write()  # raises
-        if known is None and type(expected_from) is Status:
-            # The hot path of every status change: the one status expected is the one changed from, so the update
-            # itself is the compare-and-set (no read first); a row that does not match, or a change the rules
-            # refuse, takes the path below, which says why. Written with few calls: the interpreter comes back to
-            # it from the last change's sync with its caches cold, where each call costs several times what it
-            # costs in a loop (bench/bench_transitions.py).
-            current = expected_from
-            if current is not to and (_LEGAL.get((current, to, actor)) or _legal(current, to, actor)):
+        """``known``: the task's (status, resting_cause) as the caller read them in this transaction."""
+        self._write()
+        expected = _statuses(expected_from)
+        if known is None and expected is not None and len(expected) == 1:
+            # The hot path of every status change: the one status expected is the one changed from, so
+            # the update itself is the compare-and-set (no read first); a row that does not match, or a
+            # change the rules refuse, takes the path below, which says why.
+            (current,) = expected
+            if _legal(current, to, actor) and not is_noop(current, to):
                 keep = resting_cause is UNSET and to in RESTING
                 given = None if resting_cause is UNSET or resting_cause is None else _dumps(resting_cause.to_json())
-                now = self._now_text or self._stamp()
-                if (current in TERMINAL) is (to in TERMINAL):
-                    cur = self._db.execute(
-                        _CHANGE_SQL[""],
-                        (to._value_, keep, given, now, now, actor._value_, reason, task_id, current._value_),
-                    )
-                else:
-                    finished, finished_at = _finished(current, to, now)
-                    cur = self._db.execute(
-                        _CHANGE_SQL[finished],
-                        (
-                            to._value_,
-                            keep,
-                            given,
-                            now,
-                            now,
-                            actor._value_,
-                            reason,
-                            *finished_at,
-                            task_id,
-                            current._value_,
-                        ),
-                    )
+                now = self._stamp()
+                finished, finished_at = _finished(current, to, now)
+                cur = self._db.execute(
+                    "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, "
+                    f"updated_at = ?, last_interaction_at = ?{finished} WHERE id = ? AND status = ?",
+                    (to._value_, keep, given, now, now, *finished_at, task_id, current._value_),
+                )
                 if cur.rowcount == 1:
-                    return StatusChange(task_id, current, to, actor, reason, self._now or self.now())
-        expected = _statuses(expected_from)
+                    return self._change(task_id, current, to, actor, reason)
         # Only the two columns a transition needs.
         row = known or self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
         if row is None:
@@ -617,11 +552,11 @@ class SQLTx:
         now = self._stamp()
         finished, finished_at = _finished(current, to, now)
         self._db.execute(
-            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ?, "
-            f"status_actor = ?, status_reason = ?{finished} WHERE id = ?",
-            (to.value, cause_json, now, now, actor.value, reason, *finished_at, task_id),
+            "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ?"
+            f"{finished} WHERE id = ?",
+            (to.value, cause_json, now, now, *finished_at, task_id),
         )
-        return StatusChange(task_id, current, to, actor, reason, self.now())
+        return self._change(task_id, current, to, actor, reason)
 
     def set_status(
         self,
@@ -649,38 +584,9 @@ class SQLTx:
         expected_from: Status | Iterable[Status] | None = None,
         resting_cause: RestingCause | None = None,
     ) -> StatusChange | None:
-        if not self._writable:
-            self._write()  # raises
-        if type(expected_from) is Status and expected_from not in PAUSED:
-            # The hot path (a turn's end parks a working task), with few calls as a change's (:meth:`_transition`):
-            # one statement decides blocked or conflict from the pending violations of the task's session, compares
-            # and sets, and (by the trigger) records the change, when the rules allow the one expected status to go
-            # to either; else the path below says why not.
-            current = expected_from
-            if (_LEGAL.get((current, _CLEAR, actor)) or _legal(current, _CLEAR, actor)) and (
-                _LEGAL.get((current, _PENDING, actor)) or _legal(current, _PENDING, actor)
-            ):
-                now = self._now_text or self._stamp()
-                finished, finished_at = _finished(current, _CLEAR, now)  # both are unfinished, as alike
-                rows = self._db.execute(
-                    _PARK_SQL[finished],
-                    (
-                        _PENDING._value_,
-                        _CLEAR._value_,
-                        None if resting_cause is None else _dumps(resting_cause.to_json()),
-                        now,
-                        now,
-                        actor._value_,
-                        reason,
-                        *finished_at,
-                        task_id,
-                        current._value_,
-                    ),
-                ).fetchall()
-                if rows:
-                    return StatusChange(task_id, current, _STATUSES[rows[0][0]], actor, reason, self._now or self.now())
         row = self._one(
-            f"SELECT status, EXISTS ({_PENDING_VIOLATION}), resting_cause FROM tasks WHERE id = ?",
+            "SELECT t.status, (SELECT COUNT(*) FROM violations v WHERE v.session_id = t.session_id "
+            "AND v.task_id = t.id AND v.decision = 'pending'), t.resting_cause FROM tasks t WHERE t.id = ?",
             (task_id,),
         )
         if row is None:
