@@ -110,6 +110,9 @@ def main(argv: list[str]) -> int:
         rows = summary(record)
     total = sum(seconds for _, seconds, _ in rows)
     print(f"\npytest {' '.join(pytest_args)}: exit {code}, {wall:.0f} s; CPU of ended processes: {total:.0f} s")
+    # The kernel records each process's CPU in whole clock ticks, rounded down: a process that used less than
+    # one tick (git's ~1 ms runs) counts as none, and every other loses half a tick on average.
+    print(f"  (in whole clock ticks of 1/{os.sysconf('SC_CLK_TCK')} s, rounded down: short processes count as none)")
     for name, seconds, n in rows[:25]:
         share = 100 * seconds / total
         print(f"  {name:16} {seconds:8.1f} s  {share:5.1f} %  {n:7d} processes  {1000 * seconds / n:7.1f} ms each")
