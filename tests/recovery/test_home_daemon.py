@@ -328,3 +328,34 @@ def test_daemon_run_json_streams_events_naming_their_project_from_any_directory(
     serving = {e["project"] for e in events if e["event"] == "serving"}
     assert serving == {str(p.repo) for p in two}
     assert all(isinstance(e["at"], str) for e in events)
+
+
+def test_a_daemon_that_holds_its_lock_before_it_writes_its_state_is_waited_for(tmp_path: Path) -> None:
+    """A daemon takes its lock at its start and writes its state file a moment later: a launch that looks in
+    between (another one's start, under load) waits for the state to name it, and never answers "running,
+    pid unknown"."""
+    import threading
+
+    from corral.adapters.locks import lock
+    from corral.engine.private_state import make_private_dir
+
+    home = tmp_path / "corral-home"
+    make_private_dir(daemons.daemon_dir(home))
+    held = lock(daemons.lock_file(home), 1.0)  # a daemon mid-start: its lock held, its state not written yet
+    assert held is not None
+
+    def writes_its_state() -> None:
+        time.sleep(0.3)
+        doc = {"pid": os.getpid(), "started_at": "2026-01-01T00:00:00Z", "last_tick": None}
+        daemons.state_file(home).write_text(json.dumps(doc))
+
+    writer = threading.Thread(target=writes_its_state)
+    writer.start()
+    try:
+        found = daemons.ensure_running(home, timeout=10)
+        assert found.running and found.pid == os.getpid()
+        found, started = daemons.start_detached(home, timeout=10)
+        assert found.pid == os.getpid() and started is False
+    finally:
+        writer.join()
+        os.close(held)

@@ -266,6 +266,18 @@ def _starting(home: Path, timeout: float) -> int:
     return fd
 
 
+def _named(home: Path, timeout: float) -> DaemonState:
+    """The running daemon's state once its file names it: a daemon takes its lock at its start and writes its
+    state a moment later, and a look in between (another launch's, under load) would read "running, pid
+    unknown". Waited for up to ``timeout``; a daemon that never names itself is answered as it is."""
+    deadline = time.monotonic() + timeout
+    current = state(home)
+    while current.running and current.pid is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        current = state(home)
+    return current
+
+
 def start_detached(home: Path | None = None, timeout: float = 10.0) -> tuple[DaemonState, bool]:
     """Start the home's daemon in the background: (its state, whether this call started it).
 
@@ -277,7 +289,7 @@ def start_detached(home: Path | None = None, timeout: float = 10.0) -> tuple[Dae
     try:
         current = state(home)
         if current.running:
-            return current, False
+            return _named(home, timeout), False
         return _spawn(home, timeout, announce=False), True  # the command's own answer says so
     finally:
         os.close(fd)
@@ -290,13 +302,13 @@ def ensure_running(home: Path | None = None, timeout: float = 10.0) -> DaemonSta
     """
     home = home or corral_home()
     current = state(home)
-    if current.running:
+    if current.running and current.pid is not None:
         return current
-    fd = _starting(home, timeout)
+    fd = _starting(home, timeout)  # one being started by another launch has its start lock held until it runs
     try:
         current = state(home)
         if current.running:
-            return current
+            return _named(home, timeout)
         return _spawn(home, timeout, announce=True)
     finally:
         os.close(fd)
