@@ -37,8 +37,10 @@ NOT_IN_RUN_ALL = {
     "bench_suite.py": "times the README's test command, which runs every other benchmark's quick mode",
 }
 #: The groups the quick runs are dealt into, the longest first, round the groups: each group a test whose
-#: runs go at once (they mostly wait, on a poll, a retry, a lease, so more than the cores).
-GROUPS = 6
+#: runs go at once (they mostly wait, on a poll, a retry, a lease, so more than the cores). One of the longest
+#: to a group, and three or four runs beside it: a group stays well under half a minute with the suite's
+#: other workers running beside it.
+GROUPS = 8
 #: The longest quick runs (a PostgreSQL server, real Pi turns, a crash loop, a forge poll), started
 #: first so that none of them is left to run alone at the end.
 LONGEST = (
