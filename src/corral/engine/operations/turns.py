@@ -624,11 +624,14 @@ def resume(
 
     def after_crash(session: Session) -> TurnSpec:
         # Clean or dirty as the crashed turn's receipt recorded it (the supervisor's one scan at the
-        # turn's end) while the worktree's HEAD is still the one it recorded; else a scan of its own.
+        # turn's end) while the worktree's HEAD is still the one it recorded (read from its files where
+        # they are plain: no git process on the way to the resume); else a scan of its own.
+        from corral.engine.runtime.tip_files import head_commit
+
         recorded = crashed.details if crashed is not None else {}
         worktree = session.worktree or "."
         dirty = recorded.get("dirty")
-        if not isinstance(dirty, bool) or recorded.get("head") != project.git.rev_parse("HEAD", cwd=worktree):
+        if not isinstance(dirty, bool) or recorded.get("head") != head_commit(project.git, worktree):
             dirty = bool(project.git.dirty_paths(worktree))
         feedback = [t.content for t in pending]
         if session.harness_session_id is None:  # no session to resume: the agent is told everything again

@@ -1,0 +1,143 @@
+"""A branch's commit, or a worktree's ``HEAD``, read from the repository's files where git would read them so.
+
+A crashed turn's auto-resume asks two such questions on its way to the next agent — the task branch's
+tip (the same-cause breaker's "no progress since") and the worktree's ``HEAD`` (is it still the one the
+crashed turn's receipt recorded?) — and each ``git rev-parse`` is a process. In a plain layout each is a
+file or two: a loose ref (or a line of ``packed-refs``), and the loose object it names, to make sure it
+is a commit as ``rev-parse <rev>^{commit}`` does.
+
+Only the plain layout is read. Anything else goes to git, which answers it as before: reftable, a
+symbolic link anywhere on the way (each directory is opened without following one), a ref file that
+holds no object name (a symbolic ref, garbage), a name git would refuse, a ref found nowhere, an object
+that is not loose (packed, in an alternate) or not a commit, a ``HEAD`` that names anything but a branch.
+What an agent could have written (its branch, its worktree's ``.git``) is thus read only where git would
+read the very same bytes, and the answer is the one ``git rev-parse`` would give.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from corral.adapters.git import Git
+from corral.adapters.loose_objects import read_loose
+from corral.adapters.ref_files import _BAD_COMPONENT, _oid, read_packed
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+#: How much of a ref or ``HEAD`` file is read (an object name or ``ref: <name>`` fits).
+_REF_BYTES = 512
+
+
+class _Ask(Exception):
+    """Not the plain layout: git is asked."""
+
+
+def _regular(dir_fd: int, name: str) -> bytes | None:
+    """The start of the regular file ``name`` beside ``dir_fd``; None when there is none (_Ask: something else)."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise _Ask  # a directory, a symbolic link, a device: git's to read
+    fd = os.open(name, _READ, dir_fd=dir_fd)
+    try:
+        return os.read(fd, _REF_BYTES)
+    finally:
+        os.close(fd)
+
+
+def _loose(common: Path, ref: str) -> str | None:
+    """The object name the loose file of ``ref`` holds; None when there is no such file."""
+    parts = ref.split("/")
+    fd = os.open(common, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            os.close(fd)
+            fd = inner
+        data = _regular(fd, parts[-1])
+    finally:
+        os.close(fd)
+    if data is None:
+        return None
+    found = _oid(data)
+    if found is None:
+        raise _Ask  # a symbolic ref, garbage: git says what it names
+    return found
+
+
+def _ref_commit(common: Path, ref: str) -> str:
+    """The commit ``ref`` (a full name) names, read from the files; _Ask wherever that is not plain."""
+    if not ref.startswith("refs/heads/") or any(_BAD_COMPONENT.search(c) or not c for c in ref.split("/")):
+        raise _Ask
+    if (common / "reftable").exists() or (common / "packed-refs").is_symlink():
+        raise _Ask
+    oid = _loose(common, ref)  # the loose file first, as git reads: a concurrent pack-refs hides nothing
+    if oid is None:
+        oid = read_packed(common, ()).get(ref)
+    if oid is None:
+        raise _Ask  # found nowhere: git says so itself
+    found = read_loose(common, oid)
+    if found is None or found[0] != "commit":
+        raise _Ask  # packed, elsewhere, or not a commit (``^{commit}`` peels or refuses): git's to say
+    return oid
+
+
+def _dirs(worktree: Path) -> tuple[Path, Path]:
+    """(the worktree's own git directory, the repository's common one), from its ``.git``; _Ask if unusual."""
+    dot = worktree / ".git"
+    st = os.lstat(dot)
+    if stat.S_ISDIR(st.st_mode):
+        return dot, dot
+    if not stat.S_ISREG(st.st_mode):
+        raise _Ask
+    line = dot.read_text().strip()
+    if not line.startswith("gitdir:"):
+        raise _Ask
+    own = Path(line.removeprefix("gitdir:").strip())
+    own = own if own.is_absolute() else worktree / own
+    common_file = own / "commondir"
+    common = common_file.read_text().strip() if common_file.is_file() else "."
+    return own, (Path(common) if os.path.isabs(common) else own / common)
+
+
+def branch_commit(git: Git, repo: Path | str, branch: str) -> str | None:
+    """What ``git.rev_parse(f"refs/heads/{branch}", cwd=repo)`` answers, from the files where they are plain."""
+    ref = f"refs/heads/{branch}"
+    try:
+        _, common = _dirs(Path(repo))
+        return _ref_commit(common, ref)
+    except (_Ask, OSError, UnicodeDecodeError, ValueError):
+        return git.rev_parse(ref, cwd=repo)
+
+
+def head_commit(git: Git, worktree: Path | str) -> str | None:
+    """What ``git.rev_parse("HEAD", cwd=worktree)`` answers, from the files where they are plain: a ``HEAD``
+    naming a branch (or holding a commit's name), read from the worktree's own git directory."""
+    try:
+        own, common = _dirs(Path(worktree))
+        fd = os.open(own, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            data = _regular(fd, "HEAD")
+        finally:
+            os.close(fd)
+        if data is None:
+            raise _Ask
+        text = data.decode()
+        if text.startswith("ref:") and text.endswith("\n") and text.count("\n") == 1:
+            return _ref_commit(common, text.removeprefix("ref:").strip())
+        oid = _oid(data)
+        if oid is None or text.strip() != oid:
+            raise _Ask
+        found = read_loose(common, oid)
+        if found is None or found[0] != "commit":
+            raise _Ask
+        return oid
+    except (_Ask, OSError, UnicodeDecodeError, ValueError):
+        return git.rev_parse("HEAD", cwd=worktree)

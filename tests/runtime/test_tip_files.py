@@ -1,0 +1,92 @@
+"""A branch's commit and a worktree's HEAD read from the files give git's own answer: with no git process
+in the plain layout, and by asking git wherever the layout is not plain (what an agent could have written
+included) — never an answer git would not give."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from corral.adapters.git import Git
+from corral.engine.runtime.tip_files import branch_commit, head_commit
+from tests.conftest import git
+from tests.runtime.test_gitfacts_one_scan import logging_git
+
+
+def asked(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+def test_a_plain_branch_and_head_are_read_with_no_git_process(repo: Path, tmp_path: Path) -> None:
+    logged, log = logging_git(tmp_path)
+    tip = git(repo, "rev-parse", "HEAD")
+    git(repo, "branch", "corral/t-1")
+    wt = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", str(wt), "corral/t-1")
+    (wt / "f.txt").write_text("work\n")
+    git(wt, "add", "f.txt")
+    git(wt, "commit", "-q", "-m", "work")
+    moved = git(wt, "rev-parse", "HEAD")
+    assert moved != tip
+    assert branch_commit(logged, repo, "corral/t-1") == moved
+    assert branch_commit(logged, wt, "corral/t-1") == moved
+    assert head_commit(logged, wt) == moved
+    assert head_commit(logged, repo) == tip
+    git(wt, "checkout", "-q", "--detach", tip)  # a detached HEAD holds the commit's name itself
+    assert head_commit(logged, wt) == tip
+    assert asked(log) == []
+
+
+def test_a_packed_branch_is_read_from_packed_refs_and_a_loose_file_shadows_it(repo: Path, tmp_path: Path) -> None:
+    logged, log = logging_git(tmp_path)
+    tip = git(repo, "rev-parse", "HEAD")
+    git(repo, "branch", "corral/t-1")
+    git(repo, "pack-refs", "--all")
+    assert not (repo / ".git" / "refs" / "heads" / "corral" / "t-1").exists()
+    assert branch_commit(logged, repo, "corral/t-1") == tip
+    (repo / "g.txt").write_text("more\n")
+    git(repo, "add", "g.txt")
+    git(repo, "commit", "-q", "-m", "more")
+    newer = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/heads/corral/t-1", newer)  # loose again, packed line still the old commit
+    assert branch_commit(logged, repo, "corral/t-1") == newer == Git().rev_parse("refs/heads/corral/t-1", cwd=repo)
+    assert asked(log) == []
+
+
+def test_what_is_not_plain_goes_to_git_and_gets_its_answer(repo: Path, tmp_path: Path) -> None:
+    logged, log = logging_git(tmp_path)
+    real = Git()
+    tip = git(repo, "rev-parse", "HEAD")
+    heads = repo / ".git" / "refs" / "heads"
+    blob = git(repo, "hash-object", "-w", "--stdin")  # an empty blob: a branch that names no commit
+    (heads / "corral").mkdir(exist_ok=True)
+    (heads / "corral" / "blob").write_text(f"{blob}\n")
+    (heads / "corral" / "sym").write_text("ref: refs/heads/main\n")  # a symbolic ref an agent wrote
+    (heads / "corral" / "junk").write_text("not an object name\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "t-2").write_text(f"{tip}\n")
+    os.symlink(elsewhere, heads / "linked")  # a linked directory among the refs
+    cases = ["corral/blob", "corral/sym", "corral/junk", "linked/t-2", "corral/none", "corral/../main"]
+    for name in cases:
+        assert branch_commit(logged, repo, name) == real.rev_parse(f"refs/heads/{name}", cwd=repo), name
+    assert asked(log) == ["rev-parse"] * len(cases)
+
+
+def test_a_head_that_is_not_plain_goes_to_git(repo: Path, tmp_path: Path) -> None:
+    logged, log = logging_git(tmp_path)
+    real = Git()
+    head = repo / ".git" / "HEAD"
+    blob = git(repo, "hash-object", "-w", "--stdin")
+    for text in (f"{blob}\n", "ref: refs/remotes/origin/main\n", "ref:  refs/heads/main \n\n"):
+        head.write_text(text)
+        assert head_commit(logged, repo) == real.rev_parse("HEAD", cwd=repo), text
+    assert asked(log) == ["rev-parse"] * 3
+
+
+def test_a_loose_commit_that_is_packed_away_is_asked_of_git(repo: Path, tmp_path: Path) -> None:
+    logged, log = logging_git(tmp_path)
+    git(repo, "branch", "corral/t-1")
+    git(repo, "gc", "-q")  # the commit is packed now: only git reads packs
+    assert branch_commit(logged, repo, "corral/t-1") == git(repo, "rev-parse", "HEAD")
+    assert asked(log) == ["rev-parse"]
