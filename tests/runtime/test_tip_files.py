@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from corral.adapters.git import Git
-from corral.engine.runtime.tip_files import branch_commit, head_commit
+from corral.engine.runtime.tip_files import branch_commit, head_commit, reaches
 from tests.conftest import git
 from tests.runtime.test_gitfacts_one_scan import logging_git
 
@@ -90,3 +90,44 @@ def test_a_loose_commit_that_is_packed_away_is_asked_of_git(repo: Path, tmp_path
     git(repo, "gc", "-q")  # the commit is packed now: only git reads packs
     assert branch_commit(logged, repo, "corral/t-1") == git(repo, "rev-parse", "HEAD")
     assert asked(log) == ["rev-parse"]
+
+
+def test_an_ancestor_found_down_the_loose_commits_needs_no_git_and_a_no_is_git_s(repo: Path, tmp_path: Path) -> None:
+    logged, log = logging_git(tmp_path)
+    real = Git()
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "branch", "corral/t-1")
+    for n in range(3):
+        (repo / f"n{n}.txt").write_text(f"{n}\n")
+        git(repo, "add", f"n{n}.txt")
+        git(repo, "commit", "-q", "-m", f"n{n}")
+    tip = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/heads/corral/t-1", tip)
+    git(repo, "update-ref", "refs/heads/old", base)
+    assert reaches(logged, repo, "refs/heads/old", tip) is True  # three commits down
+    assert reaches(logged, repo, "refs/heads/corral/t-1", tip) is True  # the very commit
+    assert asked(log) == []
+    git(repo, "update-ref", "refs/heads/newer", tip)
+    assert reaches(logged, repo, "refs/heads/newer", base) is real.is_ancestor("refs/heads/newer", base, cwd=repo)
+    assert asked(log) == ["merge-base"]  # a "no" is never taken from the walk
+
+
+def test_history_git_could_see_otherwise_is_asked_of_git(repo: Path, tmp_path: Path) -> None:
+    logged, log = logging_git(tmp_path)
+    real = Git()
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "x.txt").write_text("x\n")
+    git(repo, "add", "x.txt")
+    git(repo, "commit", "-q", "-m", "x")
+    tip = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/heads/old", base)
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "grafts").write_text(f"{tip}\n")  # tip has no parent, as git reads it now
+    assert reaches(logged, repo, "refs/heads/old", tip) is real.is_ancestor("refs/heads/old", tip, cwd=repo)
+    (repo / ".git" / "info" / "grafts").unlink()
+    git(repo, "replace", "--graft", tip)  # the same by a replace ref
+    assert reaches(logged, repo, "refs/heads/old", tip) is real.is_ancestor("refs/heads/old", tip, cwd=repo) is False
+    git(repo, "replace", "-d", tip)
+    git(repo, "gc", "-q")  # packed commits: only git reads them
+    assert reaches(logged, repo, "refs/heads/old", tip) is True
+    assert asked(log) == ["merge-base"] * 3

@@ -46,8 +46,9 @@ def supervisor_git(log: Path, pid: int) -> list[str]:
     return [line.split()[1] for line in log.read_text().splitlines() if line.split()[0] == str(pid)]
 
 
-EXPECTED = ["for-each-ref", "rev-parse", "merge-base", "for-each-ref", "status"]
-"""Before the agent: the branch's shape and verified tip; HEAD and the hooks path; the merge question.
+EXPECTED = ["for-each-ref", "rev-parse", "for-each-ref", "status"]
+"""Before the agent: the branch's shape and verified tip; HEAD and the hooks path (the merge question is
+answered from the branch's loose commits: ``runtime/tip_files``).
 After it: the branch checked (one for-each-ref); the one scan of the worktree, which reads HEAD again
 (the agent could have moved it). Nothing else, nothing twice."""
 

@@ -37,7 +37,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import usage_limits_file
 from corral.engine.private_state import make_private_dir
-from corral.engine.runtime import branch_check, ref_guard, ref_snapshot
+from corral.engine.runtime import branch_check, ref_guard, ref_snapshot, tip_files
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.gitfacts import GitProbe
@@ -196,8 +196,9 @@ class Supervisor:
         if not c.sync_before_work or not c.target:
             return prompts.SyncOutcome("none", c.target)
         self.status.update(phase="sync")
-        if head is not None and self.probe.git.is_ancestor(f"refs/heads/{c.target}", head, cwd=self.worktree):
-            # Nothing upstream to bring (the usual resume): one commit-graph look, not a scan of the worktree
+        if head is not None and tip_files.reaches(self.probe.git, self.worktree, f"refs/heads/{c.target}", head):
+            # Nothing upstream to bring (the usual resume): one look down the branch's commits (their loose files
+            # where they are plain, else git's commit graph), not a scan of the worktree
             # (the merge's dirty check) and a merge that would say "Already up to date". A dirty worktree with
             # nothing to merge is up to date too: there is nothing the agent must commit first.
             return prompts.SyncOutcome("up-to-date", c.target)

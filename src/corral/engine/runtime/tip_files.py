@@ -141,3 +141,59 @@ def head_commit(git: Git, worktree: Path | str) -> str | None:
         return oid
     except (_Ask, OSError, UnicodeDecodeError, ValueError):
         return git.rev_parse("HEAD", cwd=worktree)
+
+
+#: How many commits a walk from the files reads before it leaves the question to git.
+WALK_COMMITS = 256
+
+
+def _rewritten(common: Path) -> bool:
+    """Whether git could see other parents than the commits' own: replace refs, grafts, a shallow history."""
+    if (common / "info" / "grafts").exists() or (common / "shallow").exists() or (common / "refs" / "replace").exists():
+        return True
+    try:
+        return b"refs/replace/" in (common / "packed-refs").read_bytes()
+    except FileNotFoundError:
+        return False
+
+
+def _parents(common: Path, oid: str) -> list[str]:
+    """The parents a loose commit names; _Ask when ``oid`` is not a loose, well-formed commit."""
+    found = read_loose(common, oid, whole=True)
+    if found is None or found[0] != "commit":
+        raise _Ask
+    lines = found[1].split(b"\n")
+    if not lines[0].startswith(b"tree "):
+        raise _Ask
+    parents = []
+    for line in lines[1:]:
+        if not line.startswith(b"parent "):
+            break
+        parent = line[7:].decode("ascii", "replace")
+        if _oid(parent.encode()) != parent:
+            raise _Ask
+        parents.append(parent)
+    return parents
+
+
+def reaches(git: Git, worktree: Path | str, ancestor_ref: str, descendant: str) -> bool:
+    """What ``git.is_ancestor(ancestor_ref, descendant, cwd=worktree)`` answers, for a branch ``ancestor_ref``
+    (``refs/heads/…``): True from the files when the walk down ``descendant``'s loose commits meets the branch's
+    commit within :data:`WALK_COMMITS` commits. Every other answer is git's (a "no" is never taken from a walk
+    that could have missed a way), and so is any history git could see otherwise (replace refs, grafts, shallow)."""
+    try:
+        _, common = _dirs(Path(worktree))
+        if not _rewritten(common):
+            base = _ref_commit(common, ancestor_ref)
+            todo, seen = [descendant], {descendant}
+            while todo and len(seen) <= WALK_COMMITS:
+                commit = todo.pop()
+                if commit == base:
+                    return True
+                for parent in _parents(common, commit):
+                    if parent not in seen:
+                        seen.add(parent)
+                        todo.append(parent)
+    except (_Ask, OSError, UnicodeDecodeError, ValueError):
+        pass
+    return git.is_ancestor(ancestor_ref, descendant, cwd=worktree)
