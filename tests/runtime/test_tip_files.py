@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from corral.adapters.git import Git
-from corral.engine.runtime.tip_files import branch_commit, head_commit, reaches
+from corral.engine.runtime.tip_files import branch_commit, commits_of, head_commit, reaches
 from tests.conftest import git
 from tests.runtime.test_gitfacts_one_scan import logging_git
 
@@ -131,3 +131,15 @@ def test_history_git_could_see_otherwise_is_asked_of_git(repo: Path, tmp_path: P
     git(repo, "gc", "-q")  # packed commits: only git reads them
     assert reaches(logged, repo, "refs/heads/old", tip) is True
     assert asked(log) == ["merge-base"] * 3
+
+
+def test_a_branch_and_its_verified_tip_are_read_together_or_both_asked_of_git(repo: Path, tmp_path: Path) -> None:
+    tip = git(repo, "rev-parse", "HEAD")
+    git(repo, "branch", "corral/t-1")
+    names = ["refs/heads/corral/t-1", "refs/corral/verified/t-1"]
+    assert commits_of(repo, names) is None  # no verified tip yet (a first turn): git lists what there is
+    git(repo, "update-ref", "refs/corral/verified/t-1", tip)
+    assert commits_of(repo, names) == dict.fromkeys(names, tip)
+    (repo / ".git" / "refs" / "heads" / "corral" / "t-1").write_text("ref: refs/heads/main\n")
+    assert commits_of(repo, names) is None  # a symbolic ref: git says what it is (and the check puts it back)
+    assert commits_of(repo, ["refs/remotes/origin/main"]) is None  # only branches and verified tips are read

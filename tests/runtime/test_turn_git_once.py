@@ -1,5 +1,6 @@
-"""A turn's supervisor asks each git fact once: before the agent, the branch and its verified tip in
-one ``for-each-ref``, and the hooks path and the ref ``HEAD`` names in one ``rev-parse``; after it,
+"""A turn's supervisor asks each git fact once: before the agent, the branch and its verified tip (from
+their files when both are plain refs to loose commits, else in one ``for-each-ref``), and the hooks path
+and the ref ``HEAD`` names in one ``rev-parse``; after it,
 no ``rev-list`` when no commit was made, the branch's tip not asked again after its check, ``HEAD``
 read by the one scan of the worktree. What the agent could have changed (``HEAD``, the branch) is
 still read after the turn, and checked."""
@@ -46,9 +47,9 @@ def supervisor_git(log: Path, pid: int) -> list[str]:
     return [line.split()[1] for line in log.read_text().splitlines() if line.split()[0] == str(pid)]
 
 
-EXPECTED = ["for-each-ref", "rev-parse", "for-each-ref", "status"]
-"""Before the agent: the branch's shape and verified tip; HEAD and the hooks path (the merge question is
-answered from the branch's loose commits: ``runtime/tip_files``).
+EXPECTED = ["rev-parse", "for-each-ref", "status"]
+"""Before the agent: HEAD and the hooks path (the branch and its verified tip, plain refs to loose commits,
+and the merge question are answered from the files: ``runtime/tip_files``).
 After it: the branch checked (one for-each-ref); the one scan of the worktree, which reads HEAD again
 (the agent could have moved it). Nothing else, nothing twice."""
 
@@ -127,7 +128,7 @@ def test_on_branch_reads_the_branch_head_and_hooks_in_two_processes(repo, tmp_pa
         hooks=git(wt, "rev-parse", "--git-path", "hooks"),
     )
     assert start.hooks == "my hooks"
-    assert log.read_text().split() == ["for-each-ref", "rev-parse"]
+    assert log.read_text().split() == ["rev-parse"]  # the branch and its verified tip: read from their files
 
 
 def test_on_branch_refuses_a_detached_head_however_the_hooks_path_is_named(repo, tmp_path):

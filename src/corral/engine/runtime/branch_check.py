@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from corral.adapters.git import Git
-from corral.engine.runtime import quarantine
+from corral.engine.runtime import quarantine, tip_files
 from corral.engine.runtime.ref_guard import RefMove, kept_ref
 from corral.errors import GitError
 
@@ -357,7 +357,10 @@ def read_start(git: Git, worktree: str | Path, task_ref: str, branch: str) -> St
     and rev-parse runs no hook); None unless ``HEAD`` names the branch and the branch is a plain
     ref holding a commit, whose caller then asks each fact on its own."""
     ref = f"refs/heads/{branch}"
-    listed = _read(git, worktree, [ref, verified_ref(task_ref)])
+    names = [ref, verified_ref(task_ref)]
+    # Both plain refs to loose commits (the usual turn after the first): read from their files, no process.
+    plain = tip_files.commits_of(worktree, names)
+    listed = {n: (c, "commit", "") for n, c in plain.items()} if plain is not None else _read(git, worktree, names)
     own = listed.get(ref)
     if own is None or own[2] or own[1] != "commit":
         return None

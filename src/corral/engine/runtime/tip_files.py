@@ -1,10 +1,12 @@
-"""A branch's commit, or a worktree's ``HEAD``, read from the repository's files where git would read them so.
+"""A branch's commit, a worktree's ``HEAD``, whether a branch is in another: from the files where git reads them so.
 
 A crashed turn's auto-resume asks two such questions on its way to the next agent — the task branch's
 tip (the same-cause breaker's "no progress since") and the worktree's ``HEAD`` (is it still the one the
 crashed turn's receipt recorded?) — and each ``git rev-parse`` is a process. In a plain layout each is a
 file or two: a loose ref (or a line of ``packed-refs``), and the loose object it names, to make sure it
-is a commit as ``rev-parse <rev>^{commit}`` does.
+is a commit as ``rev-parse <rev>^{commit}`` does. The resumed turn's supervisor asks two more: the branch and
+its verified tip before the agent (:func:`commits_of`), and whether the target is in the branch already
+(:func:`reaches`, down the branch's loose commits: only a "yes" is taken from them).
 
 Only the plain layout is read. Anything else goes to git, which answers it as before: reftable, a
 symbolic link anywhere on the way (each directory is opened without following one), a ref file that
@@ -28,6 +30,8 @@ _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 #: How much of a ref or ``HEAD`` file is read (an object name or ``ref: <name>`` fits).
 _REF_BYTES = 512
+#: The namespaces read from the files: the branches, and the tips corral verified.
+_READABLE = ("refs/heads/", "refs/corral/verified/")
 
 
 class _Ask(Exception):
@@ -74,7 +78,7 @@ def _loose(common: Path, ref: str) -> str | None:
 
 def _ref_commit(common: Path, ref: str) -> str:
     """The commit ``ref`` (a full name) names, read from the files; _Ask wherever that is not plain."""
-    if not ref.startswith("refs/heads/") or any(_BAD_COMPONENT.search(c) or not c for c in ref.split("/")):
+    if not ref.startswith(_READABLE) or any(_BAD_COMPONENT.search(c) or not c for c in ref.split("/")):
         raise _Ask
     if (common / "reftable").exists() or (common / "packed-refs").is_symlink():
         raise _Ask
@@ -115,6 +119,16 @@ def branch_commit(git: Git, repo: Path | str, branch: str) -> str | None:
         return _ref_commit(common, ref)
     except (_Ask, OSError, UnicodeDecodeError, ValueError):
         return git.rev_parse(ref, cwd=repo)
+
+
+def commits_of(worktree: Path | str, refs: list[str]) -> dict[str, str] | None:
+    """Each of ``refs``'s commit (branches, verified tips), from the files; None when any is not plain (not
+    there at all included): the caller asks git about them all, as ``for-each-ref`` would list them."""
+    try:
+        _, common = _dirs(Path(worktree))
+        return {ref: _ref_commit(common, ref) for ref in refs}
+    except (_Ask, OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def head_commit(git: Git, worktree: Path | str) -> str | None:
