@@ -659,3 +659,29 @@ def test_reads_of_any_size_give_the_events_of_one_read(tmp_path, monkeypatch, ch
     monkeypatch.setattr(journal_scan, "CHUNK", chunk)
     pieces, _used = _scan_both(log)
     assert pieces == whole and _recovered(whole) and any(e["id"].startswith("incomplete:partial") for e in whole)
+
+
+def test_a_final_scan_that_finds_nothing_new_does_not_write_the_journal_s_last_cursor_again(tmp_path):
+    """A reconciler's catch-up after the supervisor's own last scan: the journal holds that cursor already, and a
+    copy of every log's cursor per recorded turn made the session's journal (and each read of it) grow."""
+    from corral.engine.runtime.journal_scan import commit
+
+    log = tmp_path / "output.log"
+    log.write_bytes(rec("fail", "1"))
+    journal, cursors = Journal(tmp_path), Cursors(tmp_path)
+    assert commit(journal, cursors, scanned(log, cursors, final=True), final=True)  # the supervisor's last scan
+    size = (tmp_path / JOURNAL).stat().st_size
+    again = Cursors(tmp_path)  # the reconciler's, loaded anew
+    assert commit(Journal(tmp_path), again, scanned(log, again, final=True), final=True)
+    assert (tmp_path / JOURNAL).stat().st_size == size
+    with log.open("ab") as fh:  # something the supervisor did not see: scanned, its cursor recorded
+        fh.write(rec("ok", "1"))
+    late = Cursors(tmp_path)
+    events = scanned(log, late, final=True)
+    assert [e["kind"] for e in events] == ["recovered"]
+    assert commit(Journal(tmp_path), late, events, final=True)
+    assert Journal(tmp_path).last_cursor() == {k: v for k, v in json.loads((tmp_path / CURSOR).read_text()).items()}
+    size = (tmp_path / JOURNAL).stat().st_size
+    same = Cursors(tmp_path)
+    assert commit(Journal(tmp_path), same, scanned(log, same, final=True), final=True)
+    assert (tmp_path / JOURNAL).stat().st_size == size

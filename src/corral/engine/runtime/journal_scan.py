@@ -77,8 +77,11 @@ class Cursors:
     def __init__(self, directory: Path | None) -> None:
         self.path = directory / CURSOR if directory is not None else None
         doc = self._load()
+        #: The last cursor the journal holds, as its text (None: none): a final scan that found nothing new repeats it.
+        self.recorded: str | None = None
         if directory is not None:  # the cursor the journal holds, if it is the later one (a lost or stale file)
             recorded = Journal(directory).last_cursor()
+            self.recorded = _cursor_text(recorded) if recorded is not None else None
             if recorded is not None and _serial(recorded) > _serial(doc):
                 doc = recorded
         self.serial = _serial(doc)
@@ -115,6 +118,16 @@ class Cursors:
         write_atomic(self.path, json.dumps(doc, sort_keys=True).encode("utf-8"), durable=False)
 
 
+def _cursor_text(doc: dict[str, Any]) -> str:
+    """What a cursor says, as text (its serial number and record kind aside)."""
+    return json.dumps({k: v for k, v in doc.items() if k not in ("serial", "kind")}, sort_keys=True)
+
+
+def _same_cursor(doc: dict[str, Any], recorded: str | None) -> bool:
+    """Whether ``doc`` says what the journal's last cursor (``recorded``, as text) says."""
+    return recorded is not None and _cursor_text(doc) == recorded
+
+
 def commit(journal: Journal, cursors: Cursors, events: list[dict[str, Any]], *, final: bool = False) -> bool:
     """Append a scan's ``events`` to ``journal`` with the cursor that covers them, in one write, then save
     the cursor file; False (nothing saved, the events kept in the journal's memory) if the write failed.
@@ -135,10 +148,15 @@ def commit(journal: Journal, cursors: Cursors, events: list[dict[str, Any]], *, 
             record = doc
     if record is not None and len(json.dumps(record)) + RECORD_MARGIN > MAX_RECORD:
         record = None
+    if record is not None and not events and not journal.pending and _same_cursor(record, cursors.recorded):
+        # The journal's last cursor says this already (a reconciler's catch-up after the supervisor's own last
+        # scan): written again, every recorded turn would add a copy of every log's cursor to the session's journal.
+        record = None
     if not journal.append(events, cursor=record):
         return False
     if record is not None:
         cursors.unrecorded = cursors.unrecorded_events = 0
+        cursors.recorded = _cursor_text(record)  # a copy: the cursor's own dictionaries change with the next scan
     cursors.save(doc)
     return True
 
