@@ -26,7 +26,6 @@ from corral.domain.status import Status
 from corral.engine.operations.resume_gap import forget, spaced_resume
 from corral.engine.project import Project
 from corral.engine.resolve import task_config
-from corral.engine.runtime.tip_files import branch_commit
 from corral.engine.task_locks import task_lock
 from corral.errors import CorralError, TaskBusy
 
@@ -71,6 +70,8 @@ def _interruption(project: Project, task: Task, session: Session) -> Interruptio
     if exit_code is None and cause.evidence is not None:
         exit_code = cause.evidence.exit_code
     # The branch's commit from its files where they are plain (no git process on the way to the resume).
+    from corral.engine.runtime.tip_files import branch_commit  # a crash's only: every settling read loads this module
+
     head = branch_commit(project.git, project.repo, session.branch or task.branch)
     return Interruption(cause.code, exit_code, head, at.timestamp())
 
