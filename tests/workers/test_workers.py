@@ -162,6 +162,7 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     again = team.root / "again-holds"
     again.touch()
     cut_off.script(work("again.txt", then=[{"hold": str(again)}]))
+    runs = len(cut_off.calls())
     laptop.corral("unblock", "part", "-m", "once more")
     until(
         lambda: len([e for e in cut_off.events() if e["event"] == "claim"]) == 2,
@@ -175,7 +176,9 @@ def test_a_partitioned_worker_comes_back_to_a_stale_epoch_stops_its_agent_and_wr
     )
     assert kept.endswith("-worktree")
     assert "stale.txt" in git(cut_off.clone, "ls-tree", "-r", "--name-only", kept)
-    # Kept on the remote too, before the worktree was reset: a host that dies next loses none of it.
+    # Kept on the remote too, before the worktree was reset: a host that dies next loses none of it. The ref is
+    # made here first and pushed next, so the remote is read once the turn's agent runs (after the reset).
+    until(lambda: len(cut_off.calls()) > runs, poll=0.2, what="the new turn's agent runs, on the reset worktree")
     assert git(team.remote, "rev-parse", kept) == git(cut_off.clone, "rev-parse", kept)
     again.unlink()
 
