@@ -82,3 +82,35 @@ def test_an_accept_onto_a_packed_target_asks_git_and_lands(proj, agent, repo: Pa
     assert result.task.status is Status.COMPLETE
     assert git(repo, "show", "main:packed.txt") == "packed"
     assert git(repo, "log", "-1", "--format=%(trailers:key=Corral-Task,valueonly)", "main") == result.task.id
+
+
+def test_a_loose_object_that_inflates_past_the_bound_is_left_to_git_and_never_inflated_whole(repo: Path) -> None:
+    """A file an agent could leave among the objects (an unconfined turn writes the repository): a commit's header
+    over 64 MiB of zeros deflates to about 64 KiB. Read whole it is refused at the bound, not inflated; its start
+    still reads, and a deflated file over the bound is not read past it."""
+    import tracemalloc
+
+    from corral.adapters.loose_objects import WHOLE_BYTES
+
+    common = _common(repo)
+    head = git(repo, "rev-parse", "HEAD")
+    bomb = "b" * 40
+    (common / "objects" / "bb").mkdir(exist_ok=True)
+    size = 64 << 20
+    deflate = zlib.compressobj()
+    data = deflate.compress(f"commit {size}\0tree {head}\n".encode()) + deflate.compress(bytes(size)) + deflate.flush()
+    (common / "objects" / "bb" / bomb[2:]).write_bytes(data)
+    tracemalloc.start()
+    try:
+        assert read_loose(common, bomb, whole=True) is None
+        assert read_loose(common, bomb) is not None  # its start: a commit (the callers then ask git)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * WHOLE_BYTES  # never the 64 MiB it inflates to
+    big = "c" * 40
+    (common / "objects" / "cc").mkdir(exist_ok=True)
+    (common / "objects" / "cc" / big[2:]).write_bytes(
+        zlib.compress(f"commit {WHOLE_BYTES * 4}\0".encode()) + bytes(WHOLE_BYTES)
+    )
+    assert read_loose(common, big, whole=True) is None

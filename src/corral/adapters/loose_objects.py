@@ -17,6 +17,9 @@ _OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _TYPES = frozenset({b"commit", b"tree", b"blob", b"tag"})
 #: How much of a file is inflated when only the header and the first lines are wanted.
 HEAD_BYTES = 512
+#: The most of an object read and inflated whole (a commit's parents, a squash's trailers): a commit larger than
+#: this is rare, and git reads it; a file that inflates past it (a zlib bomb an agent left) is never inflated whole.
+WHOLE_BYTES = 1 << 20
 
 
 def read_loose(common: Path, oid: str, *, whole: bool = False) -> tuple[str, bytes] | None:
@@ -26,12 +29,15 @@ def read_loose(common: Path, oid: str, *, whole: bool = False) -> tuple[str, byt
     if not _OID.fullmatch(oid):
         return None
     try:
-        data = (common / "objects" / oid[:2] / oid[2:]).read_bytes()
+        with (common / "objects" / oid[:2] / oid[2:]).open("rb") as f:
+            data = f.read(WHOLE_BYTES + 1 if whole else HEAD_BYTES * 8)  # the start inflates from a start
     except OSError:
+        return None
+    if whole and len(data) > WHOLE_BYTES:  # deflated larger than the bound: it inflates larger still
         return None
     inflate = zlib.decompressobj()
     try:
-        raw = inflate.decompress(data) if whole else inflate.decompress(data, HEAD_BYTES)
+        raw = inflate.decompress(data, WHOLE_BYTES + 64 if whole else HEAD_BYTES)  # never past the bound
     except zlib.error:
         return None
     header, nul, content = raw.partition(b"\0")
