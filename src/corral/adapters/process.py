@@ -295,39 +295,27 @@ def spawn_detached(
     signal to the caller's terminal never reaches it. ``env`` adds to the caller's
     environment (a supervisor's command tag, by which it is identified later).
     """
-    check_argv(argv)
-    full_env = None
-    if env:
-        full_env = dict(os.environ)
-        full_env.update(env)
-    out = open_private(log)  # 0600: the log names the user's repositories and tasks
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        os.close(out)
-    return proc.pid
+    return _detached(argv, log=log, cwd=cwd, env=env, stdin=subprocess.DEVNULL).pid
 
 
 def spawn_fed(argv: Sequence[str], *, log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start ``argv`` as :func:`spawn_detached` does (its own session, output appended to ``log``, ``env`` added
     to the caller's), with a pipe to its stdin the caller keeps: a process that waits for its orders
     (a spare supervisor) and reads end-of-file once the caller closes it, or dies."""
+    return _detached(argv, log=log, cwd=None, env=env, stdin=subprocess.PIPE)
+
+
+def _detached(
+    argv: Sequence[str], *, log: Path, cwd: str | None, env: Mapping[str, str] | None, stdin: int
+) -> subprocess.Popen[bytes]:
     check_argv(argv)
-    out = open_private(log)
+    out = open_private(log)  # 0600: the log names the user's repositories and tasks
     try:
         return subprocess.Popen(
             list(argv),
-            env={**os.environ, **env},
-            stdin=subprocess.PIPE,
+            cwd=cwd,
+            env={**os.environ, **env} if env else None,
+            stdin=stdin,
             stdout=out,
             stderr=out,
             start_new_session=True,
