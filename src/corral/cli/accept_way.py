@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from corral.cli.quick_words import split as split_words
 from corral.domain.agent_tools import TOKEN_ENV
 from corral.errors import UsageError
 
@@ -34,35 +35,14 @@ def quick(app: App, args: Sequence[str]) -> Callable[[], None] | None:
     """What to run for ``args`` if they are a plain ``accept``; else None (click's turn)."""
     if "_CORRAL_COMPLETE" in os.environ or os.environ.get(TOKEN_ENV, "").strip():
         return None  # completion, or a turn's agent: click's commands and their gates
-    words: list[str] = []
-    given: dict[str, object] = {}
-    repo: str | None = None
-    it = iter(args)
-    for arg in it:
-        name, eq, value = arg.partition("=")
-        if arg == "--repo":
-            repo = next(it, None)
-            if repo is None or repo.startswith("-"):
-                return None
-        elif arg.startswith("--repo="):
-            repo = arg.removeprefix("--repo=")
-        elif arg == "--json":
-            continue
-        elif not words and arg.startswith("-"):
-            return None  # before the command only the group's own options: click says what this one is
-        elif name in VALUES and words:
-            tip = value if eq else next(it, None)
-            if not tip or tip.startswith("-") or VALUES[name] in given:
-                return None  # click says what is wrong with it, or takes it as it means
-            given[VALUES[name]] = tip
-        elif arg in SWITCHES and words:
-            if SWITCHES[arg] in given:
-                return None
-            given[SWITCHES[arg]] = True
-        elif arg.startswith("-"):
-            return None
-        else:
-            words.append(arg)
+    split = split_words(args, VALUES)
+    if split is None or not set(split.flags) <= SWITCHES.keys():
+        return None  # click says what is wrong with it, or takes it as it means
+    if len({SWITCHES[flag] for flag in split.flags}) != len(split.flags):
+        return None  # one switch twice (``-y --yes``): click's to take
+    words, repo = split.words, split.repo
+    given: dict[str, object] = {VALUES[name]: value for name, value in split.values.items()}
+    given.update((SWITCHES[flag], True) for flag in split.flags)
     if len(words) != 2 or words[0] != "accept":
         return None
     if repo is not None:

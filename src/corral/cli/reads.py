@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from corral.cli.quick_words import split as split_words
 from corral.domain.agent_tools import TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -80,34 +81,10 @@ def quick(app: App, args: Sequence[str]) -> Quick | None:
         body = accept_quick(app, args)
         if body is not None:
             return Quick(body, settles=True)  # a pre-accept turn may start the daemon
-    words: list[str] = []
-    flags: list[str] = []
-    values: dict[str, str] = {}
-    repo: str | None = None
-    it = iter(args)
-    for arg in it:
-        name, eq, given = arg.partition("=")
-        if arg == "--repo":
-            repo = next(it, None)
-            if repo is None or repo.startswith("-"):
-                return None
-        elif arg.startswith("--repo="):
-            repo = arg.removeprefix("--repo=")
-        elif arg == "--json":
-            continue
-        elif not words and arg.startswith("-"):
-            return None  # before the command only the group's own options: click says what this one is
-        elif name in FAILURES_VALUES:
-            value = given if eq else next(it, None)
-            if not value or value.startswith("-") or name in values:
-                return None  # click says what is wrong with it, or takes it as it means
-            values[name] = value
-        elif arg.startswith("-"):
-            flags.append(arg)
-        else:
-            words.append(arg)
-    if len(set(flags)) != len(flags) or not words:
+    split = split_words(args, FAILURES_VALUES)
+    if split is None or not split.words:
         return None
+    words, flags, values, repo = split
     command, rest = words[0], words[1:]
     if values and command != "failures":
         return None
