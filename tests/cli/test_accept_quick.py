@@ -13,10 +13,11 @@ from typing import Any
 import click
 import pytest
 
-from corral.cli import accept_way, main, reads
+from corral.cli import accept_way, reads
 from corral.cli.app import App
 from corral.domain.agent_tools import TOKEN_ENV
 from tests.cli.test_cli_turns import fake_env
+from tests.cli.test_quick import both_ways
 from tests.conftest import CLI, git
 
 WORK = [
@@ -99,16 +100,9 @@ def test_the_plain_forms_are_taken(args: list[str], repo: str | None) -> None:
 
 
 def _both(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """(exit code, stdout, stderr) of ``args`` the quick way and through click."""
-    got = []
+    """(exit code, stdout, stderr) of ``args`` the quick way (accept's own) and through click."""
     assert accept_way.quick(App(), args) is not None
-    for quick in (True, False):
-        if not quick:
-            monkeypatch.setattr(accept_way, "quick", lambda app, args: None)
-        code = main(args)
-        out, err = capsys.readouterr()
-        got.append((code, out, err))
-    return got
+    return both_ways(args, capsys, monkeypatch)
 
 
 @pytest.mark.parametrize(

@@ -87,8 +87,8 @@ def test_repo_given_either_way_is_taken(args: list[str], repo: str) -> None:
     assert app.repo == repo
 
 
-def _both(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """(exit code, stdout, stderr) of ``args`` the quick way and through click."""
+def both_ways(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """(exit code, stdout, stderr) of ``args`` the quick way and through click (no quick path at all)."""
     got = []
     for quick in (True, False):
         if not quick:
@@ -123,7 +123,7 @@ def test_the_quick_way_answers_as_click_does(
     corral.ok("create", "First task", "--ref", "first-task")
     corral.ok("create", "Second task")
     monkeypatch.chdir(repo)
-    quick, slow = _both(args, capsys, monkeypatch)
+    quick, slow = both_ways(args, capsys, monkeypatch)
     assert quick == slow
     if "--json" in args:
         json.loads(quick[1])  # one document, errors included
@@ -270,7 +270,7 @@ def test_failures_of_a_log_the_quick_way_answers_as_click_does(
     given = [a.format(log=log, repo=repo, missing=tmp_path / "nothing.log") for a in args]
     assert reads.quick(App(), given) is not None
     monkeypatch.chdir(tmp_path)  # no project here: none is needed
-    quick, slow = _both(given, capsys, monkeypatch)
+    quick, slow = both_ways(given, capsys, monkeypatch)
     assert quick == slow
     if "--json" in args:
         json.loads(quick[1])  # one document, errors included
