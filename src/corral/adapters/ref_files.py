@@ -27,16 +27,35 @@ def common_dir(worktree: Path) -> Path | None:
     try:
         if dot.is_dir():
             return dot
-        line = dot.read_text().strip()
-        if not line.startswith("gitdir:"):
-            return None
-        own = Path(line.removeprefix("gitdir:").strip())
-        own = own if own.is_absolute() else worktree / own
-        common = (own / "commondir").read_text().strip() if (own / "commondir").is_file() else "."
-        found = Path(common) if os.path.isabs(common) else own / common
-        return found.resolve()
+        found = _pointed(dot)
+        return found[1].resolve() if found is not None else None
     except OSError:
         return None
+
+
+def git_dirs(worktree: Path) -> tuple[Path, Path] | None:
+    """(the worktree's own git directory, the repository's common one) from its ``.git``, where that is a
+    directory (both) or a regular ``gitdir:`` file; None for anything else, a symbolic link included."""
+    dot = worktree / ".git"
+    try:
+        st = os.lstat(dot)
+        if stat.S_ISDIR(st.st_mode):
+            return dot, dot
+        return _pointed(dot) if stat.S_ISREG(st.st_mode) else None
+    except OSError:
+        return None
+
+
+def _pointed(dot: Path) -> tuple[Path, Path] | None:
+    """A linked worktree's ``.git`` file read as git reads it: the directory its ``gitdir:`` line names, and the
+    common one that directory's ``commondir`` names (itself without one); None for another content."""
+    line = dot.read_text().strip()
+    if not line.startswith("gitdir:"):
+        return None
+    own = Path(line.removeprefix("gitdir:").strip())
+    own = own if own.is_absolute() else dot.parent / own
+    common = (own / "commondir").read_text().strip() if (own / "commondir").is_file() else "."
+    return own, (Path(common) if os.path.isabs(common) else own / common)
 
 
 _BAD_COMPONENT = re.compile(r"^\.|\.\.|[\x00-\x20\x7f~^:?*\[\\]|@\{|\.lock$|\.$")

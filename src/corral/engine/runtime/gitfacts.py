@@ -140,7 +140,7 @@ class GitProbe:
         return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
     def _scan(self) -> Scan:
-        """One ``git status --porcelain=v2``. Its entries end with the path, after a fixed number of fields
+        """One ``git status --porcelain=v2 -z``. Its entries end with the path, after a fixed number of fields
         (``1``: 8, ``u``: 10; ``?``: 1; no ``2`` entries without renames); a ``1`` entry's index side
         (``X`` of ``XY``) other than ``.`` is staged, its object the eighth field."""
         out = self.git.run(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from corral.adapters.git import Git
 from corral.adapters.loose_objects import read_loose
-from corral.adapters.ref_files import _BAD_COMPONENT, _oid, read_packed
+from corral.adapters.ref_files import _BAD_COMPONENT, _oid, git_dirs, read_packed
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -95,20 +95,10 @@ def _ref_commit(common: Path, ref: str) -> str:
 
 def _dirs(worktree: Path) -> tuple[Path, Path]:
     """(the worktree's own git directory, the repository's common one), from its ``.git``; _Ask if unusual."""
-    dot = worktree / ".git"
-    st = os.lstat(dot)
-    if stat.S_ISDIR(st.st_mode):
-        return dot, dot
-    if not stat.S_ISREG(st.st_mode):
+    found = git_dirs(worktree)
+    if found is None:
         raise _Ask
-    line = dot.read_text().strip()
-    if not line.startswith("gitdir:"):
-        raise _Ask
-    own = Path(line.removeprefix("gitdir:").strip())
-    own = own if own.is_absolute() else worktree / own
-    common_file = own / "commondir"
-    common = common_file.read_text().strip() if common_file.is_file() else "."
-    return own, (Path(common) if os.path.isabs(common) else own / common)
+    return found
 
 
 def branch_commit(git: Git, repo: Path | str, branch: str) -> str | None:
