@@ -253,13 +253,9 @@ def stop_identified(identity: Identity, grace: float) -> bool:
 KILL_SETTLE_SECONDS = 1.0
 
 
-def _settle(alive: Callable[[], bool], waits: ExitWaits | None = None) -> None:
-    deadline = time.monotonic() + KILL_SETTLE_SECONDS
-    if waits is not None:
-        waits.until(deadline, alive)
-        return
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
+def _settle(alive: Callable[[], bool], waits: ExitWaits) -> None:
+    """After a SIGKILL: until what was killed is gone, at most :data:`KILL_SETTLE_SECONDS`."""
+    waits.until(time.monotonic() + KILL_SETTLE_SECONDS, alive)
 
 
 #: The longest nap between two looks where no pidfd tells of an exit (an older kernel).
