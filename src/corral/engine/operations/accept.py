@@ -29,7 +29,6 @@ lines hold a ``<<<<<<<`` … ``=======`` … ``>>>>>>>`` region is refused befor
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from contextlib import ExitStack
@@ -68,11 +67,11 @@ from corral.engine.recovery.chats import refuse_while_chat
 from corral.engine.recovery.destination import Kept, note_conflict, settle_destination, stash_overlap
 from corral.engine.recovery.in_flight import (
     ACCEPT,
-    MARKER,
     InFlight,
     mark_in_flight,
     save_in_flight,
     without_flight,
+    write_mark,
 )
 from corral.engine.recovery.merges import CONFLICT_CAUSE, recover_into, restore_prior
 from corral.engine.recovery.target_locks import target_lock
@@ -486,11 +485,7 @@ def _merge(
     narrator.phase(merge_phase, "start")
     with project.store.write() as tx:
         if mark:
-            marked = tx.get_task(task.id) or task
-            tx.update_task(task.id, metadata={**marked.metadata, MARKER: ready.prior.value}, touch=False)
-            me = project.placement.owner(project)
-            if me is not None:
-                tx.register_process(task.id, ACCEPT, os.getpid(), owner=me)
+            write_mark(project, tx, task.id, ready.prior)
         tx.set_status(
             task.id, Status.MERGING, actor, f"accept into {target}", expected_from=ready.prior, resting_cause=None
         )

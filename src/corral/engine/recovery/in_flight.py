@@ -23,6 +23,7 @@ from msgspec import Struct
 
 from corral.domain.status import Status
 from corral.engine.project import Project
+from corral.store import Tx
 
 MARKER = "accept_in_flight_from"
 #: The in-flight record of an accept that brings a checked-out target along (see the module doc).
@@ -92,13 +93,19 @@ ACCEPT = "accept"
 def mark_in_flight(project: Project, task_id: str, prior: Status) -> None:
     """An accept starts: the status to restore should it die, and (on the shared store) the host it runs on."""
     with project.store.write() as tx:
-        task = tx.get_task(task_id)
-        if task is None:
-            return
-        tx.update_task(task_id, metadata={**task.metadata, MARKER: prior.value}, touch=False)
-        me = project.placement.owner(project)
-        if me is not None:
-            tx.register_process(task_id, ACCEPT, os.getpid(), owner=me)
+        write_mark(project, tx, task_id, prior)
+
+
+def write_mark(project: Project, tx: Tx, task_id: str, prior: Status) -> None:
+    """:func:`mark_in_flight` in the caller's transaction (an accept with no pre-accept turn writes it with its
+    move to ``merging``)."""
+    task = tx.get_task(task_id)
+    if task is None:
+        return
+    tx.update_task(task_id, metadata={**task.metadata, MARKER: prior.value}, touch=False)
+    me = project.placement.owner(project)
+    if me is not None:
+        tx.register_process(task_id, ACCEPT, os.getpid(), owner=me)
 
 
 def accepting_elsewhere(project: Project, task_id: str) -> bool:
