@@ -65,6 +65,7 @@ from benchlib import (
     median,
     parse_args,
     percentile,
+    pycache_prefix,
     report_floors,
     scratch_dir,
     scratch_options,
@@ -166,9 +167,10 @@ def base_env(scratch: Path) -> dict[str, str]:
     gitconfig = scratch / "gitconfig"
     if not gitconfig.exists():
         gitconfig.write_text("[init]\n\tdefaultBranch = main\n[user]\n\tname = Bench\n\temail = bench@example.com\n")
+    if (prefix := pycache_prefix(scratch / "pycache")) is not None:
+        env["PYTHONPYCACHEPREFIX"] = prefix  # bytecode cached, never in src/ (a quick run reads the install's)
     env.update(
         {
-            "PYTHONPYCACHEPREFIX": str(scratch / "pycache"),  # bytecode cached, never in src/
             "NO_COLOR": "1",
             "LC_ALL": "C.UTF-8",
             "GIT_CONFIG_NOSYSTEM": "1",

@@ -58,12 +58,13 @@ def hermetic_env(home: Path, pycache: Path | None = None, extra: dict[str, str] 
     """The environment a benchmarked corral runs in: its own CORRAL_HOME, no user config, no colour.
 
     Bytecode is cached as in any normal install (``PYTHONDONTWRITEBYTECODE`` is dropped), but
-    under ``pycache`` (``PYTHONPYCACHEPREFIX``), so nothing is written into the source tree.
+    under ``pycache`` (``PYTHONPYCACHEPREFIX``), so nothing is written into the source tree. A quick
+    run reads the bytecode kept beside the sources instead (:func:`pycache_prefix`).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    if pycache is not None:
-        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    if (prefix := pycache_prefix(pycache)) is not None:
+        env["PYTHONPYCACHEPREFIX"] = prefix
     env.update(
         {
             "CORRAL_HOME": str(home),
@@ -81,6 +82,17 @@ def hermetic_env(home: Path, pycache: Path | None = None, extra: dict[str, str] 
     env.pop("PYTHONPROFILEIMPORTTIME", None)
     env.update(extra or {})
     return env
+
+
+def pycache_prefix(pycache: Path | None) -> str | None:
+    """Where a benchmarked corral caches its bytecode: ``pycache``, except in a quick run (None there).
+
+    A fresh prefix starts empty, so the run's first processes compile every module they import anew,
+    the interpreter's own and the venv's included: a second or more of CPU in each benchmark, which a
+    quick run (the test suite runs them all) has no figure to pay it for. It reads the bytecode the
+    install keeps beside the sources, as the suite's own processes do (the suite compiles corral's first).
+    """
+    return None if QUICK or pycache is None else str(pycache)
 
 
 def make_repo(path: Path) -> Path:
@@ -267,9 +279,11 @@ def finish(name: str, result: dict[str, Any], ok: bool) -> int:
 
 
 def command_ms(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, reps: int = 5) -> float:
-    """Median wall ms of ``args`` run to its end ``reps`` times (after one unmeasured run, which warms the caches)."""
+    """Median wall ms of ``args`` run to its end ``reps`` times (after one unmeasured run, which warms the caches).
+
+    A quick run times one run, without the warm-up: its figure is not judged."""
     times = []
-    for n in range(reps + 1):
+    for n in range(1 if QUICK else 0, 2 if QUICK else reps + 1):
         began = time.perf_counter()
         subprocess.run(args, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         if n:
