@@ -29,6 +29,7 @@ import pytest
 from corral.engine.project import Project
 from corral.engine.recovery.chats import sweep_stale_chats
 from tests.conftest import CLI, git
+from tests.support.polling import until
 
 pytestmark = pytest.mark.slow  # each drives `start` and a session through the real CLI: several seconds
 
@@ -440,14 +441,26 @@ def test_what_a_chat_changes_is_kept_aside_reverted_and_told(
     assert not git(repo, "for-each-ref", "refs/corral/archive/")  # apart from what `reopen` restores
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, ended and waiting for its reaper, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b") ", 1)[1][:1] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
 #: Run 1 (start) exits; run 2 (a chat) commits, then waits to be killed; run 3 (a chat) exits at once.
 KILLED_CHAT = textwrap.dedent(
     """\
-    import os, subprocess, sys, time
+    import os, signal, subprocess, sys, time
     counter = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs")
     runs = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
     open(counter, "w").write(str(runs))
     if runs == 2:
+        # corral's death hangs up the agent's terminal (corral held its master): an agent busy mid-task
+        # lives on past it, and the test kills it itself, as AGENT does
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         open("sneaky.txt", "w").write("made in a chat\\n")
         subprocess.run(["git", "add", "sneaky.txt"], check=True)
         subprocess.run(["git", "commit", "-q", "-m", "a commit from a killed chat"], check=True)
@@ -478,6 +491,7 @@ def test_a_chat_whose_corral_was_killed_is_still_put_back_before_anything_builds
     os.kill(session.pid, signal.SIGKILL)  # corral dies mid-chat: nothing ran after the agent
     os.kill(agent, signal.SIGKILL)
     session.finish()
+    until(lambda: not _alive(agent), timeout=30, what=f"the killed agent {agent} to be gone")
     assert git(worktree, "rev-parse", "HEAD") != tip  # the chat's commit is still on the branch
 
     refused = corral("unblock", "kc", "-m", "carry on")
