@@ -144,7 +144,8 @@ def test_the_claude_code_session_of_a_killed_worker_is_resumed_on_another_with_t
         # The second turn's tool ran and its model call hangs: its transcript so far reaches the store.
         until(lambda: len(server.script_requests) == 3, timeout=60, poll=0.2, what="the echo's result sent")
         [made] = list((a.home / ".claude" / "projects").glob("*/*.jsonl"))
-        until(lambda: "carried-tool-output" in made.read_text(), timeout=30, what="the echo in the transcript")
+        # the echo's result, not its command (the tool call's line, written before the echo ran, holds the text too)
+        until(lambda: _tool_result_in(made, "carried-tool-output"), timeout=30, what="the echo's result written")
         until(lambda: _stored(team) >= made.stat().st_size, timeout=30, poll=0.2, what="the transcript shipped")
         a.signal_all(signal.SIGKILL)  # the host dies mid-turn
         b.start_worker()
@@ -206,6 +207,21 @@ def test_a_re_adopted_turn_ships_its_session_on(team: Team) -> None:
     # The worker is killed before the agent's second line: only the re-adopting worker can ship it.
     team.restarted_mid_turn({"transcript": "before the restart"}, {"sleep": 4}, {"transcript": "after the restart"})
     assert b"after the restart" in _stored_transcripts(team)
+
+
+def _tool_result_in(transcript: Path, text: str) -> bool:
+    """Whether a Claude Code transcript holds, whole, a tool result whose content carries ``text``."""
+    for line in transcript.read_text(encoding="utf-8").splitlines():
+        try:
+            content = json.loads(line).get("message", {}).get("content")
+        except (ValueError, AttributeError):
+            continue  # the line being written
+        if isinstance(content, list) and any(
+            isinstance(c, dict) and c.get("type") == "tool_result" and text in json.dumps(c.get("content"))
+            for c in content
+        ):
+            return True
+    return False
 
 
 def _stored_transcripts(team: Team) -> bytes:
