@@ -150,6 +150,11 @@ class Turn:
     def status(self) -> str:
         return str(self.door.cli.json("show", "linger")["task"]["status"])
 
+    def reaped(self) -> str:
+        """The command lines the turn's receipt names as reaped (what corral ended when the turn ended)."""
+        agent_turns = [t for t in self.door.cli.json("show", "linger")["turns"] if t["role"] == "agent"]
+        return " ".join(r["command"] for r in agent_turns[-1]["details"].get("reaped", []))
+
     def supervisor(self) -> proto.SupervisorStatus:
         status = proto.read_record(self.protocol / proto.STATUS, proto.SupervisorStatus)
         assert status is not None
@@ -221,6 +226,31 @@ def test_what_corrals_shell_started_ends_with_the_turn(
     )
     assert gone.status_code == 401 and gone.json()["error"]["code"] == "agent-token-invalid"
     assert not (turn.worktree / "after.txt").exists()
+
+
+def test_what_corrals_shell_started_is_gone_before_its_turn_is_recorded(confined_door: Door, repo: Path) -> None:
+    # The daemon that runs the calls is frozen while the turn ends: its own watch of the agent cannot
+    # end their commands, so the turn's end must, before anything reads the turn as over.
+    turn = Turn(confined_door, repo)
+    marks = {what: f"recorded-{what}-{uuid.uuid4().hex[:12]}" for what in ("background", "setsid", "cleared", "late")}
+    threads = [turn.bash(what, command) for what, command in escapes(marks, repo).items()]
+    until(lambda: sleepers(marks) == set(marks), timeout=60, what="every command's sleepers to run")
+    daemon = daemons.state(Path(os.environ["CORRAL_HOME"])).pid
+    assert daemon is not None
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        (turn.worktree / ".release").write_text("")
+        until(lambda: turn.status() != "working", timeout=60, what="the turn to be recorded")
+        left = marked(marks)
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert not left, f"a command of corral's shell outlived its recorded turn: {left}"
+    for thread in threads:
+        thread.join(10)
+    for what, answer in turn.calls.items():  # the daemon, woken, tells each call its command ended with the turn
+        assert "doc" in answer and answer["doc"]["ended_with_turn"] is True, (what, answer)
+    reaped = turn.reaped()
+    assert all(mark in reaped for mark in marks.values()), reaped  # the turn's receipt names them
 
 
 def test_what_corrals_shell_started_dies_with_the_daemon_that_ran_it(confined_door: Door, repo: Path) -> None:

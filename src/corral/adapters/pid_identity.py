@@ -131,12 +131,18 @@ def turn_processes(root: int, since: int | None) -> list[ProcInfo]:
     child subreaper every orphan of its turn is handed to, :func:`adopt_orphans`), never every
     process on the machine; where the kernel lists no children, the processes started since the
     turn's agent (``since``), the only ones that can be its."""
+    found = descendants(root)
+    return found if found is not None else [p for p in all_processes(since) if p.pid != root]
+
+
+def descendants(root: int) -> list[ProcInfo] | None:
+    """The live descendants of ``root``, each after its parent; None where the kernel lists no children."""
     found: list[ProcInfo] = []
     todo, seen = [root], {root}
     while todo:
         kids = _children(todo.pop())
         if kids is None:
-            return [p for p in all_processes(since) if p.pid != root]
+            return None
         for kid in kids:
             if kid in seen:
                 continue

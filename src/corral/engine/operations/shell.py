@@ -14,9 +14,10 @@ What the shell starts belongs to the caller's turn and ends with it, however it 
   whose agent has exited — the supervisor settling the turn, a leftover of the agent's holding its
   token — is refused before anything starts, and the turn's quarantine, once settled, is never
   opened again;
-- it carries the turn's tag (``CORRAL_COMMAND_ID``), so the supervisor's sweep at the end of each
-  attempt, ``stop`` and the reconciler end it with the agent's own leftovers (and name it in the
-  receipt's ``reaped``);
+- it carries the turn's tag (``CORRAL_COMMAND_ID``), so ``stop`` and the reconciler end it with
+  the agent's own leftovers; its sandbox is written down in the turn's log directory before it
+  runs anything, so the supervisor's sweep at the end of each attempt ends it too (and names it in
+  the receipt's ``reaped``) before the turn is recorded, whatever the daemon is doing then;
 - it lives in a PID namespace of its own (bwrap's ``--unshare-pid``) whose init dies with the
   bwrap process (``--die-with-parent``): ending that one process ends everything inside, a
   ``setsid`` escape and a double fork with a cleared environment included (and a daemon that dies
@@ -237,11 +238,12 @@ def _run_confined(turn: OwnTurn, command: str, timeout: float) -> Ran:
         raise
     finally:
         os.close(gate)
-    # Seen alive after the spawn, the agent exits after it: the supervisor's sweep then finds this
-    # command by its tag. Not seen: it is ended before it could run anything (ended first, the gate
-    # closed after: bwrap takes a closed gate for an open one).
+    # Written down, then seen alive after the spawn, the agent exits after it: the supervisor's sweep
+    # then finds this command's sandbox in the log directory. Not seen: it is ended before it could
+    # run anything (ended first, the gate closed after: bwrap takes a closed gate for an open one).
     agent = None
     try:
+        processes.note_shell_sandbox(log_dir, proc.pid)
         agent = processes.running_agent(protocol_dir, command_id)
         if agent is not None:
             os.write(go, b"g")

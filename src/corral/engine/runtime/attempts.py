@@ -57,7 +57,7 @@ from corral.engine.runtime import protocol as proto
 from corral.engine.runtime import ref_guard, ref_snapshot
 from corral.engine.runtime.heartbeat import StatusReporter, now
 from corral.engine.runtime.output import EVENTS_KEPT, OutputCopier, OutputIndex
-from corral.engine.runtime.processes import COMMAND_TAG, tag
+from corral.engine.runtime.processes import COMMAND_TAG, shell_sandboxes, tag
 from corral.engine.runtime.stopping import StopFlag
 from corral.engine.runtime.watchdog import ProgressClock
 from corral.errors import ArgvError
@@ -317,7 +317,9 @@ class AttemptRunner:
 
     def _reap_leftovers(self, proc: subprocess.Popen[bytes]) -> list[proto.Reaped]:
         """End every process the exited agent left: its group, its session, and the command's
-        tagged processes (a ``setsid`` grandchild leaves both); the supervisor is never one."""
+        tagged processes (a ``setsid`` grandchild leaves both), and what corral's shell runs for the
+        turn (in the daemon's sandboxes, written down in the log directory); the supervisor is never one.
+        All are ended and waited for here, before the turn is recorded."""
         entry = tag(self.command_id)
         agent = self.status.status.agent_start
         found: list[ProcInfo] = [
@@ -326,6 +328,8 @@ class AttemptRunner:
             if p.pid not in (proc.pid, os.getpid())
             and (p.pgrp == proc.pid or p.session == proc.pid or environ_has(p.pid, entry))
         ]
+        seen = {p.pid for p in found}
+        found += [p for p in shell_sandboxes(self.log_dir, self.command_id) if p.pid not in seen]
         names = {p.pid: command_line(p.pid) for p in found}
         reaped = reap(found, self.delays.reap_grace)
         return [proto.Reaped(p.pid, redact(names.get(p.pid, ""), self.secrets)[:COMMAND_CHARS]) for p in reaped]

@@ -10,13 +10,18 @@ registration. A supervisor that holds its pid but has not beaten for ten heartbe
 turn launches, whatever the previous command left alive is stopped (:func:`reap_turn`).
 
 What a turn's agent starts through corral's own tools (its shell, run by the daemon) is the
-turn's too: it carries the same tag, so the supervisor's end-of-attempt sweep, ``stop`` and the
-reconciler end it with the agent's own leftovers, and it runs only while :func:`running_agent`
-still finds the agent that asked for it.
+turn's too: it carries the same tag, so ``stop`` and the reconciler end it with the agent's own
+leftovers, and it runs only while :func:`running_agent` still finds the agent that asked for it.
+It is not the supervisor's descendant (the daemon started it), so its sandbox is written down in
+the turn's log directory before it runs anything (:func:`note_shell_sandbox`), and the
+supervisor's end-of-attempt sweep ends what those sandboxes hold (:func:`shell_sandboxes`) before
+the turn is recorded.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,9 +29,11 @@ from corral.adapters.pid_identity import (
     Identity,
     ProcInfo,
     all_processes,
+    descendants,
     environ_has,
     proc_info,
     send_identified,
+    start_ticks,
     stop_identified,
 )
 from corral.domain.clock import parse_time
@@ -45,6 +52,48 @@ COMMAND_TAG = "CORRAL_COMMAND_ID"
 def tag(command_id: str) -> str:
     """The environment entry a command's processes carry."""
     return f"{COMMAND_TAG}={command_id}"
+
+
+#: The sandboxes corral's shell started for a turn, one line each (``{"pid": .., "start": ..}``), in
+#: the turn's log directory.
+SHELL_SANDBOXES = "shell-sandboxes.jsonl"
+
+
+def note_shell_sandbox(log_dir: Path, pid: int) -> None:
+    """Write down a sandbox of corral's shell (held before it runs anything) for the turn's end to find."""
+    start = start_ticks(pid)
+    if start is None:
+        return  # gone already: nothing of it is left to end
+    line = json.dumps({"pid": pid, "start": start}) + "\n"
+    fd = os.open(log_dir / SHELL_SANDBOXES, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def shell_sandboxes(log_dir: Path, command_id: str) -> list[ProcInfo]:
+    """What the sandboxes of corral's shell for the turn ``command_id`` still hold: each one written down
+    that is still the process recorded (its start, the turn's tag), with everything inside it, each
+    process before its parent (named as it is ended, before its sandbox's end takes it along)."""
+    try:
+        lines = (log_dir / SHELL_SANDBOXES).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []  # the turn ran no command of corral's shell
+    entry = tag(command_id)
+    found: list[ProcInfo] = []
+    for line in lines:
+        try:
+            noted = json.loads(line)
+            pid, start = int(noted["pid"]), int(noted["start"])
+        except (ValueError, TypeError, KeyError):
+            continue
+        info = proc_info(pid)
+        if info is None or info.start != start or not environ_has(pid, entry):
+            continue  # ended already, and its pid maybe another process's since
+        inside = descendants(pid) or []  # where the kernel lists no children, ending the sandbox ends them
+        found.extend([*reversed(inside), info])
+    return found
 
 
 def tagged_processes(command_id: str) -> list[ProcInfo]:
