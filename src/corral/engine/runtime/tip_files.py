@@ -30,8 +30,9 @@ _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 #: How much of a ref or ``HEAD`` file is read (an object name or ``ref: <name>`` fits).
 _REF_BYTES = 512
-#: The namespaces read from the files: the branches, and the tips corral verified.
-_READABLE = ("refs/heads/", "refs/corral/verified/")
+#: The namespaces read from the files: the branches, the tips corral verified, and the remote-tracking refs a
+#: worker's turn follows (:func:`ref_commit`).
+_READABLE = ("refs/heads/", "refs/corral/verified/", "refs/remotes/")
 
 
 class _Ask(Exception):
@@ -78,6 +79,15 @@ def _loose(common: Path, ref: str) -> str | None:
 
 def _ref_commit(common: Path, ref: str) -> str:
     """The commit ``ref`` (a full name) names, read from the files; _Ask wherever that is not plain."""
+    oid = _lookup(common, ref)
+    if oid is None:
+        raise _Ask  # found nowhere: git says so itself
+    return oid
+
+
+def _lookup(common: Path, ref: str) -> str | None:
+    """The commit ``ref`` (a full name) names, read from the files; None when neither its loose file nor a line
+    of ``packed-refs`` is there, where git finds nothing either; _Ask wherever that is not plain."""
     if not ref.startswith(_READABLE) or any(_BAD_COMPONENT.search(c) or not c for c in ref.split("/")):
         raise _Ask
     if (common / "reftable").exists() or (common / "packed-refs").is_symlink():
@@ -86,7 +96,7 @@ def _ref_commit(common: Path, ref: str) -> str:
     if oid is None:
         oid = read_packed(common, ()).get(ref)
     if oid is None:
-        raise _Ask  # found nowhere: git says so itself
+        return None
     found = read_loose(common, oid)
     if found is None or found[0] != "commit":
         raise _Ask  # packed, elsewhere, or not a commit (``^{commit}`` peels or refuses): git's to say
@@ -109,6 +119,27 @@ def branch_commit(git: Git, repo: Path | str, branch: str) -> str | None:
         return _ref_commit(common, ref)
     except (_Ask, OSError, UnicodeDecodeError, ValueError):
         return git.rev_parse(ref, cwd=repo)
+
+
+def ref_commit(git: Git, repo: Path | str, ref: str) -> str | None:
+    """What ``git.rev_parse(ref, cwd=repo)`` answers for the full name ``ref`` (a branch, a verified tip, a
+    remote-tracking ref), from the files where they are plain, a ref that is not there at all included (None,
+    as git says): a worker's turn asks after refs its host has never fetched yet."""
+    try:
+        _, common = _dirs(Path(repo))
+        return _lookup(common, ref)
+    except (_Ask, OSError, UnicodeDecodeError, ValueError):
+        return git.rev_parse(ref, cwd=repo)
+
+
+def ref_absent(repo: Path | str, ref: str) -> bool:
+    """Whether the full name ``ref`` is surely not there: no loose file, no line of ``packed-refs``, in a plain
+    layout (False for anything else, a ref there but odd included: git is asked then)."""
+    try:
+        _, common = _dirs(Path(repo))
+        return _lookup(common, ref) is None
+    except (_Ask, OSError, UnicodeDecodeError, ValueError):
+        return False
 
 
 def commits_of(worktree: Path | str, refs: list[str]) -> dict[str, str] | None:

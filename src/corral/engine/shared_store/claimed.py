@@ -39,11 +39,13 @@ from corral.domain.team import HANDED_BACK, HARNESS_HOST, Lease, LeaseState, Tur
 from corral.engine.git_remote import remote_name
 from corral.engine.operations import control
 from corral.engine.operations.turns import TurnSpec, revert_files, start_turn
+from corral.engine.placement import Fetched
 from corral.engine.project import Project
 from corral.engine.recovery.faults import internal_fault
 from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime import tip_files
 from corral.engine.runtime.processes import reap_turn, supervisor_identity
 from corral.engine.shared_store import remote_branches as remote
 from corral.engine.shared_store import shipping
@@ -135,7 +137,7 @@ def run_claimed(
             tx.release_turn(task_id, epoch)
         return Ran("skipped", "the task moved on before the turn was claimed")
     try:
-        worktree, started_from, command = _launch(project, me, lease, task, session, current)
+        worktree, fetched, command = _launch(project, me, lease, task, session, current)
     except LeaseLost:
         return Ran("lost", "the lease was taken over before the turn was launched: nothing launched")
     except Exception as exc:
@@ -149,15 +151,19 @@ def run_claimed(
                 tx.release_turn(task_id, epoch)
         raise
     interval = float(wip_seconds if wip_seconds is not None else project.config["wip_push_interval"])
-    followed = Follow(project, me, task, command_id, epoch, worktree, started_from, interval, say, hand_back)
+    followed = Follow(project, me, task, command_id, epoch, worktree, fetched.branch, interval, say, hand_back)
+    # The remote's WIP ref as the claim's one ls-remote read it, under this epoch: each WIP push swaps from it
+    # (a push refused because it moved since is looked at again), so it is not read again before the first.
+    followed.wip, followed.wip_known = fetched.wip, True
     return followed.carrying(session.id, command).run()
 
 
 def _launch(
     project: Project, me: Me, lease: Lease, task: Task, session: Session, current: Turn
-) -> tuple[Path, str | None, proto.Command]:
+) -> tuple[Path, Fetched, proto.Command]:
     """The claimed turn's worktree here, then the one launch skeleton's end (``turns.start_turn``) under the
-    claim's fence; the worktree, the remote tip of the branch it started from, and the command."""
+    claim's fence; the worktree, what the remote held when it was made (the tip of the branch it started
+    from, the WIP ref), and the command."""
     from corral.engine.shared_store import transcripts  # a harness session's transcript: only where a turn launches
 
     task_id, epoch = task.id, lease.epoch
@@ -204,7 +210,7 @@ def _launch(
     command, _launched = start_turn(
         project, task, here, current, spec, plan.target, config, fence=fence, confirm=confirm
     )
-    return worktree, fetched.branch, command
+    return worktree, fetched, command
 
 
 def resume_following(
@@ -218,7 +224,7 @@ def resume_following(
         with project.store.write() as tx:
             tx.release_turn(lease.task_id, lease.epoch)
         return Ran("skipped", "nothing of the turn was launched here")
-    started_from = project.git.rev_parse(f"refs/remotes/{remote_name(project)}/{task.branch}", cwd=project.repo)
+    started_from = tip_files.ref_commit(project.git, project.repo, f"refs/remotes/{remote_name(project)}/{task.branch}")
     interval = float(project.config["wip_push_interval"])
     followed = Follow(
         project, me, task, lease.command_id, lease.epoch, Path(lease.worktree), started_from, interval, say, hand_back

@@ -23,12 +23,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from corral.adapters.locks import lock
+from corral.adapters.loose_objects import commit_tree, read_loose
+from corral.adapters.ref_files import git_dirs
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.domain.team import Lease
 from corral.engine.git_remote import remote_name
 from corral.engine.placement import Fetched
 from corral.engine.project import Project
+from corral.engine.runtime import tip_files
 from corral.errors import GitError, PrepareFailed, WorkNotPushed
 
 WIP_PREFIX = "refs/corral/wip/"
@@ -89,7 +92,8 @@ def _tracking(project: Project, branch: str) -> str:
 def fetch(project: Project, task: Task, target: str) -> Fetched:
     """Fetch the task branch, its WIP ref and the target (each may be absent on the remote).
 
-    One ``ls-remote`` says what the remote holds; one ``fetch`` brings what this host lacks of it.
+    One ``ls-remote`` says what the remote holds; one ``fetch`` brings what this host lacks of it. What this
+    host holds already is read from the files where they are plain (``runtime/tip_files``), else asked of git.
     """
     git, repo, remote = project.git, project.repo, remote_name(project)
     wanted = {
@@ -111,8 +115,9 @@ def fetch(project: Project, task: Task, target: str) -> Fetched:
         sha = held.get(src)
         found[name] = sha
         if sha is None:
-            git.run("update-ref", "-d", dst, cwd=repo, check=False)  # what the remote no longer holds
-        elif git.rev_parse(dst, cwd=repo) != sha:
+            if not tip_files.ref_absent(repo, dst):
+                git.run("update-ref", "-d", dst, cwd=repo, check=False)  # what the remote no longer holds
+        elif tip_files.ref_commit(git, repo, dst) != sha:
             missing.append(f"+{src}:{dst}")
     if missing:
         git.run("fetch", "--quiet", "--no-tags", remote, *missing, cwd=repo)
@@ -137,7 +142,7 @@ def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> 
         )
     path = project.paths.worktree(task.ref)
     branch_ref = f"refs/heads/{task.branch}"
-    local = git.rev_parse(branch_ref, cwd=repo)
+    local = tip_files.ref_commit(git, repo, branch_ref)
     if local is not None and local != start and not git.is_ancestor(local, start, cwd=repo):
         _keep(project, task, epoch, f"{STALE_PREFIX}{task.ref}/{epoch}", local, "a tip the remote lacks")
     if path.is_dir():
@@ -188,7 +193,7 @@ def worktree_lock(project: Project) -> Iterator[None]:
 def snapshot(project: Project, worktree: Path, message: str) -> str | None:
     """A commit of the worktree as it is (tracked and untracked files), parent HEAD; None when clean."""
     git = project.git
-    head = git.rev_parse("HEAD", cwd=worktree)
+    head = tip_files.head_commit(git, worktree)
     if head is None:
         return None
     fd, index = tempfile.mkstemp(prefix="corral-wip-index-")
@@ -199,9 +204,17 @@ def snapshot(project: Project, worktree: Path, message: str) -> str | None:
         tree = git.run("write-tree", cwd=worktree, index_file=index).stdout.strip()
     finally:
         os.unlink(index)
-    if tree == git.tree_of(head, cwd=worktree):
+    if tree == _tree_of(project, worktree, head):
         return None
     return git.commit_tree(tree, [head], message, cwd=worktree)
+
+
+def _tree_of(project: Project, worktree: Path, commit: str) -> str:
+    """The tree of ``commit``: from its loose object where it is one (a commit the agent just made), else git's."""
+    dirs = git_dirs(worktree)
+    found = read_loose(dirs[1], commit) if dirs is not None else None
+    tree = commit_tree(found[1]) if found is not None and found[0] == "commit" else None
+    return tree or project.git.tree_of(commit, cwd=worktree)
 
 
 def push_wip(
@@ -247,7 +260,7 @@ def publish_branch(project: Project, task: Task) -> bool:
     """Push this host's task branch where the remote has none yet (one push, leased on its absence);
     False when there is nothing to publish or the remote holds the branch already."""
     git, repo = project.git, project.repo
-    tip = git.rev_parse(f"refs/heads/{task.branch}", cwd=repo)
+    tip = tip_files.ref_commit(git, repo, f"refs/heads/{task.branch}")
     if tip is None:
         return False
     try:
@@ -268,7 +281,7 @@ def push_branch(project: Project, task: Task, expected: str | None, *, epoch: in
     """
     git, repo = project.git, project.repo
     branch = f"refs/heads/{task.branch}"
-    tip = git.rev_parse(branch, cwd=repo)
+    tip = tip_files.ref_commit(git, repo, branch)
     if tip is None:
         return None
     if tip != expected:
