@@ -38,6 +38,7 @@ from benchlib import (
     command_ms,
     corral_command,
     drop_scratch,
+    every,
     fake_claude,
     finish,
     hermetic_env,
@@ -107,7 +108,7 @@ def daemon_run(base: Path, index: int, timeout: float, poll: float | None) -> fl
         while time.perf_counter() - merged < timeout:
             if _status(repo, env, "watched") == "complete":
                 return time.perf_counter() - merged
-            time.sleep(0.25)
+            time.sleep(every(0.25, 1.0))  # each look a Python process of its own
         raise SystemExit(f"the task did not complete within {timeout:.0f} s of the forge's merge")
     finally:
         stop_daemon(env, repo)

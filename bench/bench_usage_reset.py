@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (
     corral_command,
     drop_scratch,
+    every,
     fake_claude,
     finish,
     hermetic_env,
@@ -96,7 +97,7 @@ def _run(
         while not check():
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out: {rows()}")
-            time.sleep(0.1)
+            time.sleep(every(0.1, 0.5))  # each look a `corral list`
 
     record, reset = arm()
     corral("start", refs[0])

@@ -173,6 +173,13 @@ def parse_args(
     return args
 
 
+def every(seconds: float, quick: float) -> float:
+    """How often a benchmark's wait looks: ``seconds``, or ``quick`` in a quick run. A look is often a whole
+    corral command (a Python process), and a quick run's figures are not judged: looking less often there
+    spends less CPU for the same path, the last look still the one that sees the wait end."""
+    return quick if QUICK else seconds
+
+
 def _ancestry() -> list[int]:
     """This process and those it runs under (a ``timeout`` or a shell that gave it the mark): they
     carry the mark too, but they are the run's callers, not what it started."""
