@@ -31,8 +31,8 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 #: How much of a ref or ``HEAD`` file is read (an object name or ``ref: <name>`` fits).
 _REF_BYTES = 512
 #: The namespaces read from the files: the branches, the tips corral verified, and the remote-tracking refs a
-#: worker's turn follows (:func:`ref_commit`).
-_READABLE = ("refs/heads/", "refs/corral/verified/", "refs/remotes/")
+#: worker's turn follows (:func:`ref_commit`), the remote's WIP refs fetched included.
+_READABLE = ("refs/heads/", "refs/corral/verified/", "refs/remotes/", "refs/corral/remote-wip/")
 
 
 class _Ask(Exception):

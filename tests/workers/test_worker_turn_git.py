@@ -1,0 +1,125 @@
+"""A worker's turn asks git each fact once: what its host holds already (the branch, the remote-tracking refs,
+the worktree's ``HEAD`` and its tree) is read from the files where they are plain, the remote's WIP ref is taken
+from the claim's one ``ls-remote``, and a ref not there is not deleted again. Whatever changed since (the remote
+moved, its WIP went, a commit was packed away) is still seen, and asked of git where the files do not say."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.domain.records import Task
+from corral.engine.git_remote import remote_name
+from corral.engine.project import Project
+from corral.engine.shared_store import remote_branches as remote
+from tests.conftest import git
+from tests.runtime.test_gitfacts_one_scan import logging_git
+
+
+@pytest.fixture
+def shared(corral: Any, repo: Path, tmp_path: Path) -> Iterator[tuple[Project, Task, Path, Path]]:
+    """A task of ``repo`` whose branch is on a bare remote, with a project whose git logs each subcommand."""
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "remote", "add", "origin", str(bare))
+    git(repo, "push", "-q", "origin", "main")
+    corral.ok("create", "Task", "--ref", "t")
+    logged, log = logging_git(tmp_path)
+    project = Project.open(repo, git=logged)
+    with project.store.read() as tx:
+        task = tx.task_by_ref("t")
+    assert isinstance(task, Task)
+    git(repo, "branch", "-f", task.branch, "main")
+    git(repo, "push", "-q", "origin", task.branch)
+    git(repo, "update-ref", "-d", f"refs/remotes/origin/{task.branch}")  # this host has never fetched it
+    assert remote_name(project) == "origin"  # listed once for the whole test
+    log.write_text("")
+    try:
+        yield project, task, bare, log
+    finally:
+        project.close()
+
+
+def asked(log: Path) -> list[str]:
+    return log.read_text().split()
+
+
+def commit_in(where: Path, name: str) -> str:
+    (where / name).write_text(f"{name}\n")
+    git(where, "add", name)
+    git(where, "-c", "user.name=T", "-c", "user.email=t@e", "commit", "-q", "-m", name)
+    return git(where, "rev-parse", "HEAD")
+
+
+def test_a_fetch_asks_the_remote_once_and_fetches_only_what_this_host_lacks(shared, repo):
+    project, task, _bare, log = shared
+    main = git(repo, "rev-parse", "main")
+    fetched = remote.fetch(project, task, "main")
+    assert (fetched.branch, fetched.wip, fetched.target) == (main, None, main)
+    assert git(repo, "rev-parse", f"refs/remotes/origin/{task.branch}") == main
+    # No WIP ref there or here: nothing deleted; the tracking refs read from their files.
+    assert asked(log) == ["ls-remote", "fetch"]
+    log.write_text("")
+    assert remote.fetch(project, task, "main") == fetched
+    assert asked(log) == ["ls-remote"]  # nothing new: nothing fetched
+
+
+def test_a_fetch_follows_the_remote_when_its_branch_moves_and_its_wip_comes_and_goes(shared, repo, tmp_path):
+    project, task, bare, log = shared
+    remote.fetch(project, task, "main")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    git(other, "checkout", "-q", task.branch)
+    moved = commit_in(other, "moved.txt")
+    git(other, "push", "-q", "origin", f"HEAD:refs/heads/{task.branch}", f"HEAD:{remote.wip_ref(task)}")
+    fetched = remote.fetch(project, task, "main")
+    assert (fetched.branch, fetched.wip) == (moved, moved)
+    assert git(repo, "rev-parse", f"refs/remotes/origin/{task.branch}", f"refs/corral/remote-wip/{task.ref}") == (
+        f"{moved}\n{moved}"
+    )
+    git(other, "push", "-q", "origin", f":{remote.wip_ref(task)}")
+    log.write_text("")
+    assert remote.fetch(project, task, "main").wip is None
+    assert asked(log) == ["ls-remote", "update-ref"]  # the WIP ref here goes with the remote's
+    assert not git(repo, "for-each-ref", f"refs/corral/remote-wip/{task.ref}")
+
+
+def test_a_branch_push_reads_its_tip_from_the_files_and_a_packed_one_from_git(shared, repo):
+    project, task, bare, log = shared
+    main = git(repo, "rev-parse", "main")
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1  # the task has none yet
+    wt = repo.parent / "task-wt"
+    git(repo, "worktree", "add", "-q", str(wt), task.branch)
+    tip = commit_in(wt, "work.txt")
+    log.write_text("")
+    assert remote.push_branch(project, task, main) == tip
+    assert git(bare, "rev-parse", f"refs/heads/{task.branch}") == tip
+    assert asked(log) == ["push", "update-ref"]
+    git(repo, "gc", "-q")  # the branch and its commit packed away: git says which commit it names
+    log.write_text("")
+    assert remote.push_branch(project, task, tip) == tip
+    assert asked(log) == ["rev-parse", "update-ref"]
+
+
+def test_a_snapshot_reads_head_and_its_tree_from_the_files_and_still_sees_every_change(shared, repo):
+    project, task, _bare, log = shared
+    wt = repo.parent / "snap-wt"
+    git(repo, "worktree", "add", "-q", str(wt), task.branch)
+    head = commit_in(wt, "work.txt")  # a loose commit, as an agent's turn leaves it
+    log.write_text("")
+    assert remote.snapshot(project, wt, "wip") is None  # clean
+    assert asked(log) == ["read-tree", "add", "write-tree"]
+    (wt / "work.txt").write_text("changed\n")
+    (wt / "new.txt").write_text("untracked\n")
+    sha = remote.snapshot(project, wt, "wip")
+    assert sha is not None and git(wt, "rev-parse", f"{sha}^") == head
+    assert git(wt, "show", f"{sha}:new.txt") == "untracked"
+    git(wt, "checkout", "-q", "--", "work.txt")
+    (wt / "new.txt").unlink()
+    git(repo, "gc", "-q")  # HEAD's commit packed: git reads it
+    log.write_text("")
+    assert remote.snapshot(project, wt, "wip") is None
+    assert asked(log) == ["rev-parse", "read-tree", "add", "write-tree", "rev-parse"]
