@@ -1,5 +1,5 @@
 """The sandboxes corral's shell starts for a turn are written down where the turn's end reads them: what
-each still holds is found (each process before its parent), and nothing else is, however the record
+each still holds is found (the sandbox first, to end it first), and nothing else is, however the record
 was spoiled: a process that is no longer the one written down, or one without the turn's tag, is
 never named for ending."""
 
@@ -50,12 +50,12 @@ def holders() -> Iterator[list[Holder]]:
         holder.end()
 
 
-def test_what_a_written_down_sandbox_holds_is_found_inner_first(tmp_path: Path, holders: list[Holder]) -> None:
+def test_a_written_down_sandbox_is_found_first_then_what_it_holds(tmp_path: Path, holders: list[Holder]) -> None:
     box = Holder("turn-1")
     holders.append(box)
     note_shell_sandbox(tmp_path, box.proc.pid)
-    found = [p.pid for p in shell_sandboxes(tmp_path, "turn-1")]
-    assert found == [box.sleeper, box.proc.pid]  # the sleeper named before the sandbox whose end takes it along
+    found = [[p.pid for p in held] for held in shell_sandboxes(tmp_path, "turn-1")]
+    assert found == [[box.proc.pid, box.sleeper]]  # the sandbox, to be ended first, then what it holds
     assert shell_sandboxes(tmp_path, "turn-2") == []  # another turn's end never ends it
     assert shell_sandboxes(tmp_path / "no-shell", "turn-1") == []  # a turn that ran no command of the shell
 

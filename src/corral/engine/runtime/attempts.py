@@ -329,9 +329,13 @@ class AttemptRunner:
             and (p.pgrp == proc.pid or p.session == proc.pid or environ_has(p.pid, entry))
         ]
         seen = {p.pid for p in found}
-        found += [p for p in shell_sandboxes(self.log_dir, self.command_id) if p.pid not in seen]
-        names = {p.pid: command_line(p.pid) for p in found}
-        reaped = reap(found, self.delays.reap_grace)
+        boxes = [box for box in shell_sandboxes(self.log_dir, self.command_id) if box[0].pid not in seen]
+        shell = [p for box in boxes for p in box]
+        names = {p.pid: command_line(p.pid) for p in (*found, *shell)}
+        signalled = {p.pid for p in reap([*found, *shell], self.delays.reap_grace)}
+        # a sandbox's end takes what it holds along: a sandbox ended names everything it held
+        reaped = [p for p in found if p.pid in signalled]
+        reaped += [p for box in boxes for p in box if box[0].pid in signalled or p.pid in signalled]
         return [proto.Reaped(p.pid, redact(names.get(p.pid, ""), self.secrets)[:COMMAND_CHARS]) for p in reaped]
 
     def _maybe_end(self, proc: subprocess.Popen[bytes], run: AttemptRun, progress: ProgressClock) -> None:

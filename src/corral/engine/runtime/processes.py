@@ -72,16 +72,17 @@ def note_shell_sandbox(log_dir: Path, pid: int) -> None:
         os.close(fd)
 
 
-def shell_sandboxes(log_dir: Path, command_id: str) -> list[ProcInfo]:
-    """What the sandboxes of corral's shell for the turn ``command_id`` still hold: each one written down
-    that is still the process recorded (its start, the turn's tag), with everything inside it, each
-    process before its parent (named as it is ended, before its sandbox's end takes it along)."""
+def shell_sandboxes(log_dir: Path, command_id: str) -> list[list[ProcInfo]]:
+    """The sandboxes of corral's shell for the turn ``command_id`` that still run, each with what it holds:
+    each one written down that is still the process recorded (its start, the turn's tag), first, then
+    everything inside it. Ending the sandbox first ends its command as corral's end (a signal, not an
+    exit of the command's own) and takes the rest along."""
     try:
         lines = (log_dir / SHELL_SANDBOXES).read_text(encoding="utf-8").splitlines()
     except OSError:
         return []  # the turn ran no command of corral's shell
     entry = tag(command_id)
-    found: list[ProcInfo] = []
+    found: list[list[ProcInfo]] = []
     for line in lines:
         try:
             noted = json.loads(line)
@@ -92,7 +93,7 @@ def shell_sandboxes(log_dir: Path, command_id: str) -> list[ProcInfo]:
         if info is None or info.start != start or not environ_has(pid, entry):
             continue  # ended already, and its pid maybe another process's since
         inside = descendants(pid) or []  # where the kernel lists no children, ending the sandbox ends them
-        found.extend([*reversed(inside), info])
+        found.append([info, *inside])
     return found
 
 
