@@ -5,6 +5,8 @@ moved, its WIP went, a commit was packed away) is still seen, and asked of git w
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,49 @@ def test_a_snapshot_reads_head_and_its_tree_from_the_files_and_still_sees_every_
     log.write_text("")
     assert remote.snapshot(project, wt, "wip") is None
     assert asked(log) == ["rev-parse", "read-tree", "add", "write-tree", "rev-parse"]
+
+
+def would_prune(repo: Path) -> str:
+    """What ``git worktree prune`` would remove, as it says."""
+    said = subprocess.run(
+        ["git", "worktree", "prune", "--dry-run", "--verbose"], cwd=repo, capture_output=True, text=True
+    )
+    assert said.returncode == 0, said.stderr
+    return said.stdout + said.stderr
+
+
+def test_worktree_prune_runs_whenever_git_would_prune_anything(repo, tmp_path):
+    assert not remote._prune_finds_any(repo) and not would_prune(repo)  # no linked worktree
+    for name in ("a", "b", "c"):
+        git(repo, "worktree", "add", "-q", "-b", f"w-{name}", str(tmp_path / name))
+    assert not remote._prune_finds_any(repo) and not would_prune(repo)  # every one there
+    admin = repo / ".git" / "worktrees"
+    shutil.rmtree(tmp_path / "a")  # gone by hand: registered, not there
+    assert remote._prune_finds_any(repo) and would_prune(repo)
+    (admin / "a" / "locked").write_text("kept on purpose\n")
+    assert not remote._prune_finds_any(repo) and not would_prune(repo)  # a locked one is never pruned
+    (admin / "b" / "gitdir").write_text("\n")  # a gitdir file naming nothing
+    assert remote._prune_finds_any(repo) and would_prune(repo)
+    (admin / "b" / "gitdir").unlink()
+    assert remote._prune_finds_any(repo) and would_prune(repo)
+    git(repo, "worktree", "prune")
+    assert not remote._prune_finds_any(repo)
+    shutil.copytree(admin / "c", admin / "c2")  # a second entry of the same worktree
+    assert remote._prune_finds_any(repo) and would_prune(repo)
+    git(repo, "worktree", "prune")
+    (admin / "stray").write_text("not a directory\n")
+    assert remote._prune_finds_any(repo) and would_prune(repo)
+
+
+def test_a_turns_worktree_is_made_without_a_prune_unless_one_is_owed(shared, repo):
+    project, task, _bare, log = shared
+    path, fetched = remote.worktree_for_turn(project, task, "main", 1)
+    assert git(path, "rev-parse", "HEAD") == fetched.branch
+    assert asked(log) == ["ls-remote", "fetch", "worktree"]  # added: nothing to prune, the branch read from files
+    git(repo, "worktree", "remove", "--force", str(path))
+    git(repo, "worktree", "add", "-q", "--detach", str(path), "main")
+    shutil.rmtree(path)  # the turn's worktree gone by hand, still registered: git refuses to add it again
+    log.write_text("")
+    again, _ = remote.worktree_for_turn(project, task, "main", 2)
+    assert again == path and git(path, "rev-parse", "HEAD") == fetched.branch
+    assert asked(log) == ["ls-remote", "worktree", "worktree"]  # pruned first, then added

@@ -112,6 +112,9 @@ def test_a_killed_workers_turn_resumes_on_another_with_its_work_in_progress(team
     # The uncommitted draft was restored on the rescuer, and its agent committed it with its own work.
     files = git(team.remote, "ls-tree", "-r", "--name-only", "corral/long").splitlines()
     assert {"draft.txt", "final.txt"} <= set(files)
+    # The WIP it restored is gone from the remote: the turn ended clean, and its last WIP push removed it,
+    # swapped from the WIP ref the claim's ls-remote read (never read again in between).
+    assert not _has_ref(team, "refs/corral/wip/long")
     assert time.monotonic() - killed_at < 120
     # The harness session stayed on the dead host: the rescuer's agent starts a fresh one, told the
     # task and that it resumes after a crash with uncommitted changes (its WIP) in its worktree.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from corral.adapters.locks import lock
 from corral.adapters.loose_objects import commit_tree, read_loose
-from corral.adapters.ref_files import git_dirs
+from corral.adapters.ref_files import common_dir, git_dirs
 from corral.domain.records import Task
 from corral.domain.status import Status
 from corral.domain.team import Lease
@@ -159,7 +159,8 @@ def worktree_for_turn(project: Project, task: Task, target: str, epoch: int) -> 
         # git's worktree bookkeeping is the repository's: one prune-and-add at a time (a worker runs
         # several turns at once, and a prune would take another's half-made worktree).
         with worktree_lock(project):
-            git.run("worktree", "prune", cwd=repo, check=False)
+            if _prune_finds_any(repo):
+                git.run("worktree", "prune", cwd=repo, check=False)
             git.run("worktree", "add", "--quiet", "-B", task.branch, str(path), start, cwd=repo)
     if fetched.wip is not None and git.rev_parse(f"{fetched.wip}^", cwd=repo) == start:
         # The last worker's uncommitted work, back as uncommitted changes on the same tip.
@@ -174,6 +175,38 @@ def _keep(project: Project, task: Task, epoch: int, ref: str, sha: str, why: str
     project.git.update_ref(ref, sha, cwd=project.repo, message=f"corral: {why}")
     hold(project, task, epoch)
     swap(project, project.repo, ref, sha, None)
+
+
+def _prune_finds_any(repo: Path) -> bool:
+    """Whether ``git worktree prune`` could find anything to prune in ``repo``, read as git 2.39 reads each
+    entry of ``worktrees/``: True unless every one is a directory that is locked, or whose ``gitdir`` file names
+    a ``.git`` that is there, each a path of its own (git prunes a duplicate too). Anything unusual is True:
+    git prunes as before."""
+    common = common_dir(repo)
+    if common is None:
+        return True
+    admin = common / "worktrees"
+    try:
+        entries = list(os.scandir(admin))
+    except FileNotFoundError:
+        return False  # no linked worktree at all
+    except OSError:
+        return True
+    kept = [os.path.realpath(common)]
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=True):
+                return True
+            if os.path.lexists(os.path.join(entry.path, "locked")):
+                continue
+            with open(os.path.join(entry.path, "gitdir"), "rb") as f:
+                named = f.read(4097).rstrip(b"\r\n").decode()
+        except (OSError, UnicodeDecodeError):
+            return True
+        if not named or len(named) > 4096 or not os.path.isabs(named) or not os.path.lexists(named):
+            return True
+        kept.append(os.path.realpath(named))
+    return len(set(kept)) != len(kept)  # two the same, however named: git's own (by name) among them
 
 
 @contextmanager
