@@ -29,7 +29,6 @@ import pytest
 from corral.engine.project import Project
 from corral.engine.recovery.chats import sweep_stale_chats
 from tests.conftest import CLI, git
-from tests.support.polling import until
 
 pytestmark = pytest.mark.slow  # each drives `start` and a session through the real CLI: several seconds
 
@@ -441,15 +440,6 @@ def test_what_a_chat_changes_is_kept_aside_reverted_and_told(
     assert not git(repo, "for-each-ref", "refs/corral/archive/")  # apart from what `reopen` restores
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie, ended and waiting for its reaper, is not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b") ", 1)[1][:1] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return False
-
-
 #: Run 1 (start) exits; run 2 (a chat) commits, then waits to be killed; run 3 (a chat) exits at once.
 KILLED_CHAT = textwrap.dedent(
     """\
@@ -491,7 +481,7 @@ def test_a_chat_whose_corral_was_killed_is_still_put_back_before_anything_builds
     os.kill(session.pid, signal.SIGKILL)  # corral dies mid-chat: nothing ran after the agent
     os.kill(agent, signal.SIGKILL)
     session.finish()
-    until(lambda: not _alive(agent), timeout=30, what=f"the killed agent {agent} to be gone")
+    assert wait_for_state(agent, "Z", timeout=30) in ("", "Z")  # the killed agent is gone before anything else
     assert git(worktree, "rev-parse", "HEAD") != tip  # the chat's commit is still on the branch
 
     refused = corral("unblock", "kc", "-m", "carry on")
