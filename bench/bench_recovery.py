@@ -432,7 +432,8 @@ def reconcile_bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
         before = main.counts()
         print(f"  {main.manifest['by_status']}; {main.manifest['live_status_files']} status.json files, "
               f"pid {helper.pid} alive")  # fmt: skip
-        for _ in range(2):
+        warm = 0 if args.quick else 2  # warm-up passes and CLI runs: a quick run's figures are not judged
+        for _ in range(warm):
             main.one_pass()
         passes = [main.one_pass() for _ in range(args.passes)]
         after = main.counts()
@@ -456,12 +457,12 @@ def reconcile_bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                 "python -c 'import corral.cli.root'": [sys.executable, "-c", "import corral.cli.root"]}  # fmt: skip
         out, err = base / "stdout", base / "stderr"
         try:
-            for i in range(2 + args.passes):
+            for i in range(warm + args.passes):
                 for name, argv in cmds.items():
                     r = spawner.run(argv, out, err)
                     if r["rc"] != 0:
                         raise SystemExit(f"{name} exited {r['rc']}: {err.read_text()[-1500:]}")
-                    if i >= 2:
+                    if i >= warm:
                         runs[name].append(r)
         finally:
             spawner.close()
@@ -482,7 +483,7 @@ def reconcile_bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
         print(f"    reference: python -c 'import corral.cli.root' median {imp['median']:.1f} ms")
         result["process"] = proc
 
-        prof = profile_passes(main, 20)
+        prof = profile_passes(main, args.passes if args.quick else 20)
         result["profile"] = prof
         print(f"  where a pass spends its time (cProfile, {prof['profiled_ms_per_pass']:.1f} ms/pass profiled):")
         for r in prof["sweeps_cumulative"][:6]:
@@ -501,8 +502,8 @@ def reconcile_bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                 print(f"    seeding {sh.tasks:,} tasks / {sh.turns:,} turns …", flush=True)
                 stores[terminal] = Store(base, f"t{terminal}", sh, repo, helper.pid)
             for st in stores.values():
-                st.one_pass()
-                st.one_pass()
+                for _ in range(warm):
+                    st.one_pass()
             times: dict[int, list[float]] = {t: [] for t in stores}
             for _ in range(args.passes):
                 for terminal, st in stores.items():
@@ -547,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-latency", action="store_true", help="skip the crash-to-resume runs")
     p.add_argument("--no-reconcile", action="store_true", help="skip the reconcile-pass runs")
     scratch_options(p)
-    quick = {"crashes": 1, "passes": 2, "tasks": 300, "working": 5, "turns_per_task": 3.0, "scale": [300, 400]}
+    quick = {"crashes": 1, "passes": 1, "tasks": 300, "working": 5, "turns_per_task": 3.0, "scale": [300, 400]}
     args = parse_args(p, {**quick, "big_files": 200}, argv)
 
     saved_env = dict(os.environ)
@@ -569,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         for files in [] if args.no_latency else [0, args.big_files] if args.big_files else [0]:
             what = f"a {files}-file repository" if files else "an empty repository"
             print(f"\nCrash-to-resume latency with the daemon running, {what} ({args.crashes} crashes):", flush=True)
-            lat = crash_latency(base, args.crashes, files=files)
+            lat = crash_latency(base, args.crashes, warmup=0 if args.quick else 1, files=files)
             t = lat["total_s"]
             floor = f" + one status scan {lat['status_scan_s'] * 1000:.0f} ms (its floor, this run)" if files else ""
             print(
