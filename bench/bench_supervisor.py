@@ -76,9 +76,16 @@ class Setup:
         )
         self.env["CORRAL_WATCHDOG_TIMEOUT"] = "600"
         self.cmd = corral_command()
+        self._state: Path | None = None
 
     def close(self) -> None:
         stop_daemon(self.env, self.repo)
+
+    def script(self, invocations: list[list[dict[str, object]]]) -> None:
+        """The agent's script from its next start on, counted anew (no agent of the home runs meanwhile)."""
+        path = Path(self.env["CORRAL_FAKE_SCENARIO"])
+        path.write_text(json.dumps({**json.loads(path.read_text()), "invocations": invocations}))
+        (self.record / "fake-agent.count").unlink(missing_ok=True)
 
     def corral(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -90,7 +97,10 @@ class Setup:
         return [int(x) for x in path.read_text().split()] if path.exists() else []
 
     def state(self) -> Path:
-        return Path(json.loads(self.corral("paths", "--json").stdout)["paths"]["state"])
+        """The home's state directory (asked of corral once: it stays where it is)."""
+        if self._state is None:
+            self._state = Path(json.loads(self.corral("paths", "--json").stdout)["paths"]["state"])
+        return self._state
 
 
 def proc_stat(pid: int) -> tuple[float, int] | None:
@@ -119,8 +129,20 @@ def supervisor_pid(setup: Setup, ref: str) -> int:
     raise RuntimeError("no supervisor")
 
 
+def streaming(megabytes: int) -> list[dict[str, object]]:
+    return [{"init": True}, {"bytes": megabytes * 1_000_000}, {"result": "done"}]
+
+
+def idling(idle: float) -> list[dict[str, object]]:
+    return [{"init": True}, {"sleep": idle + 5}, {"result": "done"}]
+
+
+#: The turns of the latency runs: each answers at once.
+QUICK_TURN: list[dict[str, object]] = [{"init": True}, {"result": "ok"}]
+
+
 def bench_stream(tmp: Path, megabytes: int) -> dict[str, float]:
-    setup = Setup(tmp / "stream", [[{"init": True}, {"bytes": megabytes * 1_000_000}, {"result": "done"}]])
+    setup = Setup(tmp / "stream", [streaming(megabytes)])
     try:
         return _stream(setup)
     finally:
@@ -151,7 +173,7 @@ def _stream(setup: Setup) -> dict[str, float]:
 
 
 def bench_idle(tmp: Path, idle: float) -> dict[str, float]:
-    setup = Setup(tmp / "idle", [[{"init": True}, {"sleep": idle + 5}, {"result": "done"}]])
+    setup = Setup(tmp / "idle", [idling(idle)])
     try:
         return _idle(setup, idle)
     finally:
@@ -178,8 +200,7 @@ def _idle(setup: Setup, idle: float) -> dict[str, float]:
 
 
 def bench_latency(tmp: Path, runs: int) -> dict[str, list[float]]:
-    quick = [{"init": True}, {"result": "ok"}]
-    setup = Setup(tmp / "latency", [quick] * (2 * runs + 2))
+    setup = Setup(tmp / "latency", [QUICK_TURN] * (2 * runs + 2))
     try:
         return _latency(setup, runs)
     finally:
@@ -243,9 +264,22 @@ def main() -> int:
     load_before = load()
     root = scratch_dir("supervisor", args)
     try:
-        stream = bench_stream(root, args.mb)
-        idle = bench_idle(root, args.idle)
-        latency = bench_latency(root, args.runs)
+        if args.quick:
+            # One home for the three (one daemon started, not three): the same tasks, turns and figures, the
+            # agent scripted anew for each.
+            setup = Setup(root / "quick", [streaming(args.mb)])
+            try:
+                stream = _stream(setup)
+                setup.script([idling(args.idle)])
+                idle = _idle(setup, args.idle)
+                setup.script([QUICK_TURN] * (2 * args.runs + 2))
+                latency = _latency(setup, args.runs)
+            finally:
+                setup.close()
+        else:
+            stream = bench_stream(root, args.mb)
+            idle = bench_idle(root, args.idle)
+            latency = bench_latency(root, args.runs)
     finally:
         drop_scratch(root, args.keep)
     rss_ok = max(stream["peak_rss_mb"], idle["peak_rss_mb"]) < 40
