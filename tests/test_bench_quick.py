@@ -37,21 +37,32 @@ NOT_IN_RUN_ALL = {
     "bench_suite.py": "times the README's test command, which runs every other benchmark's quick mode",
 }
 #: The groups the quick runs are dealt into, the longest first, round the groups: each group a test whose
-#: runs go at once (they mostly wait, on a poll, a retry, a lease, so more than the cores). One of the longest
-#: to a group, and three or four runs beside it: a group stays well under half a minute with the suite's
+#: runs go at once (they mostly wait, on a poll, a retry, a lease, so more than the cores). Two of the longest
+#: to a group, and a short run or two beside them: a group stays well under half a minute with the suite's
 #: other workers running beside it.
 GROUPS = 8
-#: The longest quick runs (a PostgreSQL server, real Pi turns, a crash loop, a forge poll), started
-#: first so that none of them is left to run alone at the end.
+#: The sixteen longest quick runs, started first so that none of them is left to run alone at the end, and
+#: dealt in a snake: the eight longest (a real Pi's turns, a PostgreSQL server and its workers, a forge poll,
+#: a crash loop, a browser) one to a group, the next eight in reverse, so that the longest of all shares its
+#: group with the shortest of these. Ordered by a quick run's CPU and wall time, measured alone.
 LONGEST = (
-    "bench_recovery.py",
     "bench_pi_extension.py",
     "bench_workers.py",
-    "bench_supervisor.py",
     "bench_forge.py",
+    "bench_supervisor.py",
+    "bench_dashboard.py",
+    "bench_mcp.py",
+    "bench_recovery.py",
     "bench_usage_reset.py",
-    "bench_accept.py",
+    # the next eight, the shortest of them first
+    "bench_scale_reads.py",
+    "bench_dashboard_render.py",
+    "bench_pg_store.py",
+    "bench_watch_idle.py",
+    "bench_board.py",
     "bench_time_to_rest.py",
+    "bench_fatal_verdict.py",
+    "bench_accept.py",
 )
 #: A quick run that takes longer than this is not quick.
 QUICK_TIMEOUT = 150.0
@@ -141,6 +152,10 @@ def test_the_groups_hold_every_quick_run_once() -> None:
     # no group holds two of the longest runs while another holds none of them
     longest = [sum(script in LONGEST for script in group(index)) for index in range(GROUPS)]
     assert max(longest) - min(longest) <= 1, longest
+    # and none holds two of the eight longest: each of them leads a group of its own
+    leading = [sum(script in LONGEST[:GROUPS] for script in group(index)) for index in range(GROUPS)]
+    assert leading == [1] * GROUPS, leading
+    assert set(LONGEST) <= set(quick_scripts()) and len(set(LONGEST)) == len(LONGEST)
 
 
 @pytest.mark.timeout(600)
