@@ -36,23 +36,25 @@ from corral.testing.fake_agent import wrapper_script
 from tests.cli.helpers import store_of
 from tests.conftest import CLI, git
 
-#: The agent: what it does is read from the mode file at each turn.
-AGENT = r"""
-import os, pathlib, signal, subprocess, sys, time
-sys.stdin.read()
-mode = pathlib.Path(os.environ["HINT_MODE"]).read_text().strip()
-if mode == "sleep":
-    print("working slowly", flush=True)
-    time.sleep(3)
-name = "guarded.txt" if mode == "protected" else "work.txt"
-with open(name, "a") as fh:
-    fh.write(mode + "\n")
-subprocess.run(["git", "add", name], check=True)
-subprocess.run(["git", "commit", "-qm", "work"], check=True)
-if mode == "die":  # after its work: an interrupted task has work to review
-    print("dying", flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-print("done")
+#: The agent: what it does is read from the mode file at each turn. A shell script: a turn's agent is a
+#: process of its own, and a shell starts in a fraction of the time an interpreter takes.
+AGENT = r"""set -e
+cat >/dev/null
+mode=$(cat "$HINT_MODE")
+if [ "$mode" = sleep ]; then
+    echo "working slowly"
+    sleep 3
+fi
+name=work.txt
+if [ "$mode" = protected ]; then name=guarded.txt; fi
+echo "$mode" >>"$name"
+git add "$name"
+git commit -qm work
+if [ "$mode" = die ]; then  # after its work: an interrupted task has work to review
+    echo dying
+    kill -KILL $$
+fi
+echo done
 """
 
 #: What a hint must never say: a placeholder a person would have to replace.
@@ -155,11 +157,11 @@ class World:
 
 @pytest.fixture
 def world(corral: CLI, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    script, mode = tmp_path / "agent.py", tmp_path / "mode"
+    script, mode = tmp_path / "agent.sh", tmp_path / "mode"
     script.write_text(AGENT)
     mode.write_text("ok")
     monkeypatch.setenv("CORRAL_HARNESS", "command")
-    monkeypatch.setenv("CORRAL_COMMAND", f"{sys.executable} {script}")
+    monkeypatch.setenv("CORRAL_COMMAND", f"sh {script}")
     monkeypatch.setenv("CORRAL_AUTO_RESUME", "0")
     monkeypatch.setenv("HINT_MODE", str(mode))
     # A hint may switch the task to Claude Code: here it is corral's scripted stand-in.

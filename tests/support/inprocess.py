@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any, TextIO
 
 #: Variables corral reads once, when a module is imported (:mod:`corral.crashpoints`): a process
@@ -540,7 +540,33 @@ def _clear_memos() -> None:
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "corral" or name.startswith("corral.")):
             continue
-        for value in list(vars(module).values()):
-            clear = getattr(value, "cache_clear", None)
-            if clear is not None and getattr(value, "__module__", None) == name:
-                clear()
+        for value in _memos_of(name, module):
+            value.cache_clear()
+
+
+#: Each corral module's memos as last found: (the module, how many globals it had, the memos by name).
+_found_memos: dict[str, tuple[ModuleType, int, tuple[tuple[str, Any], ...]]] = {}
+
+
+def _memos_of(name: str, module: ModuleType) -> list[Any]:
+    """The memos among ``module``'s globals (made in it: an imported one is its own module's).
+
+    Looking at every global of every corral module takes milliseconds, twice per call; the answer is
+    kept per module and looked for again when the module was imported anew, gained or lost a global, or
+    one of its memos was rebound (a test's monkeypatch)."""
+    namespace = vars(module)
+    kept = _found_memos.get(name)
+    if (
+        kept is not None
+        and kept[0] is module
+        and kept[1] == len(namespace)
+        and all(namespace.get(key) is value for key, value in kept[2])
+    ):
+        return [value for _, value in kept[2]]
+    found = tuple(
+        (key, value)
+        for key, value in list(namespace.items())
+        if getattr(value, "cache_clear", None) is not None and getattr(value, "__module__", None) == name
+    )
+    _found_memos[name] = (module, len(namespace), found)
+    return [value for _, value in found]
