@@ -17,6 +17,7 @@ from corral.domain.records import Task
 from corral.engine.git_remote import remote_name
 from corral.engine.project import Project
 from corral.engine.shared_store import remote_branches as remote
+from corral.errors import GitError
 from tests.conftest import git
 from tests.runtime.test_gitfacts_one_scan import logging_git
 
@@ -171,3 +172,30 @@ def test_a_turns_worktree_is_made_without_a_prune_unless_one_is_owed(shared, rep
     again, _ = remote.worktree_for_turn(project, task, "main", 2)
     assert again == path and git(path, "rev-parse", "HEAD") == fetched.branch
     assert asked(log) == ["ls-remote", "worktree", "worktree"]  # pruned first, then added
+
+
+def test_a_fetch_that_fails_once_is_tried_again_and_one_that_fails_twice_says_git_s_error(shared, repo, tmp_path):
+    """A moment's failure (another turn's objects settling as the fetch looked) does not fail a claim."""
+    project, task, _bare, log = shared
+    count = tmp_path / "upload-pack.count"
+    flaky = tmp_path / "flaky-upload-pack"
+    # The remote's side of each ls-remote and fetch: its second run (the first fetch) fails.
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f'n=$(($(cat "{count}" 2>/dev/null || echo 0) + 1)); echo "$n" > "{count}"\n'
+        f'if [ "$n" = "{{fail}}" ]; then echo "fatal: a moment" >&2; exit 1; fi\n'
+        'exec git-upload-pack "$@"\n'
+    )
+    template = flaky.read_text()
+    flaky.write_text(template.replace("{fail}", "2"))
+    flaky.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(flaky))
+    fetched = remote.fetch(project, task, "main")
+    assert fetched.branch == git(repo, "rev-parse", f"refs/remotes/origin/{task.branch}")
+    assert asked(log) == ["remote", "ls-remote", "fetch", "fetch"]  # the configuration changed: listed again
+    git(repo, "update-ref", "-d", f"refs/remotes/origin/{task.branch}")
+    count.unlink()
+    flaky.write_text(template.replace('[ "$n" = "{fail}" ]', '[ "$n" -ge 2 ]'))
+    with pytest.raises(GitError) as failed:
+        remote.fetch(project, task, "main")
+    assert failed.value.message.startswith("git fetch failed") and failed.value.hint

@@ -120,7 +120,12 @@ def fetch(project: Project, task: Task, target: str) -> Fetched:
         elif tip_files.ref_commit(git, repo, dst) != sha:
             missing.append(f"+{src}:{dst}")
     if missing:
-        git.run("fetch", "--quiet", "--no-tags", remote, *missing, cwd=repo)
+        fetching = ("fetch", "--quiet", "--no-tags", remote, *missing)
+        if git.run(*fetching, cwd=repo, check=False).returncode != 0:
+            # Once more, and git's own error if it fails again: another turn's objects settling into this
+            # host's store as the fetch looked (its quarantine moved) can make git miss an object it has
+            # ("did not send all necessary objects"), and a claim is not failed for that moment.
+            git.run(*fetching, cwd=repo)
     return Fetched(found["branch"], found["wip"], found["target"])
 
 
