@@ -129,8 +129,20 @@ def _candidates(name: str, env_var: str) -> list[Path]:
     return found
 
 
+_versions: dict[Path, str | None] = {}
+
+
 def version_output(path: Path) -> str | None:
-    """What ``<path> --version`` printed: its stdout, else its stderr (where Pi prints its version)."""
+    """What ``<path> --version`` printed: its stdout, else its stderr (where Pi prints its version).
+
+    Asked once per path in a process (finding the binary asks it, and so does its version): each ask
+    starts the CLI, about a second of CPU for Pi's."""
+    if path not in _versions:
+        _versions[path] = _ask_version(path)
+    return _versions[path]
+
+
+def _ask_version(path: Path) -> str | None:
     try:
         out = subprocess.run(
             [str(path), "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
