@@ -6,8 +6,10 @@ status's own "Next" (``explain``), the "Next" of every resting cause with wordin
 table's ``NOW``), and what ``unblock`` with no feedback says. For each, a task is put in the state
 that produces it — with real turns of the ``command`` harness, a resting cause written where no
 real failure is cheap to cause — and the hint is read as the CLI prints it. Each command it names
-is then typed exactly as printed, in a fresh task in that state (after the steps the hint puts
-before it), and must not be refused, unknown or a placeholder.
+is then typed exactly as printed, in a task in that state that no other command of the hint acted
+on (after the steps the hint puts before it), and must not be refused, unknown or a placeholder:
+a look on the task the hint was read from, the first command that acts there too while that task
+is as a fresh one would be, every other in a fresh task.
 """
 
 from __future__ import annotations
