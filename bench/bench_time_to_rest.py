@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchlib import (
     corral_command,
     drop_scratch,
+    every,
     finish,
     hermetic_env,
     load,
@@ -125,7 +126,7 @@ def _measure(repo: Path, env: dict[str, str], case: str, n: int, spec: dict[str,
             if task.status is not Status.WORKING and not resumable(project, task.id):
                 seen_at = time.monotonic() - began
                 break
-            time.sleep(0.1)
+            time.sleep(every(0.1, 0.5))  # each look a settle of the store
         with project.store.read() as tx:
             task = resolve_task(tx, ref)
             agent = [t for t in tx.turns(task.id) if t.role is Role.AGENT]
