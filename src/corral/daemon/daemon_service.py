@@ -143,6 +143,8 @@ class Daemon:
         self._served: Any = None  # the MCP endpoint (corral.mcp.http's Served)
         self.dashboard_url: str | None = None
         self._dashboard: Any = None  # the web dashboard (corral.dashboard.web's Served)
+        #: Its start once the home asks for it (:meth:`dashboard_when_wanted`), beside the loop as the MCP endpoint's.
+        self._dashboard_thread: threading.Thread | None = None
         self._started = ""
         self._mcp_ready = threading.Event()
         self._mcp_thread: threading.Thread | None = None
@@ -267,10 +269,34 @@ class Daemon:
     def _start_mcp_then_say(self) -> None:
         try:
             self.start_mcp()
-            self.start_dashboard()
+            if daemons.dashboard_wanted(self.home):
+                self.start_dashboard()
         finally:
             self._mcp_ready.set()
             self.request_tick()
+
+    def dashboard_when_wanted(self, *, again: bool) -> None:
+        """Start the web dashboard of a daemon serving none, once its home asks for it (``corral dashboard``:
+        ``daemons.want_dashboard``, which rings the doorbell). A daemon whose home never asked serves none: the
+        web server, its templates and the first read of the board are most of a daemon's start after the MCP
+        endpoint, and most daemons are started by a launch for its agent's tools. ``again``: the doorbell rang,
+        so a start that failed is tried once more (a tick alone never retries one)."""
+        if not self._mcp_ready.is_set() or self._dashboard is not None:
+            return  # the start's own thread decides first; one that serves is left alone
+        running = self._dashboard_thread
+        if running is not None and (running.is_alive() or not again):
+            return
+        if not daemons.dashboard_wanted(self.home):
+            return
+
+        def start_then_say() -> None:
+            try:
+                self.start_dashboard()
+            finally:
+                self.request_tick()  # the state file names it at once
+
+        self._dashboard_thread = threading.Thread(target=start_then_say, name="dashboard-start", daemon=True)
+        self._dashboard_thread.start()
 
     def stop_mcp(self) -> None:
         served, self._served = self._served, None
@@ -509,6 +535,8 @@ class Daemon:
                 self.clear_marks()
                 if self._mcp_thread is not None:
                     self._mcp_thread.join(30)
+                if self._dashboard_thread is not None:
+                    self._dashboard_thread.join(30)
                 self.guarded("mcp-stop", self.stop_mcp)
                 self.guarded("dashboard-stop", self.stop_dashboard)
                 for pfd, _ in self.watched.values():
@@ -536,6 +564,7 @@ class Daemon:
                 slot.next_prune = now + self.prune_every
                 self.guarded("prune", partial(self.prune_once, slot), slot)
             self.reconcile_once(slot, "tick")
+        self.guarded("dashboard", partial(self.dashboard_when_wanted, again=False))
         self.guarded("write-state", self.write_state)
         return now + self.tick
 
@@ -558,6 +587,7 @@ class Daemon:
                 os.read(self._wake_r, 64)
             if self._bell is not None and self._bell.fd in ready:
                 self._bell.drain()  # a supervisor was launched: the next look (at once) watches it
+                self.guarded("dashboard", partial(self.dashboard_when_wanted, again=True))  # or its dashboard asked
             gone: dict[str, list[int]] = {}
             for pid, (pfd, name) in list(self.watched.items()):
                 if pfd in ready:

@@ -142,6 +142,31 @@ def state(home: Path | None = None) -> DaemonState:
     )
 
 
+def dashboard_wanted_file(home: Path | None = None) -> Path:
+    """The mark that this home's person uses the web dashboard: written by ``corral dashboard``, kept."""
+    return daemon_dir(home) / "dashboard-wanted"
+
+
+def want_dashboard(home: Path | None = None) -> None:
+    """Have the home's daemon serve its web dashboard: the running one starts it at once (woken by its
+    doorbell), and every daemon after it serves it from its start. A daemon whose home never asked for it
+    serves none (starting it is the daemon's largest cost after the MCP endpoint's: a web server, the
+    templates and a first read of the board, in every daemon a launch starts for its agent's tools)."""
+    from corral.adapters import doorbell
+    from corral.adapters.files import write_atomic
+
+    make_private_dir(daemon_dir(home))
+    path = dashboard_wanted_file(home)
+    if not path.exists():
+        write_atomic(path, b"asked by corral dashboard\n")
+    doorbell.ring(daemon_dir(home) / doorbell.NAME)
+
+
+def dashboard_wanted(home: Path | None = None) -> bool:
+    """Whether the home's daemon is to serve its web dashboard (:func:`want_dashboard`)."""
+    return dashboard_wanted_file(home).exists()
+
+
 def dashboard_host_file(home: Path | None = None) -> Path:
     """The address ``corral dashboard --host`` asked the next daemon to serve its dashboard on."""
     return daemon_dir(home) / "dashboard-host"

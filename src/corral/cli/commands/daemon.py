@@ -27,7 +27,8 @@ Examples:
   corral daemon stop
 \b
 A turn whose agent gets corral's tools (agent_tools, on by default) and `corral dashboard`
-start it when none runs, and say so once on stderr.
+start it when none runs, and say so once on stderr. It serves the web dashboard once
+`corral dashboard` has asked for it in this CORRAL_HOME.
 """
 )
 def daemon() -> None:

@@ -38,7 +38,8 @@ def dashboard(app: App, open_: bool, host: str | None) -> None:
 
     home = corral_home()
     current = daemons.state(home)
-    if host is not None and current.running:
+    serving = current.running and current.dashboard_url is not None
+    if host is not None and serving:
         served = _host_of(current.dashboard_url)
         if served != host and not (served in LOOPBACK and host in LOOPBACK):
             raise CorralError(
@@ -46,8 +47,9 @@ def dashboard(app: App, open_: bool, host: str | None) -> None:
                 code="daemon-running",
                 hint=f"Stop it first (corral daemon stop), then: corral dashboard --host {host}",
             )
-    if host is not None and not current.running and host not in LOOPBACK:
+    if host is not None and not serving and host not in LOOPBACK:
         daemons.ask_dashboard_host(host, home)
+    daemons.want_dashboard(home)  # a running daemon serving none starts it now; every later one at its start
     current = daemons.ensure_running(home)
     deadline = time.monotonic() + 10
     while current.running and current.dashboard_url is None and time.monotonic() < deadline:
