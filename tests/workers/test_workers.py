@@ -40,16 +40,16 @@ def test_a_hundred_queued_turns_spread_over_three_workers_each_run_exactly_once(
     started = [json.loads(out) for out in laptop.at_once([("start", ref, "--json") for ref in refs])]
     assert all(s["queued"] is True and s["supervisor_pid"] is None for s in started)
 
-    def stored() -> set[tuple[str, str]]:
-        with team.sql() as conn:
-            return {
-                (r[0], r[1])
-                for r in conn.execute("SELECT t.status, l.state FROM tasks t JOIN leases l ON l.task_id = t.id")
-            }
+    # Waited on in the shared store itself, on one connection: a `corral list` every poll would take the turns' CPU
+    # from them. A worker records a turn, then pushes its work, and only then lets its lease go: the wait is for both.
+    with team.sql() as conn:
 
-    # Waited on in the shared store itself: a `corral list` every poll would take the turns' CPU from them. A
-    # worker records a turn, then pushes its work, and only then lets its lease go: the wait is for both.
-    until(lambda: stored() == {("blocked", "released")}, timeout=480, poll=0.25, what="every task ran")
+        def stored() -> set[tuple[str, str]]:
+            rows = conn.execute("SELECT t.status, l.state FROM tasks t JOIN leases l ON l.task_id = t.id").fetchall()
+            conn.commit()  # each look a transaction of its own: the next sees what committed since
+            return {(r[0], r[1]) for r in rows}
+
+        until(lambda: stored() == {("blocked", "released")}, timeout=480, poll=0.25, what="every task ran")
     listed = {r["ref"]: r["status"] for r in laptop.json("list", "--all")["tasks"]}
     assert listed == dict.fromkeys(refs, "blocked")
     # Read from the shared store itself: one agent turn per task, its lease queued at epoch 1,
