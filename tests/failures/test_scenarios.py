@@ -675,7 +675,7 @@ def test_a_fault_inside_resume_also_rests_the_task_and_is_never_auto_resumed(fpr
         raise OSError("injected: the worktree could not be read")
 
     # The resume reads the worktree's HEAD (to trust the crashed turn's receipt on clean or dirty): from its files.
-    from corral.engine.runtime import tip_files
+    from corral.adapters import tip_files
 
     monkeypatch.setattr(tip_files, "head_commit", broken)
     with pytest.raises(launch.LaunchFailed):

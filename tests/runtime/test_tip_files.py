@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from corral.adapters.git import Git
-from corral.engine.runtime.tip_files import branch_commit, commits_of, head_commit, reaches
+from corral.adapters.tip_files import branch_commit, commits_of, head_commit, reaches
 from tests.conftest import git
 from tests.runtime.test_gitfacts_one_scan import logging_git
 

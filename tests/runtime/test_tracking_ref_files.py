@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.adapters.git import Git
-from corral.engine.runtime.tip_files import ref_absent, ref_commit
+from corral.adapters.tip_files import ref_absent, ref_commit
 from tests.conftest import git
 from tests.runtime.test_gitfacts_one_scan import logging_git
 

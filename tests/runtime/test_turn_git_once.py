@@ -49,7 +49,7 @@ def supervisor_git(log: Path, pid: int) -> list[str]:
 
 EXPECTED = ["rev-parse", "for-each-ref", "status"]
 """Before the agent: HEAD and the hooks path (the branch and its verified tip, plain refs to loose commits,
-and the merge question are answered from the files: ``runtime/tip_files``).
+and the merge question are answered from the files: ``adapters/tip_files``).
 After it: the branch checked (one for-each-ref); the one scan of the worktree, which reads HEAD again
 (the agent could have moved it). Nothing else, nothing twice."""
 

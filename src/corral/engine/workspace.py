@@ -11,6 +11,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
+from corral.adapters import tip_files
 from corral.adapters.branches import delete_task_branch
 from corral.domain.operations_table import now_words
 from corral.domain.records import Session, Task
@@ -77,12 +78,16 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
     A start that lost to a simultaneous one (the task started meanwhile, or its branch appeared
     under this one's ``worktree add``) raises :class:`TaskAlreadyStarted` and touches nothing of
     the winner's.
+
+    The target's commit and whether the task's branch is there are read from the repository's files where
+    they are plain (``adapters/tip_files``; anything else is asked of git): a start made three git processes
+    of them.
     """
     git, repo = project.git, project.repo
     lost = already_started(project, task)
     if lost is not None:
         raise lost
-    base = git.rev_parse(f"refs/heads/{target}", cwd=repo) or git.rev_parse(target, cwd=repo)
+    base = tip_files.ref_commit(git, repo, f"refs/heads/{target}") or git.rev_parse(target, cwd=repo)
     if base is None:
         raise PrepareFailed(
             f"The target branch '{target}' of task {task.ref} has no commit.",
@@ -95,7 +100,8 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
             f"Something already exists at {path}, where task {task.ref}'s worktree goes.",
             hint="Move it aside (or run `corral prune`), then start the task again.",
         )
-    if git.ref_exists(f"refs/heads/{task.branch}", cwd=repo):
+    branch_ref = f"refs/heads/{task.branch}"
+    if not tip_files.ref_absent(repo, branch_ref) and git.ref_exists(branch_ref, cwd=repo):
         raise already_started(project, task) or PrepareFailed(
             f"The branch {task.branch} already exists.",
             hint=f"Rename it (git branch -m {task.branch} {task.branch}-old), then start the task again.",
@@ -124,7 +130,7 @@ def reclaim_orphan(project: Project, task: Task, path: Path, base: str) -> None:
     and the branch has no commit beyond the target. Anything else is left for a person.
     """
     git, repo = project.git, project.repo
-    tip = git.rev_parse(f"refs/heads/{task.branch}", cwd=repo)
+    tip = tip_files.ref_commit(git, repo, f"refs/heads/{task.branch}")
     if tip is None or not (tip == base or git.is_ancestor(tip, base, cwd=repo)):
         return
     if path.is_dir() and not path.is_symlink():

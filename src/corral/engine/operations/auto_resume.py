@@ -70,7 +70,7 @@ def _interruption(project: Project, task: Task, session: Session) -> Interruptio
     if exit_code is None and cause.evidence is not None:
         exit_code = cause.evidence.exit_code
     # The branch's commit from its files where they are plain (no git process on the way to the resume).
-    from corral.engine.runtime.tip_files import branch_commit  # a crash's only: every settling read loads this module
+    from corral.adapters.tip_files import branch_commit  # a crash's only: every settling read loads this module
 
     head = branch_commit(project.git, project.repo, session.branch or task.branch)
     return Interruption(cause.code, exit_code, head, at.timestamp())

@@ -626,7 +626,7 @@ def resume(
         # Clean or dirty as the crashed turn's receipt recorded it (the supervisor's one scan at the
         # turn's end) while the worktree's HEAD is still the one it recorded (read from its files where
         # they are plain: no git process on the way to the resume); else a scan of its own.
-        from corral.engine.runtime.tip_files import head_commit
+        from corral.adapters.tip_files import head_commit
 
         recorded = crashed.details if crashed is not None else {}
         worktree = session.worktree or "."

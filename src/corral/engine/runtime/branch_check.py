@@ -29,8 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from corral.adapters import tip_files
 from corral.adapters.git import Git
-from corral.engine.runtime import quarantine, tip_files
+from corral.engine.runtime import quarantine
 from corral.engine.runtime.ref_guard import RefMove, kept_ref
 from corral.errors import GitError
 

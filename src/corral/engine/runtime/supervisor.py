@@ -28,6 +28,7 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from corral import crashpoints
+from corral.adapters import tip_files
 from corral.adapters.git import Git
 from corral.adapters.harness import make_harness
 from corral.adapters.harness.base import Harness
@@ -37,7 +38,7 @@ from corral.domain.clock import rfc3339
 from corral.domain.redact import bounded, redact, secret_values
 from corral.engine.paths import usage_limits_file
 from corral.engine.private_state import make_private_dir
-from corral.engine.runtime import branch_check, ref_guard, ref_snapshot, tip_files
+from corral.engine.runtime import branch_check, ref_guard, ref_snapshot
 from corral.engine.runtime import protocol as proto
 from corral.engine.runtime.attempts import AttemptRunner
 from corral.engine.runtime.gitfacts import GitProbe

@@ -29,6 +29,7 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from corral import crashpoints
+from corral.adapters import tip_files
 from corral.adapters.pid_identity import send_identified
 from corral.domain import prompts
 from corral.domain.actors import Actor, Role
@@ -45,7 +46,6 @@ from corral.engine.recovery.faults import internal_fault
 from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
-from corral.engine.runtime import tip_files
 from corral.engine.runtime.processes import reap_turn, supervisor_identity
 from corral.engine.shared_store import remote_branches as remote
 from corral.engine.shared_store import shipping

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from corral.adapters import tip_files
 from corral.adapters.locks import lock
 from corral.adapters.loose_objects import commit_tree, read_loose
 from corral.adapters.ref_files import common_dir, git_dirs
@@ -31,7 +32,6 @@ from corral.domain.team import Lease
 from corral.engine.git_remote import remote_name
 from corral.engine.placement import Fetched
 from corral.engine.project import Project
-from corral.engine.runtime import tip_files
 from corral.errors import GitError, PrepareFailed, WorkNotPushed
 
 WIP_PREFIX = "refs/corral/wip/"
@@ -93,7 +93,7 @@ def fetch(project: Project, task: Task, target: str) -> Fetched:
     """Fetch the task branch, its WIP ref and the target (each may be absent on the remote).
 
     One ``ls-remote`` says what the remote holds; one ``fetch`` brings what this host lacks of it. What this
-    host holds already is read from the files where they are plain (``runtime/tip_files``), else asked of git.
+    host holds already is read from the files where they are plain (``adapters/tip_files``), else asked of git.
     """
     git, repo, remote = project.git, project.repo, remote_name(project)
     wanted = {
