@@ -2,7 +2,7 @@
 """The test suite's wall time: the README's test command, timed, with its ten slowest tests.
 
 Runs the pytest part of the README's test command (between ``<!-- test-command -->`` and the next
-code block: ``.venv/bin/python -m pytest -n 4``) from the repository's root, exactly as written,
+code block: ``.venv/bin/python -m pytest -n 5``) from the repository's root, exactly as written,
 with ``--durations=10`` added so pytest names the slowest tests, in a process group of its own that
 is killed whole at the end (a benchmark leaves no process behind). The floor beside it: the same
 pytest collecting the suite without running it (``--collect-only -q``), the cost of starting
