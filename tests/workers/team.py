@@ -201,7 +201,9 @@ class Host:
         return pids
 
     def signal_all(self, sig: signal.Signals) -> None:
-        """The worker and every supervisor (and agent) it started, as a host that dies or freezes."""
+        """The worker and every supervisor and agent it started, as a host that dies or freezes: their process
+        groups, and every other process of this host's (its ``HOME`` in its environment): an agent runs in a
+        process group of its own, which the supervisor's does not reach."""
         targets = [self.proc.pid] if self.proc is not None else []
         targets += self.supervisors()
         for pid in targets:
@@ -209,6 +211,27 @@ class Host:
                 os.killpg(pid, sig)
             except ProcessLookupError:
                 pass
+        for pid in self.processes():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def processes(self) -> list[int]:
+        """This host's processes still there: those started with its ``HOME``."""
+        mine = b"\0HOME=" + str(self.home).encode() + b"\0"
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    env = b"\0" + f.read()
+            except OSError:
+                continue
+            if mine in env:
+                found.append(int(entry.name))
+        return found
 
     def stop_daemon(self) -> None:
         """The daemon a launch on this host started (a turn whose agent had corral's tools), if any."""

@@ -147,7 +147,8 @@ def test_the_claude_code_session_of_a_killed_worker_is_resumed_on_another_with_t
         # the echo's result, not its command (the tool call's line, written before the echo ran, holds the text too)
         until(lambda: _tool_result_in(made, "carried-tool-output"), timeout=30, what="the echo's result written")
         until(lambda: _stored(team) >= made.stat().st_size, timeout=30, poll=0.2, what="the transcript shipped")
-        a.signal_all(signal.SIGKILL)  # the host dies mid-turn
+        a.signal_all(signal.SIGKILL)  # the host dies mid-turn: its worker, supervisor and Claude Code alike
+        until(lambda: not a.processes(), timeout=10, what=f"the doomed host's processes to end: {a.processes()}")
         b.start_worker()
         try:
             b.wait_event("claim", timeout=LEASE + 60)
