@@ -63,8 +63,11 @@ def rgb(hex_colour: str) -> str:
     return f"rgb({r}, {g}, {b})"
 
 
-def background(locator: object) -> str:
-    return str(locator.evaluate("el => getComputedStyle(el).backgroundColor"))  # type: ignore[attr-defined]
+#: The background of a group's legend swatch and of the first status chip of its column, read at one moment.
+_LEGEND_AND_CHIP = """group => [
+    document.querySelector(`#legend li[data-group=${group}]`),
+    document.querySelector(`#board section[data-needs=${group}] .card .status`),
+].map(el => el && getComputedStyle(el).backgroundColor)"""
 
 
 def no_hostile_effects(watched: Watched, title: str) -> None:
@@ -136,8 +139,10 @@ def test_create_start_and_accept_with_confirmation_from_the_pages(go: Path, dash
     for group in ("working", "backlog"):
         swatch = page.locator(f"#legend li[data-group={group}]")
         expect(swatch).to_have_text({"working": "Working", "backlog": "Backlog"}[group])
-        chip = page.locator(f"#board section[data-needs={group}] .card .status").first
-        assert background(swatch) == background(chip) == rgb(NEED_COLOURS[group])
+        # Both read in one go from the page as it is: the board's stream may swap a card in between two reads,
+        # and a card taken out of the page has no computed style.
+        shown = page.evaluate(_LEGEND_AND_CHIP, group)
+        assert shown == [rgb(NEED_COLOURS[group])] * 2, (group, shown)
         bar = page.locator(f"#activity rect[data-status={group}]").first
         assert bar.get_attribute("fill") == NEED_COLOURS[group]  # the chart's rows, coloured as the board
     expect(page.locator("#activity figcaption")).to_contain_text("working 1")  # tasks, not moves
