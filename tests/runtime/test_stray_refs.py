@@ -11,40 +11,20 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from corral.adapters.branches import delete_task_branch
 from corral.adapters.git import Git
-from corral.adapters.process import Completed, SubprocessRunner
 from corral.engine.runtime import stray_refs, stray_report
 from corral.engine.runtime.stray_refs import sweep
 from corral.engine.runtime.stray_report import StrayReport
 from corral.errors import GitError
 from tests.conftest import git
+from tests.support.counting_runner import CountingRunner
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "corral"
-
-
-class CountingRunner(SubprocessRunner):
-    """The real runner, keeping each argv it ran."""
-
-    def __init__(self) -> None:
-        self.argvs: list[tuple[str, ...]] = []
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = None,
-    ) -> Completed:
-        self.argvs.append(tuple(argv))
-        return super().run(argv, cwd=cwd, env=env, input=input, timeout=timeout)
 
 
 def refs(repo: Path) -> dict[str, str]:

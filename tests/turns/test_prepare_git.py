@@ -5,40 +5,18 @@ answers are the same."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from corral.adapters.git import Git
-from corral.adapters.process import Completed, SubprocessRunner
 from corral.domain.actors import Actor
 from corral.engine import workspace
 from corral.engine.project import Project
 from corral.errors import PrepareFailed
 from corral.store import NewTask
 from tests.conftest import git
-
-
-class CountingRunner(SubprocessRunner):
-    """The real runner, keeping each git subcommand it ran."""
-
-    def __init__(self) -> None:
-        self.subcommands: list[str] = []
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = None,
-    ) -> Completed:
-        words = [w for w in argv[1:] if not w.startswith("-")]
-        skip = {"core.hooksPath=/dev/null"}
-        self.subcommands.append(next((w for w in words if "=" not in w and w not in skip), "?"))
-        return super().run(argv, cwd=cwd, env=env, input=input, timeout=timeout)
+from tests.support.counting_runner import CountingRunner
 
 
 def _prepare(repo: Path, ref: str) -> tuple[workspace.Workspace, list[str]]:
@@ -47,11 +25,11 @@ def _prepare(repo: Path, ref: str) -> tuple[workspace.Workspace, list[str]]:
     try:
         with project.store.write() as tx:
             task = tx.insert_task(NewTask(ref=ref, goal=f"Task {ref}", target_branch="main"), Actor.HUMAN)
-        runner.subcommands.clear()
+        runner.argvs.clear()
         made = workspace.prepare(project, task, "main")
     finally:
         project.close()
-    return made, runner.subcommands
+    return made, runner.subcommands()
 
 
 def test_a_start_in_a_plain_repository_runs_one_git_process_the_worktree_add(repo: Path) -> None:
