@@ -14,7 +14,8 @@ Usage::
 
     .venv/bin/python bench/bench_suite.py            # one whole run of the suite (~5-7 minutes)
 
-Results are printed and written to bench/results/bench_suite.json.
+Results are printed and written to bench/results/bench_suite.json; pytest's whole output (a failure's
+traceback) to bench/results/bench_suite.out.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import ROOT, finish, load, machine
+from benchlib import RESULTS, ROOT, finish, load, machine
 
 WALL_TARGET_S = 7 * 60
 SLOWEST_TARGET_S = 30.0
@@ -83,6 +84,11 @@ def main() -> int:
     for line in out.splitlines():
         if line.startswith("FAILED "):
             print(f"  {line[:200]}")
+    kept = RESULTS / "bench_suite.out"  # the whole output: a failure's traceback, kept to be read
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(out)
+    if failed or code != 0:
+        print(f"  pytest's whole output: {kept}")
     print("\n  ten slowest:")
     for seconds, when, test in slowest:
         print(f"    {seconds:6.1f} s  {when:8s} {test}")
