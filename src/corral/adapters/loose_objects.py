@@ -49,6 +49,12 @@ def read_loose(common: Path, oid: str, *, whole: bool = False) -> tuple[str, byt
     return kind.decode(), content
 
 
+def loose_commit_tree(common: Path, oid: str) -> str | None:
+    """The tree of the commit ``oid`` where git keeps it loose; None otherwise (packed, absent, not a commit)."""
+    found = read_loose(common, oid)
+    return commit_tree(found[1]) if found is not None and found[0] == "commit" else None
+
+
 def commit_tree(content: bytes) -> str | None:
     """The tree a commit's content names on its first line (``tree <oid>``), or None."""
     first = content.split(b"\n", 1)[0]

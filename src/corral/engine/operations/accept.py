@@ -38,7 +38,7 @@ from typing import Any
 from msgspec import Struct
 
 from corral import crashpoints
-from corral.adapters.loose_objects import commit_tree, read_loose
+from corral.adapters.loose_objects import commit_tree, loose_commit_tree, read_loose
 from corral.adapters.ref_files import common_dir
 from corral.domain import gittext
 from corral.domain.actors import Actor, Role
@@ -246,8 +246,7 @@ def _tips_from_files(project: Project, branch: str, target: str | None) -> tuple
     if target is None:
         return tip, None
     at = removals.ref_in_files(project, f"refs/heads/{target}")
-    found = read_loose(common, at) if isinstance(at, str) else None
-    tree = commit_tree(found[1]) if found is not None and found[0] == "commit" else None
+    tree = loose_commit_tree(common, at) if isinstance(at, str) else None
     if not isinstance(at, str) or tree is None:
         return None
     return tip, (at, tree)

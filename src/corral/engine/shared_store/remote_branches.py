@@ -24,7 +24,7 @@ from pathlib import Path
 
 from corral.adapters import tip_files
 from corral.adapters.locks import lock
-from corral.adapters.loose_objects import commit_tree, read_loose
+from corral.adapters.loose_objects import loose_commit_tree
 from corral.adapters.ref_files import common_dir, git_dirs
 from corral.domain.records import Task
 from corral.domain.status import Status
@@ -250,8 +250,7 @@ def snapshot(project: Project, worktree: Path, message: str) -> str | None:
 def _tree_of(project: Project, worktree: Path, commit: str) -> str:
     """The tree of ``commit``: from its loose object where it is one (a commit the agent just made), else git's."""
     dirs = git_dirs(worktree)
-    found = read_loose(dirs[1], commit) if dirs is not None else None
-    tree = commit_tree(found[1]) if found is not None and found[0] == "commit" else None
+    tree = loose_commit_tree(dirs[1], commit) if dirs is not None else None
     return tree or project.git.tree_of(commit, cwd=worktree)
 
 
