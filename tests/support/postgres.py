@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import subprocess
@@ -96,6 +97,7 @@ class Server:
                 options += f" -c max_connections={max_connections}"
             ctl = (pg_bin("pg_ctl"), "-D", str(self.data))
             self._run(*ctl, "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
+            self._watcher, self._alive = self._watch()
         except BaseException:
             if (self.data / "postmaster.pid").exists():  # started, but not in time: stop it
                 stop = [*self._as, pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
@@ -117,11 +119,37 @@ class Server:
             log = self.log.read_text(errors="replace") if self.log.exists() else ""
             raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr or done.stdout}\n{log}")
 
+    def _watch(self) -> tuple[subprocess.Popen[bytes], int]:
+        """A watcher that stops the server once this process is gone, however it went.
+
+        A test run killed by a signal runs no finalizer, and ``pg_ctl`` leaves the server running on its
+        own: each such run left a server behind. The watcher reads a pipe only this process holds the
+        write end of (not inherited: Python's pipes are close-on-exec), so it reads end-of-file when this
+        process exits, killed or not. It runs in a session of its own, so the Ctrl-C that interrupts a run
+        does not take it first.
+        """
+        read, write = os.pipe()
+        stop = shlex.join([*self._as, pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+        script = f'cat >/dev/null; if [ -f "$1/data/postmaster.pid" ]; then {stop} >/dev/null 2>&1; fi; rm -rf "$1"'
+        try:
+            watcher = subprocess.Popen(
+                ["sh", "-c", script, "pg-watcher", str(self.root)],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read)
+        return watcher, write
+
     def stop(self) -> None:
         try:
             self._run(pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+            os.close(self._alive)  # the watcher finds the server gone and ends
+            self._watcher.wait()
 
 
 def with_database(url: str, database: str) -> str:
