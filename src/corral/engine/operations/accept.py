@@ -30,6 +30,7 @@ lines hold a ``<<<<<<<`` … ``=======`` … ``>>>>>>>`` region is refused befor
 from __future__ import annotations
 
 import re
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -100,6 +101,61 @@ class _Ready(Struct, frozen=True):
     #: The target's commit and tree as pre-flight read them: the merge's first base when the target's ref
     #: still holds that commit under its lock (:func:`_target_now`).
     target_seen: tuple[str, str] | None = None
+    #: The squash worked out ahead, beside pre-flight's status scan (:class:`_Ahead`); None: worked out in line.
+    ahead: _Ahead | None = None
+
+
+class _Early(Struct, frozen=True):
+    """What :class:`_Ahead` worked out: the merge of ``tip`` onto ``old`` as :meth:`Git.merge_tree` gives it, the
+    patch :func:`refuse_markers` reads (None: not read, markers allowed or nothing to merge), and the squash
+    commit made of ``message`` (None: not made, the patch opening a conflict region, or markers allowed)."""
+
+    old: str
+    tip: str
+    tree: str | None
+    conflicts: list[str]
+    patch: str | None
+    message: str
+    commit: str | None
+
+
+class _Ahead:
+    """The squash of the reviewed tip onto the target as pre-flight read them, worked out by git beside
+    pre-flight's status scan of the task's worktree and the move to ``merging`` (on a machine of two cores, the
+    merge, its conflict-marker patch and its commit cost no wall time of their own). Nothing it does is seen:
+    ``merge-tree`` and ``commit-tree`` write objects no ref names, and the diff reads. The merge phase takes its
+    answer only for the very commits it merges (the target's ref, read under its lock, still at the commit
+    pre-flight read; the same tip; the same message); anything else, or anything that went wrong here, is
+    worked out in line as before, where a failure is said."""
+
+    def __init__(self, project: Project, old: str, old_tree: str, tip: str, message: str, allow_markers: bool):
+        self._args = (project, old, old_tree, tip, message, allow_markers)
+        self._early: _Early | None = None
+        self._thread = threading.Thread(target=self._work, name="corral-accept-ahead")
+        self._thread.start()
+
+    def _work(self) -> None:
+        project, old, old_tree, tip, message, allow_markers = self._args
+        try:
+            tree, conflicts = project.git.merge_tree(old, tip, cwd=project.repo)
+            patch = commit = None
+            if tree is not None and tree != old_tree and not allow_markers:
+                patch = marker_patch(project, old, tree)
+                if not _opens_region(patch):
+                    commit = _commit(project, tree, old, message)
+            self._early = _Early(old, tip, tree, conflicts, patch, message, commit)
+        except Exception:  # not swallowed: the merge phase works it out in line, and says why it fails there
+            self._early = None
+
+    def join(self) -> None:
+        """Wait for git to be done (every path out of an accept: nothing of it runs after the command ends)."""
+        self._thread.join()
+
+    def take(self, old: str, tip: str) -> _Early | None:
+        """The answer for merging ``tip`` onto ``old``, when that is what was worked out; else None."""
+        self.join()
+        early = self._early
+        return early if early is not None and (early.old, early.tip) == (old, tip) else None
 
 
 def _checked_out(project: Project, branch: str) -> bool:
@@ -108,7 +164,19 @@ def _checked_out(project: Project, branch: str) -> bool:
     return _worktree_on(project, branch) is not None
 
 
-def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | None = None) -> _Ready | Accepted:
+def preflight(
+    project: Project,
+    given: str,
+    actor: Actor,
+    caller_task_id: str | None = None,
+    *,
+    ahead: bool = False,
+    allow_markers: bool = False,
+) -> _Ready | Accepted:
+    """What an accept checks before anything moves, and what it reads for the merge: the task's branch tip and
+    target. ``ahead``: the squash of that tip onto the target is worked out by git beside the worktree's status
+    scan (:class:`_Ahead`), for a merge phase that follows at once (no pre-accept turn in between)."""
+    message: str | None = None
     with project.store.read() as tx:
         task = resolve_task(tx, given)
         session = tx.get_session(task.session_id) if task.session_id else None
@@ -140,6 +208,8 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
                 )
         target = workspace.target_branch(tx, task)
         lease = tx.lease(task.id)
+        if ahead:
+            message = _message(tx, task, session)
     # Its turns ran on workers: the remote holds its work. A turn run on a host of its own (a local lease)
     # left its work in that host's worktree, accepted there as on one host.
     # The placement refuses it while that work has not reached the remote (its tip would be stale).
@@ -165,24 +235,34 @@ def preflight(project: Project, given: str, actor: Actor, caller_task_id: str | 
             hint=f"Its branch {session.branch or task.branch} still holds every commit: run `git worktree prune`, "
             f"then restore it (git worktree add '{session.worktree}' {session.branch or task.branch}) and accept.",
         )
-    dirty = git.dirty_paths(session.worktree)
-    if dirty:
-        raise AcceptRefused(
-            f"Cannot accept {task.ref}: its worktree has uncommitted changes: {', '.join(dirty[:10])}"
-            + (" …" if len(dirty) > 10 else ""),
-            hint=f"Have the agent commit them (corral unblock {task.ref} -m 'commit your changes'), or commit "
-            f"them yourself in {session.worktree}.",
-        )
     shared = fetched is not None
-    tip, target_there, seen = _read_tips(project, session.branch or task.branch, None if shared else target)
-    if tip is None:
-        raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
-    if not target_there:
-        raise AcceptRefused(
-            f"The target branch {target} of {task.ref} does not exist.",
-            hint=f"Create it, or: corral edit {task.ref} --target BRANCH",
-        )
-    return _Ready(task, session, target, tip, task.status, shared=shared, target_seen=seen)
+    branch = session.branch or task.branch
+    early = _tips_from_files(project, branch, target) if message is not None and not shared else None
+    working = None
+    if early is not None and early[1] is not None:  # both plainly read from their files: merged beside the scan
+        working = _Ahead(project, early[1][0], early[1][1], early[0], message or "", allow_markers)
+    try:
+        dirty = git.dirty_paths(session.worktree)
+        if dirty:
+            raise AcceptRefused(
+                f"Cannot accept {task.ref}: its worktree has uncommitted changes: {', '.join(dirty[:10])}"
+                + (" …" if len(dirty) > 10 else ""),
+                hint=f"Have the agent commit them (corral unblock {task.ref} -m 'commit your changes'), or commit "
+                f"them yourself in {session.worktree}.",
+            )
+        tip, target_there, seen = _read_tips(project, branch, None if shared else target)
+        if tip is None:
+            raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
+        if not target_there:
+            raise AcceptRefused(
+                f"The target branch {target} of {task.ref} does not exist.",
+                hint=f"Create it, or: corral edit {task.ref} --target BRANCH",
+            )
+    except BaseException:
+        if working is not None:
+            working.join()
+        raise
+    return _Ready(task, session, target, tip, task.status, shared=shared, target_seen=seen, ahead=working)
 
 
 #: What opens a conflict region (``corral.domain.conflict_markers.OPENING``, held equal by a test): the reader of
@@ -349,18 +429,22 @@ def accept(
             return forge_accept.accept(project, first.id, actor=actor, narrator=narrator, pinned=pinned,
                                        confirm=confirm, caller_task_id=caller_task_id, steps=STEPS)  # fmt: skip
         narrator.phase(PREFLIGHT, "start")
-        ready = preflight(project, first.id, actor, caller_task_id)
+        pre_prompt = project.config["pre_accept_prompt"]
+        ready = preflight(project, first.id, actor, caller_task_id, ahead=not pre_prompt, allow_markers=allow_markers)
         if isinstance(ready, Accepted):
             narrator.phase(PREFLIGHT, "done", "already accepted")
             return ready
-        agreed = _agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
-        narrator.phase(PREFLIGHT, "done")
-        task, _session, target = ready.task, ready.session, ready.target
-        destination = None  # read under the target's lock (_merge), where it can be relied on
-        pre_prompt = project.config["pre_accept_prompt"]
-        narrator.announce(plan(pre_accept=bool(pre_prompt), destination=_checked_out(project, target)))
-        if not pre_prompt:  # the accept's mark goes with the status it moves to: one transaction (_merge)
-            return _merge(project, ready, actor, narrator, destination, allow_markers, mark=True)
+        try:
+            agreed = _agreed_tip(project, ready, pinned, reviewed.viewer(actor, caller_task_id), confirm, narrator)
+            narrator.phase(PREFLIGHT, "done")
+            task, _session, target = ready.task, ready.session, ready.target
+            destination = None  # read under the target's lock (_merge), where it can be relied on
+            narrator.announce(plan(pre_accept=bool(pre_prompt), destination=_checked_out(project, target)))
+            if not pre_prompt:  # the accept's mark goes with the status it moves to: one transaction (_merge)
+                return _merge(project, ready, actor, narrator, destination, allow_markers, mark=True)
+        finally:
+            if ready.ahead is not None:  # taken by the merge phase, or not: git is done before the accept ends
+                ready.ahead.join()
         mark_in_flight(project, task.id, ready.prior)
         crashpoints.hit("accept.marked")
         ready = _pre_accept(project, ready, actor, narrator, str(pre_prompt))
@@ -602,7 +686,11 @@ def _land(
             old, old_tree = _target_now(project, target, ready.target_seen if attempt == 0 else None)
         if old is None:
             raise AcceptRefused(f"The target branch {target} of {task.ref} is gone.")
-        tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)
+        early = ready.ahead.take(old, ready.tip) if ready.ahead is not None and attempt == 0 else None
+        if early is not None:
+            tree, conflicts = early.tree, early.conflicts
+        else:
+            tree, conflicts = git.merge_tree(old, ready.tip, cwd=repo)
         if tree is None:
             raise MergeConflictOnAccept(
                 f"{task.branch} conflicts with {target} in: {shown_paths(conflicts, most=20)}. Nothing was merged.",
@@ -614,8 +702,9 @@ def _land(
                 hint=f"Close it instead: corral close {task.ref} -m 'nothing to do'",
             )
         if not allow_markers:
-            refuse_markers(project, ready, old, tree)
-        commit = _commit(project, tree, old, message)
+            refuse_markers(project, ready, old, tree, early.patch if early is not None else None)
+        made = early.commit if early is not None and early.message == message else None
+        commit = made or _commit(project, tree, old, message)
         if ready.shared:
             if not project.placement.push_target(project, target, commit, old):
                 moved = True  # another host's accept landed first: merged again onto it, re-verified
@@ -754,30 +843,12 @@ def conflict_hint(ready: _Ready) -> str:
     return f"{by_hand}Or hand it to the agent: corral unblock {ref} -m 'merge {target} and resolve the conflicts'"
 
 
-def refuse_markers(project: Project, ready: _Ready, old: str, tree: str) -> None:
-    """Refuse a squash whose added lines hold conflict markers (:mod:`corral.domain.conflict_markers`).
-
-    The patch is read from objects in the main checkout, as the review diff is, with no driver, textconv
-    or attribute of the task's, and with git's own prefixes whatever the person's ``diff.noprefix``.
-    """
-    patch = project.git.run(
-        "-c",
-        "core.fsmonitor=false",
-        "diff",
-        *reviewed.REVIEW_FLAGS,
-        "-U0",
-        "--no-color",
-        "--no-renames",
-        "--src-prefix=a/",
-        "--dst-prefix=b/",
-        old,
-        tree,
-        "--",
-        cwd=project.repo,
-    ).stdout
-    # A region begins with an added line that opens it: a patch with none holds no region (read no further, and
-    # load no reader of markers).
-    if f"\n+{OPENING}" not in f"\n{patch}":
+def refuse_markers(project: Project, ready: _Ready, old: str, tree: str, patch: str | None = None) -> None:
+    """Refuse a squash whose added lines hold conflict markers (:mod:`corral.domain.conflict_markers`), read in
+    the squash's patch (:func:`marker_patch`; ``patch``: that patch, already read for these very trees)."""
+    if patch is None:
+        patch = marker_patch(project, old, tree)
+    if not _opens_region(patch):
         return
     from corral.domain import conflict_markers
 
@@ -797,6 +868,33 @@ def refuse_markers(project: Project, ready: _Ready, old: str, tree: str) -> None
         hint=f"{by_hand}Or hand it back: corral unblock {ref} -m 'resolve the conflict markers'. "
         f"Markers you mean: corral accept {ref} --allow-markers",
     )
+
+
+def _opens_region(patch: str) -> bool:
+    """Whether ``patch`` adds a line that opens a conflict region: a patch with none holds no region (read no
+    further, and load no reader of markers)."""
+    return f"\n+{OPENING}" in f"\n{patch}"
+
+
+def marker_patch(project: Project, old: str, tree: str) -> str:
+    """The squash's patch (``old`` to ``tree``) as :func:`refuse_markers` reads it: from objects in the main
+    checkout, as the review diff is, with no driver, textconv or attribute of the task's, and with git's own
+    prefixes whatever the person's ``diff.noprefix``."""
+    return project.git.run(
+        "-c",
+        "core.fsmonitor=false",
+        "diff",
+        *reviewed.REVIEW_FLAGS,
+        "-U0",
+        "--no-color",
+        "--no-renames",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        old,
+        tree,
+        "--",
+        cwd=project.repo,
+    ).stdout
 
 
 def verify(
