@@ -182,6 +182,7 @@ def test_protected_paths_are_matched_before_the_list_is_cut(repo: Path):
 def test_a_receipt_corral_writes_is_always_one_it_reads(tmp_path: Path):
     """Every variable part far over the bound at once: fit shrinks them and the writer never refuses."""
     attempt = proto.AttemptRecord(number=1, started_at="2026-01-01T00:00:00Z", ended_at=None, outcome="failed")
+    paths = tuple(PATH.format(pkg=i // 100, mod=i % 100) for i in range(FILES))  # changed, and every one protected
     huge = proto.Receipt(
         command_id="c1",
         task_id="t1",
@@ -194,8 +195,8 @@ def test_a_receipt_corral_writes_is_always_one_it_reads(tmp_path: Path):
         attempts=tuple(replace(attempt, number=n) for n in range(1, 40_001)),
         git=proto.GitFacts(
             head="h",
-            changed_paths=tuple(PATH.format(pkg=i // 100, mod=i % 100) for i in range(FILES)),
-            protected_changes=tuple(PATH.format(pkg=i // 100, mod=i % 100) for i in range(FILES)),
+            changed_paths=paths,
+            protected_changes=paths,
             commits=tuple(f"{i:040x}" for i in range(200_000)),
             changed_count=FILES,
         ),
@@ -214,3 +215,29 @@ def test_a_receipt_corral_writes_is_always_one_it_reads(tmp_path: Path):
     assert back.git.changed_count == FILES  # the lists shrank; their counts did not
     small = replace(huge, result="ok", failure_reason=None, check=None, sync=None, attempts=(), git=None)
     assert receipt_fit.fit(small) is small  # what already fits is written as it is
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        'plain text, "quoted", a tab\there, a newline\nand é, ü, 😀',
+        "a harness cut inside a character: \ud83d, and a lone \udc80 at the end",
+        "control characters \x00\x01\x1b[31m and \x7f\u2028",
+    ],
+)
+def test_the_size_fit_measures_is_the_size_the_writer_writes(tmp_path: Path, result: str):
+    """The fit measures a receipt as the writer encodes it, byte for byte: a lone surrogate included
+    (written as its 6-byte escape), or a receipt the fit passed could still be over the bound."""
+    receipt = proto.Receipt(
+        command_id="c1",
+        task_id="t1",
+        kind="work",
+        status=proto.ReceiptStatus.COMPLETED,
+        result=result,
+        failure_reason=result,
+        check=proto.CheckResult(command="make test", exit_code=1, timed_out=False, timeout=60.5, tail=result),
+    )
+    proto.write(tmp_path, receipt)
+    assert receipt_fit.encoded_size(receipt) == (tmp_path / proto.RESPONSE).stat().st_size
+    back = proto.read(tmp_path / proto.RESPONSE, proto.Receipt)
+    assert isinstance(back, proto.Receipt) and back.result == result and back.check == receipt.check

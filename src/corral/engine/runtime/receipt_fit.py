@@ -8,12 +8,11 @@ attempts) rather than fail; the counts and the verbatim ``output.log`` keep the 
 
 from __future__ import annotations
 
-import json
-
 from msgspec.structs import replace
 
 from corral.domain.redact import bounded, truncation_note
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.wire import encode
 
 #: Room left under the protocol's bound for what :func:`fit` cannot shrink (ids, times, codes).
 FIT_MARGIN = 64 * 1024
@@ -21,16 +20,17 @@ FIT_MARGIN = 64 * 1024
 
 def encoded_size(r: proto.Receipt) -> int:
     """The bytes :func:`~corral.engine.runtime.protocol.write` will put on disk for ``r``."""
-    doc = {"protocol_version": proto.PROTOCOL_VERSION, **r.to_json()}
-    return len(json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass"))
+    return len(encode(r.to_json()))
 
 
 def _cut_text(text: str | None, limit: int) -> str | None:
-    if text is None or len(text.encode("utf-8", "replace")) <= limit:
+    if text is None or len(text) <= limit // 4:  # at most 4 bytes a character: surely within the limit
         return text
-    note = truncation_note(len(text.encode("utf-8", "replace")))
-    head = text.encode("utf-8", "replace")[: max(0, limit - len(note.encode("utf-8")))]
-    return head.decode("utf-8", "ignore") + note
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    note = truncation_note(len(data))
+    return data[: max(0, limit - len(note.encode("utf-8")))].decode("utf-8", "ignore") + note
 
 
 def _shrunk(r: proto.Receipt, limit: int) -> proto.Receipt:
@@ -64,10 +64,29 @@ def _shrunk(r: proto.Receipt, limit: int) -> proto.Receipt:
     )
 
 
+def _least_size(r: proto.Receipt) -> int:
+    """A floor under :func:`encoded_size`: the characters of ``r``'s variable parts, each at least a byte on disk.
+
+    Counted without encoding (a sum of lengths), so a receipt that is surely over the bound skips
+    the measure that would only say so: encoding one with lists of a hundred thousand paths costs
+    a good part of a second.
+    """
+    texts = (r.result, r.failure_reason, r.output_window, r.stderr_window)
+    size = sum(len(t) for t in texts if t)
+    if r.check is not None:
+        size += len(r.check.tail)
+    if r.error is not None:
+        size += len(r.error.tail) + len(r.error.reason)
+    lists = [r.sync.files] if r.sync is not None else []
+    if r.git is not None:
+        lists += [r.git.changed_paths, r.git.protected_changes, r.git.commits]
+    return size + sum(sum(map(len, items)) for items in lists)
+
+
 def fit(r: proto.Receipt, max_bytes: int = proto.MAX_BYTES) -> proto.Receipt:
     """``r``, shrunk until the writer's encoding is within ``max_bytes``: the writer never refuses it."""
     budget = max_bytes - FIT_MARGIN
-    if encoded_size(r) <= budget:
+    if _least_size(r) <= budget and encoded_size(r) <= budget:
         return r
     limit = budget // 2
     while limit > 0:
