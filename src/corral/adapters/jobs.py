@@ -22,6 +22,14 @@ TASK_NAME = "corral.run_turn"
 #: The advisory lock that serializes applying the engine's schema (two workers starting at once).
 _SCHEMA_LOCK = 0x636F7272616C  # "corral"
 
+#: The engine's unique index on a waiting job's queueing lock: a second job of a task still waiting breaks it.
+_QUEUEING_LOCK = "procrastinate_jobs_queueing_lock_idx_v1"
+#: One job deferred as the engine's own ``defer`` does (its ``defer_jobs`` query): priority 0, no lock, due now.
+_DEFER = (
+    "SELECT unnest(procrastinate_defer_jobs_v1("
+    "ARRAY[ROW(%s, %s, 0, NULL, %s, %s, NULL)::procrastinate_job_to_defer_v1]))"
+)
+
 #: What a job handler gets: the job's arguments (``project``, ``task_id``, ``command_id``).
 Handler = Callable[[dict[str, Any]], None]
 
@@ -74,34 +82,44 @@ class JobQueue:
                 hint="Check database_url and that its user may create a schema (corral doctor).",
             ) from exc
 
-    def _app(self, *, sync: bool) -> Any:
+    def _app(self) -> Any:
         import procrastinate
 
-        if sync:
-            connector: Any = procrastinate.SyncPsycopgConnector(
-                conninfo=self.url, min_size=1, max_size=1, kwargs=_connect_kwargs()
-            )
-        else:
-            connector = procrastinate.PsycopgConnector(
-                conninfo=self.url, min_size=1, max_size=4, kwargs=_connect_kwargs()
-            )
+        connector = procrastinate.PsycopgConnector(conninfo=self.url, min_size=1, max_size=4, kwargs=_connect_kwargs())
         return procrastinate.App(connector=connector)
 
     def defer(self, project: str, task_id: str, command_id: str) -> int | None:
-        """Enqueue one waiting command; its job id, or None when the task already has a job waiting."""
-        import procrastinate.exceptions
+        """Enqueue one waiting command; its job id, or None when the task already has a job waiting.
 
+        One connection and one statement: the engine's own SQL function (``procrastinate_defer_jobs_v1``, what
+        its ``defer`` runs) called with psycopg, without building the engine's app and its connection pool and
+        their threads, and without importing the engine at all: a ``start`` on a reviewer's host queues its turn
+        and exits. The queueing lock is the engine's (its unique index on a waiting job's ``queueing_lock``).
+        """
+        import psycopg
+        from psycopg.types.json import Jsonb
+
+        job = (
+            queue_of(project),
+            TASK_NAME,
+            f"{project}:{task_id}",
+            Jsonb({"project": project, "task_id": task_id, "command_id": command_id}),
+        )
         for first in (True, False):
-            app = self._app(sync=True)
-            with app.open():
-                deferrer = app.configure_task(TASK_NAME, queue=queue_of(project), queueing_lock=f"{project}:{task_id}")
-                try:
-                    return int(deferrer.defer(project=project, task_id=task_id, command_id=command_id))
-                except procrastinate.exceptions.AlreadyEnqueued:
+            try:
+                with psycopg.connect(self.url, autocommit=True, **_connect_kwargs()) as conn:
+                    row = conn.execute(_DEFER, job).fetchone()
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == _QUEUEING_LOCK:
                     return None
-                except procrastinate.exceptions.ConnectorException as exc:
-                    if not (first and _no_schema(exc)):
-                        raise StoreError(f"corral could not queue the turn: {exc}", hint="corral doctor") from exc
+                raise StoreError(f"corral could not queue the turn: {exc}", hint="corral doctor") from exc
+            except psycopg.Error as exc:
+                if not (first and _no_schema(exc)):
+                    raise StoreError(f"corral could not queue the turn: {exc}", hint="corral doctor") from exc
+            else:
+                if row is None or row[0] is None:
+                    raise StoreError("corral could not queue the turn: the queue made no job.", hint="corral doctor")
+                return int(row[0])
             self.ensure_schema()  # the first turn ever queued in this database: the engine's tables first
         raise AssertionError("unreachable")
 
@@ -149,7 +167,7 @@ class JobQueue:
         heartbeat_seconds: float,
         grace_seconds: float | None,
     ) -> None:
-        app = self._app(sync=False)
+        app = self._app()
 
         def run_turn(project: str, task_id: str, command_id: str) -> None:
             handler({"project": project, "task_id": task_id, "command_id": command_id})
