@@ -3,7 +3,9 @@ the transaction that writes them, and its WIP push is a compare-and-swap on what
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -90,3 +92,62 @@ def test_a_wip_push_never_overwrites_a_wip_it_has_not_seen(
     with pytest.raises(LeaseLost):
         remote.push_wip(project, task, worktree, epoch=epoch, seen=theirs)
     assert git(team.remote, "rev-parse", remote.wip_ref(task)) == theirs
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch, project: Project) -> dict[str, int]:
+    """How many read and write transactions ``project``'s store opens from now on (each still the real one)."""
+    opened = {"read": 0, "write": 0}
+    for kind in opened:
+        real = getattr(project.store, kind)
+
+        def counting(*args: object, _real: Any = real, _kind: str = kind, **kwargs: object) -> Any:
+            opened[_kind] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(project.store, kind, counting)
+    return opened
+
+
+def test_a_turns_files_ship_in_one_fenced_transaction_and_come_back_in_one_read(
+    laptop_project: tuple[Project, Task, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker ships a turn's dozen files on every pass, and every other host brings them on each of its own:
+    # a transaction a file held the store's write lock a dozen times a pass.
+    project, task, epoch = laptop_project
+    turn = project.paths.turn_dir(task.id, 1)
+    turn.mkdir(parents=True, exist_ok=True)
+    files = {turn / f"file-{i}.log": f"line {i}\n".encode() * (i + 1) for i in range(12)}
+    for path, data in files.items():
+        path.write_bytes(data)
+    opened = _counted(monkeypatch, project)
+    assert shipping.ship(project, task.id, epoch) == sum(len(d) for d in files.values())
+    assert opened == {"read": 1, "write": 1}  # what the store holds already, then every file under one fence
+    for path in files:
+        path.unlink()
+    opened.update(read=0, write=0)
+    assert shipping.materialize(project, task.id) == sum(len(d) for d in files.values())
+    assert opened == {"read": 1, "write": 0}
+    assert {path: path.read_bytes() for path in files} == files
+
+
+def test_a_file_larger_than_a_transactions_share_ships_in_one_of_its_own(
+    laptop_project: tuple[Project, Task, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, task, epoch = laptop_project
+    turn = project.paths.turn_dir(task.id, 1)
+    turn.mkdir(parents=True, exist_ok=True)
+    big = os.urandom(shipping.TX_BYTES + 10)
+    (turn / "a-small.log").write_bytes(b"small\n")
+    (turn / "b-big.log").write_bytes(big)
+    (turn / "c-small.log").write_bytes(b"small too\n")
+    opened = _counted(monkeypatch, project)
+    assert shipping.ship(project, task.id, epoch) == len(big) + 16
+    assert opened["write"] == 3  # the small one before it, the large one alone, then the one after
+    with project.store.read() as tx:
+        assert tx.shipped_sizes(task.id) == {
+            str((turn / name).relative_to(project.paths.root)): size
+            for name, size in (("a-small.log", 6), ("b-big.log", len(big)), ("c-small.log", 10))
+        }
+    (turn / "b-big.log").unlink()
+    assert shipping.materialize(project, task.id) == len(big)
+    assert (turn / "b-big.log").read_bytes() == big

@@ -29,6 +29,8 @@ from corral.engine.runtime.liveness import live_facts, live_to_json
 
 #: Bytes per stored chunk: one row, one round trip.
 CHUNK = 256 * 1024
+#: Bytes of files shipped in one write transaction (a file larger goes alone, in its own).
+TX_BYTES = 4 * CHUNK
 #: Bytes of one file a reviewer elsewhere can read: past it, the worker's own copy is the whole.
 FILE_CAP = 64 * 1024 * 1024
 #: A reader's own state, rebuilt from the files it reads: never shipped.
@@ -76,10 +78,15 @@ def _read(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
 
 def ship(project: Project, task_id: str, epoch: int) -> int:
     """Ship what the store lacks of the task's files, each write only while ``epoch`` holds the task's lease
-    (checked in its own transaction: a worker fenced off ships nothing more); the bytes shipped."""
+    (checked in the same transaction: a worker fenced off ships nothing more); the bytes shipped.
+
+    The files go in as few write transactions as :data:`TX_BYTES` allows, each checking the fence once: a
+    turn's dozen small files are one transaction on the store's write lock, not a dozen."""
     with project.store.read() as tx:
         held = tx.shipped_sizes(task_id)
     sent = 0
+    batch: list[tuple[str, list[tuple[int, bytes]]]] = []
+    size_of_batch = 0
     for rel, path, size in _files(project, task_id):
         have = held.get(rel, 0)
         start = 0 if size < have else have
@@ -90,12 +97,24 @@ def ship(project: Project, task_id: str, epoch: int) -> int:
             chunks = list(_read(path, start, end))
         except OSError:
             continue  # gone or replaced meanwhile: the next pass ships what is there then
-        with project.store.write() as tx:
-            tx.check_fence(task_id, epoch)
+        if batch and size_of_batch + end - start > TX_BYTES:
+            sent += _write(project, task_id, epoch, batch)
+            batch, size_of_batch = [], 0
+        batch.append((rel, chunks))
+        size_of_batch += end - start
+    if batch:
+        sent += _write(project, task_id, epoch, batch)
+    return sent
+
+
+def _write(project: Project, task_id: str, epoch: int, files: list[tuple[str, list[tuple[int, bytes]]]]) -> int:
+    """One write transaction: the fence checked, then each file's chunks stored; the bytes written."""
+    with project.store.write() as tx:
+        tx.check_fence(task_id, epoch)
+        for rel, chunks in files:
             for offset, data in chunks:
                 tx.ship(task_id, rel, offset, data)
-        sent += sum(len(d) for _o, d in chunks)
-    return sent
+    return sum(len(d) for _rel, chunks in files for _o, d in chunks)
 
 
 def ship_live(project: Project, task: Task, command_id: str, epoch: int) -> None:
@@ -131,36 +150,37 @@ def materialize(project: Project, task_id: str) -> int:
     """Fill this host's copy of the task's files from the store (what it lacks of each); the bytes written.
 
     Only under the task's own directories of this project's state: a stored path that would lead
-    anywhere else is ignored.
+    anywhere else is ignored. One read transaction for the task (its files' sizes, then what this copy
+    lacks of each, written as it is read): a host brings every task another host ran on each pass.
     """
-    with project.store.read() as tx:
-        held = tx.shipped_sizes(task_id)
     root = project.paths.root
     allowed = [r.resolve() for r in _roots(project, task_id)]
+    tops = (TASKS_DIR + "/", "diagnostics/")
     written = 0
-    for rel, held_size in held.items():
-        size = min(held_size, FILE_CAP)  # the bound a shipper keeps: a row past it is no shipper's
-        dest = (root / rel).resolve()
-        if not any(dest.is_relative_to(a) for a in allowed) or not rel.startswith((TASKS_DIR + "/", "diagnostics/")):
-            continue
-        try:
-            info = os.lstat(dest)
-            have = info.st_size if stat.S_ISREG(info.st_mode) else None
-        except FileNotFoundError:
-            have = 0
-        if have is None or have >= size:
-            continue
-        with project.store.read() as tx:
+    with project.store.read() as tx:
+        held = tx.shipped_sizes(task_id)
+        for rel, held_size in held.items():
+            size = min(held_size, FILE_CAP)  # the bound a shipper keeps: a row past it is no shipper's
+            dest = (root / rel).resolve()
+            if not any(dest.is_relative_to(a) for a in allowed) or not rel.startswith(tops):
+                continue
+            try:
+                info = os.lstat(dest)
+                have = info.st_size if stat.S_ISREG(info.st_mode) else None
+            except FileNotFoundError:
+                have = 0
+            if have is None or have >= size:
+                continue
             chunks = tx.shipped(task_id, rel, since=have)
-        make_private_dir(dest.parent)
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            for offset, data in chunks:
-                skip = max(0, have - offset)
-                piece = data[skip : max(skip, size - offset)]
-                if piece:
-                    os.pwrite(fd, piece, offset + skip)
-                    written += len(piece)
-        finally:
-            os.close(fd)
+            make_private_dir(dest.parent)
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                for offset, data in chunks:
+                    skip = max(0, have - offset)
+                    piece = data[skip : max(skip, size - offset)]
+                    if piece:
+                        os.pwrite(fd, piece, offset + skip)
+                        written += len(piece)
+            finally:
+                os.close(fd)
     return written
