@@ -7,12 +7,16 @@ kept under ``refs/corral/archive/<ref>`` until the task is deleted.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from msgspec import Struct
 
 from corral.adapters import tip_files
 from corral.adapters.branches import delete_task_branch
+from corral.adapters.locks import lock
 from corral.domain.operations_table import now_words
 from corral.domain.records import Session, Task
 from corral.domain.status import Status
@@ -21,6 +25,28 @@ from corral.errors import GitError, PrepareFailed, RefusedError, TaskAlreadyStar
 from corral.store import Tx
 
 ARCHIVE_PREFIX = "refs/corral/archive/"
+
+
+#: How long a worktree's making waits for another corral process making or removing one in the repository.
+WORKTREE_LOCK_SECONDS = 60.0
+
+
+@contextmanager
+def worktree_lock(project: Project) -> Iterator[None]:
+    """git's worktree bookkeeping is the repository's: one ``worktree add`` (or prune) at a time among corral's
+    processes. git 2.39 reads every entry of ``worktrees/`` as it adds one, and dies on an entry another
+    ``worktree add`` has made but not yet filled ("failed to read .git/worktrees/…/commondir"): a few people's
+    ``corral start`` at once, or a worker's turns, failed so."""
+    fd = lock(project.paths.worktrees_lock, WORKTREE_LOCK_SECONDS)
+    if fd is None:
+        raise PrepareFailed(
+            f"Another corral process held {project.paths.worktrees_lock} for {int(WORKTREE_LOCK_SECONDS)} s.",
+            hint="It is making or removing a worktree; try again.",
+        )
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def archive_ref(task: Task) -> str:
@@ -107,19 +133,22 @@ def prepare(project: Project, task: Task, target: str) -> Workspace:
             hint=f"Rename it (git branch -m {task.branch} {task.branch}-old), then start the task again.",
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        git.worktree_add(path, task.branch, base, cwd=repo, new_branch=True)
-    except GitError as exc:
-        if git.ref_exists(f"refs/heads/{task.branch}", cwd=repo) and "already exists" in exc.message:
-            # The branch was absent a moment ago: a simultaneous start made it, and the worktree
-            # there is that start's. Nothing of it is removed.
-            raise already_started(project, task) or TaskAlreadyStarted(
-                f"{task.ref} has already started: another `corral start` is making its worktree.",
-                hint=f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}",
+    with worktree_lock(project):  # the add, and a failed one's removal (its prune) with it
+        try:
+            git.worktree_add(path, task.branch, base, cwd=repo, new_branch=True)
+        except GitError as exc:
+            if git.ref_exists(f"refs/heads/{task.branch}", cwd=repo) and "already exists" in exc.message:
+                # The branch was absent a moment ago: a simultaneous start made it, and the worktree
+                # there is that start's. Nothing of it is removed.
+                raise already_started(project, task) or TaskAlreadyStarted(
+                    f"{task.ref} has already started: another `corral start` is making its worktree.",
+                    hint=f"Follow it: corral logs -f {task.ref}   ·   wait for it: corral wait {task.ref}",
+                ) from exc
+            git.worktree_remove(path, cwd=repo)
+            delete_task_branch(git, repo, task.branch)
+            raise PrepareFailed(
+                f"corral could not make the worktree of {task.ref}: {exc.message}", hint=exc.hint
             ) from exc
-        git.worktree_remove(path, cwd=repo)
-        delete_task_branch(git, repo, task.branch)
-        raise PrepareFailed(f"corral could not make the worktree of {task.ref}: {exc.message}", hint=exc.hint) from exc
     return Workspace(path, task.branch, base)
 
 
@@ -206,11 +235,12 @@ def restore(project: Project, task: Task, base_commit: str | None) -> Workspace:
             hint="Its work is gone from git; reopen cannot bring it back.",
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        git.worktree_add(path, task.branch, tip, cwd=repo, new_branch=new_branch)
-    except GitError as exc:
-        git.worktree_remove(path, cwd=repo)
-        if new_branch:
-            delete_task_branch(git, repo, task.branch)
-        raise PrepareFailed(f"corral could not restore {task.ref}'s worktree: {exc.message}") from exc
+    with worktree_lock(project):
+        try:
+            git.worktree_add(path, task.branch, tip, cwd=repo, new_branch=new_branch)
+        except GitError as exc:
+            git.worktree_remove(path, cwd=repo)
+            if new_branch:
+                delete_task_branch(git, repo, task.branch)
+            raise PrepareFailed(f"corral could not restore {task.ref}'s worktree: {exc.message}") from exc
     return Workspace(path, task.branch, base_commit or tip)

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from corral.adapters import tip_files
-from corral.adapters.locks import lock
 from corral.adapters.loose_objects import loose_commit_tree
 from corral.adapters.ref_files import common_dir, git_dirs
 from corral.domain.records import Task
@@ -32,10 +29,10 @@ from corral.domain.team import Lease
 from corral.engine.git_remote import remote_name
 from corral.engine.placement import Fetched
 from corral.engine.project import Project
+from corral.engine.workspace import worktree_lock
 from corral.errors import GitError, PrepareFailed, WorkNotPushed
 
 WIP_PREFIX = "refs/corral/wip/"
-WORKTREE_LOCK_SECONDS = 60.0
 STALE_PREFIX = "refs/corral/stale/"
 
 
@@ -212,20 +209,6 @@ def _prune_finds_any(repo: Path) -> bool:
             return True
         kept.append(os.path.realpath(named))
     return len(set(kept)) != len(kept)  # two the same, however named: git's own (by name) among them
-
-
-@contextmanager
-def worktree_lock(project: Project) -> Iterator[None]:
-    fd = lock(project.paths.worktrees_lock, WORKTREE_LOCK_SECONDS)
-    if fd is None:
-        raise PrepareFailed(
-            f"Another corral process held {project.paths.worktrees_lock} for {int(WORKTREE_LOCK_SECONDS)} s.",
-            hint="It is making or removing a worktree; try again.",
-        )
-    try:
-        yield
-    finally:
-        os.close(fd)
 
 
 def snapshot(project: Project, worktree: Path, message: str) -> str | None:
