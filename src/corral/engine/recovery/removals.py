@@ -16,7 +16,6 @@ and nothing of corral's runs in it while the task is merging: nothing in it is w
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -120,6 +119,8 @@ def finish(project: Project, task_id: str) -> bool:
             moved.append(trash / f"{worktree.name}.{time.time_ns()}")
             os.rename(worktree, moved[0])
         else:  # moved by a removal that died (with its administrative directory): their files are deleted below
+            import glob  # only a removal finished again needs it
+
             for name in (worktree.name, f"{ADMIN}{worktree.name}"):
                 moved += [Path(p) for p in glob.glob(f"{glob.escape(str(trash / name))}.*")]
     crashpoints.hit("removal.moved")
