@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from corral.domain.actors import Actor, Role, turn_actor
@@ -151,6 +151,41 @@ def _finished(src: Status, dst: Status, now: str) -> tuple[str, tuple[str | None
     return ", finished_at = ?", (now if dst in TERMINAL else None,)
 
 
+#: A status change's record, numbered within its task (schema 8): the key (task, number) is the row's place, so the
+#: record is one b-tree entry, and the largest number so far is read from the page the row goes into. The number is a
+#: scalar subquery of VALUES, not an ``INSERT … SELECT … FROM status_changes``: SQLite runs an INSERT that selects
+#: from its own table through a temporary table filled first (5-12 µs, more than the rest of the INSERT).
+_INSERT_CHANGE = (
+    "INSERT INTO status_changes (task_id, id, from_status, to_status, actor, reason, at) VALUES "
+    "(?, (SELECT COALESCE(MAX(id), 0) + 1 FROM status_changes WHERE task_id = ?), ?, ?, ?, ?, ?)"
+)
+
+#: A park's compare-and-set also states what makes it a park to ``blocked``: no violation of the task's current
+#: session is pending (``park_status``); with one, the row does not match and the read path parks it ``conflict``.
+_NO_PENDING = (
+    " AND NOT EXISTS (SELECT 1 FROM violations v WHERE v.session_id = tasks.session_id "
+    "AND v.task_id = tasks.id AND v.decision = 'pending')"
+)
+
+#: How the hot path makes a change, by (from, to, actor, park): its UPDATE keeping the resting cause, its UPDATE
+#: setting it, and whether it sets (1) or clears (2) ``finished_at``; an empty tuple where the rules refuse the change
+#: or it is no change at all (the read path says why, or does nothing). Filled as changes are first made.
+_CAS_WAYS: dict[tuple[Status, Status, Actor, bool], tuple[str, str, int] | tuple[()]] = {}
+
+
+def _cas_way(current: Status, to: Status, actor: Actor, park: bool) -> tuple[str, str, int] | tuple[()]:
+    """The statements of a compare-and-set change from ``current`` to ``to`` (see ``_CAS_WAYS``); each text is
+    made once, so the driver finds its prepared statement by a string it has hashed before."""
+    if not _legal(current, to, actor) or is_noop(current, to):
+        return ()
+    finished = 0 if (current in TERMINAL) == (to in TERMINAL) else (1 if to in TERMINAL else 2)
+    tail = (", finished_at = ?" if finished else "") + " WHERE id = ? AND status = ?" + (_NO_PENDING if park else "")
+    # A resting status keeps the cause unless one is given: the UPDATE that keeps it does not name the column.
+    keep = "UPDATE tasks SET status = ?, updated_at = ?, last_interaction_at = ?" + tail if to in RESTING else ""
+    assign = "UPDATE tasks SET status = ?, resting_cause = ?, updated_at = ?, last_interaction_at = ?" + tail
+    return keep, assign, finished
+
+
 class _Decoded:
     """The records a store already decoded, by id with the row they came from.
 
@@ -167,6 +202,31 @@ class _Decoded:
         #: Task rows that do not decode (a column that is not JSON, a status no corral wrote), by id with
         #: the row and what is wrong: reads of many tasks skip them, ``doctor`` names them.
         self.unreadable: dict[str, tuple[tuple[Any, ...], str]] = {}
+
+
+#: The last second :func:`stamp_text` formatted (a UTC time without its microseconds) with its text up to the
+#: fraction, as one tuple replaced whole, so that threads formatting at once never pair a second with another's text.
+_last_second: list[tuple[datetime, str]] = [(datetime.min.replace(tzinfo=UTC), "")]
+_NO_TIME, _ONE_SECOND = timedelta(0), timedelta(seconds=1)
+
+
+def stamp_text(value: datetime) -> str:
+    """``rfc3339(value)``, the same text, formatted in about half its time for a UTC time: the part up to the
+    second is kept from the last call in the same second (every status change formats one)."""
+    if value.tzinfo is not UTC:
+        return rfc3339(value) or ""
+    second, prefix = _last_second[0]
+    if not _NO_TIME <= value - second < _ONE_SECOND:
+        prefix = "%04d-%02d-%02dT%02d:%02d:%02d." % (  # noqa: UP031 -- as rfc3339 formats it
+            value.year,
+            value.month,
+            value.day,
+            value.hour,
+            value.minute,
+            value.second,
+        )
+        _last_second[0] = (value.replace(microsecond=0), prefix)
+    return "%s%06dZ" % (prefix, value.microsecond)  # noqa: UP031
 
 
 #: A task row's columns that hold JSON, by position in ``_TASK_COLUMNS``, and the value that resets each.
@@ -216,7 +276,7 @@ class SQLTx:
         """:meth:`now` as the text the columns hold, formatted once per transaction."""
         text = self._now_text
         if text is None:
-            text = self._now_text = rfc3339(self.now()) or ""
+            text = self._now_text = stamp_text(self.now())
         return text
 
     @staticmethod
@@ -480,13 +540,10 @@ class SQLTx:
         return self._require_task(task_id)
 
     def _change(self, task_id: str, src: Status | None, dst: Status, actor: Actor, reason: str | None) -> StatusChange:
-        # Numbered within its task (schema 8): the key (task, number) is the row's place, so the record is one
-        # b-tree entry, and the largest number so far is read from the page the row goes into.
+        # ``_value_`` is what ``.value`` returns, without the descriptor's call (this runs on every change).
         self._db.execute(
-            "INSERT INTO status_changes (task_id, id, from_status, to_status, actor, reason, at) "
-            "SELECT ?, COALESCE(MAX(id), 0) + 1, ?, ?, ?, ?, ? FROM status_changes WHERE task_id = ?",
-            # ``_value_`` is what ``.value`` returns, without the descriptor's call (this runs on every change).
-            (task_id, src._value_ if src else None, dst._value_, actor._value_, reason, self._stamp(), task_id),
+            _INSERT_CHANGE,
+            (task_id, task_id, src._value_ if src else None, dst._value_, actor._value_, reason, self._stamp()),
         )
         return StatusChange(task_id, src, dst, actor, reason, self.now())
 
@@ -502,6 +559,42 @@ class SQLTx:
                 hint=f"Look at it with `corral show {task.ref}` and try again.",
             )
 
+    def _cas(
+        self,
+        task_id: str,
+        current: Status,
+        to: Status,
+        actor: Actor,
+        reason: str | None,
+        resting_cause: RestingCause | None,
+        park: bool,
+    ) -> StatusChange | None:
+        """The hot path of a status change: the one status expected is the one changed from, so the UPDATE itself is
+        the compare-and-set (no read first), and a park's UPDATE also states that no violation is pending. Two
+        statements, the UPDATE and the status change's INSERT. None when the rules refuse the change or the row did
+        not match; the caller's read path then says why (or finds the conflict a pending violation makes)."""
+        way = _CAS_WAYS.get((current, to, actor, park))
+        if way is None:
+            way = _CAS_WAYS[(current, to, actor, park)] = _cas_way(current, to, actor, park)
+        if not way:
+            return None
+        keep_sql, assign_sql, finished = way
+        now = self._now_text or self._stamp()
+        db, src = self._db, current._value_
+        if finished:
+            closing: tuple[str | None, ...] = (now if finished == 1 else None, task_id, src)
+        else:
+            closing = (task_id, src)
+        if resting_cause is UNSET and keep_sql:
+            cur = db.execute(keep_sql, (to._value_, now, now, *closing))
+        else:
+            cause = None if resting_cause is UNSET or resting_cause is None else _dumps(resting_cause.to_json())
+            cur = db.execute(assign_sql, (to._value_, cause, now, now, *closing))
+        if cur.rowcount != 1:
+            return None
+        db.execute(_INSERT_CHANGE, (task_id, task_id, src, to._value_, actor._value_, reason, now))
+        return StatusChange(task_id, current, to, actor, reason, self._now)  # type: ignore[arg-type]  # set by _stamp
+
     def _transition(
         self,
         task_id: str,
@@ -514,24 +607,19 @@ class SQLTx:
     ) -> StatusChange | None:
         """``known``: the task's (status, resting_cause) as the caller read them in this transaction."""
         self._write()
-        expected = _statuses(expected_from)
-        if known is None and expected is not None and len(expected) == 1:
-            # The hot path of every status change: the one status expected is the one changed from, so
-            # the update itself is the compare-and-set (no read first); a row that does not match, or a
-            # change the rules refuse, takes the path below, which says why.
-            (current,) = expected
-            if _legal(current, to, actor) and not is_noop(current, to):
-                keep = resting_cause is UNSET and to in RESTING
-                given = None if resting_cause is UNSET or resting_cause is None else _dumps(resting_cause.to_json())
-                now = self._stamp()
-                finished, finished_at = _finished(current, to, now)
-                cur = self._db.execute(
-                    "UPDATE tasks SET status = ?, resting_cause = CASE WHEN ? THEN resting_cause ELSE ? END, "
-                    f"updated_at = ?, last_interaction_at = ?{finished} WHERE id = ? AND status = ?",
-                    (to._value_, keep, given, now, now, *finished_at, task_id, current._value_),
+        if known is None:
+            if isinstance(expected_from, Status):  # the engine's usual call: the one status it read
+                change = self._cas(task_id, expected_from, to, actor, reason, resting_cause, False)
+            else:
+                one = _statuses(expected_from)
+                change = (
+                    self._cas(task_id, one[0], to, actor, reason, resting_cause, False)
+                    if one and len(one) == 1
+                    else None
                 )
-                if cur.rowcount == 1:
-                    return self._change(task_id, current, to, actor, reason)
+            if change is not None:
+                return change
+        expected = _statuses(expected_from)
         # Only the two columns a transition needs.
         row = known or self._one("SELECT status, resting_cause FROM tasks WHERE id = ?", (task_id,))
         if row is None:
@@ -584,6 +672,11 @@ class SQLTx:
         expected_from: Status | Iterable[Status] | None = None,
         resting_cause: RestingCause | None = None,
     ) -> StatusChange | None:
+        if self._writable and isinstance(expected_from, Status):
+            # Blocked unless a violation is pending, which the UPDATE states: the usual park is its two writes.
+            change = self._cas(task_id, expected_from, Status.BLOCKED, actor, reason, resting_cause, True)
+            if change is not None:
+                return change
         row = self._one(
             "SELECT t.status, (SELECT COUNT(*) FROM violations v WHERE v.session_id = t.session_id "
             "AND v.task_id = t.id AND v.decision = 'pending'), t.resting_cause FROM tasks t WHERE t.id = ?",
