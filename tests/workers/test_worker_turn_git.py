@@ -63,8 +63,9 @@ def test_a_fetch_asks_the_remote_once_and_fetches_only_what_this_host_lacks(shar
     fetched = remote.fetch(project, task, "main")
     assert (fetched.branch, fetched.wip, fetched.target) == (main, None, main)
     assert git(repo, "rev-parse", f"refs/remotes/origin/{task.branch}") == main
-    # No WIP ref there or here: nothing deleted; the tracking refs read from their files.
-    assert asked(log) == ["ls-remote", "fetch"]
+    # No WIP ref there or here: nothing deleted; the tracking refs read from their files. The branch is at the
+    # target's tip, which this host's tracking ref of the target holds already: its own is set, nothing fetched.
+    assert asked(log) == ["ls-remote", "update-ref"]
     log.write_text("")
     assert remote.fetch(project, task, "main") == fetched
     assert asked(log) == ["ls-remote"]  # nothing new: nothing fetched
@@ -164,7 +165,8 @@ def test_a_turns_worktree_is_made_without_a_prune_unless_one_is_owed(shared, rep
     project, task, _bare, log = shared
     path, fetched = remote.worktree_for_turn(project, task, "main", 1)
     assert git(path, "rev-parse", "HEAD") == fetched.branch
-    assert asked(log) == ["ls-remote", "fetch", "worktree"]  # added: nothing to prune, the branch read from files
+    # Added: nothing to prune, the branch read from files (at the target's tip here: its tracking ref set, not fetched).
+    assert asked(log) == ["ls-remote", "update-ref", "worktree"]
     git(repo, "worktree", "remove", "--force", str(path))
     git(repo, "worktree", "add", "-q", "--detach", str(path), "main")
     shutil.rmtree(path)  # the turn's worktree gone by hand, still registered: git refuses to add it again
@@ -176,7 +178,12 @@ def test_a_turns_worktree_is_made_without_a_prune_unless_one_is_owed(shared, rep
 
 def test_a_fetch_that_fails_once_is_tried_again_and_one_that_fails_twice_says_git_s_error(shared, repo, tmp_path):
     """A moment's failure (another turn's objects settling as the fetch looked) does not fail a claim."""
-    project, task, _bare, log = shared
+    project, task, bare, log = shared
+    # The remote's branch holds a commit this host has never seen: it must be fetched.
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", "--branch", task.branch, str(bare), str(other))
+    commit_in(other, "elsewhere.txt")
+    git(other, "push", "-q", "origin", f"HEAD:refs/heads/{task.branch}")
     count = tmp_path / "upload-pack.count"
     flaky = tmp_path / "flaky-upload-pack"
     # The remote's side of each ls-remote and fetch: its second run (the first fetch) fails.

@@ -107,7 +107,8 @@ def fetch(project: Project, task: Task, target: str) -> Fetched:
         )
     held = {ref: sha for sha, ref in (line.split("\t", 1) for line in listed.stdout.splitlines() if "\t" in line)}
     found: dict[str, str | None] = {}
-    missing: list[str] = []
+    missing: list[tuple[str, str, str]] = []
+    current: set[str] = set()  # the commits this host's tracking refs hold already, as the remote does
     for name, (src, dst) in wanted.items():
         sha = held.get(src)
         found[name] = sha
@@ -115,9 +116,17 @@ def fetch(project: Project, task: Task, target: str) -> Fetched:
             if not tip_files.ref_absent(repo, dst):
                 git.run("update-ref", "-d", dst, cwd=repo, check=False)  # what the remote no longer holds
         elif tip_files.ref_commit(git, repo, dst) != sha:
-            missing.append(f"+{src}:{dst}")
+            missing.append((src, dst, sha))
+        else:
+            current.add(sha)
+    # A ref at a commit another tracking ref here holds already (a branch just made at its target's tip: every
+    # start's) brings nothing to fetch: its tracking ref is set to it, one process where a fetch ran four.
+    if missing and all(sha in current for _src, _dst, sha in missing):
+        moves = "".join(f"update {dst} {sha}\n" for _src, dst, sha in missing)
+        if git.run("update-ref", "--no-deref", "--stdin", cwd=repo, check=False, input=moves).returncode == 0:
+            missing = []
     if missing:
-        fetching = ("fetch", "--quiet", "--no-tags", remote, *missing)
+        fetching = ("fetch", "--quiet", "--no-tags", remote, *(f"+{src}:{dst}" for src, dst, _sha in missing))
         if git.run(*fetching, cwd=repo, check=False).returncode != 0:
             # Once more, and git's own error if it fails again: another turn's objects settling into this
             # host's store as the fetch looked (its quarantine moved) can make git miss an object it has
