@@ -215,6 +215,9 @@ def test_a_receipt_corral_writes_is_always_one_it_reads(tmp_path: Path):
     assert back.git.changed_count == FILES  # the lists shrank; their counts did not
     small = replace(huge, result="ok", failure_reason=None, check=None, sync=None, attempts=(), git=None)
     assert receipt_fit.fit(small) is small  # what already fits is written as it is
+    near = replace(small, result="é" * ((proto.MAX_BYTES - receipt_fit.FIT_MARGIN) // 2 - 1024))  # 2 bytes each
+    assert receipt_fit.encoded_size(near) <= proto.MAX_BYTES - receipt_fit.FIT_MARGIN
+    assert receipt_fit.fit(near) is near  # and so is one just within the bound
 
 
 @pytest.mark.parametrize(
