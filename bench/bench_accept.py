@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -80,12 +81,21 @@ def fill(repo: Path, size: int) -> None:
 
 
 def timed(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
+    return timed_cpu(args, cwd, env)[0]
+
+
+def timed_cpu(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """The wall time of ``args``, and the CPU time (user and system) of it and of every child it waited for (an
+    accept's git processes, the one it works out ahead included; not the detached ``rm`` of a removal): on a
+    machine others share, the CPU is the figure that the load does not move."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed ({done.returncode}): {done.stdout}{done.stderr}")
-    return elapsed
+    return elapsed, (after.ru_utime + after.ru_stime) - (used.ru_utime + used.ru_stime)
 
 
 def git_logger(where: Path, log: Path) -> Path:
@@ -129,14 +139,18 @@ def one_run(base: Path, size: int, index: int, files: int, commits: int, count_g
         floor_repo = root / "floor"
         subprocess.run(["git", "clone", "-q", str(repo), str(floor_repo)], check=True)
         subprocess.run(["git", "-C", str(floor_repo), "fetch", "-q", "origin", "corral/big:big"], check=True)
-        floors = []
+        floors, floor_cpus = [], []
         for again in range(SAMPLES):  # the squash undone between samples: the same merge each time
             if again:
                 subprocess.run(["git", "-C", str(floor_repo), "reset", "-q", "--hard", "HEAD~1"], check=True)
-            squash = timed(["git", "merge", "-q", "--squash", "big"], floor_repo)
-            floors.append(squash + timed(["git", *IDENT, "commit", "-q", "-m", "squash"], floor_repo))
-        floor = median(floors)
-        start = median([timed([*cmd, "--version"], repo, env) for _ in range(SAMPLES)])
+            squash = timed_cpu(["git", "merge", "-q", "--squash", "big"], floor_repo)
+            commit = timed_cpu(["git", *IDENT, "commit", "-q", "-m", "squash"], floor_repo)
+            floors.append(squash[0] + commit[0])
+            floor_cpus.append(squash[1] + commit[1])
+        floor, floor_cpu = median(floors), median(floor_cpus)
+        starts = [timed_cpu([*cmd, "--version"], repo, env) for _ in range(SAMPLES)]
+        start, start_cpu = median([s[0] for s in starts]), median([s[1] for s in starts])
+        accept_cpu = 0.0
         if count_git:
             log = root / "git-argv.log"
             env = {**env, "PATH": f"{git_logger(root / 'shim', log)}{os.pathsep}{env.get('PATH', os.defpath)}"}
@@ -144,7 +158,7 @@ def one_run(base: Path, size: int, index: int, files: int, commits: int, count_g
             accept = timed([sys.executable, "-c", _MODULES, str(root / "modules"), "accept", "big"], repo, env)
             timed([sys.executable, "-c", _MODULES, str(root / "modules-version"), "--version"], repo, env)
         else:
-            accept = timed([*cmd, "accept", "big"], repo, env)
+            accept, accept_cpu = timed_cpu([*cmd, "accept", "big"], repo, env)
         changed = subprocess.run(
             ["git", "diff", "--name-only", "main^", "main"], cwd=repo, capture_output=True, text=True, check=True
         ).stdout.split()
@@ -152,6 +166,7 @@ def one_run(base: Path, size: int, index: int, files: int, commits: int, count_g
     finally:
         stop_daemon(env, repo)
     row: dict[str, float] = {"accept_s": accept, "version_s": start, "own_s": accept - start, "floor_s": floor}
+    row.update({"accept_cpu_s": accept_cpu, "version_cpu_s": start_cpu, "floor_cpu_s": floor_cpu})
     if count_git:
         calls = Counter(subcommand(line) for line in log.read_text().splitlines() if line)
         row.update({f"git {name}": float(n) for name, n in calls.items()})
@@ -195,6 +210,14 @@ def main() -> int:
                 f"{median([r['version_s'] for r in rows]) * 1000:.0f} ms); floor `git merge --squash` + `git commit` "
                 f"{floor * 1000:.0f} ms; {ratio:.2f}× (target ≤ {TARGET_RATIO}×) {verdict(good)}"
             )
+            own_cpu = median([r["accept_cpu_s"] - r["version_cpu_s"] for r in rows])
+            floor_cpu = median([r["floor_cpu_s"] for r in rows])
+            accept_cpu, version_cpu = (median([r[k] for r in rows]) for k in ("accept_cpu_s", "version_cpu_s"))
+            print(
+                f"  CPU (diagnostic, no target; the same runs): accept {accept_cpu * 1000:.0f} ms with its git "
+                f"processes, own {own_cpu * 1000:.0f} ms (less `corral --version` {version_cpu * 1000:.0f} ms); "
+                f"floor {floor_cpu * 1000:.0f} ms; {own_cpu / floor_cpu:.2f}×"
+            )
             counted = one_run(base, size, args.runs, args.files, args.commits, count_git=True)
             calls = {k.removeprefix("git "): int(v) for k, v in counted.items() if k.startswith("git ")}
             print(
@@ -210,6 +233,8 @@ def main() -> int:
                 "own_s": own,
                 "floor_s": floor,
                 "ratio": ratio,
+                "own_cpu_s": own_cpu,
+                "floor_cpu_s": floor_cpu,
                 "git_processes": calls,
                 "modules": int(counted["modules"]),
                 "modules_version": int(counted["modules_version"]),

@@ -91,3 +91,15 @@ def test_a_squash_adding_conflict_markers_worked_out_ahead_is_refused_and_no_com
     assert _ahead_threads() == []
     with proj.store.read() as tx:
         assert tx.task_by_ref("marks").status is Status.BLOCKED
+
+
+def test_markers_a_person_means_land_from_the_squash_worked_out_ahead(proj, agent, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    marked = "<<<<<<< ours\na\n=======\nb\n>>>>>>> theirs\n"
+    blocked(proj, agent, "meant", {"meant.txt": marked})
+    calls = recorded(proj, monkeypatch)
+    result = accepting.accept(proj, "meant", actor=Actor.HUMAN, allow_markers=True)
+    assert result.task.status is Status.COMPLETE
+    names = [subcommand(args) for args in calls]
+    assert "diff" not in names and names.count("commit-tree") == 1  # no patch read; the commit made once, ahead
+    assert git(repo, "show", "main:meant.txt") == marked.rstrip("\n")
+    assert _ahead_threads() == []

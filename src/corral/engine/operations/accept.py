@@ -108,7 +108,8 @@ class _Ready(Struct, frozen=True):
 class _Early(Struct, frozen=True):
     """What :class:`_Ahead` worked out: the merge of ``tip`` onto ``old`` as :meth:`Git.merge_tree` gives it, the
     patch :func:`refuse_markers` reads (None: not read, markers allowed or nothing to merge), and the squash
-    commit made of ``message`` (None: not made, the patch opening a conflict region, or markers allowed)."""
+    commit made of ``message`` (None: not made, a conflict, nothing to merge, or a patch opening a conflict region
+    that markers were not allowed for)."""
 
     old: str
     tip: str
@@ -139,9 +140,9 @@ class _Ahead:
         try:
             tree, conflicts = project.git.merge_tree(old, tip, cwd=project.repo)
             patch = commit = None
-            if tree is not None and tree != old_tree and not allow_markers:
-                patch = marker_patch(project, old, tree)
-                if not _opens_region(patch):
+            if tree is not None and tree != old_tree:
+                patch = None if allow_markers else marker_patch(project, old, tree)
+                if patch is None or not _opens_region(patch):
                     commit = _commit(project, tree, old, message)
             self._early = _Early(old, tip, tree, conflicts, patch, message, commit)
         except Exception:  # not swallowed: the merge phase works it out in line, and says why it fails there
