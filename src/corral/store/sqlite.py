@@ -527,14 +527,11 @@ class SQLiteStore:
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise self._fault(exc) from exc
 
-    def _tx(self, begin: str, writable: bool) -> AbstractContextManager[SQLiteTx]:
-        return _Scope(self, begin, writable)
-
     def read(self) -> AbstractContextManager[SQLiteTx]:
-        return self._tx("BEGIN DEFERRED", writable=False)
+        return _Scope(self, "BEGIN DEFERRED", False)
 
     def write(self) -> AbstractContextManager[SQLiteTx]:
-        return self._tx("BEGIN IMMEDIATE", writable=True)
+        return _Scope(self, "BEGIN IMMEDIATE", True)
 
     # -- health ---------------------------------------------------------------------------
     def check(self) -> list[str]:
