@@ -26,7 +26,8 @@ gets to it.
    round (median of the per-slice ratios), which is robust to drift.
 3. Diagnostics, on a copy of the same seeded store: the same loop on tmpfs (``/dev/shm``),
    where syncs cost nothing, gives the store's CPU cost per transition (this thread's CPU time,
-   beside the one-row commit's there); the statements the store sends per transition; with ``strace``
+   beside the one-row commit's there, and beside the same statements sent straight to SQLite: what
+   the store's own Python adds); the statements the store sends per transition; with ``strace``
    installed, the number of fsync/fdatasync calls and the bytes written per transition
    (1 sync is the minimum for a durable commit), and the WAL's frames (pages) written per
    transition beside per one-row commit; and a commit of one row in each of two tables beside
@@ -65,8 +66,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import finish, load, machine, median, parse_args, percentile, verdict
 from corral.domain.actors import Actor
+from corral.domain.clock import utcnow
 from corral.domain.status import Status
-from corral.store import NewTask, SQLiteStore
+from corral.store import NewTask, SQLiteStore, sqltx
 from seed_store import Shape, seed
 
 RATIO_TARGET = 0.9  # of a one-row SQLite WAL commit
@@ -223,6 +225,40 @@ class Transitions(Stream):
         return recorded
 
 
+class DirectStatements(Stream):
+    """The statements the store sends for the same transitions, sent straight to SQLite on the store's connection
+    (BEGIN IMMEDIATE, the compare-and-set UPDATE, the status change's INSERT, COMMIT): beside the store's loop, what
+    its own Python adds to a transition."""
+
+    def __init__(self, store: SQLiteStore, ref: str) -> None:
+        super().__init__()
+        self.task = Transitions(store, ref=ref)  # a task of its own, made and started through the store
+        self.db = store._db
+        self.blocked = self.working = ""
+        for park, src, dst, actor in ((True, Status.WORKING, Status.BLOCKED, Actor.SYSTEM),
+                                      (False, Status.BLOCKED, Status.WORKING, Actor.HUMAN)):  # fmt: skip
+            way = sqltx._cas_way(src, dst, actor, park)
+            assert way, f"{src} → {dst} is not a compare-and-set change"
+            if park:
+                self.blocked = way[1]
+            else:
+                self.working = way[1]
+        self.at = sqltx.stamp_text(utcnow())
+        self.parked = False
+
+    def step(self) -> None:
+        db, task_id, at = self.db, self.task.task_id, self.at
+        db.execute("BEGIN IMMEDIATE")
+        if self.parked:
+            db.execute(self.working, ("working", None, at, at, task_id, "blocked"))
+            db.execute(sqltx._INSERT_CHANGE, (task_id, task_id, "blocked", "working", "human", "unblock", at))
+        else:
+            db.execute(self.blocked, ("blocked", None, at, at, task_id, "working"))
+            db.execute(sqltx._INSERT_CHANGE, (task_id, task_id, "working", "blocked", "system", None, at))
+        db.execute("COMMIT")
+        self.parked = not self.parked
+
+
 def transitions(store: SQLiteStore, seconds: float) -> dict[str, Any]:
     """The transition loop alone for ``seconds`` on a task of its own (used by the diagnostics)."""
     t = Transitions(store, ref=f"bench-transitions-{os.getpid()}")
@@ -326,10 +362,11 @@ def cpu_ceiling(source: Path, seconds: float) -> dict[str, Any] | None:
         one = OneRowCommit(tmp / "one-row.db")
         try:
             tr = Transitions(store, ref=f"bench-cpu-{os.getpid()}")
-            cpu: dict[str, list[float]] = {"transition": [], "one_row_commit": []}
-            rounds = max(1, round(seconds / 0.1))
+            direct = DirectStatements(store, ref=f"bench-cpu-direct-{os.getpid()}")
+            cpu: dict[str, list[float]] = {"transition": [], "one_row_commit": [], "direct_statements": []}
+            rounds = max(1, round(seconds / 0.15))
             for _ in range(rounds):
-                for name, stream in (("one_row_commit", one), ("transition", tr)):
+                for name, stream in (("one_row_commit", one), ("transition", tr), ("direct_statements", direct)):
                     before, made = time.thread_time(), len(stream.lat)
                     stream.run(0.05)
                     cpu[name].append((time.thread_time() - before) / (len(stream.lat) - made))
@@ -484,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  same loop on tmpfs (a copy of the same store, syncs free): {ceiling['per_second']:.1f} /s, "
                     f"median {ceiling['median_ms']:.3f} ms; CPU per transition {ceiling['cpu_us_transition']} µs "
-                    f"beside {ceiling['cpu_us_one_row_commit']} µs per one-row commit"
+                    f"beside {ceiling['cpu_us_one_row_commit']} µs per one-row commit and "
+                    f"{ceiling['cpu_us_direct_statements']} µs for its statements sent straight to SQLite"
                 )
             sent = statements(db, scratch)
             print(
