@@ -101,11 +101,26 @@ def test_a_branch_push_reads_its_tip_from_the_files_and_a_packed_one_from_git(sh
     log.write_text("")
     assert remote.push_branch(project, task, main) == tip
     assert git(bare, "rev-parse", f"refs/heads/{task.branch}") == tip
-    assert asked(log) == ["push", "update-ref"]
+    assert git(repo, "rev-parse", f"refs/remotes/origin/{task.branch}") == tip
+    assert asked(log) == ["push"]  # the push set the tracking ref itself (the remote's fetch refspec maps it)
     git(repo, "gc", "-q")  # the branch and its commit packed away: git says which commit it names
     log.write_text("")
     assert remote.push_branch(project, task, tip) == tip
-    assert asked(log) == ["rev-parse", "update-ref"]
+    assert asked(log) == ["rev-parse", "rev-parse"]  # the branch, then its tracking ref: both there already
+
+
+def test_a_branch_push_sets_the_tracking_ref_where_the_remotes_refspec_does_not_map_it(shared, repo):
+    project, task, bare, log = shared
+    main = git(repo, "rev-parse", "main")
+    git(repo, "config", "remote.origin.fetch", "+refs/heads/main:refs/remotes/origin/main")  # main alone
+    wt = repo.parent / "task-wt"
+    git(repo, "worktree", "add", "-q", str(wt), task.branch)
+    tip = commit_in(wt, "work.txt")
+    log.write_text("")
+    assert remote.push_branch(project, task, main) == tip
+    assert git(bare, "rev-parse", f"refs/heads/{task.branch}") == tip
+    assert git(repo, "rev-parse", f"refs/remotes/origin/{task.branch}") == tip
+    assert asked(log) == ["remote", "push", "update-ref"]  # the configuration changed: the remote listed again
 
 
 def test_a_snapshot_reads_head_and_its_tree_from_the_files_and_still_sees_every_change(shared, repo):

@@ -316,7 +316,11 @@ def push_branch(project: Project, task: Task, expected: str | None, *, epoch: in
     if tip != expected:
         hold(project, task, epoch)
         swap(project, repo, branch, tip, expected)
-    git.update_ref(_tracking(project, task.branch), tip, cwd=repo, message="corral: pushed")
+    # git's push sets the tracking ref itself where the remote's fetch refspec maps the branch (the usual one);
+    # set here only where it did not.
+    tracking = _tracking(project, task.branch)
+    if tip_files.ref_commit(git, repo, tracking) != tip:
+        git.update_ref(tracking, tip, cwd=repo, message="corral: pushed")
     return tip
 
 
