@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from corral.adapters.git import Git
@@ -244,3 +246,54 @@ def test_the_size_fit_measures_is_the_size_the_writer_writes(tmp_path: Path, res
     assert receipt_fit.encoded_size(receipt) == (tmp_path / proto.RESPONSE).stat().st_size
     back = proto.read(tmp_path / proto.RESPONSE, proto.Receipt)
     assert isinstance(back, proto.Receipt) and back.result == result and back.check == receipt.check
+
+
+TEXTS = st.text(st.characters(codec=None, categories=None), max_size=300)
+
+
+@given(
+    result=st.none() | TEXTS,
+    tail=TEXTS,
+    paths=st.lists(TEXTS, max_size=30),
+    files=st.lists(TEXTS, max_size=30),
+)
+def test_the_fits_floor_is_never_over_the_size_the_writer_writes(result, tail, paths, files):
+    """The fit skips measuring a receipt whose floor is over the bound: a floor over the real size
+    would have it shrink a receipt that fits. Every character is at least a byte on disk, whatever it is."""
+    receipt = proto.Receipt(
+        command_id="c1",
+        task_id="t1",
+        kind="work",
+        status=proto.ReceiptStatus.COMPLETED,
+        result=result,
+        output_window=tail or None,
+        check=proto.CheckResult(command="make", exit_code=0, timed_out=False, timeout=1, tail=tail),
+        error=proto.TurnError(kind=proto.ErrorKind.INTERNAL, phase=None, reason=tail, tail=tail),
+        sync=proto.SyncReport("conflict", "main", tuple(files)),
+        git=proto.GitFacts(head="h", changed_paths=tuple(paths), protected_changes=tuple(paths[:3]), commits=("c",)),
+    )
+    assert receipt_fit._least_size(receipt) <= receipt_fit.encoded_size(receipt)
+
+
+def test_the_fit_keeps_the_most_that_fits():
+    """The floor only skips measures: the fit takes the same, largest shrink that fits as measuring each would."""
+    receipt = proto.Receipt(
+        command_id="c1",
+        task_id="t1",
+        kind="work",
+        status=proto.ReceiptStatus.COMPLETED,
+        result="é" * 40_000,
+        check=proto.CheckResult(command="make", exit_code=1, timed_out=False, timeout=1, tail="t" * 30_000),
+        git=proto.GitFacts(head="h", changed_paths=tuple(PATH.format(pkg=i // 100, mod=i % 100) for i in range(3000))),
+    )
+    max_bytes = receipt_fit.FIT_MARGIN + 40_000
+    fitted = receipt_fit.fit(receipt, max_bytes)
+    budget, limit, measured = max_bytes - receipt_fit.FIT_MARGIN, (max_bytes - receipt_fit.FIT_MARGIN) // 2, []
+    while receipt_fit.encoded_size(receipt_fit._shrunk(receipt, limit)) > budget:
+        measured.append(limit)
+        limit //= 2
+    assert measured  # the largest shrinks were over the bound...
+    assert fitted == receipt_fit._shrunk(receipt, limit)  # ...and the fit took the first one within it
+    assert (
+        receipt_fit.encoded_size(fitted) <= budget < receipt_fit.encoded_size(receipt_fit._shrunk(receipt, limit * 2))
+    )

@@ -83,15 +83,20 @@ def _least_size(r: proto.Receipt) -> int:
     return size + sum(sum(map(len, items)) for items in lists)
 
 
+def _fits(r: proto.Receipt, budget: int) -> bool:
+    """Whether the writer's encoding of ``r`` is within ``budget``: measured only when its floor is."""
+    return _least_size(r) <= budget and encoded_size(r) <= budget
+
+
 def fit(r: proto.Receipt, max_bytes: int = proto.MAX_BYTES) -> proto.Receipt:
     """``r``, shrunk until the writer's encoding is within ``max_bytes``: the writer never refuses it."""
     budget = max_bytes - FIT_MARGIN
-    if _least_size(r) <= budget and encoded_size(r) <= budget:
+    if _fits(r, budget):
         return r
     limit = budget // 2
     while limit > 0:
         smaller = _shrunk(r, limit)
-        if encoded_size(smaller) <= budget:
+        if _fits(smaller, budget):
             return smaller
         limit //= 2
     smallest = _shrunk(r, 0)
