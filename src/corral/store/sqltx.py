@@ -276,7 +276,10 @@ class SQLTx:
         """:meth:`now` as the text the columns hold, formatted once per transaction."""
         text = self._now_text
         if text is None:
-            text = self._now_text = stamp_text(self.now())
+            at = self._now
+            if at is None:
+                at = self._now = self._clock()
+            text = self._now_text = stamp_text(at)
         return text
 
     @staticmethod
