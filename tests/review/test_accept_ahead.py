@@ -38,7 +38,7 @@ def test_the_squash_worked_out_ahead_is_the_one_that_lands(proj, agent, repo: Pa
     assert _ahead_threads() == []
 
 
-def test_a_target_that_moved_after_pre_flight_is_merged_again_onto_its_new_tip(proj, agent, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_target_moved_after_pre_flight_is_merged_again_onto_its_new_tip(proj, agent, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     blocked(proj, agent, "moved", {"moved.txt": "task\n"})
     seen = git(repo, "rev-parse", "main")
     landed_first: list[str] = []
@@ -102,4 +102,20 @@ def test_markers_a_person_means_land_from_the_squash_worked_out_ahead(proj, agen
     names = [subcommand(args) for args in calls]
     assert "diff" not in names and names.count("commit-tree") == 1  # no patch read; the commit made once, ahead
     assert git(repo, "show", "main:meant.txt") == marked.rstrip("\n")
+    assert _ahead_threads() == []
+
+
+def test_a_packed_target_is_listed_once_and_merged_beside_the_scan(proj, agent, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    blocked(proj, agent, "packed", {"packed.txt": "packed\n"})
+    git(repo, "gc", "-q", "--prune=now")  # every object and ref packed: the files answer nothing, one listing does
+    before = git(repo, "rev-parse", "main")
+    calls = recorded(proj, monkeypatch)
+    result = accepting.accept(proj, "packed", actor=Actor.HUMAN)
+    assert result.task.status is Status.COMPLETE
+    names = [subcommand(args) for args in calls]
+    assert names.count("for-each-ref") == 1  # read once, before the scan, for the merge ahead and pre-flight
+    assert names.index("for-each-ref") < names.index("status")
+    assert [names.count(name) for name in ("merge-tree", "diff", "commit-tree")] == [1, 1, 1]
+    assert len(names) == 8
+    assert git(repo, "rev-parse", "main^") == before and git(repo, "show", "main:packed.txt") == "packed"
     assert _ahead_threads() == []

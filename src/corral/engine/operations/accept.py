@@ -238,9 +238,14 @@ def preflight(
         )
     shared = fetched is not None
     branch = session.branch or task.branch
-    early = _tips_from_files(project, branch, target) if message is not None and not shared else None
+    early, listed = None, None
+    if message is not None and not shared:  # the tips, read first (from their files, else one listing)
+        early = _tips_from_files(project, branch, target)
+        if early is None:
+            listed = _listing(project, _ref_names(branch, target))
+            early = _plain_tips(listed, _ref_names(branch, target))
     working = None
-    if early is not None and early[1] is not None:  # both plainly read from their files: merged beside the scan
+    if early is not None and early[1] is not None:  # both plain: merged beside the scan
         working = _Ahead(project, early[1][0], early[1][1], early[0], message or "", allow_markers)
     try:
         dirty = git.dirty_paths(session.worktree)
@@ -251,7 +256,7 @@ def preflight(
                 hint=f"Have the agent commit them (corral unblock {task.ref} -m 'commit your changes'), or commit "
                 f"them yourself in {session.worktree}.",
             )
-        tip, target_there, seen = _read_tips(project, branch, None if shared else target)
+        tip, target_there, seen = _read_tips(project, branch, None if shared else target, listed)
         if tip is None:
             raise AcceptRefused(f"The branch of {task.ref} is gone.", hint="See `git branch --list 'corral/*'`.")
         if not target_there:
@@ -283,20 +288,17 @@ def _tips(project: Project, branch: str, target: str | None) -> tuple[str | None
     return tip, there
 
 
-def _read_tips(project: Project, branch: str, target: str | None) -> tuple[str | None, bool, tuple[str, str] | None]:
+def _read_tips(
+    project: Project, branch: str, target: str | None, listed: dict[str, list[str]] | None = None
+) -> tuple[str | None, bool, tuple[str, str] | None]:
     """:func:`_tips`, and the target's commit and tree when the same listing gave them (a plain branch holding a
-    commit), else None."""
+    commit), else None. ``listed``: the listing of the two refs, already made (:func:`_listing`)."""
     from_files = _tips_from_files(project, branch, target)
     if from_files is not None:
         return from_files[0], True, from_files[1]
-    names = [f"refs/heads/{branch}", *([f"refs/heads/{target}"] if target is not None else [])]
-    listed: dict[str, list[str]] = {}
-    done = project.git.run("for-each-ref", _REF_FORMAT, *names, cwd=project.repo, check=False)
-    if done.returncode == 0:
-        for line in done.stdout.split("\n"):
-            parts = line.split("\0")
-            if len(parts) == 5 and parts[0] in names:  # a pattern matches the refs below it too
-                listed[parts[0]] = parts[1:]
+    names = _ref_names(branch, target)
+    if listed is None:
+        listed = _listing(project, names)
     own = listed.get(names[0])
     if own is not None and own[1] == "commit" and not own[2] and _FULL_SHA.fullmatch(own[0]):
         tip: str | None = own[0]
@@ -309,6 +311,37 @@ def _read_tips(project: Project, branch: str, target: str | None) -> tuple[str |
         plain = not found[2] and _FULL_SHA.fullmatch(found[0]) and _FULL_SHA.fullmatch(found[3])
         return tip, True, (found[0], found[3]) if plain else None
     return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None, None
+
+
+def _ref_names(branch: str, target: str | None) -> list[str]:
+    return [f"refs/heads/{branch}", *([f"refs/heads/{target}"] if target is not None else [])]
+
+
+def _listing(project: Project, names: list[str]) -> dict[str, list[str]]:
+    """Each of ``names`` that ``for-each-ref`` lists: its object, the object's type, the ref it points to (a
+    symbolic one) and the commit's tree. It only reads; what :func:`_read_tips` does with a ref that is not plain
+    comes after."""
+    listed: dict[str, list[str]] = {}
+    done = project.git.run("for-each-ref", _REF_FORMAT, *names, cwd=project.repo, check=False)
+    if done.returncode == 0:
+        for line in done.stdout.split("\n"):
+            parts = line.split("\0")
+            if len(parts) == 5 and parts[0] in names:  # a pattern matches the refs below it too
+                listed[parts[0]] = parts[1:]
+    return listed
+
+
+def _plain_tips(listed: dict[str, list[str]], names: list[str]) -> tuple[str, tuple[str, str]] | None:
+    """The branch's tip and the target's commit and tree, where ``listed`` gives both as plain branches holding
+    commits (what :func:`_read_tips` then takes as they are); None otherwise."""
+    own, found = listed.get(names[0]), listed.get(names[-1])
+    if len(names) != 2 or own is None or found is None:
+        return None
+    if own[1] != "commit" or own[2] or not _FULL_SHA.fullmatch(own[0]):
+        return None
+    if found[1] != "commit" or found[2] or not (_FULL_SHA.fullmatch(found[0]) and _FULL_SHA.fullmatch(found[3])):
+        return None
+    return own[0], (found[0], found[3])
 
 
 def _tips_from_files(project: Project, branch: str, target: str | None) -> tuple[str, tuple[str, str] | None] | None:
