@@ -8,9 +8,9 @@ gets to it.
 
 1. Seeds a store (10,000 tasks / 100,000 turns by default; ``--seed-tasks 0`` for an
    empty one) in a scratch directory, and opens it with ``SQLiteStore``.
-2. Measures, interleaved in short slices (``--slice``, default 0.25 s) so that all see
+2. Measures, interleaved in short slices (``--slice``, default 0.2 s) so that all see
    the same disk (a shared disk's sync latency drifts by 10x within seconds), for
-   ``--seconds`` (default 6 s) in total:
+   ``--seconds`` (default 12 s: 15 rounds, since a shared disk's sync drifts between rounds) in total:
 
    * fsync: write a 4 KiB block at offset 0 of a preallocated file in the same
      directory, then ``os.fsync`` — the raw rate the target refers to;
@@ -320,9 +320,10 @@ def _frames(wal: Path, page_size: int) -> float:
     return max(0, size - 32) / (page_size + 24)
 
 
-def wal_frames(directory: Path, source: Path, count: int = 100) -> dict[str, Any]:
+def wal_frames(directory: Path, source: Path, count: int = 100, runs: int = 5) -> dict[str, Any]:
     """Pages written to the WAL per transition (on a copy of the same store) beside per one-row commit: the WAL is
-    emptied first, and fewer frames are written than an automatic checkpoint waits for (1,000)."""
+    emptied first, and fewer frames are written than an automatic checkpoint waits for (1,000). The transitions'
+    figure is the mean of ``runs`` runs of ``count`` (a leaf split writes several pages now and then)."""
     db = copy_store(source, directory / "frames")
     store = SQLiteStore(db)
     try:
@@ -330,10 +331,13 @@ def wal_frames(directory: Path, source: Path, count: int = 100) -> dict[str, Any
         page = store._db.execute("PRAGMA page_size").fetchone()[0]
         for _ in range(10):  # the task's pages found and split as a running store's are
             tr.step()
-        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        for _ in range(count):
-            tr.step()
-        per_transition = _frames(db.with_name(db.name + "-wal"), page) / count
+        frames = 0.0
+        for _ in range(runs):
+            store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            for _ in range(count):
+                tr.step()
+            frames += _frames(db.with_name(db.name + "-wal"), page)
+        per_transition = frames / (count * runs)
     finally:
         store.close()
     one = OneRowCommit(directory / "frames" / "one-row.db")
@@ -347,7 +351,11 @@ def wal_frames(directory: Path, source: Path, count: int = 100) -> dict[str, Any
         )
     finally:
         one.close()
-    return {"transition": round(per_transition, 2), "one_row_commit": round(per_commit / count, 2), "count": count}
+    return {
+        "transition": round(per_transition, 2),
+        "one_row_commit": round(per_commit / count, 2),
+        "count": count * runs,
+    }
 
 
 def cpu_ceiling(source: Path, seconds: float) -> dict[str, Any] | None:
@@ -423,8 +431,8 @@ def statements(source: Path, directory: Path, count: int = 100) -> dict[str, Any
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", default=None, help="where to put the scratch store (default: the system temp dir)")
-    p.add_argument("--seconds", type=float, default=6.0, help="total measuring time, all streams (default 6 s)")
-    p.add_argument("--slice", type=float, default=0.25, help="length of one stream's turn (default 0.25 s)")
+    p.add_argument("--seconds", type=float, default=12.0, help="total measuring time, all streams (default 12 s)")
+    p.add_argument("--slice", type=float, default=0.2, help="length of one stream's turn (default 0.2 s)")
     p.add_argument("--seed-tasks", type=int, default=10_000, help="tasks to seed first (default 10,000; 0: none)")
     p.add_argument("--seed-turns", type=int, default=None, help="turns to seed (default 10 per task)")
     p.add_argument("--no-diagnostics", action="store_true", help="skip the tmpfs and strace runs")
@@ -541,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             frames = wal_frames(scratch, db)
             print(
                 f"  WAL frames (pages) written per transition: {frames['transition']}, per one-row commit: "
-                f"{frames['one_row_commit']} (a copy of the same store, {frames['count']} each)"
+                f"{frames['one_row_commit']} (a copy of the same store, {frames['count']} transitions)"
             )
             result["wal_frames"] = frames
             pair = two_pages(scratch / "two-pages", min(2.0, args.seconds))
