@@ -122,8 +122,9 @@ class _Early(Struct, frozen=True):
 
 class _Ahead:
     """The squash of the reviewed tip onto the target as pre-flight read them, worked out by git beside
-    pre-flight's status scan of the task's worktree and the move to ``merging`` (on a machine of two cores, the
-    merge, its conflict-marker patch and its commit cost no wall time of their own). Nothing it does is seen:
+    pre-flight's status scan of the task's worktree and the move to ``merging``: the merge, its conflict-marker
+    patch and its commit run on a second core while the scan runs on the first (three git processes off the
+    path to the merge phase, which only waits for what is left of them). Nothing it does is seen:
     ``merge-tree`` and ``commit-tree`` write objects no ref names, and the diff reads. The merge phase takes its
     answer only for the very commits it merges (the target's ref, read under its lock, still at the commit
     pre-flight read; the same tip; the same message); anything else, or anything that went wrong here, is
