@@ -10,7 +10,9 @@ them). accept's own work is its wall time less a ``corral --version`` start (the
 also measured in the same run). Target (issue 34): accept's own work
 within 1.5× the floor, on a 900-file and a 30,000-file repository.
 
-Diagnostic (no target): one more run per size, untimed, counts the git processes accept starts
+Diagnostic (no target): the CPU of accept (with the git processes it waited for) less that of
+``corral --version``, beside the floor's, from the same runs (a shared machine's load moves wall
+times, not these); and one more run per size, untimed, counts the git processes accept starts
 (a ``git`` first on its PATH that logs its arguments and runs the real one), by subcommand, and the
 modules accept's interpreter has loaded when it ends, beside those of ``corral --version``.
 

@@ -5,8 +5,10 @@ pre-flight is a prelude without a position; then ``[n/m]`` phases run in order.
 The squash is made with git's plumbing (``merge-tree --write-tree``,
 ``commit-tree``, a compare-and-swap ``update-ref``), so no working tree is touched
 to merge; when the target moved under the swap, the merge is made again onto the
-new tip. A worktree that has the target checked out is brought along with a
-two-tree ``read-tree -m -u`` before the ref moves (as ``merge --squash`` comes before
+new tip. The merge, its conflict-marker patch and its commit are worked out beside
+pre-flight's status scan (:class:`_Ahead`), and taken only for the very commits merged.
+A worktree that has the target checked out is brought along with a two-tree
+``read-tree -m -u`` before the ref moves (as ``merge --squash`` comes before
 ``commit``); where the person's local changes overlap the merge, those are stashed
 first, the checkout brought along after the swap and the stash popped. What it is
 about to do is saved first (the in-flight record of ``recovery.in_flight``), so a
