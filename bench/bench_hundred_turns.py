@@ -13,8 +13,9 @@ Usage (as root, for the cgroup)::
     .venv/bin/python bench/bench_hundred_turns.py --before /tmp/old-tree --rounds 3   # a tree from `git archive`
 
 A tree is a checkout of the repository (``src/`` is put first on ``PYTHONPATH``; this checkout's ``.venv`` runs it).
-Prints each run, the medians, and with ``--before`` the verdict: the cut of the test's CPU (test + server, less
-the floor) against the issue's quarter.
+Prints each run, the medians, and with ``--before`` the cut of the test's CPU (test + server, less the floor).
+No verdict: issue 28's target is this test's wall time inside the suite (under 30 s), which ``bench_suite.py``
+measures; this says where the test's CPU goes and what a change took from it.
 """
 
 from __future__ import annotations
@@ -106,8 +107,7 @@ def main() -> None:
         print(f"{label}: median {statistics.median(nets):.2f} s CPU over {len(nets)} runs")
     if "before" in results and "after" in results:
         cut = 1 - statistics.median(results["after"]) / statistics.median(results["before"])
-        verdict = "PASS" if cut >= 0.25 else "SHORT"
-        print(f"{verdict}: the test's CPU cut by {cut:.0%} (the issue asks a quarter)")
+        print(f"the test's CPU (test + server, less the floor) cut by {cut:.0%}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ run bench/seed_store.py --compare-api
 run bench/bench_transitions.py
 run bench/bench_cli.py
 run bench/bench_show_failures.py
+run bench/bench_receipt_fit.py
 run bench/bench_accept.py
 run bench/bench_supervisor.py
 run bench/bench_recovery.py

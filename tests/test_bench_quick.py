@@ -35,6 +35,7 @@ NO_QUICK = {"seed_store.py"}
 #: Benchmarks run_all.sh leaves out, and why.
 NOT_IN_RUN_ALL = {
     "bench_suite.py": "times the README's test command, which runs every other benchmark's quick mode",
+    "bench_hundred_turns.py": "measures one test of the suite's CPU beside a baseline tree; the suite runs that test",
 }
 #: The groups the quick runs are dealt into, the longest first, round the groups: each group a test whose
 #: runs go at once (they mostly wait, on a poll, a retry, a lease, so more than the cores). Two of the longest
