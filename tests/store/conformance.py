@@ -1234,6 +1234,28 @@ def test_shipped_files_are_kept_byte_exact_in_chunks_and_replaced_from_offset_ze
         assert tx.shipped_sizes(task.id) == {} and tx.live([task.id]) == {}
 
 
+def test_several_shipped_files_are_read_past_their_own_offsets_in_one_call(store: Store) -> None:
+    task, other = _create(store), _create(store, ref="other")
+    with store.write() as tx:
+        tx.ship(task.id, "turns/1/output.log", 0, b"0123")
+        tx.ship(task.id, "turns/1/output.log", 4, b"4567")
+        tx.ship(task.id, "turns/1/output.log", 8, b"89")
+        tx.ship(task.id, "turns/1/stderr.log", 0, b"err\x00\xff")
+        tx.ship(task.id, "turns/1/receipt.json", 0, b"{}")
+        tx.ship(other.id, "turns/1/stderr.log", 0, b"not this task's")
+    with store.read() as tx:
+        got = tx.shipped_past(
+            task.id, {"turns/1/output.log": 5, "turns/1/stderr.log": 0, "turns/1/receipt.json": 2, "nothing": 0}
+        )
+        # Each file past its own offset (a chunk that reaches past it whole), in order; a file with nothing
+        # past its offset, or none stored, is left out; another task's file of the same path never comes.
+        assert got == {"turns/1/output.log": [(4, b"4567"), (8, b"89")], "turns/1/stderr.log": [(0, b"err\x00\xff")]}
+        assert tx.shipped_past(task.id, {}) == {}
+        assert got["turns/1/output.log"] == tx.shipped(task.id, "turns/1/output.log", since=5)
+        many = {f"turns/{i}/output.log": 0 for i in range(700)} | {"turns/1/output.log": 0}
+        assert tx.shipped_past(task.id, many) == {"turns/1/output.log": tx.shipped(task.id, "turns/1/output.log")}
+
+
 def test_shared_docs_are_put_whole_and_read_back(store: Store) -> None:
     with store.read() as tx:
         assert tx.get_doc("usage-limits") is None

@@ -8,7 +8,7 @@ docs/store.md) passes ``tests/store/conformance.py``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -375,6 +375,11 @@ class Tx(Protocol):
 
     def shipped(self, task_id: str, path: str, since: int = 0) -> list[tuple[int, bytes]]:
         """The chunks of one file that reach past ``since``, in order."""
+        ...
+
+    def shipped_past(self, task_id: str, since: Mapping[str, int]) -> dict[str, list[tuple[int, bytes]]]:
+        """:meth:`shipped` of several of the task's files in one round trip: for each path of ``since``, its
+        chunks that reach past the offset it maps to, in order (a path with none is left out)."""
         ...
 
     def set_live(self, task_id: str, command_id: str, doc: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ whose rows index by position and by column name; parameters are written ``?``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -1411,6 +1411,22 @@ class SQLTx:
             (task_id, path, since),
         )
         return [(int(r["offset_bytes"]), bytes(r["data"])) for r in rows]
+
+    def shipped_past(self, task_id: str, since: Mapping[str, int]) -> dict[str, list[tuple[int, bytes]]]:
+        found: dict[str, list[tuple[int, bytes]]] = {}
+        wanted = list(since.items())
+        step = _BATCH // 2  # two parameters a path
+        for i in range(0, len(wanted), step):
+            part = wanted[i : i + step]
+            rows = self._all(
+                "SELECT path, offset_bytes, data FROM shipped_files WHERE task_id = ? AND ("
+                + " OR ".join(["(path = ? AND offset_bytes + LENGTH(data) > ?)"] * len(part))
+                + ") ORDER BY path, offset_bytes",
+                (task_id, *(a for pair in part for a in pair)),
+            )
+            for r in rows:
+                found.setdefault(r["path"], []).append((int(r["offset_bytes"]), bytes(r["data"])))
+        return found
 
     def set_live(self, task_id: str, command_id: str, doc: dict[str, Any]) -> None:
         self._write()

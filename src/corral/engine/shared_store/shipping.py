@@ -150,8 +150,9 @@ def materialize(project: Project, task_id: str) -> int:
     """Fill this host's copy of the task's files from the store (what it lacks of each); the bytes written.
 
     Only under the task's own directories of this project's state: a stored path that would lead
-    anywhere else is ignored. One read transaction for the task (its files' sizes, then what this copy
-    lacks of each, written as it is read): a host brings every task another host ran on each pass.
+    anywhere else is ignored. One read transaction for the task: its files' sizes, then what this copy
+    lacks of them, several files' chunks a statement (up to :data:`TX_BYTES` of them; a larger file alone),
+    written as they are read: a host brings every task another host ran on each pass.
     """
     root = project.paths.root
     allowed = [r.resolve() for r in _roots(project, task_id)]
@@ -159,6 +160,7 @@ def materialize(project: Project, task_id: str) -> int:
     written = 0
     with project.store.read() as tx:
         held = tx.shipped_sizes(task_id)
+        lacking: dict[str, tuple[Path, int, int]] = {}  # path -> (where, what this copy has, the size to reach)
         for rel, held_size in held.items():
             size = min(held_size, FILE_CAP)  # the bound a shipper keeps: a row past it is no shipper's
             dest = (root / rel).resolve()
@@ -171,16 +173,34 @@ def materialize(project: Project, task_id: str) -> int:
                 have = 0
             if have is None or have >= size:
                 continue
-            chunks = tx.shipped(task_id, rel, since=have)
-            make_private_dir(dest.parent)
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            try:
-                for offset, data in chunks:
-                    skip = max(0, have - offset)
-                    piece = data[skip : max(skip, size - offset)]
-                    if piece:
-                        os.pwrite(fd, piece, offset + skip)
-                        written += len(piece)
-            finally:
-                os.close(fd)
+            lacking[rel] = (dest, have, size)
+        batch: dict[str, int] = {}
+        size_of_batch = 0
+        for rel, (_dest, have, size) in lacking.items():
+            if batch and size_of_batch + size - have > TX_BYTES:
+                written += _fill(tx.shipped_past(task_id, batch), lacking)
+                batch, size_of_batch = {}, 0
+            batch[rel] = have
+            size_of_batch += size - have
+        if batch:
+            written += _fill(tx.shipped_past(task_id, batch), lacking)
+    return written
+
+
+def _fill(found: dict[str, list[tuple[int, bytes]]], lacking: dict[str, tuple[Path, int, int]]) -> int:
+    """Write each file's chunks read from the store into this host's copy, from what it has up to its size."""
+    written = 0
+    for rel, chunks in found.items():
+        dest, have, size = lacking[rel]
+        make_private_dir(dest.parent)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            for offset, data in chunks:
+                skip = max(0, have - offset)
+                piece = data[skip : max(skip, size - offset)]
+                if piece:
+                    os.pwrite(fd, piece, offset + skip)
+                    written += len(piece)
+        finally:
+            os.close(fd)
     return written

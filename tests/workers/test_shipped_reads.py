@@ -1,0 +1,52 @@
+"""A host bringing a task another host ran reads the task's shipped files in one statement, not one per file
+(``shared_store.shipping.materialize``: every worker and every reviewer's host does it for every such task)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.domain.actors import Actor
+from corral.engine.shared_store import shipping
+from corral.store import NewTask
+
+
+def test_a_tasks_dozen_shipped_files_are_read_in_one_statement_each_past_what_this_copy_has(project: Any) -> None:
+    with project.store.write() as tx:
+        task_id = str(tx.insert_task(NewTask(ref="fix", goal="Fix it"), Actor.HUMAN).id)
+    files = {f"tasks/{task_id}/turns/1/file-{i:02d}.log": f"line {i}\n".encode() * (i + 1) for i in range(12)}
+    with project.store.write() as tx:
+        for rel, data in files.items():
+            tx.ship(task_id, rel, 0, data)
+    sent: list[str] = []
+    project.store._db.set_trace_callback(sent.append)
+    try:
+        assert shipping.materialize(project, task_id) == sum(len(d) for d in files.values())
+    finally:
+        project.store._db.set_trace_callback(None)
+    reads = [s for s in sent if s.lstrip().upper().startswith("SELECT")]
+    # The files' sizes, then every file's chunks together (one per file before).
+    assert len(reads) == 2, reads
+    for rel, data in files.items():
+        assert (project.paths.root / rel).read_bytes() == data
+    # Grown on the store: only what this copy lacks is read and written, each file from its own offset.
+    first, last = next(iter(files)), list(files)[-1]
+    with project.store.write() as tx:
+        tx.ship(task_id, first, len(files[first]), b"more\n")
+        tx.ship(task_id, last, len(files[last]), b"and more\n")
+    assert shipping.materialize(project, task_id) == len(b"more\n") + len(b"and more\n")
+    assert (project.paths.root / first).read_bytes() == files[first] + b"more\n"
+    assert (project.paths.root / last).read_bytes() == files[last] + b"and more\n"
+
+
+def test_files_past_the_bytes_of_one_read_are_read_in_several_and_come_back_whole(project: Any) -> None:
+    with project.store.write() as tx:
+        task_id = str(tx.insert_task(NewTask(ref="big", goal="Big logs"), Actor.HUMAN).id)
+    big = bytes(range(256)) * (shipping.CHUNK // 256)
+    files = {f"tasks/{task_id}/turns/1/big-{i}.log": big[i:] for i in range(6)}  # past TX_BYTES together
+    assert sum(len(d) for d in files.values()) > shipping.TX_BYTES
+    with project.store.write() as tx:
+        for rel, data in files.items():
+            tx.ship(task_id, rel, 0, data)
+    assert shipping.materialize(project, task_id) == sum(len(d) for d in files.values())
+    for rel, data in files.items():
+        assert (project.paths.root / rel).read_bytes() == data
