@@ -50,3 +50,36 @@ def test_files_past_the_bytes_of_one_read_are_read_in_several_and_come_back_whol
     assert shipping.materialize(project, task_id) == sum(len(d) for d in files.values())
     for rel, data in files.items():
         assert (project.paths.root / rel).read_bytes() == data
+
+
+def test_a_pass_brings_every_task_other_hosts_ran_in_one_read_transaction(project: Any) -> None:
+    from corral.engine.project import Project
+    from corral.engine.shared_store import leases
+    from corral.engine.shared_store.team_placement import SharedPlacement
+
+    files: dict[str, bytes] = {}
+    with project.store.write() as tx:
+        for n in range(5):
+            task_id = str(tx.insert_task(NewTask(ref=f"t{n}", goal="Work"), Actor.HUMAN).id)
+            tx.queue_turn(task_id, "cmd-1", {})
+            tx.claim_turn(task_id, "cmd-1", "other:tok", "other")
+            for name in ("output.log", "stderr.log"):
+                rel = f"tasks/{task_id}/turns/1/{name}"
+                files[rel] = f"{task_id} {name}\n".encode()
+                tx.ship(task_id, rel, 0, files[rel])
+    host = Project.open(
+        project.repo, clock=project.clock, placement=SharedPlacement("postgresql://shared"), store=project.store
+    )
+    sent: list[str] = []
+    project.store._db.set_trace_callback(sent.append)
+    try:
+        assert leases.bring_shipped(host, "me:tok") == sum(len(d) for d in files.values())
+    finally:
+        project.store._db.set_trace_callback(None)
+    begun = [s for s in sent if s.lstrip().upper().startswith("BEGIN")]
+    assert len(begun) == 1, sent  # one transaction for the pass (one a task before)
+    # The leases, then each task's sizes and its files' chunks: two statements a task, in the one transaction.
+    assert len([s for s in sent if s.lstrip().upper().startswith("SELECT")]) == 1 + 2 * 5, sent
+    for rel, data in files.items():
+        assert (project.paths.root / rel).read_bytes() == data
+    assert leases.bring_shipped(host, "me:tok") == 0  # nothing lacking: nothing written again

@@ -81,20 +81,22 @@ def bring_shipped(project: Project, worker_id: str | None) -> int:
     """This host's copy of what other hosts shipped of their turns (their workers', and their own local
     turns': ``shared_store.shipping``): a running turn's files on every pass, an ended one's once more after it
     ended (its lease let go). The bytes written."""
+    written = 0
+    # One read transaction for the pass, however many tasks it brings (a transaction each was two more
+    # statements a task, on every host's every pass).
     with project.store.read() as tx:
         others = [lease for lease in tx.leases() if lease.worker_id is not None and lease.worker_id != worker_id]
-    written = 0
-    for lease in others:
-        if not is_plain_id(lease.task_id):
-            continue  # a row no corral wrote: nothing is written under its name (ProjectPaths would refuse it)
-        mark = project.paths.task_dir(lease.task_id) / SHIPPED_MARK
-        done = f"{lease.epoch}:{lease.state.value}"
-        if lease.state is LeaseState.RELEASED and _read_mark(mark) == done:
-            continue
-        written += shipping.materialize(project, lease.task_id)
-        if lease.state is LeaseState.RELEASED:
-            make_private_dir(mark.parent)
-            write_atomic(mark, done.encode(), durable=False)  # lost, it costs one more look
+        for lease in others:
+            if not is_plain_id(lease.task_id):
+                continue  # a row no corral wrote: nothing is written under its name (ProjectPaths would refuse it)
+            mark = project.paths.task_dir(lease.task_id) / SHIPPED_MARK
+            done = f"{lease.epoch}:{lease.state.value}"
+            if lease.state is LeaseState.RELEASED and _read_mark(mark) == done:
+                continue
+            written += shipping.materialize_in(project, tx, lease.task_id)
+            if lease.state is LeaseState.RELEASED:
+                make_private_dir(mark.parent)
+                write_atomic(mark, done.encode(), durable=False)  # lost, it costs one more look
     return written
 
 

@@ -17,6 +17,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.domain.records import Task
 from corral.domain.substate import Live
@@ -26,6 +27,9 @@ from corral.engine.private_state import make_private_dir
 from corral.engine.project import Project
 from corral.engine.runtime.journal_scan import CURSOR
 from corral.engine.runtime.liveness import live_facts, live_to_json
+
+if TYPE_CHECKING:
+    from corral.store.contract import Tx
 
 #: Bytes per stored chunk: one row, one round trip.
 CHUNK = 256 * 1024
@@ -154,36 +158,41 @@ def materialize(project: Project, task_id: str) -> int:
     lacks of them, several files' chunks a statement (up to :data:`TX_BYTES` of them; a larger file alone),
     written as they are read: a host brings every task another host ran on each pass.
     """
+    with project.store.read() as tx:
+        return materialize_in(project, tx, task_id)
+
+
+def materialize_in(project: Project, tx: Tx, task_id: str) -> int:
+    """:func:`materialize` inside the read transaction ``tx`` (a pass bringing many tasks reads them all in one)."""
     root = project.paths.root
     allowed = [r.resolve() for r in _roots(project, task_id)]
     tops = (TASKS_DIR + "/", "diagnostics/")
     written = 0
-    with project.store.read() as tx:
-        held = tx.shipped_sizes(task_id)
-        lacking: dict[str, tuple[Path, int, int]] = {}  # path -> (where, what this copy has, the size to reach)
-        for rel, held_size in held.items():
-            size = min(held_size, FILE_CAP)  # the bound a shipper keeps: a row past it is no shipper's
-            dest = (root / rel).resolve()
-            if not any(dest.is_relative_to(a) for a in allowed) or not rel.startswith(tops):
-                continue
-            try:
-                info = os.lstat(dest)
-                have = info.st_size if stat.S_ISREG(info.st_mode) else None
-            except FileNotFoundError:
-                have = 0
-            if have is None or have >= size:
-                continue
-            lacking[rel] = (dest, have, size)
-        batch: dict[str, int] = {}
-        size_of_batch = 0
-        for rel, (_dest, have, size) in lacking.items():
-            if batch and size_of_batch + size - have > TX_BYTES:
-                written += _fill(tx.shipped_past(task_id, batch), lacking)
-                batch, size_of_batch = {}, 0
-            batch[rel] = have
-            size_of_batch += size - have
-        if batch:
+    held = tx.shipped_sizes(task_id)
+    lacking: dict[str, tuple[Path, int, int]] = {}  # path -> (where, what this copy has, the size to reach)
+    for rel, held_size in held.items():
+        size = min(held_size, FILE_CAP)  # the bound a shipper keeps: a row past it is no shipper's
+        dest = (root / rel).resolve()
+        if not any(dest.is_relative_to(a) for a in allowed) or not rel.startswith(tops):
+            continue
+        try:
+            info = os.lstat(dest)
+            have = info.st_size if stat.S_ISREG(info.st_mode) else None
+        except FileNotFoundError:
+            have = 0
+        if have is None or have >= size:
+            continue
+        lacking[rel] = (dest, have, size)
+    batch: dict[str, int] = {}
+    size_of_batch = 0
+    for rel, (_dest, have, size) in lacking.items():
+        if batch and size_of_batch + size - have > TX_BYTES:
             written += _fill(tx.shipped_past(task_id, batch), lacking)
+            batch, size_of_batch = {}, 0
+        batch[rel] = have
+        size_of_batch += size - have
+    if batch:
+        written += _fill(tx.shipped_past(task_id, batch), lacking)
     return written
 
 
