@@ -1197,6 +1197,31 @@ def test_the_change_mark_moves_with_every_write_a_board_shows_and_stays_while_no
         assert store.change_mark() != before, f"{what} left the mark where it was"
 
 
+def test_what_a_worker_following_a_turn_looks_at_is_the_lease_the_answer_and_the_status(store: Store) -> None:
+    task = _create(store)
+    with store.read() as tx:
+        assert tx.followed(task.id, "cmd-1") == (None, False, task.status)
+        assert tx.followed("no-such-task", "cmd-1") == (None, False, None)
+    with store.write() as tx:
+        tx.queue_turn(task.id, "cmd-1", {"kind": "start"})
+        tx.claim_turn(task.id, "cmd-1", "w1:tok", "w1")
+        tx.add_turn(task.id, role=Role.HUMAN, actor=Actor.HUMAN, kind="start", content="go", command_id="cmd-1")
+    with store.read() as tx:
+        lease, answered, status = tx.followed(task.id, "cmd-1")
+        assert lease == tx.lease(task.id) and lease is not None and lease.claimed and lease.epoch == 2
+        assert (answered, status) == (False, task.status)  # a human's turn of the command is no answer
+    with store.write() as tx:
+        tx.add_turn(task.id, role=Role.AGENT, kind="start", content="done", command_id="cmd-2")  # another's
+    with store.read() as tx:
+        assert tx.followed(task.id, "cmd-1")[1] is False
+    with store.write() as tx:
+        tx.add_turn(task.id, role=Role.AGENT, kind="start", content="done", command_id="cmd-1")
+        tx.release_turn(task.id, 2)
+    with store.read() as tx:
+        lease, answered, _status = tx.followed(task.id, "cmd-1")
+        assert answered is True and lease == tx.lease(task.id) and lease is not None and not lease.claimed
+
+
 def test_deleting_a_task_deletes_its_lease(store: Store) -> None:
     task = _create(store)
     with store.write() as tx:

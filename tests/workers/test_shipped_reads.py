@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.domain.actors import Actor
+from corral.domain.actors import Actor, Role
 from corral.engine.shared_store import shipping
 from corral.store import NewTask
 
@@ -83,3 +83,26 @@ def test_a_pass_brings_every_task_other_hosts_ran_in_one_read_transaction(projec
     for rel, data in files.items():
         assert (project.paths.root / rel).read_bytes() == data
     assert leases.bring_shipped(host, "me:tok") == 0  # nothing lacking: nothing written again
+
+
+def test_each_poll_of_a_followed_turn_is_one_statement(project: Any, tmp_path: Any) -> None:
+    from corral.engine.shared_store import claimed
+
+    with project.store.write() as tx:
+        task = tx.insert_task(NewTask(ref="poll", goal="Work"), Actor.HUMAN)
+        tx.queue_turn(task.id, "cmd-1", {})
+        tx.claim_turn(task.id, "cmd-1", "w1:tok", "w1")
+    followed = claimed.Follow(project, claimed.Me("w1:tok", "w1"), task, "cmd-1", 2, tmp_path, None, 180.0)
+    sent: list[str] = []
+    project.store._db.set_trace_callback(sent.append)
+    try:
+        lease, answered, status = followed.look()
+    finally:
+        project.store._db.set_trace_callback(None)
+    assert lease is not None and lease.epoch == 2 and lease.claimed and not answered and status is task.status
+    # The lease, the answer and the status in one look (three, and two more once the turn was answered, before).
+    assert len([s for s in sent if s.lstrip().upper().startswith("SELECT")]) == 1, sent
+    with project.store.write() as tx:
+        tx.add_turn(task.id, role=Role.AGENT, kind="start", content="done", command_id="cmd-1")
+        tx.delete_task(task.id)
+    assert followed.look() == (None, False, task.status)  # gone: the task as followed, no lease

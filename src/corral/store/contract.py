@@ -306,6 +306,11 @@ class Tx(Protocol):
 
     # -- workers and leases (docs/workers.md) ------------------------------------
     def lease(self, task_id: str) -> Lease | None: ...
+    def followed(self, task_id: str, command_id: str) -> tuple[Lease | None, bool, Status | None]:
+        """What a worker following a turn looks at each poll, in one statement: the task's lease, whether the
+        agent's turn of ``command_id`` is recorded, and the task's status (None: no such task)."""
+        ...
+
     def leases(self, states: Iterable[LeaseState] | None = None) -> list[Lease]: ...
     def queue_turn(self, task_id: str, command_id: str, plan: dict[str, Any]) -> Lease:
         """Queue the task's command for a worker (a new epoch: any earlier claim is fenced off)."""

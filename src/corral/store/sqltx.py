@@ -1240,6 +1240,20 @@ class SQLTx:
         row = self._one("SELECT * FROM leases WHERE task_id = ?", (task_id,))
         return None if row is None else self._lease(row)
 
+    def followed(self, task_id: str, command_id: str) -> tuple[Lease | None, bool, Status | None]:
+        row = self._one(
+            "SELECT l.*, (SELECT status FROM tasks WHERE id = ?) AS task_status, EXISTS (SELECT 1 FROM turns "
+            "WHERE command_id = ? AND role = 'agent') AS answered FROM (SELECT 1 AS one) AS one "
+            "LEFT JOIN leases l ON l.task_id = ?",
+            (task_id, command_id, task_id),
+        )
+        assert row is not None  # the one row the join starts from
+        status = row["task_status"]
+        if status is not None and status not in _STATUSES:
+            self.get_task(task_id)  # a row no corral wrote: said as every read of it says it
+        lease = None if row["task_id"] is None else self._lease(row)
+        return lease, bool(row["answered"]), None if status is None else _STATUSES[status]
+
     def leases(self, states: Iterable[LeaseState] | None = None) -> list[Lease]:
         if states is None:
             rows = self._all("SELECT * FROM leases ORDER BY queued_at, task_id")

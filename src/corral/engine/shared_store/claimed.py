@@ -32,7 +32,7 @@ from corral import crashpoints
 from corral.adapters import tip_files
 from corral.adapters.pid_identity import send_identified
 from corral.domain import prompts
-from corral.domain.actors import Actor, Role
+from corral.domain.actors import Actor
 from corral.domain.records import FailureEvidence, PossibleEffects, Session, Task, Turn
 from corral.domain.status import Status
 from corral.domain.substate import NOT_PUSHED
@@ -286,10 +286,7 @@ class Follow:
             if self.hand_back.is_set():
                 return self.give_back()
             try:
-                with project.store.read() as tx:
-                    lease = tx.lease(task_id)
-                    answered = tx.turn_by_command(self.command_id, Role.AGENT) is not None
-                    status = (tx.get_task(task_id) or self.task).status
+                lease, answered, status = self.look()
             except CorralError as exc:
                 pause = self._wait(pause, "store-unavailable", exc.message)
                 continue
@@ -337,6 +334,13 @@ class Follow:
                     self._tell("wip-not-pushed", _said(exc))  # the next interval tries again; the turn goes on
             time.sleep(POLL_SECONDS)
         return self.end()
+
+    def look(self) -> tuple[Lease | None, bool, Status]:
+        """Each poll's look at the store, one statement: the task's lease, whether the agent's turn of this
+        command is recorded, the task's status (the task's as followed, once it is gone)."""
+        with self.project.store.read() as tx:
+            lease, answered, status = tx.followed(self.task.id, self.command_id)
+        return lease, answered, status or self.task.status
 
     def _wait(self, pause: float, kind: str, why: str) -> float:
         """Say why (once per cause), wait ``pause`` (a hand-back wakes it); the next, longer pause."""
