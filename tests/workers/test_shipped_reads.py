@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from corral.domain.actors import Actor, Role
 from corral.engine.shared_store import shipping
+from corral.errors import LeaseLost
 from corral.store import NewTask
 
 
@@ -106,3 +109,39 @@ def test_each_poll_of_a_followed_turn_is_one_statement(project: Any, tmp_path: A
         tx.add_turn(task.id, role=Role.AGENT, kind="start", content="done", command_id="cmd-1")
         tx.delete_task(task.id)
     assert followed.look() == (None, False, task.status)  # gone: the task as followed, no lease
+
+
+def test_a_round_of_shipping_writes_the_files_and_the_live_facts_in_one_transaction(
+    project: Any, tmp_path: Any
+) -> None:
+    from corral.engine.shared_store import claimed
+
+    with project.store.write() as tx:
+        task = tx.insert_task(NewTask(ref="ship", goal="Work"), Actor.HUMAN)
+        tx.queue_turn(task.id, "cmd-1", {})
+        tx.claim_turn(task.id, "cmd-1", "w1:tok", "w1")
+    log = project.paths.task_dir(task.id) / "turns" / "1" / "output.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"working\n")
+    followed = claimed.Follow(project, claimed.Me("w1:tok", "w1"), task, "cmd-1", 2, tmp_path, None, 180.0)
+    sent: list[str] = []
+    project.store._db.set_trace_callback(sent.append)
+    try:
+        followed.ship()
+    finally:
+        project.store._db.set_trace_callback(None)
+    begun = [s.split()[:2] for s in sent if s.lstrip().upper().startswith("BEGIN")]
+    # What the store holds of the files (a read), then the files and the live facts together (two writes before).
+    assert [b[1:] for b in begun] == [["DEFERRED"], ["IMMEDIATE"]], sent
+    with project.store.read() as tx:
+        assert tx.shipped(task.id, str(log.relative_to(project.paths.root))) == [(0, b"working\n")]
+        command, doc, _at = tx.live([task.id])[task.id]
+    assert command == "cmd-1" and doc["intervals"] == []
+    with project.store.write() as tx:
+        tx.queue_turn(task.id, "cmd-2", {})  # another epoch: the worker under 2 is fenced off
+    log.write_bytes(b"working\nmore\n")
+    with pytest.raises(LeaseLost):
+        followed.ship()
+    with project.store.read() as tx:
+        assert tx.shipped_sizes(task.id) == {str(log.relative_to(project.paths.root)): 8}
+        assert tx.live([task.id])[task.id][0] == "cmd-1"  # nothing of the fenced-off round written

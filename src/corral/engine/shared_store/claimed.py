@@ -46,6 +46,7 @@ from corral.engine.recovery.faults import internal_fault
 from corral.engine.recovery.working import process_receipt
 from corral.engine.resolve import task_config
 from corral.engine.runtime import protocol as proto
+from corral.engine.runtime.liveness import live_facts
 from corral.engine.runtime.processes import reap_turn, supervisor_identity
 from corral.engine.shared_store import remote_branches as remote
 from corral.engine.shared_store import shipping
@@ -358,8 +359,8 @@ class Follow:
     def ship(self) -> None:
         """The turn's files and live facts to the store, for reviewers elsewhere, and its harness session's
         transcript, for the host that takes the session over next (each write fenced)."""
-        shipping.ship(self.project, self.task.id, self.epoch)
-        shipping.ship_live(self.project, self.task, self.command_id, self.epoch)
+        live = (self.command_id, live_facts(self.project, self.task))
+        shipping.ship(self.project, self.task.id, self.epoch, live=live)  # files and live facts: one write
         if self.carrier is not None:
             try:
                 self.carrier.ship(self.epoch)

@@ -97,8 +97,7 @@ def ship(project: Project, mine: list[Lease], working: Mapping[str, str | None],
             ):
                 continue
             try:
-                shipping.ship(project, lease.task_id, lease.epoch)
-                shipping.put_live(project, lease.task_id, lease.command_id, lease.epoch, live)
+                shipping.ship(project, lease.task_id, lease.epoch, live=(lease.command_id, live))  # one write
             except LeaseLost:
                 continue  # launched again since: that turn's host ships it
     for lease in mine:

@@ -80,12 +80,14 @@ def _read(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         os.close(fd)
 
 
-def ship(project: Project, task_id: str, epoch: int) -> int:
+def ship(project: Project, task_id: str, epoch: int, live: tuple[str, Live | None] | None = None) -> int:
     """Ship what the store lacks of the task's files, each write only while ``epoch`` holds the task's lease
     (checked in the same transaction: a worker fenced off ships nothing more); the bytes shipped.
 
     The files go in as few write transactions as :data:`TX_BYTES` allows, each checking the fence once: a
-    turn's dozen small files are one transaction on the store's write lock, not a dozen."""
+    turn's dozen small files are one transaction on the store's write lock, not a dozen. ``live`` (the turn's
+    command id and its live facts, as :func:`put_live` takes them) goes in the last of them: a worker's round
+    of shipping is one write transaction, not two."""
     with project.store.read() as tx:
         held = tx.shipped_sizes(task_id)
     sent = 0
@@ -106,18 +108,27 @@ def ship(project: Project, task_id: str, epoch: int) -> int:
             batch, size_of_batch = [], 0
         batch.append((rel, chunks))
         size_of_batch += end - start
-    if batch:
-        sent += _write(project, task_id, epoch, batch)
+    if batch or live is not None:
+        sent += _write(project, task_id, epoch, batch, live)
     return sent
 
 
-def _write(project: Project, task_id: str, epoch: int, files: list[tuple[str, list[tuple[int, bytes]]]]) -> int:
-    """One write transaction: the fence checked, then each file's chunks stored; the bytes written."""
+def _write(
+    project: Project,
+    task_id: str,
+    epoch: int,
+    files: list[tuple[str, list[tuple[int, bytes]]]],
+    live: tuple[str, Live | None] | None = None,
+) -> int:
+    """One write transaction: the fence checked, then each file's chunks stored (and the live facts, given);
+    the bytes written."""
     with project.store.write() as tx:
         tx.check_fence(task_id, epoch)
         for rel, chunks in files:
             for offset, data in chunks:
                 tx.ship(task_id, rel, offset, data)
+        if live is not None:
+            _set_live(project, tx, task_id, *live)
     return sum(len(d) for _rel, chunks in files for _o, d in chunks)
 
 
@@ -131,13 +142,19 @@ def ship_live(project: Project, task: Task, command_id: str, epoch: int) -> None
 def put_live(project: Project, task_id: str, command_id: str, epoch: int, live: Live | None) -> None:
     """:func:`ship_live` of facts already judged (``live``; None once the turn ended), with the agent's
     wait intervals; fenced by ``epoch`` as every shipped write."""
+    with project.store.write() as tx:
+        tx.check_fence(task_id, epoch)
+        _set_live(project, tx, task_id, command_id, live)
+
+
+def _set_live(project: Project, tx: Tx, task_id: str, command_id: str, live: Live | None) -> None:
+    """The live facts and wait intervals written in ``tx`` (the intervals a worker shipped earlier, where no
+    local line has them, read in it too)."""
     from corral.engine.runtime.wait_intervals import intervals  # the waits' file: read where it is shipped
 
     doc: dict[str, object] = {"live": live_to_json(live)} if live is not None else {}
-    doc["intervals"] = [i.to_json() for i in intervals(project, task_id)]
-    with project.store.write() as tx:
-        tx.check_fence(task_id, epoch)
-        tx.set_live(task_id, command_id, doc)
+    doc["intervals"] = [i.to_json() for i in intervals(project, task_id, tx)]
+    tx.set_live(task_id, command_id, doc)
 
 
 def bring(project: Project, task_id: str) -> int:
