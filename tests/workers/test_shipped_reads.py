@@ -145,3 +145,24 @@ def test_a_round_of_shipping_writes_the_files_and_the_live_facts_in_one_transact
     with project.store.read() as tx:
         assert tx.shipped_sizes(task.id) == {str(log.relative_to(project.paths.root)): 8}
         assert tx.live([task.id])[task.id][0] == "cmd-1"  # nothing of the fenced-off round written
+
+
+def test_a_link_or_a_climbing_name_in_this_hosts_copy_is_never_written_through(project: Any) -> None:
+    with project.store.write() as tx:
+        task_id = str(tx.insert_task(NewTask(ref="links", goal="Work"), Actor.HUMAN).id)
+    turn = project.paths.task_dir(task_id) / "turns" / "1"
+    turn.mkdir(parents=True)
+    target = turn / "stderr.log"
+    target.write_bytes(b"mine\n")
+    (turn / "output.log").symlink_to(target)  # a link where a shipped file goes: left alone, not followed
+    rel = f"tasks/{task_id}/turns/1"
+    with project.store.write() as tx:
+        tx.ship(task_id, f"{rel}/output.log", 0, b"shipped through a link\n")
+        tx.ship(task_id, f"{rel}/..", 0, b"a directory's name\n")
+        tx.ship(task_id, f"{rel}/2/../prompt.md", 0, b"through a climb\n")
+        tx.ship(task_id, f"{rel}/receipt.json", 0, b"{}\n")
+    assert shipping.materialize(project, task_id) == 3 + len(b"through a climb\n")
+    assert target.read_bytes() == b"mine\n" and (turn / "output.log").is_symlink()
+    assert (turn / "receipt.json").read_bytes() == b"{}\n"
+    assert (turn / "prompt.md").read_bytes() == b"through a climb\n"  # a climb that stays in the task's turns
+    assert sorted(p.name for p in turn.iterdir()) == ["output.log", "prompt.md", "receipt.json", "stderr.log"]

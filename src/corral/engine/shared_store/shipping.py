@@ -187,10 +187,19 @@ def materialize_in(project: Project, tx: Tx, task_id: str) -> int:
     written = 0
     held = tx.shipped_sizes(task_id)
     lacking: dict[str, tuple[Path, int, int]] = {}  # path -> (where, what this copy has, the size to reach)
+    # Each directory resolved once (a turn's files share a few): a file's own name is never followed (a link
+    # there is not a regular file, and is left alone), and a name that would climb (``..``) is no file's.
+    resolved: dict[str, Path] = {}
     for rel, held_size in held.items():
         size = min(held_size, FILE_CAP)  # the bound a shipper keeps: a row past it is no shipper's
-        dest = (root / rel).resolve()
-        if not any(dest.is_relative_to(a) for a in allowed) or not rel.startswith(tops):
+        head, _, name = rel.rpartition("/")
+        if not rel.startswith(tops) or name in ("", ".", ".."):
+            continue
+        parent = resolved.get(head)
+        if parent is None:
+            parent = resolved[head] = (root / head).resolve()
+        dest = parent / name
+        if not any(dest.is_relative_to(a) for a in allowed):
             continue
         try:
             info = os.lstat(dest)
@@ -216,9 +225,12 @@ def materialize_in(project: Project, tx: Tx, task_id: str) -> int:
 def _fill(found: dict[str, list[tuple[int, bytes]]], lacking: dict[str, tuple[Path, int, int]]) -> int:
     """Write each file's chunks read from the store into this host's copy, from what it has up to its size."""
     written = 0
+    made: set[Path] = set()
     for rel, chunks in found.items():
         dest, have, size = lacking[rel]
-        make_private_dir(dest.parent)
+        if dest.parent not in made:
+            make_private_dir(dest.parent)
+            made.add(dest.parent)
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             for offset, data in chunks:
