@@ -1259,6 +1259,37 @@ def test_shipped_files_are_kept_byte_exact_in_chunks_and_replaced_from_offset_ze
         assert tx.shipped_sizes(task.id) == {} and tx.live([task.id]) == {}
 
 
+def test_shipping_many_chunks_at_once_is_shipping_each_in_turn(store: Store) -> None:
+    task, other = _create(store), _create(store, ref="other")
+    with store.write() as tx:
+        tx.ship(task.id, "a.log", 0, b"old a ")
+        tx.ship(task.id, "a.log", 6, b"more old")
+        tx.ship(task.id, "b.log", 0, b"b kept ")
+        tx.ship(other.id, "a.log", 0, b"another task's")
+    chunks = [
+        ("a.log", 0, b"new a "),  # replaces what the store held of a.log
+        ("b.log", 7, b"grown\x00\xff"),  # appended: b.log's start stays
+        ("c.log", 0, b"first "),
+        ("c.log", 6, b"second "),
+        ("c.log", 0, b"again "),  # a start again: the two chunks before it go, as one ship after another does
+        ("a.log", 6, b"then"),
+    ]
+    with store.write() as tx:
+        tx.ship_files(task.id, chunks)
+        tx.ship_files(task.id, [])
+    with store.read() as tx:
+        assert tx.shipped(task.id, "a.log") == [(0, b"new a "), (6, b"then")]
+        assert tx.shipped(task.id, "b.log") == [(0, b"b kept "), (7, b"grown\x00\xff")]
+        assert tx.shipped(task.id, "c.log") == [(0, b"again ")]
+        assert tx.shipped(other.id, "a.log") == [(0, b"another task's")]  # another task's file of the name
+    many = [(f"f{i}.log", 0, bytes([i % 256]) * 3) for i in range(450)]  # past one statement's parameters
+    with store.write() as tx:
+        tx.ship_files(task.id, many)
+    with store.read() as tx:
+        sizes = tx.shipped_sizes(task.id)
+        assert all(sizes[p] == 3 for p, _o, _d in many) and tx.shipped(task.id, "f449.log") == [(0, b"\xc1" * 3)]
+
+
 def test_several_shipped_files_are_read_past_their_own_offsets_in_one_call(store: Store) -> None:
     task, other = _create(store), _create(store, ref="other")
     with store.write() as tx:

@@ -166,3 +166,26 @@ def test_a_link_or_a_climbing_name_in_this_hosts_copy_is_never_written_through(p
     assert (turn / "receipt.json").read_bytes() == b"{}\n"
     assert (turn / "prompt.md").read_bytes() == b"through a climb\n"  # a climb that stays in the task's turns
     assert sorted(p.name for p in turn.iterdir()) == ["output.log", "prompt.md", "receipt.json", "stderr.log"]
+
+
+def test_a_turns_dozen_files_are_written_in_one_insert(project: Any, tmp_path: Any) -> None:
+    with project.store.write() as tx:
+        task = tx.insert_task(NewTask(ref="many", goal="Work"), Actor.HUMAN)
+        tx.queue_turn(task.id, "cmd-1", {})
+        tx.claim_turn(task.id, "cmd-1", "w1:tok", "w1")
+    turn = project.paths.task_dir(task.id) / "turns" / "1"
+    turn.mkdir(parents=True)
+    files = {f"file-{i:02d}.log": f"line {i}\n".encode() for i in range(12)}
+    for name, data in files.items():
+        (turn / name).write_bytes(data)
+    sent: list[str] = []
+    project.store._db.set_trace_callback(sent.append)
+    try:
+        assert shipping.ship(project, task.id, 2) == sum(len(d) for d in files.values())
+    finally:
+        project.store._db.set_trace_callback(None)
+    writes = [s.split()[0].upper() for s in sent if s.split()[0].upper() in ("INSERT", "DELETE")]
+    assert writes == ["DELETE", "INSERT"], sent  # a DELETE and an INSERT a file before
+    with project.store.read() as tx:
+        for name, data in files.items():
+            assert tx.shipped(task.id, str((turn / name).relative_to(project.paths.root))) == [(0, data)]

@@ -370,6 +370,11 @@ class Tx(Protocol):
         """One chunk of a task's file (``path`` relative to the project's state); offset 0 replaces the file."""
         ...
 
+    def ship_files(self, task_id: str, chunks: Sequence[tuple[str, int, bytes]]) -> None:
+        """:meth:`ship` of each ``(path, offset, data)`` in order, in a few statements however many there are
+        (a file with a chunk at offset 0 is replaced from it)."""
+        ...
+
     def unship(self, task_id: str, path: str) -> None:
         """Forget one shipped file (pruned where it was kept)."""
         ...

@@ -1407,6 +1407,27 @@ class SQLTx:
             (task_id, path, offset, bytes(data)),
         )
 
+    def ship_files(self, task_id: str, chunks: Sequence[tuple[str, int, bytes]]) -> None:
+        self._write()
+        last_start = {path: i for i, (path, offset, _data) in enumerate(chunks) if offset == 0}
+        # A chunk before its file's last start would be deleted by it, as one ship after another does.
+        kept = [(p, o, d) for i, (p, o, d) in enumerate(chunks) if i >= last_start.get(p, -1)]
+        restarted = list(last_start)
+        for i in range(0, len(restarted), _BATCH):
+            part = restarted[i : i + _BATCH]
+            self._db.execute(
+                f"DELETE FROM shipped_files WHERE task_id = ? AND path IN ({','.join('?' * len(part))})",
+                (task_id, *part),
+            )
+        step = _BATCH // 4  # four parameters a row
+        for i in range(0, len(kept), step):
+            rows = kept[i : i + step]
+            self._db.execute(
+                "INSERT INTO shipped_files (task_id, path, offset_bytes, data) VALUES "
+                + ",".join(["(?,?,?,?)"] * len(rows)),
+                tuple(a for path, offset, data in rows for a in (task_id, path, offset, bytes(data))),
+            )
+
     def unship(self, task_id: str, path: str) -> None:
         self._write()
         self._db.execute("DELETE FROM shipped_files WHERE task_id = ? AND path = ?", (task_id, path))

@@ -124,9 +124,7 @@ def _write(
     the bytes written."""
     with project.store.write() as tx:
         tx.check_fence(task_id, epoch)
-        for rel, chunks in files:
-            for offset, data in chunks:
-                tx.ship(task_id, rel, offset, data)
+        tx.ship_files(task_id, [(rel, offset, data) for rel, chunks in files for offset, data in chunks])
         if live is not None:
             _set_live(project, tx, task_id, *live)
     return sum(len(d) for _rel, chunks in files for _o, d in chunks)
