@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import finish, load, machine, median, parse_args, percentile, verdict
 from corral.domain.actors import Actor
-from corral.domain.clock import utcnow
+from corral.domain.clock import stamp_text, utcnow
 from corral.domain.status import Status
 from corral.store import NewTask, SQLiteStore, sqltx
 from seed_store import Shape, seed
@@ -243,7 +243,7 @@ class DirectStatements(Stream):
                 self.blocked = way[1]
             else:
                 self.working = way[1]
-        self.at = sqltx.stamp_text(utcnow())
+        self.at = stamp_text(utcnow())
         self.parked = False
 
     def step(self) -> None:

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 from corral.domain.actors import Actor
-from corral.domain.clock import rfc3339
+from corral.domain.clock import rfc3339, stamp_text
 from corral.domain.records import RestingCause
 from corral.domain.status import Status
 from corral.errors import RefusedError
 from corral.store import NewTask, SQLiteStore
 from corral.store.postgres import PostgresStore
-from corral.store.sqltx import stamp_text
 from tests.conftest import FakeClock
 from tests.store import either
 from tests.support import postgres as pg_support

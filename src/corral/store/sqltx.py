@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from corral.domain.actors import Actor, Role, turn_actor
-from corral.domain.clock import Clock, new_id, parse_time, rfc3339
+from corral.domain.clock import Clock, new_id, parse_time, rfc3339, stamp_text
 from corral.domain.records import (
     Attempt,
     AttemptOutcome,
@@ -202,31 +202,6 @@ class _Decoded:
         #: Task rows that do not decode (a column that is not JSON, a status no corral wrote), by id with
         #: the row and what is wrong: reads of many tasks skip them, ``doctor`` names them.
         self.unreadable: dict[str, tuple[tuple[Any, ...], str]] = {}
-
-
-#: The last second :func:`stamp_text` formatted (a UTC time without its microseconds) with its text up to the
-#: fraction, as one tuple replaced whole, so that threads formatting at once never pair a second with another's text.
-_last_second: list[tuple[datetime, str]] = [(datetime.min.replace(tzinfo=UTC), "")]
-_NO_TIME, _ONE_SECOND = timedelta(0), timedelta(seconds=1)
-
-
-def stamp_text(value: datetime) -> str:
-    """``rfc3339(value)``, the same text, formatted in about half its time for a UTC time: the part up to the
-    second is kept from the last call in the same second (every status change formats one)."""
-    if value.tzinfo is not UTC:
-        return rfc3339(value) or ""
-    second, prefix = _last_second[0]
-    if not _NO_TIME <= value - second < _ONE_SECOND:
-        prefix = "%04d-%02d-%02dT%02d:%02d:%02d." % (  # noqa: UP031 -- as rfc3339 formats it
-            value.year,
-            value.month,
-            value.day,
-            value.hour,
-            value.minute,
-            value.second,
-        )
-        _last_second[0] = (value.replace(microsecond=0), prefix)
-    return "%s%06dZ" % (prefix, value.microsecond)  # noqa: UP031
 
 
 #: A task row's columns that hold JSON, by position in ``_TASK_COLUMNS``, and the value that resets each.
