@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,29 @@ def _server_cpu(pid: int) -> float:
     """The postmaster's CPU seconds, its reaped children's (every backend that ended) included."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+#: What a run left running (each a process of its own cgroup, which holds nothing else): a failure of the run.
+LEFT: list[str] = []
+
+
+def _left_running(group: Path, grace: float = 5.0) -> list[str]:
+    """The processes still in the run's ``group`` after ``grace`` s, each described, then killed (they are the
+    run's own: the group holds nothing else), so none outlives the benchmark."""
+    deadline = time.monotonic() + grace
+    while (pids := (group / "cgroup.procs").read_text().split()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    found = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{pid} {argv[:120]}")
+            os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+    while (group / "cgroup.procs").read_text().split() and time.monotonic() < deadline + grace:
+        time.sleep(0.05)
+    return found
 
 
 def _run(tree: Path, name: str, url: str, postmaster: int, *, collect_only: bool) -> dict[str, float] | None:
@@ -63,6 +87,10 @@ def _run(tree: Path, name: str, url: str, postmaster: int, *, collect_only: bool
     time.sleep(0.5)  # the last backends reaped
     test = (int((group / "cpuacct.usage").read_text()) - before) / 1e9
     server = _server_cpu(postmaster) - server_before
+    left = _left_running(group)
+    if left:
+        print(f"LEFT RUNNING by run {name}, killed: " + "; ".join(left), flush=True)
+        LEFT.extend(left)
     try:
         group.rmdir()
     except OSError:
@@ -74,7 +102,7 @@ def _run(tree: Path, name: str, url: str, postmaster: int, *, collect_only: bool
     return {"test": test, "server": server, "wall": wall}
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="a source tree to compare with (the baseline)")
     parser.add_argument("--after", type=Path, default=ROOT, help="the source tree measured (default: this checkout)")
@@ -105,10 +133,12 @@ def main() -> None:
         server.stop()
     for label, nets in results.items():
         print(f"{label}: median {statistics.median(nets):.2f} s CPU over {len(nets)} runs")
+    print(f"Left running: {len(LEFT)} processes. {'FAIL' if LEFT else 'PASS'}")
     if "before" in results and "after" in results:
         cut = 1 - statistics.median(results["after"]) / statistics.median(results["before"])
         print(f"the test's CPU (test + server, less the floor) cut by {cut:.0%}")
+    return 1 if LEFT else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
