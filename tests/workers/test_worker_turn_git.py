@@ -57,6 +57,13 @@ def commit_in(where: Path, name: str) -> str:
     return git(where, "rev-parse", "HEAD")
 
 
+def work_on_branch(repo: Path, branch: str) -> str:
+    """A commit on ``branch``, made in a worktree of it beside the repository (the task's turn, by hand)."""
+    wt = repo.parent / "task-wt"
+    git(repo, "worktree", "add", "-q", str(wt), branch)
+    return commit_in(wt, "work.txt")
+
+
 def test_a_fetch_asks_the_remote_once_and_fetches_only_what_this_host_lacks(shared, repo):
     project, task, _bare, log = shared
     main = git(repo, "rev-parse", "main")
@@ -95,9 +102,7 @@ def test_a_branch_push_reads_its_tip_from_the_files_and_a_packed_one_from_git(sh
     project, task, bare, log = shared
     main = git(repo, "rev-parse", "main")
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1  # the task has none yet
-    wt = repo.parent / "task-wt"
-    git(repo, "worktree", "add", "-q", str(wt), task.branch)
-    tip = commit_in(wt, "work.txt")
+    tip = work_on_branch(repo, task.branch)
     log.write_text("")
     assert remote.push_branch(project, task, main) == tip
     assert git(bare, "rev-parse", f"refs/heads/{task.branch}") == tip
@@ -113,9 +118,7 @@ def test_a_branch_push_sets_the_tracking_ref_where_the_remotes_refspec_does_not_
     project, task, bare, log = shared
     main = git(repo, "rev-parse", "main")
     git(repo, "config", "remote.origin.fetch", "+refs/heads/main:refs/remotes/origin/main")  # main alone
-    wt = repo.parent / "task-wt"
-    git(repo, "worktree", "add", "-q", str(wt), task.branch)
-    tip = commit_in(wt, "work.txt")
+    tip = work_on_branch(repo, task.branch)
     log.write_text("")
     assert remote.push_branch(project, task, main) == tip
     assert git(bare, "rev-parse", f"refs/heads/{task.branch}") == tip

@@ -36,7 +36,7 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from msgspec import Struct
 
@@ -303,17 +303,21 @@ def _read_tips(
     if listed is None:
         listed = _listing(project, names)
     own = listed.get(names[0])
-    if own is not None and own[1] == "commit" and not own[2] and _FULL_SHA.fullmatch(own[0]):
-        tip: str | None = own[0]
-    else:
-        tip = reviewed.branch_tip(project, branch)
+    tip = own[0] if _plain(own) else reviewed.branch_tip(project, branch)
     if target is None:
         return tip, True, None
     found = listed.get(names[1])
     if found is not None and found[1] == "commit":
-        plain = not found[2] and _FULL_SHA.fullmatch(found[0]) and _FULL_SHA.fullmatch(found[3])
-        return tip, True, (found[0], found[3]) if plain else None
+        return tip, True, (found[0], found[3]) if _plain(found, tree=True) else None
     return tip, project.git.rev_parse(names[1], cwd=project.repo) is not None, None
+
+
+def _plain(entry: list[str] | None, *, tree: bool = False) -> TypeGuard[list[str]]:
+    """Whether a :func:`_listing` entry is a plain branch holding a commit (not a symbolic ref), its name a full
+    object id (and, with ``tree``, its commit's tree one too): what is taken as listed, without asking again."""
+    if entry is None or entry[1] != "commit" or entry[2] or not _FULL_SHA.fullmatch(entry[0]):
+        return False
+    return not tree or bool(_FULL_SHA.fullmatch(entry[3]))
 
 
 def _ref_names(branch: str, target: str | None) -> list[str]:
@@ -338,13 +342,9 @@ def _plain_tips(listed: dict[str, list[str]], names: list[str]) -> tuple[str, tu
     """The branch's tip and the target's commit and tree, where ``listed`` gives both as plain branches holding
     commits (what :func:`_read_tips` then takes as they are); None otherwise."""
     own, found = listed.get(names[0]), listed.get(names[-1])
-    if len(names) != 2 or own is None or found is None:
-        return None
-    if own[1] != "commit" or own[2] or not _FULL_SHA.fullmatch(own[0]):
-        return None
-    if found[1] != "commit" or found[2] or not (_FULL_SHA.fullmatch(found[0]) and _FULL_SHA.fullmatch(found[3])):
-        return None
-    return own[0], (found[0], found[3])
+    if len(names) == 2 and _plain(own) and _plain(found, tree=True):
+        return own[0], (found[0], found[3])
+    return None
 
 
 def _tips_from_files(project: Project, branch: str, target: str | None) -> tuple[str, tuple[str, str] | None] | None:
